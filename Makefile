@@ -1,0 +1,43 @@
+# The two commands a newcomer types: `make demo` and `make test`. Everything installs into .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test lint demo render schema clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python requirements.txt requirements-dev.txt pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# For now the demo renders the example requests; the local pipeline run replaces it later.
+demo: $(STAMP)
+	@for f in examples/*.yaml; do \
+		echo "== $$f"; \
+		$(BIN)/rlpipe validate $$f || exit 1; \
+		$(BIN)/rlpipe render $$f --bucket demo-artifacts | grep -E '^(kind|  name):' | paste - - ; \
+	done
+
+render: $(STAMP)
+	@for f in examples/*.yaml; do echo "# $$f"; $(BIN)/rlpipe render $$f --bucket demo-artifacts; done
+
+schema: $(STAMP)
+	$(BIN)/rlpipe schema > shared/rlpipe/request.schema.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,65 @@
+"""Deterministic names: idempotency key → run id → workload names and labels.
+
+Everything that must be found again later (after a crash, a duplicate event or a reconcile
+pass) is derived from the idempotency key rather than stored or generated at random, so two
+deliveries of one request compute the same run id and the same workload names.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Literal
+
+Stage = Literal["convert", "train", "export"]
+STAGES: tuple[Stage, ...] = ("convert", "train", "export")
+
+LABEL_RUN = "rlpipe.dev/run"
+LABEL_STAGE = "rlpipe.dev/stage"
+LABEL_ATTEMPT = "rlpipe.dev/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+
+RUN_ID_LENGTH = 12
+MAX_WORKLOAD_NAME = 28  # Cluster Toolkit's limit for JobSets: pod names must stay within 63 characters
+
+
+def key_for_request_id(request_id: str) -> str:
+    return f"request:{request_id}"
+
+
+def key_for_object(bucket: str, name: str, generation: int | str) -> str:
+    return f"gcs:{bucket}/{name}#{generation}"
+
+
+def key_for_message(topic: str, message_id: str) -> str:
+    return f"pubsub:{topic}/{message_id}"
+
+
+def run_id_for(key: str) -> str:
+    """``r`` + 11 base32 characters of SHA-256(key): short, lowercase, DNS-safe, starts with a letter."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return "r" + base64.b32encode(digest).decode("ascii").lower()[: RUN_ID_LENGTH - 1]
+
+
+def workload_name(run_id: str, stage: Stage, attempt: int) -> str:
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    name = f"{run_id}-{stage}-a{attempt}"
+    if len(name) > MAX_WORKLOAD_NAME:
+        raise ValueError(f"workload name {name!r} is longer than {MAX_WORKLOAD_NAME} characters")
+    return name
+
+
+def run_labels(run_id: str, stage: Stage, attempt: int) -> dict[str, str]:
+    """Labels on every object of a run, so cleanup and reconciliation work by selector."""
+    return {
+        LABEL_RUN: run_id,
+        LABEL_STAGE: stage,
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_MANAGED_BY: "rlpipe",
+    }
+
+
+def run_selector(run_id: str) -> str:
+    return f"{LABEL_RUN}={run_id}"
