@@ -11,6 +11,7 @@ way).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -38,20 +39,26 @@ class Workaround:
         return f"{self.name}@{self.version}"
 
     def python_source(self) -> str:
-        """Python that applies the patch idempotently and exits 3 when the target text is absent."""
+        """Python that applies the patch idempotently and exits 3 when the target text is absent.
+
+        String literals are JSON-encoded (double quotes), so the whole program quotes as one
+        readable single-quoted shell word.
+        """
+        q = json.dumps
         if self.target_file is not None:
-            locate = f"p = pathlib.Path({self.target_file!r})"
+            locate = f"p = pathlib.Path({q(self.target_file)})"
             imports = "import pathlib, re, sys"
         else:
-            locate = f"p = pathlib.Path(importlib.import_module({self.target_module!r}).__file__)"
+            locate = f"p = pathlib.Path(importlib.import_module({q(self.target_module)}).__file__)"
             imports = "import importlib, pathlib, re, sys"
         if self.kind == "regex-substitution":
-            apply = f"new, n = re.subn({self.pattern!r}, {self.replacement!r}, src)"
+            apply = f"new, n = re.subn({q(self.pattern)}, {q(self.replacement)}, src)"
         else:
-            apply = (
-                f"n = src.count({self.pattern!r}); new = src.replace({self.pattern!r}, {self.replacement!r})"
-            )
-        done_check = f"{self.replacement!r} in src"
+            apply = f"n = src.count({q(self.pattern)}); new = src.replace({q(self.pattern)}, {q(self.replacement)})"
+        done_check = f"{q(self.replacement)} in src"
+        status = (
+            '"applied" if n else ("already applied" if ok else "TARGET TEXT NOT FOUND")'
+        )
         return "; ".join(
             [
                 imports,
@@ -60,7 +67,7 @@ class Workaround:
                 apply,
                 f"ok = n > 0 or {done_check}",
                 "p.write_text(new) if n else None",
-                f"print('rlpipe workaround {self.ref}:', 'applied' if n else ('already applied' if ok else 'TARGET TEXT NOT FOUND'), p)",
+                f"print({q('rlpipe workaround ' + self.ref + ':')}, {status}, p)",
                 "sys.exit(0 if ok else 3)",
             ]
         )

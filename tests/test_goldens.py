@@ -1,0 +1,35 @@
+"""Golden manifests for every example × stage, reviewed by eye against DESIGN §7 when (re)generated.
+
+Regenerate deliberately with `UPDATE_GOLDENS=1 make test` and review the diff before committing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rlpipe import identity
+from rlpipe.cli import dump_yaml
+from rlpipe.manifests import RenderContext, render
+from rlpipe.request import load_request
+from tests.conftest import EXAMPLES
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+BUCKET = "demo-artifacts"
+
+
+@pytest.mark.parametrize("stage", identity.STAGES)
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
+    req = load_request(example.read_bytes(), source=str(example))
+    assert req.request_id, "examples carry a request_id so their run id is stable"
+    ctx = RenderContext(run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET)
+    text = dump_yaml([render(req, stage, 1, ctx)])  # type: ignore[arg-type]
+    golden = GOLDEN / example.stem / f"{stage}.yaml"
+    if os.environ.get("UPDATE_GOLDENS") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"missing golden {golden}; run with UPDATE_GOLDENS=1 and review it"
+    assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"

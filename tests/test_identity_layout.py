@@ -1,0 +1,124 @@
+"""Deterministic names and the GCS layout's completion rules (DESIGN §4, §5, §7)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlpipe import identity, layout
+
+
+@given(st.text(min_size=1, max_size=300))
+def test_run_id_is_short_dns_safe_and_starts_with_a_letter(key: str) -> None:
+    run_id = identity.run_id_for(key)
+    assert re.fullmatch(r"[a-z][a-z0-9]{11}", run_id)
+    assert identity.run_id_for(key) == run_id  # deterministic
+
+
+def test_different_keys_give_different_run_ids() -> None:
+    ids = {identity.run_id_for(identity.key_for_object("b", "requests/x.yaml", g)) for g in range(2000)}
+    assert len(ids) == 2000
+
+
+def test_keys_from_each_source_are_distinct() -> None:
+    keys = {
+        identity.key_for_request_id("abc"),
+        identity.key_for_object("abc", "requests/a.yaml", 1),
+        identity.key_for_message("projects/p/topics/abc", "1"),
+    }
+    assert len({identity.run_id_for(k) for k in keys}) == 3
+
+
+@pytest.mark.parametrize("stage", identity.STAGES)
+def test_workload_names_fit_28_characters_for_any_reachable_attempt(stage: str) -> None:
+    run_id = identity.run_id_for("k")
+    for attempt in (1, 9, 10, 61):
+        name = identity.workload_name(run_id, stage, attempt)  # type: ignore[arg-type]
+        assert len(name) <= 28 and name == f"{run_id}-{stage}-a{attempt}"
+
+
+def test_workload_name_rejects_overflow_and_attempt_zero() -> None:
+    with pytest.raises(ValueError, match="longer than 28"):
+        identity.workload_name("r" * 12, "convert", 10**6)
+    with pytest.raises(ValueError):
+        identity.workload_name("r" * 12, "train", 0)
+
+
+def test_run_paths_follow_the_design_layout() -> None:
+    run = layout.RunLayout("art", "rabc")
+    assert run.ledger == "runs/rabc/run.json"
+    assert run.event(3, "accepted") == "runs/rabc/events/000003-accepted.json"
+    assert run.error == "runs/rabc/error.json"
+    assert run.step_commit(50) == "runs/rabc/trained/rl/checkpoints/actor/50/commit_success.txt"
+    assert run.model_params(50) == "runs/rabc/trained/rl/checkpoints/actor/50/model_params/"
+    assert run.uri(run.hf_dir) == "gs://art/runs/rabc/hf/"
+    cache = layout.ConversionCache("art", "ckey")
+    assert cache.ready == "cache/maxtext/ckey/READY.json"
+    assert cache.attempt_dir("rabc", 2) == "cache/maxtext/ckey/rabc-a2/"
+    assert layout.converted_items(cache.attempt_dir("rabc", 2)) == "cache/maxtext/ckey/rabc-a2/0/items/"
+
+
+def test_nothing_the_pipeline_writes_triggers_intake() -> None:
+    run, cache = layout.RunLayout("b", "rabc"), layout.ConversionCache("b", "k")
+    written = [run.ledger, run.event(1, "x"), run.error, run.step_commit(50), run.hf_dir + "config.json",
+               cache.ready, layout.converted_step_commit(cache.attempt_dir("rabc", 1))]
+    assert not any(layout.is_request_object(n) for n in written)
+    assert layout.is_request_object("requests/team/run.yaml")
+    assert not layout.is_request_object("requests/notes.txt")
+    assert not layout.is_request_object("requests/.hidden/x.json")
+
+
+@pytest.mark.parametrize(
+    ("num_batches", "steps"),
+    [(50, [50]), (120, [50, 100, 120]), (30, [30]), (100, [50, 100]), (1, [1])],
+)
+def test_checkpoint_steps_include_every_period_and_the_forced_final_save(num_batches: int, steps: list[int]) -> None:
+    assert layout.checkpoint_steps(num_batches) == steps
+    assert layout.final_step(num_batches) == steps[-1]
+
+
+def test_train_is_complete_only_when_the_final_step_commits() -> None:
+    run = layout.RunLayout("b", "r1")
+    in_flight = [run.step_commit(50), run.step_commit(100), run.step_dir(120) + "model_params/x"]
+    assert not layout.train_complete(in_flight, run, 120).complete
+    assert layout.train_complete([*in_flight, run.step_commit(120)], run, 120).complete
+    assert layout.latest_committed_step(in_flight, run) == 100
+
+
+def test_convert_is_complete_only_with_the_step_commit_marker() -> None:
+    d = "cache/maxtext/k/r1-a1/"
+    partial = [d + "0/items/_METADATA", d + "0/items/commit_success.txt", d + "0/_CHECKPOINT_METADATA"]
+    assert not layout.convert_complete(partial, d).complete  # items/ committed, step not yet
+    assert layout.convert_complete([*partial, d + "0/commit_success.txt"], d).complete
+
+
+def test_export_needs_every_shard_named_in_the_index() -> None:
+    d = "runs/r1/hf/"
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    names = [d + "config.json", d + "model-00001-of-00002.safetensors", d + layout.HF_INDEX]
+    result = layout.export_complete(names, d, index)
+    assert not result.complete and result.missing == (d + "model-00002-of-00002.safetensors",)
+    assert layout.export_complete([*names, d + "model-00002-of-00002.safetensors"], d, index).complete
+    assert not layout.export_complete(names, d, {"weight_map": {}}).complete
+
+
+def test_export_single_file_needs_the_config_too() -> None:
+    d = "runs/r1/hf/"
+    assert not layout.export_complete([d + "model.safetensors"], d, None).complete
+    assert layout.export_complete([d + "model.safetensors", d + "config.json"], d, None).complete
+
+
+def test_conversion_cache_key_changes_with_each_input() -> None:
+    base = ("google/m", "a" * 40, ["model_name=m", "scan_layers=false"], "img:1")
+    key = layout.conversion_cache_key(*base)
+    variants = [
+        ("google/n", *base[1:]),
+        (base[0], "b" * 40, *base[2:]),
+        (*base[:2], ["model_name=m", "scan_layers=true"], base[3]),
+        (*base[:3], "img:2"),
+    ]
+    assert all(layout.conversion_cache_key(*v) != key for v in variants)
+    assert layout.conversion_cache_key(*base) == key

@@ -1,0 +1,248 @@
+"""Structural checks of rendered workloads that do not depend on the goldens (DESIGN §7)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlpipe import identity, tpu
+from rlpipe.k8s_validation import validate_object
+from rlpipe.manifests import RenderContext, render, render_all
+from rlpipe.request import load_request, validate_request
+from tests.conftest import EXAMPLES, minimal_request
+
+PLANTED_TOKEN = "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0123"
+CTX = RenderContext(run_id="rexample0001", bucket="art")
+
+
+def _requests() -> list[tuple[str, Any]]:
+    reqs = [(p.name, load_request(p.read_bytes(), source=str(p))) for p in EXAMPLES]
+    reqs.append(("tpu-slice", validate_request(minimal_request(placement="tpu-slice"))))
+    reqs.append(("v6e-64-tpu-slice", validate_request(minimal_request(preset="v6e-64", placement="tpu-slice"))))
+    return reqs
+
+
+REQUESTS = _requests()
+IDS = [name for name, _ in REQUESTS]
+
+
+def _pods(obj: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
+    """(pod spec, number of such pods) for a Job or a JobSet."""
+    if obj["kind"] == "Job":
+        return [(obj["spec"]["template"]["spec"], obj["spec"]["parallelism"])]
+    out = []
+    for rjob in obj["spec"]["replicatedJobs"]:
+        spec = rjob["template"]["spec"]
+        out.append((spec["template"]["spec"], rjob["replicas"] * spec["parallelism"]))
+    return out
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return pod.get("initContainers", []) + pod["containers"]
+
+
+def _rjob(js: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(r for r in js["spec"]["replicatedJobs"] if r["name"] == name)
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_every_object_passes_strict_schema_validation(name: str, req: Any) -> None:
+    for obj in render_all(req, CTX):
+        assert validate_object(obj) == [], f"{name} {obj['metadata']['name']}"
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_train_jobset_shape_matches_the_slices(name: str, req: Any) -> None:
+    js = render(req, "train", 1, CTX)
+    shape = tpu.SHAPES[req.tpu.type]
+    worker = _rjob(js, "worker")
+    wspec = worker["template"]["spec"]
+    assert worker["replicas"] == req.tpu.slices
+    assert wspec["parallelism"] == wspec["completions"] == shape.chips // 4
+    assert wspec["backoffLimit"] == 4 * wspec["parallelism"]
+    pod = wspec["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == req.tpu.topology
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert worker["template"]["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"] == (
+        "cloud.google.com/gke-nodepool"
+    )
+    # The resource manager must expect exactly the worker shape, or it waits for slices forever.
+    rm = next(c for c in _rjob(js, "pathways-head")["template"]["spec"]["template"]["spec"]["initContainers"]
+              if c["name"] == "pathways-rm")
+    x, y = (int(v) for v in pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"].split("x"))
+    assert f"--instance_type=tpuv6e:{x}x{y}" in rm["args"]
+    assert f"--instance_count={worker['replicas']}" in rm["args"]
+    assert x * y == wspec["parallelism"] * 4
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_pathways_essentials(name: str, req: Any) -> None:
+    spec = render(req, "train", 1, CTX)["spec"]
+    assert spec["coordinator"] == {"replicatedJob": "pathways-head"}
+    assert spec["startupPolicy"] == {"startupPolicyOrder": "InOrder"}
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["pathways-head"]}
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    head = _rjob({"spec": spec}, "pathways-head")["template"]["spec"]["template"]["spec"]
+    assert head["hostNetwork"] is True and head["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert all(c["restartPolicy"] == "Always" for c in head["initContainers"]), "native sidecars"
+    assert {c["name"] for c in head["initContainers"]} == {"pathways-proxy", "pathways-rm"}
+    assert head["nodeSelector"] == {"cloud.google.com/gke-nodepool": req.pathways.head_node_pool}
+    for pod, _ in _pods({"kind": "JobSet", "spec": spec}):
+        for c in _containers(pod):
+            env = {e["name"]: e for e in c.get("env", [])}
+            uses_head = any("$(PATHWAYS_HEAD)" in a for a in c.get("args", [])) or any(
+                "$(PATHWAYS_HEAD)" in str(e.get("value", "")) for e in env.values()
+            )
+            if uses_head:  # $(VAR) only expands when VAR is defined in that container
+                assert env["PATHWAYS_HEAD"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+                    "metadata.labels['jobset.sigs.k8s.io/coordinator']"
+                )
+    scratch = {a for pod, _ in _pods({"kind": "JobSet", "spec": spec}) for c in _containers(pod)
+               for a in c.get("args", []) if a.startswith("--gcs_scratch_location=")}
+    assert scratch == {"--gcs_scratch_location=gs://art/pathways/"}
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_labels_names_and_queue_on_every_object(name: str, req: Any) -> None:
+    for stage, obj in zip(identity.STAGES, render_all(req, CTX, attempt=3), strict=True):
+        meta = obj["metadata"]
+        assert meta["name"] == f"rexample0001-{stage}-a3" and len(meta["name"]) <= 28
+        assert meta["labels"][identity.LABEL_RUN] == "rexample0001"
+        assert meta["labels"][identity.LABEL_STAGE] == stage
+        assert meta["labels"][identity.LABEL_ATTEMPT] == "3"
+        assert meta["labels"]["kueue.x-k8s.io/queue-name"] == req.tpu.queue
+        for pod_template in _pod_templates(obj):
+            assert pod_template["metadata"]["labels"][identity.LABEL_RUN] == "rexample0001"
+
+
+def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "Job":
+        return [obj["spec"]["template"]]
+    return [r["template"]["spec"]["template"] for r in obj["spec"]["replicatedJobs"]]
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_chips_outside_training_depend_on_placement(name: str, req: Any) -> None:
+    for stage in ("convert", "export"):
+        job = render(req, stage, 1, CTX)
+        chips = sum(
+            int(c.get("resources", {}).get("limits", {}).get("google.com/tpu", 0)) * n
+            for pod, n in _pods(job) for c in _containers(pod)
+        )
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        if req.placement == "cpu":
+            assert chips == 0 and job["spec"]["parallelism"] == 1
+            assert job["spec"]["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
+            assert container["resources"]["requests"]["memory"] == req.cpu_job.memory
+        else:
+            assert chips == tpu.SHAPES[req.tpu.type].chips
+            assert job["spec"]["completionMode"] == "Indexed"
+            assert 'JOB_COMPLETION_INDEX:-0}" != "0"' in container["command"][2]
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_no_latest_tag_anywhere(name: str, req: Any) -> None:
+    for obj in render_all(req, CTX):
+        for pod, _ in _pods(obj):
+            for c in _containers(pod):
+                image = c["image"]
+                assert not image.endswith(":latest") and (":" in image.rsplit("/", 1)[-1] or "@sha256:" in image)
+
+
+def test_no_secret_value_in_any_manifest(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A token present in the renderer's own environment must not leak into what it renders...
+    monkeypatch.setenv("HF_TOKEN", PLANTED_TOKEN)
+    # ...a request that tries to smuggle a token is rejected before anything renders...
+    with pytest.raises(ValueError):
+        validate_request(minimal_request(labels={"t": PLANTED_TOKEN}))
+    # ...and every rendered object only *references* the Secret.
+    for _, req in REQUESTS:
+        for obj in render_all(req, CTX):
+            text = json.dumps(obj)
+            assert PLANTED_TOKEN not in text
+            assert not re.search(r"hf_[A-Za-z0-9]{30,}", text)
+            for pod, _ in _pods(obj):
+                for c in _containers(pod):
+                    for e in c.get("env", []):
+                        if e["name"] == "HF_TOKEN":
+                            assert set(e) == {"name", "valueFrom"}
+                            assert e["valueFrom"]["secretKeyRef"] == {"name": req.hf_token_secret.name,
+                                                                       "key": req.hf_token_secret.key}
+                    assert all("$(HF_TOKEN)" in a for a in c.get("args", []) if a.startswith("hf_access_token="))
+
+
+def test_token_reference_only_where_the_secret_is_mounted() -> None:
+    for _, req in REQUESTS:
+        for obj in render_all(req, CTX):
+            for pod, _ in _pods(obj):
+                for c in _containers(pod):
+                    if any("$(HF_TOKEN)" in a for a in c.get("args", [])):
+                        assert any(e["name"] == "HF_TOKEN" for e in c.get("env", []))
+
+
+def test_user_strings_never_reach_a_shell_line() -> None:
+    """Shell scripts are fixed templates: arguments follow as "$@", never inside the script."""
+    req = validate_request(minimal_request(maxtext_overrides={"eval_interval": 7}, placement="tpu-slice"))
+    for obj in render_all(req, CTX):
+        for pod, _ in _pods(obj):
+            for c in _containers(pod):
+                if c.get("command", [""])[0] == "/bin/bash":
+                    script = c["command"][2]
+                    assert '"$@"' in script
+                    for arg in c.get("args", []):
+                        assert arg not in script
+                    assert "eval_interval" not in script and "gs://" not in script
+
+
+def test_reservation_pins_tpu_pods() -> None:
+    req = validate_request(minimal_request(tpu={"reservation": "my-res"}))
+    pod = _rjob(render(req, "train", 1, CTX), "worker")["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/reservation-name"] == "my-res"
+
+
+def test_output_paths_are_run_scoped_and_chain_between_stages() -> None:
+    req = validate_request(minimal_request(training={"num_batches": 120}))
+    objs = {o["metadata"]["labels"][identity.LABEL_STAGE]: o for o in render_all(req, CTX)}
+
+    def argmap(obj: dict[str, Any], container: str = "workload-container") -> dict[str, str]:
+        for pod, _ in _pods(obj):
+            for c in _containers(pod):
+                if c["name"] == container:
+                    return dict(a.split("=", 1) for a in c["args"] if "=" in a)
+        raise AssertionError(container)
+
+    convert, train, export = argmap(objs["convert"]), argmap(objs["train"]), argmap(objs["export"])
+    assert convert["base_output_directory"].startswith("gs://art/cache/maxtext/")
+    assert convert["base_output_directory"].endswith("/rexample0001-a1/")
+    assert train["load_parameters_path"] == convert["base_output_directory"] + "0/items/"
+    assert train["base_output_directory"] == "gs://art/runs/rexample0001/trained/"
+    assert export["load_parameters_path"] == (
+        "gs://art/runs/rexample0001/trained/rl/checkpoints/actor/120/model_params/"
+    )
+    assert export["base_output_directory"] == "gs://art/runs/rexample0001/hf/"
+
+
+def test_cache_hit_loads_another_runs_conversion() -> None:
+    req = validate_request(minimal_request())
+    other = "cache/maxtext/ckey/rother000001-a2/"
+    ctx = RenderContext(run_id="rexample0001", bucket="art", converted_dir=other)
+    args = _rjob(render(req, "train", 1, ctx), "pathways-head")["template"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"load_parameters_path=gs://art/{other}0/items/" in args
+
+
+def test_pinned_sha_reaches_the_conversion() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    req = validate_request(minimal_request())
+    job = render(req, "convert", 1, RenderContext(run_id="r1", bucket="b", hf_revision=sha))
+    assert f"--revision={sha}" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_examples_exist() -> None:
+    names = {Path(p).name for p in EXAMPLES}
+    assert {"gemma4-26b-v6e-32.yaml", "gemma4-26b-v6e-64.yaml"} <= names
+    assert any(load_request(p.read_bytes()).tpu.slices > 1 for p in EXAMPLES)
