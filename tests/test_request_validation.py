@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
+
 from rlpipe.problems import RequestInvalid
 from rlpipe.request import MAX_DOCUMENT_BYTES, load_request, validate_request
-
 from tests.conftest import minimal_request
 
 
