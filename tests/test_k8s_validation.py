@@ -13,6 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from rlpipe.k8s_validation import validate_job, validate_jobset, validate_object
 
 NAME = "r7f3a-grpo-a1"
