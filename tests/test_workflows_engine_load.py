@@ -1,0 +1,204 @@
+"""Load-time rejection: anything outside the supported subset fails before running, naming the step."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from rlpipe.local.workflows import LoadError, load_workflow
+
+
+def _rejects(definition: str) -> LoadError:
+    with pytest.raises(LoadError) as caught:
+        load_workflow(textwrap.dedent(definition))
+    return caught.value
+
+
+def test_parallel_step_is_rejected_with_its_name() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - fan_out:
+                parallel:
+                  branches:
+                    - b1:
+                        steps:
+                          - s:
+                              return: 1
+        """
+    )
+    assert (error.subworkflow, error.step) == ("main", "fan_out")
+    assert "parallel" in str(error)
+
+
+def test_connector_call_is_rejected() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - publish:
+                call: googleapis.pubsub.v1.projects.topics.publish
+                args:
+                  topic: t
+        """
+    )
+    assert (error.subworkflow, error.step) == ("main", "publish")
+    assert "googleapis" in str(error)
+
+
+def test_gke_call_is_rejected() -> None:
+    error = _rejects("- launch:\n    call: gke.create_job\n    args: {}\n")
+    assert error.step == "launch"
+
+
+def test_unknown_function_in_an_expression_is_rejected() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - ok:
+                assign:
+                  - x: 1
+            - compute:
+                assign:
+                  - y: ${text.shout(x)}
+        """
+    )
+    assert error.step == "compute"
+    assert "text.shout" in str(error)
+
+
+def test_unknown_next_target_is_rejected() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - a:
+                next: nowhere
+            - b:
+                return: 1
+        """
+    )
+    assert error.step == "a"
+    assert "nowhere" in str(error)
+
+
+def test_unknown_subworkflow_call_is_rejected_naming_caller_subworkflow() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - go:
+                call: helper
+        helper:
+          steps:
+            - deeper:
+                call: missing_helper
+                args:
+                  x: 1
+        """
+    )
+    assert (error.subworkflow, error.step) == ("helper", "deeper")
+    assert "missing_helper" in str(error)
+
+
+def test_unknown_step_key_is_rejected() -> None:
+    error = _rejects("- a:\n    assign:\n      - x: 1\n    resutl: y\n")
+    assert error.step == "a"
+    assert "resutl" in str(error)
+
+
+def test_blocking_function_inside_an_expression_is_rejected() -> None:
+    # https://cloud.google.com/workflows/docs/reference/stdlib/overview ("HTTP calls, sys.sleep, and sys.log cannot be used inside an expression")
+    error = _rejects('- a:\n    assign:\n      - r: ${http.get("http://x")}\n')
+    assert error.step == "a"
+    assert "http.get" in str(error)
+
+
+def test_subworkflow_call_with_missing_or_unknown_params_is_rejected() -> None:
+    # https://cloud.google.com/workflows/docs/reference/syntax/subworkflows (params without defaults are required)
+    base = """
+    main:
+      steps:
+        - go:
+            call: helper
+            args: ARGS
+    helper:
+      params: [needed, optional: 1]
+      steps:
+        - r:
+            return: ${needed}
+    """
+    assert "needed" in str(_rejects(base.replace("ARGS", "{optional: 2}")))
+    assert "typo" in str(_rejects(base.replace("ARGS", "{needed: 1, typo: 2}")))
+    load_workflow(textwrap.dedent(base.replace("ARGS", "{needed: 1}")))
+
+
+def test_break_outside_a_loop_and_jumps_out_of_a_loop_body_are_rejected() -> None:
+    assert _rejects("- a:\n    next: break\n").step == "a"
+    error = _rejects(
+        """
+        - loop:
+            for:
+              value: v
+              in: [1]
+              steps:
+                - escape:
+                    next: after
+        - after:
+            return: 1
+        """
+    )
+    assert error.step == "escape"
+
+
+def test_invalid_expression_and_wrong_arity_are_rejected() -> None:
+    assert _rejects("- a:\n    return: ${1 +}\n").step == "a"
+    assert "default" in str(_rejects("- a:\n    return: ${default(1)}\n"))
+
+
+def test_unsupported_http_arguments_and_bad_auth_are_rejected() -> None:
+    # https://cloud.google.com/workflows/docs/reference/stdlib/http/post (auth type must be OIDC or OAuth2)
+    bad_auth = "- a:\n    call: http.get\n    args:\n      url: http://x\n      auth:\n        type: Basic\n"
+    assert "OIDC" in str(_rejects(bad_auth))
+    private = "- a:\n    call: http.get\n    args:\n      url: http://x\n      private_service_name: s\n"
+    assert "private_service_name" in str(_rejects(private))
+
+
+def test_retry_predicate_must_exist_and_backoff_must_be_complete() -> None:
+    # https://cloud.google.com/workflows/docs/reference/syntax/retrying
+    template = """
+    - a:
+        try:
+          raise: x
+        retry:
+          predicate: PRED
+          max_retries: 3
+          backoff:
+            initial_delay: 1
+            max_delay: 10
+            multiplier: 2
+    """
+    assert "nope" in str(_rejects(template.replace("PRED", "${nope}")))
+    assert _rejects(template.replace("PRED", "${http.default_retry_predicate}").replace("multiplier: 2", "")).step == "a"
+    load_workflow(textwrap.dedent(template.replace("PRED", "${http.default_retry_predicate}")))
+
+
+def test_yaml_1_1_booleans_do_not_rename_steps_and_duplicate_keys_are_errors() -> None:
+    workflow = load_workflow("- no:\n    assign:\n      - on: yes\n- off:\n    return: ${on}\n")
+    assert [step.name for step in workflow.main.body.steps] == ["no", "off"]
+    assert "duplicate" in str(_rejects("- a:\n    assign:\n      - x: 1\n- a:\n    return: 1\n"))
+    assert "duplicate" in str(_rejects("- a:\n    return: 1\n    return: 2\n"))
+
+
+def test_main_is_required() -> None:
+    assert "main" in str(_rejects("helper:\n  steps:\n    - a:\n        return: 1\n"))
+
+
+def test_reserved_step_names_and_missing_required_call_arguments_are_rejected() -> None:
+    # https://cloud.google.com/workflows/docs/reference/syntax/jumps (end, break and continue are jump targets)
+    assert "end" in str(_rejects("- end:\n    return: 1\n"))
+    # https://cloud.google.com/workflows/docs/reference/stdlib/http/request (method and url are required)
+    assert "url" in str(_rejects("- a:\n    call: http.request\n    args:\n      method: GET\n"))
