@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +23,59 @@ def tutorials() -> dict[str, Any]:
 
 def minimal_request(**fields: Any) -> dict[str, Any]:
     return {"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it", **fields}
+
+
+# ---- real local servers ---------------------------------------------------------------------------
+
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from rlpipe.local.gcs import FakeGcs
+
+    server = FakeGcs(tmp_path_factory.mktemp("fake-gcs")).start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Buckets:
+    client: Any
+    requests: str
+    artifacts: str
+    emulator: str
+
+    def store(self, which: str) -> Any:
+        from rlpipe.blobstore import BlobStore
+
+        return BlobStore(self.client, self.requests if which == "requests" else self.artifacts)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.emulator, "RLPIPE_PROJECT": "rlpipe-test",
+                "RLPIPE_REQUESTS_BUCKET": self.requests, "RLPIPE_ARTIFACTS_BUCKET": self.artifacts, **extra}
+
+
+@pytest.fixture
+def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
+    """A fresh pair of buckets on the shared fake-gcs-server, reached by the real storage client."""
+    from rlpipe.blobstore import make_client
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    client = make_client("rlpipe-test")
+    suffix = uuid.uuid4().hex[:10]
+    requests_bucket = client.create_bucket(f"requests-{suffix}").name
+    artifacts_bucket = client.create_bucket(f"artifacts-{suffix}").name
+    return Buckets(client, requests_bucket, artifacts_bucket, fake_gcs.url)
+
+
+@pytest.fixture
+def executions() -> Iterator[Any]:
+    from tests.harness.executions import RecordingExecutions
+
+    server = RecordingExecutions().start()
+    yield server
+    server.stop()
+
+
+def all_objects(store: Any) -> dict[str, bytes]:
+    return {name: store.read(name, max_bytes=1 << 30).data for name in store.list("")}

@@ -1,0 +1,60 @@
+"""Cloud Functions entry points: parse the event, call the library, return. Nothing else lives here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import functions_framework
+
+from rlpipe import services
+from rlpipe.events import BadEvent, match_artifact, message_event, object_event
+from rlpipe.logs import Logger
+
+
+def _attributes(cloud_event: Any) -> dict[str, Any]:
+    return dict(cloud_event.get_attributes())
+
+
+@functions_framework.cloud_event
+def intake_object(cloud_event: Any) -> None:
+    """A request file landed in the requests bucket (Eventarc: storage object finalized)."""
+    log = Logger("intake_object")
+    try:
+        event = object_event(_attributes(cloud_event), cloud_event.data)
+    except BadEvent as exc:
+        log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
+        return
+    services.intake(log).from_object(event)
+
+
+@functions_framework.cloud_event
+def intake_message(cloud_event: Any) -> None:
+    """A request document arrived as a Pub/Sub message on the requests topic."""
+    log = Logger("intake_message")
+    try:
+        event = message_event(_attributes(cloud_event), cloud_event.data)
+    except BadEvent as exc:
+        log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
+        return
+    services.intake(log).from_message(event)
+
+
+@functions_framework.cloud_event
+def artifact_event(cloud_event: Any) -> None:
+    """An object was written in the artifacts bucket; wake the run's workflow on a completion signal."""
+    data = cloud_event.data
+    name = data.get("name") if isinstance(data, dict) else None
+    signal = match_artifact(name) if isinstance(name, str) else None
+    if signal is None:
+        return  # the hot path: thousands of checkpoint objects, no I/O at all
+    from rlpipe.artifacts import wake
+
+    wake(signal, name, Logger("artifact_event"))
+
+
+@functions_framework.http
+def stage(request: Any) -> tuple[dict[str, Any], int]:
+    """The workflow's only door into the pipeline: plan, launch, status, finish, cleanup."""
+    from rlpipe.stage_http import handle
+
+    return handle(request.get_json(silent=True), Logger("stage"))

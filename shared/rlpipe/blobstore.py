@@ -1,0 +1,133 @@
+"""A thin layer over google-cloud-storage for what the pipeline needs: small objects, preconditions.
+
+Every write the ledger makes is a single-request upload with a generation precondition, because
+that is what GCS (and fake-gcs-server) enforce atomically. Reads are bounded so a huge object in
+the requests bucket is rejected by its size, before a byte of it is downloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.cloud import storage
+
+# Single-request (multipart) uploads only: resumable uploads ignore preconditions in fake-gcs-server.
+MAX_SMALL_OBJECT = 4 * 1024 * 1024
+
+
+class PreconditionFailed(Exception):
+    """The object changed (or exists) since the generation we based the write on."""
+
+
+class NotFound(Exception):
+    pass
+
+
+class TooLarge(Exception):
+    def __init__(self, name: str, size: int, limit: int):
+        super().__init__(f"{name} is {size} bytes; the limit is {limit}")
+        self.size, self.limit = size, limit
+
+
+@dataclass(frozen=True)
+class Blob:
+    name: str
+    data: bytes
+    generation: int
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+def make_client(project: str) -> storage.Client:
+    """Real client; anonymous against an emulator named by STORAGE_EMULATOR_HOST."""
+    from google.cloud import storage
+
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(project=project, credentials=AnonymousCredentials())
+    return storage.Client(project=project)
+
+
+class BlobStore:
+    """One bucket, seen as small JSON/bytes objects with generation-checked writes."""
+
+    def __init__(self, client: storage.Client, bucket: str):
+        self.client = client
+        self.bucket_name = bucket
+        self._bucket = client.bucket(bucket)
+
+    def read(self, name: str, *, max_bytes: int = MAX_SMALL_OBJECT, generation: int | None = None) -> Blob:
+        from google.api_core import exceptions as gexc
+
+        try:
+            blob = self._bucket.get_blob(name, generation=generation)
+        except gexc.NotFound:
+            blob = None
+        if blob is None:
+            raise NotFound(name)
+        if blob.size is not None and blob.size > max_bytes:
+            raise TooLarge(name, blob.size, max_bytes)
+        try:
+            data = blob.download_as_bytes(if_generation_match=blob.generation)
+        except gexc.NotFound:
+            raise NotFound(name) from None
+        except gexc.PreconditionFailed:
+            raise PreconditionFailed(name) from None
+        if len(data) > max_bytes:
+            raise TooLarge(name, len(data), max_bytes)
+        return Blob(name, data, int(blob.generation))
+
+    def read_json(self, name: str) -> tuple[Any, int]:
+        blob = self.read(name)
+        return blob.json(), blob.generation
+
+    def create(self, name: str, data: bytes, content_type: str = "application/json") -> int | None:
+        """Create only if absent; the new generation, or None when the object already exists."""
+        try:
+            return self._write(name, data, content_type, if_generation_match=0)
+        except PreconditionFailed:
+            return None
+
+    def replace(self, name: str, data: bytes, generation: int, content_type: str = "application/json") -> int:
+        """Compare-and-swap on ``generation``; raises PreconditionFailed if someone wrote first."""
+        return self._write(name, data, content_type, if_generation_match=generation)
+
+    def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> int:
+        return self._write(name, data, content_type, if_generation_match=None)
+
+    def _write(self, name: str, data: bytes, content_type: str, if_generation_match: int | None) -> int:
+        from google.api_core import exceptions as gexc
+
+        if len(data) > MAX_SMALL_OBJECT:
+            raise TooLarge(name, len(data), MAX_SMALL_OBJECT)
+        blob = self._bucket.blob(name)
+        try:
+            blob.upload_from_string(data, content_type=content_type, if_generation_match=if_generation_match)
+        except gexc.PreconditionFailed:
+            raise PreconditionFailed(name) from None
+        return int(blob.generation)
+
+    def list(self, prefix: str) -> Iterator[str]:
+        for blob in self.client.list_blobs(self.bucket_name, prefix=prefix):
+            yield blob.name
+
+    def exists(self, name: str) -> bool:
+        return self._bucket.blob(name).exists()
+
+    def delete(self, name: str) -> None:
+        from google.api_core import exceptions as gexc
+
+        with contextlib.suppress(gexc.NotFound):
+            self._bucket.blob(name).delete()
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str).encode()

@@ -1,0 +1,89 @@
+"""Child processes of the local stack: started in their own process group, killed as a group.
+
+Killing only a wrapper (``gcloud``) orphans its Java child, which keeps the port; so every child
+gets a new session and is stopped with ``killpg``. Readiness is polled, never assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_ready(url: str, expect: Callable[[int, bytes], bool] | None = None) -> Callable[[], bool]:
+    def check() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                body = resp.read()
+                return expect(resp.status, body) if expect else resp.status < 500
+        except Exception:
+            return False
+
+    return check
+
+
+class Child:
+    """One managed process with its log file."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None,
+                 cwd: str | Path | None = None):
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Child:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True
+        )
+        log.close()
+        return self
+
+    def wait_ready(self, check: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+            if check():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout:.0f}s; see {self.log_path}:\n{self.tail()}")
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=grace)

@@ -1,0 +1,69 @@
+"""Deployment settings, read once from the environment: the only place that knows variable names.
+
+Functions, the CLI and the local stack all configure themselves from these variables, so a test
+or the local stack points the real code at emulators by setting the environment, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+ENV_PREFIX = "RLPIPE_"
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(ENV_PREFIX + name, default).strip()
+
+
+@dataclass(frozen=True)
+class Settings:
+    project: str = "rlpipe-local"
+    location: str = "us-central1"
+    requests_bucket: str = "rlpipe-requests"
+    artifacts_bucket: str = "rlpipe-artifacts"
+    workflow: str = "rlpipe-pipeline"
+    workflows_endpoint: str = ""  # host:port of a local Executions gRPC server; empty = Google's
+    status_topic: str = ""  # default notification topic (a request's `notify` overrides it)
+    kube_url: str = ""  # plain URL of a local API server; empty = GKE from gke_endpoint
+    gke_endpoint: str = ""
+    gke_ca_cert: str = ""  # path to the cluster CA (PEM)
+    namespace: str = "rlpipe"
+    workload_service_account: str = "rlpipe-workload"
+    stage_url: str = ""  # the `stage` function's URL (passed to the workflow by the local stack)
+    start_lease_seconds: float = 60.0
+    callback_timeout_seconds: int = 300
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        project = _env("PROJECT") or os.environ.get("GOOGLE_CLOUD_PROJECT", "") or cls.project
+        return cls(
+            project=project,
+            location=_env("LOCATION", cls.location),
+            requests_bucket=_env("REQUESTS_BUCKET", cls.requests_bucket),
+            artifacts_bucket=_env("ARTIFACTS_BUCKET", cls.artifacts_bucket),
+            workflow=_env("WORKFLOW", cls.workflow),
+            workflows_endpoint=_env("WORKFLOWS_ENDPOINT"),
+            status_topic=_env("STATUS_TOPIC"),
+            kube_url=_env("KUBE_URL"),
+            gke_endpoint=_env("GKE_ENDPOINT"),
+            gke_ca_cert=_env("GKE_CA_CERT"),
+            namespace=_env("NAMESPACE", cls.namespace),
+            workload_service_account=_env("WORKLOAD_SERVICE_ACCOUNT", cls.workload_service_account),
+            stage_url=_env("STAGE_URL"),
+            start_lease_seconds=float(_env("START_LEASE_SECONDS", str(cls.start_lease_seconds))),
+            callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
+        )
+
+    @property
+    def workflow_path(self) -> str:
+        return f"projects/{self.project}/locations/{self.location}/workflows/{self.workflow}"
+
+    def topic_path(self, topic: str) -> str:
+        return topic if topic.startswith("projects/") else f"projects/{self.project}/topics/{topic}"
+
+    @property
+    def local(self) -> bool:
+        """Talking to emulators: anonymous credentials everywhere."""
+        return bool(os.environ.get("STORAGE_EMULATOR_HOST")) or bool(self.kube_url) or bool(self.workflows_endpoint)

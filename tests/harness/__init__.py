@@ -1,0 +1,1 @@
+"""Real servers for tests: fake-gcs-server, functions-framework processes, an Executions recorder."""

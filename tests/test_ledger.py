@@ -1,0 +1,82 @@
+"""The run ledger on a real fake-gcs-server: one claim, compare-and-swap, append-only history."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rlpipe import blobstore
+from rlpipe.ledger import IllegalTransition, Ledger, RunRecord, Source
+from tests.conftest import Buckets
+
+
+def _record(run_id: str = "rledger00001") -> RunRecord:
+    return RunRecord(run_id=run_id, key=f"request:{run_id}", source=Source(kind="cli"), request={"model": "m"})
+
+
+def test_claim_succeeds_exactly_once_under_concurrency(buckets: Buckets) -> None:
+    ledger = Ledger(buckets.store("artifacts"))
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda _: ledger.claim(_record()), range(32)))
+    assert results.count(True) == 1
+    history = ledger.history("rledger00001")
+    assert [e["event"] for e in history] == ["accepted"]
+
+
+def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
+    ledger = Ledger(buckets.store("artifacts"), sleep=lambda s: None)
+    ledger.claim(_record())
+    barrier = threading.Barrier(6)
+
+    def add_attempt(i: int) -> None:
+        barrier.wait()
+        ledger.update("rledger00001", lambda r: (r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}"))
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(add_attempt, range(6)))
+    record, _ = ledger.load("rledger00001")
+    assert record.callbacks == {f"k{i}": str(i) for i in range(6)}, "every CAS writer's change survives"
+    assert record.seq == 7
+    events = ledger.history("rledger00001")
+    assert [e["seq"] for e in events] == list(range(1, 8)), "one history object per successful write"
+
+
+def test_a_stale_generation_is_refused(buckets: Buckets) -> None:
+    store = buckets.store("artifacts")
+    ledger = Ledger(store)
+    ledger.claim(_record())
+    _, generation = ledger.load("rledger00001")
+    ledger.update("rledger00001", lambda r: "touch")
+    with pytest.raises(blobstore.PreconditionFailed):
+        store.replace(ledger.layout("rledger00001").ledger, b"{}", generation)
+
+
+def test_illegal_transitions_raise() -> None:
+    record = _record()
+    record.set_state("converting")
+    with pytest.raises(IllegalTransition):
+        record.set_state("exporting")  # training was skipped
+    record.set_state("failed")
+    with pytest.raises(IllegalTransition):
+        record.set_state("training")  # terminal is terminal
+    cache_hit = _record()
+    cache_hit.set_state("training")  # accepted → training is legal when conversion is cached
+
+
+def test_history_objects_are_never_rewritten(buckets: Buckets) -> None:
+    store = buckets.store("artifacts")
+    ledger = Ledger(store)
+    ledger.claim(_record())
+    first = store.read(ledger.layout("rledger00001").event(1, "accepted"))
+    ledger._event("rledger00001", 1, "accepted", {"state": "forged"})
+    again = store.read(ledger.layout("rledger00001").event(1, "accepted"))
+    assert again.generation == first.generation and again.data == first.data
+
+
+def test_error_record_is_written_once(buckets: Buckets) -> None:
+    ledger = Ledger(buckets.store("artifacts"))
+    assert ledger.write_error("rerror000001", {"problems": [{"path": "model"}], "message": "bad"})
+    assert not ledger.write_error("rerror000001", {"problems": [], "message": "other"})
+    assert buckets.store("artifacts").read("runs/rerror000001/error.json").json()["message"] == "bad"
