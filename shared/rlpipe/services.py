@@ -63,3 +63,9 @@ def stage_service(log: Logger):  # type: ignore[no-untyped-def]
 
     return StageService(settings=settings(), ledger=ledger(), artifacts=artifacts(), cluster=cluster(), log=log,
                         publish=notify.publish)
+
+
+def reset() -> None:
+    """Forget cached settings and clients (tests and the local stack change the environment)."""
+    for fn in (settings, storage_client, orchestrator, cluster):
+        fn.cache_clear()
