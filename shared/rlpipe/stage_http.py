@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlpipe import services
-from rlpipe.failures import FailureClass, PipelineFailure
+from rlpipe.failures import FailureClass, PipelineFailure, classify_exception
 from rlpipe.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.logs import Logger
 
@@ -34,3 +34,9 @@ def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
         return {"error": {"tag": "transient", "message": str(exc)}}, 503
     except IllegalTransition as exc:
         return {"error": {"tag": "permanent", "message": str(exc)}}, 409
+    except Exception as exc:
+        failure = classify_exception(exc)
+        if failure is None:
+            raise
+        log.warning("operation failed", error=failure.as_error())
+        return {"error": failure.as_error()}, _CODES.get(failure.failure_class, 409)

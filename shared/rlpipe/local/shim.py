@@ -1,0 +1,196 @@
+"""The local stand-in for Eventarc: notifications in, CloudEvents of the production types out.
+
+With the Pub/Sub emulator, fake-gcs-server publishes real GCS notifications (OBJECT_FINALIZE,
+JSON_API_V1) to a topic; this shim pulls them, maps them to
+``google.cloud.storage.object.v1.finalized`` CloudEvents and POSTs them, in binary mode, to the
+function that owns the bucket. Messages on the requests topic become
+``google.cloud.pubsub.topic.v1.messagePublished`` events. A message is acked only after a 2xx,
+so a failing function gets the event again, as with Eventarc.
+
+Without the emulator, ``BucketWatcher`` lists the buckets by generation and emits the same
+CloudEvents; the local stack says so when it starts.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from cloudevents.conversion import to_binary
+from cloudevents.http import CloudEvent
+
+from rlpipe.logs import Logger
+
+GCS_FINALIZED = "google.cloud.storage.object.v1.finalized"
+PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
+
+DropFilter = Callable[[str, str], bool]  # (bucket, object name) → drop the event?
+
+
+def storage_event(bucket: str, obj: dict[str, Any], event_id: str, event_time: str | None = None) -> CloudEvent:
+    attributes = {
+        "type": GCS_FINALIZED,
+        "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+        "subject": f"objects/{obj['name']}",
+        "id": event_id,
+        "datacontenttype": "application/json",
+    }
+    if event_time:
+        attributes["time"] = event_time
+    data = {k: (str(v) if k in ("generation", "size", "metageneration") else v) for k, v in obj.items()}
+    data.setdefault("bucket", bucket)
+    return CloudEvent(attributes, data)
+
+
+def message_published(topic_path: str, subscription: str, data: bytes, attributes: dict[str, str],
+                      message_id: str, publish_time: str) -> CloudEvent:
+    ce_attributes = {"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic_path}", "id": message_id,
+                     "datacontenttype": "application/json"}
+    payload = {"message": {"data": base64.b64encode(data).decode(), "attributes": attributes,
+                           "messageId": message_id, "publishTime": publish_time},
+               "subscription": subscription}
+    return CloudEvent(ce_attributes, payload)
+
+
+def deliver(url: str, event: CloudEvent, timeout: float = 60) -> bool:
+    headers, body = to_binary(event)
+    try:
+        return requests.post(url, headers=headers, data=body, timeout=timeout).status_code < 300
+    except requests.RequestException:
+        return False
+
+
+@dataclass
+class Routes:
+    """Which function receives events for which bucket, and the requests topic's function."""
+
+    buckets: dict[str, str]  # bucket → function URL
+    requests_topic: str | None = None
+    intake_message_url: str | None = None
+    drop: DropFilter = field(default=lambda bucket, name: False)
+
+
+class EmulatorShim:
+    """Pulls from the Pub/Sub emulator and delivers CloudEvents; requires PUBSUB_EMULATOR_HOST."""
+
+    def __init__(self, project: str, gcs_topic: str, routes: Routes, log: Logger):
+        self.project, self.gcs_topic, self.routes, self.log = project, gcs_topic, routes, log.bind(simulated=False)
+        self._futures: list[Any] = []
+        self.delivered = 0
+
+    def setup(self) -> None:
+        from google.api_core import exceptions as gexc
+        from google.cloud import pubsub_v1
+
+        publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topics = [self.gcs_topic] + ([self.routes.requests_topic] if self.routes.requests_topic else [])
+        for topic in topics:
+            path = publisher.topic_path(self.project, topic)
+            with contextlib.suppress(gexc.AlreadyExists):
+                publisher.create_topic(name=path)
+            sub = subscriber.subscription_path(self.project, f"{topic}-shim")
+            with contextlib.suppress(gexc.AlreadyExists):
+                subscriber.create_subscription(name=sub, topic=path, ack_deadline_seconds=60)
+
+    def start(self) -> EmulatorShim:
+        from google.cloud import pubsub_v1
+
+        self.setup()
+        subscriber = pubsub_v1.SubscriberClient()
+        gcs_sub = subscriber.subscription_path(self.project, f"{self.gcs_topic}-shim")
+        self._futures.append(subscriber.subscribe(gcs_sub, callback=self._on_gcs))
+        if self.routes.requests_topic:
+            sub = subscriber.subscription_path(self.project, f"{self.routes.requests_topic}-shim")
+            topic_path = f"projects/{self.project}/topics/{self.routes.requests_topic}"
+            self._futures.append(subscriber.subscribe(sub, callback=lambda m: self._on_request(m, topic_path, sub)))
+        return self
+
+    def _on_gcs(self, message: Any) -> None:
+        attrs = dict(message.attributes)
+        if attrs.get("eventType") != "OBJECT_FINALIZE":
+            message.ack()
+            return
+        import json
+
+        bucket, name = attrs.get("bucketId", ""), attrs.get("objectId", "")
+        url = self.routes.buckets.get(bucket)
+        if url is None or self.routes.drop(bucket, name):
+            message.ack()
+            return
+        obj = json.loads(message.data or b"{}")
+        obj.setdefault("name", name)
+        event = storage_event(bucket, obj, message.message_id, attrs.get("eventTime"))
+        if deliver(url, event):
+            self.delivered += 1
+            message.ack()
+        else:
+            message.nack()
+
+    def _on_request(self, message: Any, topic_path: str, subscription: str) -> None:
+        publish_time = message.publish_time.isoformat() if message.publish_time else _now()
+        event = message_published(topic_path, subscription, message.data, dict(message.attributes),
+                                  message.message_id, publish_time)
+        if self.routes.intake_message_url and deliver(self.routes.intake_message_url, event):
+            self.delivered += 1
+            message.ack()
+        else:
+            message.nack()
+
+    def stop(self) -> None:
+        for future in self._futures:
+            future.cancel()
+
+
+class BucketWatcher:
+    """Fallback without the emulator: list each bucket, emit one event per new (name, generation)."""
+
+    def __init__(self, storage_client: Any, routes: Routes, log: Logger, interval: float = 0.3):
+        self.client, self.routes, self.log, self.interval = storage_client, routes, log, interval
+        self._seen: set[tuple[str, str, int]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bucket-watcher", daemon=True)
+        self.delivered = 0
+
+    def start(self) -> BucketWatcher:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for bucket, url in self.routes.buckets.items():
+                try:
+                    blobs = list(self.client.list_blobs(bucket))
+                except Exception as exc:  # the emulator may be restarting; try again next tick
+                    self.log.warning("bucket listing failed", bucket=bucket, error=str(exc))
+                    continue
+                for blob in sorted(blobs, key=lambda b: b.generation or 0):
+                    key = (bucket, blob.name, int(blob.generation or 0))
+                    if key in self._seen:
+                        continue
+                    self._seen.add(key)
+                    if self.routes.drop(bucket, blob.name):
+                        continue
+                    obj = {"name": blob.name, "bucket": bucket, "generation": str(blob.generation),
+                           "size": str(blob.size or 0), "contentType": blob.content_type or ""}
+                    event = storage_event(bucket, obj, f"watch-{bucket}-{blob.generation}", _now())
+                    for _ in range(5):
+                        if deliver(url, event):
+                            self.delivered += 1
+                            break
+                        time.sleep(0.5)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
