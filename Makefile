@@ -25,13 +25,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# For now the demo renders the example requests; the local pipeline run replaces it later.
+SCENARIO ?=
+EVENTS ?= auto
+
+# The whole pipeline on this machine (simulated cluster): `make demo SCENARIO=preempt` shows a resume.
 demo: $(STAMP)
-	@for f in examples/*.yaml; do \
-		echo "== $$f"; \
-		$(BIN)/rlpipe validate $$f || exit 1; \
-		$(BIN)/rlpipe render $$f --bucket demo-artifacts | grep -E '^(kind|  name):' | paste - - ; \
-	done
+	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)"
 
 render: $(STAMP)
 	@for f in examples/*.yaml; do echo "# $$f"; $(BIN)/rlpipe render $$f --bucket demo-artifacts; done

@@ -72,6 +72,163 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- commands that talk to a deployment (GCP, or the local stack when it is up) -------------------
+
+LOCAL_ROOT = Path(".rlpipe/local")
+
+
+def _settings() -> Any:
+    """Settings from the environment; with a local stack up (and RLPIPE_TARGET≠gcp), its endpoints."""
+    import os
+
+    from rlpipe.local.stack import StackState, state_path
+    from rlpipe.settings import Settings
+
+    path = state_path(LOCAL_ROOT.resolve())
+    if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():
+        os.environ.update(StackState.load(path).env)
+    return Settings.from_env()
+
+
+def _ledger(settings: Any) -> Any:
+    from rlpipe.blobstore import BlobStore, make_client
+    from rlpipe.ledger import Ledger
+
+    return Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from rlpipe import runs
+
+    settings = _settings()
+    try:
+        submitted = runs.submit(settings, Path(args.file), via=args.via)
+    except RequestInvalid as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    print(f"submitted {args.file} via {submitted.via} ({submitted.where})")
+    print(f"run id: {submitted.run_id}   follow it with: rlpipe watch {submitted.run_id}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rlpipe import runs
+
+    settings = _settings()
+    record = _ledger(settings).get(args.run)
+    if record is None:
+        print(f"no run {args.run}", file=sys.stderr)
+        return 1
+    info = runs.describe(record)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rlpipe.watch import summary
+
+    print(summary(record, simulated=settings.local))
+    if not record.terminal:
+        print(f"  now         {record.stage or '-'} attempt {record.attempt}: "
+              f"{next((r['phase'] for r in info['stages'] if r['stage'] == record.stage), 'accepted')}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rlpipe import runs
+
+    settings = _settings()
+    records = runs.list_runs(_ledger(settings))
+    if not records:
+        print("no runs")
+        return 0
+    print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'CREATED':<28}MODEL")
+    for r in records:
+        print(f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.created_at:<28}{r.request.get('model')}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from rlpipe import runs
+
+    settings = _settings()
+    try:
+        result = runs.cancel(settings, _ledger(settings), args.run)
+    except KeyError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
+          f"deleted: {', '.join(result['deleted']) or 'nothing'}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from rlpipe.watch import summary, watch
+
+    settings = _settings()
+    record = watch(_ledger(settings), args.run, timeout=args.timeout, simulated=settings.local)
+    if record is None:
+        print(f"no run {args.run}", file=sys.stderr)
+        return 1
+    print(summary(record, simulated=settings.local))
+    return 0 if record.state == "succeeded" else 1
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from rlpipe.local import stack
+
+    root = Path(args.root)
+    if args.action == "down":
+        stopped = stack.down(root)
+        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing running")
+        return 0
+    if args.action == "status":
+        path = stack.state_path(root.resolve())
+        if not path.exists():
+            print("local stack is not running")
+            return 1
+        state = stack.StackState.load(path)
+        alive = stack.health(state)
+        for name, ok in alive.items():
+            print(f"{name:<24}{'up' if ok else 'DOWN'}")
+        _print_endpoints(state)
+        return 0 if all(alive.values()) else 1
+    config = stack.StackConfig(root=root, events=args.events, timing=args.timing, poll_seconds=args.poll_seconds,
+                               scenario_file=args.scenario, faults=list(args.fault or []))
+    if stack.state_path(root.resolve()).exists():
+        print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
+        return 1
+    local = stack.LocalStack(config)
+    state = local.start()
+    _print_endpoints(state)
+    print(f"logs: {local.logs}   stop with: rlpipe local down")
+    if not args.foreground:
+        # Children live in their own sessions; leave them running for `down`.
+        local.children.clear()
+        return 0
+    import signal
+    import threading
+
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print("running in the foreground; Ctrl-C stops everything")
+    done.wait()
+    local.stop()
+    return 0
+
+
+def _print_endpoints(state: Any) -> None:
+    print(f"events: {state.events_note}")
+    width = max(len(k) for k in state.endpoints) + 2
+    for name, url in state.endpoints.items():
+        print(f"  {name:<{width}}{url}")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rlpipe.demo import run_demo
+
+    return run_demo(scenario=args.scenario, events=args.events, example=Path(args.example))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlpipe", description="RL post-training pipeline on TPU")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -92,6 +249,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
     p.add_argument("--hf-revision", help="resolved commit sha to pin (default: the request's hf_revision)")
     p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("submit", help="submit a request (file drop or Pub/Sub message)")
+    p.add_argument("file")
+    p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="a run's state, stages, attempts, failure and lineage")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("list", help="all runs, newest first")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("cancel", help="cancel the execution, delete the workloads, mark the run cancelled")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("watch", help="follow a run live until it ends")
+    p.add_argument("run")
+    p.add_argument("--timeout", type=float, default=24 * 3600)
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated cluster)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--root", default=str(LOCAL_ROOT), help="state and logs directory (default .rlpipe/local)")
+    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
+    p.add_argument("--timing", choices=["demo", "zero"], default="demo")
+    p.add_argument("--poll-seconds", type=int, default=3, help="await_callback timeout between status polls")
+    p.add_argument("--scenario", help="fault scenario file (YAML/JSON)")
+    p.add_argument("--fault", action="append", help="fault as stage[:attempt]:fault, e.g. train:1:preempt@30")
+    p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
+    p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("demo", help="start the local stack, run the example to the end, print a summary, stop")
+    p.add_argument("--scenario", default="", help="'' (happy path), preempt, or a scenario file")
+    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
+    p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
+    p.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -121,6 +121,7 @@ class RunRecord(_Model):
     callbacks: dict[str, str] = Field(default_factory=dict)
     lineage: Lineage = Field(default_factory=Lineage)
     failure: Failure | None = None
+    progress: dict[str, Any] = Field(default_factory=dict)  # e.g. {"step": 40, "mean_reward": 0.61}
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1

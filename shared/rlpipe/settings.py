@@ -25,6 +25,7 @@ class Settings:
     workflow: str = "rlpipe-pipeline"
     workflows_endpoint: str = ""  # host:port of a local Executions gRPC server; empty = Google's
     status_topic: str = ""  # default notification topic (a request's `notify` overrides it)
+    requests_topic: str = "rlpipe-requests"
     kube_url: str = ""  # plain URL of a local API server; empty = GKE from gke_endpoint
     gke_endpoint: str = ""
     gke_ca_cert: str = ""  # path to the cluster CA (PEM)
@@ -46,6 +47,7 @@ class Settings:
             workflow=_env("WORKFLOW", cls.workflow),
             workflows_endpoint=_env("WORKFLOWS_ENDPOINT"),
             status_topic=_env("STATUS_TOPIC"),
+            requests_topic=_env("REQUESTS_TOPIC", cls.requests_topic),
             kube_url=_env("KUBE_URL"),
             gke_endpoint=_env("GKE_ENDPOINT"),
             gke_ca_cert=_env("GKE_CA_CERT"),
@@ -66,4 +68,9 @@ class Settings:
     @property
     def local(self) -> bool:
         """Talking to emulators: anonymous credentials everywhere."""
-        return bool(os.environ.get("STORAGE_EMULATOR_HOST")) or bool(self.kube_url) or bool(self.workflows_endpoint)
+        return (
+            bool(os.environ.get("RLPIPE_LOCAL"))
+            or bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+            or bool(self.kube_url)
+            or bool(self.workflows_endpoint)
+        )

@@ -1,0 +1,106 @@
+"""The local stack's Python-side stand-ins, in one process: Kubernetes API double + cluster simulator,
+the Workflows engine (Executions gRPC + callback HTTP), the Hub double, and the Eventarc shim.
+
+Started by ``LocalStack`` as ``python -m rlpipe.local.core CONFIG.json``; runs until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from rlpipe.logs import Logger
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load_scenario(config: dict[str, Any]) -> Any:
+    from rlpipe.local.simulator import Scenario
+
+    if config.get("scenario_file"):
+        return Scenario.from_file(Path(config["scenario_file"]))
+    if config.get("faults"):
+        return Scenario.parse(config["faults"])
+    return Scenario()
+
+
+def _timing(name: str) -> Any:
+    from rlpipe.local.simulator import Timing
+
+    return Timing.zero() if name == "zero" else Timing()
+
+
+def run(config: dict[str, Any]) -> None:
+    from rlpipe.blobstore import make_client
+    from rlpipe.local.hub import HubDouble
+    from rlpipe.local.kube_api import KubeApiServer
+    from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes
+    from rlpipe.local.simulator import ClusterSimulator
+    from rlpipe.local.workflows import LocalWorkflows
+
+    log = Logger("local-core")
+    os.environ["STORAGE_EMULATOR_HOST"] = config["gcs_url"]
+    if config.get("pubsub_host"):
+        os.environ["PUBSUB_EMULATOR_HOST"] = config["pubsub_host"]
+    storage = make_client(config["project"])
+
+    hub = HubDouble(port=config["hub_port"]).start()
+    for repo in config.get("hub_repos", []):
+        hub.add_repo(repo)
+
+    kube = KubeApiServer(port=config["kube_port"])
+    kube.start()
+    scenario = _load_scenario(config)
+    simulator = ClusterSimulator(kube, storage, scenario=scenario, timing=_timing(config.get("timing", "demo")))
+    simulator.start()
+
+    workflow = Path(config.get("workflow_file") or ROOT / "workflows" / "pipeline.yaml").read_text()
+    env = {"RLPIPE_STAGE_URL": config["stage_url"], "GOOGLE_CLOUD_PROJECT_ID": config["project"]}
+    workflows = LocalWorkflows(workflow, workflow_id=config["workflow"], project=config["project"],
+                               location=config["location"], env=env, grpc_port=config["grpc_port"],
+                               callback_port=config["callback_port"]).start()
+
+    def dropped(bucket: str, name: str) -> bool:
+        return bool(scenario.drops_events_for(name))
+
+    routes = Routes(
+        buckets={config["requests_bucket"]: config["functions"]["intake_object"],
+                 config["artifacts_bucket"]: config["functions"]["artifact_event"]},
+        requests_topic=config["requests_topic"] if config.get("pubsub_host") else None,
+        intake_message_url=config["functions"]["intake_message"],
+        drop=dropped,
+    )
+    shim: Any
+    if config.get("pubsub_host"):
+        shim = EmulatorShim(config["project"], config["gcs_topic"], routes, log).start()
+    else:
+        shim = BucketWatcher(storage, routes, log).start()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    Path(config["ready_file"]).write_text(json.dumps({"kube": kube.url, "grpc": workflows.grpc_target,
+                                                      "callbacks": workflows.callback_base_url, "hub": hub.url}))
+    log.info("local core ready", kube=kube.url, workflows=workflows.grpc_target, hub=hub.url,
+             events="pubsub-emulator" if config.get("pubsub_host") else "bucket-watcher")
+    stop.wait()
+    for component in (shim, workflows, simulator, kube, hub):
+        try:
+            component.stop()
+        except Exception as exc:  # keep stopping the rest
+            log.warning("stop failed", component=type(component).__name__, error=str(exc))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    run(json.loads(Path(args[0]).read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

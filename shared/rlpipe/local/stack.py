@@ -1,0 +1,282 @@
+"""``rlpipe local``: the whole pipeline on one machine, wired like production.
+
+Every component listens on a free loopback port and is its own process group, so it can be
+health-checked and stopped reliably (``down`` works from another shell through the state file):
+
+    fake-gcs-server ─(notifications)→ Pub/Sub emulator ─→ shim ─(CloudEvents)→ functions-framework × 4
+    functions → Workflows engine (gRPC) → stage → Kubernetes API double + simulator (TPU simulated)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from rlpipe.local import pubsub
+from rlpipe.local.gcs import FakeGcs
+from rlpipe.local.procs import Child, free_port, http_ready
+
+ROOT = Path(__file__).resolve().parents[3]
+FUNCTIONS: dict[str, str] = {
+    "intake_object": "cloudevent",
+    "intake_message": "cloudevent",
+    "artifact_event": "cloudevent",
+    "stage": "http",
+}
+DEMO_REPOS = ("google/gemma-4-26b-a4b-it",)
+
+
+@dataclass
+class StackConfig:
+    root: Path = Path(".rlpipe/local")
+    project: str = "rlpipe-local"
+    location: str = "us-central1"
+    workflow: str = "rlpipe-pipeline"
+    requests_bucket: str = "rlpipe-requests"
+    artifacts_bucket: str = "rlpipe-artifacts"
+    requests_topic: str = "rlpipe-requests"
+    status_topic: str = "rlpipe-status"
+    gcs_topic: str = "rlpipe-gcs-events"
+    poll_seconds: int = 3
+    timing: str = "demo"  # demo | zero
+    events: str = "auto"  # auto | pubsub | watcher
+    scenario_file: str | None = None
+    faults: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StackState:
+    """What `up` leaves behind for `status`, `down` and the CLI: endpoints, processes, environment."""
+
+    root: str
+    pids: dict[str, int]
+    endpoints: dict[str, str]
+    env: dict[str, str]
+    events: str
+    events_note: str
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> StackState:
+        return cls(**json.loads(path.read_text()))
+
+
+def state_path(root: Path) -> Path:
+    return root / "state.json"
+
+
+class LocalStack:
+    def __init__(self, config: StackConfig | None = None, *, say: Any = None):
+        self.config = config or StackConfig()
+        self.root = Path(self.config.root).resolve()
+        self.logs = self.root / "logs"
+        self.children: dict[str, Child] = {}
+        self.gcs: FakeGcs | None = None
+        self.pubsub: pubsub.PubSubEmulator | None = None
+        self.state: StackState | None = None
+        self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> StackState:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> StackState:
+        c = self.config
+        self.logs.mkdir(parents=True, exist_ok=True)
+        use_pubsub, note = self._events_mode()
+        self.say(f"[local] events: {note}")
+        if use_pubsub:
+            self.pubsub = pubsub.PubSubEmulator(self.logs).start()
+            self.children["pubsub-emulator"] = self.pubsub.child
+            self._create_topics()
+            self.say(f"[local] Pub/Sub emulator on {self.pubsub.host}")
+        self.gcs = FakeGcs(self.logs, pubsub_project=c.project if use_pubsub else None,
+                           pubsub_topic=c.gcs_topic if use_pubsub else None,
+                           pubsub_host=self.pubsub.host if self.pubsub else None).start()
+        self.children["fake-gcs-server"] = self.gcs.child
+        self._create_buckets()
+        self.say(f"[local] fake-gcs-server on {self.gcs.url}")
+
+        ports = {name: free_port() for name in ("kube", "grpc", "callback", "hub", *FUNCTIONS)}
+        function_urls = {name: f"http://127.0.0.1:{ports[name]}/" for name in FUNCTIONS}
+        env = self._function_env(ports)
+        core_config = {
+            "project": c.project, "location": c.location, "workflow": c.workflow,
+            "gcs_url": self.gcs.url, "pubsub_host": self.pubsub.host if self.pubsub else None,
+            "requests_bucket": c.requests_bucket, "artifacts_bucket": c.artifacts_bucket,
+            "requests_topic": c.requests_topic, "gcs_topic": c.gcs_topic,
+            "kube_port": ports["kube"], "grpc_port": ports["grpc"], "callback_port": ports["callback"],
+            "hub_port": ports["hub"], "hub_repos": list(DEMO_REPOS),
+            "stage_url": function_urls["stage"], "functions": function_urls,
+            "timing": c.timing, "scenario_file": c.scenario_file, "faults": list(c.faults),
+            "ready_file": str(self.root / "core.ready"),
+        }
+        (self.root / "core.ready").unlink(missing_ok=True)
+        (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
+        core = Child("core", [sys.executable, "-m", "rlpipe.local.core", str(self.root / "core.json")],
+                     log_path=self.logs / "core.log", env=env, cwd=ROOT).start()
+        self.children["core"] = core
+        core.wait_ready(lambda: (self.root / "core.ready").exists(), timeout=60)
+        self.say(f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on 127.0.0.1:{ports['kube']}")
+        self.say(f"[local] Workflows engine on 127.0.0.1:{ports['grpc']}")
+
+        for name, signature in FUNCTIONS.items():
+            argv = [sys.executable, "-m", "functions_framework", "--target", name, "--source",
+                    str(ROOT / "functions" / "main.py"), "--signature-type", signature,
+                    "--host", "127.0.0.1", "--port", str(ports[name])]
+            self.children[name] = Child(name, argv, log_path=self.logs / f"{name}.log", env=env, cwd=ROOT).start()
+        for name in FUNCTIONS:
+            self.children[name].wait_ready(http_ready(function_urls[name], lambda status, body: True), timeout=60)
+        self.say(f"[local] functions: {', '.join(FUNCTIONS)}")
+
+        endpoints = {
+            "fake-gcs-server": self.gcs.url,
+            "pubsub-emulator": self.pubsub.host if self.pubsub else "(none: bucket watcher)",
+            "kubernetes-api (simulated cluster)": f"http://127.0.0.1:{ports['kube']}",
+            "workflows (gRPC)": f"127.0.0.1:{ports['grpc']}",
+            "workflows callbacks": f"http://127.0.0.1:{ports['callback']}",
+            "hub double": f"http://127.0.0.1:{ports['hub']}",
+            **{f"function {n}": u for n, u in function_urls.items()},
+        }
+        self.state = StackState(
+            root=str(self.root),
+            pids={name: child.proc.pid for name, child in self.children.items() if child.proc},
+            endpoints=endpoints, env=env, events="pubsub" if use_pubsub else "watcher", events_note=note,
+        )
+        self.state.save(state_path(self.root))
+        return self.state
+
+    def stop(self) -> None:
+        for name in reversed(list(self.children)):
+            self.children[name].stop()
+        self.children.clear()
+        state_path(self.root).unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- pieces ---------------------------------------------------------------------------------
+
+    def _events_mode(self) -> tuple[bool, str]:
+        reason = pubsub.unavailable_reason()
+        if self.config.events == "watcher":
+            return False, "bucket watcher (requested); GCS notifications are simulated by listing buckets"
+        if reason is None:
+            return True, "fake-gcs-server notifications through the Pub/Sub emulator"
+        if self.config.events == "pubsub":
+            raise RuntimeError(f"Pub/Sub emulator requested but unavailable: {reason}")
+        return False, f"bucket watcher, because the Pub/Sub emulator is unavailable ({reason})"
+
+    def _create_topics(self) -> None:
+        from google.api_core import exceptions as gexc
+        from google.cloud import pubsub_v1
+
+        assert self.pubsub is not None
+        os.environ["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
+        publisher = pubsub_v1.PublisherClient()
+        subscriber = pubsub_v1.SubscriberClient()
+        for topic in (self.config.gcs_topic, self.config.requests_topic, self.config.status_topic):
+            with contextlib.suppress(gexc.AlreadyExists):
+                publisher.create_topic(name=publisher.topic_path(self.config.project, topic))
+        status_sub = subscriber.subscription_path(self.config.project, f"{self.config.status_topic}-cli")
+        with contextlib.suppress(gexc.AlreadyExists):
+            subscriber.create_subscription(name=status_sub,
+                                           topic=publisher.topic_path(self.config.project, self.config.status_topic))
+
+    def _create_buckets(self) -> None:
+        assert self.gcs is not None
+        for bucket in (self.config.requests_bucket, self.config.artifacts_bucket):
+            response = requests.post(f"{self.gcs.url}/storage/v1/b", params={"project": self.config.project},
+                                     json={"name": bucket}, timeout=10)
+            if response.status_code not in (200, 409):
+                raise RuntimeError(f"could not create bucket {bucket}: {response.status_code} {response.text}")
+
+    def _function_env(self, ports: dict[str, int]) -> dict[str, str]:
+        c = self.config
+        assert self.gcs is not None
+        env = {
+            "STORAGE_EMULATOR_HOST": self.gcs.url,
+            "RLPIPE_PROJECT": c.project,
+            "RLPIPE_LOCATION": c.location,
+            "RLPIPE_WORKFLOW": c.workflow,
+            "RLPIPE_REQUESTS_BUCKET": c.requests_bucket,
+            "RLPIPE_ARTIFACTS_BUCKET": c.artifacts_bucket,
+            "RLPIPE_WORKFLOWS_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+            "RLPIPE_KUBE_URL": f"http://127.0.0.1:{ports['kube']}",
+            "RLPIPE_CALLBACK_TIMEOUT_SECONDS": str(c.poll_seconds),
+            "RLPIPE_REQUESTS_TOPIC": c.requests_topic,
+            "RLPIPE_LOCAL": "1",
+            "RLPIPE_STAGE_URL": f"http://127.0.0.1:{ports['stage']}/",
+            "RLPIPE_INTAKE_MESSAGE_URL": f"http://127.0.0.1:{ports['intake_message']}/",
+            "HF_ENDPOINT": f"http://127.0.0.1:{ports['hub']}",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_OFFLINE": "0",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.pubsub:
+            env["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
+            env["RLPIPE_STATUS_TOPIC"] = c.status_topic
+        return env
+
+
+# ---- `down` and `status` from another process --------------------------------------------------
+
+
+def down(root: Path) -> list[str]:
+    path = state_path(root.resolve())
+    if not path.exists():
+        return []
+    state = StackState.load(path)
+    stopped = []
+    for name, pid in reversed(list(state.pids.items())):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+            stopped.append(name)
+    deadline = time.monotonic() + 10
+    for pid in state.pids.values():
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def health(state: StackState) -> dict[str, bool]:
+    return {name: _alive(pid) for name, pid in state.pids.items()}
