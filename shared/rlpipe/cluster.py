@@ -217,10 +217,14 @@ _MAX_MESSAGE = 300
 
 def _clean(text: Any, limit: int = _MAX_MESSAGE) -> str:
     """One line, bounded, with anything shaped like a Hugging Face token removed: termination
-    messages are the program's last log lines, and reasons end up in the ledger."""
+    messages are the program's last log lines, and reasons end up in the ledger. Long text loses
+    its middle, not its end: the end holds the verdict ("...: not found", the exception line)."""
     line = " ".join(str(text or "").split())
     line = _HF_TOKEN.sub("hf_***", line)
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    head = (limit - 1) // 2
+    return line[:head] + "…" + line[len(line) - (limit - 1 - head):]
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -319,7 +323,7 @@ def _terminated_finding(pod: Obj, who: str, cname: str, term: Obj, *, program: b
     return _Finding(FailureClass.PERMANENT, RANK_OTHER_EXIT, what)
 
 
-def pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int] = ()) -> list[_Finding]:
+def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int] = ()) -> list[_Finding]:
     """Everything one pod says about why its workload is stuck or failed."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     name = meta.get("name", "?")
@@ -448,7 +452,7 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
         return WorkloadStatus(**base, phase="succeeded", finished_at=finished,
                               reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""))
 
-    findings = _strongest(f for pod in pods for f in pod_findings(
+    findings = _strongest(f for pod in pods for f in _pod_findings(
         kind, pod, retryable_exit_codes=retryable_exit_codes))
     details = tuple(f.text for f in findings)
     failed = _true(conds, "Failed") or _true(conds, "FailureTarget")
@@ -478,8 +482,9 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
     if suspended:
         waited = (now - created).total_seconds() if created else 0.0
         where = f"Kueue queue {queue!r}" if queue else "suspended, no Kueue queue label; nothing will resume it"
-        kueue_says = next((_clean(e.get("message")) for e in _newest_first(events)
-                           if e.get("reason") in ("Pending", "Suspended") and e.get("message")), "")
+        # The Workload's "Pending" says why it is not admitted; the Job's "Suspended" only that it is not.
+        kueue_says = next((_clean(e.get("message")) for wanted in ("Pending", "Suspended")
+                           for e in _newest_first(events) if e.get("reason") == wanted and e.get("message")), "")
         says = f"; Kueue: {kueue_says}" if kueue_says else ""
         if deadline is not None and waited > deadline:
             return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.CAPACITY, details=details,
@@ -501,7 +506,12 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
                               reason=f"{what} waiting for capacity for {_duration(waited)}: {oldest.text}{more}")
 
     if not any(_is_scheduled(p) for p in pods):
-        waited = (now - created).total_seconds() if created else 0.0
+        # Measured from admission, not creation: a workload queued in Kueue for hours has had
+        # no chance to create pods until a moment ago.
+        resumed = conds.get("Suspended")
+        resumed_at = _ts(resumed.get("lastTransitionTime")) if resumed and resumed.get("status") == "False" else None
+        since = _ts(status.get("startTime")) or resumed_at or created
+        waited = (now - since).total_seconds() if since else 0.0
         created_note = next((f"{e.get('reason')}: {_clean(e.get('message'))}" for e in _newest_first(events)
                              if e.get("reason") == "FailedCreate"), "")
         note = f"; {created_note}" if created_note else ""
@@ -529,6 +539,10 @@ def _summary_phase(obj: Obj) -> Phase:
     if _true(conds, "Failed") or _true(conds, "FailureTarget") or status.get("terminalState") == "Failed":
         return "failed"
     return "queued" if (obj.get("spec") or {}).get("suspend") else "running"
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _is_jobset_child(job: Obj) -> str | None:
@@ -882,10 +896,11 @@ class ClusterClient:
         except ApiException as exc:
             raise _api_failure(exc, f"list the objects of run {run_id}") from exc
         jobset_names = {js["metadata"]["name"] for js in jobsets}
-        deleted = [js["metadata"]["name"] for js in jobsets if self._delete_one("JobSet", js["metadata"]["name"])]
+        deleted = [js["metadata"]["name"] for js in jobsets if not _deleting(js)
+                   and self._delete_one("JobSet", js["metadata"]["name"])]
         for job in jobs:
-            if _is_jobset_child(job) in jobset_names:
-                continue  # goes with its JobSet
+            if _is_jobset_child(job) in jobset_names or _deleting(job):
+                continue  # goes with its JobSet, or its deletion is already under way
             if self._delete_one("Job", job["metadata"]["name"]):
                 deleted.append(job["metadata"]["name"])
         return deleted
@@ -910,7 +925,7 @@ class ClusterClient:
                 kind=kind, name=meta["name"], run_id=labels.get(identity.LABEL_RUN, ""),
                 stage=labels.get(identity.LABEL_STAGE), attempt=int(attempt) if attempt.isdigit() else None,
                 uid=meta.get("uid", ""), created_at=_ts(meta.get("creationTimestamp")),
-                phase=_summary_phase(obj), deleting=bool(meta.get("deletionTimestamp"))))
+                phase=_summary_phase(obj), deleting=_deleting(obj)))
         return sorted(out, key=lambda o: (o.run_id, o.created_at or datetime.min.replace(tzinfo=UTC), o.name))
 
 
@@ -969,7 +984,10 @@ def _retry_after(exc: BaseException) -> float | None:
         try:
             return max(0.0, float(value))
         except ValueError:
-            when = email.utils.parsedate_to_datetime(value) if value else None
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                when = None
             if when is not None:
                 if when.tzinfo is None:
                     when = when.replace(tzinfo=UTC)

@@ -74,7 +74,12 @@ class StageService:
         if owner and execution_id and owner.rsplit("/", 1)[-1] != execution_id:
             log.warning("a second execution reached plan; it stops here", execution_id=execution_id)
             return {"skip": True, "skip_reason": f"run is owned by execution {owner}"}
-        sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+        try:
+            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+        except PermanentFailure as exc:
+            # The execution owns the run (checked above), so the run ends here with the reason.
+            self.finish(run_id, "failed", {"tag": "permanent", "message": exc.reason, "stage": "plan"})
+            raise
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
         ready = self._ready(cache)
