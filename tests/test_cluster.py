@@ -1075,6 +1075,14 @@ def test_every_api_call_is_covered_by_rbac_rules_and_every_rule_is_used(server: 
     suspend(server, "jobsets", js["metadata"]["name"])
     h.client.status(js["metadata"]["name"], kind="JobSet")  # queued: pods, events
     h.client.status(job["metadata"]["name"], kind="Job")
+    head = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{js['metadata']['name']}-pathways-head-0-0-abcde", "namespace": NS,
+        "labels": {"jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
+                   "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"}},
+        "spec": {"containers": [{"name": "workload-container", "image": "i"}]}, "status": {"phase": "Running"}}
+    server.create("pods", head)
+    server.set_pod_log(head["metadata"]["name"], "step 1 mean_reward=0.1\nstep 2 mean_reward=0.2\n", namespace=NS)
+    assert h.client.log_tail(js["metadata"]["name"]).splitlines()[-1] == "step 2 mean_reward=0.2"
     h.client.list_run_objects(RUN)
     h.client.delete("Job", job["metadata"]["name"])
     h.client.delete_run(RUN)

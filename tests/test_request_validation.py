@@ -179,6 +179,12 @@ def test_secrets_are_never_accepted(doc: dict[str, Any], path: str) -> None:
     assert "hf_" + "a" * 34 not in json.dumps(problems) and "hf_" + "b" * 34 not in json.dumps(problems)
 
 
+def test_keys_that_merely_contain_token_are_not_secrets() -> None:
+    req = validate_request(minimal_request(training={"tokenizer_path": "google/gemma-4-26b-a4b-it"}))
+    assert req.training.tokenizer_path == "google/gemma-4-26b-a4b-it"
+    assert "access_token" in _problems(minimal_request(labels={"x": "y"}, access_token="abc"))
+
+
 @pytest.mark.parametrize(
     ("revision", "ok"),
     [("main", True), ("v1.0", True), ("a" * 40, True), ("A" * 40, False), ("-rf", False), ("a..b", False), ("x y", False)],

@@ -108,6 +108,7 @@ RBAC_RULES: frozenset[RbacRule] = frozenset(
         (JOBSET_GROUP, JOBSET_PLURAL, ("create", "get", "list", "delete")),
         ("", "pods", ("list",)),
         ("", "events", ("list",)),
+        ("", "pods/log", ("get",)),
     )
     for verb in verbs
 )
@@ -877,6 +878,32 @@ class ClusterClient:
         kueue = [e for e in self._list_events("involvedObject.kind=Workload")
                  if (e.get("involvedObject") or {}).get("name", "").startswith(prefix)]
         return own + kueue
+
+    def log_tail(self, jobset: str, *, replicated_job: str = "pathways-head", container: str = "workload-container",
+                 lines: int = 200) -> str:
+        """The last lines the training program printed (for progress: step and mean_reward).
+
+        Best effort: an empty string when the pod is not there yet or the log cannot be read.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        selector = f"jobset.sigs.k8s.io/jobset-name={jobset},jobset.sigs.k8s.io/replicatedjob-name={replicated_job}"
+        try:
+            pods = self._list_pods(selector)
+            running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
+            if not running:
+                return ""
+            name = sorted(running, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
+            pod_name = name["metadata"]["name"]
+            response = self._call(f"log of {pod_name}", lambda: self._core.read_namespaced_pod_log(
+                pod_name, self.namespace, container=container, tail_lines=lines, _preload_content=False,
+                _request_timeout=self._timeout))
+            try:
+                return (response.data or b"").decode("utf-8", "replace")
+            finally:
+                response.release_conn()
+        except (ApiException, TransientFailure):
+            return ""
 
     def delete(self, kind: Kind, name: str) -> bool:
         """Delete one workload (Background propagation, so its pods go too); True if it existed."""

@@ -13,7 +13,7 @@ import time
 from typing import Any, TextIO
 
 _TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}|ya29\.[A-Za-z0-9._-]{20,}|(?i:bearer\s+)[A-Za-z0-9._-]{16,}")
-_SECRET_FIELD = re.compile(r"(token|secret|password|authorization)", re.IGNORECASE)
+_SECRET_FIELD = re.compile(r"(^|[_-])(token|secret|password|authorization)($|[_-])", re.IGNORECASE)
 REDACTED = "[REDACTED]"
 
 

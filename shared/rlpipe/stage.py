@@ -8,6 +8,7 @@ done yet.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ class Cluster(Protocol):
     def status(self, name: str, *, kind: str, retryable_exit_codes: Any = (),
                queued_deadline_seconds: float | None = None) -> Any: ...
     def delete_run(self, run_id: str) -> list[str]: ...
-    def delete(self, kind: str, name: str) -> None: ...
+    def delete(self, kind: str, name: str) -> Any: ...
+    def log_tail(self, jobset: str) -> str: ...
 
 
 @dataclass
@@ -192,8 +194,12 @@ class StageService:
                                             f"({getattr(req.timeouts, stage)} s since its first launch)"}
         if phase == "succeeded" and stage == "convert":
             self._publish_conversion(record, req, attempt)
-        self._record_phase(run_id, stage, attempt, phase, failure, log)
-        return {"phase": phase, "failure": failure, "reason": ws.reason, "artifact": complete.reason}
+        progress = None
+        if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
+            progress = training_progress(self.cluster.log_tail(name))
+        self._record_phase(run_id, stage, attempt, phase, failure, log, progress)
+        return {"phase": phase, "failure": failure, "reason": ws.reason, "artifact": complete.reason,
+                "progress": progress}
 
     def _artifact_complete(self, record: RunRecord, req: Request, stage: str, attempt: int) -> layout.Completeness:
         bucket = self.artifacts.bucket_name
@@ -247,11 +253,18 @@ class StageService:
         return {"tag": cls.value, "message": reason}
 
     def _record_phase(self, run_id: str, stage: str, attempt: int, phase: str,
-                      failure: dict[str, str] | None, log: Logger) -> None:
+                      failure: dict[str, str] | None, log: Logger, progress: dict[str, Any] | None = None) -> None:
         def change(r: RunRecord) -> str | None:
             a = r.attempt_record(stage, attempt)
-            if a is None or a.phase == phase:
+            if a is None:
                 return None
+            if a.phase == phase:
+                if progress and progress != r.progress:
+                    r.progress = progress
+                    return "progress"
+                return None
+            if progress:
+                r.progress = progress
             a.phase = phase
             if phase in ("succeeded", "failed"):
                 a.finished_at = now()
@@ -359,6 +372,20 @@ def _lineage_uri(ctx: RenderContext, req: Request, stage: Stage, attempt: int) -
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
     started = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return now_epoch - started.timestamp()
+
+
+_REWARD = re.compile(r"mean_reward[=:]\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
+_STEP = re.compile(r"\bstep[=: ]\s*([0-9]+)", re.IGNORECASE)
+
+
+def training_progress(log_text: str) -> dict[str, Any] | None:
+    """The latest step and mean_reward the trainer printed, if any."""
+    for line in reversed(log_text.splitlines()):
+        reward = _REWARD.search(line)
+        if reward:
+            step = _STEP.search(line)
+            return {"mean_reward": float(reward.group(1)), "step": int(step.group(1)) if step else None}
+    return None
 
 
 def status_message(record: RunRecord) -> dict[str, Any]:

@@ -1,0 +1,296 @@
+"""One pod as the scheduler and the kubelet move it: Pending → Running → Succeeded/Failed.
+
+Each transition is a write through the API double (so watchers see it) plus the Events the
+real components record. Native sidecars (init containers with ``restartPolicy: Always``, the
+Pathways proxy and resource manager) start before the main containers and are stopped after
+them, and never decide the pod's phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlpipe.local.kube_api import KubeApiError
+from rlpipe.local.simulator import kube_objects as ko
+from rlpipe.local.simulator.env import SimEnv
+from rlpipe.local.simulator.timing import WorkloadGone
+
+Obj = dict[str, Any]
+
+SIGTERM_EXIT = 143  # what a process killed by SIGTERM reports
+NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
+
+class PodSim:
+    """A created Pod object and the simulated state of its containers."""
+
+    def __init__(self, env: SimEnv, obj: Obj, *, index: int | None) -> None:
+        self.env = env
+        self.obj = obj
+        self.index = index
+        self.name: str = obj["metadata"]["name"]
+        self.namespace: str = obj["metadata"]["namespace"]
+        spec = obj["spec"]
+        self.spec: Obj = spec
+        self.main: list[Obj] = list(spec.get("containers") or [])
+        self.sidecars: list[Obj] = ko.sidecars(spec)
+        self.node: str | None = None
+        self.cids: dict[str, str] = {}
+        self.started: dict[str, float] = {}
+        self.lines: list[str] = []
+        self.phase = "Pending"
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _modify(self, mutate: Callable[[Obj], None]) -> None:
+        self.obj = self.env.modify("pods", self.name, self.namespace, mutate)
+
+    def _status(self, mutate: Callable[[Obj], None]) -> None:
+        self._modify(lambda pod: mutate(pod.setdefault("status", {})))
+
+    def _condition(self, status: Obj, kind: str, value: bool, reason: str | None = None,
+                   message: str | None = None) -> None:
+        status["conditions"] = ko.upsert_condition(
+            status.get("conditions"), ko.condition(kind, value, self.env.now(), reason, message, probe=False))
+
+    def event(self, reason: str, message: str, *, warning: bool = False, container: str | None = None,
+              component: str = "kubelet") -> None:
+        field_path = None
+        if container:
+            kind = "initContainers" if any(c["name"] == container for c in self.sidecars) else "containers"
+            field_path = f"spec.{kind}{{{container}}}"
+        self.env.emit(self.obj, reason, message, warning=warning, component=component,
+                      host=self.node if component == "kubelet" else None, field_path=field_path)
+
+    @property
+    def exists(self) -> bool:
+        return self.env.kube.find("pods", self.name, namespace=self.namespace) is not None
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def log(self, line: str) -> None:
+        """Append a line to what ``kubectl logs`` shows; every line says it is simulated."""
+        self.lines.extend(f"[simulated] {part}" for part in line.splitlines() or [""])
+        self.env.kube.set_pod_log(self.name, "\n".join(self.lines) + "\n", namespace=self.namespace)
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def unschedulable(self) -> None:
+        message = ko.unschedulable_message(self.spec)
+
+        def mutate(status: Obj) -> None:
+            status["phase"] = "Pending"
+            status.setdefault("qosClass", ko.qos_class(self.spec))
+            self._condition(status, "PodScheduled", False, "Unschedulable", message)
+
+        self._status(mutate)
+        self.event("FailedScheduling", message, warning=True, component="default-scheduler")
+
+    def schedule(self) -> None:
+        self.node = self.env.with_rng(lambda rng: ko.node_name(rng, ko.node_pool(self.spec)))
+
+        def mutate(pod: Obj) -> None:
+            pod["spec"]["nodeName"] = self.node
+            status = pod.setdefault("status", {})
+            status["phase"] = "Pending"
+            status.setdefault("qosClass", ko.qos_class(self.spec))
+            self._condition(status, "PodScheduled", True)
+
+        self._modify(mutate)
+        self.event("Scheduled", f"Successfully assigned {self.namespace}/{self.name} to {self.node}",
+                   component="default-scheduler")
+
+    # -- starting --------------------------------------------------------------------------------
+
+    def begin_start(self) -> None:
+        """The kubelet admits the pod: sandbox ready, images start pulling."""
+        host_ip = self.env.with_rng(lambda rng: f"10.128.{rng.randrange(0, 255)}.{rng.randrange(2, 254)}")
+        pod_ip = host_ip if self.spec.get("hostNetwork") else self.env.with_rng(
+            lambda rng: f"10.4.{rng.randrange(0, 255)}.{rng.randrange(2, 254)}")
+
+        def mutate(status: Obj) -> None:
+            status.update(hostIP=host_ip, hostIPs=[{"ip": host_ip}], podIP=pod_ip, podIPs=[{"ip": pod_ip}],
+                          startTime=ko.rfc3339(self.env.now()))
+            self._condition(status, "PodReadyToStartContainers", True)
+            self._condition(status, "Initialized", not self.sidecars,
+                            None if not self.sidecars else "ContainersNotInitialized",
+                            None if not self.sidecars else
+                            f"containers with incomplete status: [{' '.join(c['name'] for c in self.sidecars)}]")
+            self._condition(status, "ContainersReady", False, "ContainersNotReady", self._unready_message())
+            self._condition(status, "Ready", False, "ContainersNotReady", self._unready_message())
+            if self.sidecars:
+                status["initContainerStatuses"] = [ko.waiting(c["name"], c.get("image", ""), "PodInitializing")
+                                                   for c in self.sidecars]
+            status["containerStatuses"] = [ko.waiting(c["name"], c.get("image", ""), "ContainerCreating")
+                                           for c in self.main]
+
+        self._status(mutate)
+        for c in self.sidecars + self.main:
+            self.event("Pulling", f'Pulling image "{c.get("image", "")}"', container=c["name"])
+
+    def _unready_message(self) -> str:
+        return f"containers with unready status: [{' '.join(c['name'] for c in self.main)}]"
+
+    def finish_start(self, bad_image: str | None = None) -> bool:
+        """Images pulled, containers created and started. Returns False if the main
+        container's image cannot be pulled (then it waits with ErrImagePull)."""
+        now = self.env.now()
+        for c in self.sidecars:
+            self._start_container(c, now)
+        if self.sidecars:
+            def sidecars_up(status: Obj) -> None:
+                status["initContainerStatuses"] = [
+                    ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now) for c in self.sidecars]
+                self._condition(status, "Initialized", True)
+            self._status(sidecars_up)
+        failing = [c for c in self.main if bad_image is not None and c.get("image") == bad_image]
+        for c in self.main:
+            if c in failing:
+                self._pull_failed(c)
+            else:
+                self._start_container(c, now)
+        if failing:
+            def stuck(status: Obj) -> None:
+                status["phase"] = "Pending"
+                status["containerStatuses"] = [
+                    ko.waiting(c["name"], c.get("image", ""), "ErrImagePull", self._pull_error(c)) if c in failing
+                    else ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now) for c in self.main]
+            self._status(stuck)
+            return False
+
+        def up(status: Obj) -> None:
+            status["phase"] = "Running"
+            status["containerStatuses"] = [ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now)
+                                           for c in self.main]
+            self._condition(status, "ContainersReady", True)
+            self._condition(status, "Ready", True)
+
+        self._status(up)
+        self.phase = "Running"
+        return True
+
+    def _start_container(self, c: Obj, now: float) -> None:
+        image = c.get("image", "")
+        self.cids[c["name"]] = self.env.with_rng(ko.container_id)
+        self.started[c["name"]] = now
+        self.event("Pulled", f'Successfully pulled image "{image}" in 1.2s (1.2s including waiting). '
+                   "Image size: 1048576 bytes.", container=c["name"])
+        self.event("Created", f"Created container: {c['name']}", container=c["name"])
+        self.event("Started", f"Started container {c['name']}", container=c["name"])
+
+    @staticmethod
+    def _pull_error(c: Obj) -> str:
+        image = c.get("image", "")
+        return (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+                f'failed to resolve reference "{image}": {image}: not found')
+
+    def _pull_failed(self, c: Obj) -> None:
+        image = c.get("image", "")
+        self.event("Failed", f'Failed to pull image "{image}": {self._pull_error(c)}', warning=True,
+                   container=c["name"])
+        self.event("Failed", "Error: ErrImagePull", warning=True, container=c["name"])
+
+    def image_pull_backoff(self, bad_image: str) -> None:
+        """After the first failed pull, the kubelet backs off: ImagePullBackOff, forever."""
+        def mutate(status: Obj) -> None:
+            statuses = []
+            for cs in status.get("containerStatuses") or []:
+                if cs.get("image") == bad_image:
+                    cs = ko.waiting(cs["name"], bad_image, "ImagePullBackOff", f'Back-off pulling image "{bad_image}"')
+                statuses.append(cs)
+            status["containerStatuses"] = statuses
+        self._status(mutate)
+        for c in self.main:
+            if c.get("image") == bad_image:
+                self.event("BackOff", f'Back-off pulling image "{bad_image}"', container=c["name"])
+                self.event("Failed", "Error: ImagePullBackOff", warning=True, container=c["name"])
+
+    # -- ending ----------------------------------------------------------------------------------
+
+    def terminate(self, code: int, reason: str, *, message: str | None = None) -> None:
+        """The main containers exit with ``code``; the kubelet then stops the sidecars."""
+        now = self.env.now()
+        self.phase = "Succeeded" if code == 0 else "Failed"
+        for c in self.sidecars:
+            self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
+
+        def mutate(status: Obj) -> None:
+            status["phase"] = self.phase
+            status["containerStatuses"] = [
+                ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), code, reason,
+                              self.started.get(c["name"], now), now, message=message) for c in self.main]
+            if self.sidecars:
+                status["initContainerStatuses"] = [
+                    ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT,
+                                  "Error", self.started.get(c["name"], now), now) for c in self.sidecars]
+            why = "PodCompleted" if code == 0 else "PodFailed"
+            self._condition(status, "ContainersReady", False, why)
+            self._condition(status, "Ready", False, why)
+            self._condition(status, "PodReadyToStartContainers", False)
+
+        self._status(mutate)
+
+    def disrupt(self, reason: str) -> None:
+        """A disruption: ``DisruptionTarget`` first (so a watcher sees why), then the kill."""
+        now = self.env.now()
+        by_scheduler = reason == "PreemptionByScheduler"
+        message = ("default-scheduler: preempting to accommodate a higher priority pod" if by_scheduler
+                   else NODE_SHUTDOWN_MESSAGE)
+        self._status(lambda status: self._condition(status, "DisruptionTarget", True, reason, message))
+        if by_scheduler:
+            self.event("Preempted", f"Preempted by pod {self.env.suffix(8)} on node {self.node}",
+                       component="default-scheduler")
+        for c in self.main + self.sidecars:
+            self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
+        self.phase = "Failed"
+
+        def mutate(status: Obj) -> None:
+            status["phase"] = "Failed"
+            if not by_scheduler:
+                status["reason"] = "Terminated"
+                status["message"] = NODE_SHUTDOWN_MESSAGE
+            status["containerStatuses"] = [
+                ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT, "Error",
+                              self.started.get(c["name"], now), now) for c in self.main]
+            if self.sidecars:
+                status["initContainerStatuses"] = [
+                    ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT,
+                                  "Error", self.started.get(c["name"], now), now) for c in self.sidecars]
+            self._condition(status, "ContainersReady", False, "PodFailed")
+            self._condition(status, "Ready", False, "PodFailed")
+
+        self._status(mutate)
+        if by_scheduler:  # the scheduler deletes its victim; only the Events remain
+            try:
+                self.env.kube.delete("pods", self.name, namespace=self.namespace)
+            except KubeApiError as exc:
+                if exc.code != 404:
+                    raise
+
+    def kill(self) -> None:
+        """Stopped by its controller (the JobSet finished, or its Job failed): deleted."""
+        for c in self.main + self.sidecars:
+            self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
+        try:
+            self.env.kube.delete("pods", self.name, namespace=self.namespace)
+        except KubeApiError as exc:
+            if exc.code != 404:
+                raise
+
+    # -- what the Job controller reads ---------------------------------------------------------
+
+    def exit_codes(self) -> dict[str, int]:
+        codes = {}
+        for cs in (self.obj.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated")
+            if term is not None:
+                codes[cs["name"]] = int(term.get("exitCode", 0))
+        return codes
+
+    def conditions(self) -> dict[str, str]:
+        return {c["type"]: c["status"] for c in (self.obj.get("status") or {}).get("conditions") or []}
+
+    def require(self) -> None:
+        if not self.exists:
+            raise WorkloadGone

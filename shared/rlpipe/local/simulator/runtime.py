@@ -1,0 +1,106 @@
+"""One run of a MaxText program inside one pod's main container.
+
+It is the container's side of the world for :mod:`maxtext`: logs go to the pod's log, files
+to GCS, time passes through the workload's pacer (so a deleted workload stops mid-write), and
+the programs' fault hooks are answered from the scenario.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rlpipe.local.simulator.maxtext import PROGRAMS, Arguments, ProgramExit
+from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.scenario import Fault
+
+if TYPE_CHECKING:
+    from rlpipe.local.simulator.workload import WorkloadSim
+
+
+class Disrupted(Exception):
+    """A preemption fault struck; the workload decides which pod it hits."""
+
+    def __init__(self, fault: Fault) -> None:
+        super().__init__(fault.spec())
+        self.fault = fault
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the main container ended: an exit code and reason, or a disruption."""
+
+    code: int
+    reason: str = "Completed"
+    message: str = ""
+    disruption: Fault | None = None
+
+
+class ProgramRun:
+    """Implements :class:`rlpipe.local.simulator.maxtext.ProgramContext` for one pod."""
+
+    def __init__(self, workload: WorkloadSim, pod: PodSim) -> None:
+        self.workload = workload
+        self.pod = pod
+        self.env = workload.env
+        self.export_shards = workload.env.export_shards
+
+    def now(self) -> float:
+        return self.env.now()
+
+    def log(self, line: str) -> None:
+        self.pod.log(line)
+
+    def pause(self, simulated_seconds: float) -> None:
+        self.workload.pacer.pause(simulated_seconds)
+
+    def duration(self, name: str) -> float:
+        return self.env.timing.duration(name)
+
+    def write(self, uri: str, data: bytes | str) -> None:
+        self.workload.pacer.check()  # a deleted workload writes nothing more
+        self.env.gcs.write(uri, data)
+        self.env.wrote(uri, self.workload.name, self.workload.stage, self.workload.attempt)
+        self.env.record(self.workload.name, "file", uri)
+
+    def list(self, prefix_uri: str) -> list[str]:
+        return self.env.gcs.list(prefix_uri)
+
+    def exists_under(self, prefix_uri: str) -> bool:
+        return self.env.gcs.exists_under(prefix_uri)
+
+    def exists(self, uri: str) -> bool:
+        return self.env.gcs.exists(uri)
+
+    def delete(self, uri: str) -> None:
+        self.workload.pacer.check()
+        self.env.gcs.delete(uri)
+        self.env.record(self.workload.name, "deleted", uri)
+
+    def note(self, kind: str, detail: str) -> None:
+        self.env.record(self.workload.name, kind, detail)
+
+    def hook(self, point: str, step: int = 0, *, saving: bool = False) -> None:
+        self.workload.fault_hook(self, point, step, saving)
+
+    def run(self) -> Outcome:
+        """Run the program to its end; faults come back as an :class:`Outcome`."""
+        program = self.workload.program
+        stage = self.workload.stage
+        if program is None or stage is None:
+            self.log("container started; this program is not simulated, so it exits 0 at once")
+            self.pause(self.env.timing.container_start)
+            return Outcome(0)
+        args: Arguments = program.args
+        self.env.log.info("%s/%s runs %s (%s)", self.pod.namespace, self.pod.name, program.module, stage)
+        try:
+            code = PROGRAMS[stage](self, args)
+        except ProgramExit as exc:
+            if exc.message:
+                self.log(f"ERROR: {exc.message}")
+            if exc.reason != "OOMKilled":  # the kernel kills without a word
+                self.log(f"{program.module} exited with status {exc.code}")
+            return Outcome(exc.code, exc.reason, exc.message)
+        except Disrupted as exc:
+            return Outcome(143, "Error", disruption=exc.fault)
+        return Outcome(code, "Completed" if code == 0 else "Error")

@@ -1,0 +1,281 @@
+"""What every simulated workload does, Job or JobSet: Kueue queueing, bringing pods up,
+answering fault hooks, and the end of life (TTL deletion, or a stop when deleted).
+
+Each workload runs its whole lifecycle as one sequential script in its own thread. That is
+simpler to read and to reason about than a set of reconcilers, and it is enough: the
+simulator's job is to produce, in the right order, the writes a real cluster would produce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from rlpipe.local.simulator import kube_objects as ko
+from rlpipe.local.simulator.env import SimEnv
+from rlpipe.local.simulator.jobs import JobSim
+from rlpipe.local.simulator.maxtext import ProgramExit
+from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.program import Program
+from rlpipe.local.simulator.runtime import Disrupted, ProgramRun
+from rlpipe.local.simulator.scenario import Fault
+from rlpipe.local.simulator.timing import Pacer, WorkloadGone
+
+Obj = dict[str, Any]
+
+ATTEMPT_LABEL = "rlpipe.dev/attempt"
+CLUSTER_QUEUE = "cluster-queue"
+
+
+class WorkloadSim:
+    """Base of :class:`JobWorkload` and :class:`JobSetWorkload`; one thread per workload."""
+
+    resource = ""  # "jobs" | "jobsets"
+
+    def __init__(self, env: SimEnv, obj: Obj) -> None:
+        meta = obj["metadata"]
+        self.env = env
+        self.obj = obj
+        self.name: str = meta["name"]
+        self.namespace: str = meta["namespace"]
+        self.uid: str = meta["uid"]
+        self.labels: dict[str, str] = dict(meta.get("labels") or {})
+        self.attempt = _int(self.labels.get(ATTEMPT_LABEL))
+        self.program: Program | None = self.find_program()
+        self.stage = self.program.stage if self.program else None
+        self.faults: list[Fault] = env.scenario.for_workload(self.stage, self.attempt) if self.stage else []
+        self.queued = ko.QUEUE_LABEL in self.labels
+        self.cancelled = threading.Event()
+        self.idle = threading.Event()  # finished, or parked waiting for something outside it
+        self.pacer = Pacer(env.timing, self.cancelled, sleep=env.sleep)
+        self._fired: set[Fault] = set()
+        self._thread = threading.Thread(target=self._main, name=f"simulated-{self.name}", daemon=True)
+
+    # -- to be provided by subclasses ---------------------------------------------------------
+
+    def find_program(self) -> Program | None:
+        raise NotImplementedError
+
+    def play(self) -> None:
+        raise NotImplementedError
+
+    def suspended_condition(self, suspended: bool) -> Obj:
+        raise NotImplementedError
+
+    # -- thread ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _main(self) -> None:
+        try:
+            self.play()
+        except WorkloadGone:
+            self.record("phase", "simulation stopped: the workload is gone")
+            self.env.log.info("%s/%s deleted; its simulation stopped", self.namespace, self.name)
+        except Exception:  # a bug here must not kill the process that hosts the stack
+            self.env.log.exception("simulation of %s/%s failed", self.namespace, self.name)
+            self.record("phase", "simulation crashed (see the simulator log)")
+        finally:
+            self.idle.set()
+
+    @contextlib.contextmanager
+    def parked(self) -> Iterator[None]:
+        """Waiting on something only the outside world (or nobody) can change."""
+        self.idle.set()
+        try:
+            yield
+        finally:
+            self.idle.clear()
+
+    def record(self, kind: str, detail: str) -> None:
+        self.env.record(self.name, kind, detail)
+
+    def current(self) -> Obj:
+        obj = self.env.kube.find(self.resource, self.name, namespace=self.namespace)
+        if obj is None or obj["metadata"]["uid"] != self.uid:
+            raise WorkloadGone
+        return obj
+
+    def modify(self, mutate: Any) -> Obj:
+        self.obj = self.env.modify(self.resource, self.name, self.namespace, mutate)
+        return self.obj
+
+    def fault(self, kind: str) -> Fault | None:
+        return next((f for f in self.faults if f.kind == kind), None)
+
+    def once(self, kind: str) -> Fault | None:
+        """A fault that strikes once per workload (a preemption, a capacity gap)."""
+        found = next((f for f in self.faults if f.kind == kind and f not in self._fired), None)
+        if found is not None:
+            self._fired.add(found)
+            self.record("fault", found.spec())
+        return found
+
+    # -- creation (runs synchronously in the API writer's thread) -------------------------------
+
+    def on_created(self) -> None:
+        """What happens before the creator hears back: Kueue's webhook suspends a queued
+        workload, and an ``api-5xx`` fault arms the API double for the next requests."""
+        self.record("phase", "created")
+        api = self.fault("api-5xx")
+        if api is not None and api.count:
+            self.env.kube.inject_fault(503, count=api.count,
+                                       message="simulated: injected fault (the apiserver is unavailable)")
+            self.record("fault", api.spec())
+        if self.queued:
+            self._suspend()
+
+    def _suspend(self) -> None:
+        def mutate(obj: Obj) -> None:
+            obj["spec"]["suspend"] = True
+            status = obj.setdefault("status", {})
+            status["conditions"] = ko.upsert_condition(status.get("conditions"), self.suspended_condition(True))
+        self.modify(mutate)
+        workload = f"{self.resource[:-1]}-{self.name}-{self.env.suffix()}"
+        self.env.emit(self.obj, "CreatedWorkload", f"Created Workload: {self.namespace}/{workload}",
+                      component="kueue-admission")
+        cond = self.suspended_condition(True)
+        self.env.emit(self.obj, cond["reason"] if self.resource == "jobsets" else "Suspended", cond["message"],
+                      component=self.controller)
+        self.record("phase", "suspended (queued by Kueue)")
+
+    @property
+    def controller(self) -> str:
+        return "jobset-controller" if self.resource == "jobsets" else "job-controller"
+
+    def admit(self) -> None:
+        """Kueue admits after the admission delay; a workload suspended by someone else
+        waits until that someone resumes it (as the real controllers do)."""
+        if self.queued:
+            self.pacer.pause(self.env.timing.admission_delay)
+            now = self.env.now()
+
+            def mutate(obj: Obj) -> None:
+                obj["spec"]["suspend"] = False
+                status = obj.setdefault("status", {})
+                status["conditions"] = ko.upsert_condition(status.get("conditions"), self.suspended_condition(False))
+                if self.resource == "jobs":
+                    status["startTime"] = ko.rfc3339(now)
+            self.modify(mutate)
+            self.env.emit(self.obj, "Started", f"Admitted by clusterQueue {CLUSTER_QUEUE}", component="kueue-admission")
+            cond = self.suspended_condition(False)
+            self.env.emit(self.obj, cond["reason"] if self.resource == "jobsets" else "Resumed", cond["message"],
+                          component=self.controller)
+            self.record("phase", "admitted")
+            self.env.log.info("%s/%s admitted by Kueue", self.namespace, self.name)
+            return
+        if (self.current().get("spec") or {}).get("suspend"):
+            with self.parked():
+                while (self.current().get("spec") or {}).get("suspend"):
+                    self.pacer.pause(0)
+                    self.cancelled.wait(self.env.timing.poll)
+            self.record("phase", "resumed")
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def bring_up(self, job: JobSim, pods: list[PodSim], *, capacity_gap: Fault | None = None,
+                 bad_image: str | None = None) -> None:
+        """Scheduling, image pulls, container starts, for a group of pods at once."""
+        if not pods:
+            return
+        if capacity_gap is not None and capacity_gap.seconds:
+            for pod in pods:
+                pod.unschedulable()
+            self.record("phase", f"pods unschedulable for {capacity_gap.seconds:g}s")
+            self.pacer.pause(capacity_gap.seconds)
+        self.pacer.pause(self.env.timing.schedule_delay)
+        for pod in pods:
+            pod.schedule()
+        for pod in pods:
+            pod.begin_start()
+        self.pacer.pause(self.env.timing.image_pull + self.env.timing.container_start)
+        stuck = [pod for pod in pods if not pod.finish_start(bad_image)]
+        job.pods_changed()
+        for pod in pods:
+            self.record("pod", f"{pod.name} {pod.phase}")
+        if stuck and bad_image is not None:
+            self.pacer.pause(self.env.timing.image_pull)
+            for pod in stuck:
+                pod.image_pull_backoff(bad_image)
+                self.record("pod", f"{pod.name} ImagePullBackOff")
+            self.env.log.info("%s/%s: image %s cannot be pulled; waiting forever", self.namespace, self.name,
+                              bad_image)
+            with self.parked():
+                self.pacer.forever()
+
+    def bad_image(self) -> str | None:
+        return self.program.image if self.program and self.fault("image-pull") else None
+
+    def index_gate_success(self, job: JobSim, index: int, pod: PodSim) -> None:
+        """A pod whose completion index has nothing to do exits 0 at once."""
+        pod.log(f"completion index {index}: not index 0, so this pod has nothing to do; exiting 0")
+        pod.terminate(0, "Completed")
+        job.pod_succeeded(index)
+
+    # -- program faults ------------------------------------------------------------------------
+
+    def fault_hook(self, run: ProgramRun, point: str, step: int, saving: bool) -> None:
+        for fault in self.faults:
+            if fault.kind == "preempt" and fault not in self._fired and self._preempt_due(fault, point, step, saving):
+                self._fired.add(fault)
+                self.record("fault", f"{fault.spec()} at {point} {step}")
+                raise Disrupted(fault)
+            if fault.kind == "oom" and point == "peak":
+                self.record("fault", fault.spec())
+                raise ProgramExit(137, "OOMKilled")
+            if fault.kind == "exit" and point == "start" and fault.code:
+                self.record("fault", fault.spec())
+                raise ProgramExit(fault.code, "Error", f"simulated fault: the program exits with status {fault.code}")
+            if fault.kind == "stall" and point == "start":
+                self.record("fault", fault.spec())
+                run.log("waiting for the Pathways resource manager ... (no further output)")
+                with self.parked():
+                    self.pacer.forever()
+
+    def _preempt_due(self, fault: Fault, point: str, step: int, saving: bool) -> bool:
+        if self.stage != "train" or not fault.step:
+            return point == "start"
+        if point == "save":
+            return step == fault.step
+        return point == "step" and step == fault.step and not saving
+
+    # -- end of life -----------------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """``ttlSecondsAfterFinished``: the TTL controller deletes the finished workload."""
+        ttl = (self.obj.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if not self.env.timing.ttl or ttl is None:
+            return
+        with self.parked():
+            self.pacer.pause(float(ttl))
+        self.record("phase", f"deleted after ttlSecondsAfterFinished={ttl}")
+        self.env.kube.delete(self.resource, self.name, namespace=self.namespace, propagation_policy="Foreground")
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def pipe_timeout(program_container: Obj | None, default: float) -> float:
+    """The head gives up on an unreachable worker after ``--pathways_pipe_unreachable_timeout``."""
+    for env in (program_container or {}).get("env") or []:
+        if env.get("name") == "ABSL_FLAGS":
+            m = re.search(r"--pathways_pipe_unreachable_timeout=(\d+(?:\.\d+)?)(ms|s|m)?", env.get("value") or "")
+            if m:
+                unit = {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2) or "s"]
+                return float(m.group(1)) * unit
+    return default

@@ -1,0 +1,223 @@
+"""The stage operations on real servers: fake-gcs-server, the Kubernetes API double with the real
+client, and the Hub double with the real huggingface_hub client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from rlpipe import blobstore, layout
+from rlpipe.cluster import ClusterClient
+from rlpipe.failures import PermanentFailure
+from rlpipe.ledger import Ledger, RunRecord, Source
+from rlpipe.local.hub import HubDouble
+from rlpipe.local.kube_api import KubeApiServer
+from rlpipe.logs import Logger
+from rlpipe.manifests import RenderContext, conversion_cache
+from rlpipe.request import validate_request
+from rlpipe.settings import Settings
+from rlpipe.stage import StageService
+from tests.conftest import Buckets, minimal_request
+
+NS = "rlpipe"
+REPO = "google/gemma-4-26b-a4b-it"
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[KubeApiServer]:
+    with KubeApiServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[HubDouble]:
+    server = HubDouble().start()
+    server.add_repo(REPO)
+    server.add_repo("google/gated-model", gated=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def env(buckets: Buckets, kube: KubeApiServer, hub: HubDouble, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+    published: list[tuple[str, dict[str, Any]]] = []
+    settings = Settings(project="p", artifacts_bucket=buckets.artifacts, namespace=NS, kube_url=kube.url,
+                        status_topic="rlpipe-status")
+    ledger = Ledger(buckets.store("artifacts"))
+    cluster = ClusterClient.from_settings(settings, sleep=lambda s: None)
+    service = StageService(settings=settings, ledger=ledger, artifacts=buckets.store("artifacts"), cluster=cluster,
+                           log=Logger("test"), publish=lambda topic, msg: published.append((topic, msg)))
+
+    def claim(run_id: str, **fields: Any) -> RunRecord:
+        req = validate_request(minimal_request(**fields))
+        record = RunRecord(run_id=run_id, key=f"k:{run_id}", source=Source(kind="cli"), request=req.model_dump(mode="json"))
+        record.execution.name = f"projects/p/locations/l/workflows/w/executions/{run_id}-exec"
+        ledger.claim(record)
+        return record
+
+    for obj in kube.list("jobs", namespace=NS) + kube.list("jobsets", namespace=NS):
+        kube.delete("jobs" if obj["kind"] == "Job" else "jobsets", obj["metadata"]["name"], namespace=NS)
+    return {"service": service, "ledger": ledger, "claim": claim, "published": published, "kube": kube,
+            "store": buckets.store("artifacts")}
+
+
+def _conditions(*types: str) -> dict[str, Any]:
+    return {"conditions": [{"type": t, "status": "True", "reason": t, "message": t,
+                            "lastTransitionTime": "2026-12-02T00:00:00Z"} for t in types]}
+
+
+def test_plan_pins_the_sha_and_runs_every_stage_without_a_cache(env: dict[str, Any], hub: HubDouble) -> None:
+    env["claim"]("rplan0000001")
+    plan = env["service"].plan("rplan0000001", "rplan0000001-exec")
+    assert plan["stages"] == ["convert", "train", "export"] and plan["cache_hit"] is False
+    record = env["ledger"].get("rplan0000001")
+    assert record.lineage.hf_sha == hub.repos[REPO].branches["main"]
+    assert plan["timeouts"]["train"] == 24 * 3600 and plan["max_retries"] == 12
+
+
+def test_plan_skips_convert_when_the_cache_is_ready(env: dict[str, Any], hub: HubDouble) -> None:
+    env["claim"]("rcache000001")
+    req = validate_request(minimal_request())
+    cache = conversion_cache(req, RenderContext(run_id="x", bucket=env["store"].bucket_name,
+                                                hf_revision=hub.repos[REPO].branches["main"]))
+    env["store"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
+    plan = env["service"].plan("rcache000001")
+    assert plan["stages"] == ["train", "export"] and plan["cache_hit"] is True
+    record = env["ledger"].get("rcache000001")
+    assert record.lineage.converted_uri == layout.gs(cache.bucket, cache.attempt_dir("rother000001", 1))
+
+
+def test_plan_of_a_second_execution_is_skipped(env: dict[str, Any]) -> None:
+    env["claim"]("rowner000001")
+    assert env["service"].plan("rowner000001", "someone-else")["skip"] is True
+
+
+def test_gated_model_fails_the_run_with_the_license_hint(env: dict[str, Any]) -> None:
+    env["claim"]("rgated000001", hf_repo="google/gated-model")
+    with pytest.raises(PermanentFailure, match="accept the license"):
+        env["service"].plan("rgated000001")
+    record = env["ledger"].get("rgated000001")
+    assert record.state == "failed" and "accept the license" in record.failure.message
+    assert env["published"] and env["published"][-1][1]["state"] == "failed"
+
+
+def test_launch_is_idempotent(env: dict[str, Any]) -> None:
+    env["claim"]("rlaunch00001")
+    env["service"].plan("rlaunch00001")
+    first = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
+    second = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
+    assert first["uid"] == second["uid"]
+    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == ["rlaunch00001-convert-a1"]
+    record = env["ledger"].get("rlaunch00001")
+    assert record.state == "converting" and len(record.attempts) == 1 and record.callbacks["convert"] == "http://cb/1"
+
+
+def _convert_done(env: dict[str, Any], run_id: str, attempt: int = 1) -> str:
+    record = env["ledger"].get(run_id)
+    req = validate_request(record.request)
+    cache = conversion_cache(req, RenderContext(run_id=run_id, bucket=env["store"].bucket_name,
+                                                hf_revision=record.lineage.hf_sha))
+    directory = cache.attempt_dir(run_id, attempt)
+    env["store"].put(directory + "0/items/_METADATA", b"{}")
+    env["store"].put(directory + "0/commit_success.txt", b"ok")
+    return directory
+
+
+def test_job_succeeded_without_its_artifact_is_a_permanent_failure(env: dict[str, Any]) -> None:
+    env["claim"]("rnoart000001")
+    env["service"].plan("rnoart000001")
+    env["service"].launch("rnoart000001", "convert", 1)
+    env["kube"].patch_status("jobs", "rnoart000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS)
+    status = env["service"].status("rnoart000001", "convert", 1)
+    assert status["phase"] == "failed" and status["failure"]["tag"] == "permanent"
+    assert "output is incomplete" in status["failure"]["message"] and "commit_success.txt" in status["failure"]["message"]
+
+
+def test_artifact_complete_but_job_running_waits(env: dict[str, Any]) -> None:
+    env["claim"]("rwait0000001")
+    env["service"].plan("rwait0000001")
+    env["service"].launch("rwait0000001", "convert", 1)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env["kube"].patch_status("jobs", "rwait0000001-convert-a1", {"active": 1, "startTime": now}, namespace=NS)
+    env["kube"].create("pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "rwait0000001-convert-a1-0-abcde", "namespace": NS,
+                     "labels": {"batch.kubernetes.io/job-name": "rwait0000001-convert-a1"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "workload-container", "image": "i"}]},
+        "status": {"phase": "Running", "startTime": now, "conditions": [
+            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}})
+    _convert_done(env, "rwait0000001")
+    assert env["service"].status("rwait0000001", "convert", 1)["phase"] in ("running", "queued")
+    env["kube"].patch_status("jobs", "rwait0000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS)
+    assert env["service"].status("rwait0000001", "convert", 1)["phase"] == "succeeded"
+    record = env["ledger"].get("rwait0000001")
+    ready = json.loads(env["store"].read(layout.ConversionCache(env["store"].bucket_name,
+                                                                record.lineage.conversion_key).ready).data)
+    assert ready["attempt_dir"].endswith("/rwait0000001-a1/")
+    assert record.lineage.converted_uri.endswith("/rwait0000001-a1/")
+
+
+def test_class_budget_turns_the_next_failure_permanent(env: dict[str, Any]) -> None:
+    env["claim"]("rbudget00001", retry={"budgets": {"preempted": 1}})
+    env["service"].plan("rbudget00001")
+    preempted = {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                                 "message": "pod disrupted", "lastTransitionTime": "2026-12-02T00:00:00Z"}]}
+    pod = lambda attempt: {  # noqa: E731
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"rbudget00001-convert-a{attempt}-0-abcde", "namespace": NS,
+                     "labels": {"batch.kubernetes.io/job-name": f"rbudget00001-convert-a{attempt}",
+                                "job-name": f"rbudget00001-convert-a{attempt}"}},
+        "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
+        "status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                      "reason": "PreemptionByScheduler", "message": "preempted"}]},
+    }
+    tags = []
+    for attempt in (1, 2):
+        env["service"].launch("rbudget00001", "convert", attempt)
+        env["kube"].create("pods", pod(attempt))
+        env["kube"].patch_status("jobs", f"rbudget00001-convert-a{attempt}", preempted, namespace=NS)
+        tags.append(env["service"].status("rbudget00001", "convert", attempt)["failure"])
+    assert tags[0]["tag"] == "preempted"
+    assert tags[1]["tag"] == "permanent" and "preempted budget of 1 exhausted" in tags[1]["message"]
+    record = env["ledger"].get("rbudget00001")
+    assert [(a.attempt, a.failure_class) for a in record.attempts] == [(1, "preempted"), (2, "permanent")]
+
+
+def test_cleanup_deletes_only_that_runs_objects(env: dict[str, Any]) -> None:
+    for run_id in ("rclean000001", "rclean000002"):
+        env["claim"](run_id)
+        env["service"].plan(run_id)
+        env["service"].launch(run_id, "convert", 1)
+    _convert_done(env, "rclean000001")
+    env["service"].launch("rclean000001", "train", 1)
+    assert sorted(env["service"].cleanup("rclean000001")["deleted"]) == ["rclean000001-convert-a1",
+                                                                         "rclean000001-train-a1"]
+    left = [o["metadata"]["name"] for o in env["kube"].list("jobs", namespace=NS) + env["kube"].list("jobsets", namespace=NS)]
+    assert left == ["rclean000002-convert-a1"]
+    assert "cleanup" in [e["event"] for e in env["ledger"].history("rclean000001")]
+
+
+def test_finish_records_the_outcome_once_and_publishes_a_status_message(env: dict[str, Any]) -> None:
+    env["claim"]("rfinish00001", notify="projects/my-project/topics/team-status")
+    failure = {"tag": "preempted", "message": "budget exhausted", "stage": "train", "attempt": 6}
+    message = env["service"].finish("rfinish00001", "failed", failure)
+    assert message["state"] == "failed" and "budget exhausted" in message["message"]
+    env["service"].finish("rfinish00001", "succeeded")  # a late duplicate changes nothing
+    record = env["ledger"].get("rfinish00001")
+    assert record.state == "failed" and record.failure.stage == "train"
+    assert [t for t, _ in env["published"]] == ["projects/my-project/topics/team-status"] * 2
+
+
+def test_launch_of_a_new_attempt_deletes_the_previous_one(env: dict[str, Any]) -> None:
+    env["claim"]("rretry000001")
+    env["service"].plan("rretry000001")
+    env["service"].launch("rretry000001", "convert", 1)
+    env["service"].launch("rretry000001", "convert", 2)
+    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == ["rretry000001-convert-a2"]
