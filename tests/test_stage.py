@@ -221,3 +221,58 @@ def test_launch_of_a_new_attempt_deletes_the_previous_one(env: dict[str, Any]) -
     env["service"].launch("rretry000001", "convert", 1)
     env["service"].launch("rretry000001", "convert", 2)
     assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == ["rretry000001-convert-a2"]
+
+
+# ---- the HTTP function: failure class → status code the workflow acts on ------------------------
+
+
+def _stage_app() -> Any:
+    from functions_framework import create_app
+
+    from tests.conftest import ROOT
+
+    return create_app(target="stage", source=str(ROOT / "functions" / "main.py"), signature_type="http")
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "tag"),
+    [("transient", 503, "transient"), ("permanent", 422, "permanent"), ("badcall", 400, "permanent"),
+     ("gcs-503", 503, "transient")],
+)
+def test_stage_errors_map_to_status_codes(raised: str, code: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core import exceptions as gexc
+
+    from rlpipe import services
+    from rlpipe.failures import TransientFailure
+    from rlpipe.stage import BadCall
+
+    errors = {"transient": TransientFailure("k8s API down"), "permanent": PermanentFailure("no such run"),
+              "badcall": BadCall("attempt must be an integer >= 1"), "gcs-503": gexc.ServiceUnavailable("gcs")}
+
+    class Failing:
+        def handle(self, body: dict[str, Any]) -> dict[str, Any]:
+            raise errors[raised]
+
+    monkeypatch.setattr(services, "stage_service", lambda log: Failing())
+    response = _stage_app().test_client().post("/", json={"op": "status", "run_id": "r1"})
+    assert response.status_code == code
+    assert response.get_json()["error"]["tag"] == tag and response.get_json()["error"]["message"]
+
+
+def test_stage_rejects_a_non_json_body() -> None:
+    response = _stage_app().test_client().post("/", data=b"not json", headers={"Content-Type": "text/plain"})
+    assert response.status_code == 400 and "JSON" in response.get_json()["error"]["message"]
+
+
+def test_stage_over_http_against_real_servers(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlpipe import services
+
+    monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
+    env["claim"]("rhttp0000001")
+    client = _stage_app().test_client()
+    plan = client.post("/", json={"op": "plan", "run_id": "rhttp0000001"})
+    assert plan.status_code == 200 and plan.get_json()["stages"][0] == "convert"
+    bad = client.post("/", json={"op": "launch", "run_id": "rhttp0000001", "stage": "convert", "attempt": 0})
+    assert bad.status_code == 400
+    missing = client.post("/", json={"op": "plan", "run_id": "rnope0000001"})
+    assert missing.status_code == 422 and "no ledger" in missing.get_json()["error"]["message"]
