@@ -8,7 +8,9 @@ import functions_framework
 
 from rlpipe import services
 from rlpipe.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.logs import Logger
+from rlpipe.logs import Logger, configure_stdlib_logging
+
+configure_stdlib_logging()
 
 
 def _attributes(cloud_event: Any) -> dict[str, Any]:

@@ -60,3 +60,38 @@ class Logger:
 
     def error(self, message: str, **fields: Any) -> None:
         self.log("ERROR", message, **fields)
+
+
+class JsonFormatter:
+    """Routes stdlib ``logging`` records (from library modules) into the same JSON line format."""
+
+    def format(self, record: Any) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            import traceback
+
+            message += "\n" + "".join(traceback.format_exception(*record.exc_info))
+        body = {
+            "severity": record.levelname if record.levelname != "WARN" else "WARNING",
+            "message": message,
+            "component": record.name,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+            "run_id": getattr(record, "run_id", None),
+            "stage": getattr(record, "stage", None),
+            "attempt": getattr(record, "attempt", None),
+        }
+        return json.dumps(redact(body), default=str)
+
+
+def configure_stdlib_logging(level: int = 20) -> None:
+    """One JSON line per stdlib log record on stdout; idempotent."""
+    import logging
+
+    root = logging.getLogger()
+    if any(getattr(h, "_rlpipe", False) for h in root.handlers):
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())  # type: ignore[arg-type]
+    handler._rlpipe = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
