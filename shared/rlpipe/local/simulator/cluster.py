@@ -35,18 +35,36 @@ class ClusterSimulator:
     ``sleep`` may be injected; ``seed`` makes pod/node names reproducible.
     """
 
-    def __init__(self, kube: KubeApiServer, storage_client: Any, *, scenario: Scenario | None = None,
-                 timing: Timing | None = None, log: logging.Logger | None = None, clock: Clock = wall_clock,
-                 sleep: Sleep | None = None, export_shards: int = 3, seed: int | None = None,
-                 namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        kube: KubeApiServer,
+        storage_client: Any,
+        *,
+        scenario: Scenario | None = None,
+        timing: Timing | None = None,
+        log: logging.Logger | None = None,
+        clock: Clock = wall_clock,
+        sleep: Sleep | None = None,
+        export_shards: int = 3,
+        seed: int | None = None,
+        namespace: str | None = None,
+    ) -> None:
         if export_shards < 1:
             raise ValueError("export_shards must be >= 1 (1 writes a single model.safetensors)")
         self.kube = kube
         self.scenario = scenario or Scenario()
         self.namespace = namespace
-        self.env = SimEnv(kube=kube, gcs=GcsIO(storage_client), timing=timing or Timing(),
-                          scenario=self.scenario, log=SimulatedLog(log or logging.getLogger(LOGGER_NAME), {}),
-                          clock=clock, sleep=sleep, export_shards=export_shards, seed=seed)
+        self.env = SimEnv(
+            kube=kube,
+            gcs=GcsIO(storage_client),
+            timing=timing or Timing(),
+            scenario=self.scenario,
+            log=SimulatedLog(log or logging.getLogger(LOGGER_NAME), {}),
+            clock=clock,
+            sleep=sleep,
+            export_shards=export_shards,
+            seed=seed,
+        )
         self._lock = threading.Lock()
         self._sims: dict[str, WorkloadSim] = {}  # by uid
         self._running = False
@@ -64,8 +82,11 @@ class ClusterSimulator:
             for obj in self.kube.list(resource, namespace=self.namespace):
                 if not obj.get("status") or obj["status"] == {}:
                     self._launch(resource, obj)
-        self.env.log.info("cluster simulator started (timing scale %g, %d fault(s))",
-                          self.env.timing.scale, len(self.scenario.faults))
+        self.env.log.info(
+            "cluster simulator started (timing scale %g, %d fault(s))",
+            self.env.timing.scale,
+            len(self.scenario.faults),
+        )
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -86,8 +107,9 @@ class ClusterSimulator:
     def __enter__(self) -> ClusterSimulator:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- watching ----------------------------------------------------------------------------------
@@ -137,12 +159,13 @@ class ClusterSimulator:
         return False
 
     def wait_finished(self, name: str, timeout: float = 10.0) -> bool:
-        """True once the named workload's thread has ended (finished, failed, or deleted)."""
+        """True once the named workload has reached Complete/Failed or was deleted (a TTL
+        deletion may still follow; ``wait_idle`` covers that wait as parked)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
                 sims = [s for s in self._sims.values() if s.name == name]
-            if sims and not any(s.alive for s in sims):
+            if sims and all(s.ended.is_set() for s in sims):
                 return True
             time.sleep(0.005)
         return False
@@ -152,7 +175,9 @@ class ClusterSimulator:
         """Workload name → what it did, in order: (time, kind, detail) entries."""
         return self.env.history.snapshot()
 
-    def events_of(self, name: str, kind: str | None = None) -> list[HistoryEntry]:
+    def history_of(self, name: str, kind: str | None = None) -> list[HistoryEntry]:
+        """One workload's entries, optionally of one kind (phase, pod, job, step, checkpoint,
+        resume, file, deleted, fault)."""
         return self.env.history.of(name, kind)
 
     def files_written(self, name: str) -> list[str]:
@@ -169,7 +194,11 @@ class ClusterSimulator:
 
         Uses who actually wrote the object (stage and attempt) when the simulator wrote it,
         else MaxText's file names (``object_name`` may be bucket-relative or a gs:// URI)."""
-        uri = object_name if object_name.startswith("gs://") else (f"gs://{bucket}/{object_name}" if bucket else None)
+        uri = (
+            object_name
+            if object_name.startswith("gs://")
+            else (f"gs://{bucket}/{object_name}" if bucket else None)
+        )
         writer = self.env.writer_of(uri) if uri else None
         if writer is not None and writer[1] is not None:
             return self.scenario.drops_events_for(writer[1], writer[2])

@@ -105,11 +105,28 @@ class SimEnv:
     def record(self, workload: str, kind: str, detail: str) -> None:
         self.history.record(workload, kind, detail, self.clock())
 
-    def emit(self, obj: Mapping[str, Any], reason: str, message: str, *, warning: bool = False,
-             component: str = "kubelet", host: str | None = None, field_path: str | None = None) -> None:
+    def emit(
+        self,
+        obj: Mapping[str, Any],
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        component: str = "kubelet",
+        host: str | None = None,
+        field_path: str | None = None,
+    ) -> None:
         """Record a Kubernetes Event about ``obj`` (failures to record are not the workload's)."""
-        ev = ko.event(ko.involved(obj, field_path), reason, message, now=self.clock(), seq=self._seq(),
-                      warning=warning, component=component, host=host)
+        ev = ko.event(
+            ko.involved(obj, field_path),
+            reason,
+            message,
+            now=self.clock(),
+            seq=self._seq(),
+            warning=warning,
+            component=component,
+            host=host,
+        )
         try:
             self.kube.create("events", ev, namespace=obj["metadata"]["namespace"])
         except KubeApiError as exc:  # an event is best effort, exactly as in the real recorder

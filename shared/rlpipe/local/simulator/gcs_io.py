@@ -18,7 +18,7 @@ def split_uri(uri: str) -> tuple[str, str]:
     """``gs://b/x/y`` → ``("b", "x/y")``; refuses anything that is not a gs:// URI."""
     if not uri.startswith("gs://"):
         raise ValueError(f"not a gs:// URI: {uri!r}")
-    bucket, _, name = uri[len("gs://"):].partition("/")
+    bucket, _, name = uri[len("gs://") :].partition("/")
     if not bucket:
         raise ValueError(f"no bucket in {uri!r}")
     return bucket, name

@@ -73,6 +73,11 @@ class JobWorkload(WorkloadSim):
 
     def _warn_if_ungated(self, job: JobSim) -> None:
         if job.completions > 1 and self.program is not None and not self.program.index_gated:
-            self.env.log.warning("%s/%s: %d completions run %s without an index-0 gate; every index would run "
-                                 "it on a real cluster, only index 0 writes here", self.namespace, self.name,
-                                 job.completions, self.program.module)
+            self.env.log.warning(
+                "%s/%s: %d completions run %s without an index-0 gate; every index would run "
+                "it on a real cluster, only index 0 writes here",
+                self.namespace,
+                self.name,
+                job.completions,
+                self.program.module,
+            )

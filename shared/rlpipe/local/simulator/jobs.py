@@ -54,19 +54,25 @@ def pod_failure_rule(policy: Mapping[str, Any] | None, pod: PodSim) -> tuple[str
                 if code == 0 or (on_codes.get("containerName") and on_codes["containerName"] != name):
                     continue
                 if (code in wanted) != negate:
-                    return action, (f"Container {name} for pod {pod.namespace}/{pod.name} failed with exit code "
-                                    f"{code} matching {action} rule at index {i}")
+                    return action, (
+                        f"Container {name} for pod {pod.namespace}/{pod.name} failed with exit code "
+                        f"{code} matching {action} rule at index {i}"
+                    )
         for pattern in rule.get("onPodConditions") or []:
             if conditions.get(pattern.get("type")) == pattern.get("status", "True"):
-                return action, (f"Pod {pod.namespace}/{pod.name} has condition {pattern.get('type')} matching "
-                                f"{action} rule at index {i}")
+                return action, (
+                    f"Pod {pod.namespace}/{pod.name} has condition {pattern.get('type')} matching "
+                    f"{action} rule at index {i}"
+                )
     return None
 
 
 class JobSim:
     """The Job controller's view of one Job: its pods, counters and conditions."""
 
-    def __init__(self, env: SimEnv, obj: Obj, *, workload: str, on_pod: Callable[[PodSim], None] | None = None) -> None:
+    def __init__(
+        self, env: SimEnv, obj: Obj, *, workload: str, on_pod: Callable[[PodSim], None] | None = None
+    ) -> None:
         self.env = env
         self.obj = obj
         self.workload = workload
@@ -104,12 +110,15 @@ class JobSim:
                     status.pop(key)
             if extra:
                 extra(status)
+
         self.obj = self.env.modify("jobs", self.name, self.namespace, mutate)
 
     def start(self) -> None:
         """The controller starts the Job: ``startTime`` is when it was (last) unsuspended."""
+
         def started(status: Obj) -> None:
             status.setdefault("startTime", ko.rfc3339(self.env.now()))
+
         self._sync(started)
 
     # -- pods ------------------------------------------------------------------------------------
@@ -136,18 +145,28 @@ class JobSim:
             prefix = f"{self.name}-{index}-"
             for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
                 env = c.setdefault("env", [])
-                env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                    "fieldPath": f"metadata.labels['{ko.COMPLETION_INDEX}']"}}})
+                env.append(
+                    {
+                        "name": "JOB_COMPLETION_INDEX",
+                        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{ko.COMPLETION_INDEX}']"}},
+                    }
+                )
             if spec.get("subdomain"):
                 spec["hostname"] = f"{self.name}-{index}"
         annotations[ko.SIMULATED_ANNOTATION] = ko.SIMULATED_NOTE
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("restartPolicy", "Never")
         pod: Obj = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": prefix + self.env.suffix(), "generateName": prefix, "namespace": self.namespace,
-                         "labels": labels, "annotations": annotations,
-                         "ownerReferences": [ko.owner_reference(self.obj)]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": prefix + self.env.suffix(),
+                "generateName": prefix,
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [ko.owner_reference(self.obj)],
+            },
             "spec": spec,
             "status": {"phase": "Pending", "qosClass": ko.qos_class(spec)},
         }
@@ -202,12 +221,16 @@ class JobSim:
         now = self.env.now()
 
         def criteria(status: Obj) -> None:
-            status["conditions"] = ko.upsert_condition(status.get("conditions"), ko.condition(
-                "SuccessCriteriaMet", True, now, "CompletionsReached", COMPLETIONS_MESSAGE))
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"),
+                ko.condition("SuccessCriteriaMet", True, now, "CompletionsReached", COMPLETIONS_MESSAGE),
+            )
 
         def complete(status: Obj) -> None:
-            status["conditions"] = ko.upsert_condition(status.get("conditions"), ko.condition(
-                "Complete", True, now, "CompletionsReached", COMPLETIONS_MESSAGE))
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"),
+                ko.condition("Complete", True, now, "CompletionsReached", COMPLETIONS_MESSAGE),
+            )
             status["completionTime"] = ko.rfc3339(now)
 
         self._sync(criteria)
@@ -221,18 +244,22 @@ class JobSim:
         self.failure_reason = reason
 
         def target(status: Obj) -> None:
-            status["conditions"] = ko.upsert_condition(status.get("conditions"), ko.condition(
-                "FailureTarget", True, now, reason, message))
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"), ko.condition("FailureTarget", True, now, reason, message)
+            )
 
         self._sync(target)
         for index, pod in list(self.active.items()):
             pod.kill()
-            self.env.emit(self.obj, "SuccessfulDelete", f"Deleted pod: {pod.name}", component="job-controller")
+            self.env.emit(
+                self.obj, "SuccessfulDelete", f"Deleted pod: {pod.name}", component="job-controller"
+            )
             self.active.pop(index)
 
         def failed(status: Obj) -> None:
-            status["conditions"] = ko.upsert_condition(status.get("conditions"), ko.condition(
-                "Failed", True, now, reason, message))
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"), ko.condition("Failed", True, now, reason, message)
+            )
 
         self._sync(failed)
         self.finished = "Failed"

@@ -56,7 +56,9 @@ class JobSetWorkload(WorkloadSim):
 
     def find_program(self) -> Program | None:
         for rjob in self.rjobs:
-            pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+            pod_spec = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get(
+                "spec"
+            ) or {}
             found = identify(pod_spec)
             if found is not None:
                 self.leader_rjob = rjob["name"]
@@ -65,7 +67,9 @@ class JobSetWorkload(WorkloadSim):
 
     def suspended_condition(self, suspended: bool) -> Obj:
         if suspended:
-            return ko.meta_condition("Suspended", True, self.env.now(), "SuspendedJobs", "jobset is suspended")
+            return ko.meta_condition(
+                "Suspended", True, self.env.now(), "SuspendedJobs", "jobset is suspended"
+            )
         return ko.meta_condition("Suspended", False, self.env.now(), "ResumeJobs", "jobset is resumed")
 
     def _subdomain(self) -> str:
@@ -76,8 +80,10 @@ class JobSetWorkload(WorkloadSim):
         coord = (self.obj.get("spec") or {}).get("coordinator")
         if not coord:
             return None
-        return (f"{self.name}-{coord['replicatedJob']}-{coord.get('jobIndex', 0)}-{coord.get('podIndex', 0)}."
-                f"{self._subdomain()}")
+        return (
+            f"{self.name}-{coord['replicatedJob']}-{coord.get('jobIndex', 0)}-{coord.get('podIndex', 0)}."
+            f"{self._subdomain()}"
+        )
 
     # -- the script ------------------------------------------------------------------------------
 
@@ -87,7 +93,9 @@ class JobSetWorkload(WorkloadSim):
         while True:
             try:
                 self._run_once()
-                self._finish(completed=True, reason="AllJobsCompleted", message="jobset completed successfully")
+                self._finish(
+                    completed=True, reason="AllJobsCompleted", message="jobset completed successfully"
+                )
                 break
             except JobSetFailed as failed:
                 if not self._apply_failure_policy(failed.child):
@@ -98,15 +106,24 @@ class JobSetWorkload(WorkloadSim):
         spec = self.obj.get("spec") or {}
         in_order = ((spec.get("startupPolicy") or {}).get("startupPolicyOrder")) == "InOrder"
         if in_order:
-            self._conditions(ko.meta_condition("StartupPolicyInProgress", True, self.env.now(),
-                                               "InOrderStartupPolicyInProgress", "in order startup policy is in progress"))
+            self._conditions(
+                ko.meta_condition(
+                    "StartupPolicyInProgress",
+                    True,
+                    self.env.now(),
+                    "InOrderStartupPolicyInProgress",
+                    "in order startup policy is in progress",
+                )
+            )
         self.children = {}
         tpu_anywhere = any(ko.requests_tpu(self._pod_spec(r)) for r in self.rjobs)
         gap = self.once("unschedulable")
         for rjob in self.rjobs:
             jobs = [self._create_child(rjob, i) for i in range(int(rjob.get("replicas", 1)))]
             self.children[rjob["name"]] = jobs
-            pods_by_job = [(job, job.create_pods(range(min(job.parallelism, job.completions)))) for job in jobs]
+            pods_by_job = [
+                (job, job.create_pods(range(min(job.parallelism, job.completions)))) for job in jobs
+            ]
             hits_gap = gap is not None and (ko.requests_tpu(self._pod_spec(rjob)) or not tpu_anywhere)
             bad_image = self.bad_image() if rjob["name"] == self.leader_rjob else None
             for job, pods in pods_by_job:
@@ -115,10 +132,21 @@ class JobSetWorkload(WorkloadSim):
                 gap = None
         if in_order:
             self._conditions(
-                ko.meta_condition("StartupPolicyCompleted", True, self.env.now(), "InOrderStartupPolicyCompleted",
-                                  "in order startup policy has completed"),
-                ko.meta_condition("StartupPolicyInProgress", False, self.env.now(), "InOrderStartupPolicyCompleted",
-                                  "in order startup policy has completed"))
+                ko.meta_condition(
+                    "StartupPolicyCompleted",
+                    True,
+                    self.env.now(),
+                    "InOrderStartupPolicyCompleted",
+                    "in order startup policy has completed",
+                ),
+                ko.meta_condition(
+                    "StartupPolicyInProgress",
+                    False,
+                    self.env.now(),
+                    "InOrderStartupPolicyCompleted",
+                    "in order startup policy has completed",
+                ),
+            )
         else:
             self._sync_status()
         self.record("phase", "running")
@@ -173,10 +201,14 @@ class JobSetWorkload(WorkloadSim):
         if decision.counted:
             self.pacer.pause(worker_job.backoff_seconds())
         self.bring_up(worker_job, worker_job.create_pods([victim.index or 0]))
-        container = next((c for c in head.main if c["name"] == (self.program.container if self.program else "")), None)
+        container = next(
+            (c for c in head.main if c["name"] == (self.program.container if self.program else "")), None
+        )
         self.pacer.pause(pipe_timeout(container, self.env.timing.pipe_timeout))
-        head.log(f"ERROR: Pathways worker {victim.name} unreachable for longer than the pipe timeout; "
-                 "the training program cannot continue")
+        head.log(
+            f"ERROR: Pathways worker {victim.name} unreachable for longer than the pipe timeout; "
+            "the training program cannot continue"
+        )
         head.terminate(1, "Error")
         return Outcome(1, "Error", "Pathways worker unreachable")
 
@@ -194,8 +226,11 @@ class JobSetWorkload(WorkloadSim):
         policy = (self.obj.get("spec") or {}).get("failurePolicy")
         first = f"(first failed job: {failed.name})"
         if not policy:
-            self._finish(completed=False, reason="FailedJobs",
-                         message=f"jobset failed due to one or more job failures {first}")
+            self._finish(
+                completed=False,
+                reason="FailedJobs",
+                message=f"jobset failed due to one or more job failures {first}",
+            )
             return False
         rjob = failed.obj["metadata"]["labels"].get(JS + "replicatedjob-name")
         action = "RestartJobSet"
@@ -206,17 +241,27 @@ class JobSetWorkload(WorkloadSim):
                 action = rule.get("action", "RestartJobSet")
                 break
         if action == "FailJobSet":
-            self._finish(completed=False, reason="FailJobSetFailurePolicyAction",
-                         message=f"applying FailJobSet failure policy action {first}")
+            self._finish(
+                completed=False,
+                reason="FailJobSetFailurePolicyAction",
+                message=f"applying FailJobSet failure policy action {first}",
+            )
             return False
         counts = action != "RestartJobSetAndIgnoreMaxRestarts"
         if counts and self.counted_restarts >= int(policy.get("maxRestarts", 0)):
-            self._finish(completed=False, reason="ReachedMaxRestarts",
-                         message=f"jobset failed due to reaching max number of restarts {first}")
+            self._finish(
+                completed=False,
+                reason="ReachedMaxRestarts",
+                message=f"jobset failed due to reaching max number of restarts {first}",
+            )
             return False
-        self.env.emit(self.obj, "RestartJobSetFailurePolicyAction",
-                      f"applying RestartJobSet failure policy action {first}", warning=True,
-                      component="jobset-controller")
+        self.env.emit(
+            self.obj,
+            "RestartJobSetFailurePolicyAction",
+            f"applying RestartJobSet failure policy action {first}",
+            warning=True,
+            component="jobset-controller",
+        )
         self._delete_children(only_active=False)
         self.restarts += 1
         self.counted_restarts += int(counts)
@@ -243,11 +288,16 @@ class JobSetWorkload(WorkloadSim):
         position = next(i for i, r in enumerate(self.rjobs) if r["name"] == rjob["name"])
         earlier = self.rjobs[:position]
         labels = {
-            JS + "jobset-name": self.name, JS + "jobset-uid": self.uid, JS + "replicatedjob-name": rjob["name"],
-            JS + "restart-attempt": str(self.restarts), JS + "replicatedjob-replicas": str(replicas(rjob)),
-            JS + "global-replicas": str(sum(map(replicas, self.rjobs))), JS + "job-index": str(index),
+            JS + "jobset-name": self.name,
+            JS + "jobset-uid": self.uid,
+            JS + "replicatedjob-name": rjob["name"],
+            JS + "restart-attempt": str(self.restarts),
+            JS + "replicatedjob-replicas": str(replicas(rjob)),
+            JS + "global-replicas": str(sum(map(replicas, self.rjobs))),
+            JS + "job-index": str(index),
             JS + "job-key": hashlib.sha1(f"{self.namespace}/{name}".encode()).hexdigest(),
-            JS + "job-global-index": str(sum(map(replicas, earlier)) + index), JS + "group-name": group,
+            JS + "job-global-index": str(sum(map(replicas, earlier)) + index),
+            JS + "group-name": group,
             JS + "group-replicas": str(sum(replicas(r) for r in self.rjobs if in_group(r))),
             JS + "job-group-index": str(sum(replicas(r) for r in earlier if in_group(r)) + index),
         }
@@ -269,11 +319,18 @@ class JobSetWorkload(WorkloadSim):
         if ((self.obj.get("spec") or {}).get("network") or {}).get("enableDNSHostnames"):
             pod_template.setdefault("spec", {})["subdomain"] = self._subdomain()
         spec["suspend"] = False
-        job = {"apiVersion": "batch/v1", "kind": "Job",
-               "metadata": {"name": f"{self.name}-{rjob['name']}-{index}", "namespace": self.namespace,
-                            "labels": labels, "annotations": annotations,
-                            "ownerReferences": [ko.owner_reference(self.obj)]},
-               "spec": spec}
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{self.name}-{rjob['name']}-{index}",
+                "namespace": self.namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [ko.owner_reference(self.obj)],
+            },
+            "spec": spec,
+        }
         created = self.env.kube.create("jobs", job, namespace=self.namespace)
         self.record("job", f"{created['metadata']['name']} created")
         child = JobSim(self.env, created, workload=self.name)
@@ -291,7 +348,9 @@ class JobSetWorkload(WorkloadSim):
                     pod.kill()
                 job.active.clear()
                 try:
-                    self.env.kube.delete("jobs", job.name, namespace=self.namespace, propagation_policy="Foreground")
+                    self.env.kube.delete(
+                        "jobs", job.name, namespace=self.namespace, propagation_policy="Foreground"
+                    )
                 except KubeApiError as exc:
                     if exc.code != 404:
                         raise
@@ -303,12 +362,23 @@ class JobSetWorkload(WorkloadSim):
         out = []
         for rjob in self.rjobs:
             jobs = self.children.get(rjob["name"], [])
-            ready = sum(1 for j in jobs if j.finished is None and
-                        sum(1 for p in j.active.values() if p.phase == "Running") >= min(j.parallelism, j.completions))
-            out.append({"name": rjob["name"], "ready": ready,
-                        "succeeded": sum(1 for j in jobs if j.finished == "Complete"),
-                        "failed": sum(1 for j in jobs if j.finished == "Failed"),
-                        "active": sum(1 for j in jobs if j.finished is None and j.active), "suspended": 0})
+            ready = sum(
+                1
+                for j in jobs
+                if j.finished is None
+                and sum(1 for p in j.active.values() if p.phase == "Running")
+                >= min(j.parallelism, j.completions)
+            )
+            out.append(
+                {
+                    "name": rjob["name"],
+                    "ready": ready,
+                    "succeeded": sum(1 for j in jobs if j.finished == "Complete"),
+                    "failed": sum(1 for j in jobs if j.finished == "Failed"),
+                    "active": sum(1 for j in jobs if j.finished is None and j.active),
+                    "suspended": 0,
+                }
+            )
         return out
 
     def _sync_status(self, *conditions: Obj, terminal: str | None = None) -> None:
@@ -321,6 +391,7 @@ class JobSetWorkload(WorkloadSim):
             status["restartsCountTowardsMax"] = self.counted_restarts
             if terminal:
                 status["terminalState"] = terminal
+
         self.modify(mutate)
 
     def _conditions(self, *conditions: Obj) -> None:

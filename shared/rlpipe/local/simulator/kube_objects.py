@@ -37,8 +37,15 @@ def rand_suffix(rng: random.Random, n: int = 5) -> str:
     return "".join(rng.choice(NAME_ALPHABET) for _ in range(n))
 
 
-def condition(kind: str, status: bool | str, now: float, reason: str | None = None,
-              message: str | None = None, *, probe: bool = True) -> Obj:
+def condition(
+    kind: str,
+    status: bool | str,
+    now: float,
+    reason: str | None = None,
+    message: str | None = None,
+    *,
+    probe: bool = True,
+) -> Obj:
     """A core/batch condition (Pod, Job): ``lastProbeTime`` + ``lastTransitionTime``."""
     cond: Obj = {"type": kind, "status": _status(status)}
     cond["lastProbeTime"] = rfc3339(now) if probe else None
@@ -52,8 +59,13 @@ def condition(kind: str, status: bool | str, now: float, reason: str | None = No
 
 def meta_condition(kind: str, status: bool | str, now: float, reason: str, message: str) -> Obj:
     """A ``metav1.Condition`` (JobSet): reason and message are required."""
-    return {"type": kind, "status": _status(status), "lastTransitionTime": rfc3339(now),
-            "reason": reason, "message": message}
+    return {
+        "type": kind,
+        "status": _status(status),
+        "lastTransitionTime": rfc3339(now),
+        "reason": reason,
+        "message": message,
+    }
 
 
 def _status(value: bool | str) -> str:
@@ -83,33 +95,65 @@ def find_condition(obj: Mapping[str, Any], kind: str) -> Obj | None:
 
 
 def owner_reference(obj: Mapping[str, Any]) -> Obj:
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def involved(obj: Mapping[str, Any], field_path: str | None = None) -> Obj:
     meta = obj["metadata"]
-    ref = {"kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"],
-           "apiVersion": obj["apiVersion"], "resourceVersion": meta.get("resourceVersion", "")}
+    ref = {
+        "kind": obj["kind"],
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "apiVersion": obj["apiVersion"],
+        "resourceVersion": meta.get("resourceVersion", ""),
+    }
     if field_path:
         ref["fieldPath"] = field_path
     return ref
 
 
-def event(ref: Obj, reason: str, message: str, *, now: float, seq: int, warning: bool = False,
-          component: str = "kubelet", host: str | None = None) -> Obj:
+def event(
+    ref: Obj,
+    reason: str,
+    message: str,
+    *,
+    now: float,
+    seq: int,
+    warning: bool = False,
+    component: str = "kubelet",
+    host: str | None = None,
+) -> Obj:
     """A ``v1`` Event as the event recorder writes it (``<object>.<hex nanoseconds>``)."""
     stamp = rfc3339(now)
     source: Obj = {"component": component}
     if host:
         source["host"] = host
     return {
-        "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": f"{ref['name']}.{int(now * 1e9) + seq:x}", "namespace": ref["namespace"],
-                     "annotations": {SIMULATED_ANNOTATION: SIMULATED_NOTE}},
-        "involvedObject": ref, "reason": reason, "message": message, "type": "Warning" if warning else "Normal",
-        "source": source, "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-        "reportingComponent": component, "reportingInstance": host or component,
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{ref['name']}.{int(now * 1e9) + seq:x}",
+            "namespace": ref["namespace"],
+            "annotations": {SIMULATED_ANNOTATION: SIMULATED_NOTE},
+        },
+        "involvedObject": ref,
+        "reason": reason,
+        "message": message,
+        "type": "Warning" if warning else "Normal",
+        "source": source,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": component,
+        "reportingInstance": host or component,
     }
 
 
@@ -131,24 +175,66 @@ def waiting(name: str, image: str, reason: str, message: str | None = None, *, r
     state: Obj = {"reason": reason}
     if message:
         state["message"] = message
-    return {"name": name, "image": image, "imageID": "", "ready": False, "restartCount": restarts,
-            "started": False, "state": {"waiting": state}, "lastState": {}}
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "ready": False,
+        "restartCount": restarts,
+        "started": False,
+        "state": {"waiting": state},
+        "lastState": {},
+    }
 
 
-def running(name: str, image: str, cid: str, started_at: float, *, ready: bool = True, restarts: int = 0) -> Obj:
-    return {"name": name, "image": image, "imageID": image_id(image), "containerID": cid, "ready": ready,
-            "restartCount": restarts, "started": True, "state": {"running": {"startedAt": rfc3339(started_at)}},
-            "lastState": {}}
+def running(
+    name: str, image: str, cid: str, started_at: float, *, ready: bool = True, restarts: int = 0
+) -> Obj:
+    return {
+        "name": name,
+        "image": image,
+        "imageID": image_id(image),
+        "containerID": cid,
+        "ready": ready,
+        "restartCount": restarts,
+        "started": True,
+        "state": {"running": {"startedAt": rfc3339(started_at)}},
+        "lastState": {},
+    }
 
 
-def terminated(name: str, image: str, cid: str, code: int, reason: str, started_at: float, finished_at: float,
-               *, message: str | None = None, restarts: int = 0) -> Obj:
-    state: Obj = {"exitCode": code, "reason": reason, "startedAt": rfc3339(started_at),
-                  "finishedAt": rfc3339(finished_at), "containerID": cid}
+def terminated(
+    name: str,
+    image: str,
+    cid: str,
+    code: int,
+    reason: str,
+    started_at: float,
+    finished_at: float,
+    *,
+    message: str | None = None,
+    restarts: int = 0,
+) -> Obj:
+    state: Obj = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": rfc3339(started_at),
+        "finishedAt": rfc3339(finished_at),
+        "containerID": cid,
+    }
     if message:
         state["message"] = message
-    return {"name": name, "image": image, "imageID": image_id(image), "containerID": cid, "ready": False,
-            "restartCount": restarts, "started": False, "state": {"terminated": state}, "lastState": {}}
+    return {
+        "name": name,
+        "image": image,
+        "imageID": image_id(image),
+        "containerID": cid,
+        "ready": False,
+        "restartCount": restarts,
+        "started": False,
+        "state": {"terminated": state},
+        "lastState": {},
+    }
 
 
 def sidecars(spec: Mapping[str, Any]) -> list[Obj]:
@@ -204,5 +290,7 @@ def unschedulable_message(spec: Mapping[str, Any]) -> str:
     else:
         lacking = "Insufficient cpu, 3 Insufficient memory"
         other = "node(s) had untolerated taint {google.com/tpu: present}"
-    return (f"0/6 nodes are available: 3 {lacking}, 3 {other}. preemption: 0/6 nodes are available: "
-            "3 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling.")
+    return (
+        f"0/6 nodes are available: 3 {lacking}, 3 {other}. preemption: 0/6 nodes are available: "
+        "3 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."
+    )

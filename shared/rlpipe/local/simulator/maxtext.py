@@ -136,7 +136,9 @@ def stage_of_object(name: str) -> str | None:
     if base.endswith(".safetensors") or base in (HF_INDEX, HF_CONFIG, *TOKENIZER_FILES):
         return "export"
     step0 = f"/{CONVERSION_STEP}/"
-    if f"{step0}{CONVERSION_ITEM}/" in name or name.endswith((f"{step0}{COMMIT_FILE}", f"{step0}{CHECKPOINT_METADATA}")):
+    if f"{step0}{CONVERSION_ITEM}/" in name or name.endswith(
+        (f"{step0}{COMMIT_FILE}", f"{step0}{CHECKPOINT_METADATA}")
+    ):
         return "convert"
     return None
 
@@ -154,8 +156,18 @@ def _json(doc: object) -> bytes:
 
 
 def _zarray() -> bytes:
-    return _json({"chunks": [2, 2], "compressor": {"id": "zstd", "level": 1}, "dtype": "bfloat16",
-                  "fill_value": None, "filters": None, "order": "C", "shape": [2, 2], "zarr_format": 2})
+    return _json(
+        {
+            "chunks": [2, 2],
+            "compressor": {"id": "zstd", "level": 1},
+            "dtype": "bfloat16",
+            "fill_value": None,
+            "filters": None,
+            "order": "C",
+            "shape": [2, 2],
+            "zarr_format": 2,
+        }
+    )
 
 
 def _pytree_files(arrays: list[str]) -> list[tuple[str, bytes]]:
@@ -165,20 +177,50 @@ def _pytree_files(arrays: list[str]) -> list[tuple[str, bytes]]:
     for array in arrays:
         files.append((f"{array}/.zarray", _zarray()))
         files.append((f"{array}/0.0", bytes(8)))  # one 2x2 bfloat16 chunk of zeros
-    files.append((SHARDING, _json({a: {"sharding_type": "SingleDeviceSharding", "device_str": "TFRT_CPU_0"}
-                                   for a in arrays})))
-    files.append((ARRAY_METADATA, _json({"array_metadatas": [{"array_metadata": {"param_name": a,
-                                                                                  "write_shape": [2, 2]}}
-                                                             for a in arrays]})))
-    files.append((PYTREE_METADATA, _json({"tree_metadata": {a: {"value_metadata": {"value_type": "jax.Array"}}
-                                                            for a in arrays},
-                                          "use_zarr3": False, "_simulated": SIMULATED_NOTE})))
+    files.append(
+        (
+            SHARDING,
+            _json({a: {"sharding_type": "SingleDeviceSharding", "device_str": "TFRT_CPU_0"} for a in arrays}),
+        )
+    )
+    files.append(
+        (
+            ARRAY_METADATA,
+            _json(
+                {
+                    "array_metadatas": [
+                        {"array_metadata": {"param_name": a, "write_shape": [2, 2]}} for a in arrays
+                    ]
+                }
+            ),
+        )
+    )
+    files.append(
+        (
+            PYTREE_METADATA,
+            _json(
+                {
+                    "tree_metadata": {a: {"value_metadata": {"value_type": "jax.Array"}} for a in arrays},
+                    "use_zarr3": False,
+                    "_simulated": SIMULATED_NOTE,
+                }
+            ),
+        )
+    )
     return files
 
 
 def _checkpoint_metadata(now_ns: int, custom: Mapping[str, object]) -> bytes:
-    return _json({"init_timestamp_nsecs": now_ns, "commit_timestamp_nsecs": now_ns, "metrics": {},
-                  "performance_metrics": {}, "custom_metadata": dict(custom), "_simulated": SIMULATED_NOTE})
+    return _json(
+        {
+            "init_timestamp_nsecs": now_ns,
+            "commit_timestamp_nsecs": now_ns,
+            "metrics": {},
+            "performance_metrics": {},
+            "custom_metadata": dict(custom),
+            "_simulated": SIMULATED_NOTE,
+        }
+    )
 
 
 def _commit(path: str) -> bytes:
@@ -204,8 +246,14 @@ def _layer_names(scan_layers: bool, names: list[str]) -> list[str]:
 # --------------------------------------------------------------------------- programs
 
 
-def _write_all(ctx: ProgramContext, base: str, files: list[tuple[str, bytes]], seconds: float,
-               *, peak_after: int | None = None) -> None:
+def _write_all(
+    ctx: ProgramContext,
+    base: str,
+    files: list[tuple[str, bytes]],
+    seconds: float,
+    *,
+    peak_after: int | None = None,
+) -> None:
     per_file = seconds / max(len(files), 1)
     for i, (name, data) in enumerate(files):
         ctx.pause(per_file)
@@ -221,7 +269,9 @@ def run_convert(ctx: ProgramContext, args: Arguments) -> int:
     revision = args.flags.get("revision", "main")
     scan_layers = args.boolean("scan_layers", True)
     step_dir = join(base, CONVERSION_STEP)
-    ctx.log(f"to_maxtext: model_name={args.get('model_name')} loading {repo}@{revision} from the Hugging Face Hub")
+    ctx.log(
+        f"to_maxtext: model_name={args.get('model_name')} loading {repo}@{revision} from the Hugging Face Hub"
+    )
     ctx.hook("start")
     if ctx.exists(join(step_dir, COMMIT_FILE)):
         raise ProgramExit(1, message=f"orbax: step 0 already exists at {step_dir} (StepAlreadyExistsError)")
@@ -229,14 +279,21 @@ def run_convert(ctx: ProgramContext, args: Arguments) -> int:
     ctx.pause(total * 0.4)
     ctx.log(f"to_maxtext: converted weights (scan_layers={str(scan_layers).lower()}); saving to {step_dir}")
     items = join(step_dir, CONVERSION_ITEM)
-    arrays = ["params.params.token_embedder.embedding", "params.params.decoder.decoder_norm.scale",
-              *(f"params.params.{n}" for n in _layer_names(scan_layers, ["self_attention.query.kernel",
-                                                                          "mlp.wi_0.kernel"]))]
+    arrays = [
+        "params.params.token_embedder.embedding",
+        "params.params.decoder.decoder_norm.scale",
+        *(
+            f"params.params.{n}"
+            for n in _layer_names(scan_layers, ["self_attention.query.kernel", "mlp.wi_0.kernel"])
+        ),
+    ]
     files = _pytree_files(arrays)
     _write_all(ctx, items, files, total * 0.5, peak_after=len(arrays))  # oom strikes mid-write
     ctx.write(join(items, COMMIT_FILE), _commit(items))
     ctx.pause(total * 0.1)
-    ctx.write(join(step_dir, CHECKPOINT_METADATA), _checkpoint_metadata(ctx_ns(ctx), {"scan_layers": scan_layers}))
+    ctx.write(
+        join(step_dir, CHECKPOINT_METADATA), _checkpoint_metadata(ctx_ns(ctx), {"scan_layers": scan_layers})
+    )
     ctx.write(join(step_dir, COMMIT_FILE), _commit(step_dir))
     ctx.log(f"to_maxtext: saved checkpoint step 0 to {step_dir}")
     return 0
@@ -265,8 +322,10 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     if not ctx.exists_under(load):
         raise ProgramExit(1, message=f"no checkpoint found at load_parameters_path={load}")
     ctx.hook("start")
-    ctx.write(join(base, run_name, "tensorboard", f"events.out.tfevents.{ctx_ns(ctx) // 10**9}.pathways-head"),
-              b"simulated tensorboard event file\n")
+    ctx.write(
+        join(base, run_name, "tensorboard", f"events.out.tfevents.{ctx_ns(ctx) // 10**9}.pathways-head"),
+        b"simulated tensorboard event file\n",
+    )
     done = committed_steps(ctx, actor) if enabled else []
     start = done[-1] if done else 0
     if start:
@@ -280,8 +339,11 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
         saving = enabled and (step % period == 0 or step == num_batches)
         ctx.hook("step", step, saving=saving)
         ctx.pause(ctx.duration("step"))
-        loss = round(1.0 / math.sqrt(step + 1), 4)
-        ctx.log(f"Reshard finished; train step {step}/{num_batches}: loss={loss:.4f} mean_reward={mean_reward(step):.4f}")
+        loss = 1.0 / math.sqrt(step + 1)
+        reward = mean_reward(step)
+        ctx.log(
+            f"Reshard finished; train step {step}/{num_batches}: loss={loss:.4f} mean_reward={reward:.4f}"
+        )
         ctx.note("step", str(step))
         if saving:
             _save_rl_checkpoint(ctx, actor, step, keep)
@@ -291,8 +353,13 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
 
 def _save_rl_checkpoint(ctx: ProgramContext, actor: str, step: int, keep: int) -> None:
     step_dir = join(actor, str(step))
-    params = _pytree_files(["decoder.decoder_norm.scale", "token_embedder.embedding",
-                            "decoder.layers_0.self_attention.query.kernel"])
+    params = _pytree_files(
+        [
+            "decoder.decoder_norm.scale",
+            "token_embedder.embedding",
+            "decoder.layers_0.self_attention.query.kernel",
+        ]
+    )
     optimizer = _pytree_files(["opt_state.0.v.decoder.decoder_norm.scale", "opt_state.1.count"])
     save_time = ctx.duration("checkpoint_save")
     _write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[0]), params, save_time * 0.5)
@@ -315,7 +382,7 @@ def hf_tensor_names(layers: int = 2) -> list[str]:
         names += [f"model.layers.{i}.self_attn.{p}_proj.weight" for p in ("q", "k", "v", "o")]
         names += [f"model.layers.{i}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
         names += [f"model.layers.{i}.input_layernorm.weight"]
-    return names + ["model.norm.weight"]
+    return [*names, "model.norm.weight"]
 
 
 def run_export(ctx: ProgramContext, args: Arguments) -> int:
@@ -332,12 +399,14 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
     for name in TOKENIZER_FILES:
         ctx.write(join(base, name), _json(tokenizer))
     dtype = args.get("weight_dtype", "bfloat16")
-    ctx.write(join(base, HF_CONFIG), _json({"model_type": args.get("model_name"), "torch_dtype": dtype,
-                                            "_simulated": SIMULATED_NOTE}))
+    ctx.write(
+        join(base, HF_CONFIG),
+        _json({"model_type": args.get("model_name"), "torch_dtype": dtype, "_simulated": SIMULATED_NOTE}),
+    )
     shards = max(1, ctx.export_shards)
     tensors = hf_tensor_names()
     per_shard = math.ceil(len(tensors) / shards)
-    groups = [tensors[i * per_shard:(i + 1) * per_shard] for i in range(shards)]
+    groups = [tensors[i * per_shard : (i + 1) * per_shard] for i in range(shards)]
     weight_map: dict[str, str] = {}
     total_size = 0
     for i, group in enumerate(groups, start=1):

@@ -49,19 +49,35 @@ class PodSim:
     def _status(self, mutate: Callable[[Obj], None]) -> None:
         self._modify(lambda pod: mutate(pod.setdefault("status", {})))
 
-    def _condition(self, status: Obj, kind: str, value: bool, reason: str | None = None,
-                   message: str | None = None) -> None:
+    def _condition(
+        self, status: Obj, kind: str, value: bool, reason: str | None = None, message: str | None = None
+    ) -> None:
         status["conditions"] = ko.upsert_condition(
-            status.get("conditions"), ko.condition(kind, value, self.env.now(), reason, message, probe=False))
+            status.get("conditions"), ko.condition(kind, value, self.env.now(), reason, message, probe=False)
+        )
 
-    def event(self, reason: str, message: str, *, warning: bool = False, container: str | None = None,
-              component: str = "kubelet") -> None:
+    def event(
+        self,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        container: str | None = None,
+        component: str = "kubelet",
+    ) -> None:
         field_path = None
         if container:
             kind = "initContainers" if any(c["name"] == container for c in self.sidecars) else "containers"
             field_path = f"spec.{kind}{{{container}}}"
-        self.env.emit(self.obj, reason, message, warning=warning, component=component,
-                      host=self.node if component == "kubelet" else None, field_path=field_path)
+        self.env.emit(
+            self.obj,
+            reason,
+            message,
+            warning=warning,
+            component=component,
+            host=self.node if component == "kubelet" else None,
+            field_path=field_path,
+        )
 
     @property
     def exists(self) -> bool:
@@ -98,32 +114,50 @@ class PodSim:
             self._condition(status, "PodScheduled", True)
 
         self._modify(mutate)
-        self.event("Scheduled", f"Successfully assigned {self.namespace}/{self.name} to {self.node}",
-                   component="default-scheduler")
+        self.event(
+            "Scheduled",
+            f"Successfully assigned {self.namespace}/{self.name} to {self.node}",
+            component="default-scheduler",
+        )
 
     # -- starting --------------------------------------------------------------------------------
 
     def begin_start(self) -> None:
         """The kubelet admits the pod: sandbox ready, images start pulling."""
         host_ip = self.env.with_rng(lambda rng: f"10.128.{rng.randrange(0, 255)}.{rng.randrange(2, 254)}")
-        pod_ip = host_ip if self.spec.get("hostNetwork") else self.env.with_rng(
-            lambda rng: f"10.4.{rng.randrange(0, 255)}.{rng.randrange(2, 254)}")
+        pod_ip = (
+            host_ip
+            if self.spec.get("hostNetwork")
+            else self.env.with_rng(lambda rng: f"10.4.{rng.randrange(0, 255)}.{rng.randrange(2, 254)}")
+        )
 
         def mutate(status: Obj) -> None:
-            status.update(hostIP=host_ip, hostIPs=[{"ip": host_ip}], podIP=pod_ip, podIPs=[{"ip": pod_ip}],
-                          startTime=ko.rfc3339(self.env.now()))
+            status.update(
+                hostIP=host_ip,
+                hostIPs=[{"ip": host_ip}],
+                podIP=pod_ip,
+                podIPs=[{"ip": pod_ip}],
+                startTime=ko.rfc3339(self.env.now()),
+            )
             self._condition(status, "PodReadyToStartContainers", True)
-            self._condition(status, "Initialized", not self.sidecars,
-                            None if not self.sidecars else "ContainersNotInitialized",
-                            None if not self.sidecars else
-                            f"containers with incomplete status: [{' '.join(c['name'] for c in self.sidecars)}]")
+            self._condition(
+                status,
+                "Initialized",
+                not self.sidecars,
+                None if not self.sidecars else "ContainersNotInitialized",
+                None
+                if not self.sidecars
+                else f"containers with incomplete status: [{' '.join(c['name'] for c in self.sidecars)}]",
+            )
             self._condition(status, "ContainersReady", False, "ContainersNotReady", self._unready_message())
             self._condition(status, "Ready", False, "ContainersNotReady", self._unready_message())
             if self.sidecars:
-                status["initContainerStatuses"] = [ko.waiting(c["name"], c.get("image", ""), "PodInitializing")
-                                                   for c in self.sidecars]
-            status["containerStatuses"] = [ko.waiting(c["name"], c.get("image", ""), "ContainerCreating")
-                                           for c in self.main]
+                status["initContainerStatuses"] = [
+                    ko.waiting(c["name"], c.get("image", ""), "PodInitializing") for c in self.sidecars
+                ]
+            status["containerStatuses"] = [
+                ko.waiting(c["name"], c.get("image", ""), "ContainerCreating") for c in self.main
+            ]
 
         self._status(mutate)
         for c in self.sidecars + self.main:
@@ -139,10 +173,14 @@ class PodSim:
         for c in self.sidecars:
             self._start_container(c, now)
         if self.sidecars:
+
             def sidecars_up(status: Obj) -> None:
                 status["initContainerStatuses"] = [
-                    ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now) for c in self.sidecars]
+                    ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now)
+                    for c in self.sidecars
+                ]
                 self._condition(status, "Initialized", True)
+
             self._status(sidecars_up)
         failing = [c for c in self.main if bad_image is not None and c.get("image") == bad_image]
         for c in self.main:
@@ -151,18 +189,24 @@ class PodSim:
             else:
                 self._start_container(c, now)
         if failing:
+
             def stuck(status: Obj) -> None:
                 status["phase"] = "Pending"
                 status["containerStatuses"] = [
-                    ko.waiting(c["name"], c.get("image", ""), "ErrImagePull", self._pull_error(c)) if c in failing
-                    else ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now) for c in self.main]
+                    ko.waiting(c["name"], c.get("image", ""), "ErrImagePull", self._pull_error(c))
+                    if c in failing
+                    else ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now)
+                    for c in self.main
+                ]
+
             self._status(stuck)
             return False
 
         def up(status: Obj) -> None:
             status["phase"] = "Running"
-            status["containerStatuses"] = [ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now)
-                                           for c in self.main]
+            status["containerStatuses"] = [
+                ko.running(c["name"], c.get("image", ""), self.cids[c["name"]], now) for c in self.main
+            ]
             self._condition(status, "ContainersReady", True)
             self._condition(status, "Ready", True)
 
@@ -174,32 +218,46 @@ class PodSim:
         image = c.get("image", "")
         self.cids[c["name"]] = self.env.with_rng(ko.container_id)
         self.started[c["name"]] = now
-        self.event("Pulled", f'Successfully pulled image "{image}" in 1.2s (1.2s including waiting). '
-                   "Image size: 1048576 bytes.", container=c["name"])
+        self.event(
+            "Pulled",
+            f'Successfully pulled image "{image}" in 1.2s (1.2s including waiting). '
+            "Image size: 1048576 bytes.",
+            container=c["name"],
+        )
         self.event("Created", f"Created container: {c['name']}", container=c["name"])
         self.event("Started", f"Started container {c['name']}", container=c["name"])
 
     @staticmethod
     def _pull_error(c: Obj) -> str:
         image = c.get("image", "")
-        return (f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
-                f'failed to resolve reference "{image}": {image}: not found')
+        return (
+            f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": '
+            f'failed to resolve reference "{image}": {image}: not found'
+        )
 
     def _pull_failed(self, c: Obj) -> None:
         image = c.get("image", "")
-        self.event("Failed", f'Failed to pull image "{image}": {self._pull_error(c)}', warning=True,
-                   container=c["name"])
+        self.event(
+            "Failed",
+            f'Failed to pull image "{image}": {self._pull_error(c)}',
+            warning=True,
+            container=c["name"],
+        )
         self.event("Failed", "Error: ErrImagePull", warning=True, container=c["name"])
 
     def image_pull_backoff(self, bad_image: str) -> None:
         """After the first failed pull, the kubelet backs off: ImagePullBackOff, forever."""
+
         def mutate(status: Obj) -> None:
             statuses = []
             for cs in status.get("containerStatuses") or []:
                 if cs.get("image") == bad_image:
-                    cs = ko.waiting(cs["name"], bad_image, "ImagePullBackOff", f'Back-off pulling image "{bad_image}"')
+                    cs = ko.waiting(
+                        cs["name"], bad_image, "ImagePullBackOff", f'Back-off pulling image "{bad_image}"'
+                    )
                 statuses.append(cs)
             status["containerStatuses"] = statuses
+
         self._status(mutate)
         for c in self.main:
             if c.get("image") == bad_image:
@@ -218,12 +276,31 @@ class PodSim:
         def mutate(status: Obj) -> None:
             status["phase"] = self.phase
             status["containerStatuses"] = [
-                ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), code, reason,
-                              self.started.get(c["name"], now), now, message=message) for c in self.main]
+                ko.terminated(
+                    c["name"],
+                    c.get("image", ""),
+                    self.cids.get(c["name"], ""),
+                    code,
+                    reason,
+                    self.started.get(c["name"], now),
+                    now,
+                    message=message,
+                )
+                for c in self.main
+            ]
             if self.sidecars:
                 status["initContainerStatuses"] = [
-                    ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT,
-                                  "Error", self.started.get(c["name"], now), now) for c in self.sidecars]
+                    ko.terminated(
+                        c["name"],
+                        c.get("image", ""),
+                        self.cids.get(c["name"], ""),
+                        SIGTERM_EXIT,
+                        "Error",
+                        self.started.get(c["name"], now),
+                        now,
+                    )
+                    for c in self.sidecars
+                ]
             why = "PodCompleted" if code == 0 else "PodFailed"
             self._condition(status, "ContainersReady", False, why)
             self._condition(status, "Ready", False, why)
@@ -235,12 +312,18 @@ class PodSim:
         """A disruption: ``DisruptionTarget`` first (so a watcher sees why), then the kill."""
         now = self.env.now()
         by_scheduler = reason == "PreemptionByScheduler"
-        message = ("default-scheduler: preempting to accommodate a higher priority pod" if by_scheduler
-                   else NODE_SHUTDOWN_MESSAGE)
+        message = (
+            "default-scheduler: preempting to accommodate a higher priority pod"
+            if by_scheduler
+            else NODE_SHUTDOWN_MESSAGE
+        )
         self._status(lambda status: self._condition(status, "DisruptionTarget", True, reason, message))
         if by_scheduler:
-            self.event("Preempted", f"Preempted by pod {self.env.suffix(8)} on node {self.node}",
-                       component="default-scheduler")
+            self.event(
+                "Preempted",
+                f"Preempted by pod {self.env.suffix(8)} on node {self.node}",
+                component="default-scheduler",
+            )
         for c in self.main + self.sidecars:
             self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
         self.phase = "Failed"
@@ -251,12 +334,30 @@ class PodSim:
                 status["reason"] = "Terminated"
                 status["message"] = NODE_SHUTDOWN_MESSAGE
             status["containerStatuses"] = [
-                ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT, "Error",
-                              self.started.get(c["name"], now), now) for c in self.main]
+                ko.terminated(
+                    c["name"],
+                    c.get("image", ""),
+                    self.cids.get(c["name"], ""),
+                    SIGTERM_EXIT,
+                    "Error",
+                    self.started.get(c["name"], now),
+                    now,
+                )
+                for c in self.main
+            ]
             if self.sidecars:
                 status["initContainerStatuses"] = [
-                    ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT,
-                                  "Error", self.started.get(c["name"], now), now) for c in self.sidecars]
+                    ko.terminated(
+                        c["name"],
+                        c.get("image", ""),
+                        self.cids.get(c["name"], ""),
+                        SIGTERM_EXIT,
+                        "Error",
+                        self.started.get(c["name"], now),
+                        now,
+                    )
+                    for c in self.sidecars
+                ]
             self._condition(status, "ContainersReady", False, "PodFailed")
             self._condition(status, "Ready", False, "PodFailed")
 

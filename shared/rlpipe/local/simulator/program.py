@@ -46,8 +46,9 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
         found = parse_argv(argv)
         if found is not None:
             module, rest, gated = found
-            return Program(container.get("name", ""), container.get("image", ""), module,
-                           Arguments.parse(rest), gated)
+            return Program(
+                container.get("name", ""), container.get("image", ""), module, Arguments.parse(rest), gated
+            )
     return None
 
 

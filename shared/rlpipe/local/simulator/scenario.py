@@ -98,15 +98,19 @@ class Scenario:
     def from_document(cls, doc: Any, *, source: str = "scenario") -> Scenario:
         """From a parsed document ``{"faults": [{"stage", "attempt", "fault"}, ...]}``."""
         if not isinstance(doc, Mapping):
-            raise ScenarioError(f"{source}: expected a mapping with a 'faults' list, got {type(doc).__name__}; "
-                                'write {"faults": [{"stage": "train", "fault": "preempt@30"}]}')
+            raise ScenarioError(
+                f"{source}: expected a mapping with a 'faults' list, got {type(doc).__name__}; "
+                'write {"faults": [{"stage": "train", "fault": "preempt@30"}]}'
+            )
         unknown = sorted(set(doc) - {"faults"})
         if unknown:
             raise ScenarioError(f"{source}: unknown top-level key(s) {unknown}; the only key is 'faults'")
         entries = doc.get("faults") or []
         if not isinstance(entries, list):
             raise ScenarioError(f"{source}: 'faults' must be a list of entries, got {type(entries).__name__}")
-        return cls(tuple(_fault_from_entry(entry, f"{source}: faults[{i}]") for i, entry in enumerate(entries)))
+        return cls(
+            tuple(_fault_from_entry(entry, f"{source}: faults[{i}]") for i, entry in enumerate(entries))
+        )
 
     @classmethod
     def loads(cls, text: str, *, source: str = "scenario") -> Scenario:
@@ -178,7 +182,9 @@ def parse_fault(spec: str) -> Fault:
         return Fault("drop-events", _stage(stage, where), None)
     head, sep, rest = text.partition(":")
     if not sep:
-        raise ScenarioError(f"{where}: no stage; write '<stage>[:<attempt>]:<fault>', e.g. 'train:{text}' ({_STAGE_HELP})")
+        raise ScenarioError(
+            f"{where}: no stage; write '<stage>[:<attempt>]:<fault>', e.g. 'train:{text}' ({_STAGE_HELP})"
+        )
     stage = _stage(head, where)
     attempt: int | None = None
     first, sep, remainder = rest.partition(":")
@@ -195,6 +201,10 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     body = body.strip()
     kind, _, arg = body.partition(":")
     kind, at, step_text = kind.partition("@")
+    if kind not in FAULT_KINDS:
+        suggestion = _close(kind)
+        hint = f"did you mean {suggestion!r}? " if suggestion else ""
+        raise ScenarioError(f"{where}: unknown fault {body!r}; {hint}{_SYNTAX_HELP}")
     if kind == "preempt":
         return _preempt(stage, attempt, step_text if at else "0", arg, where)
     if at:
@@ -212,13 +222,9 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     if kind == "api-5xx":
         count = int(_number(arg, where, "api-5xx:<n>", minimum=1, integer=True))
         return Fault("api-5xx", stage, attempt, count=count)
-    if kind in ("oom", "image-pull", "stall", "drop-events"):
-        if arg:
-            raise ScenarioError(f"{where}: {kind} takes no argument (got {arg!r}); write just '{kind}'")
-        return Fault(kind, stage, attempt)
-    suggestion = _close(kind)
-    hint = f"did you mean {suggestion!r}? " if suggestion else ""
-    raise ScenarioError(f"{where}: unknown fault {body!r}; {hint}{_SYNTAX_HELP}")
+    if arg:  # oom, image-pull, stall, drop-events
+        raise ScenarioError(f"{where}: {kind} takes no argument (got {arg!r}); write just '{kind}'")
+    return Fault(kind, stage, attempt)
 
 
 def _preempt(stage: str, attempt: int | None, step_text: str, modifiers: str, where: str) -> Fault:
@@ -232,10 +238,14 @@ def _preempt(stage: str, attempt: int | None, step_text: str, modifiers: str, wh
         elif word in DISRUPTION_REASONS:
             by = word
         else:
-            raise ScenarioError(f"{where}: unknown preempt modifier {word!r}; use head or worker (which pod of a "
-                                "JobSet), kubelet or scheduler (who disrupts it)")
+            raise ScenarioError(
+                f"{where}: unknown preempt modifier {word!r}; use head or worker (which pod of a "
+                "JobSet), kubelet or scheduler (who disrupts it)"
+            )
     if target and stage != "train":
-        raise ScenarioError(f"{where}: ':{target}' only applies to the training JobSet; remove it for {stage}")
+        raise ScenarioError(
+            f"{where}: ':{target}' only applies to the training JobSet; remove it for {stage}"
+        )
     return Fault("preempt", stage, attempt, step=int(step_text), target=target, by=by)
 
 
@@ -243,8 +253,10 @@ def _fault_from_entry(entry: Any, where: str) -> Fault:
     if isinstance(entry, str):
         return parse_fault(entry)
     if not isinstance(entry, Mapping):
-        raise ScenarioError(f"{where}: expected a mapping like {{\"stage\": \"train\", \"fault\": \"oom\"}} "
-                            f"or a string like 'train:oom', got {type(entry).__name__}")
+        raise ScenarioError(
+            f'{where}: expected a mapping like {{"stage": "train", "fault": "oom"}} '
+            f"or a string like 'train:oom', got {type(entry).__name__}"
+        )
     unknown = sorted(set(entry) - set(ENTRY_KEYS))
     if unknown:
         raise ScenarioError(f"{where}: unknown key(s) {unknown}; entries have {', '.join(ENTRY_KEYS)}")
@@ -273,14 +285,18 @@ def _stage(value: Any, where: str) -> str:
 
 def _attempt(value: int, where: str) -> int:
     if value < 1:
-        raise ScenarioError(f"{where}: attempt {value} is invalid; attempts count from 1 (omit it for every attempt)")
+        raise ScenarioError(
+            f"{where}: attempt {value} is invalid; attempts count from 1 (omit it for every attempt)"
+        )
     return value
 
 
 def _number(text: str, where: str, syntax: str, *, minimum: float, integer: bool = False) -> float:
     pattern = r"\d+" if integer else r"\d+(\.\d+)?"
     if not re.fullmatch(pattern, text or ""):
-        raise ScenarioError(f"{where}: expected {syntax} with a {'whole ' if integer else ''}number, got {text!r}")
+        raise ScenarioError(
+            f"{where}: expected {syntax} with a {'whole ' if integer else ''}number, got {text!r}"
+        )
     value = float(text)
     if value < minimum:
         raise ScenarioError(f"{where}: {syntax} must be >= {minimum:g}")

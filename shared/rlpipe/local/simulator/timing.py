@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -57,9 +57,6 @@ class Timing:
     def fast(cls, scale: float = 0.0002) -> Timing:
         """Tests: a whole three-stage run in well under a second of simulated waiting."""
         return cls(scale=scale, ttl=False, poll=0.01)
-
-    def with_(self, **changes: float | bool) -> Timing:
-        return replace(self, **changes)
 
 
 class Pacer:

@@ -50,6 +50,7 @@ class WorkloadSim:
         self.queued = ko.QUEUE_LABEL in self.labels
         self.cancelled = threading.Event()
         self.idle = threading.Event()  # finished, or parked waiting for something outside it
+        self.ended = threading.Event()  # terminal (Complete/Failed) or gone; TTL deletion may follow
         self.pacer = Pacer(env.timing, self.cancelled, sleep=env.sleep)
         self._fired: set[Fault] = set()
         self._thread = threading.Thread(target=self._main, name=f"simulated-{self.name}", daemon=True)
@@ -90,6 +91,7 @@ class WorkloadSim:
             self.env.log.exception("simulation of %s/%s failed", self.namespace, self.name)
             self.record("phase", "simulation crashed (see the simulator log)")
         finally:
+            self.ended.set()
             self.idle.set()
 
     @contextlib.contextmanager
@@ -129,12 +131,17 @@ class WorkloadSim:
 
     def on_created(self) -> None:
         """What happens before the creator hears back: Kueue's webhook suspends a queued
-        workload, and an ``api-5xx`` fault arms the API double for the next requests."""
+        workload, and an ``api-5xx`` fault arms the API double for the next requests.
+
+        Approximation: Kueue's webhook mutates the object before it is stored; here it is
+        suspended right after, in the same request, so the 201 body and the ADDED watch event
+        still show ``suspend`` unset while every later read and event shows it suspended."""
         self.record("phase", "created")
         api = self.fault("api-5xx")
         if api is not None and api.count:
-            self.env.kube.inject_fault(503, count=api.count,
-                                       message="simulated: injected fault (the apiserver is unavailable)")
+            self.env.kube.inject_fault(
+                503, count=api.count, message="simulated: injected fault (the apiserver is unavailable)"
+            )
             self.record("fault", api.spec())
         if self.queued:
             self._suspend()
@@ -143,14 +150,25 @@ class WorkloadSim:
         def mutate(obj: Obj) -> None:
             obj["spec"]["suspend"] = True
             status = obj.setdefault("status", {})
-            status["conditions"] = ko.upsert_condition(status.get("conditions"), self.suspended_condition(True))
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"), self.suspended_condition(True)
+            )
+
         self.modify(mutate)
         workload = f"{self.resource[:-1]}-{self.name}-{self.env.suffix()}"
-        self.env.emit(self.obj, "CreatedWorkload", f"Created Workload: {self.namespace}/{workload}",
-                      component="kueue-admission")
+        self.env.emit(
+            self.obj,
+            "CreatedWorkload",
+            f"Created Workload: {self.namespace}/{workload}",
+            component="kueue-admission",
+        )
         cond = self.suspended_condition(True)
-        self.env.emit(self.obj, cond["reason"] if self.resource == "jobsets" else "Suspended", cond["message"],
-                      component=self.controller)
+        self.env.emit(
+            self.obj,
+            cond["reason"] if self.resource == "jobsets" else "Suspended",
+            cond["message"],
+            component=self.controller,
+        )
         self.record("phase", "suspended (queued by Kueue)")
 
     @property
@@ -167,14 +185,23 @@ class WorkloadSim:
             def mutate(obj: Obj) -> None:
                 obj["spec"]["suspend"] = False
                 status = obj.setdefault("status", {})
-                status["conditions"] = ko.upsert_condition(status.get("conditions"), self.suspended_condition(False))
+                status["conditions"] = ko.upsert_condition(
+                    status.get("conditions"), self.suspended_condition(False)
+                )
                 if self.resource == "jobs":
                     status["startTime"] = ko.rfc3339(now)
+
             self.modify(mutate)
-            self.env.emit(self.obj, "Started", f"Admitted by clusterQueue {CLUSTER_QUEUE}", component="kueue-admission")
+            self.env.emit(
+                self.obj, "Started", f"Admitted by clusterQueue {CLUSTER_QUEUE}", component="kueue-admission"
+            )
             cond = self.suspended_condition(False)
-            self.env.emit(self.obj, cond["reason"] if self.resource == "jobsets" else "Resumed", cond["message"],
-                          component=self.controller)
+            self.env.emit(
+                self.obj,
+                cond["reason"] if self.resource == "jobsets" else "Resumed",
+                cond["message"],
+                component=self.controller,
+            )
             self.record("phase", "admitted")
             self.env.log.info("%s/%s admitted by Kueue", self.namespace, self.name)
             return
@@ -187,8 +214,14 @@ class WorkloadSim:
 
     # -- pods ------------------------------------------------------------------------------------
 
-    def bring_up(self, job: JobSim, pods: list[PodSim], *, capacity_gap: Fault | None = None,
-                 bad_image: str | None = None) -> None:
+    def bring_up(
+        self,
+        job: JobSim,
+        pods: list[PodSim],
+        *,
+        capacity_gap: Fault | None = None,
+        bad_image: str | None = None,
+    ) -> None:
         """Scheduling, image pulls, container starts, for a group of pods at once."""
         if not pods:
             return
@@ -212,8 +245,9 @@ class WorkloadSim:
             for pod in stuck:
                 pod.image_pull_backoff(bad_image)
                 self.record("pod", f"{pod.name} ImagePullBackOff")
-            self.env.log.info("%s/%s: image %s cannot be pulled; waiting forever", self.namespace, self.name,
-                              bad_image)
+            self.env.log.info(
+                "%s/%s: image %s cannot be pulled; waiting forever", self.namespace, self.name, bad_image
+            )
             with self.parked():
                 self.pacer.forever()
 
@@ -230,7 +264,11 @@ class WorkloadSim:
 
     def fault_hook(self, run: ProgramRun, point: str, step: int, saving: bool) -> None:
         for fault in self.faults:
-            if fault.kind == "preempt" and fault not in self._fired and self._preempt_due(fault, point, step, saving):
+            if (
+                fault.kind == "preempt"
+                and fault not in self._fired
+                and self._preempt_due(fault, point, step, saving)
+            ):
                 self._fired.add(fault)
                 self.record("fault", f"{fault.spec()} at {point} {step}")
                 raise Disrupted(fault)
@@ -239,7 +277,9 @@ class WorkloadSim:
                 raise ProgramExit(137, "OOMKilled")
             if fault.kind == "exit" and point == "start" and fault.code:
                 self.record("fault", fault.spec())
-                raise ProgramExit(fault.code, "Error", f"simulated fault: the program exits with status {fault.code}")
+                raise ProgramExit(
+                    fault.code, "Error", f"simulated fault: the program exits with status {fault.code}"
+                )
             if fault.kind == "stall" and point == "start":
                 self.record("fault", fault.spec())
                 run.log("waiting for the Pathways resource manager ... (no further output)")
@@ -256,14 +296,18 @@ class WorkloadSim:
     # -- end of life -----------------------------------------------------------------------------
 
     def expire(self) -> None:
-        """``ttlSecondsAfterFinished``: the TTL controller deletes the finished workload."""
+        """The workload has reached its end; after ``ttlSecondsAfterFinished`` (if set and
+        honoured) the TTL controller deletes it."""
+        self.ended.set()
         ttl = (self.obj.get("spec") or {}).get("ttlSecondsAfterFinished")
         if not self.env.timing.ttl or ttl is None:
             return
         with self.parked():
             self.pacer.pause(float(ttl))
         self.record("phase", f"deleted after ttlSecondsAfterFinished={ttl}")
-        self.env.kube.delete(self.resource, self.name, namespace=self.namespace, propagation_policy="Foreground")
+        self.env.kube.delete(
+            self.resource, self.name, namespace=self.namespace, propagation_policy="Foreground"
+        )
 
 
 def _int(value: str | None) -> int | None:
@@ -274,7 +318,9 @@ def pipe_timeout(program_container: Obj | None, default: float) -> float:
     """The head gives up on an unreachable worker after ``--pathways_pipe_unreachable_timeout``."""
     for env in (program_container or {}).get("env") or []:
         if env.get("name") == "ABSL_FLAGS":
-            m = re.search(r"--pathways_pipe_unreachable_timeout=(\d+(?:\.\d+)?)(ms|s|m)?", env.get("value") or "")
+            m = re.search(
+                r"--pathways_pipe_unreachable_timeout=(\d+(?:\.\d+)?)(ms|s|m)?", env.get("value") or ""
+            )
             if m:
                 unit = {"ms": 0.001, "s": 1.0, "m": 60.0}[m.group(2) or "s"]
                 return float(m.group(1)) * unit
