@@ -22,17 +22,17 @@ ROOT = Path(__file__).resolve().parents[3]
 def _load_scenario(config: dict[str, Any]) -> Any:
     from rlpipe.local.simulator import Scenario
 
-    if config.get("scenario_file"):
-        return Scenario.from_file(Path(config["scenario_file"]))
+    scenario = Scenario.load(config["scenario_file"]) if config.get("scenario_file") else Scenario()
     if config.get("faults"):
-        return Scenario.parse(config["faults"])
-    return Scenario()
+        extra = Scenario.from_strings(config["faults"])
+        scenario = Scenario.from_document({"faults": [*scenario.to_document()["faults"], *extra.to_document()["faults"]]})
+    return scenario
 
 
 def _timing(name: str) -> Any:
     from rlpipe.local.simulator import Timing
 
-    return Timing.zero() if name == "zero" else Timing()
+    return {"zero": Timing.zero, "fast": Timing.fast}.get(name, Timing)()
 
 
 def run(config: dict[str, Any]) -> None:
@@ -60,13 +60,13 @@ def run(config: dict[str, Any]) -> None:
     simulator.start()
 
     workflow = Path(config.get("workflow_file") or ROOT / "workflows" / "pipeline.yaml").read_text()
-    env = {"RLPIPE_STAGE_URL": config["stage_url"], "GOOGLE_CLOUD_PROJECT_ID": config["project"]}
+    env = {"RLPIPE_STAGE_URL": config["stage_url"]}
     workflows = LocalWorkflows(workflow, workflow_id=config["workflow"], project=config["project"],
                                location=config["location"], env=env, grpc_port=config["grpc_port"],
                                callback_port=config["callback_port"]).start()
 
     def dropped(bucket: str, name: str) -> bool:
-        return bool(scenario.drops_events_for(name))
+        return bool(simulator.drops_event(name, bucket))
 
     routes = Routes(
         buckets={config["requests_bucket"]: config["functions"]["intake_object"],

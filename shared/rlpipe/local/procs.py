@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +30,8 @@ def http_ready(url: str, expect: Callable[[int, bytes], bool] | None = None) -> 
             with urllib.request.urlopen(url, timeout=1) as resp:
                 body = resp.read()
                 return expect(resp.status, body) if expect else resp.status < 500
+        except urllib.error.HTTPError as exc:  # the server answered: it is up, even if it dislikes GET /
+            return expect(exc.code, b"") if expect else exc.code < 500
         except Exception:
             return False
 
