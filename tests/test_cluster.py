@@ -1100,3 +1100,41 @@ def test_role_rules_render_rbac_rules_for_a_role() -> None:
     assert flattened == RBAC_RULES
     assert {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
             "verbs": ["create", "delete", "get", "list"]} in rules
+
+
+def test_preemption_evidence_survives_on_the_failed_child_job(server: KubeApiServer) -> None:
+    """A worker preempted → its Job fails by podFailurePolicy (DisruptionTarget) and the head exits 1
+    when it loses the worker; the pods of the worker may be gone, yet the class stays preempted."""
+    h = make_harness(server)
+    js = h.client.apply(rendered("train"))
+    name = js["metadata"]["name"]
+    server.create("jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": f"{name}-worker-0", "namespace": NS,
+                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                "jobset.sigs.k8s.io/replicatedjob-name": "worker"}},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                       "containers": [{"name": "pathways-worker", "image": "i"}]}}},
+    })
+    server.patch_status("jobs", f"{name}-worker-0", {"conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy",
+         "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0"},
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0"},
+    ]}, namespace=NS)
+    server.create("pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{name}-pathways-head-0-0-xyz12", "namespace": NS,
+                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
+                                "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"}},
+        "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
+        "status": {"phase": "Failed", "containerStatuses": [{
+            "name": "workload-container", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
+    })
+    server.patch_status("jobsets", name, {"terminalState": "Failed", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts", "message": "jobset failed",
+         "lastTransitionTime": "2026-12-02T00:00:00Z"}]}, namespace=NS)
+    status = h.client.status(name, kind="JobSet")
+    assert status.phase == "failed" and status.failure_class == FailureClass.PREEMPTED
+    assert "DisruptionTarget" in status.reason

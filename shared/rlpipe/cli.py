@@ -39,7 +39,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (the container scripts) as YAML block literals, so reviewers can read them."""
+    """Multi-line strings (the container scripts) as YAML block literals, so reviewers can read them;
+    no anchors/aliases, so every object reads on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

@@ -280,6 +280,22 @@ class _Finding:
     pending_since: datetime | None = None  # for unscheduled pods: when the wait started
 
 
+def _job_findings(job: Obj) -> list[_Finding]:
+    """A Job failed by its podFailurePolicy on a DisruptionTarget pod: preemption evidence that
+    outlives the pod (the Job's condition message names it even after the pod is deleted)."""
+    if (job.get("kind") or "Job") != "Job":
+        return []
+    failed = _true(_conditions(job), "Failed") or _true(_conditions(job), "FailureTarget")
+    if not failed or failed.get("reason") != "PodFailurePolicy":
+        return []
+    message = _clean(failed.get("message"))
+    if "DisruptionTarget" not in message:
+        return []
+    name = (job.get("metadata") or {}).get("name", "?")
+    return [_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"Job {name} was failed by its pod failure "
+                                                             f"policy: {message}")]
+
+
 def _pod_role(kind: Kind, pod: Obj) -> str:
     if kind == "Job":
         return "pod"
@@ -429,7 +445,7 @@ def _is_scheduled(pod: Obj) -> bool:
 
 def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: datetime,
               retryable_exit_codes: Collection[int] = (),
-              queued_deadline_seconds: float | None = None) -> WorkloadStatus:
+              queued_deadline_seconds: float | None = None, child_jobs: list[Obj] = ()) -> WorkloadStatus:
     """Fold a workload, its pods and its events into one status (precedence: module docstring).
 
     Pure: no I/O, so every rule can be read here and tested with documents."""
@@ -453,8 +469,10 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
         return WorkloadStatus(**base, phase="succeeded", finished_at=finished,
                               reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""))
 
-    findings = _strongest(f for pod in pods for f in _pod_findings(
-        kind, pod, retryable_exit_codes=retryable_exit_codes))
+    findings = _strongest([
+        *(f for pod in pods for f in _pod_findings(kind, pod, retryable_exit_codes=retryable_exit_codes)),
+        *(f for job in [obj, *child_jobs] for f in _job_findings(job)),
+    ])
     details = tuple(f.text for f in findings)
     failed = _true(conds, "Failed") or _true(conds, "FailureTarget")
     eviction = _kueue_eviction(obj, events)
@@ -845,8 +863,11 @@ class ClusterClient:
         events: list[Obj] = []
         if phase in ("queued", "running") and not any(_is_scheduled(p) for p in pods):
             events = self._events_of(kind, obj)  # Kueue's and the controller's explanations
+        child_jobs: list[Obj] = []
+        if kind == "JobSet" and phase == "failed":
+            child_jobs = self._list_kind("Job", f"{JOBSET_NAME_LABEL}={obj['metadata']['name']}")
         return summarize(kind, obj, pods, events, now=self._now(), retryable_exit_codes=retryable_exit_codes,
-                         queued_deadline_seconds=queued_deadline_seconds)
+                         queued_deadline_seconds=queued_deadline_seconds, child_jobs=child_jobs)
 
     def _pods_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """The workload's pods by the controller's labels, else by the run labels; pods of an

@@ -44,22 +44,22 @@ def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("
     started = time.monotonic()
     console.print(f"[bold]rlpipe demo[/bold]: {example}" + (f", scenario {scenario}" if scenario else ""))
     stack = LocalStack(StackConfig(root=root, events=events, faults=faults, scenario_file=scenario_file,
-                                   poll_seconds=2), say=lambda text: console.print(text))
+                                   poll_seconds=2), say=lambda text: print(text, flush=True))
     try:
         state = stack.start()
-        console.print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}")
+        print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
         os.environ.update(state.env)
         settings = Settings.from_env()
         submitted = runs.submit(settings, example, via="gcs")
-        console.print(f"dropped {example} at {submitted.where}; run id [bold cyan]{submitted.run_id}[/bold cyan]")
+        print(f"dropped {example} at {submitted.where}; run id {submitted.run_id}", flush=True)
         ledger = Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
         record = watch(ledger, submitted.run_id, timeout=DEMO_TIMEOUT_SECONDS, simulated=True, console=console)
         console.print()
         if record is None:
             console.print(f"[red]run {submitted.run_id} was never accepted; see {stack.logs}[/red]")
             return 1
-        console.print(summary(record, simulated=True))
-        console.print(f"  wall time   {time.monotonic() - started:.1f}s")
+        print(summary(record, simulated=True))
+        print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
         if not record.terminal:
             console.print(f"[red]run did not finish within {DEMO_TIMEOUT_SECONDS}s; see {stack.logs}[/red]")
             return 1

@@ -53,3 +53,12 @@ def tpu_node_selector(req: Request) -> dict[str, str]:
 
 TPU_TOLERATIONS = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
 TPU_CHIPS_PER_POD = {"google.com/tpu": str(tpu.CHIPS_PER_HOST)}
+
+
+# A pod disrupted by preemption, maintenance or eviction fails its Job at once, and the Job's
+# Failed condition (reason PodFailurePolicy) keeps naming the DisruptionTarget after the pod is
+# gone: the only preemption evidence that survives a JobSet's cleanup of its child Jobs.
+# Kubernetes requires restartPolicy Never for a podFailurePolicy.
+PREEMPTION_FAILS_JOB = {
+    "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe import commands, tpu
 from rlpipe.manifests.common import (
+    PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
     TPU_TOLERATIONS,
     hf_token_env,
@@ -45,7 +46,8 @@ def stage_job(
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
     }
-    spec: dict[str, Any] = {"backoffLimit": 0, "ttlSecondsAfterFinished": JOB_TTL_SECONDS}
+    spec: dict[str, Any] = {"backoffLimit": 0, "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+                            "podFailurePolicy": PREEMPTION_FAILS_JOB}
     if req.placement == "cpu":
         container["command"] = ["python3", "-m", module]
         container["args"] = list(args)

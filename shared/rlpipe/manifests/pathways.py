@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe import commands, tpu
 from rlpipe.manifests.common import (
+    PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
     TPU_TOLERATIONS,
     hf_token_env,
@@ -122,6 +123,7 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
                 "parallelism": 1,
                 "completions": 1,
                 "backoffLimit": 0,
+                "podFailurePolicy": PREEMPTION_FAILS_JOB,
                 "template": {
                     "metadata": {"labels": dict(pod_labels)},
                     "spec": {
@@ -174,6 +176,7 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
                 "parallelism": shape.hosts,
                 "completions": shape.hosts,
                 "backoffLimit": 4 * shape.hosts,
+                "podFailurePolicy": PREEMPTION_FAILS_JOB,
                 "template": {
                     "metadata": {"labels": dict(pod_labels)},
                     "spec": {
@@ -182,7 +185,9 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
                         "tolerations": [dict(t) for t in TPU_TOLERATIONS],
                         "hostNetwork": True,
                         "dnsPolicy": "ClusterFirstWithHostNet",
-                        "restartPolicy": "OnFailure",
+                        # Never (not gcluster's OnFailure): required by the podFailurePolicy; a
+                        # crashed worker is still replaced, up to backoffLimit, as a new pod.
+                        "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": 30,
                         "containers": [worker],
                     },

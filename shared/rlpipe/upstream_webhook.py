@@ -1,0 +1,96 @@
+"""Hugging Face webhooks: a faster path to the poller, never a second way to start runs.
+
+The Hub sends the secret configured on the webhook verbatim in ``X-Webhook-Secret`` (no HMAC),
+so the only check possible is a constant-time comparison. Content pushes arrive with
+``event.scope == "repo.content"`` and ``updatedRefs: [{ref, oldSha, newSha}]``; opening a pull
+request also creates a ref (``refs/pr/N``), which is ignored. An accepted event only asks for an
+immediate poll of that repo and branch: the poller decides (diff, debounce, access) exactly as
+on a tick, and intake's key makes a webhook and a tick seeing the same commit one run. The Hub
+does not redeliver failed webhooks, which is why the scheduled poll stays the source of truth.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+WEBHOOK_SECRET_ENV = "RLPIPE_WEBHOOK_SECRET"
+SECRET_HEADER = "x-webhook-secret"
+BRANCH_REF = "refs/heads/"
+MAX_BODY = 1024 * 1024
+
+
+def webhook_secret() -> str | None:
+    """The shared secret; Cloud Functions mounts the Secret Manager secret as this env variable."""
+    return os.environ.get(WEBHOOK_SECRET_ENV, "").strip() or None
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    return next((str(v) for k, v in headers.items() if k.lower() == name), None)
+
+
+def verify_secret(headers: Mapping[str, str], secret: str) -> bool:
+    given = _header(headers, SECRET_HEADER)
+    return given is not None and hmac.compare_digest(given.encode("utf-8"), secret.encode("utf-8"))
+
+
+def updated_branches(payload: Mapping[str, Any]) -> list[str]:
+    """Branches whose head moved (``refs/heads/*`` with a new sha); PR refs, tags and deletions ignored."""
+    branches: list[str] = []
+    for ref in payload.get("updatedRefs") or []:
+        if not isinstance(ref, Mapping):
+            continue
+        name, new_sha = ref.get("ref"), ref.get("newSha")
+        if isinstance(name, str) and name.startswith(BRANCH_REF) and new_sha:
+            branch = name[len(BRANCH_REF):]
+            if branch and branch not in branches:
+                branches.append(branch)
+    return branches
+
+
+def handle_webhook(headers: Mapping[str, str], body: bytes | str | Mapping[str, Any] | None, *,
+                   secret: str | None, poll_one: Callable[[str, str], Any]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, JSON answer). 401 on a bad secret; 2xx for anything authentic, acted on or not."""
+    if not secret:
+        # Never "no secret configured = accept everything".
+        return 503, {"error": f"the webhook secret is not configured ({WEBHOOK_SECRET_ENV})"}
+    if not verify_secret(headers, secret):
+        return 401, {"error": "missing or wrong X-Webhook-Secret"}
+    try:
+        if isinstance(body, Mapping):
+            payload: Any = body
+        else:
+            raw = body.encode() if isinstance(body, str) else (body or b"")
+            if len(raw) > MAX_BODY:
+                return 413, {"error": f"payload larger than {MAX_BODY} bytes"}
+            payload = json.loads(raw)
+    except ValueError:
+        return 400, {"error": "the body is not JSON"}
+    if not isinstance(payload, Mapping):
+        return 400, {"error": "the body is not a JSON object"}
+
+    event = payload.get("event") if isinstance(payload.get("event"), Mapping) else {}
+    repo = payload.get("repo") if isinstance(payload.get("repo"), Mapping) else {}
+    scope, name = event.get("scope"), repo.get("name")
+    if scope != "repo.content":
+        return 200, {"status": "ignored", "reason": f"event scope {scope!r} is not repo.content"}
+    if repo.get("type", "model") != "model":
+        return 200, {"status": "ignored", "reason": f"{repo.get('type')!r} repos are not watched"}
+    if not isinstance(name, str) or "/" not in name:
+        return 400, {"error": "repo.name is missing or not owner/name"}
+    branches = updated_branches(payload)
+    if not branches:
+        return 200, {"status": "ignored", "repo": name,
+                     "reason": "no branch head moved (pull-request refs, tags and deletions are ignored)"}
+    results: dict[str, Any] = {}
+    for branch in branches:
+        try:
+            results[branch] = poll_one(name, branch)
+        except Exception as exc:  # the tick will catch it; the Hub would not redeliver anyway
+            results[branch] = {"error": f"{type(exc).__name__}: {exc}"}
+    polled = any(results.values())
+    return 200, {"status": "polled" if polled else "ignored", "repo": name, "branches": branches,
+                 "results": results, **({} if polled else {"reason": "repo/branch is not in the watch list"})}
