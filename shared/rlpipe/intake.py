@@ -137,10 +137,10 @@ class Intake:
         outcome: dict[str, Any] = {}
 
         def record_execution(r: RunRecord) -> str | None:
-            if r.execution.name and r.execution.name != name:
-                outcome["lost"] = r.execution.name
-                return None
             if r.execution.name == name:
+                return None  # the execution's own plan step recorded it first
+            if r.execution.name:
+                outcome["lost"] = r.execution.name
                 return None
             r.execution = Execution(name=name, started_at=now())
             return "execution-started"

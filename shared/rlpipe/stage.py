@@ -96,7 +96,8 @@ class StageService:
             if ready:
                 r.lineage.converted_uri = layout.gs(cache.bucket, ready)
             if execution_id and not r.execution.name:
-                r.execution.name = execution_id
+                # Intake crashed between starting the execution and recording it: record it here.
+                r.execution.name = f"{self.settings.workflow_path}/executions/{execution_id}"
             return "planned"
 
         self.ledger.update(run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha,

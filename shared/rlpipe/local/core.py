@@ -35,6 +35,51 @@ def _timing(name: str) -> Any:
     return {"zero": Timing.zero, "fast": Timing.fast}.get(name, Timing)()
 
 
+def _control_server(port: int, simulator: Any, kube: Any) -> Any:
+    """Loopback control API for tests and benchmarks: swap the fault scenario, list workloads."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from rlpipe.local.simulator import Scenario, ScenarioError
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_PUT(self) -> None:
+            if self.path != "/scenario":
+                self._reply(404, {"error": "unknown path"})
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            try:
+                simulator.set_scenario(Scenario.from_document(json.loads(body or b"{}"), source="PUT /scenario"))
+            except (ScenarioError, ValueError) as exc:
+                self._reply(400, {"error": str(exc)})
+                return
+            self._reply(200, simulator.scenario.to_document())
+
+        def do_GET(self) -> None:
+            if self.path == "/scenario":
+                self._reply(200, simulator.scenario.to_document())
+            elif self.path == "/workloads":
+                names = [o["metadata"]["name"] for r in ("jobs", "jobsets") for o in kube.list(r)
+                         if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})]
+                self._reply(200, {"workloads": names})
+            else:
+                self._reply(404, {"error": "unknown path"})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, name="local-control", daemon=True).start()
+    return server
+
+
 def run(config: dict[str, Any]) -> None:
     from rlpipe.blobstore import make_client
     from rlpipe.local.hub import HubDouble
@@ -81,6 +126,8 @@ def run(config: dict[str, Any]) -> None:
     else:
         shim = BucketWatcher(storage, routes, log).start()
 
+    control = _control_server(config["control_port"], simulator, kube)
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -89,6 +136,7 @@ def run(config: dict[str, Any]) -> None:
     log.info("local core ready", kube=kube.url, workflows=workflows.grpc_target, hub=hub.url,
              events="pubsub-emulator" if config.get("pubsub_host") else "bucket-watcher")
     stop.wait()
+    control.shutdown()
     for component in (shim, workflows, simulator, kube, hub):
         try:
             component.stop()

@@ -219,6 +219,8 @@ class HubDouble:
     def rate_limit(self, times: int = 1, *, reset: int = 30, limit: int = 1000, window: int = 300,
                    path_prefix: str = "/api/") -> None:
         """The next ``times`` requests under ``path_prefix`` answer 429 with ``reset`` seconds to wait."""
+        if times < 1:
+            raise ValueError("times must be 1 or more")
         with self.lock:
             self._limits.append(_RateLimit(times, reset, limit, window, path_prefix))
 

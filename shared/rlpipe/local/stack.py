@@ -113,7 +113,7 @@ class LocalStack:
         self._create_buckets()
         self.say(f"[local] fake-gcs-server on {self.gcs.url}")
 
-        ports = {name: free_port() for name in ("kube", "grpc", "callback", "hub", *FUNCTIONS)}
+        ports = {name: free_port() for name in ("kube", "grpc", "callback", "hub", "control", *FUNCTIONS)}
         function_urls = {name: f"http://127.0.0.1:{ports[name]}/" for name in FUNCTIONS}
         env = self._function_env(ports)
         core_config = {
@@ -122,7 +122,7 @@ class LocalStack:
             "requests_bucket": c.requests_bucket, "artifacts_bucket": c.artifacts_bucket,
             "requests_topic": c.requests_topic, "gcs_topic": c.gcs_topic,
             "kube_port": ports["kube"], "grpc_port": ports["grpc"], "callback_port": ports["callback"],
-            "hub_port": ports["hub"], "hub_repos": list(DEMO_REPOS),
+            "hub_port": ports["hub"], "hub_repos": list(DEMO_REPOS), "control_port": ports["control"],
             "stage_url": function_urls["stage"], "functions": function_urls,
             "timing": c.timing, "scenario_file": c.scenario_file, "faults": list(c.faults),
             "ready_file": str(self.root / "core.ready"),
@@ -152,6 +152,7 @@ class LocalStack:
             "workflows (gRPC)": f"127.0.0.1:{ports['grpc']}",
             "workflows callbacks": f"http://127.0.0.1:{ports['callback']}",
             "hub double": f"http://127.0.0.1:{ports['hub']}",
+            "simulator control": f"http://127.0.0.1:{ports['control']}",
             **{f"function {n}": u for n, u in function_urls.items()},
         }
         self.state = StackState(
@@ -161,6 +162,15 @@ class LocalStack:
         )
         self.state.save(state_path(self.root))
         return self.state
+
+    def set_faults(self, faults: list[str | dict[str, Any]]) -> dict[str, Any]:
+        """Replace the simulator's faults for workloads created from now on."""
+        assert self.state is not None
+        url = self.state.endpoints["simulator control"] + "/scenario"
+        response = requests.put(url, json={"faults": faults}, timeout=10)
+        if response.status_code != 200:
+            raise ValueError(response.json().get("error", response.text))
+        return dict(response.json())
 
     def stop(self) -> None:
         for name in reversed(list(self.children)):

@@ -189,6 +189,12 @@ class ClusterSimulator:
         with self._lock:
             return [sim.name for sim in self._sims.values()]
 
+    def set_scenario(self, scenario: Scenario) -> None:
+        """Replace the faults for workloads created from now on (the local stack's control API
+        uses this so one long-lived stack can run many scenarios one after another)."""
+        self.scenario = scenario
+        self.env.scenario = scenario
+
     def drops_event(self, object_name: str, bucket: str | None = None) -> bool:
         """For the event shim: should the notification for this object be dropped?
 

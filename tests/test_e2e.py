@@ -1,0 +1,254 @@
+"""End to end on the local stack, the real chain: GCS drop → notifications → shim → functions →
+Workflows engine → stage → Kubernetes API double → simulator (writes to GCS) → events → callbacks.
+
+One stack serves the module; each test sets its own faults (for workloads created from then on)
+and submits a request with its own request_id, so runs never share state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from rlpipe import runs
+from rlpipe.blobstore import BlobStore, make_client
+from rlpipe.ledger import Ledger, RunRecord
+from rlpipe.local import pubsub
+from rlpipe.local.stack import LocalStack, StackConfig
+from rlpipe.settings import Settings
+from tests.conftest import minimal_request
+from tests.harness.functions import gcs_event, post
+
+pytestmark = pytest.mark.slow
+PUBSUB_MISSING = pubsub.unavailable_reason()
+FAST_RETRY = {"backoff": {"initial_delay": 1.0, "max_delay": 2.0, "multiplier": 1.5}}
+
+
+class Local:
+    def __init__(self, stack: LocalStack, tmp: Path):
+        self.stack, self.tmp = stack, tmp
+        assert stack.state is not None
+        self.state = stack.state
+        os.environ.update(self.state.env)
+        self.settings = Settings.from_env()
+        self.client = make_client(self.settings.project)
+        self.ledger = Ledger(BlobStore(self.client, self.settings.artifacts_bucket))
+
+    def request(self, *, fresh_cache: bool = False, **fields: Any) -> Path:
+        """A request file; ``fresh_cache`` gives it its own conversion-cache key (an image tag only
+        it uses), so its conversion really runs instead of hitting an earlier test's cache."""
+        fields.setdefault("request_id", f"e2e-{uuid.uuid4().hex[:12]}")
+        if fresh_cache:
+            fields["image"] = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:{fields['request_id']}"
+        fields.setdefault("retry", FAST_RETRY)
+        path = self.tmp / f"{fields['request_id']}.yaml"
+        path.write_text(yaml.safe_dump(minimal_request(**fields)))
+        return path
+
+    def submit(self, path: Path, via: str = "gcs") -> str:
+        return runs.submit(self.settings, path, via=via, storage_client=self.client).run_id
+
+    def wait(self, run_id: str, timeout: float = 90, until: Any = None) -> RunRecord:
+        deadline = time.monotonic() + timeout
+        record = None
+        while time.monotonic() < deadline:
+            record = self.ledger.get(run_id)
+            if record is not None and (until(record) if until else record.terminal):
+                return record
+            time.sleep(0.25)
+        raise AssertionError(f"run {run_id} not done in {timeout}s: {record and runs.describe(record)}\n"
+                             f"{self.stack.logs}")
+
+    def executions_of(self, run_id: str) -> int:
+        """Executions started for a run, counted through the real ExecutionsClient."""
+        from google.cloud.workflows.executions_v1 import ExecutionView, ListExecutionsRequest
+
+        from rlpipe.orchestrator import Orchestrator
+
+        client = Orchestrator(self.settings).client
+        listing = client.list_executions(request=ListExecutionsRequest(
+            parent=self.settings.workflow_path, view=ExecutionView.FULL))
+        return sum(1 for e in listing if json.loads(e.argument or "{}").get("run_id") == run_id)
+
+    def workloads(self) -> list[str]:
+        url = self.state.endpoints["simulator control"] + "/workloads"
+        return list(requests.get(url, timeout=10).json()["workloads"])
+
+    def assert_consistent(self, record: RunRecord, state: str) -> None:
+        assert record.state == state, runs.describe(record)
+        assert record.execution.name, "every run has its execution recorded"
+        history = [e["event"] for e in self.ledger.history(record.run_id)]
+        assert history[0] == "accepted" and history.count("accepted") == 1
+        assert history[-1] == state or state in history
+        launched = [e for e in self.ledger.history(record.run_id) if e["event"] == "launched"]
+        assert sorted((e["stage"], e["attempt"]) for e in launched) == sorted(
+            (a.stage, a.attempt) for a in record.attempts), "every attempt is recorded once"
+        assert all(a.uid for a in record.attempts)
+        # Cleanup runs on every terminal path (the workflow's, or `rlpipe cancel`).
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and [w for w in self.workloads() if w.startswith(record.run_id)]:
+            time.sleep(0.2)
+        assert not [w for w in self.workloads() if w.startswith(record.run_id)], "objects left in the cluster"
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    root = tmp_path_factory.mktemp("local-stack")
+    saved = dict(os.environ)
+    stack = LocalStack(StackConfig(root=root, poll_seconds=2, timing="demo"), say=lambda text: None)
+    stack.start()
+    try:
+        yield Local(stack, root)
+    finally:
+        stack.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture
+def faults(local: Local) -> Iterator[Any]:
+    yield local.stack.set_faults
+    local.stack.set_faults([])
+
+
+def test_happy_path_by_file_drop(local: Local, faults: Any) -> None:
+    faults([])
+    run_id = local.submit(local.request(fresh_cache=True))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert [(a.stage, a.attempt, a.phase) for a in record.attempts] == [
+        ("convert", 1, "succeeded"), ("train", 1, "succeeded"), ("export", 1, "succeeded")]
+    bucket = local.client.bucket(local.settings.artifacts_bucket)
+    index = json.loads(bucket.blob(f"runs/{run_id}/hf/model.safetensors.index.json").download_as_bytes())
+    for shard in set(index["weight_map"].values()):
+        assert bucket.blob(f"runs/{run_id}/hf/{shard}").exists()
+    assert record.lineage.final_step == 50 and record.lineage.export_uri.endswith(f"/runs/{run_id}/hf/")
+    assert record.progress.get("step") == 50 and record.progress.get("mean_reward") is not None
+
+
+@pytest.mark.skipif(PUBSUB_MISSING is not None, reason=f"Pub/Sub emulator unavailable: {PUBSUB_MISSING}")
+def test_happy_path_by_pubsub(local: Local, faults: Any) -> None:
+    faults([])
+    run_id = local.submit(local.request(), via="pubsub")
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert record.source.kind == "pubsub" and record.source.message_id
+
+
+def test_three_drops_and_a_redelivered_event_make_one_run(local: Local, faults: Any) -> None:
+    faults([])
+    path = local.request()
+    run_ids = {local.submit(path) for _ in range(3)}
+    assert len(run_ids) == 1
+    run_id = run_ids.pop()
+    record = local.wait(run_id, until=lambda r: r.execution.name is not None)
+    blob = next(local.client.list_blobs(local.settings.requests_bucket, prefix=f"requests/{path.stem}"))
+    redelivered = gcs_event(local.settings.requests_bucket, blob.name, blob.generation, blob.size)
+    assert post(local.state.endpoints["function intake_object"], redelivered).status_code == 200
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert local.executions_of(run_id) == 1
+
+
+def test_executions_are_listed_by_the_real_client(local: Local) -> None:
+    assert local.executions_of("r-no-such-run") == 0
+
+
+def test_preempted_training_resumes_from_the_last_committed_step(local: Local, faults: Any) -> None:
+    faults(["train:1:preempt@70"])
+    run_id = local.submit(local.request(training={"num_batches": 120}))
+    record = local.wait(run_id, timeout=120)
+    local.assert_consistent(record, "succeeded")
+    train = [a for a in record.attempts if a.stage == "train"]
+    assert [(a.attempt, a.failure_class) for a in train] == [(1, "preempted"), (2, None)]
+    assert train[1].resume_step == 50, "attempt 2 resumes from the step-50 checkpoint"
+
+
+def test_unschedulable_then_admitted_is_visible_as_queued(local: Local, faults: Any) -> None:
+    faults(["convert:1:unschedulable:3000"])
+    run_id = local.submit(local.request(fresh_cache=True))
+    queued = local.wait(run_id, until=lambda r: any(a.stage == "convert" and a.phase == "queued" for a in r.attempts))
+    assert runs.describe(queued)["stages"][0]["phase"] == "queued"
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert [a.attempt for a in record.attempts if a.stage == "convert"] == [1], "waiting is not a failure"
+
+
+def test_oom_in_convert_is_retried_once_then_fails(local: Local, faults: Any) -> None:
+    faults(["convert:oom"])
+    run_id = local.submit(local.request(fresh_cache=True))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "failed")
+    convert = [a for a in record.attempts if a.stage == "convert"]
+    assert [a.failure_class for a in convert] == ["resources", "permanent"]
+    assert "OOMKilled" in convert[0].reason and "resources budget of 1 exhausted" in record.failure.message
+
+
+def test_exit_1_in_train_fails_without_retry(local: Local, faults: Any) -> None:
+    faults(["train:exit:1"])
+    run_id = local.submit(local.request())
+    record = local.wait(run_id)
+    local.assert_consistent(record, "failed")
+    assert [a.attempt for a in record.attempts if a.stage == "train"] == [1]
+    assert record.failure.tag == "permanent" and "exited with code 1" in record.failure.message
+    assert record.failure.stage == "train"
+
+
+def test_image_pull_error_fails_the_run(local: Local, faults: Any) -> None:
+    faults(["convert:image-pull"])
+    run_id = local.submit(local.request(fresh_cache=True))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "failed")
+    assert record.failure.tag == "permanent" and ("ErrImagePull" in record.failure.message
+                                                  or "ImagePullBackOff" in record.failure.message)
+
+
+def test_kubernetes_api_5xx_burst_is_absorbed(local: Local, faults: Any) -> None:
+    faults(["convert:api-5xx:4"])
+    run_id = local.submit(local.request(fresh_cache=True))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert [a.attempt for a in record.attempts if a.stage == "convert"] == [1]
+
+
+def test_dropped_convert_events_are_finished_by_polling(local: Local, faults: Any) -> None:
+    faults(["drop-events:convert"])
+    run_id = local.submit(local.request(fresh_cache=True))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    artifact_log = (local.stack.logs / "artifact_event.log").read_text()
+    sent = [json.loads(line) for line in artifact_log.splitlines() if line.startswith("{")]
+    stages_woken = {(e.get("run_id"), e.get("stage")) for e in sent if e.get("message") == "callback sent"}
+    assert (run_id, "convert") not in stages_woken and (run_id, "export") in stages_woken
+
+
+def test_cancel_mid_train(local: Local, faults: Any) -> None:
+    faults(["train:stall"])
+    run_id = local.submit(local.request())
+    local.wait(run_id, until=lambda r: r.state == "training" and r.attempts[-1].phase == "running")
+    assert any(w.startswith(f"{run_id}-train") for w in local.workloads())
+    result = runs.cancel(local.settings, local.ledger, run_id)
+    assert result["execution_cancelled"] is True and f"{run_id}-train-a1" in result["deleted"]
+    record = local.wait(run_id)
+    local.assert_consistent(record, "cancelled")
+
+
+def test_second_request_for_the_same_sha_skips_convert(local: Local, faults: Any) -> None:
+    faults([])
+    image = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:cache-{uuid.uuid4().hex[:8]}"
+    first = local.wait(local.submit(local.request(image=image)))
+    assert first.state == "succeeded" and first.lineage.conversion_cache_hit is False
+    second = local.wait(local.submit(local.request(image=image)))
+    local.assert_consistent(second, "succeeded")
+    assert second.lineage.conversion_cache_hit is True
+    assert [a.stage for a in second.attempts] == ["train", "export"]
+    assert second.lineage.converted_uri == first.lineage.converted_uri
