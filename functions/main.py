@@ -60,3 +60,20 @@ def stage(request: Any) -> tuple[dict[str, Any], int]:
     from rlpipe.stage_http import handle
 
     return handle(request.get_json(silent=True), Logger("stage"))
+
+
+@functions_framework.cloud_event
+def upstream_poll(cloud_event: Any) -> None:
+    """Cloud Scheduler tick (via Pub/Sub): poll every watched Hugging Face repo once."""
+    from rlpipe.upstream import on_tick
+
+    on_tick(cloud_event.data, Logger("upstream_poll"))
+
+
+@functions_framework.http
+def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
+    """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch."""
+    from rlpipe.upstream import on_webhook
+
+    status, body = on_webhook(dict(request.headers), request.get_data(), Logger("upstream_webhook"))
+    return body, status

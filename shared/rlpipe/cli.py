@@ -292,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
     p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
     p.set_defaults(func=cmd_demo)
+
+    from rlpipe import cli_upstream
+
+    cli_upstream.register(sub, settings=_settings)
     return parser
 
 

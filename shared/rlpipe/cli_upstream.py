@@ -33,9 +33,11 @@ def cmd_watch_list_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_upstream_check(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
+    from rlpipe.logs import Logger
     from rlpipe.upstream import check
 
-    report = check(settings(), repo=args.repo, dry_run=True)
+    # Log lines go to stderr: stdout carries the report (and must stay parseable with --json).
+    report = check(settings(), repo=args.repo, dry_run=True, log=Logger("upstream-check", stream=sys.stderr))
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

@@ -119,18 +119,21 @@ class HubReader:
         self._call(repo, lambda: self.api.auth_check(repo))
 
     def read_index(self, repo: str, sha: str, path: str = INDEX) -> Any:
-        """The decoded safetensors index at ``sha`` (a fresh temporary cache: shas never collide with
-        another endpoint's, and a Cloud Function's only writable disk is memory)."""
+        """The decoded safetensors index at ``sha``; ValueError when it is not a readable JSON file.
+
+        Downloaded into a fresh temporary cache: nothing stale survives between polls, and a Cloud
+        Function's only writable disk is memory anyway."""
         with tempfile.TemporaryDirectory(prefix="rlpipe-hf-") as cache:
             local = self._call(f"{repo}@{sha}:{path}", lambda: self.api.hf_hub_download(
                 repo, path, revision=sha, cache_dir=cache, tqdm_class=_quiet_tqdm()))
             file = Path(local)
+            # ValueError (not a HubProblem): the Hub answered fine, the uploaded file is what is wrong.
             if file.stat().st_size > MAX_INDEX_BYTES:
-                raise Refused(f"{path} at {sha[:7]} is larger than {MAX_INDEX_BYTES} bytes")
+                raise ValueError(f"{path} at {sha[:7]} is larger than {MAX_INDEX_BYTES} bytes")
             try:
                 return json.loads(file.read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError) as exc:
-                raise Refused(f"{path} at {sha[:7]} is not valid JSON: {exc}") from None
+                raise ValueError(f"{path} at {sha[:7]} is not valid JSON ({exc})") from None
 
     # ---- errors and rate limits -----------------------------------------------------------------
 
