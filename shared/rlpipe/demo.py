@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -22,7 +23,10 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     "happy": (None, []),
     # Preempted during training after the step-50 checkpoint; attempt 2 resumes from step 50.
     "preempt": ("examples/gemma4-26b-v6e-32x2.yaml", ["train:1:preempt@70"]),
+    # A new upstream release on the Hub double becomes a run, with nobody submitting anything.
+    "upstream": (None, []),
 }
+WATCH_LIST = Path("examples/upstream/watch.yaml")
 DEMO_TIMEOUT_SECONDS = 150
 
 
@@ -50,13 +54,17 @@ def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("
         print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
         os.environ.update(state.env)
         settings = Settings.from_env()
-        submitted = runs.submit(settings, example, via="gcs")
-        print(f"dropped {example} at {submitted.where}; run id {submitted.run_id}", flush=True)
         ledger = Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
-        record = watch(ledger, submitted.run_id, timeout=DEMO_TIMEOUT_SECONDS, simulated=True, console=console)
+        if scenario == "upstream":
+            run_id = _upstream_release(stack, settings, ledger)
+        else:
+            submitted = runs.submit(settings, example, via="gcs")
+            run_id = submitted.run_id
+            print(f"dropped {example} at {submitted.where}; run id {run_id}", flush=True)
+        record = watch(ledger, run_id, timeout=DEMO_TIMEOUT_SECONDS, simulated=True, console=console)
         console.print()
         if record is None:
-            console.print(f"[red]run {submitted.run_id} was never accepted; see {stack.logs}[/red]")
+            console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
             return 1
         print(summary(record, simulated=True))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
@@ -69,6 +77,31 @@ def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("
         return 130
     finally:
         stack.stop()
+
+
+def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
+    """Upload the watch list, take the baseline, push a release to the Hub double, poll again."""
+    import yaml
+
+    from rlpipe.blobstore import make_client
+
+    watch_list = yaml.safe_load(WATCH_LIST.read_text())
+    for entry in watch_list["watch"]:
+        entry["debounce_minutes"] = 0  # the demo's release is final at once
+    bucket = make_client(settings.project).bucket(settings.requests_bucket)
+    bucket.blob("config/watch.yaml").upload_from_string(yaml.safe_dump(watch_list))
+    print(f"uploaded {WATCH_LIST} to gs://{settings.requests_bucket}/config/watch.yaml (debounce 0 for the demo)")
+    stack.upstream_tick()
+    print("poll 1: the current head of google/gemma-4-26b-a4b-it is recorded as the baseline")
+    before = set(ledger.list_run_ids())
+    release = stack.hub_release("google/gemma-4-26b-a4b-it")
+    print(f"upstream: pushed {release['sha'][:12]} to google/gemma-4-26b-a4b-it ({len(release['changed'])} files)")
+    stack.upstream_tick()
+    new = [r for r in ledger.list_run_ids() if r not in before]
+    if not new:
+        raise RuntimeError(f"the poll after the release started no run; see {stack.logs}/upstream_poll.log")
+    print(f"poll 2: new release → run {new[0]} (hf_revision pinned to {release['sha'][:12]})", flush=True)
+    return new[0]
 
 
 if __name__ == "__main__":

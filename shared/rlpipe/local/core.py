@@ -35,7 +35,7 @@ def _timing(name: str) -> Any:
     return {"zero": Timing.zero, "fast": Timing.fast}.get(name, Timing)()
 
 
-def _control_server(port: int, simulator: Any, kube: Any) -> Any:
+def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
     """Loopback control API for tests and benchmarks: swap the fault scenario, list workloads."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -61,6 +61,24 @@ def _control_server(port: int, simulator: Any, kube: Any) -> Any:
                 self._reply(400, {"error": str(exc)})
                 return
             self._reply(200, simulator.scenario.to_document())
+
+        def do_POST(self) -> None:
+            if self.path != "/hub/release":
+                self._reply(404, {"error": "unknown path"})
+                return
+            import uuid
+
+            from rlpipe.local.hub import model_files
+
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            repo = body.get("repo", "")
+            if repo not in hub.repos:
+                self._reply(404, {"error": f"no repo {repo!r} in the Hub double"})
+                return
+            files = model_files(seed=uuid.uuid4().hex)
+            changes = {n: f for n, f in files.items() if n.endswith((".safetensors", ".safetensors.index.json"))}
+            sha = hub.push(repo, changes, message=body.get("message", "new weights"))
+            self._reply(200, {"repo": repo, "sha": sha, "changed": sorted(changes)})
 
         def do_GET(self) -> None:
             if self.path == "/scenario":
@@ -126,7 +144,7 @@ def run(config: dict[str, Any]) -> None:
     else:
         shim = BucketWatcher(storage, routes, log).start()
 
-    control = _control_server(config["control_port"], simulator, kube)
+    control = _control_server(config["control_port"], simulator, kube, hub)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -31,6 +31,8 @@ FUNCTIONS: dict[str, str] = {
     "intake_message": "cloudevent",
     "artifact_event": "cloudevent",
     "stage": "http",
+    "upstream_poll": "cloudevent",
+    "upstream_webhook": "http",
 }
 DEMO_REPOS = ("google/gemma-4-26b-a4b-it",)
 
@@ -171,6 +173,24 @@ class LocalStack:
         if response.status_code != 200:
             raise ValueError(response.json().get("error", response.text))
         return dict(response.json())
+
+    def hub_release(self, repo: str) -> dict[str, Any]:
+        """Push new weights to a repo of the Hub double (an upstream release)."""
+        assert self.state is not None
+        response = requests.post(self.state.endpoints["simulator control"] + "/hub/release", json={"repo": repo},
+                                 timeout=10)
+        response.raise_for_status()
+        return dict(response.json())
+
+    def upstream_tick(self) -> int:
+        """What Cloud Scheduler does every 10 minutes: a Pub/Sub tick to ``upstream_poll``."""
+        from rlpipe.local.shim import deliver, message_published
+
+        assert self.state is not None
+        event = message_published(f"projects/{self.config.project}/topics/rlpipe-upstream-tick",
+                                  "projects/local/subscriptions/tick", b"{}", {}, f"tick-{time.time_ns()}",
+                                  time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return 200 if deliver(self.state.endpoints["function upstream_poll"], event) else 500
 
     def stop(self) -> None:
         for name in reversed(list(self.children)):
