@@ -37,7 +37,7 @@ def kube() -> Iterator[KubeApiServer]:
 def hub() -> Iterator[HubDouble]:
     server = HubDouble().start()
     server.add_repo(REPO)
-    server.add_repo("google/gated-model", gated=True)
+    server.add_repo("google/gated-model", gated=True, public_metadata=True)  # like the real Hub
     yield server
     server.stop()
 

@@ -22,14 +22,17 @@ def pipeline_token() -> str | None:
 
 
 def resolve_revision(repo: str, revision: str, token: str | None = None) -> str:
-    """A branch or tag → the commit sha it points at now; a full sha is returned as is."""
-    if SHA.match(revision):
-        return revision
+    """A branch or tag → the commit sha it points at now (a full sha is checked and kept), after
+    checking that the pipeline's token may read the repository."""
     from huggingface_hub import HfApi
     from huggingface_hub import errors as hf
 
+    api = HfApi(token=token or pipeline_token())
     try:
-        info = HfApi(token=token or pipeline_token()).model_info(repo, revision=revision, timeout=30)
+        info = api.model_info(repo, revision=revision, timeout=30)
+        # The Hub serves model_info of a gated repo to anyone; only auth_check tells whether this
+        # account accepted the license, and conversion would fail hours later without it.
+        api.auth_check(repo)
     except hf.GatedRepoError as exc:
         raise PermanentFailure(
             f"{repo} is gated and the pipeline's token has no access: accept the license for this account"
@@ -45,6 +48,8 @@ def resolve_revision(repo: str, revision: str, token: str | None = None) -> str:
         raise PermanentFailure(f"Hugging Face refused {repo}@{revision}: {exc}") from exc
     except OSError as exc:  # connection errors and timeouts
         raise TransientFailure(f"could not reach Hugging Face for {repo}@{revision}: {exc}") from exc
+    if SHA.match(revision):
+        return revision
     if not info.sha or not SHA.match(info.sha):
         raise TransientFailure(f"Hugging Face returned no commit sha for {repo}@{revision}")
     return info.sha
