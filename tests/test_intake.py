@@ -31,8 +31,10 @@ def functions(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[dic
         "object": FunctionServer("intake_object", "cloudevent", env, tmp_path),
         "message": FunctionServer("intake_message", "cloudevent", env, tmp_path),
     }
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda s: s.start(), servers.values()))
+    for server in servers.values():
+        server.spawn()
+    for server in servers.values():
+        server.wait()
     yield servers
     for server in servers.values():
         server.stop()

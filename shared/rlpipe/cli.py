@@ -196,7 +196,8 @@ def cmd_local(args: argparse.Namespace) -> int:
         _print_endpoints(state)
         return 0 if all(alive.values()) else 1
     config = stack.StackConfig(root=root, events=args.events, timing=args.timing, poll_seconds=args.poll_seconds,
-                               scenario_file=args.scenario, faults=list(args.fault or []))
+                               scenario_file=args.scenario, faults=list(args.fault or []),
+                               detached=not args.foreground)
     if stack.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -41,6 +42,8 @@ _ALLOWED: dict[str, frozenset[str]] = {
 }
 
 CAS_ATTEMPTS = 8
+# The character right after "/" in byte order: "runs/<id>0" sorts after every "runs/<id>/...".
+_AFTER_SLASH = chr(ord("/") + 1)
 
 
 def now() -> str:
@@ -229,3 +232,41 @@ class Ledger:
             if len(parts) >= 3 and parts[2] == "run.json":
                 ids.add(parts[1])
         return sorted(ids)
+
+    def list_run_ids_page(self, after: str = "", limit: int = 500) -> RunIdPage:
+        """Up to ``limit`` run ids that sort after ``after``, in listing order, without listing
+        any run's objects: a delimiter listing of ``runs/`` returns one prefix per run, starting
+        at an offset past ``after``'s own objects, so a scan of thousands of runs resumes from a
+        cursor instead of re-reading every checkpoint and event name.
+
+        Prefixes without a ``run.json`` (a rejected request's ``error.json``) are included; the
+        caller finds no ledger there. Order is that of ``"<id>/"`` (the bucket's byte order).
+        """
+        if limit < 1:
+            raise ValueError("limit must be >= 1")
+        start = f"{layout.RUNS_PREFIX}{after}{_AFTER_SLASH}" if after else layout.RUNS_PREFIX
+        listing = self.store.client.list_blobs(self.store.bucket_name, prefix=layout.RUNS_PREFIX, delimiter="/",
+                                               start_offset=start, page_size=limit)
+        found: set[str] = set()
+        for page in listing.pages:  # some servers ignore page_size with a delimiter: cut below
+            found.update(p[len(layout.RUNS_PREFIX):-1] for p in page.prefixes)
+            if len(found) > limit:
+                break
+        ids = sorted((i for i in found if i and _order(i) > _order(after)), key=_order)
+        more = len(ids) > limit or bool(listing.next_page_token)
+        return RunIdPage(ids[:limit], more)
+
+    def has_event(self, run_id: str, what: str) -> bool:
+        """Whether the run's history holds an event named ``what`` (for notes written once)."""
+        suffix = f"-{what}.json"
+        return any(name.endswith(suffix) for name in self.store.list(self.layout(run_id).events_prefix))
+
+
+@dataclass(frozen=True)
+class RunIdPage:
+    run_ids: list[str]
+    more: bool  # more ids may follow the last one (ask again with after=run_ids[-1])
+
+
+def _order(run_id: str) -> str:
+    return run_id + "/" if run_id else ""

@@ -31,8 +31,14 @@ class FunctionServer:
         return f"http://127.0.0.1:{self.port}/"
 
     def start(self) -> FunctionServer:
-        self.child.start()
+        return self.spawn().wait()
 
+    def spawn(self) -> FunctionServer:
+        """Start the process (from the main thread: it dies with the thread that spawned it)."""
+        self.child.start()
+        return self
+
+    def wait(self) -> FunctionServer:
         def ready() -> bool:
             try:
                 requests.get(self.url, timeout=1)

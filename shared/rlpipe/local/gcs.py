@@ -26,7 +26,7 @@ class FakeGcs:
     """A fake-gcs-server process on a free loopback port, in-memory."""
 
     def __init__(self, log_dir: Path, *, port: int | None = None, pubsub_project: str | None = None,
-                 pubsub_topic: str | None = None, pubsub_host: str | None = None):
+                 pubsub_topic: str | None = None, pubsub_host: str | None = None, die_with_parent: bool = True):
         self.port = port or free_port()
         argv = [
             str(binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
@@ -37,7 +37,8 @@ class FakeGcs:
             argv += ["-event.pubsub-project-id", pubsub_project or "rlpipe-local", "-event.pubsub-topic", pubsub_topic,
                      "-event.list", "finalize"]
             env["PUBSUB_EMULATOR_HOST"] = pubsub_host or ""
-        self.child = Child("fake-gcs-server", argv, log_path=log_dir / "fake-gcs-server.log", env=env)
+        self.child = Child("fake-gcs-server", argv, log_path=log_dir / "fake-gcs-server.log", env=env,
+                           die_with_parent=die_with_parent)
 
     @property
     def url(self) -> str:

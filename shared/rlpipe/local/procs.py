@@ -38,23 +38,36 @@ def http_ready(url: str, expect: Callable[[int, bytes], bool] | None = None) -> 
     return check
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the parent dies (Linux), so a killed test run
+    or CI job never leaves emulators holding ports. Survives exec (the emulator launcher execs java)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 class Child:
     """One managed process with its log file."""
 
     def __init__(self, name: str, argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None,
-                 cwd: str | Path | None = None):
+                 cwd: str | Path | None = None, die_with_parent: bool = True):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self.cwd = cwd
+        self.die_with_parent = die_with_parent
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Child:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         log.close()
         return self

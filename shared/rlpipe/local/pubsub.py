@@ -45,13 +45,13 @@ def unavailable_reason() -> str | None:
 
 
 class PubSubEmulator:
-    def __init__(self, log_dir: Path, *, port: int | None = None):
+    def __init__(self, log_dir: Path, *, port: int | None = None, die_with_parent: bool = True):
         launcher = find_launcher()
         if launcher is None:
             raise RuntimeError(f"Pub/Sub emulator unavailable: {unavailable_reason()}")
         self.port = port or free_port()
         self.child = Child("pubsub-emulator", [str(launcher), "--host=127.0.0.1", f"--port={self.port}"],
-                           log_path=log_dir / "pubsub-emulator.log")
+                           log_path=log_dir / "pubsub-emulator.log", die_with_parent=die_with_parent)
 
     @property
     def host(self) -> str:

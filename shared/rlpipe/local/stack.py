@@ -53,6 +53,7 @@ class StackConfig:
     events: str = "auto"  # auto | pubsub | watcher
     scenario_file: str | None = None
     faults: list[str] = field(default_factory=list)
+    detached: bool = False  # `rlpipe local up`: the components outlive the command that started them
 
 
 @dataclass
@@ -104,13 +105,14 @@ class LocalStack:
         use_pubsub, note = self._events_mode()
         self.say(f"[local] events: {note}")
         if use_pubsub:
-            self.pubsub = pubsub.PubSubEmulator(self.logs).start()
+            self.pubsub = pubsub.PubSubEmulator(self.logs, die_with_parent=not c.detached).start()
             self.children["pubsub-emulator"] = self.pubsub.child
             self._create_topics()
             self.say(f"[local] Pub/Sub emulator on {self.pubsub.host}")
         self.gcs = FakeGcs(self.logs, pubsub_project=c.project if use_pubsub else None,
                            pubsub_topic=c.gcs_topic if use_pubsub else None,
-                           pubsub_host=self.pubsub.host if self.pubsub else None).start()
+                           pubsub_host=self.pubsub.host if self.pubsub else None,
+                           die_with_parent=not c.detached).start()
         self.children["fake-gcs-server"] = self.gcs.child
         self._create_buckets()
         self.say(f"[local] fake-gcs-server on {self.gcs.url}")
@@ -132,7 +134,7 @@ class LocalStack:
         (self.root / "core.ready").unlink(missing_ok=True)
         (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
         core = Child("core", [sys.executable, "-m", "rlpipe.local.core", str(self.root / "core.json")],
-                     log_path=self.logs / "core.log", env=env, cwd=ROOT).start()
+                     log_path=self.logs / "core.log", env=env, cwd=ROOT, die_with_parent=not c.detached).start()
         self.children["core"] = core
         core.wait_ready(lambda: (self.root / "core.ready").exists(), timeout=60)
         self.say(f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on 127.0.0.1:{ports['kube']}")
@@ -142,7 +144,8 @@ class LocalStack:
             argv = [sys.executable, "-m", "functions_framework", "--target", name, "--source",
                     str(ROOT / "functions" / "main.py"), "--signature-type", signature,
                     "--host", "127.0.0.1", "--port", str(ports[name])]
-            self.children[name] = Child(name, argv, log_path=self.logs / f"{name}.log", env=env, cwd=ROOT).start()
+            self.children[name] = Child(name, argv, log_path=self.logs / f"{name}.log", env=env, cwd=ROOT,
+                                        die_with_parent=not c.detached).start()
         for name in FUNCTIONS:
             self.children[name].wait_ready(http_ready(function_urls[name], lambda status, body: True), timeout=60)
         self.say(f"[local] functions: {', '.join(FUNCTIONS)}")

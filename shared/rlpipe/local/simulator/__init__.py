@@ -31,7 +31,9 @@ Scenario files (JSON or YAML)
 
 Each entry is a mapping (``stage``: convert | train | export; ``attempt``: a whole number, or
 omitted for every attempt, matched against the workload's ``rlpipe.dev/attempt`` label;
-``fault``) or a CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
+``fault``; ``run``: a run id, or omitted for every run, matched against the workload's
+``rlpipe.dev/run`` label so that concurrent runs on one stack each get their own fault) or a
+CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
 
 ``preempt@<step>[:head|:worker][:kubelet|:scheduler]``
     A pod gets ``DisruptionTarget`` (``TerminationByKubelet``, or ``PreemptionByScheduler``

@@ -67,6 +67,7 @@ class ClusterSimulator:
         )
         self._lock = threading.Lock()
         self._sims: dict[str, WorkloadSim] = {}  # by uid
+        self._runs: dict[str, str | None] = {}  # workload name → its run label (for drops_event)
         self._running = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -138,6 +139,7 @@ class ClusterSimulator:
                 return
             sim = WORKLOADS[resource](self.env, obj)
             self._sims[uid] = sim
+            self._runs[sim.name] = sim.run
         try:
             sim.on_created()
         except Exception:  # never fail the creator's request because of the simulator
@@ -198,8 +200,9 @@ class ClusterSimulator:
     def drops_event(self, object_name: str, bucket: str | None = None) -> bool:
         """For the event shim: should the notification for this object be dropped?
 
-        Uses who actually wrote the object (stage and attempt) when the simulator wrote it,
-        else MaxText's file names (``object_name`` may be bucket-relative or a gs:// URI)."""
+        Uses who actually wrote the object (stage, attempt and run) when the simulator wrote it,
+        else MaxText's file names (``object_name`` may be bucket-relative or a gs:// URI); an
+        object of unknown writer never matches a run-scoped fault."""
         uri = (
             object_name
             if object_name.startswith("gs://")
@@ -207,5 +210,7 @@ class ClusterSimulator:
         )
         writer = self.env.writer_of(uri) if uri else None
         if writer is not None and writer[1] is not None:
-            return self.scenario.drops_events_for(writer[1], writer[2])
+            with self._lock:
+                run = self._runs.get(writer[0])
+            return self.scenario.drops_events_for(writer[1], writer[2], run)
         return self.scenario.drops_events_for(object_name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,9 @@ FAULT_SYNTAX = (
     "drop-events",
     "stall",
 )
-ENTRY_KEYS = ("stage", "attempt", "fault")
+ENTRY_KEYS = ("stage", "attempt", "fault", "run")
+# A Kubernetes label value (the ``rlpipe.dev/run`` label a fault's ``run`` is matched against).
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 DISRUPTION_REASONS = {"kubelet": "TerminationByKubelet", "scheduler": "PreemptionByScheduler"}
 
 
@@ -37,7 +39,11 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected misbehaviour, matched to workloads by stage and (optionally) attempt."""
+    """One injected misbehaviour, matched to workloads by stage and (optionally) attempt and run.
+
+    ``run`` exists so that many runs can share one long-lived stack (a soak, a benchmark) and
+    each still get its own fault: it is compared with the workload's ``rlpipe.dev/run`` label.
+    """
 
     kind: str
     stage: str
@@ -48,9 +54,15 @@ class Fault:
     seconds: float | None = None  # unschedulable: simulated seconds spent Pending
     code: int | None = None  # exit: the program's exit code
     count: int | None = None  # api-5xx: how many API requests fail
+    run: str | None = None  # None: every run; else only workloads labelled rlpipe.dev/run=<run>
 
-    def matches(self, stage: str, attempt: int | None) -> bool:
+    def matches(self, stage: str, attempt: int | None, run: str | None = None) -> bool:
+        """A run-scoped fault needs the run to be known and equal: when the caller cannot tell
+        which run a workload or object belongs to, striking another run's workload would be
+        worse than missing one, so the fault does not apply."""
         if self.stage != stage:
+            return False
+        if self.run is not None and self.run != run:
             return False
         return self.attempt is None or attempt is None or self.attempt == attempt
 
@@ -75,7 +87,8 @@ class Fault:
         return body
 
     def spec(self) -> str:
-        """The canonical ``stage[:attempt]:fault`` string (what :func:`parse_fault` accepts)."""
+        """The canonical ``stage[:attempt]:fault`` string (what :func:`parse_fault` accepts);
+        the string form has no run (``to_document`` keeps it)."""
         prefix = f"{self.stage}:{self.attempt}" if self.attempt is not None else self.stage
         return f"{prefix}:{self.body()}"
 
@@ -135,6 +148,8 @@ class Scenario:
             entry: dict[str, Any] = {"stage": fault.stage, "fault": fault.body()}
             if fault.attempt is not None:
                 entry["attempt"] = fault.attempt
+            if fault.run is not None:
+                entry["run"] = fault.run
             out.append(entry)
         return {"faults": out}
 
@@ -143,25 +158,28 @@ class Scenario:
 
     # -- queries -------------------------------------------------------------------------------
 
-    def for_workload(self, stage: str, attempt: int | None) -> list[Fault]:
+    def for_workload(self, stage: str, attempt: int | None, run: str | None = None) -> list[Fault]:
         """The faults that apply to one workload, in order (drop-events excluded: the event
-        shim applies those, not the simulator)."""
-        return [f for f in self.faults if f.kind != "drop-events" and f.matches(stage, attempt)]
+        shim applies those, not the simulator). ``run`` is the workload's run label."""
+        return [f for f in self.faults if f.kind != "drop-events" and f.matches(stage, attempt, run)]
 
-    def first(self, kinds: str | tuple[str, ...], stage: str, attempt: int | None) -> Fault | None:
+    def first(
+        self, kinds: str | tuple[str, ...], stage: str, attempt: int | None, run: str | None = None
+    ) -> Fault | None:
         wanted = (kinds,) if isinstance(kinds, str) else kinds
-        return next((f for f in self.for_workload(stage, attempt) if f.kind in wanted), None)
+        return next((f for f in self.for_workload(stage, attempt, run) if f.kind in wanted), None)
 
-    def drops_events_for(self, stage_or_object: str, attempt: int | None = None) -> bool:
+    def drops_events_for(self, stage_or_object: str, attempt: int | None = None, run: str | None = None) -> bool:
         """Should the GCS notification for this object (or any object of this stage) be lost?
 
         The simulator cannot drop notifications itself (fake-gcs-server sends them), so the
         event shim asks here. An object name is mapped to its stage by MaxText's file names;
-        names that belong to no stage are never dropped."""
+        names that belong to no stage are never dropped; a run-scoped fault drops only when
+        ``run`` (the writer's run label) is given and equal."""
         stage = stage_or_object if stage_or_object in STAGES else stage_of_object(stage_or_object)
         if stage is None:
             return False
-        return any(f.kind == "drop-events" and f.matches(stage, attempt) for f in self.faults)
+        return any(f.kind == "drop-events" and f.matches(stage, attempt, run) for f in self.faults)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -268,13 +286,27 @@ def _fault_from_entry(entry: Any, where: str) -> Fault:
         raise ScenarioError(f"{where}: 'attempt' must be a whole number >= 1 or omitted (= every attempt)")
     if attempt is not None:
         attempt = _attempt(attempt, where)
+    run = _run(entry.get("run"), where)
     if body.startswith("drop-events:"):
         if entry.get("stage") is not None or attempt is not None:
             raise ScenarioError(f"{where}: write either 'drop-events:<stage>' alone or stage + 'drop-events'")
-        return parse_fault(body)
+        return replace(parse_fault(body), run=run)
     if entry.get("stage") is None:
         raise ScenarioError(f"{where}: 'stage' is required; {_STAGE_HELP}")
-    return parse_fault_body(body, stage=_stage(entry["stage"], where), attempt=attempt, where=where)
+    fault = parse_fault_body(body, stage=_stage(entry["stage"], where), attempt=attempt, where=where)
+    return replace(fault, run=run)
+
+
+def _run(value: Any, where: str) -> str | None:
+    """The optional ``run`` of an entry: a run id, as the ``rlpipe.dev/run`` label holds it."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+        raise ScenarioError(
+            f"{where}: 'run' must be a run id as in the workload's rlpipe.dev/run label "
+            f"(a label value: 1-63 letters, digits, '-', '_' or '.'), got {value!r}; omit it for every run"
+        )
+    return value
 
 
 def _stage(value: Any, where: str) -> str:

@@ -27,6 +27,7 @@ from rlpipe.local.simulator.timing import Pacer, WorkloadGone
 Obj = dict[str, Any]
 
 ATTEMPT_LABEL = "rlpipe.dev/attempt"
+RUN_LABEL = "rlpipe.dev/run"  # a scenario fault's optional ``run`` is matched against it
 CLUSTER_QUEUE = "cluster-queue"
 
 
@@ -46,7 +47,10 @@ class WorkloadSim:
         self.attempt = _int(self.labels.get(ATTEMPT_LABEL))
         self.program: Program | None = self.find_program()
         self.stage = self.program.stage if self.program else None
-        self.faults: list[Fault] = env.scenario.for_workload(self.stage, self.attempt) if self.stage else []
+        self.run: str | None = self.labels.get(RUN_LABEL)
+        self.faults: list[Fault] = (
+            env.scenario.for_workload(self.stage, self.attempt, self.run) if self.stage else []
+        )
         self.queued = ko.QUEUE_LABEL in self.labels
         self.cancelled = threading.Event()
         self.idle = threading.Event()  # finished, or parked waiting for something outside it
