@@ -17,28 +17,27 @@ def _attributes(cloud_event: Any) -> dict[str, Any]:
     return dict(cloud_event.get_attributes())
 
 
-@functions_framework.cloud_event
-def intake_object(cloud_event: Any) -> None:
-    """A request file landed in the requests bucket (Eventarc: storage object finalized)."""
-    log = Logger("intake_object")
+def _intake(cloud_event: Any, component: str, parse: Any, submit: str) -> None:
+    """Parse the event (a wrong type or shape is logged and acknowledged), then hand it to intake."""
+    log = Logger(component)
     try:
-        event = object_event(_attributes(cloud_event), cloud_event.data)
+        event = parse(_attributes(cloud_event), cloud_event.data)
     except BadEvent as exc:
         log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
         return
-    services.intake(log).from_object(event)
+    getattr(services.intake(log), submit)(event)
+
+
+@functions_framework.cloud_event
+def intake_object(cloud_event: Any) -> None:
+    """A request file landed in the requests bucket (Eventarc: storage object finalized)."""
+    _intake(cloud_event, "intake_object", object_event, "from_object")
 
 
 @functions_framework.cloud_event
 def intake_message(cloud_event: Any) -> None:
     """A request document arrived as a Pub/Sub message on the requests topic."""
-    log = Logger("intake_message")
-    try:
-        event = message_event(_attributes(cloud_event), cloud_event.data)
-    except BadEvent as exc:
-        log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
-        return
-    services.intake(log).from_message(event)
+    _intake(cloud_event, "intake_message", message_event, "from_message")
 
 
 @functions_framework.cloud_event
