@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test lint demo render schema clean
+TOOLS := .tools
+TOOLS_STAMP := $(TOOLS)/.installed
+
+.PHONY: install test lint demo render schema clean tools bundle
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +21,22 @@ $(STAMP): $(BIN)/python requirements.txt requirements-dev.txt pyproject.toml
 
 install: $(STAMP)
 
+# Static infrastructure checkers, isolated: checkov pins many packages of its own.
+$(TOOLS_STAMP):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check 'tfparse==0.6.22' 'checkov==3.3.30'
+	touch $(TOOLS_STAMP)
+
+tools: $(TOOLS_STAMP)
+
+# The Cloud Functions source zip Terraform uploads (build/functions-source.zip).
+bundle:
+	infra/bundle.sh
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP)
+test: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -39,4 +54,4 @@ schema: $(STAMP)
 	$(BIN)/rlpipe schema > shared/rlpipe/request.schema.json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .ruff_cache .hypothesis build

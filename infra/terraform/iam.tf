@@ -1,0 +1,178 @@
+# Service accounts and what each may do. No account gets a basic role (owner/editor/viewer) or an
+# *admin role at project level; grants sit on the narrowest resource that takes them.
+
+resource "google_service_account" "fn" {
+  for_each = local.functions
+
+  project      = var.project_id
+  account_id   = local.sa_ids[each.key]
+  display_name = "rlpipe function ${each.key}"
+  description  = "Runtime identity of the ${each.value.entry_point} function."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "workflow" {
+  project      = var.project_id
+  account_id   = local.sa_ids["workflow"]
+  display_name = "rlpipe workflow"
+  description  = "Identity of the pipeline workflow: invokes the stage function, nothing else."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "eventarc" {
+  project      = var.project_id
+  account_id   = local.sa_ids["eventarc"]
+  display_name = "rlpipe Eventarc triggers"
+  description  = "Identity Eventarc uses to deliver events to the event-driven functions."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "build" {
+  project      = var.project_id
+  account_id   = local.sa_ids["build"]
+  display_name = "rlpipe function builds"
+  description  = "Cloud Build identity that builds the functions' containers."
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_service_account" "workload" {
+  project      = var.project_id
+  account_id   = local.sa_ids["workload"]
+  display_name = "rlpipe workloads"
+  description  = "Identity of the conversion, training and export pods (Workload Identity from ${var.k8s_namespace}/${var.k8s_workload_service_account})."
+
+  depends_on = [google_project_service.apis]
+}
+
+# ------------------------------------------------------------------------------ project-level roles
+#
+# Only roles that exist at project level alone: starting/cancelling executions and sending
+# callbacks (Workflows has no per-workflow IAM), authenticating to GKE (RBAC in
+# infra/cluster/k8s/rbac.yaml then limits the stage and reconcile accounts to the rlpipe
+# namespace and to the calls rlpipe.cluster makes; roles/container.developer would instead give
+# read/write on every object, Secrets included, in every namespace), receiving events, logging,
+# building.
+
+locals {
+  project_roles = {
+    "intake-object/workflows"    = { member = local.sa_member["intake-object"], role = "roles/workflows.invoker" }
+    "intake-message/workflows"   = { member = local.sa_member["intake-message"], role = "roles/workflows.invoker" }
+    "artifact-event/workflows"   = { member = local.sa_member["artifact-event"], role = "roles/workflows.invoker" }
+    "upstream-poll/workflows"    = { member = local.sa_member["upstream-poll"], role = "roles/workflows.invoker" }
+    "upstream-webhook/workflows" = { member = local.sa_member["upstream-webhook"], role = "roles/workflows.invoker" }
+    "reconcile/workflows"        = { member = local.sa_member["reconcile"], role = "roles/workflows.invoker" }
+    "stage/gke"                  = { member = local.sa_member["stage"], role = "roles/container.clusterViewer" }
+    "reconcile/gke"              = { member = local.sa_member["reconcile"], role = "roles/container.clusterViewer" }
+    "workflow/logging"           = { member = local.sa_member["workflow"], role = "roles/logging.logWriter" }
+    "eventarc/receiver"          = { member = local.sa_member["eventarc"], role = "roles/eventarc.eventReceiver" }
+    "build/builder"              = { member = local.sa_member["build"], role = "roles/cloudbuild.builds.builder" }
+  }
+}
+
+resource "google_project_iam_member" "project" {
+  for_each = local.project_roles
+
+  project = var.project_id
+  role    = each.value.role
+  member  = each.value.member
+
+  depends_on = [google_service_account.fn, google_service_account.workflow, google_service_account.eventarc, google_service_account.build]
+}
+
+# ------------------------------------------------------------------------------ buckets
+#
+# Functions that only touch ledgers get the artifacts bucket limited to runs/ (and upstream/ for
+# the upstream poll's state) by an IAM condition; objects.list is allowed only for those prefixes.
+
+locals {
+  runs_only     = "resource.name.startsWith(\"${local.storage_condition}runs/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"runs/\")"
+  runs_upstream = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}upstream/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"upstream/\")"
+
+  artifact_grants = {
+    "intake-object"    = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.runs_only }
+    "intake-message"   = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.runs_only }
+    "artifact-event"   = { member = local.sa_member["artifact-event"], role = "roles/storage.objectViewer", condition = local.runs_only }
+    "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = local.runs_only }
+    "upstream-poll"    = { member = local.sa_member["upstream-poll"], role = "roles/storage.objectUser", condition = local.runs_upstream }
+    "upstream-webhook" = { member = local.sa_member["upstream-webhook"], role = "roles/storage.objectUser", condition = local.runs_upstream }
+    # stage plans, checks completeness of every stage's output and writes cache markers.
+    "stage" = { member = local.sa_member["stage"], role = "roles/storage.objectUser", condition = "" }
+    # The pods write conversion attempts, checkpoints, exports and Pathways scratch.
+    "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "" }
+    "workload/bucket" = { member = local.sa_member["workload"], role = "roles/storage.bucketViewer", condition = "" }
+  }
+}
+
+resource "google_storage_bucket_iam_member" "artifacts" {
+  for_each = local.artifact_grants
+
+  bucket = google_storage_bucket.artifacts.name
+  role   = each.value.role
+  member = each.value.member
+
+  dynamic "condition" {
+    for_each = each.value.condition == "" ? [] : [each.value.condition]
+    content {
+      title       = "rlpipe-${replace(each.key, "/", "-")}-prefixes"
+      description = "Only the objects (and listings) this function needs."
+      expression  = condition.value
+    }
+  }
+
+  depends_on = [google_service_account.fn, google_service_account.workload]
+}
+
+# The requests bucket: intake reads request files (requests/), the upstream poll (tick or webhook)
+# reads the watch list (config/watch.yaml). Nothing in the pipeline writes there.
+locals {
+  requests_object = "projects/_/buckets/${local.requests_bucket}/objects/"
+  requests_grants = {
+    "intake-object"    = "resource.name.startsWith(\"${local.requests_object}requests/\")"
+    "upstream-poll"    = "resource.name.startsWith(\"${local.requests_object}config/\")"
+    "upstream-webhook" = "resource.name.startsWith(\"${local.requests_object}config/\")"
+  }
+}
+
+resource "google_storage_bucket_iam_member" "requests" {
+  for_each = local.requests_grants
+
+  bucket = google_storage_bucket.requests.name
+  role   = "roles/storage.objectViewer"
+  member = local.sa_member[each.key]
+
+  condition {
+    title       = "rlpipe-${each.key}-prefixes"
+    description = "Only the objects this function reads."
+    expression  = each.value
+  }
+
+  depends_on = [google_service_account.fn]
+}
+
+resource "google_storage_bucket_iam_member" "source_build" {
+  bucket = google_storage_bucket.source.name
+  role   = "roles/storage.objectViewer"
+  member = local.sa_member["build"]
+
+  depends_on = [google_service_account.build]
+}
+
+# ------------------------------------------------------------------------------ identities
+
+# The workload pods' Kubernetes ServiceAccount acts as the workload Google service account.
+resource "google_service_account_iam_member" "workload_identity" {
+  service_account_id = google_service_account.workload.name
+  role               = "roles/iam.workloadIdentityUser"
+  member             = local.workload_ksa
+}
+
+# Pub/Sub mints the OIDC tokens of push deliveries as the trigger identity.
+resource "google_service_account_iam_member" "pubsub_token_creator" {
+  service_account_id = google_service_account.eventarc.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${local.pubsub_agent}"
+}

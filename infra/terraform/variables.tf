@@ -1,0 +1,275 @@
+# ---------------------------------------------------------------------------------------- project
+
+variable "project_id" {
+  description = "Project that holds the pipeline and the GKE cluster."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the buckets, functions, Eventarc triggers, workflow and scheduler jobs (the GKE cluster's region, e.g. us-east5)."
+  type        = string
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (service accounts, topics, functions, secrets)."
+  type        = string
+  default     = "rlpipe"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,11}$", var.name_prefix))
+    error_message = "name_prefix: 2-12 characters, lowercase letters, digits and hyphens, starting with a letter (service account ids are limited to 30 characters)."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels."
+  type        = map(string)
+  default     = { app = "rlpipe" }
+}
+
+variable "enable_apis" {
+  description = "Enable the Google APIs the pipeline uses (needs serviceusage.services.enable). Turn off where a platform team enables APIs."
+  type        = bool
+  default     = true
+}
+
+variable "deletion_protection" {
+  description = "Protect the workflow from `terraform destroy` (set false before tearing down)."
+  type        = bool
+  default     = true
+}
+
+# ---------------------------------------------------------------------------------------- names
+
+variable "requests_bucket_name" {
+  description = "Requests bucket (request files under requests/). Default: <project>-<prefix>-requests."
+  type        = string
+  default     = null
+}
+
+variable "artifacts_bucket_name" {
+  description = "Artifacts bucket (ledgers, checkpoints, exports). Default: <project>-<prefix>-artifacts."
+  type        = string
+  default     = null
+}
+
+variable "workflow_name" {
+  description = "Name of the Cloud Workflows workflow (RLPIPE_WORKFLOW)."
+  type        = string
+  default     = "rlpipe-pipeline"
+}
+
+variable "force_destroy_buckets" {
+  description = "Let `terraform destroy` delete the requests and artifacts buckets with their objects (checkpoints, models, ledgers)."
+  type        = bool
+  default     = false
+}
+
+# ---------------------------------------------------------------------------------------- GKE
+
+variable "gke_cluster_name" {
+  description = "Name of the GKE cluster created from Cluster Toolkit's gke-tpu-v6e-advanced blueprint (its deployment_name)."
+  type        = string
+}
+
+variable "gke_cluster_location" {
+  description = "Location of the GKE cluster (the blueprint creates a regional cluster: the region)."
+  type        = string
+}
+
+variable "gke_use_dns_endpoint" {
+  description = "Reach the control plane through its DNS-based endpoint (no CA certificate, no authorized networks needed) instead of its IP endpoint. The cluster must allow external traffic on the DNS endpoint."
+  type        = bool
+  default     = false
+}
+
+variable "k8s_namespace" {
+  description = "Namespace of rlpipe's workloads (infra/cluster/k8s; RLPIPE_NAMESPACE)."
+  type        = string
+  default     = "rlpipe"
+}
+
+variable "k8s_workload_service_account" {
+  description = "Kubernetes ServiceAccount of the workload pods (RLPIPE_WORKLOAD_SERVICE_ACCOUNT)."
+  type        = string
+  default     = "rlpipe-workload"
+}
+
+variable "k8s_secret_sync_service_account" {
+  description = "Kubernetes ServiceAccount that GKE's secret synchronisation uses to read the HF token."
+  type        = string
+  default     = "rlpipe-secret-sync"
+}
+
+variable "kueue_tpu_chips" {
+  description = "Kueue quota of google.com/tpu for rlpipe: the chips of the cluster's v6e slices (32 per v6e-32, 64 per v6e-64)."
+  type        = number
+  default     = 32
+}
+
+variable "kueue_cpu_np_cpu" {
+  description = "Kueue cpu quota on the cpu-np pool (what the pool holds at its autoscaling maximum)."
+  type        = string
+  default     = "180"
+}
+
+variable "kueue_cpu_np_memory" {
+  description = "Kueue memory quota on the cpu-np pool."
+  type        = string
+  default     = "640Gi"
+}
+
+# ---------------------------------------------------------------------------------------- functions
+
+variable "python_runtime" {
+  description = "Cloud Run functions runtime of every function."
+  type        = string
+  default     = "python312"
+
+  validation {
+    condition     = can(regex("^python3(1[1-9]|[2-9][0-9])$", var.python_runtime))
+    error_message = "python_runtime must be python311 or newer (the package requires Python >= 3.11)."
+  }
+}
+
+variable "source_zip" {
+  description = "The functions' source archive made by `make bundle` (infra/bundle.sh). Default: build/functions-source.zip of this repository."
+  type        = string
+  default     = null
+}
+
+variable "stage_invokers" {
+  description = "Extra members that may call the stage function besides the workflow, e.g. the operators who run `rlpipe cancel` (\"user:alice@example.com\", \"group:ml-platform@example.com\")."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.stage_invokers : !contains(["allUsers", "allAuthenticatedUsers"], m)])
+    error_message = "stage must never be public."
+  }
+}
+
+variable "stage_ingress" {
+  description = "Ingress of the stage function. ALLOW_ALL (IAM still required) lets operators' `rlpipe cancel` reach it; ALLOW_INTERNAL_ONLY if only the workflow calls it."
+  type        = string
+  default     = "ALLOW_ALL"
+
+  validation {
+    condition     = contains(["ALLOW_ALL", "ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB"], var.stage_ingress)
+    error_message = "stage_ingress: ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
+  }
+}
+
+variable "function_max_instances" {
+  description = "Override of the maximum instance count per function (keys: intake-object, intake-message, artifact-event, stage, upstream-poll, upstream-webhook, reconcile)."
+  type        = map(number)
+  default     = {}
+}
+
+variable "secret_version" {
+  description = "Secret Manager version the functions read at instance start (\"latest\" or a number)."
+  type        = string
+  default     = "latest"
+}
+
+variable "start_lease_seconds" {
+  description = "RLPIPE_START_LEASE_SECONDS: how long one intake delivery holds the right to start a run's execution."
+  type        = number
+  default     = 60
+}
+
+variable "callback_timeout_seconds" {
+  description = "RLPIPE_CALLBACK_TIMEOUT_SECONDS: how long the workflow waits for a callback before it polls the status."
+  type        = number
+  default     = 300
+}
+
+# ---------------------------------------------------------------------------------------- events
+
+variable "dead_letter_max_delivery_attempts" {
+  description = "Deliveries of one event before it goes to the dead-letter topic (Pub/Sub allows 5-100)."
+  type        = number
+  default     = 5
+
+  validation {
+    condition     = var.dead_letter_max_delivery_attempts >= 5 && var.dead_letter_max_delivery_attempts <= 100
+    error_message = "Pub/Sub allows 5 to 100 delivery attempts."
+  }
+}
+
+variable "event_min_retry_delay" {
+  description = "Minimum backoff between redeliveries of a failed event."
+  type        = string
+  default     = "10s"
+}
+
+variable "event_max_retry_delay" {
+  description = "Maximum backoff between redeliveries of a failed event."
+  type        = string
+  default     = "600s"
+}
+
+variable "configure_dead_letter" {
+  description = "Set the dead-letter topic and retry backoff on the Pub/Sub subscriptions Eventarc creates for the triggers (runs infra/terraform/scripts/eventarc-dead-letter.sh, which needs gcloud where terraform runs)."
+  type        = bool
+  default     = true
+}
+
+variable "upstream_poll_schedule" {
+  description = "Cron schedule of the upstream tick (Hugging Face release detection)."
+  type        = string
+  default     = "*/10 * * * *"
+}
+
+variable "reconcile_schedule" {
+  description = "Cron schedule of the reconcile tick."
+  type        = string
+  default     = "*/5 * * * *"
+}
+
+variable "scheduler_time_zone" {
+  description = "Time zone of the schedules."
+  type        = string
+  default     = "Etc/UTC"
+}
+
+# ---------------------------------------------------------------------------------------- storage
+
+variable "requests_noncurrent_days" {
+  description = "Days a replaced or deleted request file is kept as a noncurrent version."
+  type        = number
+  default     = 30
+}
+
+variable "artifact_lifecycle_rules" {
+  description = <<-EOT
+    Delete rules for the artifacts bucket: objects whose name starts with one of `prefixes` (and,
+    if given, ends with one of `suffixes`) are deleted `age_days` after they were written.
+    GCS matches name prefixes literally, so a rule cannot say runs/*/trained/: see runs_retention_days.
+    The defaults expire conversion cache markers (READY.json) two days before the attempt
+    directories they name, so no run is pointed at a checkpoint that is being deleted, and drop
+    Pathways scratch after a week.
+  EOT
+  type = list(object({
+    prefixes = list(string)
+    suffixes = optional(list(string), [])
+    age_days = number
+  }))
+  default = [
+    { prefixes = ["cache/maxtext/"], suffixes = ["/READY.json"], age_days = 28 },
+    { prefixes = ["cache/maxtext/"], age_days = 30 },
+    { prefixes = ["pathways/"], age_days = 7 },
+  ]
+}
+
+variable "runs_retention_days" {
+  description = "If set, delete everything under runs/ (ledgers, trained checkpoints, exported models) this many days after it was written. Off by default."
+  type        = number
+  default     = null
+}
+
+variable "artifacts_soft_delete_seconds" {
+  description = "Soft-delete retention of the artifacts bucket. 0 turns it off: deleted checkpoints (hundreds of GB) would otherwise be billed for 7 more days."
+  type        = number
+  default     = 0
+}
