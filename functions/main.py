@@ -6,7 +6,10 @@ from typing import Any
 
 import functions_framework
 
-from rlpipe import services
+# Only what every entry point needs is imported here: every deployed function loads this whole
+# module on each cold start. `rlpipe.services` (the ledger's pydantic models, ~150 ms; bench/
+# RESULTS.md §2) is imported by the entries that use it, so `artifact_event`, the function that
+# scales out during a checkpoint write, starts without it.
 from rlpipe.events import BadEvent, match_artifact, message_event, object_event
 from rlpipe.logs import Logger, configure_stdlib_logging
 
@@ -25,6 +28,8 @@ def _intake(cloud_event: Any, component: str, parse: Any, submit: str) -> None:
     except BadEvent as exc:
         log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
         return
+    from rlpipe import services
+
     getattr(services.intake(log), submit)(event)
 
 
@@ -76,3 +81,11 @@ def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
 
     status, body = on_webhook(dict(request.headers), request.get_data(), Logger("upstream_webhook"))
     return body, status
+
+
+@functions_framework.cloud_event
+def reconcile(cloud_event: Any) -> None:
+    """Cloud Scheduler tick (via Pub/Sub, every 5 minutes): one reconcile pass."""
+    from rlpipe.reconcile import on_tick
+
+    on_tick(cloud_event.data, Logger("reconcile"))

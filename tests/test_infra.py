@@ -489,7 +489,7 @@ def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
     grants = by_path(tf, "google_storage_bucket_iam_member")
     artifacts = {p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.artifacts[")}
     prefixes = {"intake-object": ["runs/"], "intake-message": ["runs/"], "artifact-event": ["runs/"],
-                "reconcile": ["runs/"], "upstream-poll": ["runs/", "upstream/"], "upstream-webhook": ["runs/", "upstream/"]}
+                "reconcile": ["runs/", "reconcile/"], "upstream-poll": ["runs/", "upstream/"], "upstream-webhook": ["runs/", "upstream/"]}
     for key, allowed in prefixes.items():
         expression = (artifacts[f'google_storage_bucket_iam_member.artifacts["{key}"]'].get("condition") or {}).get(
             "expression", "")

@@ -89,14 +89,15 @@ resource "google_project_iam_member" "project" {
 # the upstream poll's state) by an IAM condition; objects.list is allowed only for those prefixes.
 
 locals {
-  runs_only     = "resource.name.startsWith(\"${local.storage_condition}runs/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"runs/\")"
-  runs_upstream = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}upstream/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"upstream/\")"
+  runs_only      = "resource.name.startsWith(\"${local.storage_condition}runs/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"runs/\")"
+  runs_reconcile = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}reconcile/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"reconcile/\")"
+  runs_upstream  = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}upstream/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"upstream/\")"
 
   artifact_grants = {
     "intake-object"    = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.runs_only }
     "intake-message"   = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.runs_only }
     "artifact-event"   = { member = local.sa_member["artifact-event"], role = "roles/storage.objectViewer", condition = local.runs_only }
-    "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = local.runs_only }
+    "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = local.runs_reconcile }
     "upstream-poll"    = { member = local.sa_member["upstream-poll"], role = "roles/storage.objectUser", condition = local.runs_upstream }
     "upstream-webhook" = { member = local.sa_member["upstream-webhook"], role = "roles/storage.objectUser", condition = local.runs_upstream }
     # stage plans, checks completeness of every stage's output and writes cache markers.

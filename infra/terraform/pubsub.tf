@@ -63,9 +63,10 @@ resource "google_pubsub_topic_iam_member" "dead_letter_publisher" {
 }
 
 # Status messages: stage at the end of every run; the upstream poll (tick or webhook) when a watched
-# repo is gated for the pipeline's token. A request's own `notify` topic needs the same grant.
+# repo is gated for the pipeline's token; reconcile for stuck workloads and repaired runs. A
+# request's own `notify` topic needs the same grant.
 resource "google_pubsub_topic_iam_member" "status_publisher" {
-  for_each = toset(["stage", "upstream-poll", "upstream-webhook"])
+  for_each = toset(["stage", "upstream-poll", "upstream-webhook", "reconcile"])
 
   project = var.project_id
   topic   = google_pubsub_topic.status.name

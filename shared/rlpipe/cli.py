@@ -297,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe import cli_upstream
 
     cli_upstream.register(sub, settings=_settings)
+
+    from rlpipe import reconcile_cli
+
+    reconcile_cli.register(sub, settings=_settings)
     return parser
 
 

@@ -112,6 +112,10 @@ class Intake:
 
     # ---- starting the execution exactly once ----------------------------------------------------
 
+    def start_claimed(self, run_id: str) -> IntakeResult:
+        """Finish a claim whose execution never started (the reconciler's path), under the same lease."""
+        return self._start(run_id, uuid.uuid4().hex, self.log.bind(run_id=run_id), already_leased=False)
+
     def _start(self, run_id: str, holder: str, log: Logger, *, already_leased: bool) -> IntakeResult:
         if not already_leased:
             decision: dict[str, Any] = {}

@@ -178,6 +178,18 @@ class Ledger:
         except blobstore.NotFound:
             return None
 
+    def peek(self, run_id: str) -> RunRecord | None:
+        """The record in one GET (no metadata request, so no generation): for scans that only
+        decide whether to act, such as the reconciler reading thousands of ledgers. Every write
+        still goes through ``update``, which re-reads under compare-and-swap."""
+        from google.api_core import exceptions as gexc
+
+        blob = self.store.client.bucket(self.store.bucket_name).blob(self.layout(run_id).ledger)
+        try:
+            return RunRecord.model_validate_json(blob.download_as_bytes())
+        except gexc.NotFound:
+            return None
+
     def update(
         self,
         run_id: str,

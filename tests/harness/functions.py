@@ -46,7 +46,7 @@ class FunctionServer:
             except requests.RequestException:
                 return False
 
-        self.child.wait_ready(ready, timeout=60)
+        self.child.wait_ready(ready, timeout=120)
         return self
 
     def stop(self) -> None:

@@ -147,7 +147,7 @@ class LocalStack:
             self.children[name] = Child(name, argv, log_path=self.logs / f"{name}.log", env=env, cwd=ROOT,
                                         die_with_parent=not c.detached).start()
         for name in FUNCTIONS:
-            self.children[name].wait_ready(http_ready(function_urls[name], lambda status, body: True), timeout=60)
+            self.children[name].wait_ready(http_ready(function_urls[name], lambda status, body: True), timeout=120)
         self.say(f"[local] functions: {', '.join(FUNCTIONS)}")
 
         endpoints = {
