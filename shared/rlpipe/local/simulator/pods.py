@@ -49,6 +49,22 @@ class PodSim:
     def _status(self, mutate: Callable[[Obj], None]) -> None:
         self._modify(lambda pod: mutate(pod.setdefault("status", {})))
 
+    def _terminate_sidecars(self, status: dict[str, Any], now: str) -> None:
+        """Native sidecars are stopped with SIGTERM when the main containers end (exit 143)."""
+        if self.sidecars:
+            status["initContainerStatuses"] = [
+                ko.terminated(
+                    c["name"],
+                    c.get("image", ""),
+                    self.cids.get(c["name"], ""),
+                    SIGTERM_EXIT,
+                    "Error",
+                    self.started.get(c["name"], now),
+                    now,
+                )
+                for c in self.sidecars
+            ]
+
     def _condition(
         self, status: Obj, kind: str, value: bool, reason: str | None = None, message: str | None = None
     ) -> None:
@@ -288,19 +304,7 @@ class PodSim:
                 )
                 for c in self.main
             ]
-            if self.sidecars:
-                status["initContainerStatuses"] = [
-                    ko.terminated(
-                        c["name"],
-                        c.get("image", ""),
-                        self.cids.get(c["name"], ""),
-                        SIGTERM_EXIT,
-                        "Error",
-                        self.started.get(c["name"], now),
-                        now,
-                    )
-                    for c in self.sidecars
-                ]
+            self._terminate_sidecars(status, now)
             why = "PodCompleted" if code == 0 else "PodFailed"
             self._condition(status, "ContainersReady", False, why)
             self._condition(status, "Ready", False, why)
@@ -345,19 +349,7 @@ class PodSim:
                 )
                 for c in self.main
             ]
-            if self.sidecars:
-                status["initContainerStatuses"] = [
-                    ko.terminated(
-                        c["name"],
-                        c.get("image", ""),
-                        self.cids.get(c["name"], ""),
-                        SIGTERM_EXIT,
-                        "Error",
-                        self.started.get(c["name"], now),
-                        now,
-                    )
-                    for c in self.sidecars
-                ]
+            self._terminate_sidecars(status, now)
             self._condition(status, "ContainersReady", False, "PodFailed")
             self._condition(status, "Ready", False, "PodFailed")
 
