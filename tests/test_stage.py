@@ -80,6 +80,7 @@ def test_plan_pins_the_sha_and_runs_every_stage_without_a_cache(env: dict[str, A
     record = env["ledger"].get("rplan0000001")
     assert record.lineage.hf_sha == hub.repos[REPO].branches["main"]
     assert plan["timeouts"]["train"] == 24 * 3600 and plan["max_retries"] == 12
+    assert plan["budgets"] == {"preempted": 5, "capacity": 10, "resources": 1, "transient": 3}
 
 
 def test_plan_skips_convert_when_the_cache_is_ready(env: dict[str, Any], hub: HubDouble) -> None:

@@ -110,6 +110,7 @@ class StageService:
             "cache_hit": bool(ready),
             "timeouts": {s: getattr(req.timeouts, s) for s in STAGES},
             "backoff": req.retry.backoff.model_dump(),
+            "budgets": req.retry.budgets.model_dump(),
             "max_retries": req.retry.max_retries,
             "poll_seconds": self.settings.callback_timeout_seconds,
         }
