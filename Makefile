@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: install test lint demo render schema clean tools bundle
+.PHONY: install test lint demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ EVENTS ?= auto
 # The whole pipeline on this machine (simulated cluster): `make demo SCENARIO=preempt` shows a resume.
 demo: $(STAMP)
 	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)"
+
+# Benchmarks (figures next to same-run baselines) → bench/RESULTS.md; see bench/README.md.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run_all
 
 render: $(STAMP)
 	@for f in examples/*.yaml; do echo "# $$f"; $(BIN)/rlpipe render $$f --bucket demo-artifacts; done

@@ -738,6 +738,58 @@ def test_drop_events_follows_the_attempt_that_wrote_the_object(
     assert sim.drops_event(name, bucket=buckets.artifacts)  # bucket-relative names work too
 
 
+def test_run_scoped_faults_in_documents() -> None:
+    doc = {
+        "faults": [
+            {"stage": "train", "attempt": 1, "fault": "preempt@30", "run": "ra"},
+            {"fault": "drop-events:convert", "run": "rb"},
+            "export:exit:3",
+        ]
+    }
+    scenario = Scenario.from_document(doc)
+    preempt, drop, exit_ = scenario.faults
+    assert (preempt.run, drop.run, exit_.run) == ("ra", "rb", None)
+    assert Scenario.from_document(scenario.to_document()) == scenario
+    assert scenario.to_document()["faults"][0]["run"] == "ra" and "run" not in scenario.to_document()["faults"][2]
+    assert scenario.for_workload("train", 1, "ra") == [preempt]
+    assert scenario.for_workload("train", 1, "rb") == [] and scenario.for_workload("train", 1) == []
+    assert scenario.first("exit", "export", 1, "anyone") is exit_  # no run: every run
+    assert scenario.drops_events_for("convert", 1, "rb")
+    assert not scenario.drops_events_for("convert", 1, "ra") and not scenario.drops_events_for("convert", 1)
+    with pytest.raises(ScenarioError, match=r"faults\[0\]: 'run' must be a run id"):
+        Scenario.from_document({"faults": [{"stage": "train", "fault": "oom", "run": "no spaces"}]})
+
+
+def test_a_run_scoped_fault_strikes_only_that_runs_workloads(
+    kube: KubeApiServer, buckets: Buckets, simulate: Callable[..., ClusterSimulator]
+) -> None:
+    sim = simulate()
+    sim.set_scenario(
+        Scenario.from_document(
+            {
+                "faults": [
+                    {"stage": "convert", "attempt": 1, "fault": "exit:3", "run": "runa"},
+                    {"fault": "drop-events:convert", "run": "runb"},
+                ]
+            }
+        )
+    )
+    a1, b1 = render(buckets, "convert", run_id="runa"), render(buckets, "convert", run_id="runb")
+    a2 = render(buckets, "convert", 2, run_id="runa")
+    for job in (a1, b1, a2):
+        create(kube, job)
+        finish(sim, job)
+    failing, dropping, clean = (job["metadata"]["name"] for job in (a1, b1, a2))
+    assert condition(kube.get("jobs", failing, namespace=NS), "Failed")
+    assert condition(kube.get("jobs", dropping, namespace=NS), "Complete")
+    assert condition(kube.get("jobs", clean, namespace=NS), "Complete")
+    assert [e.detail for e in sim.history_of(failing, "fault")] == ["convert:1:exit:3"]
+    assert sim.history_of(dropping, "fault") == [] and sim.history_of(clean, "fault") == []
+    dropped, kept = sim.files_written(dropping), sim.files_written(clean)
+    assert dropped and all(sim.drops_event(uri) for uri in dropped)
+    assert kept and not any(sim.drops_event(uri) for uri in kept)
+
+
 def test_programs_are_read_from_the_container_as_rendered() -> None:
     assert parse_argv(["python3", "-m", "maxtext.checkpoint_conversion.to_maxtext", "a=1"]) == (
         "maxtext.checkpoint_conversion.to_maxtext",

@@ -1,0 +1,182 @@
+"""`make bench`: run every benchmark and write bench/RESULTS.md (how to read it: bench/README.md).
+
+Each benchmark runs in its own interpreter (``--section``), so one that crashes or leaves state
+behind (environment variables, logging handlers, threads) cannot skew the next; the parent
+collects their results as JSON and writes one report. Figures are never asserted; the exit code is
+1 only when a correctness check inside a benchmark failed (e.g. a burst made two runs, a soak run
+ended in the wrong state), so a broken pipeline cannot produce a green benchmark.
+
+    .venv/bin/python -m bench.run_all                     # everything, ~7-9 minutes on 2 cores
+    .venv/bin/python -m bench.run_all --only soak --seed 1234
+    .venv/bin/python -m bench.run_all --quick             # smaller repetitions, for a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import CACHE, PYTHON, ROOT, Section, dump_json, loadavg, machine, say, table
+
+SECTIONS = {
+    "tpu": "bench.tpu_hours",
+    "cold": "bench.cold_start",
+    "fastpath": "bench.fastpath",
+    "latency": "bench.latency",
+    "intake": "bench.intake_burst",
+    "soak": "bench.soak",
+}
+ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak")  # the brief's numbering
+TITLES = {
+    "tpu": "1. TPU chips held outside training",
+    "cold": "2. Function cold start",
+    "fastpath": "3. `artifact_event` fast path",
+    "latency": "4. Control-plane latency (local stack, zero-duration stages)",
+    "intake": "5. Intake under a duplicate burst",
+    "soak": "6. Soak: concurrent runs with random faults",
+}
+QUICK = {"cold_reps": 5, "cold_entry_reps": 3, "latency_runs": 10, "burst_sizes": [10, 100], "soak_runs": 8,
+         "fastpath_events": 1000, "fastpath_seconds": 0.2}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="+", choices=ORDER, help="run only these benchmarks")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    p.add_argument("--quick", action="store_true", help="smaller repetitions (stated in RESULTS.md)")
+    g = p.add_argument_group("1. TPU chip-hours (durations are the user's, not measured)")
+    g.add_argument("--convert-hours", type=float, default=1.0, help="how long conversion runs (default 1)")
+    g.add_argument("--export-hours", type=float, default=0.5, help="how long export runs (default 0.5)")
+    g = p.add_argument_group("2. cold start")
+    g.add_argument("--cold-reps", type=int, default=10, help="fresh interpreters per `import main` row")
+    g.add_argument("--cold-entry-reps", type=int, default=5, help="fresh interpreters per first-call row")
+    g = p.add_argument_group("3. artifact_event fast path")
+    g.add_argument("--fastpath-events", type=int, default=3000, help="names posted through the real function")
+    g.add_argument("--fastpath-seconds", type=float, default=0.5, help="minimum seconds per measured round")
+    g = p.add_argument_group("4. latency and 6. soak (local stack)")
+    g.add_argument("--poll-seconds", type=int, default=2, help="the workflow's poll interval on the stack")
+    g.add_argument("--latency-runs", type=int, default=30, help="runs per variant (events on, events dropped)")
+    g.add_argument("--latency-warmup", type=int, default=2)
+    g.add_argument("--drop-concurrency", type=int, default=3, help="dropped-event runs at a time")
+    g = p.add_argument_group("5. intake burst")
+    g.add_argument("--burst-sizes", type=int, nargs="+", default=[10, 100, 1000])
+    g = p.add_argument_group("6. soak")
+    g.add_argument("--soak-runs", type=int, default=20)
+    g.add_argument("--soak-timing", choices=("demo", "fast"), default="demo")
+    g.add_argument("--soak-timeout", type=float, default=300.0)
+    g.add_argument("--seed", type=int, default=None, help="soak scenario seed (default: random, printed)")
+    p.add_argument("--section", choices=ORDER, help=argparse.SUPPRESS)  # internal: run one, in this process
+    p.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
+    return p
+
+
+def _run_section(key: str, args: argparse.Namespace) -> Section:
+    import importlib
+
+    module = importlib.import_module(SECTIONS[key])
+    return module.run(args)
+
+
+def _child(key: str, argv: list[str]) -> Section:
+    """One benchmark in a fresh interpreter; a crash becomes a failed section, not a lost report."""
+    out = CACHE / f"section-{key}.json"
+    out.unlink(missing_ok=True)
+    started = time.monotonic()
+    say(f"=== {TITLES[key]}")
+    done = subprocess.run([PYTHON, "-m", "bench.run_all", *argv, "--section", key, "--json-out", str(out)],
+                          cwd=ROOT, check=False)
+    if done.returncode == 0 and out.exists():
+        raw = json.loads(out.read_text())
+        raw["headline"] = [tuple(h) for h in raw["headline"]]
+        return Section(**raw)
+    return Section(key, TITLES[key], f"**The benchmark crashed** (exit {done.returncode}); see the output of "
+                   "`make bench` above.", seconds=time.monotonic() - started, ok=False)
+
+
+def _settings(args: argparse.Namespace) -> str:
+    return (f"`--convert-hours {args.convert_hours:g} --export-hours {args.export_hours:g} --cold-reps {args.cold_reps} "
+            f"--cold-entry-reps {args.cold_entry_reps} --fastpath-events {args.fastpath_events} --poll-seconds "
+            f"{args.poll_seconds} --latency-runs {args.latency_runs} --drop-concurrency {args.drop_concurrency} "
+            f"--burst-sizes {' '.join(str(n) for n in args.burst_sizes)} --soak-runs {args.soak_runs} "
+            f"--soak-timing {args.soak_timing}`")
+
+
+def report(sections: list[Section], args: argparse.Namespace, info: dict[str, object], elapsed: float) -> str:
+    lines = [
+        "# rlpipe benchmarks: results",
+        "",
+        f"Written by `make bench` (`python -m bench.run_all`) on **{info['date']}**, in {elapsed / 60:.1f} min. "
+        "How each benchmark works and how to read it: [README.md](README.md). Every figure is next to a "
+        "baseline measured in the same run (or computed, and then the section says how); figures from "
+        "different runs or machines are not comparable.",
+        "",
+        table(["machine", ""], [
+            ["CPUs (`nproc`)", info["nproc"]],
+            ["memory", f"{info['memory_gib']} GiB"],
+            ["CPU model (/proc/cpuinfo)", info["cpu_model"]],
+            ["Python", info["python"]],
+            ["kernel", info["kernel"]],
+            ["load average (1, 5, 15 min) at start → end", f"{info['loadavg']} → {loadavg()}"],
+            ["rlpipe commit", info["git"]],
+        ]),
+        "",
+        "Settings: " + _settings(args) + (" (**`--quick`: reduced repetitions**)" if args.quick else "") + ".",
+        "",
+        "## Headline figures",
+        "",
+        table(["figure", "value", "baseline, same run"],
+              [list(h) for s in sections for h in s.headline]),
+        "",
+        "Correctness checks inside the benchmarks: "
+        + ", ".join(f"{s.title.split(' ', 1)[0]} {'passed' if s.ok else '**FAILED**'}" for s in sections) + ".",
+        "",
+    ]
+    for s in sections:
+        lines += [f"## {s.title}", "", s.body, "", f"<sub>{s.seconds:.0f} s</sub>", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    if args.section:  # child mode
+        section = _run_section(args.section, args)
+        dump_json(args.json_out, dataclasses.asdict(section))
+        return 0
+    CACHE.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    say(f"machine: {info['nproc']} CPUs, {info['memory_gib']} GiB, {info['cpu_model']}, Python {info['python']}, "
+        f"load {info['loadavg']}")
+    child_argv = [a for a in argv if a not in ("--quick",)]
+    if args.quick:
+        child_argv += ["--quick"]
+    started = time.monotonic()
+    keys = [k for k in ORDER if not args.only or k in args.only]
+    sections = [_child(key, child_argv) for key in keys]
+    elapsed = time.monotonic() - started
+    text = report(sections, args, info, elapsed)
+    args.out.write_text(text)
+    dump_json(CACHE / "results.json", {"machine": info, "seconds": elapsed,
+                                       "sections": [dataclasses.asdict(s) for s in sections]})
+    say(f"wrote {args.out} ({elapsed / 60:.1f} min)")
+    for s in sections:
+        for figure, value, base in s.headline:
+            print(f"{figure}: {value}  [{base}]")
+    failed = [s.title for s in sections if not s.ok]
+    if failed:
+        say(f"correctness checks failed in: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
