@@ -48,8 +48,9 @@ demo: $(STAMP)
 	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)"
 
 # Benchmarks (figures next to same-run baselines) → bench/RESULTS.md; see bench/README.md.
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python -m bench.run_all
+	$(BIN)/python -m bench.run_all $(BENCH_ARGS)
 
 render: $(STAMP)
 	@for f in examples/*.yaml; do echo "# $$f"; $(BIN)/rlpipe render $$f --bucket demo-artifacts; done
