@@ -1401,6 +1401,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        with api.watch_lock:
+            api.active_watches += 1
         try:
             for kind, obj in initial:
                 self._chunk({"type": kind, "object": obj})
@@ -1426,6 +1428,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass  # the client went away
+        finally:
+            with api.watch_lock:
+                api.active_watches -= 1
         return 200
 
 
@@ -1525,6 +1530,8 @@ class KubeApiServer:
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, str], str] = {}
         self.stopping = False
+        self.watch_lock = threading.Lock()
+        self.active_watches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -1546,6 +1553,10 @@ class KubeApiServer:
             return
         self.stopping = True
         self.store.close()
+        # Let open watches write their terminating chunk before connections are cut.
+        deadline = time.monotonic() + 3
+        while self.active_watches and time.monotonic() < deadline:
+            time.sleep(0.01)
         httpd.shutdown()
         httpd.drop_connections()
         httpd.server_close()

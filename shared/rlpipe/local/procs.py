@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -38,15 +39,25 @@ def http_ready(url: str, expect: Callable[[int, bytes], bool] | None = None) -> 
     return check
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the parent dies (Linux), so a killed test run
-    or CI job never leaves emulators holding ports. Survives exec (the emulator launcher execs java)."""
-    try:
-        import ctypes
+# Sets the parent-death signal, then execs the real command (PR_SET_PDEATHSIG survives exec, and
+# the emulator launcher execs java). Done in a launcher rather than a preexec_fn: a preexec_fn
+# runs Python in the forked child of a multi-threaded parent (gRPC servers in tests), where
+# gRPC's fork handlers abort it.
+_PDEATHSIG_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except OSError:\n"
+    "    pass\n"
+    "if os.getppid() == int(sys.argv[1]):\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+
+def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+    """``argv`` wrapped so the process gets SIGTERM when this process dies (Linux), so a killed
+    test run or CI job never leaves emulators holding ports."""
+    return [sys.executable, "-S", "-c", _PDEATHSIG_LAUNCHER, str(os.getpid()), *argv]
 
 
 class Child:
@@ -65,9 +76,9 @@ class Child:
     def start(self) -> Child:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        argv = with_parent_death_signal(self.argv) if self.die_with_parent else self.argv
         self.proc = subprocess.Popen(
-            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True,
-            preexec_fn=_die_with_parent if self.die_with_parent else None,
+            argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True
         )
         log.close()
         return self
