@@ -49,21 +49,18 @@ class PodSim:
     def _status(self, mutate: Callable[[Obj], None]) -> None:
         self._modify(lambda pod: mutate(pod.setdefault("status", {})))
 
+    def _sigterm_statuses(self, containers: list[dict[str, Any]], now: str) -> list[dict[str, Any]]:
+        """Statuses of containers stopped with SIGTERM (exit 143)."""
+        return [
+            ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT, "Error",
+                          self.started.get(c["name"], now), now)
+            for c in containers
+        ]
+
     def _terminate_sidecars(self, status: dict[str, Any], now: str) -> None:
         """Native sidecars are stopped with SIGTERM when the main containers end (exit 143)."""
         if self.sidecars:
-            status["initContainerStatuses"] = [
-                ko.terminated(
-                    c["name"],
-                    c.get("image", ""),
-                    self.cids.get(c["name"], ""),
-                    SIGTERM_EXIT,
-                    "Error",
-                    self.started.get(c["name"], now),
-                    now,
-                )
-                for c in self.sidecars
-            ]
+            status["initContainerStatuses"] = self._sigterm_statuses(self.sidecars, now)
 
     def _condition(
         self, status: Obj, kind: str, value: bool, reason: str | None = None, message: str | None = None
@@ -337,18 +334,7 @@ class PodSim:
             if not by_scheduler:
                 status["reason"] = "Terminated"
                 status["message"] = NODE_SHUTDOWN_MESSAGE
-            status["containerStatuses"] = [
-                ko.terminated(
-                    c["name"],
-                    c.get("image", ""),
-                    self.cids.get(c["name"], ""),
-                    SIGTERM_EXIT,
-                    "Error",
-                    self.started.get(c["name"], now),
-                    now,
-                )
-                for c in self.main
-            ]
+            status["containerStatuses"] = self._sigterm_statuses(self.main, now)
             self._terminate_sidecars(status, now)
             self._condition(status, "ContainersReady", False, "PodFailed")
             self._condition(status, "Ready", False, "PodFailed")
