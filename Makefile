@@ -56,7 +56,7 @@ render: $(STAMP)
 	@for f in examples/*.yaml; do echo "# $$f"; $(BIN)/rlpipe render $$f --bucket demo-artifacts; done
 
 schema: $(STAMP)
-	$(BIN)/rlpipe schema > shared/rlpipe/request.schema.json
+	$(BIN)/rlpipe schema > shared/rlpipe/core/request.schema.json
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .ruff_cache .hypothesis build

@@ -150,7 +150,7 @@ def discover(workdir: Path, entries: dict[str, str]) -> tuple[dict[str, list[str
         # intake_object, artifact_event (objects and signals) and stage: one run by file drop.
         by_file, _ = s.submit(s.request())
         # intake_message: the same by Pub/Sub.
-        from rlpipe import runs
+        from rlpipe.cli import runs
 
         by_message = runs.submit(s.settings, s.request(), via="pubsub", storage_client=s.client).run_id
         # upstream_poll: a tick with a watch list in place (the demo's, debounce 0).
@@ -295,8 +295,8 @@ def run(args: argparse.Namespace) -> Section:
     head = ["what is imported", "wall, median", "vs baseline", "ratio", "CPU, median", "vs baseline", "modules"]
     import_rows = [
         row("bare module, `import functions_framework` only (**baseline**)", "bare"),
-        row("`import main` (current: lazy `rlpipe.services`)", "main"),
-        row("`import main` as before the change (eager `rlpipe.services`)", "eager"),
+        row("`import main` (current: lazy `rlpipe.control.services`)", "main"),
+        row("`import main` as before the change (eager `rlpipe.control.services`)", "eager"),
     ]
     entry_rows = [row("`artifact_event`, non-signal object (the hot path: nothing imported on call)",
                       "artifact_event (non-signal)", 0, "n/a")]
@@ -314,7 +314,7 @@ def run(args: argparse.Namespace) -> Section:
         "(user+sys of the child) is shown beside it because other work on a shared machine moves wall time "
         f"much more than CPU time (load average at the end: {loadavg()}).\n\n"
         + table(head, import_rows)
-        + f"\n\nThe lazy import of `rlpipe.services` in `functions/main.py` saves **{secs(saved_wall)} wall / "
+        + f"\n\nThe lazy import of `rlpipe.control.services` in `functions/main.py` saves **{secs(saved_wall)} wall / "
         f"{secs(saved_cpu)} CPU per instance start** (`import main` {secs(wall['eager'])} → {secs(wall['main'])}). "
         "Entries that use the ledger import it on their first call instead, so their first-call cost is "
         "unchanged (last column: the same modules end up loaded either way).\n\n"

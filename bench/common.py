@@ -264,9 +264,9 @@ class BenchStack:
         self.child_env = dict(child_env or {})
 
     def __enter__(self) -> BenchStack:
-        from rlpipe.blobstore import BlobStore, make_client
-        from rlpipe.ledger import Ledger
-        from rlpipe.settings import Settings
+        from rlpipe.control.blobstore import BlobStore, make_client
+        from rlpipe.control.ledger import Ledger
+        from rlpipe.control.settings import Settings
 
         for old in (self.root / "logs").glob("*.log"):  # the stack appends; a replay must not read old lines
             old.unlink()
@@ -313,13 +313,13 @@ class BenchStack:
 
     @staticmethod
     def run_id_of(request_id: str) -> str:
-        from rlpipe import identity
+        from rlpipe.core import identity
 
         return identity.run_id_for(identity.key_for_request_id(request_id))
 
     def submit(self, path: Path) -> tuple[str, str]:
         """Drop the file in the requests bucket, as a user would; (run id, object name)."""
-        from rlpipe import runs
+        from rlpipe.cli import runs
 
         submitted = runs.submit(self.settings, path, via="gcs", storage_client=self.client)
         return submitted.run_id, submitted.where.split("/", 3)[3]

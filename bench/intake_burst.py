@@ -103,9 +103,9 @@ def _burst(url: str, event: Any, n: int) -> tuple[float, list[int]]:
 def run(args: argparse.Namespace) -> Section:
     import os
 
-    from rlpipe.blobstore import BlobStore, make_client
-    from rlpipe.identity import key_for_object, run_id_for
-    from rlpipe.ledger import Ledger
+    from rlpipe.control.blobstore import BlobStore, make_client
+    from rlpipe.control.ledger import Ledger
+    from rlpipe.core.identity import key_for_object, run_id_for
     from rlpipe.local.gcs import binary_path
     from rlpipe.local.procs import Child, free_port, http_ready
     from tests.harness.executions import RecordingExecutions

@@ -82,7 +82,7 @@ def slow_storage(client: Any, latency: float) -> None:
 def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlpipe.blobstore import make_client
+    from rlpipe.control.blobstore import make_client
     from rlpipe.local.gcs import FakeGcs
     from rlpipe.local.kube_api import KubeApiServer
     from tests.test_reconcile_chain import Chain, chain_settings, workflows_engine
@@ -97,7 +97,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 suffix = uuid.uuid4().hex[:8]
                 artifacts = client.create_bucket(f"bench-artifacts-{suffix}").name
                 requests = client.create_bucket(f"bench-requests-{suffix}").name
-                from rlpipe.blobstore import BlobStore
+                from rlpipe.control.blobstore import BlobStore
 
                 chain = Chain(BlobStore(client, artifacts), kube, workflows,
                               chain_settings(artifacts, requests, kube, workflows))
@@ -144,7 +144,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
 def _timed(chain: Any, concurrency: int, *, dry_run: bool) -> tuple[Any, float]:
     import io
 
-    from rlpipe.logs import Logger
+    from rlpipe.control.logs import Logger
 
     reconciler = chain.reconciler(concurrency=concurrency)
     reconciler.log = Logger("reconcile", stream=io.StringIO())  # the figures, not 1,000 log lines

@@ -135,7 +135,7 @@ def check(scenario: Scenario, record: Any, woken: set[tuple[str, str]]) -> tuple
 
 def _validate_ledger(s: BenchStack, run_id: str) -> tuple[bool, str]:
     """The raw run.json through the model, and the history readable with one ``accepted``."""
-    from rlpipe.ledger import RunRecord
+    from rlpipe.control.ledger import RunRecord
 
     try:
         raw = s.client.bucket(s.settings.artifacts_bucket).blob(f"runs/{run_id}/run.json").download_as_bytes()
@@ -163,7 +163,7 @@ def _callbacks_sent(s: BenchStack) -> set[tuple[str, str]]:
 
 def _canceller(s: BenchStack, targets: dict[str, str], stop: threading.Event, log: list[str]) -> Callable[[], None]:
     """Cancel each stalled run once its stage runs (what a person would do with `rlpipe cancel`)."""
-    from rlpipe import runs
+    from rlpipe.cli import runs
 
     def loop() -> None:
         pending = dict(targets)

@@ -1,6 +1,6 @@
 """1. TPU chips held outside training, per preset, from the rendered manifests.
 
-Nothing runs: the figure is computed from what ``rlpipe.manifests.render`` would submit, which is
+Nothing runs: the figure is computed from what ``rlpipe.core.manifests.render`` would submit, which is
 exactly what the cluster would schedule. Chips held by a workload = Σ over its pod templates of
 ``google.com/tpu`` (limits, else requests; init containers included) × the number of pods, where
 pods = ``parallelism`` for a Job (default 1) and replicas × parallelism per replicated Job for a
@@ -45,8 +45,8 @@ def chips_held(obj: dict[str, Any]) -> tuple[int, int]:
 
 
 def measure(presets: list[str], hours: dict[str, float]) -> list[dict[str, Any]]:
-    from rlpipe import manifests
-    from rlpipe.request import validate_request
+    from rlpipe.core import manifests
+    from rlpipe.core.request import validate_request
 
     rows = []
     for preset in presets:
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> Section:
                          f"{tpu['chip_hours']:g} with tpu-slice: {saved:g} chip-hours saved per run"))
     body = (
         f"Stage durations (flags `--convert-hours {hours['convert']:g} --export-hours {hours['export']:g}`) are "
-        "the user's figures, not measured. Both columns are computed from `rlpipe.manifests.render` for the same "
+        "the user's figures, not measured. Both columns are computed from `rlpipe.core.manifests.render` for the same "
         "request; `tpu-slice` (the tutorials' way) is the baseline.\n\n"
         + table(["preset", "stage", "duration", "cpu placement (default)", "tpu-slice placement (baseline)",
                  "chip-hours, cpu", "chip-hours, tpu-slice", "difference"], body_rows)

@@ -7,11 +7,11 @@ from typing import Any
 import functions_framework
 
 # Only what every entry point needs is imported here: every deployed function loads this whole
-# module on each cold start. `rlpipe.services` (the ledger's pydantic models, ~150 ms; bench/
+# module on each cold start. `rlpipe.control.services` (the ledger's pydantic models, ~150 ms; bench/
 # RESULTS.md §2) is imported by the entries that use it, so `artifact_event`, the function that
 # scales out during a checkpoint write, starts without it.
-from rlpipe.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.logs import Logger, configure_stdlib_logging
+from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
+from rlpipe.control.logs import Logger, configure_stdlib_logging
 
 configure_stdlib_logging()
 
@@ -28,7 +28,7 @@ def _intake(cloud_event: Any, component: str, parse: Any, submit: str) -> None:
     except BadEvent as exc:
         log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
         return
-    from rlpipe import services
+    from rlpipe.control import services
 
     getattr(services.intake(log), submit)(event)
 
@@ -53,7 +53,7 @@ def artifact_event(cloud_event: Any) -> None:
     signal = match_artifact(name) if isinstance(name, str) else None
     if signal is None:
         return  # the hot path: thousands of checkpoint objects, no I/O at all
-    from rlpipe.artifacts import wake
+    from rlpipe.control.artifacts import wake
 
     wake(signal, name, Logger("artifact_event"))
 
@@ -61,7 +61,7 @@ def artifact_event(cloud_event: Any) -> None:
 @functions_framework.http
 def stage(request: Any) -> tuple[dict[str, Any], int]:
     """The workflow's only door into the pipeline: plan, launch, status, finish, cleanup."""
-    from rlpipe.stage_http import handle
+    from rlpipe.control.stage_http import handle
 
     return handle(request.get_json(silent=True), Logger("stage"))
 
@@ -69,7 +69,7 @@ def stage(request: Any) -> tuple[dict[str, Any], int]:
 @functions_framework.cloud_event
 def upstream_poll(cloud_event: Any) -> None:
     """Cloud Scheduler tick (via Pub/Sub): poll every watched Hugging Face repo once."""
-    from rlpipe.upstream import on_tick
+    from rlpipe.upstream.service import on_tick
 
     on_tick(cloud_event.data, Logger("upstream_poll"))
 
@@ -77,7 +77,7 @@ def upstream_poll(cloud_event: Any) -> None:
 @functions_framework.http
 def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
     """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch."""
-    from rlpipe.upstream import on_webhook
+    from rlpipe.upstream.service import on_webhook
 
     status, body = on_webhook(dict(request.headers), request.get_data(), Logger("upstream_webhook"))
     return body, status
@@ -86,6 +86,6 @@ def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
 @functions_framework.cloud_event
 def reconcile(cloud_event: Any) -> None:
     """Cloud Scheduler tick (via Pub/Sub, every 5 minutes): one reconcile pass."""
-    from rlpipe.reconcile import on_tick
+    from rlpipe.reconcile.runner import on_tick
 
     on_tick(cloud_event.data, Logger("reconcile"))

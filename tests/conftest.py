@@ -46,7 +46,7 @@ class Buckets:
     emulator: str
 
     def store(self, which: str) -> Any:
-        from rlpipe.blobstore import BlobStore
+        from rlpipe.control.blobstore import BlobStore
 
         return BlobStore(self.client, self.requests if which == "requests" else self.artifacts)
 
@@ -58,7 +58,7 @@ class Buckets:
 @pytest.fixture
 def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
     """A fresh pair of buckets on the shared fake-gcs-server, reached by the real storage client."""
-    from rlpipe.blobstore import make_client
+    from rlpipe.control.blobstore import make_client
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
     client = make_client("rlpipe-test")

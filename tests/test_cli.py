@@ -9,16 +9,16 @@ from pathlib import Path
 
 import yaml
 
-from rlpipe.k8s_validation import validate_object
-from rlpipe.request import json_schema
+from rlpipe.core.k8s_validation import validate_object
+from rlpipe.core.request import json_schema
 from tests.conftest import ROOT
 
-SCHEMA_FILE = ROOT / "shared" / "rlpipe" / "request.schema.json"
+SCHEMA_FILE = ROOT / "shared" / "rlpipe" / "core" / "request.schema.json"
 
 
 def rlpipe(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rlpipe.cli", *args], capture_output=True, text=True, input=stdin, cwd=ROOT, check=False
+        [sys.executable, "-m", "rlpipe.cli.main", *args], capture_output=True, text=True, input=stdin, cwd=ROOT, check=False
     )
 
 

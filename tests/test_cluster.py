@@ -25,14 +25,15 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
-from rlpipe import cluster, identity
+from rlpipe import cluster
 from rlpipe.cluster import RBAC_RULES, ClusterClient, RbacRule, WorkloadStatus
-from rlpipe.failures import FailureClass, PermanentFailure, Preempted, TransientFailure
+from rlpipe.control.settings import Settings
+from rlpipe.core import identity
+from rlpipe.core.failures import FailureClass, PermanentFailure, Preempted, TransientFailure
+from rlpipe.core.manifests import RenderContext, pathways, render
+from rlpipe.core.request import validate_request
 from rlpipe.local import kube_api
 from rlpipe.local.kube_api import KubeApiServer
-from rlpipe.manifests import RenderContext, pathways, render
-from rlpipe.request import validate_request
-from rlpipe.settings import Settings
 from tests.conftest import minimal_request
 
 NS = "rlpipe"

@@ -19,12 +19,12 @@ import pytest
 import requests
 import yaml
 
-from rlpipe import runs
-from rlpipe.blobstore import BlobStore, make_client
-from rlpipe.ledger import Ledger, RunRecord
+from rlpipe.cli import runs
+from rlpipe.control.blobstore import BlobStore, make_client
+from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.settings import Settings
 from rlpipe.local import pubsub
 from rlpipe.local.stack import LocalStack, StackConfig
-from rlpipe.settings import Settings
 from tests.conftest import minimal_request
 from tests.harness.functions import gcs_event, post
 
@@ -72,7 +72,7 @@ class Local:
         """Executions started for a run, counted through the real ExecutionsClient."""
         from google.cloud.workflows.executions_v1 import ExecutionView, ListExecutionsRequest
 
-        from rlpipe.orchestrator import Orchestrator
+        from rlpipe.control.orchestrator import Orchestrator
 
         client = Orchestrator(self.settings).client
         listing = client.list_executions(request=ListExecutionsRequest(

@@ -13,9 +13,10 @@ import pytest
 from cloudevents.conversion import to_binary
 from functions_framework import create_app
 
-from rlpipe import layout, services
-from rlpipe.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.ledger import Ledger, RunRecord, Source
+from rlpipe.control import services
+from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
+from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.core import layout
 from tests.conftest import ROOT, Buckets
 from tests.harness.functions import gcs_event, pubsub_event
 

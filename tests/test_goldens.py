@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rlpipe import identity
-from rlpipe.cli import dump_yaml
-from rlpipe.manifests import RenderContext, render
-from rlpipe.request import load_request
+from rlpipe.cli.main import dump_yaml
+from rlpipe.core import identity
+from rlpipe.core.manifests import RenderContext, render
+from rlpipe.core.request import load_request
 from tests.conftest import EXAMPLES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlpipe import identity, layout
+from rlpipe.core import identity, layout
 
 
 @given(st.text(min_size=1, max_size=300))

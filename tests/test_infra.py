@@ -39,7 +39,7 @@ SCHEMAS = ROOT / "tests" / "schemas"
 MAIN_PY = ROOT / "functions" / "main.py"
 LIBRARY = ROOT / "shared" / "rlpipe"
 PIPELINE = ROOT / "workflows" / "pipeline.yaml"
-K8S_VERSION = "1.32"  # the floor rlpipe.k8s_validation validates against too
+K8S_VERSION = "1.32"  # the floor rlpipe.core.k8s_validation validates against too
 
 TEST_TFVARS = """\
 project_id           = "test-project"
@@ -728,7 +728,7 @@ def test_rbac_role_equals_cluster_role_rules(manifests: list[dict[str, Any]]) ->
 
 
 def test_identities_match_settings(manifests: list[dict[str, Any]]) -> None:
-    from rlpipe.settings import Settings
+    from rlpipe.control.settings import Settings
 
     settings = Settings()
     (ns,) = find(manifests, "Namespace")
@@ -747,7 +747,7 @@ def test_identities_match_settings(manifests: list[dict[str, Any]]) -> None:
 
 
 def test_hf_token_secret_matches_presets(manifests: list[dict[str, Any]]) -> None:
-    from rlpipe.presets import PRESET_NAMES, preset_defaults
+    from rlpipe.core.presets import PRESET_NAMES, preset_defaults
 
     (sync,) = find(manifests, "SecretSync")
     (spc,) = find(manifests, "SecretProviderClass")
@@ -795,8 +795,8 @@ def _pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
 
 
 def test_kueue_objects_fit_together(manifests: list[dict[str, Any]]) -> None:
-    from rlpipe import tpu
-    from rlpipe.presets import PRESET_NAMES, preset_defaults
+    from rlpipe.core import tpu
+    from rlpipe.core.presets import PRESET_NAMES, preset_defaults
 
     flavors = {f["metadata"]["name"]: f for f in find(manifests, "ResourceFlavor")}
     (cq,) = find(manifests, "ClusterQueue")
@@ -866,7 +866,7 @@ def test_bundle_is_deterministic_and_importable(tmp_path: Path) -> None:
     with zipfile.ZipFile(first) as zf:
         names = zf.namelist()
         assert names == sorted(names)
-        assert {"main.py", "requirements.txt", "rlpipe/__init__.py", "rlpipe/settings.py"} <= set(names)
+        assert {"main.py", "requirements.txt", "rlpipe/__init__.py", "rlpipe/control/settings.py"} <= set(names)
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert zf.read("requirements.txt") == (ROOT / "requirements.txt").read_bytes()
         assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}

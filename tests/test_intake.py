@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.intake import Intake
-from rlpipe.ledger import Ledger
-from rlpipe.logs import Logger
-from rlpipe.orchestrator import Orchestrator
-from rlpipe.settings import Settings
+from rlpipe.control.intake import Intake
+from rlpipe.control.ledger import Ledger
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import Settings
 from tests.conftest import Buckets, all_objects, minimal_request
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
@@ -206,7 +206,7 @@ def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, execution
     def crash(run_id: str) -> None:
         raise Crash(run_id)
 
-    from rlpipe.events import ObjectEvent
+    from rlpipe.control.events import ObjectEvent
 
     generation, size = _upload(buckets, "requests/c.yaml", REQUEST)
     event = ObjectEvent(buckets.requests, "requests/c.yaml", str(generation), size, "e1")
@@ -228,8 +228,8 @@ def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, execution
 def test_transient_failure_to_start_is_retried_by_redelivery(buckets: Buckets, executions: Any) -> None:
     import grpc
 
-    from rlpipe.events import ObjectEvent
-    from rlpipe.failures import TransientFailure
+    from rlpipe.control.events import ObjectEvent
+    from rlpipe.core.failures import TransientFailure
 
     generation, size = _upload(buckets, "requests/t.yaml", REQUEST)
     event = ObjectEvent(buckets.requests, "requests/t.yaml", str(generation), size, "e1")

@@ -1,4 +1,4 @@
-"""Tests for rlpipe.k8s_validation: a real Pathways JobSet passes, and each likely mistake fails at its path.
+"""Tests for rlpipe.core.k8s_validation: a real Pathways JobSet passes, and each likely mistake fails at its path.
 
 The JobSet is written out by hand from DESIGN §7 and manifests.md §2.2, not
 produced by the renderer, so a renderer bug cannot hide a validator bug here.
@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from rlpipe.k8s_validation import validate_job, validate_jobset, validate_object
+from rlpipe.core.k8s_validation import validate_job, validate_jobset, validate_object
 
 NAME = "r7f3a-grpo-a1"
 HEAD_ENV = {
@@ -553,7 +553,7 @@ def test_unsupported_kind_gives_one_problem(obj: dict[str, Any]) -> None:
 
 
 def _schema() -> dict[str, Any]:
-    text = resources.files("rlpipe").joinpath("schemas", "jobset-v1alpha2.schema.json").read_text()
+    text = resources.files("rlpipe.core").joinpath("schemas", "jobset-v1alpha2.schema.json").read_text()
     return json.loads(text)
 
 

@@ -32,11 +32,11 @@ from rlpipe.local.kube_api import (
 )
 
 try:
-    from rlpipe.k8s_validation import validate_object as real_validator
+    from rlpipe.core.k8s_validation import validate_object as real_validator
 except ImportError:  # the validator module is written in parallel; the double must not wait for it
     real_validator = None
 
-needs_real_validator = pytest.mark.skipif(real_validator is None, reason="rlpipe.k8s_validation not present")
+needs_real_validator = pytest.mark.skipif(real_validator is None, reason="rlpipe.core.k8s_validation not present")
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 NS = "default"

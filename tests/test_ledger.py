@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlpipe import blobstore
-from rlpipe.ledger import IllegalTransition, Ledger, RunRecord, Source
+from rlpipe.control import blobstore
+from rlpipe.control.ledger import IllegalTransition, Ledger, RunRecord, Source
 from tests.conftest import Buckets
 
 

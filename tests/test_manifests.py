@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from rlpipe import identity, tpu
-from rlpipe.k8s_validation import validate_object
-from rlpipe.manifests import RenderContext, render, render_all
-from rlpipe.request import load_request, validate_request
+from rlpipe.core import identity, tpu
+from rlpipe.core.k8s_validation import validate_object
+from rlpipe.core.manifests import RenderContext, render, render_all
+from rlpipe.core.request import load_request, validate_request
 from tests.conftest import EXAMPLES, minimal_request
 
 PLANTED_TOKEN = "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0123"

@@ -8,9 +8,9 @@ from typing import Any
 import grpc
 import pytest
 
-from rlpipe.failures import PermanentFailure, TransientFailure
-from rlpipe.orchestrator import Orchestrator
-from rlpipe.settings import Settings
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import Settings
+from rlpipe.core.failures import PermanentFailure, TransientFailure
 
 
 def _orch(executions: Any) -> Orchestrator:

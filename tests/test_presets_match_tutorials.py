@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe import workarounds
-from rlpipe.manifests import RenderContext, render
-from rlpipe.request import validate_request
+from rlpipe.core import workarounds
+from rlpipe.core.manifests import RenderContext, render
+from rlpipe.core.request import validate_request
 from tests.conftest import minimal_request
 
 PRESETS = ("v6e-32", "v6e-64")

@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any
 
-from rlpipe.reconcile import Reconciler
-from rlpipe.reconcile_cursor import CURSOR_OBJECT, CursorStore
+from rlpipe.reconcile.cursor import CURSOR_OBJECT, CursorStore
+from rlpipe.reconcile.runner import Reconciler
 from tests.conftest import all_objects
 from tests.test_reconcile_chain import GONE_PREFIX as GONE
 from tests.test_reconcile_chain import PROJECT, Chain, chain_fixture, kube_server, local_workflows  # noqa: F401  (fixtures)
@@ -233,7 +233,7 @@ class SteppedClock:
 
 
 def _slow_reconciler(chain: Chain, clock: SteppedClock, **kwargs: Any) -> Reconciler:
-    from rlpipe.orchestrator import Orchestrator
+    from rlpipe.control.orchestrator import Orchestrator
 
     class Slow(Orchestrator):
         def get(self, name: str) -> Any:
@@ -298,7 +298,7 @@ def test_one_pass_handles_a_thousand_ledgers(chain: Chain) -> None:
 def test_the_cli_dry_run_prints_the_plan_changes_nothing_and_exits_0(chain: Chain, capsys: Any) -> None:
     import argparse
 
-    from rlpipe import reconcile_cli
+    from rlpipe.cli import reconcile as reconcile_cli
 
     chain.run("rcligone0001", "training", execution=GONE + "x")
     parser = argparse.ArgumentParser()
@@ -320,8 +320,9 @@ def test_the_cli_dry_run_prints_the_plan_changes_nothing_and_exits_0(chain: Chai
 
 def test_the_tick_entry_point_runs_a_pass_on_the_deployments_clients(
         chain: Chain, buckets: Any, monkeypatch: Any) -> None:
-    from rlpipe import reconcile, services
-    from rlpipe.logs import Logger
+    from rlpipe.control import services
+    from rlpipe.control.logs import Logger
+    from rlpipe.reconcile import runner as reconcile
 
     s = chain.settings
     for key, value in buckets.env(RLPIPE_PROJECT=s.project, RLPIPE_LOCATION=s.location, RLPIPE_WORKFLOW=s.workflow,

@@ -19,19 +19,19 @@ from typing import Any
 
 import pytest
 
-from rlpipe import blobstore
 from rlpipe.cluster import ClusterClient
-from rlpipe.intake import Intake
-from rlpipe.ledger import Attempt, Execution, Ledger, RunRecord, Source
+from rlpipe.control import blobstore
+from rlpipe.control.intake import Intake
+from rlpipe.control.ledger import Attempt, Execution, Ledger, RunRecord, Source
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import Settings
+from rlpipe.core.manifests import RenderContext, render
+from rlpipe.core.request import validate_request
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.workflows import LocalWorkflows, RealClock
-from rlpipe.logs import Logger
-from rlpipe.manifests import RenderContext, render
-from rlpipe.orchestrator import Orchestrator
-from rlpipe.reconcile import Reconciler
-from rlpipe.reconcile_cursor import Cursor, CursorStore
-from rlpipe.request import validate_request
-from rlpipe.settings import Settings
+from rlpipe.reconcile.cursor import Cursor, CursorStore
+from rlpipe.reconcile.runner import Reconciler
 
 NS = "rlpipe"
 PROJECT, LOCATION, WORKFLOW = "p1", "us-central1", "pipeline"

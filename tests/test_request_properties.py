@@ -9,10 +9,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlpipe.k8s_validation import validate_object
-from rlpipe.manifests import RenderContext, render_all
-from rlpipe.problems import RequestInvalid
-from rlpipe.request import Request, load_request, validate_request
+from rlpipe.core.k8s_validation import validate_object
+from rlpipe.core.manifests import RenderContext, render_all
+from rlpipe.core.problems import RequestInvalid
+from rlpipe.core.request import Request, load_request, validate_request
 
 KEYS = [*list(Request.model_fields), "training", "tpu", "x"]
 TRAINING_KEYS = ["batch_size", "train_micro_batch_size", "num_batches", "ici_tensor_parallelism",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.problems import RequestInvalid
-from rlpipe.request import MAX_DOCUMENT_BYTES, load_request, validate_request
+from rlpipe.core.problems import RequestInvalid
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, load_request, validate_request
 from tests.conftest import minimal_request
 
 

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from rlpipe import manifests, request
+from rlpipe.core import manifests, request
 from rlpipe.local.kube_api import KubeApiServer, WatchEvent
 from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError, Timing, parse_fault
 from rlpipe.local.simulator.program import parse_argv

@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from rlpipe import blobstore, layout
 from rlpipe.cluster import ClusterClient
-from rlpipe.failures import PermanentFailure
-from rlpipe.ledger import Ledger, RunRecord, Source
+from rlpipe.control import blobstore
+from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.control.logs import Logger
+from rlpipe.control.settings import Settings
+from rlpipe.control.stage import StageService
+from rlpipe.core import layout
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.manifests import RenderContext, conversion_cache
+from rlpipe.core.request import validate_request
 from rlpipe.local.hub import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
-from rlpipe.logs import Logger
-from rlpipe.manifests import RenderContext, conversion_cache
-from rlpipe.request import validate_request
-from rlpipe.settings import Settings
-from rlpipe.stage import StageService
 from tests.conftest import Buckets, minimal_request
 
 NS = "rlpipe"
@@ -243,9 +244,9 @@ def _stage_app() -> Any:
 def test_stage_errors_map_to_status_codes(raised: str, code: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from google.api_core import exceptions as gexc
 
-    from rlpipe import services
-    from rlpipe.failures import TransientFailure
-    from rlpipe.stage import BadCall
+    from rlpipe.control import services
+    from rlpipe.control.stage import BadCall
+    from rlpipe.core.failures import TransientFailure
 
     errors = {"transient": TransientFailure("k8s API down"), "permanent": PermanentFailure("no such run"),
               "badcall": BadCall("attempt must be an integer >= 1"), "gcs-503": gexc.ServiceUnavailable("gcs")}
@@ -266,7 +267,7 @@ def test_stage_rejects_a_non_json_body() -> None:
 
 
 def test_stage_over_http_against_real_servers(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    from rlpipe import services
+    from rlpipe.control import services
 
     monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
     env["claim"]("rhttp0000001")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rlpipe.local.hub import HubDouble, HubFile, model_files
-from rlpipe.upstream_hub import HubReader, NoAccess, NotFound, RateLimitBudget, RateLimited
+from rlpipe.upstream.hub import HubReader, NoAccess, NotFound, RateLimitBudget, RateLimited
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 TOKEN = "reader-token"

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.intake import Intake, IntakeResult
-from rlpipe.ledger import Ledger, RunRecord
+from rlpipe.control.intake import Intake, IntakeResult
+from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import Settings
 from rlpipe.local.hub import HubDouble, HubFile, model_files, safetensors_index, shard_file, shard_names
-from rlpipe.logs import Logger
-from rlpipe.orchestrator import Orchestrator
-from rlpipe.settings import Settings
-from rlpipe.upstream import EntryOutcome, Poller, PollReport, build_poller, check, run_poll
-from rlpipe.upstream_hub import RateLimitBudget
-from rlpipe.upstream_state import state_path
-from rlpipe.upstream_watch import WATCH_LIST, template_hash
-from rlpipe.upstream_webhook import handle_webhook
+from rlpipe.upstream.hub import RateLimitBudget
+from rlpipe.upstream.service import EntryOutcome, Poller, PollReport, build_poller, check, run_poll
+from rlpipe.upstream.state import state_path
+from rlpipe.upstream.watchlist import WATCH_LIST, template_hash
+from rlpipe.upstream.webhook import handle_webhook
 from tests.conftest import Buckets
 
 TOKEN = "pipeline-read-token"
@@ -410,7 +410,7 @@ def test_cli_upstream_check_is_a_dry_run(chain: Chain, monkeypatch: pytest.Monke
                                          capsys: pytest.CaptureFixture[str]) -> None:
     import argparse
 
-    from rlpipe.cli_upstream import register
+    from rlpipe.cli.upstream import register
 
     repo = chain.new_repo()
     chain.watch(entry(repo))
@@ -478,8 +478,8 @@ def test_function_entry_points_wire_everything_from_the_environment(chain: Chain
     """What functions/main.py calls: ``on_tick`` (Pub/Sub tick) and ``on_webhook`` (HTTP)."""
     import base64
 
-    from rlpipe import services
-    from rlpipe.upstream import on_tick, on_webhook
+    from rlpipe.control import services
+    from rlpipe.upstream.service import on_tick, on_webhook
 
     for name, value in chain.buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=chain.executions.target, RLPIPE_HF_TOKEN=TOKEN,
                                          RLPIPE_WEBHOOK_SECRET=SECRET).items():

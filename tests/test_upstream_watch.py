@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.cli_upstream import register
-from rlpipe.upstream_release import (
+from rlpipe.cli.upstream import register
+from rlpipe.upstream.release import (
     describe_ignored,
     describe_release,
     diff,
@@ -18,7 +18,7 @@ from rlpipe.upstream_release import (
     missing_shards,
     release_key,
 )
-from rlpipe.upstream_watch import (
+from rlpipe.upstream.watchlist import (
     DEFAULT_TRIGGER_FILES,
     WatchListInvalid,
     load_watch_list,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.upstream_webhook import handle_webhook, webhook_secret
+from rlpipe.upstream.webhook import handle_webhook, webhook_secret
 
 SECRET = "s3cret-value"
 REPO = "google/gemma-4-26b-a4b-it"

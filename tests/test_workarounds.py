@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpipe import workarounds
+from rlpipe.core import workarounds
 
 ADAMW_SOURCE = "def make(learning_rate):\n    return optax.adamw(learning_rate=learning_rate, b1=0.9, weight_decay=0.1)\n"
 MOE_SOURCE = "def kernel(x, *, onehot_moe_permute_threshold: int = 0, other: int = 1):\n    return x\n"

@@ -19,7 +19,7 @@
 #   4. a cpu-np node pool sized for conversion and export. The blueprint's own cpu-np (created by
 #      the gke-cluster module when enable_pathways_for_tpus is true) has a fixed machine type
 #      (n4-standard-64 in the toolkit releases we could read) that cannot hold one conversion pod
-#      (32 CPU, 256Gi, rlpipe.presets). So the flag is turned off and a gke-node-pool module named
+#      (32 CPU, 256Gi, rlpipe.core.presets). So the flag is turned off and a gke-node-pool module named
 #      cpu-np is added instead, with the machine type above, in the deployment's zone, scaling
 #      from 0. The Kueue configuration of the blueprint does not depend on the flag (the
 #      advanced blueprint passes its own kueue_configuration_path); rlpipe's queue for cpu-np

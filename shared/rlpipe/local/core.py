@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rlpipe.logs import Logger
+from rlpipe.control.logs import Logger
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -99,7 +99,7 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
 
 
 def run(config: dict[str, Any]) -> None:
-    from rlpipe.blobstore import make_client
+    from rlpipe.control.blobstore import make_client
     from rlpipe.local.hub import HubDouble
     from rlpipe.local.kube_api import KubeApiServer
     from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes

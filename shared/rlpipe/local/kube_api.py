@@ -728,10 +728,10 @@ class KubeStore:
             with self._validator_lock:
                 if self._validator is None:
                     try:  # lazy: the validation module is optional for the double itself
-                        from rlpipe.k8s_validation import validate_object
+                        from rlpipe.core.k8s_validation import validate_object
                     except ImportError as exc:
                         raise KubeApiError(500, "InternalError",
-                                           f"no validator: rlpipe.k8s_validation unavailable ({exc})") from exc
+                                           f"no validator: rlpipe.core.k8s_validation unavailable ({exc})") from exc
                     self._validator = validate_object
                 validator = self._validator
         problems = list(validator(copy.deepcopy(obj)))
@@ -1517,7 +1517,7 @@ class KubeApiServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, validator: Validator | None = None,
                  history_limit: int = 10_000, request_log_limit: int = 10_000, verbose: bool = False) -> None:
-        """``validator`` defaults to ``rlpipe.k8s_validation.validate_object`` (imported on first
+        """``validator`` defaults to ``rlpipe.core.k8s_validation.validate_object`` (imported on first
         use); pass :func:`no_validation` to accept everything. ``history_limit`` bounds the watch
         history (older resourceVersions get 410 Expired); ``request_log_limit`` the request log."""
         self.store = KubeStore(validator, history_limit)

@@ -1,0 +1,108 @@
+"""``make demo``: the whole pipeline on this machine, from a file drop to an exported model.
+
+Starts the local stack, drops the example request into the requests bucket, follows the run
+live, prints a summary, and stops everything, also on Ctrl-C or failure. Exits 0 only if the run
+succeeded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from rlpipe.local.stack import LocalStack, StackConfig
+
+# Named scenarios; anything else is taken as a scenario file path.
+SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
+    "": (None, []),
+    "happy": (None, []),
+    # Preempted during training after the step-50 checkpoint; attempt 2 resumes from step 50.
+    "preempt": ("examples/gemma4-26b-v6e-32x2.yaml", ["train:1:preempt@70"]),
+    # A new upstream release on the Hub double becomes a run, with nobody submitting anything.
+    "upstream": (None, []),
+}
+WATCH_LIST = Path("examples/upstream/watch.yaml")
+DEMO_TIMEOUT_SECONDS = 150
+
+
+def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("examples/gemma4-26b-v6e-32.yaml"),
+             root: Path = Path(".rlpipe/demo")) -> int:
+    from rlpipe.cli import runs
+    from rlpipe.cli.watch import summary, watch
+    from rlpipe.control.blobstore import BlobStore, make_client
+    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.settings import Settings
+
+    console = Console()
+    if scenario in SCENARIOS:
+        override, faults = SCENARIOS[scenario]
+        scenario_file = None
+        example = Path(override) if override else example
+    else:
+        faults, scenario_file = [], scenario
+    started = time.monotonic()
+    console.print(f"[bold]rlpipe demo[/bold]: {example}" + (f", scenario {scenario}" if scenario else ""))
+    stack = LocalStack(StackConfig(root=root, events=events, faults=faults, scenario_file=scenario_file,
+                                   poll_seconds=2), say=lambda text: print(text, flush=True))
+    try:
+        state = stack.start()
+        print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
+        os.environ.update(state.env)
+        settings = Settings.from_env()
+        ledger = Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
+        if scenario == "upstream":
+            run_id = _upstream_release(stack, settings, ledger)
+        else:
+            submitted = runs.submit(settings, example, via="gcs")
+            run_id = submitted.run_id
+            print(f"dropped {example} at {submitted.where}; run id {run_id}", flush=True)
+        record = watch(ledger, run_id, timeout=DEMO_TIMEOUT_SECONDS, simulated=True, console=console)
+        console.print()
+        if record is None:
+            console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
+            return 1
+        print(summary(record, simulated=True))
+        print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
+        if not record.terminal:
+            console.print(f"[red]run did not finish within {DEMO_TIMEOUT_SECONDS}s; see {stack.logs}[/red]")
+            return 1
+        return 0 if record.state == "succeeded" else 1
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; stopping the local stack[/yellow]")
+        return 130
+    finally:
+        stack.stop()
+
+
+def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
+    """Upload the watch list, take the baseline, push a release to the Hub double, poll again."""
+    import yaml
+
+    from rlpipe.control.blobstore import make_client
+
+    watch_list = yaml.safe_load(WATCH_LIST.read_text())
+    for entry in watch_list["watch"]:
+        entry["debounce_minutes"] = 0  # the demo's release is final at once
+    bucket = make_client(settings.project).bucket(settings.requests_bucket)
+    bucket.blob("config/watch.yaml").upload_from_string(yaml.safe_dump(watch_list))
+    print(f"uploaded {WATCH_LIST} to gs://{settings.requests_bucket}/config/watch.yaml (debounce 0 for the demo)")
+    stack.upstream_tick()
+    print("poll 1: the current head of google/gemma-4-26b-a4b-it is recorded as the baseline")
+    before = set(ledger.list_run_ids())
+    release = stack.hub_release("google/gemma-4-26b-a4b-it")
+    print(f"upstream: pushed {release['sha'][:12]} to google/gemma-4-26b-a4b-it ({len(release['changed'])} files)")
+    stack.upstream_tick()
+    new = [r for r in ledger.list_run_ids() if r not in before]
+    if not new:
+        raise RuntimeError(f"the poll after the release started no run; see {stack.logs}/upstream_poll.log")
+    print(f"poll 2: new release → run {new[0]} (hf_revision pinned to {release['sha'][:12]})", flush=True)
+    return new[0]
+
+
+if __name__ == "__main__":
+    sys.exit(run_demo(scenario=sys.argv[1] if len(sys.argv) > 1 else ""))

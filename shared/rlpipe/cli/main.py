@@ -1,0 +1,316 @@
+"""``rlpipe``: the command line. Each subcommand parses its arguments, calls the library, prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlpipe.core import identity
+from rlpipe.core.problems import RequestInvalid
+
+
+def _read_request(path: str) -> Any:
+    from rlpipe.core.request import load_request
+
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    return load_request(data, source=path)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from rlpipe.core.request import json_schema
+
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    try:
+        req = _read_request(args.request)
+    except RequestInvalid as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    print(f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices})")
+    return 0
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the container scripts) as YAML block literals, so reviewers can read them;
+    no anchors/aliases, so every object reads on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump_yaml(objects: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from rlpipe.core.manifests import RenderContext, render
+
+    try:
+        req = _read_request(args.request)
+    except RequestInvalid as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    run_id = args.run_id or identity.run_id_for(
+        identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
+    )
+    ctx = RenderContext(run_id=run_id, bucket=args.bucket, namespace=args.namespace, hf_revision=args.hf_revision)
+    stages = [args.stage] if args.stage else list(identity.STAGES)
+    objects = [render(req, stage, args.attempt, ctx) for stage in stages]
+    sys.stdout.write(dump_yaml(objects))
+    return 0
+
+
+# ---- commands that talk to a deployment (GCP, or the local stack when it is up) -------------------
+
+LOCAL_ROOT = Path(".rlpipe/local")
+
+
+def _settings() -> Any:
+    """Settings from the environment; with a local stack up (and RLPIPE_TARGET≠gcp), its endpoints."""
+    import os
+
+    from rlpipe.control.settings import Settings
+    from rlpipe.local.stack import StackState, state_path
+
+    path = state_path(LOCAL_ROOT.resolve())
+    if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():
+        os.environ.update(StackState.load(path).env)
+    return Settings.from_env()
+
+
+def _ledger(settings: Any) -> Any:
+    from rlpipe.control.blobstore import BlobStore, make_client
+    from rlpipe.control.ledger import Ledger
+
+    return Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from rlpipe.cli import runs
+
+    settings = _settings()
+    try:
+        submitted = runs.submit(settings, Path(args.file), via=args.via)
+    except RequestInvalid as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    print(f"submitted {args.file} via {submitted.via} ({submitted.where})")
+    print(f"run id: {submitted.run_id}   follow it with: rlpipe watch {submitted.run_id}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rlpipe.cli import runs
+
+    settings = _settings()
+    record = _ledger(settings).get(args.run)
+    if record is None:
+        print(f"no run {args.run}", file=sys.stderr)
+        return 1
+    info = runs.describe(record)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rlpipe.cli.watch import summary
+
+    print(summary(record, simulated=settings.local))
+    if not record.terminal:
+        print(f"  now         {record.stage or '-'} attempt {record.attempt}: "
+              f"{next((r['phase'] for r in info['stages'] if r['stage'] == record.stage), 'accepted')}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rlpipe.cli import runs
+
+    settings = _settings()
+    records = runs.list_runs(_ledger(settings))
+    if not records:
+        print("no runs")
+        return 0
+    print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'CREATED':<28}MODEL")
+    for r in records:
+        print(f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.created_at:<28}{r.request.get('model')}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from rlpipe.cli import runs
+
+    settings = _settings()
+    try:
+        result = runs.cancel(settings, _ledger(settings), args.run)
+    except KeyError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    print(f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
+          f"deleted: {', '.join(result['deleted']) or 'nothing'}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from rlpipe.cli.watch import summary, watch
+
+    settings = _settings()
+    record = watch(_ledger(settings), args.run, timeout=args.timeout, simulated=settings.local)
+    if record is None:
+        print(f"no run {args.run}", file=sys.stderr)
+        return 1
+    print(summary(record, simulated=settings.local))
+    return 0 if record.state == "succeeded" else 1
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from rlpipe.local import stack
+
+    root = Path(args.root)
+    if args.action == "down":
+        stopped = stack.down(root)
+        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing running")
+        return 0
+    if args.action == "status":
+        path = stack.state_path(root.resolve())
+        if not path.exists():
+            print("local stack is not running")
+            return 1
+        state = stack.StackState.load(path)
+        alive = stack.health(state)
+        for name, ok in alive.items():
+            print(f"{name:<24}{'up' if ok else 'DOWN'}")
+        _print_endpoints(state)
+        return 0 if all(alive.values()) else 1
+    config = stack.StackConfig(root=root, events=args.events, timing=args.timing, poll_seconds=args.poll_seconds,
+                               scenario_file=args.scenario, faults=list(args.fault or []),
+                               detached=not args.foreground)
+    if stack.state_path(root.resolve()).exists():
+        print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
+        return 1
+    local = stack.LocalStack(config)
+    state = local.start()
+    _print_endpoints(state)
+    print(f"logs: {local.logs}   stop with: rlpipe local down")
+    if not args.foreground:
+        # Children live in their own sessions; leave them running for `down`.
+        local.children.clear()
+        return 0
+    import signal
+    import threading
+
+    done = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print("running in the foreground; Ctrl-C stops everything")
+    done.wait()
+    local.stop()
+    return 0
+
+
+def _print_endpoints(state: Any) -> None:
+    print(f"events: {state.events_note}")
+    width = max(len(k) for k in state.endpoints) + 2
+    for name, url in state.endpoints.items():
+        print(f"  {name:<{width}}{url}")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rlpipe.cli.demo import run_demo
+
+    return run_demo(scenario=args.scenario, events=args.events, example=Path(args.example))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlpipe", description="RL post-training pipeline on TPU")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("schema", help="print the request JSON Schema")
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("validate", help="check a request file; exit 1 listing every problem")
+    p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("render", help="print the Kubernetes objects of a request (dry run)")
+    p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
+    p.add_argument("--stage", choices=identity.STAGES, help="only this stage (default: all three)")
+    p.add_argument("--attempt", type=int, default=1, help="attempt number (default 1)")
+    p.add_argument("--bucket", default="ARTIFACTS_BUCKET", help="artifacts bucket name")
+    p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
+    p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
+    p.add_argument("--hf-revision", help="resolved commit sha to pin (default: the request's hf_revision)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("submit", help="submit a request (file drop or Pub/Sub message)")
+    p.add_argument("file")
+    p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="a run's state, stages, attempts, failure and lineage")
+    p.add_argument("run")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("list", help="all runs, newest first")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("cancel", help="cancel the execution, delete the workloads, mark the run cancelled")
+    p.add_argument("run")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("watch", help="follow a run live until it ends")
+    p.add_argument("run")
+    p.add_argument("--timeout", type=float, default=24 * 3600)
+    p.set_defaults(func=cmd_watch)
+
+    p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated cluster)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--root", default=str(LOCAL_ROOT), help="state and logs directory (default .rlpipe/local)")
+    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
+    p.add_argument("--timing", choices=["demo", "zero"], default="demo")
+    p.add_argument("--poll-seconds", type=int, default=3, help="await_callback timeout between status polls")
+    p.add_argument("--scenario", help="fault scenario file (YAML/JSON)")
+    p.add_argument("--fault", action="append", help="fault as stage[:attempt]:fault, e.g. train:1:preempt@30")
+    p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
+    p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("demo", help="start the local stack, run the example to the end, print a summary, stop")
+    p.add_argument("--scenario", default="", help="'' (happy path), preempt, or a scenario file")
+    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
+    p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
+    p.set_defaults(func=cmd_demo)
+
+    from rlpipe.cli import upstream as cli_upstream
+
+    cli_upstream.register(sub, settings=_settings)
+
+    from rlpipe.cli import reconcile as reconcile_cli
+
+    reconcile_cli.register(sub, settings=_settings)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "attempt", 1) < 1:
+        print("--attempt must be 1 or more", file=sys.stderr)
+        return 2
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""``rlpipe watch``: a live view of one run, and the summary printed when it ends."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from rlpipe.cli.runs import describe
+from rlpipe.control.ledger import Ledger, RunRecord
+
+_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "magenta"}
+
+
+def _fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
+    info = describe(record)
+    title = Text.assemble(("run ", "bold"), (record.run_id, "bold cyan"), "  state: ",
+                          (record.state, _STYLE.get(record.state, "white")))
+    table = Table(show_header=True, header_style="bold", expand=False)
+    for column in ("stage", "state", "attempts", "elapsed", "detail"):
+        table.add_column(column)
+    for row in info["stages"]:
+        detail = row.get("failure") or ""
+        if row.get("resume_step"):
+            detail = f"resumed from step {row['resume_step']}" + (f"; {detail}" if detail else "")
+        if row["stage"] == "train" and record.progress:
+            step, reward = record.progress.get("step"), record.progress.get("mean_reward")
+            detail = f"step {step}, mean_reward {reward}" + (f"; {detail}" if detail else "")
+        table.add_row(row["stage"], Text(row["phase"], style=_STYLE.get(row["phase"], "white")),
+                      str(row["attempts"]), _fmt_seconds(row["seconds"]), detail)
+    parts: list[Any] = [title, table]
+    if record.failure:
+        parts.append(Text(f"failure [{record.failure.tag}] in {record.failure.stage}: {record.failure.message}",
+                          style="red"))
+    if simulated:
+        parts.append(Text("cluster and TPU are SIMULATED (local stack)", style="dim"))
+    return Group(*parts)
+
+
+def summary(record: RunRecord, *, simulated: bool = False) -> str:
+    info = describe(record)
+    lines = [f"run {record.run_id}: {record.state}"]
+    for row in info["stages"]:
+        extra = f" (resumed from step {row['resume_step']})" if row.get("resume_step") else ""
+        lines.append(f"  {row['stage']:<8} {row['phase']:<10} attempts={row['attempts']}  "
+                     f"duration={_fmt_seconds(row['seconds'])}{extra}")
+        if row.get("failure"):
+            lines.append(f"           {row['failure']}")
+    lineage = record.lineage
+    if lineage.hf_sha:
+        lines.append(f"  source      {lineage.hf_repo}@{lineage.hf_sha}")
+    if lineage.converted_uri:
+        lines.append(f"  converted   {lineage.converted_uri}" + (" (cache hit)" if lineage.conversion_cache_hit else ""))
+    if lineage.checkpoint_uri:
+        step = f" (final step {lineage.final_step})" if lineage.final_step else ""
+        lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
+    if lineage.export_uri:
+        lines.append(f"  export      {lineage.export_uri}")
+    if record.failure:
+        lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
+    if simulated:
+        lines.append("  note        the cluster and the TPU slice were SIMULATED; GCS, events, functions and "
+                     "the workflow engine ran for real on this machine")
+    return "\n".join(lines)
+
+
+def watch(ledger: Ledger, run_id: str, *, timeout: float = 3600, interval: float = 0.5, simulated: bool = False,
+          console: Console | None = None, on_tick: Callable[[RunRecord | None], None] | None = None) -> RunRecord | None:
+    """Follow a run until it is terminal (or the timeout); returns the last record seen."""
+    console = console or Console()
+    deadline = time.monotonic() + timeout
+    record = ledger.get(run_id)
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while time.monotonic() < deadline:
+            record = ledger.get(run_id)
+            if on_tick:
+                on_tick(record)
+            if record is None:
+                live.update(Text(f"waiting for run {run_id} to be accepted…", style="dim"))
+            else:
+                live.update(render_view(record, simulated=simulated))
+                if record.terminal:
+                    break
+            time.sleep(interval)
+    return record

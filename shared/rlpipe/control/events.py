@@ -1,0 +1,125 @@
+"""CloudEvents in (GCS finalized, Pub/Sub published) and artifact object names → signals.
+
+``match_artifact`` is deliberately pure string work: the artifacts bucket sees thousands of
+object writes per checkpoint, and all but a handful must be dismissed in microseconds without
+touching the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlpipe.core import layout
+
+GCS_FINALIZED = "google.cloud.storage.object.v1.finalized"
+PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
+
+Signal = Literal["converted", "checkpoint", "exported"]
+
+
+class BadEvent(ValueError):
+    """The event is not one this function can act on; the message says why."""
+
+
+@dataclass(frozen=True)
+class ObjectEvent:
+    bucket: str
+    name: str
+    generation: str
+    size: int | None
+    event_id: str
+
+
+@dataclass(frozen=True)
+class MessageEvent:
+    topic: str
+    message_id: str
+    data: bytes
+    attributes: dict[str, str]
+    event_id: str
+
+
+def object_event(attributes: dict[str, Any], data: Any) -> ObjectEvent:
+    """Eventarc storage event → the object it names (generation and size arrive as strings)."""
+    if attributes.get("type") != GCS_FINALIZED:
+        raise BadEvent(f"event type {attributes.get('type')!r} is not {GCS_FINALIZED}")
+    if not isinstance(data, dict):
+        raise BadEvent("event data is not a JSON object")
+    bucket, name = data.get("bucket"), data.get("name")
+    if not bucket:
+        source = str(attributes.get("source", ""))
+        bucket = source.rsplit("/buckets/", 1)[-1] if "/buckets/" in source else None
+    subject = str(attributes.get("subject", ""))
+    if not name and subject.startswith("objects/"):
+        name = subject[len("objects/"):]
+    if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
+        raise BadEvent("event names no bucket or object")
+    generation = str(data.get("generation", ""))
+    if not generation.isdigit():
+        raise BadEvent(f"object generation {generation!r} is not a number")
+    size_text = data.get("size")
+    size = int(size_text) if isinstance(size_text, (str, int)) and str(size_text).isdigit() else None
+    return ObjectEvent(bucket, name, generation, size, str(attributes.get("id", "")))
+
+
+def message_event(attributes: dict[str, Any], data: Any) -> MessageEvent:
+    if attributes.get("type") != PUBSUB_PUBLISHED:
+        raise BadEvent(f"event type {attributes.get('type')!r} is not {PUBSUB_PUBLISHED}")
+    if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
+        raise BadEvent("event data has no Pub/Sub message")
+    message = data["message"]
+    try:
+        payload = base64.b64decode(message.get("data") or "", validate=True)
+    except (binascii.Error, ValueError):
+        raise BadEvent("message data is not valid base64") from None
+    message_id = str(message.get("messageId") or message.get("message_id") or "")
+    if not message_id:
+        raise BadEvent("message has no messageId")
+    source = str(attributes.get("source", ""))
+    topic = source.split("//pubsub.googleapis.com/", 1)[-1] if "//pubsub.googleapis.com/" in source else source
+    attrs = message.get("attributes") or {}
+    return MessageEvent(topic, message_id, payload, {str(k): str(v) for k, v in attrs.items()},
+                        str(attributes.get("id", "")))
+
+
+@dataclass(frozen=True)
+class ArtifactSignal:
+    run_id: str | None  # None for conversion-cache objects: the cache key is known, not the run
+    stage: str
+    signal: Signal
+    cache_key: str | None = None
+    attempt_dir: str | None = None
+    step: int | None = None
+
+
+_RUN_STEP_COMMIT = re.compile(
+    r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/trained/rl/checkpoints/actor/(?P<step>[0-9]{1,9})/commit_success\.txt$"
+)
+_RUN_EXPORT_INDEX = re.compile(r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/hf/(?:model\.safetensors\.index\.json|model\.safetensors)$")
+_CACHE_COMMIT = re.compile(
+    r"^cache/maxtext/(?P<key>[a-z0-9]{1,64})/(?P<dir>(?P<run>[a-z][a-z0-9]{1,40})-a(?P<attempt>[0-9]{1,4}))/0/commit_success\.txt$"
+)
+
+
+def match_artifact(name: str) -> ArtifactSignal | None:
+    """Object name → completion signal, or None for the thousands of objects that are not one."""
+    if not name.endswith(("commit_success.txt", ".json", ".safetensors")):
+        return None
+    if name.startswith(layout.RUNS_PREFIX):
+        m = _RUN_STEP_COMMIT.match(name)
+        if m:
+            return ArtifactSignal(m["run"], "train", "checkpoint", step=int(m["step"]))
+        m = _RUN_EXPORT_INDEX.match(name)
+        if m:
+            return ArtifactSignal(m["run"], "export", "exported")
+        return None
+    if name.startswith(layout.CACHE_PREFIX):
+        m = _CACHE_COMMIT.match(name)
+        if m:
+            return ArtifactSignal(m["run"], "convert", "converted", cache_key=m["key"],
+                                  attempt_dir=f"{layout.CACHE_PREFIX}{m['key']}/{m['dir']}/")
+    return None

@@ -1,0 +1,184 @@
+"""Intake: a request document from any source becomes exactly one run with one execution.
+
+At-least-once delivery is the norm (Eventarc and Pub/Sub redeliver, users drop a file twice),
+so every step is idempotent: the run id is derived from the idempotency key, the claim is a
+create-if-absent of the ledger, and starting the execution is guarded by a lease taken with a
+compare-and-swap, so racing deliveries start one execution between them. A crash anywhere
+leaves a state the next delivery (or the reconciler) finishes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpipe.control import blobstore
+from rlpipe.control.events import MessageEvent, ObjectEvent
+from rlpipe.control.ledger import Execution, Ledger, Lineage, RunRecord, Source, now
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.core import identity, layout
+from rlpipe.core.problems import Problem, RequestInvalid
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    outcome: str  # started | duplicate | start-in-progress | rejected | ignored | conflict
+    run_id: str | None = None
+    detail: str = ""
+    execution: str | None = None
+
+
+@dataclass
+class Intake:
+    requests: blobstore.BlobStore
+    ledger: Ledger
+    orchestrator: Orchestrator
+    log: Logger
+    lease_seconds: float = 60.0
+    clock: Callable[[], float] = time.time
+    after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
+
+    # ---- sources ------------------------------------------------------------------------------
+
+    def from_object(self, event: ObjectEvent) -> IntakeResult:
+        source = Source(kind="gcs", bucket=event.bucket, name=event.name, generation=event.generation)
+        source_key = identity.key_for_object(event.bucket, event.name, event.generation)
+        log = self.log.bind(object=f"gs://{event.bucket}/{event.name}#{event.generation}")
+        if not event.name.startswith(layout.REQUESTS_PREFIX):
+            log.info("ignored: object is outside requests/")
+            return IntakeResult("ignored", detail="outside requests/")
+        if not layout.is_request_object(event.name):
+            return self._reject(source_key, source, [Problem(
+                "", f"{event.name} is not a request file",
+                "put only .json, .yaml or .yml request documents under requests/",
+            )], log)
+        if event.size is not None and event.size > MAX_DOCUMENT_BYTES:
+            return self._reject(source_key, source, [Problem(
+                "", f"{event.name} is {event.size} bytes", f"keep requests under {MAX_DOCUMENT_BYTES} bytes",
+            )], log)
+        try:
+            blob = self.requests.read(event.name, max_bytes=MAX_DOCUMENT_BYTES, generation=int(event.generation))
+        except blobstore.TooLarge as exc:
+            return self._reject(source_key, source, [Problem("", str(exc), f"keep requests under {MAX_DOCUMENT_BYTES} bytes")], log)
+        except blobstore.NotFound:
+            return self._reject(source_key, source, [Problem(
+                "", f"{event.name} generation {event.generation} no longer exists", "upload the request again",
+            )], log)
+        return self.submit(blob.data, source, source_key, source_name=event.name, log=log)
+
+    def from_message(self, event: MessageEvent) -> IntakeResult:
+        source = Source(kind="pubsub", topic=event.topic, message_id=event.message_id)
+        source_key = identity.key_for_message(event.topic, event.message_id)
+        log = self.log.bind(message=f"{event.topic}/{event.message_id}")
+        return self.submit(event.data, source, source_key, source_name=f"message {event.message_id}", log=log)
+
+    # ---- the one code path every source takes ---------------------------------------------------
+
+    def submit(self, data: bytes, source: Source, source_key: str, *, source_name: str = "request",
+               log: Logger | None = None, request: Request | None = None) -> IntakeResult:
+        log = log or self.log
+        if request is None:
+            try:
+                request = load_request(data, source=source_name)
+            except RequestInvalid as exc:
+                return self._reject(source_key, source, exc.problems, log)
+        key = identity.key_for_request_id(request.request_id) if request.request_id else source_key
+        run_id = identity.run_id_for(key)
+        log = log.bind(run_id=run_id)
+        holder = uuid.uuid4().hex
+        record = RunRecord(
+            run_id=run_id,
+            key=key,
+            source=source,
+            request=request.model_dump(mode="json"),
+            execution=Execution(lease_holder=holder, lease_until=self.clock() + self.lease_seconds),
+            lineage=Lineage(hf_repo=request.hf_repo, hf_revision=request.hf_revision, image=request.image),
+        )
+        if self.ledger.claim(record):
+            log.info("claimed run", key=key)
+            if self.after_claim:
+                self.after_claim(run_id)
+            return self._start(run_id, holder, log, already_leased=True)
+        existing = self.ledger.get(run_id)
+        if existing is None:  # claimed and gone: should not happen, but never lose the request
+            raise RuntimeError(f"run {run_id} was claimed but its ledger cannot be read")
+        if existing.request != record.request:
+            return self._conflict(existing, source_key, source, log)
+        return self._start(run_id, holder, log, already_leased=False)
+
+    # ---- starting the execution exactly once ----------------------------------------------------
+
+    def start_claimed(self, run_id: str) -> IntakeResult:
+        """Finish a claim whose execution never started (the reconciler's path), under the same lease."""
+        return self._start(run_id, uuid.uuid4().hex, self.log.bind(run_id=run_id), already_leased=False)
+
+    def _start(self, run_id: str, holder: str, log: Logger, *, already_leased: bool) -> IntakeResult:
+        if not already_leased:
+            decision: dict[str, Any] = {}
+
+            def take_lease(r: RunRecord) -> str | None:
+                if r.execution.name or r.terminal:
+                    decision["outcome"] = "duplicate"
+                    return None
+                lease_live = r.execution.lease_until is not None and r.execution.lease_until > self.clock()
+                if r.execution.lease_holder and r.execution.lease_holder != holder and lease_live:
+                    decision["outcome"] = "start-in-progress"
+                    return None
+                r.execution.lease_holder = holder
+                r.execution.lease_until = self.clock() + self.lease_seconds
+                decision["outcome"] = "lease"
+                return "start-lease"
+
+            record = self.ledger.update(run_id, take_lease)
+            if decision["outcome"] != "lease":
+                log.info(f"duplicate delivery: {decision['outcome']}", execution=record.execution.name)
+                return IntakeResult(decision["outcome"], run_id, execution=record.execution.name)
+        name = self.orchestrator.start(run_id)
+        outcome: dict[str, Any] = {}
+
+        def record_execution(r: RunRecord) -> str | None:
+            if r.execution.name == name:
+                return None  # the execution's own plan step recorded it first
+            if r.execution.name:
+                outcome["lost"] = r.execution.name
+                return None
+            r.execution = Execution(name=name, started_at=now())
+            return "execution-started"
+
+        self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
+        if "lost" in outcome:  # our lease expired and someone else started one meanwhile
+            self.orchestrator.cancel(name)
+            log.warning("started a second execution after the lease expired; cancelled it", execution=name)
+            return IntakeResult("duplicate", run_id, execution=outcome["lost"])
+        log.info("execution started", execution=name)
+        return IntakeResult("started", run_id, execution=name)
+
+    # ---- rejections ---------------------------------------------------------------------------
+
+    def _reject(self, source_key: str, source: Source, problems: list[Problem], log: Logger) -> IntakeResult:
+        run_id = identity.run_id_for(source_key)
+        body = {
+            "run_id": run_id,
+            "key": source_key,
+            "source": source.model_dump(exclude_none=True),
+            "rejected_at": now(),
+            "message": RequestInvalid(problems).render(),
+            "problems": [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems],
+        }
+        self.ledger.write_error(run_id, body)
+        log.bind(run_id=run_id).warning("request rejected", problems=[str(p) for p in problems])
+        return IntakeResult("rejected", run_id, detail=body["message"])
+
+    def _conflict(self, existing: RunRecord, source_key: str, source: Source, log: Logger) -> IntakeResult:
+        problem = Problem(
+            "request_id",
+            f"request_id is already used by run {existing.run_id} with a different request",
+            "choose a new request_id, or resubmit the identical request",
+        )
+        result = self._reject(source_key, source, [problem], log)
+        return IntakeResult("conflict", result.run_id, detail=result.detail)

@@ -1,0 +1,71 @@
+"""Wiring: build the library's services from Settings, once per process.
+
+Function instances are reused across invocations, so clients are created on first use and
+kept; nothing here runs at import time (cold starts stay cheap).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from rlpipe.control import blobstore
+from rlpipe.control.ledger import Ledger
+from rlpipe.control.logs import Logger
+from rlpipe.control.settings import Settings
+
+
+@cache
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@cache
+def storage_client():  # type: ignore[no-untyped-def]
+    return blobstore.make_client(settings().project)
+
+
+def artifacts() -> blobstore.BlobStore:
+    return blobstore.BlobStore(storage_client(), settings().artifacts_bucket)
+
+
+def requests_store() -> blobstore.BlobStore:
+    return blobstore.BlobStore(storage_client(), settings().requests_bucket)
+
+
+def ledger() -> Ledger:
+    return Ledger(artifacts())
+
+
+@cache
+def orchestrator():  # type: ignore[no-untyped-def]
+    from rlpipe.control.orchestrator import Orchestrator
+
+    return Orchestrator(settings())
+
+
+@cache
+def cluster():  # type: ignore[no-untyped-def]
+    from rlpipe.cluster import ClusterClient
+
+    return ClusterClient.from_settings(settings())
+
+
+def intake(log: Logger):  # type: ignore[no-untyped-def]
+    from rlpipe.control.intake import Intake
+
+    return Intake(requests=requests_store(), ledger=ledger(), orchestrator=orchestrator(), log=log,
+                  lease_seconds=settings().start_lease_seconds)
+
+
+def stage_service(log: Logger):  # type: ignore[no-untyped-def]
+    from rlpipe.control import notify
+    from rlpipe.control.stage import StageService
+
+    return StageService(settings=settings(), ledger=ledger(), artifacts=artifacts(), cluster=cluster(), log=log,
+                        publish=notify.publish)
+
+
+def reset() -> None:
+    """Forget cached settings and clients (tests and the local stack change the environment)."""
+    for fn in (settings, storage_client, orchestrator, cluster):
+        fn.cache_clear()

@@ -1,0 +1,184 @@
+"""The exact MaxText command lines of the three stages, as exec-form argument lists.
+
+Arguments are built from validated fields only and are never pasted into a shell line: where
+a stage needs a shell (``VLLM_HOST_IP``, the in-container patches, the tpu-slice index gate), the
+script is a fixed template and the arguments reach the program as ``"$@"``. The HF token is
+referenced as ``$(HF_TOKEN)``, which Kubernetes expands from the container's env (a secretKeyRef),
+so no token value is ever part of a manifest.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from rlpipe.core import workarounds
+
+if TYPE_CHECKING:
+    from rlpipe.core.request import Request, Scalar
+
+CONVERT_MODULE = "maxtext.checkpoint_conversion.to_maxtext"
+TRAIN_MODULE = "maxtext.trainers.post_train.rl.train_rl"
+EXPORT_MODULE = "maxtext.checkpoint_conversion.to_huggingface"
+HF_TOKEN_ENV = "HF_TOKEN"
+HF_TOKEN_REF = f"$({HF_TOKEN_ENV})"
+
+
+def fmt(value: Scalar) -> str:
+    """MaxText parses overrides as YAML: booleans lower-case, floats without padded exponents."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text:
+            mantissa, exponent = text.split("e")
+            sign = "-" if exponent.startswith("-") else ""
+            text = f"{mantissa}e{sign}{exponent.lstrip('+-').lstrip('0') or '0'}"
+        return text
+    return str(value)
+
+
+def _python_literal(value: Scalar) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return fmt(value)
+
+
+def vllm_additional_config(req: Request) -> str:
+    """The tutorials' Python-literal-style map, with model_name first and taken from ``model``."""
+    items = {"model_name": req.model, **req.training.vllm_maxtext_config}
+    inner = ", ".join(f"'{k}': {_python_literal(v)}" for k, v in items.items())
+    return "{'maxtext_config': {" + inner + "}}"
+
+
+def convert_args(req: Request, hf_revision: str, output_dir_uri: str) -> list[str]:
+    """Arguments of to_maxtext: CPU-only, one process, Pathways-readable checkpoint format."""
+    return [
+        f"model_name={req.model}",
+        f"hf_access_token={HF_TOKEN_REF}",
+        f"--hf_model_path={req.hf_repo}",
+        f"--revision={hf_revision}",
+        f"base_output_directory={output_dir_uri}",
+        f"scan_layers={fmt(req.training.scan_layers)}",
+        "use_multimodal=false",
+        "skip_jax_distributed_system=true",
+        "checkpoint_storage_use_zarr3=false",
+        "checkpoint_storage_use_ocdbt=false",
+        "hardware=cpu",
+        "--lazy_load_tensors=True",
+    ]
+
+
+def conversion_flags(req: Request, hf_revision: str) -> list[str]:
+    """The arguments that determine the converted bytes (for the cache key): no paths, no token."""
+    return [
+        a
+        for a in convert_args(req, hf_revision, "")
+        if not a.startswith(("base_output_directory=", "hf_access_token="))
+    ]
+
+
+_TRAIN_ORDER: tuple[tuple[str, str], ...] = (
+    ("data_template_path", "data_template_path"),
+    ("num_batches", "num_batches"),
+    ("batch_size", "batch_size"),
+    ("train_micro_batch_size", "train_micro_batch_size"),
+    ("max_target_length", "max_target_length"),
+    ("max_prefill_predict_length", "max_prefill_predict_length"),
+    ("mu_dtype", "mu_dtype"),
+    ("grad_dtype", "grad_dtype"),
+    ("rollout_tensor_parallelism", "rollout_tensor_parallelism"),
+    ("rollout_expert_parallelism", "rollout_expert_parallelism"),
+    ("trainer_devices_fraction", "trainer_devices_fraction"),
+    ("sampler_devices_fraction", "sampler_devices_fraction"),
+    ("tokenizer_path", "tokenizer_path"),
+    ("ici_tensor_parallelism", "ici_tensor_parallelism"),
+    ("ici_expert_parallelism", "ici_expert_parallelism"),
+    ("ici_fsdp_parallelism", "ici_fsdp_parallelism"),
+    ("hbm_utilization_vllm", "hbm_utilization_vllm"),
+    ("remat_policy", "remat_policy"),
+    ("async_scheduling", "async_scheduling"),
+    ("allow_split_physical_axes", "allow_split_physical_axes"),
+    ("ragged_gather_reduce_fallback", "ragged_gather_reduce_fallback"),
+    ("enable_dp_attention", "enable_dp_attention"),
+    ("decode_sampling_temperature", "decode_sampling_temperature"),
+    ("decode_sampling_top_k", "decode_sampling_top_k"),
+    ("decode_sampling_nucleus_p", "decode_sampling_nucleus_p"),
+    ("learning_rate", "learning_rate"),
+    ("learning_rate_schedule_steps", "learning_rate_schedule_steps"),
+    ("num_generations", "rl.num_generations"),
+    ("reshard_chunk_size", "rl.reshard_chunk_size"),
+    ("debug", "debug"),
+    ("checkpoint_period", "checkpoint_period"),
+)
+
+
+def train_args(req: Request, base_output_uri: str, parameters_uri: str) -> list[str]:
+    """train_rl arguments in the tutorials' order, then the request's extra overrides (sorted)."""
+    t = req.training
+    args = [
+        "run_name=rl",
+        f"base_output_directory={base_output_uri}",
+        f"model_name={req.model}",
+        f"scan_layers={fmt(t.scan_layers)}",
+        f"load_parameters_path={parameters_uri}",
+        f"hf_access_token={HF_TOKEN_REF}",
+    ]
+    for field, key in _TRAIN_ORDER:
+        value = getattr(t, field)
+        if field == "tokenizer_path" and value is None:
+            value = req.hf_repo
+        if value is not None:
+            args.append(f"{key}={fmt(value)}")
+    args.append(f"vllm_hf_overrides={t.vllm_hf_overrides}")
+    args.append(f"vllm_additional_config={vllm_additional_config(req)}")
+    args.extend(f"{k}={fmt(v)}" for k, v in sorted(req.maxtext_overrides.items()))
+    return args
+
+
+def export_args(req: Request, parameters_uri: str, output_dir_uri: str) -> list[str]:
+    return [
+        f"model_name={req.model}",
+        f"hf_access_token={HF_TOKEN_REF}",
+        f"load_parameters_path={parameters_uri}",
+        f"base_output_directory={output_dir_uri}",
+        "skip_jax_distributed_system=true",
+        "hardware=cpu",
+        f"scan_layers={fmt(req.training.scan_layers)}",
+        "use_multimodal=false",
+        "weight_dtype=bfloat16",
+        "--override_model_architecture",
+    ]
+
+
+# ---- fixed shell templates (no value is ever interpolated unquoted) ----------------------------
+
+SCRIPT_NAME = "rlpipe-stage"  # $0 of the bash -c scripts; the program's arguments follow as "$@"
+
+
+def train_script(req: Request) -> str:
+    """Container script of the Pathways head: runtime env, patches, then exec train_rl "$@"."""
+    lines = [
+        "set -eu",
+        "export VLLM_HOST_IP=\"$(hostname -I | awk '{print $1}')\"",
+        'echo "rlpipe: VLLM_HOST_IP=${VLLM_HOST_IP}"',
+    ]
+    lines += [workarounds.lookup(ref).shell_line() for ref in req.training.workarounds]
+    lines.append(f"exec python3 -m {shlex.quote(TRAIN_MODULE)} \"$@\"")
+    return "\n".join(lines) + "\n"
+
+
+def indexed_gate_script(module: str) -> str:
+    """tpu-slice placement: every pod of the slice starts, only completion index 0 does the work."""
+    return "\n".join(
+        [
+            "set -eu",
+            'if [ "${JOB_COMPLETION_INDEX:-0}" != "0" ]; then',
+            '  echo "rlpipe: completion index ${JOB_COMPLETION_INDEX} has nothing to do; index 0 runs the stage"',
+            "  exit 0",
+            "fi",
+            f"exec python3 -m {shlex.quote(module)} \"$@\"",
+        ]
+    ) + "\n"

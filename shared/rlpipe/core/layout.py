@@ -1,0 +1,209 @@
+"""Every GCS path of a run, and the rule that says when each stage's output is complete.
+
+This module is the only place that spells an object name (DESIGN §5). The completion rules
+follow what MaxText and Orbax actually write (DESIGN §4): Orbax writes a step directory in place
+under its final name and marks it complete with ``commit_success.txt`` last; the HF export has
+no marker, so completeness is the index plus every shard it names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rlpipe.core import presets
+
+REQUESTS_PREFIX = "requests/"
+REQUEST_SUFFIXES = (".json", ".yaml", ".yml")
+RUNS_PREFIX = "runs/"
+CACHE_PREFIX = "cache/maxtext/"
+PATHWAYS_PREFIX = "pathways/"
+UPSTREAM_PREFIX = "upstream/"
+
+COMMIT_MARKER = "commit_success.txt"
+TRAIN_RUN_NAME = "rl"
+CONVERTED_STEP = 0
+HF_INDEX = "model.safetensors.index.json"
+HF_SINGLE = "model.safetensors"
+HF_CONFIG = "config.json"
+
+
+def gs(bucket: str, name: str) -> str:
+    return f"gs://{bucket}/{name}"
+
+
+def parse_gs(uri: str) -> tuple[str, str]:
+    """``gs://bucket/name`` → (bucket, name)."""
+    if not uri.startswith("gs://"):
+        raise ValueError(f"not a gs:// URI: {uri!r}")
+    bucket, _, name = uri[5:].partition("/")
+    return bucket, name
+
+
+def is_request_object(name: str) -> bool:
+    """Only these objects in the requests bucket start a run (nothing the pipeline writes matches)."""
+    return name.startswith(REQUESTS_PREFIX) and name.endswith(REQUEST_SUFFIXES) and "/." not in name
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Object names of one run in the artifacts bucket."""
+
+    bucket: str
+    run_id: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{RUNS_PREFIX}{self.run_id}/"
+
+    @property
+    def ledger(self) -> str:
+        return f"{self.prefix}run.json"
+
+    @property
+    def events_prefix(self) -> str:
+        return f"{self.prefix}events/"
+
+    def event(self, seq: int, what: str) -> str:
+        return f"{self.events_prefix}{seq:06d}-{what}.json"
+
+    @property
+    def error(self) -> str:
+        return f"{self.prefix}error.json"
+
+    @property
+    def trained_base(self) -> str:
+        """train_rl ``base_output_directory`` (run_name ``rl`` is appended by MaxText)."""
+        return f"{self.prefix}trained/"
+
+    @property
+    def checkpoints(self) -> str:
+        return f"{self.trained_base}{TRAIN_RUN_NAME}/checkpoints/actor/"
+
+    def step_dir(self, step: int) -> str:
+        return f"{self.checkpoints}{step}/"
+
+    def step_commit(self, step: int) -> str:
+        return f"{self.step_dir(step)}{COMMIT_MARKER}"
+
+    def model_params(self, step: int) -> str:
+        return f"{self.step_dir(step)}model_params/"
+
+    @property
+    def hf_dir(self) -> str:
+        return f"{self.prefix}hf/"
+
+    def uri(self, name: str) -> str:
+        return gs(self.bucket, name)
+
+
+@dataclass(frozen=True)
+class ConversionCache:
+    """Converted checkpoints, shared by every run of the same (repo, sha, flags, image)."""
+
+    bucket: str
+    key: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{CACHE_PREFIX}{self.key}/"
+
+    @property
+    def ready(self) -> str:
+        """Written once, with if_generation_match=0, naming the attempt directory that finished."""
+        return f"{self.prefix}READY.json"
+
+    def attempt_dir(self, run_id: str, attempt: int) -> str:
+        """Each conversion attempt writes its own directory: no two writers share one."""
+        return f"{self.prefix}{run_id}-a{attempt}/"
+
+    def uri(self, name: str) -> str:
+        return gs(self.bucket, name)
+
+
+def converted_step_commit(attempt_dir: str) -> str:
+    return f"{attempt_dir}{CONVERTED_STEP}/{COMMIT_MARKER}"
+
+
+def converted_items(attempt_dir: str) -> str:
+    """What training loads (``load_parameters_path``): step 0's ``items`` of the conversion."""
+    return f"{attempt_dir}{CONVERTED_STEP}/items/"
+
+
+def conversion_cache_key(hf_repo: str, hf_sha: str, conversion_flags: Sequence[str], image: str) -> str:
+    """Hash of everything that determines the converted bytes; paths and the token are excluded."""
+    material = json.dumps(
+        {"hf_repo": hf_repo, "sha": hf_sha, "flags": list(conversion_flags), "image": image},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return "c" + hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
+def checkpoint_steps(num_batches: int, period: int | None = None) -> list[int]:
+    """Steps at which train_rl commits a checkpoint: every ``period`` steps, and the forced final save."""
+    period = period or presets.MAXTEXT_CHECKPOINT_PERIOD
+    steps = list(range(period, num_batches + 1, period))
+    if not steps or steps[-1] != num_batches:
+        steps.append(num_batches)
+    return steps
+
+
+def final_step(num_batches: int) -> int:
+    """The last training step; MaxText always saves it, whatever the period."""
+    return num_batches
+
+
+@dataclass(frozen=True)
+class Completeness:
+    complete: bool
+    reason: str
+    missing: tuple[str, ...] = ()
+
+
+def convert_complete(names: Iterable[str], attempt_dir: str) -> Completeness:
+    marker = converted_step_commit(attempt_dir)
+    if marker in set(names):
+        return Completeness(True, "converted checkpoint committed")
+    return Completeness(False, f"{marker} not written yet", (marker,))
+
+
+def train_complete(names: Iterable[str], layout: RunLayout, num_batches: int) -> Completeness:
+    marker = layout.step_commit(final_step(num_batches))
+    if marker in set(names):
+        return Completeness(True, f"final step {final_step(num_batches)} committed")
+    return Completeness(False, f"{marker} not written yet", (marker,))
+
+
+def latest_committed_step(names: Iterable[str], layout: RunLayout) -> int | None:
+    """The newest step whose commit marker exists: where a retried training attempt resumes."""
+    steps = []
+    for name in names:
+        if name.startswith(layout.checkpoints) and name.endswith("/" + COMMIT_MARKER):
+            head = name[len(layout.checkpoints) :].split("/", 1)[0]
+            if head.isdigit():
+                steps.append(int(head))
+    return max(steps) if steps else None
+
+
+def export_complete(names: Iterable[str], hf_dir: str, index: dict | None) -> Completeness:
+    """The index (written last) plus every shard in its weight_map; or one unsharded file + config."""
+    present = set(names)
+    if index is not None:
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            return Completeness(False, f"{HF_INDEX} has no weight_map", (hf_dir + HF_INDEX,))
+        shards = sorted({hf_dir + str(f) for f in weight_map.values()})
+        missing = tuple(s for s in shards if s not in present)
+        if missing:
+            return Completeness(False, f"{len(missing)} of {len(shards)} shards missing", missing)
+        return Completeness(True, f"index and all {len(shards)} shards present")
+    single, config = hf_dir + HF_SINGLE, hf_dir + HF_CONFIG
+    missing = tuple(n for n in (single, config) if n not in present)
+    if hf_dir + HF_INDEX in present:
+        return Completeness(False, f"{HF_INDEX} exists but was not read", (hf_dir + HF_INDEX,))
+    if missing:
+        return Completeness(False, "no index and no complete single-file model", missing)
+    return Completeness(True, "single-file model and config present")

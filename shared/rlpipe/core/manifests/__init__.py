@@ -1,0 +1,91 @@
+"""Pure functions from (request, stage, attempt, context) to Kubernetes objects as dicts. No I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlpipe.core import commands, identity, layout
+from rlpipe.core.identity import Stage
+from rlpipe.core.manifests.jobs import stage_job
+from rlpipe.core.manifests.pathways import train_jobset
+from rlpipe.core.request import Request
+
+DEFAULT_NAMESPACE = "rlpipe"
+DEFAULT_SERVICE_ACCOUNT = "rlpipe-workload"
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What a manifest needs beyond the request: where the run lives and what earlier stages made.
+
+    ``hf_revision`` is the resolved commit sha once ``plan`` has pinned it (the CLI renders with the
+    request's revision as given). ``converted_dir`` is the conversion attempt directory that training
+    loads, which may belong to another run when the conversion cache hit.
+    """
+
+    run_id: str
+    bucket: str
+    namespace: str = DEFAULT_NAMESPACE
+    service_account: str = DEFAULT_SERVICE_ACCOUNT
+    hf_revision: str | None = None
+    converted_dir: str | None = None
+
+    @property
+    def pathways_scratch_uri(self) -> str:
+        return layout.gs(self.bucket, layout.PATHWAYS_PREFIX)
+
+
+@dataclass(frozen=True)
+class StagePaths:
+    """Inputs and outputs of one stage attempt, as gs:// URIs (also recorded as lineage)."""
+
+    inputs: str | None
+    output: str
+
+
+def revision(req: Request, ctx: RenderContext) -> str:
+    return ctx.hf_revision or req.hf_revision
+
+
+def conversion_cache(req: Request, ctx: RenderContext) -> layout.ConversionCache:
+    rev = revision(req, ctx)
+    key = layout.conversion_cache_key(req.hf_repo, rev, commands.conversion_flags(req, rev), req.image)
+    return layout.ConversionCache(ctx.bucket, key)
+
+
+def converted_dir(req: Request, ctx: RenderContext) -> str:
+    """The conversion directory training loads: the context's, else this run's first attempt."""
+    return ctx.converted_dir or conversion_cache(req, ctx).attempt_dir(ctx.run_id, 1)
+
+
+def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> StagePaths:
+    run = layout.RunLayout(ctx.bucket, ctx.run_id)
+    if stage == "convert":
+        out = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
+        return StagePaths(inputs=None, output=layout.gs(ctx.bucket, out))
+    if stage == "train":
+        items = layout.converted_items(converted_dir(req, ctx))
+        return StagePaths(inputs=layout.gs(ctx.bucket, items), output=run.uri(run.trained_base))
+    final = layout.final_step(req.training.num_batches)
+    return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
+
+
+def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict[str, Any]:
+    """The one Kubernetes object for a stage attempt."""
+    paths = stage_paths(req, ctx, stage, attempt)
+    if stage == "convert":
+        args = commands.convert_args(req, revision(req, ctx), paths.output)
+        return stage_job(req, ctx, stage, attempt, commands.CONVERT_MODULE, args)
+    if stage == "train":
+        assert paths.inputs is not None
+        return train_jobset(req, ctx, attempt, commands.train_args(req, paths.output, paths.inputs))
+    if stage == "export":
+        assert paths.inputs is not None
+        args = commands.export_args(req, paths.inputs, paths.output)
+        return stage_job(req, ctx, stage, attempt, commands.EXPORT_MODULE, args)
+    raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
+
+
+def render_all(req: Request, ctx: RenderContext, attempt: int = 1) -> list[dict[str, Any]]:
+    return [render(req, stage, attempt, ctx) for stage in identity.STAGES]

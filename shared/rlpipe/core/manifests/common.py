@@ -1,0 +1,65 @@
+"""Pieces every rendered workload shares: metadata, the HF token reference, TPU placement."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlpipe.core import commands, identity, tpu
+from rlpipe.core.request import checks
+
+if TYPE_CHECKING:
+    from rlpipe.core.identity import Stage
+    from rlpipe.core.request import Request
+
+
+def labels(req: Request, run_id: str, stage: Stage, attempt: int) -> dict[str, str]:
+    """User labels first, so the pipeline's own labels always win on a clash."""
+    return {
+        **req.labels,
+        checks.MODEL_LABEL: req.model,
+        **identity.run_labels(run_id, stage, attempt),
+    }
+
+
+def metadata(req: Request, run_id: str, stage: Stage, attempt: int, namespace: str) -> dict[str, Any]:
+    return {
+        "name": identity.workload_name(run_id, stage, attempt),
+        "namespace": namespace,
+        "labels": {**labels(req, run_id, stage, attempt), identity.LABEL_QUEUE: req.tpu.queue},
+    }
+
+
+def hf_token_env(req: Request) -> dict[str, Any]:
+    """The token reaches the container from a Secret; manifests only ever name the Secret."""
+    return {
+        "name": commands.HF_TOKEN_ENV,
+        "valueFrom": {"secretKeyRef": {"name": req.hf_token_secret.name, "key": req.hf_token_secret.key}},
+    }
+
+
+def plain_env(values: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def tpu_node_selector(req: Request) -> dict[str, str]:
+    selector = {
+        "cloud.google.com/gke-tpu-accelerator": tpu.GKE_ACCELERATOR,
+        "cloud.google.com/gke-tpu-topology": req.tpu.topology,
+    }
+    if req.tpu.reservation:
+        selector["cloud.google.com/reservation-name"] = req.tpu.reservation
+        selector["cloud.google.com/reservation-affinity"] = "specific"
+    return selector
+
+
+TPU_TOLERATIONS = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
+TPU_CHIPS_PER_POD = {"google.com/tpu": str(tpu.CHIPS_PER_HOST)}
+
+
+# A pod disrupted by preemption, maintenance or eviction fails its Job at once, and the Job's
+# Failed condition (reason PodFailurePolicy) keeps naming the DisruptionTarget after the pod is
+# gone: the only preemption evidence that survives a JobSet's cleanup of its child Jobs.
+# Kubernetes requires restartPolicy Never for a podFailurePolicy.
+PREEMPTION_FAILS_JOB = {
+    "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+}

@@ -1,0 +1,225 @@
+"""Checks that span several fields.
+
+They read plain values from the merged document and skip any check whose inputs did not parse,
+so a request with a bad field *and* a topology mismatch is told about both in one answer. Each
+check returns ``Problem``s instead of raising.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rlpipe.core import identity, tpu
+from rlpipe.core.problems import Problem
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RESERVED_LABEL_PREFIXES = ("rlpipe.dev", "kueue.x-k8s.io", "jobset.sigs.k8s.io", "kubernetes.io", "k8s.io")
+_OVERRIDE_KEY = re.compile(r"^[a-z_][a-z0-9_.]*$")
+_UNSAFE_VALUE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")
+MODEL_LABEL = "rlpipe.dev/model"
+
+
+class _Missing(Exception):
+    """An input of a check did not parse; the field's own error is reported instead."""
+
+
+def _get(doc: Any, path: str, kind: type | tuple[type, ...]) -> Any:
+    node = doc
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise _Missing(path)
+        node = node[part]
+    if isinstance(node, bool) and kind in (int, float, (int, float)):
+        raise _Missing(path)
+    if not isinstance(node, kind):
+        raise _Missing(path)
+    return node
+
+
+def _number(doc: Any, path: str) -> float:
+    return _get(doc, path, (int, float))
+
+
+def cross_field_problems(doc: dict[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for check in _CHECKS:
+        try:
+            problems.extend(check(doc))
+        except _Missing:
+            continue
+    return problems
+
+
+def _topology(doc: dict[str, Any]) -> Iterator[Problem]:
+    shape = tpu.SHAPES.get(_get(doc, "tpu.type", str))
+    topology = _get(doc, "tpu.topology", str)
+    if shape and topology != shape.topology:
+        yield Problem(
+            "tpu.topology",
+            f"topology {topology} does not match TPU type {shape.type}",
+            f"use topology {shape.topology} for {shape.type}, or change tpu.type",
+        )
+
+
+def _parallelism(doc: dict[str, Any]) -> Iterator[Problem]:
+    """Trainer and sampler meshes must tile the chips MaxText gives each of them."""
+    shape = tpu.SHAPES.get(_get(doc, "tpu.type", str))
+    slices = _get(doc, "tpu.slices", int)
+    if shape is None or slices < 1 or _get(doc, "tpu.topology", str) != shape.topology:
+        return  # reported elsewhere; chip counts would be meaningless
+    chips = shape.chips * slices
+    f_train = _number(doc, "training.trainer_devices_fraction")
+    f_sample = _number(doc, "training.sampler_devices_fraction")
+    bad = False
+    if f_train + f_sample > 1.0 + 1e-9:
+        bad = True
+        yield Problem(
+            "training.sampler_devices_fraction",
+            f"trainer ({f_train}) + sampler ({f_sample}) device fractions exceed 1",
+            "make the two fractions add up to at most 1",
+        )
+    for field, fraction in (("trainer_devices_fraction", f_train), ("sampler_devices_fraction", f_sample)):
+        devices = fraction * chips
+        if abs(devices - round(devices)) > 1e-6 or round(devices) < 1:
+            bad = True
+            yield Problem(
+                f"training.{field}",
+                f"{field} × {chips} chips = {devices:g}, not a whole number of chips",
+                f"choose a fraction f with f × {chips} a whole number ≥ 1",
+            )
+    if bad:
+        return
+    trainer_chips, sampler_chips = round(f_train * chips), round(f_sample * chips)
+    ici = _get(doc, "training.ici_tensor_parallelism", int) * _get(doc, "training.ici_expert_parallelism", int)
+    fsdp = _get(doc, "training", dict).get("ici_fsdp_parallelism")
+    if isinstance(fsdp, int) and not isinstance(fsdp, bool) and fsdp not in (-1,) and fsdp > 0:
+        if ici * fsdp != trainer_chips:
+            yield Problem(
+                "training.ici_fsdp_parallelism",
+                f"ici_tensor × ici_expert × ici_fsdp = {ici * fsdp}, but the trainer has {trainer_chips} chips",
+                f"make the product equal {trainer_chips}, or set ici_fsdp_parallelism to -1 (fill)",
+            )
+    else:
+        # MaxText builds the sampler's mesh from the same ici_* settings, so both must tile.
+        for role, count in (("trainer", trainer_chips), ("sampler", sampler_chips)):
+            if ici > 0 and count % ici:
+                yield Problem(
+                    "training.ici_tensor_parallelism",
+                    f"ici_tensor × ici_expert = {ici} does not divide the {role}'s {count} chips",
+                    f"choose ici_tensor_parallelism × ici_expert_parallelism dividing {count}",
+                )
+    rollout = _get(doc, "training.rollout_tensor_parallelism", int) * _get(
+        doc, "training.rollout_expert_parallelism", int
+    )
+    if rollout > 0 and sampler_chips % rollout:
+        yield Problem(
+            "training.rollout_tensor_parallelism",
+            f"rollout_tensor × rollout_expert = {rollout} does not divide the sampler's {sampler_chips} chips",
+            f"choose rollout_tensor_parallelism × rollout_expert_parallelism dividing {sampler_chips}",
+        )
+
+
+def _batching(doc: dict[str, Any]) -> Iterator[Problem]:
+    batch = _get(doc, "training.batch_size", int)
+    micro = _get(doc, "training", dict).get("train_micro_batch_size")
+    if isinstance(micro, int) and not isinstance(micro, bool) and micro > 0 and batch % micro:
+        yield Problem(
+            "training.batch_size",
+            f"batch_size {batch} is not divisible by train_micro_batch_size {micro}",
+            "make batch_size a multiple of train_micro_batch_size",
+        )
+
+
+def _prefill(doc: dict[str, Any]) -> Iterator[Problem]:
+    prefill = _get(doc, "training.max_prefill_predict_length", int)
+    target = _get(doc, "training.max_target_length", int)
+    if prefill >= target:
+        yield Problem(
+            "training.max_prefill_predict_length",
+            f"prefill length {prefill} leaves no room to generate within max_target_length {target}",
+            "make max_prefill_predict_length smaller than max_target_length",
+        )
+
+
+def _overrides(doc: dict[str, Any]) -> Iterator[Problem]:
+    from rlpipe.core.request import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
+
+    for key, value in _get(doc, "maxtext_overrides", dict).items():
+        path = f"maxtext_overrides.{key}"
+        if not isinstance(key, str) or not _OVERRIDE_KEY.match(key):
+            yield Problem(
+                path,
+                f"override key {key!r} is not a MaxText config key",
+                "use lowercase letters, digits, '_' and '.', starting with a letter or '_'",
+            )
+        elif key in CONTROLLED_ARGS:
+            yield Problem(path, f"{key} is set by the pipeline", "remove this override")
+        elif key in TYPED_OVERRIDE_KEYS:
+            yield Problem(path, f"{key} is a typed field", f"set {TYPED_OVERRIDE_KEYS[key]} instead")
+        if isinstance(value, str) and (_UNSAFE_VALUE.search(value) or len(value) > 1024):
+            yield Problem(
+                path,
+                "value has a shell metacharacter, a newline, or is longer than 1024 characters",
+                "use a plain value without quotes, $, `, ;, |, &, <, >, backslashes or newlines",
+            )
+
+
+def _model_label(doc: dict[str, Any]) -> Iterator[Problem]:
+    model = _get(doc, "model", str)
+    if len(model) > 63:
+        yield Problem(
+            "model",
+            f"model name is {len(model)} characters; it becomes the label {MODEL_LABEL}, limited to 63",
+            "use a MaxText model name of at most 63 characters",
+        )
+
+
+def _labels(doc: dict[str, Any]) -> Iterator[Problem]:
+    for key, value in _get(doc, "labels", dict).items():
+        if isinstance(key, str) and isinstance(value, str):
+            yield from _label_problems(key, value)
+
+
+def _attempt_names(doc: dict[str, Any]) -> Iterator[Problem]:
+    """The highest attempt number a stage can reach must still give a valid workload name."""
+    last_attempt = _get(doc, "retry.max_retries", int) + 1
+    try:
+        identity.workload_name("r" * identity.RUN_ID_LENGTH, "convert", max(last_attempt, 1))
+    except ValueError as exc:
+        yield Problem("retry.max_retries", str(exc), "lower retry.max_retries")
+
+
+def _label_problems(key: str, value: str) -> Iterator[Problem]:
+    path = f"labels.{key}"
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        yield Problem(path, f"label prefix {prefix!r} is not a DNS subdomain", "use e.g. team.example.com/name")
+    if prefix and any(prefix == p or prefix.endswith("." + p) for p in _RESERVED_LABEL_PREFIXES):
+        yield Problem(path, f"label prefix {prefix!r} is reserved for the system", "use your own prefix, or none")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        yield Problem(
+            path,
+            f"label name {name!r} is not a valid Kubernetes label name (1–63 characters)",
+            "use at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric",
+        )
+    if len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+        yield Problem(
+            path,
+            f"label value has {len(value)} characters or invalid ones; Kubernetes allows 63",
+            "shorten the value to at most 63 letters, digits, '-', '_' or '.'",
+        )
+
+
+_CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
+    _topology,
+    _parallelism,
+    _batching,
+    _prefill,
+    _overrides,
+    _model_label,
+    _labels,
+    _attempt_names,
+)

@@ -1,0 +1,1 @@
+"""Level-triggered repair across ledgers, executions and workloads."""

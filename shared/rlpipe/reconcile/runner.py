@@ -1,0 +1,242 @@
+"""The reconciler: a level-triggered pass over the three sources of truth, repairing differences.
+
+Events get lost and executions die in ways no ``except`` block sees (a cancel from the console, an
+execution that failed before it owned its run, a function that crashed between two writes). So
+every few minutes a pass compares the ledgers in GCS, the Workflows executions and the objects in
+the cluster and repairs what disagrees (rules: ``reconcile_rules``; repairs:
+``reconcile_repairs``). Each pass:
+
+1. **workloads** (all of them, every pass; there are few): delete those whose run is terminal or
+   unknown and older attempts than the run's current one; report those past their stage deadline;
+2. **ledgers**, page by page from the cursor, each page read and checked concurrently with a
+   bound: start claims that never started; finish runs whose execution ended without telling the
+   ledger (and delete their workloads at once, the cleanup the workflow never ran).
+
+A pass stops cleanly at its time budget: it finishes the ledgers in flight, never starts another,
+and saves the position (the last run id below which everything was handled) in
+``reconcile/cursor.json`` with compare-and-swap; the next tick resumes there. ``dry_run`` does all
+the reading and none of the writing: no ledger, cluster, execution, message or cursor changes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpipe.cluster import RunObject
+from rlpipe.control import blobstore
+from rlpipe.control.intake import Intake
+from rlpipe.control.ledger import Ledger, RunRecord, now
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import Settings
+from rlpipe.core import layout
+from rlpipe.reconcile import rules as rules
+from rlpipe.reconcile.cursor import CURSOR_OBJECT, Cursor, CursorStore
+from rlpipe.reconcile.repairs import Cluster, Outcome, Repairs
+from rlpipe.reconcile.report import PassReport
+from rlpipe.reconcile.rules import Action
+
+DEFAULT_BUDGET_SECONDS = 240.0  # the tick is every 5 minutes; leave room for the tail and the cursor
+DEFAULT_CONCURRENCY = 8  # ledger reads in flight; the storage client's connection pool holds 10
+DEFAULT_PAGE_SIZE = 200
+MIN_CLAIM_AGE_SECONDS = 120.0  # younger claims may still be starting (intake's own path)
+
+__all__ = ["DEFAULT_BUDGET_SECONDS", "PassReport", "Reconciler", "build", "from_services", "on_tick"]
+
+
+@dataclass
+class Reconciler:
+    settings: Settings
+    ledger: Ledger
+    orchestrator: Orchestrator
+    cluster: Cluster
+    intake: Intake
+    log: Logger
+    publish: Callable[[str, dict[str, Any]], Any] | None = None
+    clock: Callable[[], float] = time.time  # wall-clock seconds: ages and the budget
+    budget_seconds: float = DEFAULT_BUDGET_SECONDS
+    concurrency: int = DEFAULT_CONCURRENCY
+    page_size: int = DEFAULT_PAGE_SIZE
+    min_claim_age: float = MIN_CLAIM_AGE_SECONDS
+    cursor_name: str = CURSOR_OBJECT
+    repairs: Repairs = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1 or self.page_size < 1:
+            raise ValueError("concurrency and page_size must be >= 1")
+        self.repairs = Repairs(settings=self.settings, ledger=self.ledger, cluster=self.cluster,
+                               intake=self.intake, log=self.log, publish=self.publish)
+
+    @property
+    def store(self) -> blobstore.BlobStore:
+        return self.ledger.store
+
+    # ---- the pass -------------------------------------------------------------------------------
+
+    def run_pass(self, *, dry_run: bool = False) -> PassReport:
+        started = self.clock()
+        deadline = started + self.budget_seconds
+        cursors = CursorStore(self.store, self.cursor_name)
+        cursor, generation = cursors.load()
+        report = PassReport(dry_run=dry_run, cursor_before=cursor)
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="reconcile") as pool:
+            self._workloads(pool, report, deadline, dry_run)
+            after = self._ledgers(pool, cursor.after, report, deadline, dry_run)
+        report.seconds = self.clock() - started
+        report.cursor_after = self._next_cursor(cursor, after, report)
+        if not dry_run:
+            report.cursor_saved = cursors.save(report.cursor_after, generation)
+            if not report.cursor_saved:
+                self.log.warning("the cursor moved during this pass (another reconciler?); leaving it")
+        self.log.info("reconcile pass", **report.summary(), cursor=report.cursor_after.after,
+                      round=report.cursor_after.round)
+        return report
+
+    def _next_cursor(self, cursor: Cursor, after: str, report: PassReport) -> Cursor:
+        stamp = now()
+        began = cursor.round_started_at or stamp
+        if report.round_complete:
+            return Cursor(after="", round=cursor.round + 1, round_started_at=None, updated_at=stamp,
+                          last_pass=report.summary())
+        return Cursor(after=after, round=cursor.round, round_started_at=began, updated_at=stamp,
+                      last_pass=report.summary())
+
+    def _out_of_time(self, deadline: float) -> bool:
+        return self.clock() >= deadline
+
+    def _act(self, action: Action, dry_run: bool) -> Outcome:
+        return Outcome(action.run_id, action, "planned") if dry_run else self.repairs.apply(action)
+
+    # ---- workloads: orphans and stuck ones --------------------------------------------------------
+
+    def _workloads(self, pool: ThreadPoolExecutor, report: PassReport, deadline: float, dry_run: bool) -> None:
+        if self._out_of_time(deadline):
+            report.stopped = "budget"
+            return
+        try:
+            objects = self.cluster.list_run_objects()
+        except Exception as exc:  # the ledgers can still be reconciled without the cluster
+            report.problems.append(f"could not list the cluster's workloads: {exc}")
+            self.log.warning("could not list workloads", error=repr(exc))
+            return
+        report.workloads = len(objects)
+        run_ids = sorted({o.run_id for o in objects if o.run_id})
+        records: dict[str, RunRecord | None] = {}
+        for run_id, got in zip(run_ids, pool.map(self._read, run_ids), strict=True):
+            if isinstance(got, Exception):
+                report.outcomes.append(Outcome(run_id, None, "error", f"could not read the ledger: {got}"))
+            else:
+                records[run_id] = got
+        readable = [o for o in objects if not o.run_id or o.run_id in records]
+        results = pool.map(lambda o: self._one_workload(o, records.get(o.run_id), deadline, dry_run), readable)
+        report.outcomes.extend(o for o in results if o is not None)
+
+    def _read(self, run_id: str) -> RunRecord | Exception | None:
+        try:
+            return self.ledger.peek(run_id)
+        except Exception as exc:
+            return exc
+
+    def _one_workload(self, obj: RunObject, record: RunRecord | None, deadline: float,
+                      dry_run: bool) -> Outcome | None:
+        if self._out_of_time(deadline):
+            return None  # every pass sees every workload: the next one covers it
+        try:
+            action = rules.workload_action(obj, record)
+            if action is None and record is not None and obj.stage:
+                action = rules.stuck_action(obj, record, self.clock(), rules.stage_deadline(record, obj.stage))
+                if action is not None and self.ledger.has_event(record.run_id, action.event):
+                    action = None  # reported once already; the history says so
+        except Exception as exc:
+            return Outcome(obj.run_id, None, "error", f"could not check {obj.kind} {obj.name}: {exc}")
+        return self._act(action, dry_run) if action else None
+
+    # ---- ledgers: claims and finished executions ----------------------------------------------------
+
+    def _ledgers(self, pool: ThreadPoolExecutor, after: str, report: PassReport, deadline: float,
+                 dry_run: bool) -> str:
+        """Handle ledgers after ``after`` until the listing ends or time runs out; returns the new
+        position: every run id up to it (in listing order) has been handled."""
+        while True:
+            if self._out_of_time(deadline):
+                report.stopped = "budget"
+                return after
+            page = self.ledger.list_run_ids_page(after, self.page_size)
+            results = list(pool.map(lambda run_id: self._one_ledger(run_id, deadline, dry_run), page.run_ids))
+            for run_id, outcomes in zip(page.run_ids, results, strict=True):
+                if outcomes is None:  # not started: the budget ran out while the page was in flight
+                    report.stopped = "budget"
+                    return after
+                report.examined += 1
+                report.outcomes.extend(outcomes)
+                after = run_id
+            if not page.more or not page.run_ids:
+                report.round_complete = True
+                return after
+
+    def _one_ledger(self, run_id: str, deadline: float, dry_run: bool) -> list[Outcome] | None:
+        if self._out_of_time(deadline):
+            return None
+        try:
+            action = self._inspect(run_id)
+        except Exception as exc:  # counted as handled: a poisoned ledger must not pin the cursor
+            self.log.bind(run_id=run_id).warning("could not inspect the run", error=repr(exc))
+            return [Outcome(run_id, None, "error", f"{type(exc).__name__}: {exc}")]
+        return [self._act(action, dry_run)] if action else []
+
+    def _inspect(self, run_id: str) -> Action | None:
+        record = self.ledger.peek(run_id)
+        if record is None or record.terminal:
+            return None
+        if not record.execution.name:
+            return rules.claim_action(record, self.clock(), min_age=self.min_claim_age)
+        info = self.orchestrator.get(record.execution.name)
+        export = self._export(run_id) if info is not None and info.state == "SUCCEEDED" else None
+        return rules.execution_action(record, info, export)
+
+    def _export(self, run_id: str) -> layout.Completeness:
+        """The export's completeness by the layout's rule (index + every shard it names)."""
+        run = layout.RunLayout(self.store.bucket_name, run_id)
+        names = list(self.store.list(run.hf_dir))
+        index = None
+        if run.hf_dir + layout.HF_INDEX in names:
+            try:
+                index = self.store.read(run.hf_dir + layout.HF_INDEX).json()
+            except (ValueError, blobstore.NotFound):
+                index = {}
+        return layout.export_complete(names, run.hf_dir, index)
+
+
+# ---- wiring -------------------------------------------------------------------------------------
+
+def from_services(log: Logger, **overrides: Any) -> Reconciler:
+    """The function's reconciler: the process's cached clients (``services``), ``notify`` to publish."""
+    from rlpipe.control import notify, services
+
+    return Reconciler(settings=services.settings(), ledger=services.ledger(), orchestrator=services.orchestrator(),
+                      cluster=services.cluster(), intake=services.intake(log), log=log, publish=notify.publish,
+                      **overrides)
+
+
+def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
+    """A reconciler for exactly these settings (the CLI: a local stack or a GCP deployment)."""
+    from rlpipe.cluster import ClusterClient
+    from rlpipe.control import notify
+
+    client = blobstore.make_client(settings.project)
+    ledger = Ledger(blobstore.BlobStore(client, settings.artifacts_bucket))
+    orchestrator = Orchestrator(settings)
+    intake = Intake(requests=blobstore.BlobStore(client, settings.requests_bucket), ledger=ledger,
+                    orchestrator=orchestrator, log=log, lease_seconds=settings.start_lease_seconds)
+    return Reconciler(settings=settings, ledger=ledger, orchestrator=orchestrator,
+                      cluster=ClusterClient.from_settings(settings), intake=intake, log=log,
+                      publish=notify.publish, **overrides)
+
+
+def on_tick(data: Any, log: Logger) -> PassReport:
+    """``reconcile``: one pass per Cloud Scheduler tick (via Pub/Sub); the tick's data is ignored."""
+    return from_services(log).run_pass()

@@ -1,0 +1,1 @@
+"""Upstream watch: new Hugging Face releases become pinned requests."""
