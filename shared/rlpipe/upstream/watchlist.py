@@ -18,7 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import _BRANCH, _HF_REPO, parse_document, validate_request
+from rlpipe.core.request import parse_document, validate_request
+from rlpipe.core.request.model import BRANCH_PATTERN, HF_REPO_PATTERN
 
 WATCH_LIST = "config/watch.yaml"  # in the requests bucket; outside requests/, so never a request itself
 DEFAULT_TRIGGER_FILES = (
@@ -61,7 +62,7 @@ class WatchEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    hf_repo: Annotated[str, Field(pattern=_HF_REPO.pattern)]
+    hf_repo: Annotated[str, Field(pattern=HF_REPO_PATTERN.pattern)]
     branch: Annotated[str, Field(min_length=1, max_length=100)] = "main"
     template: dict[str, Any]
     debounce_minutes: Annotated[int, Field(ge=0, le=24 * 60)] = 30
@@ -77,7 +78,7 @@ class WatchEntry(BaseModel):
             raise ValueError("write the branch name without refs/heads/, e.g. main")
         if len(value) == 40 and all(c in "0123456789abcdef" for c in value):
             raise ValueError("a commit sha never moves; watch a branch such as main")
-        if not _BRANCH.match(value):
+        if not BRANCH_PATTERN.match(value):
             raise ValueError("use letters, digits, '.', '_', '-' and '/', e.g. main")
         return value
 
@@ -198,7 +199,7 @@ def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Probl
     template = raw.get("template")
     if isinstance(template, dict):
         repo = raw.get("hf_repo")
-        repo_ok = isinstance(repo, str) and _HF_REPO.match(repo) is not None
+        repo_ok = isinstance(repo, str) and HF_REPO_PATTERN.match(repo) is not None
         problems.extend(_template_problems(where, template, repo if repo_ok else "placeholder/placeholder"))
     return entry, problems
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from rlpipe.core import identity, tpu
 from rlpipe.core.problems import Problem
+from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -145,7 +146,6 @@ def _prefill(doc: dict[str, Any]) -> Iterator[Problem]:
 
 
 def _overrides(doc: dict[str, Any]) -> Iterator[Problem]:
-    from rlpipe.core.request import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
 
     for key, value in _get(doc, "maxtext_overrides", dict).items():
         path = f"maxtext_overrides.{key}"

@@ -1,0 +1,107 @@
+"""Request bytes → a mapping, refusing what YAML or JSON would silently accept.
+
+Why strict: duplicate keys and aliases make a request mean something its author did not read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from rlpipe.core.problems import Problem, RequestInvalid
+
+MAX_DOCUMENT_BYTES = 256 * 1024
+
+
+def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, Any]:
+    """Bytes → a mapping, rejecting what YAML would silently accept (duplicate keys, aliases)."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise RequestInvalid(
+                [Problem("", f"{source} is {len(data)} bytes", f"keep requests under {MAX_DOCUMENT_BYTES} bytes")]
+            )
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RequestInvalid(
+                [Problem("", f"{source} is not UTF-8 text", "save the request as UTF-8 JSON or YAML")]
+            ) from None
+    else:
+        text = data
+    if not text.strip():
+        raise RequestInvalid([Problem("", f"{source} is empty", "write a JSON or YAML mapping with model and hf_repo")])
+    if "\x00" in text:
+        raise RequestInvalid([Problem("", f"{source} contains NUL bytes", "save the request as JSON or YAML text")])
+    doc = _parse_json(text, source) if source.endswith(".json") else _parse_yaml(text, source)
+    if not isinstance(doc, dict):
+        raise RequestInvalid(
+            [Problem("", f"{source} is a {type(doc).__name__}, not a mapping", "write a mapping: `model: ...`")]
+        )
+    return doc
+
+
+def _parse_json(text: str, source: str) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ValueError(f"duplicate key {key!r}")
+            out[key] = value
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise RequestInvalid(
+            [Problem("", f"{source} is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "fix the syntax")]
+        ) from None
+    except ValueError as exc:
+        raise RequestInvalid([Problem("", f"{source}: {exc}", "keep one value per key")]) from None
+    except RecursionError:
+        raise RequestInvalid([Problem("", f"{source} is nested too deeply", "flatten the document")]) from None
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RequestInvalid(
+            [Problem("", f"{source} is not valid JSON or YAML{at}: {problem}", "fix the syntax")]
+        ) from None
+    except RecursionError:
+        raise RequestInvalid([Problem("", f"{source} is nested too deeply", "flatten the document")]) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys and anchors/aliases (billion-laughs, silent overwrite)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.constructor.ConstructorError(
+                None, None, "aliases (*name) are not allowed in requests", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "mapping keys must be plain strings", key_node.start_mark
+                ) from None
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+

@@ -1,0 +1,308 @@
+"""The request's schema: typed fields with the constraints a person can act on.
+
+Why pydantic models: one definition gives parsing, the problems with their paths, and the
+JSON Schema that ``rlpipe schema`` publishes. Cross-field rules live in ``checks``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from rlpipe.core import presets, workarounds
+
+_SHELL_UNSAFE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?(){}\[\]'\"~#]")
+_SHELL_UNSAFE_CONFIG = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")  # allows JSON/Python-literal punctuation
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_IMAGE = re.compile(
+    r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+)
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+BRANCH_PATTERN = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,100}(?<![./])$")
+HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+_MODEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_TOPIC = re.compile(r"^(projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/)?[A-Za-z][A-Za-z0-9._~%+-]{2,254}$")
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
+_QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
+
+
+def _custom(problem: str, fix: str) -> PydanticCustomError:
+    """A validation error carrying its own fix text, which ``Problem`` extraction picks up."""
+    return PydanticCustomError("rlpipe", problem, {"fix": fix})
+
+
+def _parse_duration(value: Any) -> Any:
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise _custom(
+                f"{value!r} is not a duration", "write whole seconds (7200) or a number with s, m, h or d ('2h')"
+            )
+        scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
+        return int(m.group(1)) * scale
+    return value
+
+
+Seconds = Annotated[
+    int,
+    BeforeValidator(_parse_duration),
+    Field(ge=60, le=30 * 86400),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 60, "maximum": 2592000},
+                {"type": "string", "pattern": r"^\s*\d+\s*(s|m|h|d)?\s*$"},
+            ],
+            "description": "seconds, or a duration such as '90m', '2h', '1d'",
+        }
+    ),
+]
+Quantity = Annotated[str, Field(pattern=_QUANTITY)]
+DnsLabel = Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=128)]
+EnvValue = Annotated[str, Field(max_length=1024)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=False)
+
+
+def _check_image(value: str) -> str:
+    m = _IMAGE.match(value)
+    if not m:
+        raise _custom(
+            f"{value!r} is not a container image reference",
+            "use REGISTRY/PATH:TAG or REGISTRY/PATH@sha256:DIGEST",
+        )
+    if not m.group("tag") and not m.group("digest"):
+        raise _custom(f"{value!r} has no tag or digest", "pin the image: add :TAG or @sha256:DIGEST")
+    if m.group("tag") == "latest" and not m.group("digest"):
+        raise _custom(f"{value!r} uses the moving tag 'latest'", "pin a release tag or a sha256 digest")
+    return value
+
+
+Image = Annotated[str, BeforeValidator(lambda v: _check_image(v) if isinstance(v, str) else v)]
+
+
+class TpuSpec(_Strict):
+    """The slice the training JobSet runs on (and convert/export in ``tpu-slice`` placement)."""
+
+    type: Literal["v6e-16", "v6e-32", "v6e-64", "v6e-128", "v6e-256"]
+    topology: Annotated[str, Field(pattern=r"^[0-9]+x[0-9]+$")]
+    slices: Annotated[int, Field(ge=1, le=64)]
+    reservation: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] | None
+    queue: DnsLabel = Field(description="Kueue LocalQueue name in the workload namespace")
+
+
+class CpuJobSpec(_Strict):
+    """The single CPU pod that runs conversion and export in ``cpu`` placement."""
+
+    node_pool: DnsLabel
+    cpu: Quantity
+    memory: Quantity
+    ephemeral_storage: Quantity | None
+
+
+class SecretRef(_Strict):
+    """Where the HF token lives in the cluster; the value itself is never in a request."""
+
+    name: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253)]
+    key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]{1,253}$")]
+
+
+class PathwaysEnv(_Strict):
+    workload: dict[EnvName, EnvValue]
+    proxy: dict[EnvName, EnvValue]
+    resource_manager: dict[EnvName, EnvValue]
+    worker: dict[EnvName, EnvValue]
+
+
+class PathwaysSpec(_Strict):
+    proxy_image: Image
+    server_image: Image
+    worker_image: Image | None = Field(description="defaults to server_image")
+    head_node_pool: DnsLabel
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=30 * 86400)]
+    env: PathwaysEnv
+
+
+Scalar = bool | int | float | str
+
+
+class TrainingSpec(_Strict):
+    """Every hyper-parameter of the tutorials' ``train_rl`` command; ``None`` = not passed."""
+
+    command_env: dict[EnvName, EnvValue] = Field(
+        description="variables set for train_rl inside the container (the tutorials set them inline)"
+    )
+    workarounds: list[str] = Field(description="in-container patches, as name@version from the registry")
+    scan_layers: bool
+    data_template_path: Annotated[str, Field(max_length=512)] | None
+    num_batches: Annotated[int, Field(ge=1, le=1_000_000)]
+    batch_size: Annotated[int, Field(ge=1, le=65536)]
+    train_micro_batch_size: Annotated[int, Field(ge=1, le=65536)] | None
+    max_target_length: Annotated[int, Field(ge=1, le=1_048_576)] | None
+    max_prefill_predict_length: Annotated[int, Field(ge=1, le=1_048_576)] | None
+    mu_dtype: Literal["bfloat16", "float32"] | None
+    grad_dtype: Literal["bfloat16", "float32"] | None
+    rollout_tensor_parallelism: Annotated[int, Field(ge=1, le=4096)]
+    rollout_expert_parallelism: Annotated[int, Field(ge=1, le=4096)]
+    trainer_devices_fraction: Annotated[float, Field(gt=0, le=1)]
+    sampler_devices_fraction: Annotated[float, Field(gt=0, le=1)]
+    tokenizer_path: Annotated[str, Field(max_length=512)] | None = Field(description="defaults to hf_repo")
+    ici_tensor_parallelism: Annotated[int, Field(ge=1, le=4096)]
+    ici_expert_parallelism: Annotated[int, Field(ge=1, le=4096)]
+    ici_fsdp_parallelism: Annotated[int, Field(ge=-1, le=4096)] | None = Field(description="-1 = fill")
+    hbm_utilization_vllm: Annotated[float, Field(gt=0, le=1)]
+    remat_policy: Literal["full", "minimal", "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
+                          "qkv_proj_offloaded", "minimal_offloaded", "custom"]
+    async_scheduling: bool
+    allow_split_physical_axes: bool
+    ragged_gather_reduce_fallback: bool
+    enable_dp_attention: bool | None
+    decode_sampling_temperature: Annotated[float, Field(ge=0, le=10)] | None
+    decode_sampling_top_k: Annotated[int, Field(ge=0, le=100000)] | None
+    decode_sampling_nucleus_p: Annotated[float, Field(gt=0, le=1)] | None
+    learning_rate: Annotated[float, Field(gt=0, le=1)] | None
+    learning_rate_schedule_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None
+    num_generations: Annotated[int, Field(ge=1, le=1024)] | None = Field(description="rl.num_generations")
+    reshard_chunk_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(description="rl.reshard_chunk_size")
+    debug: bool | None
+    checkpoint_period: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
+        description="MaxText's default (50) when unset"
+    )
+    vllm_hf_overrides: Annotated[str, Field(max_length=2048)]
+    vllm_maxtext_config: dict[Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*$")], Scalar] = Field(
+        description="maxtext_config of vllm_additional_config; model_name is added from `model`"
+    )
+
+    @field_validator("workarounds")
+    @classmethod
+    def _known_workarounds(cls, refs: list[str]) -> list[str]:
+        unknown = [r for r in refs if not workarounds.is_valid_ref(r)]
+        if unknown:
+            raise _custom(
+                f"unknown workaround(s) {', '.join(map(repr, unknown))}",
+                f"use entries from the registry: {', '.join(sorted(workarounds.REGISTRY))}",
+            )
+        return refs
+
+    @field_validator("data_template_path", "tokenizer_path", "vllm_hf_overrides")
+    @classmethod
+    def _no_shell_metachars(cls, value: str | None, info: Any) -> str | None:
+        pattern = _SHELL_UNSAFE_CONFIG if info.field_name == "vllm_hf_overrides" else _SHELL_UNSAFE
+        if value is not None and pattern.search(value):
+            raise _custom(
+                f"{value!r} contains a shell metacharacter or control character",
+                "remove quotes, $, `, ;, |, &, <, >, backslashes and newlines",
+            )
+        return value
+
+    @field_validator("vllm_maxtext_config")
+    @classmethod
+    def _config_values_plain(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for key, item in value.items():
+            if isinstance(item, str) and (_SHELL_UNSAFE.search(item) or len(item) > 256):
+                raise _custom(f"value of {key!r} is not a plain word", "use letters, digits, '.', '_' or '-'")
+        if "model_name" in value:
+            raise _custom("model_name is set from the request's `model`", "remove model_name from this map")
+        return value
+
+
+class Budgets(_Strict):
+    """Retries allowed per failure class (DESIGN §6); `permanent` is never retried."""
+
+    preempted: Annotated[int, Field(ge=0, le=50)]
+    capacity: Annotated[int, Field(ge=0, le=50)]
+    resources: Annotated[int, Field(ge=0, le=5)]
+    transient: Annotated[int, Field(ge=0, le=20)]
+
+
+class Backoff(_Strict):
+    initial_delay: Annotated[float, Field(ge=1, le=3600)]
+    max_delay: Annotated[float, Field(ge=1, le=86400)]
+    multiplier: Annotated[float, Field(ge=1, le=10)]
+
+
+class RetrySpec(_Strict):
+    budgets: Budgets
+    max_retries: Annotated[int, Field(ge=0, le=60)] = Field(description="total cap over all classes, per stage")
+    backoff: Backoff
+    retryable_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        description="program exit codes classified `transient` instead of `permanent`"
+    )
+
+
+class Timeouts(_Strict):
+    convert: Seconds
+    train: Seconds
+    export: Seconds
+    queued: Seconds = Field(description="how long a workload may wait for admission before it counts as `capacity`")
+
+
+class Request(_Strict):
+    """A complete, normalized request: what the ledger stores and the manifests are built from."""
+
+    model: Annotated[str, Field(pattern=_MODEL.pattern)] = Field(
+        description="MaxText model name, e.g. gemma4-26b"
+    )
+    hf_repo: Annotated[str, Field(pattern=HF_REPO_PATTERN.pattern)] = Field(
+        description="Hugging Face repository, e.g. google/gemma-4-26b-a4b-it"
+    )
+    hf_revision: str = Field(description="branch name, or a 40-hex commit sha")
+    request_id: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,40}$")] | None = Field(
+        default=None, description="client idempotency key: the same id never starts a second run"
+    )
+    preset: Literal["v6e-32", "v6e-64"] = presets.DEFAULT_PRESET
+    tpu: TpuSpec
+    image: Image
+    placement: Literal["cpu", "tpu-slice"] = Field(description="where convert and export run")
+    cpu_job: CpuJobSpec
+    pathways: PathwaysSpec
+    hf_token_secret: SecretRef
+    training: TrainingSpec
+    maxtext_overrides: dict[str, Scalar] = Field(
+        description="extra train_rl key=value arguments (keys ^[a-z_][a-z0-9_.]*$; plain values)"
+    )
+    retry: RetrySpec
+    timeouts: Timeouts
+    notify: Annotated[str, Field(pattern=_TOPIC.pattern)] | None = Field(
+        description="Pub/Sub topic for status messages"
+    )
+    labels: dict[str, str]
+
+    @field_validator("hf_revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        if _SHA.match(value) or (BRANCH_PATTERN.match(value) and not re.fullmatch(r"[0-9a-fA-F]{40}", value)):
+            return value
+        raise _custom(
+            f"{value!r} is neither a branch name nor a 40-hex commit sha",
+            "use a branch such as 'main', or the full lowercase commit sha",
+        )
+
+
+# Keys the pipeline itself controls, and typed fields that must not be set through overrides.
+CONTROLLED_ARGS = frozenset(
+    {"run_name", "base_output_directory", "load_parameters_path", "hf_access_token", "model_name"}
+)
+TYPED_OVERRIDE_KEYS = {
+    **{name: f"training.{name}" for name in TrainingSpec.model_fields if name not in (
+        "command_env", "workarounds", "num_generations", "reshard_chunk_size", "vllm_maxtext_config")},
+    "rl.num_generations": "training.num_generations",
+    "rl.reshard_chunk_size": "training.reshard_chunk_size",
+    "vllm_additional_config": "training.vllm_maxtext_config",
+}
+
