@@ -8,12 +8,12 @@ PYTEST_ARGS ?=
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: install test lint demo render schema clean tools bundle bench
+.PHONY: install test lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(BIN)/python requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): $(BIN)/python requirements.txt requirements-cli.txt requirements-dev.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
@@ -36,8 +36,15 @@ bundle:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) $(TOOLS_STAMP)
+# The static checks (also the pre-commit hooks): style, format, layers, types, dependencies.
+check: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
+	$(BIN)/deptry shared functions
+
+test: check $(TOOLS_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 SCENARIO ?=

@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, CursorStore
 from rlpipe.reconcile.runner import Reconciler
 from tests.conftest import all_objects
@@ -182,6 +184,19 @@ def test_a_stuck_running_workload_is_reported_once_and_left_alone(chain: Chain) 
 
     chain.reconciler().run_pass()
     assert len(chain.published) == 1  # reported once: the history remembers
+
+
+def test_a_stuck_workload_report_is_logged_without_error(chain: Chain, capsys: pytest.CaptureFixture[str]) -> None:
+    # The stuck report once passed `message` twice to Logger.warning (TypeError after the note was written).
+    name = chain.start("rstucklog001")
+    chain.run("rstucklog001", "training", execution=name, attempts=(("train", 1, 25 * 3600),))
+    jobset = chain.workload("rstucklog001", "train", 1)["metadata"]["name"]
+
+    report = chain.reconciler().run_pass()
+
+    assert not report.errors, [o.line() for o in report.errors]
+    [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"stuck workload"' in x]
+    assert line["workload"] == jobset and "past its 24h00m deadline" in line["detail"]
 
 
 # ---- dry run ------------------------------------------------------------------------------------

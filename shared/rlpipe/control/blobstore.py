@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
 # Single-request (multipart) uploads only: resumable uploads ignore preconditions in fake-gcs-server.
 MAX_SMALL_OBJECT = 4 * 1024 * 1024
@@ -47,7 +47,7 @@ class Blob:
 
 def make_client(project: str) -> storage.Client:
     """Real client; anonymous against an emulator named by STORAGE_EMULATOR_HOST."""
-    from google.cloud import storage
+    import google.cloud.storage as storage
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         from google.auth.credentials import AnonymousCredentials

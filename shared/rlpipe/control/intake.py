@@ -162,7 +162,7 @@ class Intake:
 
     def _reject(self, source_key: str, source: Source, problems: list[Problem], log: Logger) -> IntakeResult:
         run_id = identity.run_id_for(source_key)
-        body = {
+        body: dict[str, Any] = {
             "run_id": run_id,
             "key": source_key,
             "source": source.model_dump(exclude_none=True),

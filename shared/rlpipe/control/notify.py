@@ -8,7 +8,7 @@ from typing import Any
 
 def publish(topic_path: str, message: dict[str, Any]) -> str:
     """Publish a JSON status message; attributes carry run_id and state for subscription filters."""
-    from google.cloud import pubsub_v1
+    import google.cloud.pubsub_v1 as pubsub_v1
 
     publisher = pubsub_v1.PublisherClient()
     attributes = {k: str(message[k]) for k in ("run_id", "state") if message.get(k) is not None}

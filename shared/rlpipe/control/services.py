@@ -7,11 +7,18 @@ kept; nothing here runs at import time (cold starts stay cheap).
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
+
+if TYPE_CHECKING:
+    from rlpipe.cluster import ClusterClient
+    from rlpipe.control.intake import Intake
+    from rlpipe.control.orchestrator import Orchestrator
+    from rlpipe.control.stage import StageService
 
 
 @cache
@@ -20,7 +27,7 @@ def settings() -> Settings:
 
 
 @cache
-def storage_client():  # type: ignore[no-untyped-def]
+def storage_client() -> Any:  # a google.cloud.storage.Client (the library ships no types)
     return blobstore.make_client(settings().project)
 
 
@@ -37,27 +44,27 @@ def ledger() -> Ledger:
 
 
 @cache
-def orchestrator():  # type: ignore[no-untyped-def]
+def orchestrator() -> Orchestrator:
     from rlpipe.control.orchestrator import Orchestrator
 
     return Orchestrator(settings())
 
 
 @cache
-def cluster():  # type: ignore[no-untyped-def]
+def cluster() -> ClusterClient:
     from rlpipe.cluster import ClusterClient
 
     return ClusterClient.from_settings(settings())
 
 
-def intake(log: Logger):  # type: ignore[no-untyped-def]
+def intake(log: Logger) -> Intake:
     from rlpipe.control.intake import Intake
 
     return Intake(requests=requests_store(), ledger=ledger(), orchestrator=orchestrator(), log=log,
                   lease_seconds=settings().start_lease_seconds)
 
 
-def stage_service(log: Logger):  # type: ignore[no-untyped-def]
+def stage_service(log: Logger) -> StageService:
     from rlpipe.control import notify
     from rlpipe.control.stage import StageService
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from rlpipe.control import blobstore, hub
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
@@ -348,7 +348,7 @@ def _stage(body: dict[str, Any]) -> Stage:
     stage = body.get("stage")
     if stage not in STAGES:
         raise BadCall(f"stage must be one of {', '.join(STAGES)}")
-    return stage  # type: ignore[return-value]
+    return cast(Stage, stage)
 
 
 def _attempt(body: dict[str, Any]) -> int:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlpipe.control import services
+from rlpipe.control.client_errors import classify_exception
 from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
-from rlpipe.core.failures import FailureClass, PipelineFailure, classify_exception
+from rlpipe.core.failures import FailureClass, PipelineFailure
 
 _CODES = {FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 422}
 

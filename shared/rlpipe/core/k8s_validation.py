@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -132,14 +132,15 @@ def _path_sort_key(error: ValidationError) -> list[tuple[int, int | str]]:
 
 def _describe(error: ValidationError, root: str) -> Iterator[str]:
     path = list(error.absolute_path)
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        known = list(error.schema.get("properties", {}))
+        known = list(schema.get("properties", {}))
         for key in sorted(k for k in error.instance if k not in known):
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
             yield f"{_json_path(root, [*path, key])}: unknown field{suffix}"
     elif error.validator == "required" and isinstance(error.instance, dict):
-        for key in error.validator_value:
+        for key in error.validator_value if isinstance(error.validator_value, list) else ():
             if key not in error.instance:
                 yield f"{_json_path(root, [*path, key])}: required field is missing"
     elif error.validator == "const":

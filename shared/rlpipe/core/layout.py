@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from rlpipe.core import presets
@@ -188,7 +189,7 @@ def latest_committed_step(names: Iterable[str], layout: RunLayout) -> int | None
     return max(steps) if steps else None
 
 
-def export_complete(names: Iterable[str], hf_dir: str, index: dict | None) -> Completeness:
+def export_complete(names: Iterable[str], hf_dir: str, index: dict[str, Any] | None) -> Completeness:
     """The index (written last) plus every shard in its weight_map; or one unsharded file + config."""
     present = set(names)
     if index is not None:

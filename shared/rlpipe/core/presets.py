@@ -12,10 +12,11 @@ conversion and export on the CPU pool, the HF token from a Secret, pinned Pathwa
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal, get_args
 
-PRESET_NAMES: tuple[str, ...] = ("v6e-32", "v6e-64")
-DEFAULT_PRESET = "v6e-32"
+PresetName = Literal["v6e-32", "v6e-64"]
+PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
+DEFAULT_PRESET: PresetName = "v6e-32"
 
 MAXTEXT_IMAGE = "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:0.2.4"
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"

@@ -44,13 +44,13 @@ class Cursor:
         """A cursor this code does not understand starts a new round rather than failing every tick."""
         if not isinstance(data, dict) or data.get("version") != VERSION:
             return cls()
-        after, rnd = data.get("after"), data.get("round")
+        after, rnd, last_pass = data.get("after"), data.get("round"), data.get("last_pass")
         return cls(
             after=after if isinstance(after, str) else "",
             round=rnd if isinstance(rnd, int) and rnd >= 1 else 1,
             round_started_at=data.get("round_started_at") if isinstance(data.get("round_started_at"), str) else None,
             updated_at=data.get("updated_at") if isinstance(data.get("updated_at"), str) else None,
-            last_pass=data.get("last_pass") if isinstance(data.get("last_pass"), dict) else {},
+            last_pass=last_pass if isinstance(last_pass, dict) else {},
         )
 
 

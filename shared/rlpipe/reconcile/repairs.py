@@ -146,5 +146,5 @@ class Repairs:
         self.ledger.note(action.run_id, action.event, {"found": action.found, "done": done,
                                                          "message": action.message["message"]})
         log.warning("stuck workload", workload=action.workload.name if action.workload else None,
-                    message=action.message["message"])
+                    detail=action.message["message"])
         return Outcome(action.run_id, action, "done", done)

@@ -223,7 +223,7 @@ def _quiet_tqdm() -> Any:
     """A progress-bar class that never draws: a function's log is no place for progress bars."""
     from huggingface_hub.utils import tqdm
 
-    class Quiet(tqdm):  # type: ignore[misc, valid-type]
+    class Quiet(tqdm):
         def __init__(self, *args: Any, **kwargs: Any):
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)

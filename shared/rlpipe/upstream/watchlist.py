@@ -199,8 +199,9 @@ def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Probl
     template = raw.get("template")
     if isinstance(template, dict):
         repo = raw.get("hf_repo")
-        repo_ok = isinstance(repo, str) and HF_REPO_PATTERN.match(repo) is not None
-        problems.extend(_template_problems(where, template, repo if repo_ok else "placeholder/placeholder"))
+        if not (isinstance(repo, str) and HF_REPO_PATTERN.match(repo)):
+            repo = "placeholder/placeholder"
+        problems.extend(_template_problems(where, template, repo))
     return entry, problems
 
 

@@ -72,8 +72,9 @@ def handle_webhook(headers: Mapping[str, str], body: bytes | str | Mapping[str, 
     if not isinstance(payload, Mapping):
         return 400, {"error": "the body is not a JSON object"}
 
-    event = payload.get("event") if isinstance(payload.get("event"), Mapping) else {}
-    repo = payload.get("repo") if isinstance(payload.get("repo"), Mapping) else {}
+    raw_event, raw_repo = payload.get("event"), payload.get("repo")
+    event: Mapping[str, Any] = raw_event if isinstance(raw_event, Mapping) else {}
+    repo: Mapping[str, Any] = raw_repo if isinstance(raw_repo, Mapping) else {}
     scope, name = event.get("scope"), repo.get("name")
     if scope != "repo.content":
         return 200, {"status": "ignored", "reason": f"event scope {scope!r} is not repo.content"}

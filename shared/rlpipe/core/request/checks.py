@@ -41,7 +41,7 @@ def _get(doc: Any, path: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def _number(doc: Any, path: str) -> float:
-    return _get(doc, path, (int, float))
+    return float(_get(doc, path, (int, float)))
 
 
 def cross_field_problems(doc: dict[str, Any]) -> list[Problem]:

@@ -82,7 +82,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it untyped
             raise yaml.constructor.ConstructorError(
                 None, None, "aliases (*name) are not allowed in requests", event.start_mark
             )

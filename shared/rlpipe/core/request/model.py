@@ -265,7 +265,7 @@ class Request(_Strict):
     request_id: Annotated[str, Field(pattern=r"^[a-z0-9-]{1,40}$")] | None = Field(
         default=None, description="client idempotency key: the same id never starts a second run"
     )
-    preset: Literal["v6e-32", "v6e-64"] = presets.DEFAULT_PRESET
+    preset: presets.PresetName = presets.DEFAULT_PRESET
     tpu: TpuSpec
     image: Image
     placement: Literal["cpu", "tpu-slice"] = Field(description="where convert and export run")
