@@ -1,0 +1,92 @@
+"""The package layout holds: small modules, no name-prefix families, layers enforced by import-linter.
+
+`make check` runs `lint-imports` on the tree; these tests show the contracts bite (a forbidden
+import planted in a copy of the library breaks them) and keep the rules import-linter cannot see.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "shared" / "rlpipe"
+MAX_MODULE_LINES = 500
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in LIBRARY.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    too_long = {str(p.relative_to(ROOT)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not too_long, f"split these modules (limit {MAX_MODULE_LINES} lines): {too_long}"
+
+
+def test_no_package_groups_modules_by_a_name_prefix() -> None:
+    # `upstream_hub.py`, `upstream_poller.py`, ... beside each other are a package waiting to be made.
+    for package in {p.parent for p in _modules()}:
+        names = [p.stem for p in package.glob("*.py") if p.stem != "__init__"]
+        prefixes = Counter(name.split("_", 1)[0] for name in names if "_" in name)
+        families = {prefix: n for prefix, n in prefixes.items() if n + (prefix in names) >= 3}
+        assert not families, f"{package.relative_to(ROOT)}: make a package of {families}"
+
+
+def test_the_function_entry_points_import_no_local_stand_in_or_cli() -> None:
+    tree = ast.parse((ROOT / "functions" / "main.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    rlpipe = {m for m in imported if m.startswith("rlpipe")}
+    assert rlpipe, "main.py should call the library"
+    assert not {m for m in rlpipe if m.startswith(("rlpipe.local", "rlpipe.cli"))}
+
+
+def _lint_imports(library_root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=library_root, env={"PYTHONPATH": str(library_root), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def library_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shared")
+    shutil.copytree(LIBRARY, root / "rlpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+@pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is installed by `make install`")
+@pytest.mark.parametrize(
+    ("module", "planted", "broken"),
+    [
+        ("core/layout.py", "from rlpipe.local import stack", "The core is pure"),
+        ("core/presets.py", "import kubernetes", "The core is pure"),
+        ("control/ledger.py", "from rlpipe.local import gcs", "Production code never imports"),
+        ("cluster/__init__.py", "from rlpipe.control import ledger", "No import cycles"),
+    ],
+)
+def test_a_forbidden_import_breaks_a_contract(library_copy: Path, module: str, planted: str, broken: str) -> None:
+    target = library_copy / "rlpipe" / module
+    original = target.read_text()
+    target.write_text(f"{original}\n{planted}  # planted by the test\n")
+    try:
+        result = _lint_imports(library_copy)
+    finally:
+        target.write_text(original)
+    assert result.returncode != 0, result.stdout
+    report = result.stdout.split("Broken contracts", 1)[-1]
+    assert broken in report, result.stdout
+
+
+@pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is installed by `make install`")
+def test_the_unchanged_copy_keeps_every_contract(library_copy: Path) -> None:
+    result = _lint_imports(library_copy)
+    assert result.returncode == 0, result.stdout[-3000:]
