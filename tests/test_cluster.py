@@ -26,7 +26,8 @@ import pytest
 from kubernetes import client
 
 from rlpipe import cluster
-from rlpipe.cluster import RBAC_RULES, ClusterClient, RbacRule, WorkloadStatus
+from rlpipe.cluster import RBAC_RULES, ClusterClient, RbacRule, WorkloadStatus, api_errors, kinds
+from rlpipe.cluster import client as cluster_client
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.failures import FailureClass, PermanentFailure, Preempted, TransientFailure
@@ -228,8 +229,8 @@ def jobset_pod(js: dict[str, Any], rjob: str, job_index: int = 0, pod_index: int
     child = f"{meta['name']}-{rjob}-{job_index}"
     labels = {
         **spec["template"]["spec"]["template"]["metadata"]["labels"],
-        cluster.JOBSET_NAME_LABEL: meta["name"], cluster.JOBSET_UID_LABEL: meta["uid"],
-        cluster.REPLICATED_JOB_LABEL: rjob, "jobset.sigs.k8s.io/job-index": str(job_index),
+        kinds.JOBSET_NAME_LABEL: meta["name"], kinds.JOBSET_UID_LABEL: meta["uid"],
+        kinds.REPLICATED_JOB_LABEL: rjob, "jobset.sigs.k8s.io/job-index": str(job_index),
         "jobset.sigs.k8s.io/replicatedjob-replicas": str(spec["replicas"]),
         "batch.kubernetes.io/job-name": child, "job-name": child,
         "batch.kubernetes.io/job-completion-index": str(pod_index),
@@ -721,7 +722,7 @@ def test_pods_of_an_earlier_incarnation_are_ignored(server: KubeApiServer, h: Ha
     job = h.client.apply(rendered("convert"))
     stale = job_pod(job, phase="Failed", conditions=STOPPED,
                     containers=[terminated("workload-container", 137, "OOMKilled")])
-    for key in cluster.JOB_UID_LABELS:
+    for key in kinds.JOB_UID_LABELS:
         stale["metadata"]["labels"][key] = "uid-of-a-deleted-job"
     stale["metadata"].pop("ownerReferences")
     server.create("pods", stale)
@@ -734,7 +735,7 @@ def test_pods_found_by_run_labels_when_controller_labels_are_missing(server: Kub
     job = h.client.apply(rendered("convert"))
     pod = job_pod(job, phase="Failed", conditions=STOPPED,
                   containers=[terminated("workload-container", 137, "OOMKilled")])
-    for key in (*cluster.JOB_NAME_LABELS, *cluster.JOB_UID_LABELS):
+    for key in (*kinds.JOB_NAME_LABELS, *kinds.JOB_UID_LABELS):
         pod["metadata"]["labels"].pop(key)
     server.create("pods", pod)
     _patch(server, "jobs", job, JOB_FAILED)
@@ -810,9 +811,9 @@ def test_retry_after_is_bounded_by_backoff_max(server: KubeApiServer) -> None:
 
 def test_retry_after_as_an_http_date() -> None:
     when = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
-    delay = cluster._retry_after(SimpleNamespace(headers={"Retry-After": when}, body=None))  # type: ignore[arg-type]
+    delay = api_errors._retry_after(SimpleNamespace(headers={"Retry-After": when}, body=None))  # type: ignore[arg-type]
     assert delay is not None and 27 <= delay <= 30
-    assert cluster._retry_after(SimpleNamespace(headers={"Retry-After": "soon"}, body=None)) is None  # type: ignore[arg-type]
+    assert api_errors._retry_after(SimpleNamespace(headers={"Retry-After": "soon"}, body=None)) is None  # type: ignore[arg-type]
 
 
 def test_backoff_is_exponential_with_full_jitter(server: KubeApiServer) -> None:
@@ -858,8 +859,8 @@ def _launch_run(server: KubeApiServer, cc: ClusterClient, run_id: str) -> dict[s
     child = {"apiVersion": "batch/v1", "kind": "Job",
              "metadata": {"name": f"{js['metadata']['name']}-{pathways.HEAD}-0", "namespace": NS,
                           "labels": {**head["template"]["metadata"]["labels"],
-                                     cluster.JOBSET_NAME_LABEL: js["metadata"]["name"],
-                                     cluster.REPLICATED_JOB_LABEL: pathways.HEAD},
+                                     kinds.JOBSET_NAME_LABEL: js["metadata"]["name"],
+                                     kinds.REPLICATED_JOB_LABEL: pathways.HEAD},
                           "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                                                "name": js["metadata"]["name"], "uid": js["metadata"]["uid"],
                                                "controller": True}]},
@@ -998,7 +999,7 @@ def test_from_settings_for_gke_uses_the_ca_and_refreshes_the_token(monkeypatch: 
     cc = ClusterClient.from_settings(Settings(gke_endpoint="34.118.0.10", gke_ca_cert=ca, namespace=NS))
     config = cc.api_client.configuration
 
-    assert scopes_seen == [[cluster.CLOUD_PLATFORM_SCOPE]]
+    assert scopes_seen == [[cluster_client.CLOUD_PLATFORM_SCOPE]]
     assert config.host == "https://34.118.0.10" and config.verify_ssl
     if ca_form == "path":
         assert config.ssl_ca_cert == str(ca_file)
@@ -1025,11 +1026,11 @@ def test_importing_the_module_does_not_import_kubernetes() -> None:
 
 
 def test_constants_match_the_manifests_and_the_controllers() -> None:
-    assert cluster.HEAD_REPLICATED_JOB == pathways.HEAD
-    assert cluster.JOB_NAME_LABELS == kube_api.JOB_NAME_LABELS
-    assert cluster.JOB_UID_LABELS == kube_api.JOB_UID_LABELS
-    assert (cluster.JOBSET_NAME_LABEL, cluster.JOBSET_UID_LABEL) == (kube_api.JOBSET_NAME_LABEL,
-                                                                     kube_api.JOBSET_UID_LABEL)
+    assert kinds.HEAD_REPLICATED_JOB == pathways.HEAD
+    assert kinds.JOB_NAME_LABELS == kube_api.JOB_NAME_LABELS
+    assert kinds.JOB_UID_LABELS == kube_api.JOB_UID_LABELS
+    assert (kinds.JOBSET_NAME_LABEL, kinds.JOBSET_UID_LABEL) == (kube_api.JOBSET_NAME_LABEL,
+                                                                 kube_api.JOBSET_UID_LABEL)
 
 
 def test_workload_status_failure_and_json() -> None:

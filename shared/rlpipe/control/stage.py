@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
+from rlpipe.cluster.kinds import Kind
+from rlpipe.cluster.status import WorkloadStatus
 from rlpipe.control import blobstore, hub
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
 from rlpipe.control.logs import Logger
@@ -25,15 +27,17 @@ from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import RenderContext, conversion_cache, render
 from rlpipe.core.request import Request
 
-KIND = {"convert": "Job", "train": "JobSet", "export": "Job"}
+KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job"}
 
 
 class Cluster(Protocol):
+    """What the stage operations need of ``rlpipe.cluster.ClusterClient`` (tests pass doubles)."""
+
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-    def status(self, name: str, *, kind: str, retryable_exit_codes: Any = (),
-               queued_deadline_seconds: float | None = None) -> Any: ...
+    def status(self, name: str, *, kind: Kind, retryable_exit_codes: Collection[int] = (),
+               queued_deadline_seconds: float | None = None) -> WorkloadStatus: ...
     def delete_run(self, run_id: str) -> list[str]: ...
-    def delete(self, kind: str, name: str) -> Any: ...
+    def delete(self, kind: Kind, name: str) -> bool: ...
     def log_tail(self, jobset: str) -> str: ...
 
 

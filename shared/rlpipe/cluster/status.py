@@ -1,0 +1,451 @@
+"""Status classification: a Job or JobSet, its pods and its events folded into one :class:`WorkloadStatus`.
+
+* **One status answer per workload.** The workflow asks "is stage N done, and if it failed, which
+  retry budget pays for it?" (DESIGN §6). Kubernetes spreads that answer over the Job/JobSet
+  conditions, Kueue's suspension, the pods' conditions and container states, and events.
+  :func:`summarize` folds them into one :class:`WorkloadStatus` whose ``reason`` names the pod,
+  the container, the exit code and Kubernetes' own message, so a person can act on one line.
+
+Classification precedence, strongest first (one rule per line; the first that has evidence wins):
+
+1. the workload's own terminal success (Job ``Complete``/``SuccessCriteriaMet``, JobSet
+   ``Completed`` or ``terminalState: Completed``) → ``succeeded``; nothing a pod shows overrides it
+   (workers and sidecars are killed *because* the head finished);
+2. otherwise, for a workload that failed (``Failed``/``FailureTarget``/``terminalState: Failed``),
+   was evicted by Kueue, or has a pod that can never start, the strongest pod evidence:
+   ``preempted`` (DisruptionTarget, node lost or shut down, TPU maintenance, Kueue eviction)
+   > ``resources`` (OOMKilled, ephemeral-storage eviction)
+   > ``permanent`` configuration (image pull errors, a missing Secret, a container that cannot start)
+   > ``capacity`` (pods that were never scheduled: the program never had its devices)
+   > the program's exit code (``transient`` if listed in ``retryable_exit_codes``, else ``permanent``)
+   > any other container's non-zero exit (``permanent``)
+   > no pod evidence: ``permanent`` with the condition's reason and message;
+3. a workload not yet terminal is ``queued`` while Kueue has not admitted it or none of its pods is
+   scheduled, ``capacity``-failed once that has lasted past ``queued_deadline_seconds``, else
+   ``running``. Disruptions, OOMs and exits of a live workload are reported as details only:
+   the Job/JobSet controller decides whether it recovers, and killing a workload that might
+   recover would waste more than the minutes until the controller's verdict.
+
+For a JobSet only the ``pathways-head`` replicated job's main container is "the program": worker and
+sidecar exit codes never count as the program's (they exit 143 when the JobSet is torn down), but a
+worker's OOM, preemption or image pull error does fail the run with that worker named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from rlpipe.cluster.kinds import (
+    HEAD_REPLICATED_JOB,
+    REPLICATED_JOB_LABEL,
+    Kind,
+    Obj,
+    Phase,
+    _clean,
+    _conditions,
+    _true,
+    _ts,
+)
+from rlpipe.core import identity
+from rlpipe.core.failures import FailureClass, PipelineFailure, failure_for
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class WorkloadStatus:
+    """What a Job or JobSet amounts to right now; ``reason`` is the one line a person reads."""
+
+    kind: Kind
+    name: str
+    phase: Phase
+    failure_class: FailureClass | None = None
+    reason: str = ""
+    uid: str | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    admitted: bool = False  # not suspended (Kueue has admitted it, or it never needed admission)
+    queue: str | None = None  # the Kueue LocalQueue named by the workload's label
+    exists: bool = True
+    pods: Mapping[str, int] = field(default_factory=dict)  # pod phase → count
+    details: tuple[str, ...] = ()  # further evidence, strongest first
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("succeeded", "failed")
+
+    def failure(self) -> PipelineFailure | None:
+        """The failure to raise or record, or None unless the phase is ``failed``."""
+        if self.phase != "failed":
+            return None
+        return failure_for(self.failure_class or FailureClass.PERMANENT, self.reason)
+
+    def to_dict(self) -> Obj:
+        """JSON-ready, for the ``stage`` function's answer to the workflow and the ledger."""
+
+        def iso(ts: datetime | None) -> str | None:
+            return ts.isoformat() if ts else None
+
+        return {
+            "kind": self.kind, "name": self.name, "phase": self.phase,
+            "failure_class": self.failure_class.value if self.failure_class else None,
+            "reason": self.reason, "uid": self.uid, "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
+            "admitted": self.admitted, "queue": self.queue, "exists": self.exists,
+            "pods": dict(self.pods), "details": list(self.details),
+        }
+
+
+@dataclass(frozen=True)
+class RunObject:
+    """One top-level workload of a run, as reconciliation needs it (no pod reads)."""
+
+    kind: Kind
+    name: str
+    run_id: str
+    stage: str | None
+    attempt: int | None
+    uid: str
+    created_at: datetime | None
+    phase: Phase  # from the object's own spec/status only: suspended → queued, conditions → done
+    deleting: bool = False
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, _ = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _cond_text(cond: Obj) -> str:
+    reason, message = cond.get("reason") or "", _clean(cond.get("message"))
+    return f"{reason}: {message}" if reason and message else (reason or message or cond.get("type", ""))
+
+
+# --------------------------------------------------------------------------- evidence
+
+# Ranks: lower wins (module docstring, rule 2).
+RANK_PREEMPTED, RANK_RESOURCES, RANK_CONFIG, RANK_CAPACITY, RANK_PROGRAM_EXIT, RANK_OTHER_EXIT = range(6)
+
+IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
+# Waiting reasons that never resolve by themselves (a person must fix the image or the Secret).
+FATAL_WAITING_REASONS = IMAGE_PULL_REASONS | {"CreateContainerConfigError"}
+CONFIG_WAITING_REASONS = FATAL_WAITING_REASONS | {"CreateContainerError", "RunContainerError"}
+CANNOT_START_REASONS = frozenset({"ContainerCannotRun", "StartError"})
+# A pull failing for these reasons is the registry's hiccup, not a wrong image.
+_TRANSIENT_PULL = re.compile(
+    r"timeout|timed out|i/o|connection (reset|refused)|too many requests|\b429\b|\b50[0234]\b|"
+    r"temporar|unavailable|EOF", re.IGNORECASE)
+# Pod-level status reasons meaning the node went away under the pod.
+NODE_LOST_REASONS = frozenset({"NodeLost", "Shutdown", "NodeShutdown", "Terminated", "Preempting",
+                               "UnexpectedAdmissionError"})
+_OVERUSE = re.compile(r"ephemeral|exceeds|usage of", re.IGNORECASE)
+_MAINTENANCE = re.compile(r"maintenance", re.IGNORECASE)
+_KUEUE_EVICTION = re.compile(r"preempt|evict", re.IGNORECASE)
+KUEUE_EVICTION_CONDITIONS = ("Evicted", "Preempted")
+UNSCHEDULED_REASONS = frozenset({"Unschedulable", "SchedulingGated"})
+
+
+@dataclass(frozen=True)
+class _Finding:
+    failure_class: FailureClass
+    rank: int
+    text: str
+    fatal_now: bool = False  # fails the workload before the controller does (it can never start)
+    pending_since: datetime | None = None  # for unscheduled pods: when the wait started
+
+
+def _job_findings(job: Obj) -> list[_Finding]:
+    """A Job failed by its podFailurePolicy on a DisruptionTarget pod: preemption evidence that
+    outlives the pod (the Job's condition message names it even after the pod is deleted)."""
+    if (job.get("kind") or "Job") != "Job":
+        return []
+    failed = _true(_conditions(job), "Failed") or _true(_conditions(job), "FailureTarget")
+    if not failed or failed.get("reason") != "PodFailurePolicy":
+        return []
+    message = _clean(failed.get("message"))
+    if "DisruptionTarget" not in message:
+        return []
+    name = (job.get("metadata") or {}).get("name", "?")
+    return [_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"Job {name} was failed by its pod failure "
+                                                             f"policy: {message}")]
+
+
+def _pod_role(kind: Kind, pod: Obj) -> str:
+    if kind == "Job":
+        return "pod"
+    meta = pod.get("metadata") or {}
+    rjob = (meta.get("labels") or {}).get(REPLICATED_JOB_LABEL)
+    if rjob is None:
+        rjob = HEAD_REPLICATED_JOB if f"-{HEAD_REPLICATED_JOB}-" in meta.get("name", "") else "worker"
+    return "head pod" if rjob == HEAD_REPLICATED_JOB else f"{rjob} pod"
+
+
+def _memory_limit(pod: Obj, container: str) -> str | None:
+    spec = pod.get("spec") or {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        if c.get("name") == container:
+            return ((c.get("resources") or {}).get("limits") or {}).get("memory")
+    return None
+
+
+def _terminated_finding(pod: Obj, who: str, cname: str, term: Obj, *, program: bool,
+                        retryable: Collection[int], restarted: bool) -> _Finding | None:
+    code = term.get("exitCode")
+    reason = term.get("reason") or ""
+    message = _clean(term.get("message"), 200)
+    tail = f": {message}" if message else ""
+    before = " (before a restart)" if restarted else ""
+    if reason == "OOMKilled":
+        limit = _memory_limit(pod, cname)
+        lim = f", memory limit {limit}" if limit else ""
+        return _Finding(FailureClass.RESOURCES, RANK_RESOURCES,
+                        f"{who} container {cname} was OOMKilled{before} (exit code {code}{lim})")
+    if reason in CANNOT_START_REASONS:
+        return _Finding(FailureClass.PERMANENT, RANK_CONFIG,
+                        f"{who} container {cname} could not start ({reason}, exit code {code}){tail}")
+    if not isinstance(code, int) or code == 0:
+        return None
+    what = f"{who} container {cname} exited with code {code}{before}" + (f" ({reason})" if reason else "") + tail
+    if program:
+        cls = FailureClass.TRANSIENT if code in retryable else FailureClass.PERMANENT
+        if cls is FailureClass.TRANSIENT:
+            what += " [retryable exit code]"
+        return _Finding(cls, RANK_PROGRAM_EXIT, what)
+    return _Finding(FailureClass.PERMANENT, RANK_OTHER_EXIT, what)
+
+
+def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int] = ()) -> list[_Finding]:
+    """Everything one pod says about why its workload is stuck or failed."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    name = meta.get("name", "?")
+    node = (pod.get("spec") or {}).get("nodeName")
+    role = _pod_role(kind, pod)
+    who = f"{role} {name}"
+    where = f" on node {node}" if node else ""
+    conds = _conditions(pod)
+    found: list[_Finding] = []
+
+    disruption = _true(conds, "DisruptionTarget")
+    if disruption:
+        found.append(_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED,
+                              f"{who}{where} was disrupted ({_cond_text(disruption)})"))
+    pod_reason, pod_message = status.get("reason") or "", _clean(status.get("message"))
+    if pod_reason == "Evicted":
+        cls, rank = ((FailureClass.RESOURCES, RANK_RESOURCES) if _OVERUSE.search(pod_message)
+                     else (FailureClass.PREEMPTED, RANK_PREEMPTED))
+        found.append(_Finding(cls, rank, f"{who}{where} was evicted: {pod_message}"))
+    elif pod_reason in NODE_LOST_REASONS or status.get("phase") == "Unknown" or _MAINTENANCE.search(pod_message):
+        why = pod_reason or status.get("phase") or "maintenance"
+        found.append(_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED,
+                              f"{who}{where} lost its node ({why}" + (f": {pod_message})" if pod_message else ")")))
+
+    scheduled = conds.get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") in UNSCHEDULED_REASONS:
+        since = _ts(meta.get("creationTimestamp")) or _ts(scheduled.get("lastTransitionTime"))
+        found.append(_Finding(FailureClass.CAPACITY, RANK_CAPACITY,
+                              f"{who} is {scheduled.get('reason')}: {_clean(scheduled.get('message'))}",
+                              pending_since=since))
+
+    program_containers = kind == "Job" or role == "head pod"
+    for key, program in (("initContainerStatuses", False), ("containerStatuses", program_containers)):
+        for cs in status.get(key) or []:
+            cname = cs.get("name", "?")
+            state, last = cs.get("state") or {}, cs.get("lastState") or {}
+            waiting = state.get("waiting") or {}
+            wreason = waiting.get("reason") or ""
+            if wreason in CONFIG_WAITING_REASONS:
+                wmessage = _clean(waiting.get("message"))
+                text = f"{who} container {cname} is waiting: {wreason}: {wmessage or cs.get('image', '')}"
+                if wreason in IMAGE_PULL_REASONS and _TRANSIENT_PULL.search(wmessage):
+                    found.append(_Finding(FailureClass.TRANSIENT, RANK_OTHER_EXIT, text + " [registry error]"))
+                else:
+                    found.append(_Finding(FailureClass.PERMANENT, RANK_CONFIG, text,
+                                          fatal_now=wreason in FATAL_WAITING_REASONS))
+            for term, restarted in ((state.get("terminated"), False), (last.get("terminated"), True)):
+                if term:
+                    finding = _terminated_finding(pod, who, cname, term, program=program,
+                                                  retryable=retryable_exit_codes, restarted=restarted)
+                    if finding:
+                        found.append(finding)
+    return found
+
+
+def _strongest(findings: Iterable[_Finding]) -> list[_Finding]:
+    """Strongest first; a stable sort keeps pod order (by name) within a rank."""
+    return sorted(findings, key=lambda f: f.rank)
+
+
+def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> _Finding | None:
+    """Kueue took the admission back: an Evicted/Preempted condition on the workload, or (while it
+    is suspended again) Kueue's Preempted/Evicted/Stopped event on the workload or its Workload."""
+    conds = _conditions(obj)
+    for kind in KUEUE_EVICTION_CONDITIONS:
+        cond = _true(conds, kind)
+        if cond:
+            return _Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"evicted by Kueue ({_cond_text(cond)})")
+    if not (obj.get("spec") or {}).get("suspend"):
+        return None  # re-admitted since: old eviction events are history
+    for event in _newest_first(events):
+        reason, message = event.get("reason") or "", _clean(event.get("message"))
+        if reason in KUEUE_EVICTION_CONDITIONS or (reason == "Stopped" and _KUEUE_EVICTION.search(message)):
+            return _Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"evicted by Kueue ({reason}: {message})")
+    return None
+
+
+def _event_time(event: Obj) -> datetime:
+    for key in ("lastTimestamp", "eventTime", "firstTimestamp"):
+        ts = _ts(event.get(key))
+        if ts:
+            return ts
+    return _ts((event.get("metadata") or {}).get("creationTimestamp")) or datetime.min.replace(tzinfo=UTC)
+
+
+def _newest_first(events: Iterable[Obj]) -> list[Obj]:
+    return sorted(events, key=_event_time, reverse=True)
+
+
+def _pod_counts(pods: Iterable[Obj]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        counts[phase] = counts.get(phase, 0) + 1
+    return counts
+
+
+def _is_scheduled(pod: Obj) -> bool:
+    scheduled = _conditions(pod).get("PodScheduled")
+    return bool((scheduled and scheduled.get("status") == "True") or (pod.get("spec") or {}).get("nodeName"))
+
+
+def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: datetime,
+              retryable_exit_codes: Collection[int] = (),
+              queued_deadline_seconds: float | None = None, child_jobs: Iterable[Obj] = ()) -> WorkloadStatus:
+    """Fold a workload, its pods and its events into one status (precedence: module docstring).
+
+    Pure: no I/O, so every rule can be read here and tested with documents."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    name = meta.get("name", "?")
+    labels = meta.get("labels") or {}
+    conds = _conditions(obj)
+    created = _ts(meta.get("creationTimestamp"))
+    suspended = bool(spec.get("suspend"))
+    queue = labels.get(identity.LABEL_QUEUE)
+    counts = _pod_counts(pods)
+    starts = [ts for p in pods if (ts := _ts((p.get("status") or {}).get("startTime")))]
+    started = _ts(status.get("startTime")) or (min(starts) if starts else None)
+    base = {"kind": kind, "name": name, "uid": meta.get("uid"), "created_at": created,
+            "started_at": started, "admitted": not suspended, "queue": queue, "pods": counts}
+    what = f"{kind} {name}"
+
+    success = _true(conds, "Complete") or _true(conds, "Completed") or _true(conds, "SuccessCriteriaMet")
+    if success or status.get("terminalState") == "Completed":
+        finished = _ts(status.get("completionTime")) or _ts((success or {}).get("lastTransitionTime"))
+        return WorkloadStatus(**base, phase="succeeded", finished_at=finished,
+                              reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""))
+
+    findings = _strongest([
+        *(f for pod in pods for f in _pod_findings(kind, pod, retryable_exit_codes=retryable_exit_codes)),
+        *(f for job in [obj, *child_jobs] for f in _job_findings(job)),
+    ])
+    details = tuple(f.text for f in findings)
+    failed = _true(conds, "Failed") or _true(conds, "FailureTarget")
+    eviction = _kueue_eviction(obj, events)
+
+    def fail(finding: _Finding | None, fallback: str) -> WorkloadStatus:
+        finished = _ts((failed or {}).get("lastTransitionTime")) if failed else None
+        if finding is None:
+            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.PERMANENT,
+                                  reason=fallback, finished_at=finished, details=details)
+        rest = tuple(d for d in details if d != finding.text)
+        return WorkloadStatus(**base, phase="failed", failure_class=finding.failure_class,
+                              reason=f"{what} failed: {finding.text}", finished_at=finished, details=rest)
+
+    if failed or status.get("terminalState") == "Failed":
+        evidence = _strongest([*([eviction] if eviction else []), *findings])
+        cond_text = _cond_text(failed) if failed else "terminalState Failed"
+        return fail(evidence[0] if evidence else None,
+                    f"{what} failed ({cond_text}); no pod evidence left (pods deleted?)")
+    if eviction:
+        return fail(eviction, "")
+    fatal = [f for f in findings if f.fatal_now]
+    if fatal:
+        return fail(fatal[0], "")
+
+    deadline = queued_deadline_seconds
+    if suspended:
+        waited = (now - created).total_seconds() if created else 0.0
+        where = f"Kueue queue {queue!r}" if queue else "suspended, no Kueue queue label; nothing will resume it"
+        # The Workload's "Pending" says why it is not admitted; the Job's "Suspended" only that it is not.
+        kueue_says = next((_clean(e.get("message")) for wanted in ("Pending", "Suspended")
+                           for e in _newest_first(events) if e.get("reason") == wanted and e.get("message")), "")
+        says = f"; Kueue: {kueue_says}" if kueue_says else ""
+        if deadline is not None and waited > deadline:
+            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.CAPACITY, details=details,
+                                  reason=f"{what} not admitted after {_duration(waited)} "
+                                         f"(deadline {_duration(deadline)}) in {where}{says}")
+        return WorkloadStatus(**base, phase="queued", details=details,
+                              reason=f"{what} queued for {_duration(waited)} in {where} (not admitted){says}")
+
+    unscheduled = [f for f in findings if f.pending_since is not None]
+    if unscheduled:
+        oldest = min(unscheduled, key=lambda f: f.pending_since or now)
+        waited = (now - (oldest.pending_since or now)).total_seconds()
+        more = f" (+{len(unscheduled) - 1} more pods)" if len(unscheduled) > 1 else ""
+        if deadline is not None and waited > deadline:
+            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.CAPACITY, details=details,
+                                  reason=f"{what} failed: {oldest.text}{more}, for {_duration(waited)} "
+                                         f"(deadline {_duration(deadline)})")
+        return WorkloadStatus(**base, phase="queued", details=details,
+                              reason=f"{what} waiting for capacity for {_duration(waited)}: {oldest.text}{more}")
+
+    if not any(_is_scheduled(p) for p in pods):
+        # Measured from admission, not creation: a workload queued in Kueue for hours has had
+        # no chance to create pods until a moment ago.
+        resumed = conds.get("Suspended")
+        resumed_at = _ts(resumed.get("lastTransitionTime")) if resumed and resumed.get("status") == "False" else None
+        since = _ts(status.get("startTime")) or resumed_at or created
+        waited = (now - since).total_seconds() if since else 0.0
+        created_note = next((f"{e.get('reason')}: {_clean(e.get('message'))}" for e in _newest_first(events)
+                             if e.get("reason") == "FailedCreate"), "")
+        note = f"; {created_note}" if created_note else ""
+        if deadline is not None and waited > deadline:
+            cls = (FailureClass.CAPACITY if not created_note or re.search(r"quota", created_note, re.I)
+                   else FailureClass.PERMANENT)
+            return WorkloadStatus(**base, phase="failed", failure_class=cls, details=details,
+                                  reason=f"{what} admitted but no pod scheduled after {_duration(waited)} "
+                                         f"(deadline {_duration(deadline)}){note}")
+        return WorkloadStatus(**base, phase="queued", details=details,
+                              reason=f"{what} admitted, waiting for pods for {_duration(waited)}{note}")
+
+    summary = ", ".join(f"{n} {phase.lower()}" for phase, n in sorted(counts.items()))
+    watch = f"; watching: {details[0]}" if details else ""
+    return WorkloadStatus(**base, phase="running", details=details,
+                          reason=f"{what} running (pods: {summary}){watch}")
+
+
+def _summary_phase(obj: Obj) -> Phase:
+    """A phase from the object alone (reconciliation lists many objects; no pod reads)."""
+    conds, status = _conditions(obj), obj.get("status") or {}
+    if any(_true(conds, c) for c in ("Complete", "Completed", "SuccessCriteriaMet")) or \
+            status.get("terminalState") == "Completed":
+        return "succeeded"
+    if _true(conds, "Failed") or _true(conds, "FailureTarget") or status.get("terminalState") == "Failed":
+        return "failed"
+    return "queued" if (obj.get("spec") or {}).get("suspend") else "running"
+
