@@ -31,10 +31,14 @@ def minimal_request(**fields: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """fake-gcs-server behind the strict proxy: downloads of a superseded generation fail, as on GCS."""
     from rlpipe.local.gcs import FakeGcs
+    from tests.harness.strict_gcs import StrictGcs
 
     server = FakeGcs(tmp_path_factory.mktemp("fake-gcs")).start()
-    yield server
+    proxy = StrictGcs(server.url).start()
+    yield proxy
+    proxy.stop()
     server.stop()
 
 

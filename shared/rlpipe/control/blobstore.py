@@ -30,8 +30,9 @@ class NotFound(Exception):
 
 
 class TooLarge(Exception):
-    def __init__(self, name: str, size: int, limit: int):
-        super().__init__(f"{name} is {size} bytes; the limit is {limit}")
+    def __init__(self, name: str, size: int | None, limit: int):
+        what = f"{size} bytes" if size is not None else f"over {limit} bytes"
+        super().__init__(f"{name} is {what}; the limit is {limit}")
         self.size, self.limit = size, limit
 
 
@@ -65,25 +66,40 @@ class BlobStore:
         self._bucket = client.bucket(bucket)
 
     def read(self, name: str, *, max_bytes: int = MAX_SMALL_OBJECT, generation: int | None = None) -> Blob:
+        """One ranged download: the bytes and the generation they belong to, from the same response.
+
+        Why not metadata first and then the media: real GCS serves a ``mediaLink`` pinned to the
+        generation it named, and the bucket keeps no old versions, so a write between the two
+        requests turns a healthy object into a 404 (a ledger that "does not exist"). One request
+        cannot tear. The range (``max_bytes`` + 1 bytes) bounds what a huge object costs us.
+        """
+        from google.api_core import exceptions as gexc
+
+        blob = self._bucket.blob(name, generation=generation)
+        try:
+            data = blob.download_as_bytes(start=0, end=max_bytes)
+        except gexc.NotFound:
+            raise NotFound(name) from None
+        except gexc.RequestRangeNotSatisfiable:  # GCS answers 416 to a range on an empty object
+            return self._read_empty(name, generation)
+        if len(data) > max_bytes:
+            raise TooLarge(name, blob.size, max_bytes)
+        if blob.generation is None:  # every GCS media response carries x-goog-generation
+            raise NotFound(name)
+        return Blob(name, data, int(blob.generation))
+
+    def _read_empty(self, name: str, generation: int | None) -> Blob:
         from google.api_core import exceptions as gexc
 
         try:
-            blob = self._bucket.get_blob(name, generation=generation)
+            meta = self._bucket.get_blob(name, generation=generation)
         except gexc.NotFound:
-            blob = None
-        if blob is None:
+            meta = None
+        if meta is None or meta.generation is None:
             raise NotFound(name)
-        if blob.size is not None and blob.size > max_bytes:
-            raise TooLarge(name, blob.size, max_bytes)
-        try:
-            data = blob.download_as_bytes(if_generation_match=blob.generation)
-        except gexc.NotFound:
-            raise NotFound(name) from None
-        except gexc.PreconditionFailed:
-            raise PreconditionFailed(name) from None
-        if len(data) > max_bytes:
-            raise TooLarge(name, len(data), max_bytes)
-        return Blob(name, data, int(blob.generation))
+        if meta.size:  # not empty after all: it was replaced between the two requests; read it again
+            return self.read(name, generation=generation)
+        return Blob(name, b"", int(meta.generation))
 
     def read_json(self, name: str) -> tuple[Any, int]:
         blob = self.read(name)
