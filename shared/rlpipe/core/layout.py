@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from rlpipe.core import presets
 
