@@ -85,18 +85,39 @@ def _bare_server_roots(workdir: Path) -> set[str]:
 
     source = workdir / "bare_server" / "main.py"
     source.parent.mkdir(parents=True, exist_ok=True)
-    source.write_text("import functions_framework\n\n\n@functions_framework.cloud_event\n"
-                      "def noop(cloud_event):\n    return None\n")
+    source.write_text(
+        "import functions_framework\n\n\n@functions_framework.cloud_event\n"
+        "def noop(cloud_event):\n    return None\n"
+    )
     port = free_port()
     log = workdir / "bare_server.log"
     log.unlink(missing_ok=True)
-    child = Child("bare", [PYTHON, "-m", "functions_framework", "--target", "noop", "--source", str(source),
-                           "--signature-type", "cloudevent", "--host", "127.0.0.1", "--port", str(port)],
-                  log_path=log, env={"PYTHONPROFILEIMPORTTIME": "1"}).start()
+    child = Child(
+        "bare",
+        [
+            PYTHON,
+            "-m",
+            "functions_framework",
+            "--target",
+            "noop",
+            "--source",
+            str(source),
+            "--signature-type",
+            "cloudevent",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        log_path=log,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    ).start()
     try:
         url = f"http://127.0.0.1:{port}/"
         child.wait_ready(http_ready(url, lambda status, body: True), timeout=60)
-        headers, body = to_binary(CloudEvent({"type": "bench.noop", "source": "//bench", "id": "1"}, {"x": 1}))
+        headers, body = to_binary(
+            CloudEvent({"type": "bench.noop", "source": "//bench", "id": "1"}, {"x": 1})
+        )
         requests.post(url, headers=headers, data=body, timeout=30)
         time.sleep(0.3)
     finally:
@@ -117,17 +138,40 @@ def _drive_extra(s: BenchStack, entry: str, kind: str, workdir: Path) -> tuple[s
     log = workdir / f"extra-{entry}.log"
     log.unlink(missing_ok=True)
     signature = "cloudevent" if kind == "cloud_event" else "http"
-    child = Child(entry, [PYTHON, "-m", "functions_framework", "--target", entry, "--source",
-                          str(FUNCTIONS_DIR / "main.py"), "--signature-type", signature, "--host", "127.0.0.1",
-                          "--port", str(port)],
-                  log_path=log, env={"PYTHONPROFILEIMPORTTIME": "1"}, cwd=ROOT).start()
+    child = Child(
+        entry,
+        [
+            PYTHON,
+            "-m",
+            "functions_framework",
+            "--target",
+            entry,
+            "--source",
+            str(FUNCTIONS_DIR / "main.py"),
+            "--signature-type",
+            signature,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        log_path=log,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+        cwd=ROOT,
+    ).start()
     try:
         url = f"http://127.0.0.1:{port}/"
         child.wait_ready(http_ready(url, lambda status, body: True), timeout=60)
         if kind == "cloud_event":
             topic = f"projects/{s.settings.project}/topics/rlpipe-{entry}-tick"
-            event = message_published(topic, "projects/local/subscriptions/bench", b"{}", {}, f"tick-{entry}",
-                                      time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            event = message_published(
+                topic,
+                "projects/local/subscriptions/bench",
+                b"{}",
+                {},
+                f"tick-{entry}",
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
             how = f"a Pub/Sub tick → {'2xx' if deliver(url, event, timeout=120) else 'error'}"
         else:
             how = f"POST {{}} → {requests.post(url, json={}, timeout=120).status_code}"
@@ -158,24 +202,36 @@ def discover(workdir: Path, entries: dict[str, str]) -> tuple[dict[str, list[str
         for entry in watch["watch"]:
             entry["debounce_minutes"] = 0
         s.client.bucket(s.settings.requests_bucket).blob("config/watch.yaml").upload_from_string(
-            yaml.safe_dump(watch))
+            yaml.safe_dump(watch)
+        )
         s.stack.upstream_tick()
         # upstream_webhook: a signed Hub webhook after a release (it polls that repo and submits).
         release = s.stack.hub_release("google/gemma-4-26b-a4b-it")
-        payload = {"event": {"action": "update", "scope": "repo.content"},
-                   "repo": {"type": "model", "name": "google/gemma-4-26b-a4b-it"},
-                   "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": release["sha"]}]}
-        hook = requests.post(s.state.endpoints["function upstream_webhook"], json=payload,
-                             headers={"X-Webhook-Secret": WEBHOOK_SECRET}, timeout=60)
+        payload = {
+            "event": {"action": "update", "scope": "repo.content"},
+            "repo": {"type": "model", "name": "google/gemma-4-26b-a4b-it"},
+            "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": release["sha"]}],
+        }
+        hook = requests.post(
+            s.state.endpoints["function upstream_webhook"],
+            json=payload,
+            headers={"X-Webhook-Secret": WEBHOOK_SECRET},
+            timeout=60,
+        )
         records = s.wait([by_file, by_message], timeout=90)
         states = {run_id: (r.state if r else None) for run_id, r in records.items()}
         say(f"cold start discovery: runs {states}, webhook {hook.status_code}")
-        how = {"intake_object": "a request file through all three stages",
-               "intake_message": "a request by Pub/Sub through all three stages",
-               "artifact_event": "every object of those two runs", "stage": "every call of those two runs",
-               "upstream_poll": "a tick with the example watch list",
-               "upstream_webhook": f"a signed webhook after a Hub release → {hook.status_code}"}
-        logs = {e: (s.root / "logs" / f"{e}.log").read_text(errors="replace") for e in entries if e in FUNCTIONS}
+        how = {
+            "intake_object": "a request file through all three stages",
+            "intake_message": "a request by Pub/Sub through all three stages",
+            "artifact_event": "every object of those two runs",
+            "stage": "every call of those two runs",
+            "upstream_poll": "a tick with the example watch list",
+            "upstream_webhook": f"a signed webhook after a Hub release → {hook.status_code}",
+        }
+        logs = {
+            e: (s.root / "logs" / f"{e}.log").read_text(errors="replace") for e in entries if e in FUNCTIONS
+        }
         for entry, kind in entries.items():
             if entry not in FUNCTIONS:
                 logs[entry], driven = _drive_extra(s, entry, kind, workdir)
@@ -196,8 +252,9 @@ def _variant_dirs(workdir: Path) -> dict[str, Path]:
     eager.mkdir(parents=True, exist_ok=True)
     source = (FUNCTIONS_DIR / "main.py").read_text()
     future = "from __future__ import annotations\n"
-    eager_source = (source.replace(future, future + EAGER_IMPORTS, 1) if future in source
-                    else EAGER_IMPORTS + source)
+    eager_source = (
+        source.replace(future, future + EAGER_IMPORTS, 1) if future in source else EAGER_IMPORTS + source
+    )
     (eager / "main.py").write_text(eager_source)
     return {"bare": bare, "current": FUNCTIONS_DIR, "eager": eager}
 
@@ -209,8 +266,10 @@ def _snippet(entry: str | None, roots: list[str]) -> str:
     if entry:
         code += f"main.{entry}\n"
     if roots:
-        code += (f"import importlib\nfor _m in {roots!r}:\n    try:\n        importlib.import_module(_m)\n"
-                 "    except Exception:\n        pass\n")
+        code += (
+            f"import importlib\nfor _m in {roots!r}:\n    try:\n        importlib.import_module(_m)\n"
+            "    except Exception:\n        pass\n"
+        )
     return code + "import sys\nprint(len(sys.modules))\n"
 
 
@@ -229,8 +288,9 @@ def _time_once(code: str, cwd: Path) -> tuple[float, float, int]:
     return elapsed, cpu, int(done.stdout.strip().splitlines()[-1])
 
 
-def _measure(variants: dict[str, tuple[str, Path]], reps: int,
-             warm_up_in: Path | None = None) -> tuple[dict[str, dict[str, list[float]]], dict[str, int], dict[str, int]]:
+def _measure(
+    variants: dict[str, tuple[str, Path]], reps: int, warm_up_in: Path | None = None
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, int], dict[str, int]]:
     """Interleaved (one of each per round), so drifting machine load hits every variant alike.
 
     Returns (times, modules loaded, modules loaded by the unmeasured warm-up). ``warm_up_in``
@@ -275,10 +335,14 @@ def run(args: argparse.Namespace) -> Section:
         measured_as[entry] = measured_as[twin] if twin else entry
         if not twin:
             entries[entry] = (_snippet(entry, lazy.get(entry, [])), dirs["current"])
-    say(f"cold start: {len(imports)} import variants × {args.cold_reps} and {len(entries)} first-call "
-        f"variants × {args.cold_entry_reps} fresh interpreters, interleaved")
+    say(
+        f"cold start: {len(imports)} import variants × {args.cold_reps} and {len(entries)} first-call "
+        f"variants × {args.cold_entry_reps} fresh interpreters, interleaved"
+    )
     import_times, import_modules, _ = _measure(imports, args.cold_reps)
-    entry_times, entry_modules, eager_modules = _measure(entries, args.cold_entry_reps, warm_up_in=dirs["eager"])
+    entry_times, entry_modules, eager_modules = _measure(
+        entries, args.cold_entry_reps, warm_up_in=dirs["eager"]
+    )
     times = import_times | entry_times
     modules = import_modules | entry_modules
     wall = {name: statistics.median(t["wall"]) for name, t in times.items()}
@@ -289,17 +353,39 @@ def run(args: argparse.Namespace) -> Section:
     def row(label: str, name: str, *extra: object) -> list[object]:
         if name == "bare":
             return [label, secs(wall[name]), "", "", secs(cpu[name]), "", modules[name], *extra]
-        return [label, secs(wall[name]), signed(wall[name] - wall["bare"]), f"×{wall[name] / wall['bare']:.2f}",
-                secs(cpu[name]), signed(cpu[name] - cpu["bare"]), modules[name], *extra]
+        return [
+            label,
+            secs(wall[name]),
+            signed(wall[name] - wall["bare"]),
+            f"×{wall[name] / wall['bare']:.2f}",
+            secs(cpu[name]),
+            signed(cpu[name] - cpu["bare"]),
+            modules[name],
+            *extra,
+        ]
 
-    head = ["what is imported", "wall, median", "vs baseline", "ratio", "CPU, median", "vs baseline", "modules"]
+    head = [
+        "what is imported",
+        "wall, median",
+        "vs baseline",
+        "ratio",
+        "CPU, median",
+        "vs baseline",
+        "modules",
+    ]
     import_rows = [
         row("bare module, `import functions_framework` only (**baseline**)", "bare"),
         row("`import main` (current: lazy `rlpipe.control.services`)", "main"),
         row("`import main` as before the change (eager `rlpipe.control.services`)", "eager"),
     ]
-    entry_rows = [row("`artifact_event`, non-signal object (the hot path: nothing imported on call)",
-                      "artifact_event (non-signal)", 0, "n/a")]
+    entry_rows = [
+        row(
+            "`artifact_event`, non-signal object (the hot path: nothing imported on call)",
+            "artifact_event (non-signal)",
+            0,
+            "n/a",
+        )
+    ]
     for entry in entry_names:
         name = measured_as[entry]
         label = f"`{entry}`" + (", first completion signal" if entry == "artifact_event" else ", first call")
@@ -321,19 +407,35 @@ def run(args: argparse.Namespace) -> Section:
         + table([*head, "first-call roots", "same modules with eager main"], entry_rows)
         + "\n\n<details><summary>Discovered first-call imports (top-level modules, in order), and how each entry "
         "was driven</summary>\n\n"
-        + "\n".join(f"- `{entry}` ({driven.get(entry)}): " + (", ".join(f"`{m}`" for m in lazy.get(entry, [])[:30]) or "(none)")
-                    + (f" … (+{len(lazy[entry]) - 30} more)" if len(lazy.get(entry, [])) > 30 else "")
-                    for entry in entry_names)
+        + "\n".join(
+            f"- `{entry}` ({driven.get(entry)}): "
+            + (", ".join(f"`{m}`" for m in lazy.get(entry, [])[:30]) or "(none)")
+            + (f" … (+{len(lazy[entry]) - 30} more)" if len(lazy.get(entry, [])) > 30 else "")
+            for entry in entry_names
+        )
         + "\n\n</details>"
     )
     headline = [
-        ("`import main` (every function instance start)", f"{secs(wall['main'])} wall, {secs(cpu['main'])} CPU",
-         f"bare functions_framework {secs(wall['bare'])} ({signed(wall['main'] - wall['bare'])}); "
-         f"before the lazy import {secs(wall['eager'])} (saves {secs(saved_wall)})"),
+        (
+            "`import main` (every function instance start)",
+            f"{secs(wall['main'])} wall, {secs(cpu['main'])} CPU",
+            f"bare functions_framework {secs(wall['bare'])} ({signed(wall['main'] - wall['bare'])}); "
+            f"before the lazy import {secs(wall['eager'])} (saves {secs(saved_wall)})",
+        ),
     ]
-    data = {"times": times, "wall_median": wall, "cpu_median": cpu, "modules": modules, "lazy": lazy,
-            "same_modules_with_eager_main": same, "reps": args.cold_reps, "entry_reps": args.cold_entry_reps}
-    return Section("cold", "2. Function cold start", body, headline, data=data, seconds=time.monotonic() - started)
+    data = {
+        "times": times,
+        "wall_median": wall,
+        "cpu_median": cpu,
+        "modules": modules,
+        "lazy": lazy,
+        "same_modules_with_eager_main": same,
+        "reps": args.cold_reps,
+        "entry_reps": args.cold_entry_reps,
+    }
+    return Section(
+        "cold", "2. Function cold start", body, headline, data=data, seconds=time.monotonic() - started
+    )
 
 
 if __name__ == "__main__":  # a quick look without the rest of the suite

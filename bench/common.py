@@ -126,10 +126,15 @@ def machine() -> dict[str, Any]:
                 mem_kb = int(line.split()[1])
                 break
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=False).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": nproc or str(os.cpu_count()),
@@ -161,7 +166,7 @@ def _proc_table() -> dict[int, tuple[int, int]]:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # the command name may contain spaces and parens
+        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may contain spaces and parens
         out[int(entry)] = (int(fields[1]), int(fields[2]))
     return out
 
@@ -249,8 +254,15 @@ def mib(n: int) -> str:
 class BenchStack:
     """A `LocalStack` plus the clients a benchmark needs (the e2e tests' `Local`, trimmed)."""
 
-    def __init__(self, name: str, *, timing: str, poll_seconds: int, faults: list[str] | None = None,
-                 child_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        timing: str,
+        poll_seconds: int,
+        faults: list[str] | None = None,
+        child_env: dict[str, str] | None = None,
+    ) -> None:
         """``child_env`` is set only while the stack's processes start (they inherit it), so the
         benchmark process itself never runs with, e.g., PYTHONPROFILEIMPORTTIME."""
         from rlpipe.local.stack import LocalStack, StackConfig
@@ -258,7 +270,9 @@ class BenchStack:
         self.root = CACHE / f"stack-{name}"
         self.requests_dir = CACHE / f"requests-{name}"
         self.requests_dir.mkdir(parents=True, exist_ok=True)
-        self.config = StackConfig(root=self.root, timing=timing, poll_seconds=poll_seconds, faults=faults or [])
+        self.config = StackConfig(
+            root=self.root, timing=timing, poll_seconds=poll_seconds, faults=faults or []
+        )
         self.stack = LocalStack(self.config, say=lambda text: say(f"{name}: {text.removeprefix('[local] ')}"))
         self._saved_env: dict[str, str] = {}
         self.child_env = dict(child_env or {})
@@ -303,8 +317,13 @@ class BenchStack:
         import yaml
 
         request_id = request_id or f"b-{uuid.uuid4().hex[:12]}"
-        doc: dict[str, Any] = {"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it",
-                               "request_id": request_id, "retry": FAST_RETRY, **fields}
+        doc: dict[str, Any] = {
+            "model": "gemma4-26b",
+            "hf_repo": "google/gemma-4-26b-a4b-it",
+            "request_id": request_id,
+            "retry": FAST_RETRY,
+            **fields,
+        }
         if fresh_cache:
             doc.setdefault("image", f"{IMAGE_REPO}:{request_id}")
         path = self.requests_dir / f"{request_id}.yaml"
@@ -329,8 +348,14 @@ class BenchStack:
         blob = self.client.bucket(bucket).get_blob(name)
         return blob.time_created.timestamp() if blob is not None and blob.time_created else None
 
-    def wait(self, run_ids: Iterable[str], timeout: float, *, until: Callable[[Any], bool] | None = None,
-             interval: float = 0.1) -> dict[str, Any]:
+    def wait(
+        self,
+        run_ids: Iterable[str],
+        timeout: float,
+        *,
+        until: Callable[[Any], bool] | None = None,
+        interval: float = 0.1,
+    ) -> dict[str, Any]:
         """Records of every run once each is terminal (or ``until`` holds); missing ones stay None."""
         pending = set(run_ids)
         done: dict[str, Any] = {}

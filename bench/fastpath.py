@@ -53,6 +53,7 @@ def _array_tree(prefix: str) -> Iterator[tuple[str, tuple[int, ...]]]:
 
 def _chunks(grid: tuple[int, ...]) -> Iterator[str]:
     """zarr v2 chunk keys: '0', '0.0', '31.0.0' ..."""
+
     def walk(dims: tuple[int, ...]) -> Iterator[list[int]]:
         if not dims:
             yield []
@@ -60,6 +61,7 @@ def _chunks(grid: tuple[int, ...]) -> Iterator[str]:
         for i in range(dims[0]):
             for rest in walk(dims[1:]):
                 yield [i, *rest]
+
     for index in walk(grid):
         yield ".".join(str(i) for i in index)
 
@@ -74,7 +76,9 @@ def _pytree(base: str, arrays: list[tuple[str, tuple[int, ...]]], *, single_chun
     return names
 
 
-def checkpoint_names(run_id: str = "rbenchfastpth", cache_key: str = "k" + "0" * 31, step: int = 50) -> list[str]:
+def checkpoint_names(
+    run_id: str = "rbenchfastpth", cache_key: str = "k" + "0" * 31, step: int = 50
+) -> list[str]:
     """Every object name of one conversion (step 0) and one RL checkpoint step, in write order."""
     conv = f"cache/maxtext/{cache_key}/{run_id}-a1/0/"
     names = _pytree(f"{conv}items/", list(_array_tree("params.params.")), single_chunk=True)
@@ -82,10 +86,14 @@ def checkpoint_names(run_id: str = "rbenchfastpth", cache_key: str = "k" + "0" *
     actor = f"runs/{run_id}/trained/rl/checkpoints/actor/{step}/"
     params = list(_array_tree(""))
     names += _pytree(f"{actor}model_params/", params, single_chunk=False)
-    optimizer = [(f"opt_state.{i}.{moment}.{a}", g) for i, moment in ((0, "mu"), (0, "nu")) for a, g in params]
+    optimizer = [
+        (f"opt_state.{i}.{moment}.{a}", g) for i, moment in ((0, "mu"), (0, "nu")) for a, g in params
+    ]
     names += _pytree(f"{actor}optimizer_state/", optimizer, single_chunk=False)
-    names += [f"runs/{run_id}/trained/rl/tensorboard/events.out.tfevents.{1796000000 + i}.pathways-head"
-              for i in range(3)]
+    names += [
+        f"runs/{run_id}/trained/rl/tensorboard/events.out.tfevents.{1796000000 + i}.pathways-head"
+        for i in range(3)
+    ]
     names += [f"{actor}_CHECKPOINT_METADATA", f"{actor}commit_success.txt"]
     return names
 
@@ -111,11 +119,21 @@ def run(args: argparse.Namespace) -> Section:
     names = checkpoint_names()
     signals = [n for n in names if match_artifact(n) is not None]
     plain = [n for n in names if match_artifact(n) is None]
-    say(f"fast path: {len(names)} object names ({len(signals)} signals), {args.fastpath_events} through the function")
+    say(
+        f"fast path: {len(names)} object names ({len(signals)} signals), {args.fastpath_events} through the function"
+    )
 
     def objects(sample: list[str]) -> list[dict[str, Any]]:
-        return [{"name": n, "bucket": BUCKET, "generation": str(1796000000000000 + i), "size": "8",
-                 "contentType": "application/octet-stream"} for i, n in enumerate(sample)]
+        return [
+            {
+                "name": n,
+                "bucket": BUCKET,
+                "generation": str(1796000000000000 + i),
+                "size": "8",
+                "contentType": "application/octet-stream",
+            }
+            for i, n in enumerate(sample)
+        ]
 
     all_objects = objects(plain)
     sample = plain[:: max(1, len(plain) // args.fastpath_events)][: args.fastpath_events]
@@ -137,7 +155,9 @@ def run(args: argparse.Namespace) -> Section:
             to_binary(storage_event(BUCKET, obj, f"e{i}"))
         return len(sample_objects)
 
-    app = create_app(target="artifact_event", source=str(ROOT / "functions" / "main.py"), signature_type="cloudevent")
+    app = create_app(
+        target="artifact_event", source=str(ROOT / "functions" / "main.py"), signature_type="cloudevent"
+    )
     client = app.test_client()
     prepared = [to_binary(storage_event(BUCKET, obj, f"e{i}")) for i, obj in enumerate(sample_objects)]
     before_modules = set(sys.modules)
@@ -161,19 +181,37 @@ def run(args: argparse.Namespace) -> Section:
 
     base = per["build"]
     rows = [
-        ["build the CloudEvent (`CloudEvent(attributes, data)`, as the shim does): **baseline**",
-         secs(base), f"{1 / base:,.0f}", "×1"],
-        ["`match_artifact(name)` alone", secs(per["match"]), f"{1 / per['match']:,.0f}", f"×{per['match'] / base:.3g}"],
-        ["build + serialize to binary mode (`to_binary`)", secs(per["build+binary"]),
-         f"{1 / per['build+binary']:,.0f}", f"×{per['build+binary'] / base:.3g}"],
-        ["the real function: test client POST of a prepared binary CloudEvent → `artifact_event`",
-         secs(per["function"]), f"{1 / per['function']:,.0f}", f"×{per['function'] / base:.3g}"],
+        [
+            "build the CloudEvent (`CloudEvent(attributes, data)`, as the shim does): **baseline**",
+            secs(base),
+            f"{1 / base:,.0f}",
+            "×1",
+        ],
+        [
+            "`match_artifact(name)` alone",
+            secs(per["match"]),
+            f"{1 / per['match']:,.0f}",
+            f"×{per['match'] / base:.3g}",
+        ],
+        [
+            "build + serialize to binary mode (`to_binary`)",
+            secs(per["build+binary"]),
+            f"{1 / per['build+binary']:,.0f}",
+            f"×{per['build+binary'] / base:.3g}",
+        ],
+        [
+            "the real function: test client POST of a prepared binary CloudEvent → `artifact_event`",
+            secs(per["function"]),
+            f"{1 / per['function']:,.0f}",
+            f"×{per['function'] / base:.3g}",
+        ],
     ]
     kinds = {
         "zarr chunks": sum(1 for n in plain if n.rsplit("/", 1)[-1].replace(".", "").isdigit()),
         ".zarray": sum(1 for n in plain if n.endswith("/.zarray")),
         "_METADATA / _sharding / array_metadatas / _CHECKPOINT_METADATA": sum(
-            1 for n in plain if n.endswith(("_METADATA", "_sharding")) or "/array_metadatas/" in n),
+            1 for n in plain if n.endswith(("_METADATA", "_sharding")) or "/array_metadatas/" in n
+        ),
         "item commit_success.txt (not a signal)": sum(1 for n in plain if n.endswith("commit_success.txt")),
         "other (tensorboard)": sum(1 for n in plain if "/tensorboard/" in n),
     }
@@ -191,15 +229,32 @@ def run(args: argparse.Namespace) -> Section:
         f"{secs(len(plain) * per['function'])} of CPU, of which `match_artifact` is {secs(len(plain) * per['match'])}."
     )
     headline = [
-        ("`artifact_event` per non-signal object (in-process, real function)",
-         f"{secs(per['function'])} ({1 / per['function']:,.0f}/s)",
-         f"×{per['function'] / base:.3g} the cost of building the CloudEvent; `match_artifact` alone "
-         f"{secs(per['match'])} (×{per['match'] / base:.2g})"),
+        (
+            "`artifact_event` per non-signal object (in-process, real function)",
+            f"{secs(per['function'])} ({1 / per['function']:,.0f}/s)",
+            f"×{per['function'] / base:.3g} the cost of building the CloudEvent; `match_artifact` alone "
+            f"{secs(per['match'])} (×{per['match'] / base:.2g})",
+        ),
     ]
-    data = {"names": len(names), "signals": signals, "non_signal": len(plain), "sample": len(sample),
-            "per_event_seconds": per, "rounds": rounds, "kinds": kinds, "new_modules": new_modules}
-    return Section("fastpath", "3. `artifact_event` fast path", body, headline, data=data,
-                   seconds=time.monotonic() - started, ok=ok)
+    data = {
+        "names": len(names),
+        "signals": signals,
+        "non_signal": len(plain),
+        "sample": len(sample),
+        "per_event_seconds": per,
+        "rounds": rounds,
+        "kinds": kinds,
+        "new_modules": new_modules,
+    }
+    return Section(
+        "fastpath",
+        "3. `artifact_event` fast path",
+        body,
+        headline,
+        data=data,
+        seconds=time.monotonic() - started,
+        ok=ok,
+    )
 
 
 if __name__ == "__main__":

@@ -118,9 +118,25 @@ def run(args: argparse.Namespace) -> Section:
     log.unlink(missing_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    gcs = Child("fake-gcs-server", [str(binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                                    "-backend", "memory", "-external-url", url, "-log-level", "info"],
-                log_path=log).start()
+    gcs = Child(
+        "fake-gcs-server",
+        [
+            str(binary_path()),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-external-url",
+            url,
+            "-log-level",
+            "info",
+        ],
+        log_path=log,
+    ).start()
     executions = RecordingExecutions().start()
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     function: Any = None
@@ -131,9 +147,13 @@ def run(args: argparse.Namespace) -> Section:
         client = make_client("rlpipe-bench")
         requests_bucket = client.create_bucket("bench-requests").name
         artifacts_bucket = client.create_bucket("bench-artifacts").name
-        env = {"STORAGE_EMULATOR_HOST": url, "RLPIPE_PROJECT": "rlpipe-bench",
-               "RLPIPE_REQUESTS_BUCKET": requests_bucket, "RLPIPE_ARTIFACTS_BUCKET": artifacts_bucket,
-               "RLPIPE_WORKFLOWS_ENDPOINT": executions.target}
+        env = {
+            "STORAGE_EMULATOR_HOST": url,
+            "RLPIPE_PROJECT": "rlpipe-bench",
+            "RLPIPE_REQUESTS_BUCKET": requests_bucket,
+            "RLPIPE_ARTIFACTS_BUCKET": artifacts_bucket,
+            "RLPIPE_WORKFLOWS_ENDPOINT": executions.target,
+        }
         for old in workdir.glob("intake_object-*.log"):
             old.unlink()
         function = FunctionServer("intake_object", "cloudevent", env, workdir).start()
@@ -167,13 +187,21 @@ def run(args: argparse.Namespace) -> Section:
             with function.log_path.open("rb") as fh:
                 fh.seek(function_log_start)
                 outcomes = _intake_outcomes(fh.read().decode(errors="replace"))
-            rows_data.append({
-                "n": n, "quiesce_s": quiesce, "statuses": dict(Counter(statuses)), "runs": len(new_runs),
-                "run_is_expected": new_runs == [run_id], "executions": len(executions.creates()) - creates_before,
-                "accepted_events": history.count("accepted"), "gcs_requests": len(requests_made),
-                "gcs_by_kind": dict(Counter(f"{m} {k} {s}" for m, k, s in requests_made)),
-                "gcs_late": late, "outcomes": dict(outcomes),
-            })
+            rows_data.append(
+                {
+                    "n": n,
+                    "quiesce_s": quiesce,
+                    "statuses": dict(Counter(statuses)),
+                    "runs": len(new_runs),
+                    "run_is_expected": new_runs == [run_id],
+                    "executions": len(executions.creates()) - creates_before,
+                    "accepted_events": history.count("accepted"),
+                    "gcs_requests": len(requests_made),
+                    "gcs_by_kind": dict(Counter(f"{m} {k} {s}" for m, k, s in requests_made)),
+                    "gcs_late": late,
+                    "outcomes": dict(outcomes),
+                }
+            )
     finally:
         if function is not None:
             function.stop()
@@ -188,28 +216,51 @@ def run(args: argparse.Namespace) -> Section:
     rows = []
     for r in rows_data:
         per_delivery = r["gcs_requests"] / r["n"]
-        rows.append([
-            f"{r['n']:,}" + (" (**baseline**)" if r is base else ""),
-            secs(r["quiesce_s"]),
-            f"×{r['quiesce_s'] / base['quiesce_s']:.3g}" + (f" ({secs(r['quiesce_s'] / r['n'])}/delivery)"
-                                                           if r["n"] > 1 else ""),
-            ", ".join(f"{k}×{v}" for k, v in sorted(r["statuses"].items())),
-            r["runs"], r["executions"], r["accepted_events"],
-            f"{r['gcs_requests']:,}", f"{per_delivery:.2f} (×{per_delivery / base['gcs_requests']:.2f})",
-            r["gcs_late"],
-        ])
+        rows.append(
+            [
+                f"{r['n']:,}" + (" (**baseline**)" if r is base else ""),
+                secs(r["quiesce_s"]),
+                f"×{r['quiesce_s'] / base['quiesce_s']:.3g}"
+                + (f" ({secs(r['quiesce_s'] / r['n'])}/delivery)" if r["n"] > 1 else ""),
+                ", ".join(f"{k}×{v}" for k, v in sorted(r["statuses"].items())),
+                r["runs"],
+                r["executions"],
+                r["accepted_events"],
+                f"{r['gcs_requests']:,}",
+                f"{per_delivery:.2f} (×{per_delivery / base['gcs_requests']:.2f})",
+                r["gcs_late"],
+            ]
+        )
     kinds = sorted({k for r in rows_data for k in r["gcs_by_kind"]})
     kind_rows = [[k, *[f"{r['gcs_by_kind'].get(k, 0):,}" for r in rows_data]] for k in kinds]
     outcome_names = sorted({k for r in rows_data for k in r["outcomes"]})
     outcome_rows = [[k, *[f"{r['outcomes'].get(k, 0):,}" for r in rows_data]] for k in outcome_names]
-    ok = all(r["runs"] == 1 and r["run_is_expected"] and r["executions"] == 1 and r["accepted_events"] == 1
-             and set(r["statuses"]) == {200} for r in rows_data)
+    ok = all(
+        r["runs"] == 1
+        and r["run_is_expected"]
+        and r["executions"] == 1
+        and r["accepted_events"] == 1
+        and set(r["statuses"]) == {200}
+        for r in rows_data
+    )
     body = (
         f"One `intake_object` functions-framework process (gunicorn, 1 worker, THREADS={threads}), fake-gcs-server "
         "(in memory), a recording Executions server; all on loopback. Baseline: a single delivery.\n\n"
-        + table(["deliveries", "time to quiesce", "vs one delivery", "HTTP answers", "runs", "executions",
-                 "`accepted` events", "GCS requests", "per delivery (vs one delivery)", "GCS requests after the last answer"],
-                rows)
+        + table(
+            [
+                "deliveries",
+                "time to quiesce",
+                "vs one delivery",
+                "HTTP answers",
+                "runs",
+                "executions",
+                "`accepted` events",
+                "GCS requests",
+                "per delivery (vs one delivery)",
+                "GCS requests after the last answer",
+            ],
+            rows,
+        )
         + "\n\nGCS requests by kind (method, kind, status):\n\n"
         + table(["request", *[f"N={r['n']:,}" for r in rows_data]], kind_rows)
         + "\n\nWhat the deliveries did (the function's log):\n\n"
@@ -218,13 +269,23 @@ def run(args: argparse.Namespace) -> Section:
     )
     last = rows_data[-1]
     headline = [
-        (f"intake: {last['n']:,} concurrent duplicate deliveries", f"{secs(last['quiesce_s'])} to quiesce, "
-         f"{last['runs']} run, {last['executions']} execution, {last['gcs_requests']:,} GCS requests",
-         f"one delivery: {secs(base['quiesce_s'])}, {base['gcs_requests']} GCS requests "
-         f"(×{last['gcs_requests'] / last['n'] / base['gcs_requests']:.2f} per delivery)"),
+        (
+            f"intake: {last['n']:,} concurrent duplicate deliveries",
+            f"{secs(last['quiesce_s'])} to quiesce, "
+            f"{last['runs']} run, {last['executions']} execution, {last['gcs_requests']:,} GCS requests",
+            f"one delivery: {secs(base['quiesce_s'])}, {base['gcs_requests']} GCS requests "
+            f"(×{last['gcs_requests'] / last['n'] / base['gcs_requests']:.2f} per delivery)",
+        ),
     ]
-    return Section("intake", "5. Intake under a duplicate burst", body, headline, data={"levels": rows_data},
-                   seconds=time.monotonic() - started, ok=ok)
+    return Section(
+        "intake",
+        "5. Intake under a duplicate burst",
+        body,
+        headline,
+        data={"levels": rows_data},
+        seconds=time.monotonic() - started,
+        ok=ok,
+    )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,10 @@ from typing import Any
 from bench.common import BenchStack, Section, say, secs, summary, table
 
 NAMESPACE = "rlpipe"
-WATCHED = {"jobs": "/apis/batch/v1/namespaces/{ns}/jobs",
-           "jobsets": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets"}
+WATCHED = {
+    "jobs": "/apis/batch/v1/namespaces/{ns}/jobs",
+    "jobsets": "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets",
+}
 
 
 class WorkloadWatch:
@@ -50,8 +52,10 @@ class WorkloadWatch:
         self.seen: dict[str, float] = {}
         self.created: dict[str, str] = {}  # name → metadata.creationTimestamp
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(path,), daemon=True, name=f"watch-{r}")
-                         for r, path in WATCHED.items()]
+        self._threads = [
+            threading.Thread(target=self._run, args=(path,), daemon=True, name=f"watch-{r}")
+            for r, path in WATCHED.items()
+        ]
 
     def start(self) -> WorkloadWatch:
         for thread in self._threads:
@@ -65,7 +69,11 @@ class WorkloadWatch:
         version = ""
         while not self._stop.is_set():
             try:
-                params = {"watch": "true", "timeoutSeconds": "30", **({"resourceVersion": version} if version else {})}
+                params = {
+                    "watch": "true",
+                    "timeoutSeconds": "30",
+                    **({"resourceVersion": version} if version else {}),
+                }
                 with requests.get(url, params=params, stream=True, timeout=(5, 60)) as response:
                     for line in response.iter_lines():
                         now = time.time()
@@ -132,7 +140,9 @@ def _ts(value: str) -> float | None:
     return None
 
 
-def _one_run(s: BenchStack, watch: WorkloadWatch, probe: NotificationProbe | None, variant: str) -> dict[str, Any]:
+def _one_run(
+    s: BenchStack, watch: WorkloadWatch, probe: NotificationProbe | None, variant: str
+) -> dict[str, Any]:
     request_id = f"lat-{variant}-{time.time_ns() % 10**10}"
     run_id, name = s.submit(s.request(request_id))
     out: dict[str, Any] = {"run_id": run_id, "variant": variant}
@@ -145,13 +155,21 @@ def _one_run(s: BenchStack, watch: WorkloadWatch, probe: NotificationProbe | Non
         out[f"{stage}_seen"] = watch.wait_for(f"{run_id}-{stage}-a1", timeout=5)
     out["convert_creation_timestamp"] = watch.created.get(f"{run_id}-convert-a1")
     key = record.lineage.conversion_key
-    out["convert_commit"] = s.object_created(s.settings.artifacts_bucket,
-                                             f"cache/maxtext/{key}/{run_id}-a1/0/commit_success.txt")
+    out["convert_commit"] = s.object_created(
+        s.settings.artifacts_bucket, f"cache/maxtext/{key}/{run_id}-a1/0/commit_success.txt"
+    )
     final = record.lineage.final_step
     out["train_commit"] = s.object_created(
-        s.settings.artifacts_bucket, f"runs/{run_id}/trained/rl/checkpoints/actor/{final}/commit_success.txt")
-    accepted = next((b for b in s.client.list_blobs(s.settings.artifacts_bucket, prefix=f"runs/{run_id}/events/")
-                     if b.name.endswith("-accepted.json")), None)
+        s.settings.artifacts_bucket, f"runs/{run_id}/trained/rl/checkpoints/actor/{final}/commit_success.txt"
+    )
+    accepted = next(
+        (
+            b
+            for b in s.client.list_blobs(s.settings.artifacts_bucket, prefix=f"runs/{run_id}/events/")
+            if b.name.endswith("-accepted.json")
+        ),
+        None,
+    )
     out["claimed"] = accepted.time_created.timestamp() if accepted is not None else None
     # The workflow's wait, from the ledger's history (times written by the stage function, µs):
     # `launched` ends the launch call, right before the workflow starts waiting; the convert
@@ -190,9 +208,13 @@ def run(args: argparse.Namespace) -> Section:
                 if (i + 1) % 10 == 0:
                     say(f"latency: {i + 1}/{args.latency_runs} runs with events")
             s.stack.set_faults([{"fault": "drop-events:convert"}])
-            say(f"latency: {args.latency_runs} runs with drop-events:convert, {args.drop_concurrency} at a time")
+            say(
+                f"latency: {args.latency_runs} runs with drop-events:convert, {args.drop_concurrency} at a time"
+            )
             with ThreadPoolExecutor(args.drop_concurrency) as pool:
-                results += list(pool.map(lambda _: _one_run(s, watch, probe, "dropped"), range(args.latency_runs)))
+                results += list(
+                    pool.map(lambda _: _one_run(s, watch, probe, "dropped"), range(args.latency_runs))
+                )
             s.stack.set_faults([])
         finally:
             watch.stop()
@@ -215,8 +237,12 @@ def run(args: argparse.Namespace) -> Section:
     phase_drop = summary(_spans(dropped, "convert_commit", "convert_launched"))
     # The watch must agree with the server's own creationTimestamp, which is truncated to the
     # second: watch time - creationTimestamp is the truncated fraction (< 1 s) plus the watch's delay.
-    skews = [r[seen] - ts for r in on + dropped for seen, created in (("convert_seen", "convert_creation_timestamp"),)
-             if r.get(seen) and (ts := _ts(r.get(created) or ""))]
+    skews = [
+        r[seen] - ts
+        for r in on + dropped
+        for seen, created in (("convert_seen", "convert_creation_timestamp"),)
+        if r.get(seen) and (ts := _ts(r.get(created) or ""))
+    ]
     watch_ok = all(-0.01 <= k < 1.2 for k in skews)
 
     def row(label: str, st: dict[str, float], base: str) -> list[str]:
@@ -226,27 +252,51 @@ def run(args: argparse.Namespace) -> Section:
         return f"{part['p50'] / req_convert['p50']:.0%} of the p50 above"
 
     rows = [
-        row("request object written → convert Job created", req_convert,
-            f"poll interval {poll} s: p50 ×{req_convert['p50'] / poll:.3f}"),
-        row("  … object written → its notification leaves the Pub/Sub emulator (emulated Eventarc hop)",
-            notified, share(notified)),
+        row(
+            "request object written → convert Job created",
+            req_convert,
+            f"poll interval {poll} s: p50 ×{req_convert['p50'] / poll:.3f}",
+        ),
+        row(
+            "  … object written → its notification leaves the Pub/Sub emulator (emulated Eventarc hop)",
+            notified,
+            share(notified),
+        ),
         row("  … object written → run claimed (ledger `accepted`)", claimed, share(claimed)),
-        row("  … run claimed → convert Job created (execution start, plan, launch)", claim_to_convert,
-            share(claim_to_convert)),
-        row("`0/commit_success.txt` written → train JobSet created, **events on**", commit_train_on,
-            f"events dropped (below): ×{commit_train_on['p50'] / commit_train_drop['p50']:.3f}"),
-        row("final `commit_success.txt` written → export Job created, events on", commit_export_on,
-            f"poll interval: ×{commit_export_on['p50'] / poll:.3f}"),
-        row("`0/commit_success.txt` written → train JobSet created, **events dropped**", commit_train_drop,
-            f"poll interval: ×{commit_train_drop['p50'] / poll:.3f} (p95 ×{commit_train_drop['p95'] / poll:.3f})"),
-        row("the workflow's wait for convert, **events dropped**: launched → the status check that saw it done",
-            wait_drop, f"**poll interval: ×{wait_drop['p50'] / poll:.3f}** (p95 ×{wait_drop['p95'] / poll:.3f})"),
+        row(
+            "  … run claimed → convert Job created (execution start, plan, launch)",
+            claim_to_convert,
+            share(claim_to_convert),
+        ),
+        row(
+            "`0/commit_success.txt` written → train JobSet created, **events on**",
+            commit_train_on,
+            f"events dropped (below): ×{commit_train_on['p50'] / commit_train_drop['p50']:.3f}",
+        ),
+        row(
+            "final `commit_success.txt` written → export Job created, events on",
+            commit_export_on,
+            f"poll interval: ×{commit_export_on['p50'] / poll:.3f}",
+        ),
+        row(
+            "`0/commit_success.txt` written → train JobSet created, **events dropped**",
+            commit_train_drop,
+            f"poll interval: ×{commit_train_drop['p50'] / poll:.3f} (p95 ×{commit_train_drop['p95'] / poll:.3f})",
+        ),
+        row(
+            "the workflow's wait for convert, **events dropped**: launched → the status check that saw it done",
+            wait_drop,
+            f"**poll interval: ×{wait_drop['p50'] / poll:.3f}** (p95 ×{wait_drop['p95'] / poll:.3f})",
+        ),
         row("the same wait, events on", wait_on, f"poll interval: ×{wait_on['p50'] / poll:.3f}"),
-        row("  (where the commit lands in that wait, events dropped: launched → `0/commit_success.txt`)",
-            phase_drop, f"poll interval: ×{phase_drop['p50'] / poll:.3f}"),
+        row(
+            "  (where the commit lands in that wait, events dropped: launched → `0/commit_success.txt`)",
+            phase_drop,
+            f"poll interval: ×{phase_drop['p50'] / poll:.3f}",
+        ),
     ]
     body = (
-        f"`timing=\"zero\"`, `poll_seconds={poll}`, events: {events_mode}. {len(on)} runs with events "
+        f'`timing="zero"`, `poll_seconds={poll}`, events: {events_mode}. {len(on)} runs with events '
         f"(sequential, after {args.latency_warmup} warm-up runs), {len(dropped)} with the convert stage's "
         f"events dropped (`drop-events:convert`, {args.drop_concurrency} at a time); {len(failed)} runs did not "
         "succeed. The workflow's wait is read from the ledger's history (`launched` and the convert `succeeded` "
@@ -264,24 +314,50 @@ def run(args: argparse.Namespace) -> Section:
         f"{watch_ok} (n={len(skews)}, max {max(skews, default=float('nan')):.3f} s)."
     )
     headline = [
-        ("request → convert workload created (p50 / p95)", f"{secs(req_convert['p50'])} / {secs(req_convert['p95'])}",
-         f"the emulated notification hop alone: {secs(notified['p50'])}"),
-        ("convert committed → train created, events on (p50 / p95)",
-         f"{secs(commit_train_on['p50'])} / {secs(commit_train_on['p95'])}",
-         f"events dropped: {secs(commit_train_drop['p50'])} (×{commit_train_drop['p50'] / poll:.2f} the {poll} s poll "
-         "interval; the commit lands mid-wait)"),
-        ("workflow's wait when the convert events are dropped (p50)", secs(wait_drop["p50"]),
-         f"×{wait_drop['p50'] / poll:.3f} the {poll} s poll interval"),
+        (
+            "request → convert workload created (p50 / p95)",
+            f"{secs(req_convert['p50'])} / {secs(req_convert['p95'])}",
+            f"the emulated notification hop alone: {secs(notified['p50'])}",
+        ),
+        (
+            "convert committed → train created, events on (p50 / p95)",
+            f"{secs(commit_train_on['p50'])} / {secs(commit_train_on['p95'])}",
+            f"events dropped: {secs(commit_train_drop['p50'])} (×{commit_train_drop['p50'] / poll:.2f} the {poll} s poll "
+            "interval; the commit lands mid-wait)",
+        ),
+        (
+            "workflow's wait when the convert events are dropped (p50)",
+            secs(wait_drop["p50"]),
+            f"×{wait_drop['p50'] / poll:.3f} the {poll} s poll interval",
+        ),
     ]
-    data = {"poll_seconds": poll, "runs": results, "summaries": {
-        "request_to_convert": req_convert, "request_to_notified": notified, "request_to_claimed": claimed,
-        "claimed_to_convert": claim_to_convert, "commit_to_train_events": commit_train_on,
-        "commit_to_export_events": commit_export_on, "commit_to_train_dropped": commit_train_drop,
-        "wait_events": wait_on, "wait_dropped": wait_drop, "commit_phase_dropped": phase_drop},
-        "watch_skews": skews}
+    data = {
+        "poll_seconds": poll,
+        "runs": results,
+        "summaries": {
+            "request_to_convert": req_convert,
+            "request_to_notified": notified,
+            "request_to_claimed": claimed,
+            "claimed_to_convert": claim_to_convert,
+            "commit_to_train_events": commit_train_on,
+            "commit_to_export_events": commit_export_on,
+            "commit_to_train_dropped": commit_train_drop,
+            "wait_events": wait_on,
+            "wait_dropped": wait_drop,
+            "commit_phase_dropped": phase_drop,
+        },
+        "watch_skews": skews,
+    }
     ok = not failed and watch_ok and len(on) >= args.latency_runs and len(dropped) >= args.latency_runs
-    return Section("latency", "4. Control-plane latency (local stack, zero-duration stages)", body, headline,
-                   data=data, seconds=time.monotonic() - started, ok=ok)
+    return Section(
+        "latency",
+        "4. Control-plane latency (local stack, zero-duration stages)",
+        body,
+        headline,
+        data=data,
+        seconds=time.monotonic() - started,
+        ok=ok,
+    )
 
 
 if __name__ == "__main__":

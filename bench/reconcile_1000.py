@@ -62,7 +62,12 @@ def world(n: int) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, int]]:
             specs.append((run_id, {"state": "accepted", "age": 600, "lease_until": time.time() - 300}))
         else:
             specs.append((run_id, {"state": "succeeded" if i % 2 else "failed"}))
-    return specs, {"active": active, "gone": gone, "stranded": stranded, "terminal": n - active - gone - stranded}
+    return specs, {
+        "active": active,
+        "gone": gone,
+        "stranded": stranded,
+        "terminal": n - active - gone - stranded,
+    }
 
 
 def slow_storage(client: Any, latency: float) -> None:
@@ -99,11 +104,19 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 requests = client.create_bucket(f"bench-requests-{suffix}").name
                 from rlpipe.control.blobstore import BlobStore
 
-                chain = Chain(BlobStore(client, artifacts), kube, workflows,
-                              chain_settings(artifacts, requests, kube, workflows))
+                chain = Chain(
+                    BlobStore(client, artifacts),
+                    kube,
+                    workflows,
+                    chain_settings(artifacts, requests, kube, workflows),
+                )
                 specs, mix = world(n)
                 out["mix"] = mix
-                active = [run_id for run_id, spec in specs if spec["state"] == "training" and "execution" not in spec]
+                active = [
+                    run_id
+                    for run_id, spec in specs
+                    if spec["state"] == "training" and "execution" not in spec
+                ]
                 started = time.monotonic()
                 with ThreadPoolExecutor(16) as pool:
                     names = dict(zip(active, pool.map(chain.start, active), strict=True))
@@ -119,8 +132,12 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 dry: dict[int, dict[str, Any]] = {}
                 for concurrency in CONCURRENCIES:
                     report, seconds = _timed(chain, concurrency, dry_run=True)
-                    dry[concurrency] = {"seconds": seconds, "examined": report.examined,
-                                        "planned": len(report.outcomes), "complete": report.round_complete}
+                    dry[concurrency] = {
+                        "seconds": seconds,
+                        "examined": report.examined,
+                        "planned": len(report.outcomes),
+                        "complete": report.round_complete,
+                    }
                 out["dry_run"] = dry
                 slow_client = make_client("rlpipe-bench")
                 slow_storage(slow_client, latency_ms / 1000)
@@ -129,13 +146,25 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 out["dry_run_latency"] = {}
                 for concurrency in (1, 8):
                     report, seconds = _timed(slow, concurrency, dry_run=True)
-                    out["dry_run_latency"][concurrency] = {"seconds": seconds, "examined": report.examined,
-                                                           "planned": len(report.outcomes)}
+                    out["dry_run_latency"][concurrency] = {
+                        "seconds": seconds,
+                        "examined": report.examined,
+                        "planned": len(report.outcomes),
+                    }
                 report, seconds = _timed(chain, 8, dry_run=False)
-                out["real"] = {"seconds": seconds, "examined": report.examined, "actions": report.counts(),
-                               "errors": len(report.errors), "complete": report.round_complete}
+                out["real"] = {
+                    "seconds": seconds,
+                    "examined": report.examined,
+                    "actions": report.counts(),
+                    "errors": len(report.errors),
+                    "complete": report.round_complete,
+                }
                 report, seconds = _timed(chain, 8, dry_run=False)
-                out["steady"] = {"seconds": seconds, "examined": report.examined, "actions": len(report.outcomes)}
+                out["steady"] = {
+                    "seconds": seconds,
+                    "examined": report.examined,
+                    "actions": len(report.outcomes),
+                }
         finally:
             gcs.stop()
     return out
@@ -157,23 +186,35 @@ def _timed(chain: Any, concurrency: int, *, dry_run: bool) -> tuple[Any, float]:
 def render(m: dict[str, Any]) -> str:
     n = m["ledgers"]
     base = m["dry_run"][1]["seconds"]
-    lines = [f"reconcile, {n} ledgers ({', '.join(f'{v} {k}' for k, v in m['mix'].items())}), "
-             f"20 orphan JobSets; setup {m['setup_seconds']:.1f}s",
-             "", "| pass | concurrency | seconds | ledgers/s | vs dry run at concurrency 1 | outcome |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"reconcile, {n} ledgers ({', '.join(f'{v} {k}' for k, v in m['mix'].items())}), "
+        f"20 orphan JobSets; setup {m['setup_seconds']:.1f}s",
+        "",
+        "| pass | concurrency | seconds | ledgers/s | vs dry run at concurrency 1 | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
     for c, d in m["dry_run"].items():
-        lines.append(f"| dry run | {c} | {d['seconds']:.2f} | {n / d['seconds']:.0f} | ×{base / d['seconds']:.2f} "
-                     f"| {d['examined']} examined, {d['planned']} planned, round complete: {d['complete']} |")
+        lines.append(
+            f"| dry run | {c} | {d['seconds']:.2f} | {n / d['seconds']:.0f} | ×{base / d['seconds']:.2f} "
+            f"| {d['examined']} examined, {d['planned']} planned, round complete: {d['complete']} |"
+        )
     slow = m["dry_run_latency"]
     for c, d in slow.items():
-        lines.append(f"| dry run, +{m['latency_ms']:g} ms per GCS request | {c} | {d['seconds']:.2f} "
-                     f"| {n / d['seconds']:.0f} | ×{slow[1]['seconds'] / d['seconds']:.2f} (vs 1 with latency) "
-                     f"| {d['examined']} examined, {d['planned']} planned |")
+        lines.append(
+            f"| dry run, +{m['latency_ms']:g} ms per GCS request | {c} | {d['seconds']:.2f} "
+            f"| {n / d['seconds']:.0f} | ×{slow[1]['seconds'] / d['seconds']:.2f} (vs 1 with latency) "
+            f"| {d['examined']} examined, {d['planned']} planned |"
+        )
     real, steady = m["real"], m["steady"]
     acts = ", ".join(f"{k} {v}" for k, v in real["actions"].items())
-    lines.append(f"| real | 8 | {real['seconds']:.2f} | {n / real['seconds']:.0f} | ×{base / real['seconds']:.2f} "
-                 f"| {real['examined']} examined; {acts}; errors {real['errors']} |")
-    lines.append(f"| steady state | 8 | {steady['seconds']:.2f} | {n / steady['seconds']:.0f} "
-                 f"| ×{base / steady['seconds']:.2f} | {steady['examined']} examined, {steady['actions']} actions |")
+    lines.append(
+        f"| real | 8 | {real['seconds']:.2f} | {n / real['seconds']:.0f} | ×{base / real['seconds']:.2f} "
+        f"| {real['examined']} examined; {acts}; errors {real['errors']} |"
+    )
+    lines.append(
+        f"| steady state | 8 | {steady['seconds']:.2f} | {n / steady['seconds']:.0f} "
+        f"| ×{base / steady['seconds']:.2f} | {steady['examined']} examined, {steady['actions']} actions |"
+    )
     return "\n".join(lines)
 
 
@@ -185,18 +226,33 @@ def run(args: argparse.Namespace) -> Any:
     m = measure(getattr(args, "ledgers", 1000), getattr(args, "gcs_latency_ms", 20.0))
     real = m["real"]["seconds"]
     slow = m["dry_run_latency"]
-    headline = [("reconcile pass, 1,000 ledgers (120 repairs)", f"{real:.1f} s",
-                 f"read path with +{m['latency_ms']:g} ms per GCS request: {slow[8]['seconds']:.1f} s at "
-                 f"concurrency 8 vs {slow[1]['seconds']:.1f} s at 1")]
-    return Section("reconcile", "Reconcile: one pass over 1,000 ledgers", render(m), headline, data=m,
-                   seconds=time.monotonic() - started)
+    headline = [
+        (
+            "reconcile pass, 1,000 ledgers (120 repairs)",
+            f"{real:.1f} s",
+            f"read path with +{m['latency_ms']:g} ms per GCS request: {slow[8]['seconds']:.1f} s at "
+            f"concurrency 8 vs {slow[1]['seconds']:.1f} s at 1",
+        )
+    ]
+    return Section(
+        "reconcile",
+        "Reconcile: one pass over 1,000 ledgers",
+        render(m),
+        headline,
+        data=m,
+        seconds=time.monotonic() - started,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledgers", type=int, default=1000)
-    parser.add_argument("--gcs-latency-ms", type=float, default=20.0,
-                        help="latency added to each storage request in the second set of dry runs")
+    parser.add_argument(
+        "--gcs-latency-ms",
+        type=float,
+        default=20.0,
+        help="latency added to each storage request in the second set of dry runs",
+    )
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON too")
     args = parser.parse_args(argv)
     m = measure(args.ledgers, args.gcs_latency_ms)

@@ -40,13 +40,23 @@ TITLES = {
     "intake": "5. Intake under a duplicate burst",
     "soak": "6. Soak: concurrent runs with random faults",
 }
-QUICK = {"cold_reps": 5, "cold_entry_reps": 3, "latency_runs": 10, "burst_sizes": [10, 100], "soak_runs": 8,
-         "fastpath_events": 1000, "fastpath_seconds": 0.2}
+QUICK = {
+    "cold_reps": 5,
+    "cold_entry_reps": 3,
+    "latency_runs": 10,
+    "burst_sizes": [10, 100],
+    "soak_runs": 8,
+    "fastpath_events": 1000,
+    "fastpath_seconds": 0.2,
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.run_all", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run_all",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--only", nargs="+", choices=ORDER, help="run only these benchmarks")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     p.add_argument("--quick", action="store_true", help="smaller repetitions (stated in RESULTS.md)")
@@ -61,7 +71,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--fastpath-seconds", type=float, default=0.5, help="minimum seconds per measured round")
     g = p.add_argument_group("4. latency and 6. soak (local stack)")
     g.add_argument("--poll-seconds", type=int, default=2, help="the workflow's poll interval on the stack")
-    g.add_argument("--latency-runs", type=int, default=30, help="runs per variant (events on, events dropped)")
+    g.add_argument(
+        "--latency-runs", type=int, default=30, help="runs per variant (events on, events dropped)"
+    )
     g.add_argument("--latency-warmup", type=int, default=2)
     g.add_argument("--drop-concurrency", type=int, default=3, help="dropped-event runs at a time")
     g = p.add_argument_group("5. intake burst")
@@ -89,22 +101,32 @@ def _child(key: str, argv: list[str]) -> Section:
     out.unlink(missing_ok=True)
     started = time.monotonic()
     say(f"=== {TITLES[key]}")
-    done = subprocess.run([PYTHON, "-m", "bench.run_all", *argv, "--section", key, "--json-out", str(out)],
-                          cwd=ROOT, check=False)
+    done = subprocess.run(
+        [PYTHON, "-m", "bench.run_all", *argv, "--section", key, "--json-out", str(out)],
+        cwd=ROOT,
+        check=False,
+    )
     if done.returncode == 0 and out.exists():
         raw = json.loads(out.read_text())
         raw["headline"] = [tuple(h) for h in raw["headline"]]
         return Section(**raw)
-    return Section(key, TITLES[key], f"**The benchmark crashed** (exit {done.returncode}); see the output of "
-                   "`make bench` above.", seconds=time.monotonic() - started, ok=False)
+    return Section(
+        key,
+        TITLES[key],
+        f"**The benchmark crashed** (exit {done.returncode}); see the output of `make bench` above.",
+        seconds=time.monotonic() - started,
+        ok=False,
+    )
 
 
 def _settings(args: argparse.Namespace) -> str:
-    return (f"`--convert-hours {args.convert_hours:g} --export-hours {args.export_hours:g} --cold-reps {args.cold_reps} "
-            f"--cold-entry-reps {args.cold_entry_reps} --fastpath-events {args.fastpath_events} --poll-seconds "
-            f"{args.poll_seconds} --latency-runs {args.latency_runs} --drop-concurrency {args.drop_concurrency} "
-            f"--burst-sizes {' '.join(str(n) for n in args.burst_sizes)} --soak-runs {args.soak_runs} "
-            f"--soak-timing {args.soak_timing}`")
+    return (
+        f"`--convert-hours {args.convert_hours:g} --export-hours {args.export_hours:g} --cold-reps {args.cold_reps} "
+        f"--cold-entry-reps {args.cold_entry_reps} --fastpath-events {args.fastpath_events} --poll-seconds "
+        f"{args.poll_seconds} --latency-runs {args.latency_runs} --drop-concurrency {args.drop_concurrency} "
+        f"--burst-sizes {' '.join(str(n) for n in args.burst_sizes)} --soak-runs {args.soak_runs} "
+        f"--soak-timing {args.soak_timing}`"
+    )
 
 
 def report(sections: list[Section], args: argparse.Namespace, info: dict[str, object], elapsed: float) -> str:
@@ -116,25 +138,31 @@ def report(sections: list[Section], args: argparse.Namespace, info: dict[str, ob
         "baseline measured in the same run (or computed, and then the section says how); figures from "
         "different runs or machines are not comparable.",
         "",
-        table(["machine", ""], [
-            ["CPUs (`nproc`)", info["nproc"]],
-            ["memory", f"{info['memory_gib']} GiB"],
-            ["CPU model (/proc/cpuinfo)", info["cpu_model"]],
-            ["Python", info["python"]],
-            ["kernel", info["kernel"]],
-            ["load average (1, 5, 15 min) at start → end", f"{info['loadavg']} → {loadavg()}"],
-            ["rlpipe commit", info["git"]],
-        ]),
+        table(
+            ["machine", ""],
+            [
+                ["CPUs (`nproc`)", info["nproc"]],
+                ["memory", f"{info['memory_gib']} GiB"],
+                ["CPU model (/proc/cpuinfo)", info["cpu_model"]],
+                ["Python", info["python"]],
+                ["kernel", info["kernel"]],
+                ["load average (1, 5, 15 min) at start → end", f"{info['loadavg']} → {loadavg()}"],
+                ["rlpipe commit", info["git"]],
+            ],
+        ),
         "",
-        "Settings: " + _settings(args) + (" (**`--quick`: reduced repetitions**)" if args.quick else "") + ".",
+        "Settings: "
+        + _settings(args)
+        + (" (**`--quick`: reduced repetitions**)" if args.quick else "")
+        + ".",
         "",
         "## Headline figures",
         "",
-        table(["figure", "value", "baseline, same run"],
-              [list(h) for s in sections for h in s.headline]),
+        table(["figure", "value", "baseline, same run"], [list(h) for s in sections for h in s.headline]),
         "",
         "Correctness checks inside the benchmarks: "
-        + ", ".join(f"{s.title.split(' ', 1)[0]} {'passed' if s.ok else '**FAILED**'}" for s in sections) + ".",
+        + ", ".join(f"{s.title.split(' ', 1)[0]} {'passed' if s.ok else '**FAILED**'}" for s in sections)
+        + ".",
         "",
     ]
     for s in sections:
@@ -154,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     CACHE.mkdir(parents=True, exist_ok=True)
     info = machine()
-    say(f"machine: {info['nproc']} CPUs, {info['memory_gib']} GiB, {info['cpu_model']}, Python {info['python']}, "
-        f"load {info['loadavg']}")
+    say(
+        f"machine: {info['nproc']} CPUs, {info['memory_gib']} GiB, {info['cpu_model']}, Python {info['python']}, "
+        f"load {info['loadavg']}"
+    )
     child_argv = [a for a in argv if a not in ("--quick",)]
     if args.quick:
         child_argv += ["--quick"]
@@ -165,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     text = report(sections, args, info, elapsed)
     args.out.write_text(text)
-    dump_json(CACHE / "results.json", {"machine": info, "seconds": elapsed,
-                                       "sections": [dataclasses.asdict(s) for s in sections]})
+    dump_json(
+        CACHE / "results.json",
+        {"machine": info, "seconds": elapsed, "sections": [dataclasses.asdict(s) for s in sections]},
+    )
     say(f"wrote {args.out} ({elapsed / 60:.1f} min)")
     for s in sections:
         for figure, value, base in s.headline:

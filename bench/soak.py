@@ -49,10 +49,19 @@ class Scenario:
 # The explicit mapping scenario → expected outcome (README and RESULTS.md print it).
 EXPECTED_TEXT = [
     ("`train:1:preempt@<step>`", "succeeded; train has 2 attempts: `preempted`, then success (resumes)"),
-    ("`<stage>:1:unschedulable:<s>` (short: 300–1200 simulated s)", "succeeded; 1 attempt per stage (queued, not failed)"),
-    ("`convert:oom` (every attempt)", "failed at convert after 2 attempts: `resources`, then `permanent` (budget 1)"),
+    (
+        "`<stage>:1:unschedulable:<s>` (short: 300–1200 simulated s)",
+        "succeeded; 1 attempt per stage (queued, not failed)",
+    ),
+    (
+        "`convert:oom` (every attempt)",
+        "failed at convert after 2 attempts: `resources`, then `permanent` (budget 1)",
+    ),
     ("`<stage>:exit:1`", "failed at that stage after 1 attempt (`permanent`)"),
-    ("`<stage>:image-pull`", "failed at that stage after 1 attempt (`permanent`: ErrImagePull/ImagePullBackOff)"),
+    (
+        "`<stage>:image-pull`",
+        "failed at that stage after 1 attempt (`permanent`: ErrImagePull/ImagePullBackOff)",
+    ),
     ("`<stage>:api-5xx:<2-4>`", "succeeded; 1 attempt per stage (transient, retried by the library)"),
     ("`drop-events:<stage>`", "succeeded; 1 attempt per stage; that stage never woken by an event (poll)"),
     ("`train:stall`", "cancelled by the soak (`rlpipe cancel`) once training runs; workloads deleted"),
@@ -64,31 +73,80 @@ def draw(kind: str, rng: random.Random) -> Scenario:
     stage = rng.choice(STAGES)
     if kind == "preempt":
         step = rng.randint(5, 45)
-        return Scenario(kind, f"train:1:preempt@{step}", [{"stage": "train", "attempt": 1, "fault": f"preempt@{step}"}],
-                        "succeeded", {"train": 2}, failure_classes={"train": ["preempted", None]})
+        return Scenario(
+            kind,
+            f"train:1:preempt@{step}",
+            [{"stage": "train", "attempt": 1, "fault": f"preempt@{step}"}],
+            "succeeded",
+            {"train": 2},
+            failure_classes={"train": ["preempted", None]},
+        )
     if kind == "unschedulable":
         seconds = rng.choice((300, 600, 1200))
-        return Scenario(kind, f"{stage}:1:unschedulable:{seconds}",
-                        [{"stage": stage, "attempt": 1, "fault": f"unschedulable:{seconds}"}], "succeeded", {stage: 1})
+        return Scenario(
+            kind,
+            f"{stage}:1:unschedulable:{seconds}",
+            [{"stage": stage, "attempt": 1, "fault": f"unschedulable:{seconds}"}],
+            "succeeded",
+            {stage: 1},
+        )
     if kind == "oom":
-        return Scenario(kind, "convert:oom", [{"stage": "convert", "fault": "oom"}], "failed", {"convert": 2},
-                        failed_stage="convert", failure_classes={"convert": ["resources", "permanent"]})
+        return Scenario(
+            kind,
+            "convert:oom",
+            [{"stage": "convert", "fault": "oom"}],
+            "failed",
+            {"convert": 2},
+            failed_stage="convert",
+            failure_classes={"convert": ["resources", "permanent"]},
+        )
     if kind == "exit":
-        return Scenario(kind, f"{stage}:exit:1", [{"stage": stage, "fault": "exit:1"}], "failed", {stage: 1},
-                        failed_stage=stage, failure_classes={stage: ["permanent"]})
+        return Scenario(
+            kind,
+            f"{stage}:exit:1",
+            [{"stage": stage, "fault": "exit:1"}],
+            "failed",
+            {stage: 1},
+            failed_stage=stage,
+            failure_classes={stage: ["permanent"]},
+        )
     if kind == "image-pull":
-        return Scenario(kind, f"{stage}:image-pull", [{"stage": stage, "fault": "image-pull"}], "failed", {stage: 1},
-                        failed_stage=stage, failure_classes={stage: ["permanent"]})
+        return Scenario(
+            kind,
+            f"{stage}:image-pull",
+            [{"stage": stage, "fault": "image-pull"}],
+            "failed",
+            {stage: 1},
+            failed_stage=stage,
+            failure_classes={stage: ["permanent"]},
+        )
     if kind == "api-5xx":
         count = rng.randint(2, 4)
-        return Scenario(kind, f"{stage}:api-5xx:{count}", [{"stage": stage, "fault": f"api-5xx:{count}"}],
-                        "succeeded", {stage: 1})
+        return Scenario(
+            kind,
+            f"{stage}:api-5xx:{count}",
+            [{"stage": stage, "fault": f"api-5xx:{count}"}],
+            "succeeded",
+            {stage: 1},
+        )
     if kind == "drop-events":
-        return Scenario(kind, f"drop-events:{stage}", [{"fault": f"drop-events:{stage}"}], "succeeded", {stage: 1},
-                        no_callback_for=stage)
+        return Scenario(
+            kind,
+            f"drop-events:{stage}",
+            [{"fault": f"drop-events:{stage}"}],
+            "succeeded",
+            {stage: 1},
+            no_callback_for=stage,
+        )
     if kind == "stall":
-        return Scenario(kind, "train:stall", [{"stage": "train", "fault": "stall"}], "cancelled", {"train": 1},
-                        cancel_when_running="train")
+        return Scenario(
+            kind,
+            "train:stall",
+            [{"stage": "train", "fault": "stall"}],
+            "cancelled",
+            {"train": 1},
+            cancel_when_running="train",
+        )
     raise ValueError(f"no soak scenario for fault kind {kind!r}")
 
 
@@ -110,9 +168,14 @@ def check(scenario: Scenario, record: Any, woken: set[tuple[str, str]]) -> tuple
     for attempt in sorted(record.attempts, key=lambda a: (STAGES.index(a.stage), a.attempt)):
         by_stage.setdefault(attempt.stage, []).append(attempt)
     observed = f"{record.state}; " + ", ".join(
-        f"{stage}×{len(attempts)}" + (f" [{'/'.join(str(a.failure_class) for a in attempts)}]"
-                                      if any(a.failure_class for a in attempts) else "")
-        for stage, attempts in by_stage.items())
+        f"{stage}×{len(attempts)}"
+        + (
+            f" [{'/'.join(str(a.failure_class) for a in attempts)}]"
+            if any(a.failure_class for a in attempts)
+            else ""
+        )
+        for stage, attempts in by_stage.items()
+    )
     problems = []
     if record.state != scenario.state:
         problems.append(f"state {record.state} != {scenario.state}")
@@ -161,7 +224,9 @@ def _callbacks_sent(s: BenchStack) -> set[tuple[str, str]]:
     return woken
 
 
-def _canceller(s: BenchStack, targets: dict[str, str], stop: threading.Event, log: list[str]) -> Callable[[], None]:
+def _canceller(
+    s: BenchStack, targets: dict[str, str], stop: threading.Event, log: list[str]
+) -> Callable[[], None]:
     """Cancel each stalled run once its stage runs (what a person would do with `rlpipe cancel`)."""
     from rlpipe.cli import runs
 
@@ -195,17 +260,26 @@ def run(args: argparse.Namespace) -> Section:
         sampler.peak_total = 0
         request_ids = [f"soak{seed}-{i:02d}" for i in range(len(scenarios))]
         run_ids = [s.run_id_of(r) for r in request_ids]
-        faults = [{**entry, "run": run_id} for scenario, run_id in zip(scenarios, run_ids, strict=True)
-                  for entry in scenario.faults]
+        faults = [
+            {**entry, "run": run_id}
+            for scenario, run_id in zip(scenarios, run_ids, strict=True)
+            for entry in scenario.faults
+        ]
         s.stack.set_faults(faults)
         sampler.start()
         submit_started = time.monotonic()
         for request_id in request_ids:
             s.submit(s.request(request_id))
-        say(f"soak: {len(run_ids)} runs submitted at {args.soak_timing} timing; waiting (≤ {args.soak_timeout:g} s)")
+        say(
+            f"soak: {len(run_ids)} runs submitted at {args.soak_timing} timing; waiting (≤ {args.soak_timeout:g} s)"
+        )
         stop = threading.Event()
         cancelled: list[str] = []
-        stalls = {r: sc.cancel_when_running for r, sc in zip(run_ids, scenarios, strict=True) if sc.cancel_when_running}
+        stalls = {
+            r: sc.cancel_when_running
+            for r, sc in zip(run_ids, scenarios, strict=True)
+            if sc.cancel_when_running
+        }
         canceller = threading.Thread(target=_canceller(s, stalls, stop, cancelled), daemon=True)
         canceller.start()
         records = s.wait(run_ids, timeout=args.soak_timeout, interval=0.5)
@@ -224,10 +298,28 @@ def run(args: argparse.Namespace) -> Section:
         for i, (scenario, run_id) in enumerate(zip(scenarios, run_ids, strict=True)):
             ok, observed = check(scenario, records.get(run_id), woken)
             valid, ledger_note = _validate_ledger(s, run_id)
-            results.append({"run_id": run_id, "scenario": scenario.label, "expected": scenario.state,
-                            "observed": observed, "ok": ok, "ledger_valid": valid, "ledger": ledger_note})
-            rows.append([i + 1, f"`{run_id}`", f"`{scenario.label}`", scenario.state, observed,
-                         "✓" if ok else "**✗**", "✓" if valid else f"**✗** {ledger_note}"])
+            results.append(
+                {
+                    "run_id": run_id,
+                    "scenario": scenario.label,
+                    "expected": scenario.state,
+                    "observed": observed,
+                    "ok": ok,
+                    "ledger_valid": valid,
+                    "ledger": ledger_note,
+                }
+            )
+            rows.append(
+                [
+                    i + 1,
+                    f"`{run_id}`",
+                    f"`{scenario.label}`",
+                    scenario.state,
+                    observed,
+                    "✓" if ok else "**✗**",
+                    "✓" if valid else f"**✗** {ledger_note}",
+                ]
+            )
         ok_runs = sum(1 for r in results if r["ok"])
         valid = sum(1 for r in results if r["ledger_valid"])
         pids = s.pids
@@ -235,36 +327,71 @@ def run(args: argparse.Namespace) -> Section:
     components = sorted(sampler.peak_by_component.items(), key=lambda kv: -kv[1])
     body = (
         f"**Seed {seed}** (`python -m bench.run_all --only soak --seed {seed}` replays the same scenarios). "
-        f"{len(run_ids)} runs submitted at once, `timing=\"{args.soak_timing}\"`, `poll_seconds={args.poll_seconds}`, "
+        f'{len(run_ids)} runs submitted at once, `timing="{args.soak_timing}"`, `poll_seconds={args.poll_seconds}`, '
         f"retry backoff 1–2 s; all terminal after {secs(all_terminal)}.\n\n"
         "Expected outcome of each scenario:\n\n"
         + table(["scenario", "expected"], EXPECTED_TEXT)
         + "\n\n"
-        + table(["#", "run", "scenario", "expected", "observed (state; stage×attempts [failure classes])", "ok",
-                 "ledger validates"], rows)
+        + table(
+            [
+                "#",
+                "run",
+                "scenario",
+                "expected",
+                "observed (state; stage×attempts [failure classes])",
+                "ok",
+                "ledger validates",
+            ],
+            rows,
+        )
         + f"\n\nRuns in their expected terminal state: **{ok_runs}/{len(results)}**; ledgers valid: "
         f"**{valid}/{len(results)}**; workloads left in the cluster: **{len(left)}**"
-        + (f" ({', '.join(left)})" if left else "") + f"; stalled runs cancelled: {len(cancelled)}.\n\n"
+        + (f" ({', '.join(left)})" if left else "")
+        + f"; stalled runs cancelled: {len(cancelled)}.\n\n"
         f"Memory of the stack (sum of RSS over its {len(pids)} process groups, {sampler.samples} samples): "
         f"**peak {mib(sampler.peak_total)}** at {sampler.peak_at:.0f} s, vs **{mib(idle_total)} idle** just "
         f"before the soak (×{sampler.peak_total / max(idle_total, 1):.2f}). Per component, peak (idle): "
-        + ", ".join(f"{name} {mib(v)} ({mib(idle.get(name, 0))})" for name, v in components) + "."
+        + ", ".join(f"{name} {mib(v)} ({mib(idle.get(name, 0))})" for name, v in components)
+        + "."
     )
     headline = [
-        (f"soak: {len(run_ids)} concurrent runs, random faults (seed {seed})",
-         f"{ok_runs}/{len(results)} as expected, {valid}/{len(results)} ledgers valid, {len(left)} workloads left",
-         f"all terminal in {secs(all_terminal)}"),
-        ("soak: peak memory of the whole stack", mib(sampler.peak_total),
-         f"idle stack {mib(idle_total)} (×{sampler.peak_total / max(idle_total, 1):.2f})"),
+        (
+            f"soak: {len(run_ids)} concurrent runs, random faults (seed {seed})",
+            f"{ok_runs}/{len(results)} as expected, {valid}/{len(results)} ledgers valid, {len(left)} workloads left",
+            f"all terminal in {secs(all_terminal)}",
+        ),
+        (
+            "soak: peak memory of the whole stack",
+            mib(sampler.peak_total),
+            f"idle stack {mib(idle_total)} (×{sampler.peak_total / max(idle_total, 1):.2f})",
+        ),
     ]
-    data = {"seed": seed, "timing": args.soak_timing, "results": results, "left": left, "cancelled": cancelled,
-            "all_terminal_s": all_terminal, "peak_rss": sampler.peak_total, "idle_rss": idle_total,
-            "peak_by_component": sampler.peak_by_component, "idle_by_component": idle}
+    data = {
+        "seed": seed,
+        "timing": args.soak_timing,
+        "results": results,
+        "left": left,
+        "cancelled": cancelled,
+        "all_terminal_s": all_terminal,
+        "peak_rss": sampler.peak_total,
+        "idle_rss": idle_total,
+        "peak_by_component": sampler.peak_by_component,
+        "idle_by_component": idle,
+    }
     ok = ok_runs == len(results) and valid == len(results) and not left
-    return Section("soak", "6. Soak: concurrent runs with random faults", body, headline, data=data,
-                   seconds=time.monotonic() - started, ok=ok)
+    return Section(
+        "soak",
+        "6. Soak: concurrent runs with random faults",
+        body,
+        headline,
+        data=data,
+        seconds=time.monotonic() - started,
+        ok=ok,
+    )
 
 
 if __name__ == "__main__":
-    section = run(argparse.Namespace(seed=None, soak_runs=8, soak_timing="demo", poll_seconds=2, soak_timeout=240))
+    section = run(
+        argparse.Namespace(seed=None, soak_runs=8, soak_timing="demo", poll_seconds=2, soak_timeout=240)
+    )
     print(section.body)

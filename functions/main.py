@@ -26,7 +26,9 @@ def _intake(cloud_event: Any, component: str, parse: Any, submit: str) -> None:
     try:
         event = parse(_attributes(cloud_event), cloud_event.data)
     except BadEvent as exc:
-        log.warning("event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"])
+        log.warning(
+            "event ignored", reason=str(exc), event_type=cloud_event["type"], event_id=cloud_event["id"]
+        )
         return
     from rlpipe.control import services
 

@@ -28,7 +28,6 @@ def minimal_request(**fields: Any) -> dict[str, Any]:
 # ---- real local servers ---------------------------------------------------------------------------
 
 
-
 @pytest.fixture(scope="session")
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """fake-gcs-server behind the strict proxy: downloads of a superseded generation fail, as on GCS."""
@@ -55,8 +54,13 @@ class Buckets:
         return BlobStore(self.client, self.requests if which == "requests" else self.artifacts)
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.emulator, "RLPIPE_PROJECT": "rlpipe-test",
-                "RLPIPE_REQUESTS_BUCKET": self.requests, "RLPIPE_ARTIFACTS_BUCKET": self.artifacts, **extra}
+        return {
+            "STORAGE_EMULATOR_HOST": self.emulator,
+            "RLPIPE_PROJECT": "rlpipe-test",
+            "RLPIPE_REQUESTS_BUCKET": self.requests,
+            "RLPIPE_ARTIFACTS_BUCKET": self.artifacts,
+            **extra,
+        }
 
 
 @pytest.fixture

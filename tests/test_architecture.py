@@ -26,7 +26,11 @@ def _modules() -> list[Path]:
 
 
 def test_no_module_is_over_the_size_limit() -> None:
-    too_long = {str(p.relative_to(ROOT)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    too_long = {
+        str(p.relative_to(ROOT)): n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
     assert not too_long, f"split these modules (limit {MAX_MODULE_LINES} lines): {too_long}"
 
 
@@ -51,8 +55,12 @@ def test_the_function_entry_points_import_no_local_stand_in_or_cli() -> None:
 def _lint_imports(library_root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
-        cwd=library_root, env={"PYTHONPATH": str(library_root), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=120, check=False,
+        cwd=library_root,
+        env={"PYTHONPATH": str(library_root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -73,7 +81,9 @@ def library_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("cluster/__init__.py", "from rlpipe.control import ledger", "No import cycles"),
     ],
 )
-def test_a_forbidden_import_breaks_a_contract(library_copy: Path, module: str, planted: str, broken: str) -> None:
+def test_a_forbidden_import_breaks_a_contract(
+    library_copy: Path, module: str, planted: str, broken: str
+) -> None:
     target = library_copy / "rlpipe" / module
     original = target.read_text()
     target.write_text(f"{original}\n{planted}  # planted by the test\n")

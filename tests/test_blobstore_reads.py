@@ -42,7 +42,9 @@ def test_metadata_then_media_tears_on_the_stand_in(buckets: Buckets) -> None:
         meta.download_as_bytes(if_generation_match=meta.generation)
 
 
-def test_a_read_returns_bytes_and_the_generation_they_belong_to_while_a_writer_races(buckets: Buckets) -> None:
+def test_a_read_returns_bytes_and_the_generation_they_belong_to_while_a_writer_races(
+    buckets: Buckets,
+) -> None:
     store = buckets.store("artifacts")
     generation = _write(store, "race.json", {"n": 0})
     written = {generation: 0}

@@ -18,7 +18,12 @@ SCHEMA_FILE = ROOT / "shared" / "rlpipe" / "core" / "request.schema.json"
 
 def rlpipe(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "rlpipe.cli.main", *args], capture_output=True, text=True, input=stdin, cwd=ROOT, check=False
+        [sys.executable, "-m", "rlpipe.cli.main", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        check=False,
     )
 
 
@@ -32,7 +37,16 @@ def test_render_prints_three_valid_objects() -> None:
 
 
 def test_render_one_stage_and_attempt() -> None:
-    result = rlpipe("render", "examples/gemma4-26b-v6e-64.yaml", "--stage", "train", "--attempt", "4", "--run-id", "rmyrun000001")
+    result = rlpipe(
+        "render",
+        "examples/gemma4-26b-v6e-64.yaml",
+        "--stage",
+        "train",
+        "--attempt",
+        "4",
+        "--run-id",
+        "rmyrun000001",
+    )
     docs = list(yaml.safe_load_all(result.stdout))
     assert len(docs) == 1 and docs[0]["metadata"]["name"] == "rmyrun000001-train-a4"
 
@@ -40,14 +54,21 @@ def test_render_one_stage_and_attempt() -> None:
 def test_validate_exit_codes_and_error_list(tmp_path: Path) -> None:
     assert rlpipe("validate", "examples/gemma4-26b-v6e-32.yaml").returncode == 0
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\ntpu: {topology: 8x8}\ntraining: {batch_size: 3}\n")
+    bad.write_text(
+        "model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\ntpu: {topology: 8x8}\ntraining: {batch_size: 3}\n"
+    )
     result = rlpipe("validate", str(bad))
     assert result.returncode == 1
-    assert "tpu.topology" in result.stderr and "training.batch_size" in result.stderr and "fix:" in result.stderr
+    assert (
+        "tpu.topology" in result.stderr and "training.batch_size" in result.stderr and "fix:" in result.stderr
+    )
 
 
 def test_validate_reads_stdin() -> None:
-    assert rlpipe("validate", "-", stdin="model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\n").returncode == 0
+    assert (
+        rlpipe("validate", "-", stdin="model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\n").returncode
+        == 0
+    )
 
 
 def test_render_refuses_an_invalid_request(tmp_path: Path) -> None:

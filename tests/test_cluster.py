@@ -83,14 +83,18 @@ def server() -> Iterator[KubeApiServer]:
         yield srv
 
 
-def server_log(server: KubeApiServer, count: int, method: str | None = None,
-               path: str | None = None) -> list[kube_api.RequestRecord]:
+def server_log(
+    server: KubeApiServer, count: int, method: str | None = None, path: str | None = None
+) -> list[kube_api.RequestRecord]:
     """The double logs a request just *after* answering it, so wait (briefly) for ``count``
     matching records instead of racing the server thread."""
     deadline = time.monotonic() + 2
     while True:
-        found = [r for r in server.requests
-                 if (method is None or r.method == method) and (path is None or re.search(path, r.path))]
+        found = [
+            r
+            for r in server.requests
+            if (method is None or r.method == method) and (path is None or re.search(path, r.path))
+        ]
         if len(found) >= count or time.monotonic() > deadline:
             return found
         time.sleep(0.005)
@@ -134,7 +138,9 @@ def rendered(stage: identity.Stage, run_id: str = RUN, attempt: int = 1) -> dict
 # --------------------------------------------------------------------------- document builders
 
 
-def cond(type_: str, status: str = "True", reason: str | None = None, message: str | None = None) -> dict[str, Any]:
+def cond(
+    type_: str, status: str = "True", reason: str | None = None, message: str | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"type": type_, "status": status, "lastTransitionTime": T0}
     if reason:
         out["reason"] = reason
@@ -143,49 +149,103 @@ def cond(type_: str, status: str = "True", reason: str | None = None, message: s
     return out
 
 
-SCHEDULED = [cond("PodReadyToStartContainers"), cond("Initialized"), cond("Ready"), cond("ContainersReady"),
-             cond("PodScheduled")]
-STOPPED = [cond("PodReadyToStartContainers", "False"), cond("Initialized"),
-           cond("Ready", "False", "PodFailed"), cond("ContainersReady", "False", "PodFailed"), cond("PodScheduled")]
+SCHEDULED = [
+    cond("PodReadyToStartContainers"),
+    cond("Initialized"),
+    cond("Ready"),
+    cond("ContainersReady"),
+    cond("PodScheduled"),
+]
+STOPPED = [
+    cond("PodReadyToStartContainers", "False"),
+    cond("Initialized"),
+    cond("Ready", "False", "PodFailed"),
+    cond("ContainersReady", "False", "PodFailed"),
+    cond("PodScheduled"),
+]
 
 
-def running(name: str, image: str = "img", *, restarts: int = 0, last: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "image": image, "imageID": f"{image}@sha256:{'a' * 64}", "ready": True,
-            "started": True, "restartCount": restarts, "state": {"running": {"startedAt": T0}},
-            "lastState": {"terminated": last} if last else {}}
+def running(
+    name: str, image: str = "img", *, restarts: int = 0, last: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imageID": f"{image}@sha256:{'a' * 64}",
+        "ready": True,
+        "started": True,
+        "restartCount": restarts,
+        "state": {"running": {"startedAt": T0}},
+        "lastState": {"terminated": last} if last else {},
+    }
 
 
 def term(code: int, reason: str = "Error", message: str | None = None) -> dict[str, Any]:
-    out = {"exitCode": code, "reason": reason, "startedAt": T0, "finishedAt": T0,
-           "containerID": "containerd://" + "b" * 64}
+    out = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": T0,
+        "finishedAt": T0,
+        "containerID": "containerd://" + "b" * 64,
+    }
     if message:
         out["message"] = message
     return out
 
 
 def terminated(name: str, code: int, reason: str = "Error", message: str | None = None) -> dict[str, Any]:
-    return {"name": name, "image": "img", "imageID": "", "ready": False, "started": False, "restartCount": 0,
-            "state": {"terminated": term(code, reason, message)}, "lastState": {}}
+    return {
+        "name": name,
+        "image": "img",
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"terminated": term(code, reason, message)},
+        "lastState": {},
+    }
 
 
-def waiting(name: str, reason: str, message: str, *, restarts: int = 0,
-            last: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "image": "img", "imageID": "", "ready": False, "started": False,
-            "restartCount": restarts, "state": {"waiting": {"reason": reason, "message": message}},
-            "lastState": {"terminated": last} if last else {}}
+def waiting(
+    name: str, reason: str, message: str, *, restarts: int = 0, last: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "img",
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": restarts,
+        "state": {"waiting": {"reason": reason, "message": message}},
+        "lastState": {"terminated": last} if last else {},
+    }
 
 
-UNSCHEDULABLE_CPU = ("0/6 nodes are available: 3 Insufficient cpu, 3 node(s) didn't match Pod's node "
-                     "affinity/selector. preemption: 0/6 nodes are available: 3 No preemption victims found "
-                     "for incoming pod, 3 Preemption is not helpful for scheduling.")
-UNSCHEDULABLE_TPU = ("0/5 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
-                     "4 Insufficient google.com/tpu. preemption: not eligible due to preemptionPolicy=Never.")
+UNSCHEDULABLE_CPU = (
+    "0/6 nodes are available: 3 Insufficient cpu, 3 node(s) didn't match Pod's node "
+    "affinity/selector. preemption: 0/6 nodes are available: 3 No preemption victims found "
+    "for incoming pod, 3 Preemption is not helpful for scheduling."
+)
+UNSCHEDULABLE_TPU = (
+    "0/5 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
+    "4 Insufficient google.com/tpu. preemption: not eligible due to preemptionPolicy=Never."
+)
 
 
-def pod_doc(name: str, labels: dict[str, str], spec: dict[str, Any], *, phase: str, conditions: list[Any],
-            containers: list[Any] | None = None, init: list[Any] | None = None, node: str | None = None,
-            reason: str | None = None, message: str | None = None,
-            owner: dict[str, Any] | None = None) -> dict[str, Any]:
+def pod_doc(
+    name: str,
+    labels: dict[str, str],
+    spec: dict[str, Any],
+    *,
+    phase: str,
+    conditions: list[Any],
+    containers: list[Any] | None = None,
+    init: list[Any] | None = None,
+    node: str | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+    owner: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
     if node:
         spec["nodeName"] = node
@@ -206,33 +266,67 @@ def pod_doc(name: str, labels: dict[str, str], spec: dict[str, Any], *, phase: s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def job_pod(job: dict[str, Any], *, suffix: str = "x7k2p", phase: str = "Running",
-            conditions: list[Any] | None = None, containers: list[Any] | None = None,
-            node: str | None = "gke-rlpipe-cpu-np-3f2a1b7c-q9zt", **kw: Any) -> dict[str, Any]:
+def job_pod(
+    job: dict[str, Any],
+    *,
+    suffix: str = "x7k2p",
+    phase: str = "Running",
+    conditions: list[Any] | None = None,
+    containers: list[Any] | None = None,
+    node: str | None = "gke-rlpipe-cpu-np-3f2a1b7c-q9zt",
+    **kw: Any,
+) -> dict[str, Any]:
     """A pod as the Job controller creates it (its labels are the Job's defaulted template labels)."""
     meta, template = job["metadata"], job["spec"]["template"]
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"], "uid": meta["uid"],
-             "controller": True, "blockOwnerDeletion": True}
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     if containers is None:
         containers = [running("workload-container", REQ.image)]
-    return pod_doc(f"{meta['name']}-{suffix}", dict(template["metadata"]["labels"]), template["spec"],
-                   phase=phase, conditions=SCHEDULED if conditions is None else conditions,
-                   containers=containers, node=node, owner=owner, **kw)
+    return pod_doc(
+        f"{meta['name']}-{suffix}",
+        dict(template["metadata"]["labels"]),
+        template["spec"],
+        phase=phase,
+        conditions=SCHEDULED if conditions is None else conditions,
+        containers=containers,
+        node=node,
+        owner=owner,
+        **kw,
+    )
 
 
-def jobset_pod(js: dict[str, Any], rjob: str, job_index: int = 0, pod_index: int = 0, *, phase: str = "Running",
-               conditions: list[Any] | None = None, containers: list[Any] | None = None,
-               init: list[Any] | None = None, node: str | None = None, **kw: Any) -> dict[str, Any]:
+def jobset_pod(
+    js: dict[str, Any],
+    rjob: str,
+    job_index: int = 0,
+    pod_index: int = 0,
+    *,
+    phase: str = "Running",
+    conditions: list[Any] | None = None,
+    containers: list[Any] | None = None,
+    init: list[Any] | None = None,
+    node: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     """A pod as the JobSet controller's child Job creates it, with the labels JobSet sets."""
     meta = js["metadata"]
     spec = next(r for r in js["spec"]["replicatedJobs"] if r["name"] == rjob)
     child = f"{meta['name']}-{rjob}-{job_index}"
     labels = {
         **spec["template"]["spec"]["template"]["metadata"]["labels"],
-        kinds.JOBSET_NAME_LABEL: meta["name"], kinds.JOBSET_UID_LABEL: meta["uid"],
-        kinds.REPLICATED_JOB_LABEL: rjob, "jobset.sigs.k8s.io/job-index": str(job_index),
+        kinds.JOBSET_NAME_LABEL: meta["name"],
+        kinds.JOBSET_UID_LABEL: meta["uid"],
+        kinds.REPLICATED_JOB_LABEL: rjob,
+        "jobset.sigs.k8s.io/job-index": str(job_index),
         "jobset.sigs.k8s.io/replicatedjob-replicas": str(spec["replicas"]),
-        "batch.kubernetes.io/job-name": child, "job-name": child,
+        "batch.kubernetes.io/job-name": child,
+        "job-name": child,
         "batch.kubernetes.io/job-completion-index": str(pod_index),
     }
     head = rjob == pathways.HEAD
@@ -242,35 +336,77 @@ def jobset_pod(js: dict[str, Any], rjob: str, job_index: int = 0, pod_index: int
         containers = [running(pathways.MAIN_CONTAINER if head else "pathways-worker")]
     if init is None and head:
         init = [running("pathways-proxy"), running("pathways-rm")]  # native sidecars show as running
-    return pod_doc(f"{child}-{pod_index}-{'abcde'[job_index % 5]}{pod_index}q7z", labels,
-                   spec["template"]["spec"]["template"]["spec"], phase=phase,
-                   conditions=SCHEDULED if conditions is None else conditions, containers=containers,
-                   init=init, node=node, **kw)
+    return pod_doc(
+        f"{child}-{pod_index}-{'abcde'[job_index % 5]}{pod_index}q7z",
+        labels,
+        spec["template"]["spec"]["template"]["spec"],
+        phase=phase,
+        conditions=SCHEDULED if conditions is None else conditions,
+        containers=containers,
+        init=init,
+        node=node,
+        **kw,
+    )
 
 
-def event(obj_kind: str, obj_name: str, reason: str, message: str, *, uid: str | None = None,
-          api_version: str = "v1", component: str = "kueue-admission", type_: str = "Normal") -> dict[str, Any]:
+def event(
+    obj_kind: str,
+    obj_name: str,
+    reason: str,
+    message: str,
+    *,
+    uid: str | None = None,
+    api_version: str = "v1",
+    component: str = "kueue-admission",
+    type_: str = "Normal",
+) -> dict[str, Any]:
     involved = {"kind": obj_kind, "namespace": NS, "name": obj_name, "apiVersion": api_version}
     if uid:
         involved["uid"] = uid
-    return {"apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{obj_name}.{abs(hash((reason, message))) % 10**12:x}", "namespace": NS},
-            "involvedObject": involved, "reason": reason, "message": message, "type": type_,
-            "source": {"component": component}, "reportingComponent": component,
-            "firstTimestamp": T0, "lastTimestamp": T0, "count": 1}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{obj_name}.{abs(hash((reason, message))) % 10**12:x}", "namespace": NS},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "firstTimestamp": T0,
+        "lastTimestamp": T0,
+        "count": 1,
+    }
 
 
-JOB_FAILED = {"failed": 1, "startTime": T0, "conditions": [
-    cond("FailureTarget", reason="BackoffLimitExceeded", message="Job has reached the specified backoff limit"),
-    cond("Failed", reason="BackoffLimitExceeded", message="Job has reached the specified backoff limit")]}
-JOBSET_FAILED = {"terminalState": "Failed", "conditions": [
-    cond("StartupPolicyCompleted", reason="StartupPolicyCompleted", message="startup policy completed"),
-    cond("Failed", reason="FailedJobs", message="jobset failed due to one or more job failures")]}
-JOBSET_RUNNING = {"replicatedJobsStatus": [
-    {"name": "pathways-head", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0},
-    {"name": "worker", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0}],
-    "conditions": [cond("StartupPolicyCompleted", reason="StartupPolicyCompleted",
-                        message="startup policy completed")]}
+JOB_FAILED = {
+    "failed": 1,
+    "startTime": T0,
+    "conditions": [
+        cond(
+            "FailureTarget",
+            reason="BackoffLimitExceeded",
+            message="Job has reached the specified backoff limit",
+        ),
+        cond("Failed", reason="BackoffLimitExceeded", message="Job has reached the specified backoff limit"),
+    ],
+}
+JOBSET_FAILED = {
+    "terminalState": "Failed",
+    "conditions": [
+        cond("StartupPolicyCompleted", reason="StartupPolicyCompleted", message="startup policy completed"),
+        cond("Failed", reason="FailedJobs", message="jobset failed due to one or more job failures"),
+    ],
+}
+JOBSET_RUNNING = {
+    "replicatedJobsStatus": [
+        {"name": "pathways-head", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0},
+        {"name": "worker", "ready": 1, "succeeded": 0, "failed": 0, "active": 1, "suspended": 0},
+    ],
+    "conditions": [
+        cond("StartupPolicyCompleted", reason="StartupPolicyCompleted", message="startup policy completed")
+    ],
+}
 
 
 def suspend(server: KubeApiServer, kind: str, name: str) -> None:
@@ -282,8 +418,9 @@ def suspend(server: KubeApiServer, kind: str, name: str) -> None:
 
 
 @pytest.mark.parametrize("stage", ["convert", "train"])
-def test_apply_twice_is_one_object_and_returns_the_first_uid(server: KubeApiServer, h: Harness,
-                                                             stage: identity.Stage) -> None:
+def test_apply_twice_is_one_object_and_returns_the_first_uid(
+    server: KubeApiServer, h: Harness, stage: identity.Stage
+) -> None:
     obj = rendered(stage)
     first = h.client.apply(obj)
     second = h.client.apply(copy.deepcopy(obj))
@@ -369,131 +506,344 @@ def job_running(s: KubeApiServer, job: dict[str, Any]) -> None:
 
 
 def job_succeeded(s: KubeApiServer, job: dict[str, Any]) -> None:
-    _patch(s, "jobs", job, {"succeeded": 1, "startTime": T0, "completionTime": T0, "conditions": [
-        cond("SuccessCriteriaMet", reason="CompletionsReached", message="Reached expected number of succeeded pods"),
-        cond("Complete", reason="CompletionsReached", message="Reached expected number of succeeded pods")]})
-    _pods(s, job_pod(job, phase="Succeeded", conditions=STOPPED,
-                     containers=[terminated("workload-container", 0, "Completed")]))
+    _patch(
+        s,
+        "jobs",
+        job,
+        {
+            "succeeded": 1,
+            "startTime": T0,
+            "completionTime": T0,
+            "conditions": [
+                cond(
+                    "SuccessCriteriaMet",
+                    reason="CompletionsReached",
+                    message="Reached expected number of succeeded pods",
+                ),
+                cond(
+                    "Complete",
+                    reason="CompletionsReached",
+                    message="Reached expected number of succeeded pods",
+                ),
+            ],
+        },
+    )
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Succeeded",
+            conditions=STOPPED,
+            containers=[terminated("workload-container", 0, "Completed")],
+        ),
+    )
 
 
 def job_preempted(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, JOB_FAILED)
-    _pods(s, job_pod(job, phase="Failed", conditions=[
-        cond("DisruptionTarget", reason="PreemptionByScheduler",
-             message="default-scheduler: preempting to accommodate a higher priority pod"), *STOPPED],
-        containers=[terminated("workload-container", 143)]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Failed",
+            conditions=[
+                cond(
+                    "DisruptionTarget",
+                    reason="PreemptionByScheduler",
+                    message="default-scheduler: preempting to accommodate a higher priority pod",
+                ),
+                *STOPPED,
+            ],
+            containers=[terminated("workload-container", 143)],
+        ),
+    )
 
 
 def job_node_shutdown(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, JOB_FAILED)
-    _pods(s, job_pod(job, phase="Failed", conditions=STOPPED, reason="Terminated",
-                     message="Pod was terminated in response to imminent node shutdown.",
-                     containers=[terminated("workload-container", 137)]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Failed",
+            conditions=STOPPED,
+            reason="Terminated",
+            message="Pod was terminated in response to imminent node shutdown.",
+            containers=[terminated("workload-container", 137)],
+        ),
+    )
 
 
 def job_oom(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, JOB_FAILED)
-    _pods(s, job_pod(job, phase="Failed", conditions=STOPPED,
-                     containers=[terminated("workload-container", 137, "OOMKilled")]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Failed",
+            conditions=STOPPED,
+            containers=[terminated("workload-container", 137, "OOMKilled")],
+        ),
+    )
 
 
 def job_image_pull_backoff(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0})
-    _pods(s, job_pod(job, phase="Pending", conditions=[cond("Ready", "False", "ContainersNotReady"),
-                                                        cond("PodScheduled")],
-                     containers=[waiting("workload-container", "ImagePullBackOff",
-                                         f'Back-off pulling image "{REQ.image}"')]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Pending",
+            conditions=[cond("Ready", "False", "ContainersNotReady"), cond("PodScheduled")],
+            containers=[
+                waiting("workload-container", "ImagePullBackOff", f'Back-off pulling image "{REQ.image}"')
+            ],
+        ),
+    )
 
 
 def job_err_image_pull(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0})
-    _pods(s, job_pod(job, phase="Pending", conditions=[cond("PodScheduled")], containers=[waiting(
-        "workload-container", "ErrImagePull",
-        f'rpc error: code = NotFound desc = failed to pull and unpack image "{REQ.image}9": failed to '
-        f'resolve reference "{REQ.image}9": {REQ.image}9: not found')]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Pending",
+            conditions=[cond("PodScheduled")],
+            containers=[
+                waiting(
+                    "workload-container",
+                    "ErrImagePull",
+                    f'rpc error: code = NotFound desc = failed to pull and unpack image "{REQ.image}9": failed to '
+                    f'resolve reference "{REQ.image}9": {REQ.image}9: not found',
+                )
+            ],
+        ),
+    )
 
 
 def job_err_image_pull_registry_timeout(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0})
-    _pods(s, job_pod(job, phase="Pending", conditions=[cond("PodScheduled")], containers=[waiting(
-        "workload-container", "ErrImagePull",
-        f'rpc error: code = Unknown desc = failed to pull and unpack image "{REQ.image}": failed to copy: '
-        'httpReadSeeker: failed open: dial tcp 142.250.102.82:443: i/o timeout')]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Pending",
+            conditions=[cond("PodScheduled")],
+            containers=[
+                waiting(
+                    "workload-container",
+                    "ErrImagePull",
+                    f'rpc error: code = Unknown desc = failed to pull and unpack image "{REQ.image}": failed to copy: '
+                    "httpReadSeeker: failed open: dial tcp 142.250.102.82:443: i/o timeout",
+                )
+            ],
+        ),
+    )
 
 
 def job_secret_missing(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0})
-    _pods(s, job_pod(job, phase="Pending", conditions=[cond("PodScheduled")], containers=[waiting(
-        "workload-container", "CreateContainerConfigError", 'secret "hf-token" not found')]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Pending",
+            conditions=[cond("PodScheduled")],
+            containers=[
+                waiting("workload-container", "CreateContainerConfigError", 'secret "hf-token" not found')
+            ],
+        ),
+    )
 
 
 def _job_exit(code: int) -> Setup:
     def setup(s: KubeApiServer, job: dict[str, Any]) -> None:
         _patch(s, "jobs", job, JOB_FAILED)
-        _pods(s, job_pod(job, phase="Failed", conditions=STOPPED, containers=[terminated(
-            "workload-container", code, message="Traceback (most recent call last):\n  File \"to_maxtext.py\"\n"
-            f"ValueError: checkpoint shape mismatch token={HF_TOKEN_LOOKALIKE}")]))
+        _pods(
+            s,
+            job_pod(
+                job,
+                phase="Failed",
+                conditions=STOPPED,
+                containers=[
+                    terminated(
+                        "workload-container",
+                        code,
+                        message='Traceback (most recent call last):\n  File "to_maxtext.py"\n'
+                        f"ValueError: checkpoint shape mismatch token={HF_TOKEN_LOOKALIKE}",
+                    )
+                ],
+            ),
+        )
+
     return setup
 
 
 def job_failed_no_pods(s: KubeApiServer, job: dict[str, Any]) -> None:
-    _patch(s, "jobs", job, {"startTime": T0, "conditions": [
-        cond("FailureTarget", reason="DeadlineExceeded", message="Job was active longer than specified deadline"),
-        cond("Failed", reason="DeadlineExceeded", message="Job was active longer than specified deadline")]})
+    _patch(
+        s,
+        "jobs",
+        job,
+        {
+            "startTime": T0,
+            "conditions": [
+                cond(
+                    "FailureTarget",
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                ),
+                cond(
+                    "Failed",
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                ),
+            ],
+        },
+    )
 
 
 def job_unschedulable(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0})
-    _pods(s, job_pod(job, phase="Pending", node=None, containers=[], conditions=[
-        cond("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE_CPU)]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            phase="Pending",
+            node=None,
+            containers=[],
+            conditions=[cond("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE_CPU)],
+        ),
+    )
 
 
 def job_kueue_suspended(s: KubeApiServer, job: dict[str, Any]) -> None:
     suspend(s, "jobs", job["metadata"]["name"])
-    _patch(s, "jobs", job, {"conditions": [cond("Suspended", reason="JobSuspended", message="Job suspended")]})
+    _patch(
+        s, "jobs", job, {"conditions": [cond("Suspended", reason="JobSuspended", message="Job suspended")]}
+    )
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     _pods(s)
-    s.create("events", event("Job", name, "Suspended", "Kueue suspended the Job", uid=uid,
-                             api_version="batch/v1", component="kueue-job-controller"))
-    s.create("events", event("Job", name, "CreatedWorkload", f"Created Workload: {NS}/job-{name}-4c1f2",
-                             uid=uid, api_version="batch/v1", component="kueue-job-controller"))
-    s.create("events", event("Workload", f"job-{name}-4c1f2", "Pending",
-                             "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
-                             "flavor cpu-np, 32 more needed", api_version="kueue.x-k8s.io/v1beta1"))
+    s.create(
+        "events",
+        event(
+            "Job",
+            name,
+            "Suspended",
+            "Kueue suspended the Job",
+            uid=uid,
+            api_version="batch/v1",
+            component="kueue-job-controller",
+        ),
+    )
+    s.create(
+        "events",
+        event(
+            "Job",
+            name,
+            "CreatedWorkload",
+            f"Created Workload: {NS}/job-{name}-4c1f2",
+            uid=uid,
+            api_version="batch/v1",
+            component="kueue-job-controller",
+        ),
+    )
+    s.create(
+        "events",
+        event(
+            "Workload",
+            f"job-{name}-4c1f2",
+            "Pending",
+            "couldn't assign flavors to pod set main: insufficient unused quota for cpu in "
+            "flavor cpu-np, 32 more needed",
+            api_version="kueue.x-k8s.io/v1beta1",
+        ),
+    )
 
 
 def job_kueue_evicted(s: KubeApiServer, job: dict[str, Any]) -> None:
     job_kueue_suspended(s, job)
-    s.create("events", event("Job", job["metadata"]["name"], "Stopped",
-                             "Preempted to accommodate a workload (UID: 5c6a1e) due to prioritization in the "
-                             "ClusterQueue", uid=job["metadata"]["uid"], api_version="batch/v1",
-                             component="kueue-job-controller"))
+    s.create(
+        "events",
+        event(
+            "Job",
+            job["metadata"]["name"],
+            "Stopped",
+            "Preempted to accommodate a workload (UID: 5c6a1e) due to prioritization in the ClusterQueue",
+            uid=job["metadata"]["uid"],
+            api_version="batch/v1",
+            component="kueue-job-controller",
+        ),
+    )
 
 
 def job_readmitted_after_eviction(s: KubeApiServer, job: dict[str, Any]) -> None:
     """Kueue evicted it once and has admitted it again: the old event is history, not a verdict."""
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     resumed = (datetime.now(UTC) - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _patch(s, "jobs", job, {"active": 1, "startTime": resumed, "conditions": [
-        {**cond("Suspended", "False", "JobResumed", "Job resumed"), "lastTransitionTime": resumed}]})
+    _patch(
+        s,
+        "jobs",
+        job,
+        {
+            "active": 1,
+            "startTime": resumed,
+            "conditions": [
+                {**cond("Suspended", "False", "JobResumed", "Job resumed"), "lastTransitionTime": resumed}
+            ],
+        },
+    )
     _pods(s, job_pod(job, phase="Pending", node=None, containers=[], conditions=[]))
-    for reason, message in (("Stopped", "Preempted to accommodate a workload (UID: 5c6a1e) due to "
-                                        "prioritization in the ClusterQueue"),
-                            ("Started", "Admitted by clusterQueue cpu-cq")):
-        s.create("events", event("Job", name, reason, message, uid=uid, api_version="batch/v1",
-                                 component="kueue-job-controller"))
+    for reason, message in (
+        (
+            "Stopped",
+            "Preempted to accommodate a workload (UID: 5c6a1e) due to prioritization in the ClusterQueue",
+        ),
+        ("Started", "Admitted by clusterQueue cpu-cq"),
+    ):
+        s.create(
+            "events",
+            event(
+                "Job",
+                name,
+                reason,
+                message,
+                uid=uid,
+                api_version="batch/v1",
+                component="kueue-job-controller",
+            ),
+        )
 
 
 def _admitted_a_minute_ago_after_two_hours_in_kueue(s: KubeApiServer, js: dict[str, Any]) -> None:
     resumed = (datetime.now(UTC) + timedelta(hours=2, minutes=-1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _patch(s, "jobsets", js, {"conditions": [{**cond("Suspended", "False", "ResumeJobs", "jobset is resumed"),
-                                              "lastTransitionTime": resumed}]})
+    _patch(
+        s,
+        "jobsets",
+        js,
+        {
+            "conditions": [
+                {
+                    **cond("Suspended", "False", "ResumeJobs", "jobset is resumed"),
+                    "lastTransitionTime": resumed,
+                }
+            ]
+        },
+    )
 
 
 def job_disrupted_not_yet_failed(s: KubeApiServer, job: dict[str, Any]) -> None:
     _patch(s, "jobs", job, {"active": 1, "startTime": T0, "terminating": 1})
-    _pods(s, job_pod(job, conditions=[cond("DisruptionTarget", reason="EvictionByEvictionAPI",
-                                           message="Eviction API: evicting"), *SCHEDULED]))
+    _pods(
+        s,
+        job_pod(
+            job,
+            conditions=[
+                cond("DisruptionTarget", reason="EvictionByEvictionAPI", message="Eviction API: evicting"),
+                *SCHEDULED,
+            ],
+        ),
+    )
 
 
 # -- JobSet cases
@@ -505,104 +855,267 @@ def js_running(s: KubeApiServer, js: dict[str, Any]) -> None:
 
 
 def js_succeeded(s: KubeApiServer, js: dict[str, Any]) -> None:
-    _patch(s, "jobsets", js, {"terminalState": "Completed", "conditions": [
-        cond("StartupPolicyCompleted", reason="StartupPolicyCompleted", message="startup policy completed"),
-        cond("Completed", reason="AllJobsCompleted", message="jobset completed successfully")]})
+    _patch(
+        s,
+        "jobsets",
+        js,
+        {
+            "terminalState": "Completed",
+            "conditions": [
+                cond(
+                    "StartupPolicyCompleted",
+                    reason="StartupPolicyCompleted",
+                    message="startup policy completed",
+                ),
+                cond("Completed", reason="AllJobsCompleted", message="jobset completed successfully"),
+            ],
+        },
+    )
     # Only the head decides: workers and sidecars are killed (143) when the head is done.
-    _pods(s, jobset_pod(js, "pathways-head", phase="Succeeded", conditions=STOPPED,
-                        containers=[terminated(pathways.MAIN_CONTAINER, 0, "Completed")],
-                        init=[terminated("pathways-proxy", 143), terminated("pathways-rm", 143)]),
-          jobset_pod(js, "worker", 0, 0, phase="Failed", conditions=STOPPED,
-                     containers=[terminated("pathways-worker", 143)]))
+    _pods(
+        s,
+        jobset_pod(
+            js,
+            "pathways-head",
+            phase="Succeeded",
+            conditions=STOPPED,
+            containers=[terminated(pathways.MAIN_CONTAINER, 0, "Completed")],
+            init=[terminated("pathways-proxy", 143), terminated("pathways-rm", 143)],
+        ),
+        jobset_pod(
+            js,
+            "worker",
+            0,
+            0,
+            phase="Failed",
+            conditions=STOPPED,
+            containers=[terminated("pathways-worker", 143)],
+        ),
+    )
 
 
 def js_worker_preempted_and_head_crashed(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_FAILED)
-    _pods(s,
-          jobset_pod(js, "pathways-head", phase="Failed", conditions=STOPPED, containers=[terminated(
-              pathways.MAIN_CONTAINER, 1, message="jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: "
-              "Pathways worker tpu-v6e-4x8-7d1e-w1 unreachable")]),
-          jobset_pod(js, "worker", 0, 0, phase="Failed", conditions=STOPPED,
-                     containers=[terminated("pathways-worker", 143)]),
-          jobset_pod(js, "worker", 0, 1, phase="Failed", conditions=[cond(
-              "DisruptionTarget", reason="DeletionByTaintManager",
-              message="Taint manager: deleting due to NoExecute taint"), *STOPPED],
-              containers=[terminated("pathways-worker", 143)]))
+    _pods(
+        s,
+        jobset_pod(
+            js,
+            "pathways-head",
+            phase="Failed",
+            conditions=STOPPED,
+            containers=[
+                terminated(
+                    pathways.MAIN_CONTAINER,
+                    1,
+                    message="jaxlib.xla_extension.XlaRuntimeError: UNAVAILABLE: "
+                    "Pathways worker tpu-v6e-4x8-7d1e-w1 unreachable",
+                )
+            ],
+        ),
+        jobset_pod(
+            js,
+            "worker",
+            0,
+            0,
+            phase="Failed",
+            conditions=STOPPED,
+            containers=[terminated("pathways-worker", 143)],
+        ),
+        jobset_pod(
+            js,
+            "worker",
+            0,
+            1,
+            phase="Failed",
+            conditions=[
+                cond(
+                    "DisruptionTarget",
+                    reason="DeletionByTaintManager",
+                    message="Taint manager: deleting due to NoExecute taint",
+                ),
+                *STOPPED,
+            ],
+            containers=[terminated("pathways-worker", 143)],
+        ),
+    )
 
 
 def js_worker_oom(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_FAILED)
-    _pods(s, jobset_pod(js, "pathways-head"),
-          jobset_pod(js, "worker", 0, 1, conditions=[cond("Ready", "False", "ContainersNotReady"),
-                                                     cond("PodScheduled")],
-                     containers=[waiting("pathways-worker", "CrashLoopBackOff",
-                                         "back-off 40s restarting failed container=pathways-worker",
-                                         restarts=3, last=term(137, "OOMKilled"))]))
+    _pods(
+        s,
+        jobset_pod(js, "pathways-head"),
+        jobset_pod(
+            js,
+            "worker",
+            0,
+            1,
+            conditions=[cond("Ready", "False", "ContainersNotReady"), cond("PodScheduled")],
+            containers=[
+                waiting(
+                    "pathways-worker",
+                    "CrashLoopBackOff",
+                    "back-off 40s restarting failed container=pathways-worker",
+                    restarts=3,
+                    last=term(137, "OOMKilled"),
+                )
+            ],
+        ),
+    )
 
 
 def _js_head_exit(code: int) -> Setup:
     def setup(s: KubeApiServer, js: dict[str, Any]) -> None:
         _patch(s, "jobsets", js, JOBSET_FAILED)
-        _pods(s, jobset_pod(js, "pathways-head", phase="Failed", conditions=STOPPED,
-                            containers=[terminated(pathways.MAIN_CONTAINER, code)],
-                            init=[terminated("pathways-proxy", 143), terminated("pathways-rm", 143)]),
-              jobset_pod(js, "worker", 0, 0, phase="Failed", conditions=STOPPED,
-                         containers=[terminated("pathways-worker", 143)]))
+        _pods(
+            s,
+            jobset_pod(
+                js,
+                "pathways-head",
+                phase="Failed",
+                conditions=STOPPED,
+                containers=[terminated(pathways.MAIN_CONTAINER, code)],
+                init=[terminated("pathways-proxy", 143), terminated("pathways-rm", 143)],
+            ),
+            jobset_pod(
+                js,
+                "worker",
+                0,
+                0,
+                phase="Failed",
+                conditions=STOPPED,
+                containers=[terminated("pathways-worker", 143)],
+            ),
+        )
+
     return setup
 
 
 def js_worker_exit_while_head_runs(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_FAILED)
-    _pods(s, jobset_pod(js, "pathways-head"),
-          jobset_pod(js, "worker", 0, 0, phase="Failed", conditions=STOPPED,
-                     containers=[terminated("pathways-worker", 42, message="F0301 pathways worker: bad flag")]))
+    _pods(
+        s,
+        jobset_pod(js, "pathways-head"),
+        jobset_pod(
+            js,
+            "worker",
+            0,
+            0,
+            phase="Failed",
+            conditions=STOPPED,
+            containers=[terminated("pathways-worker", 42, message="F0301 pathways worker: bad flag")],
+        ),
+    )
 
 
 def js_sidecar_err_image_pull(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_RUNNING)
-    _pods(s, jobset_pod(js, "pathways-head", phase="Pending",
-                        conditions=[cond("Initialized", "False", "ContainersNotInitialized"), cond("PodScheduled")],
-                        init=[running("pathways-proxy"), waiting(
-                            "pathways-rm", "ErrImagePull",
-                            'rpc error: code = NotFound desc = failed to pull and unpack image '
-                            '"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:v0.0.0-bogus": '
-                            'manifest unknown')],
-                        containers=[waiting(pathways.MAIN_CONTAINER, "PodInitializing", "")]))
+    _pods(
+        s,
+        jobset_pod(
+            js,
+            "pathways-head",
+            phase="Pending",
+            conditions=[cond("Initialized", "False", "ContainersNotInitialized"), cond("PodScheduled")],
+            init=[
+                running("pathways-proxy"),
+                waiting(
+                    "pathways-rm",
+                    "ErrImagePull",
+                    "rpc error: code = NotFound desc = failed to pull and unpack image "
+                    '"us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:v0.0.0-bogus": '
+                    "manifest unknown",
+                ),
+            ],
+            containers=[waiting(pathways.MAIN_CONTAINER, "PodInitializing", "")],
+        ),
+    )
 
 
 def js_kueue_suspended(s: KubeApiServer, js: dict[str, Any]) -> None:
     name = js["metadata"]["name"]
     suspend(s, "jobsets", name)
-    _patch(s, "jobsets", js, {"conditions": [cond("Suspended", reason="SuspendedJobs", message="jobset is suspended")]})
-    s.create("events", event("Workload", f"jobset-{name}-9b7e1", "Pending",
-                             "couldn't assign flavors to pod set worker: insufficient quota for google.com/tpu in "
-                             "flavor tpu-v6e-4x8, request > maximum capacity (32 > 0)",
-                             api_version="kueue.x-k8s.io/v1beta1"))
+    _patch(
+        s,
+        "jobsets",
+        js,
+        {"conditions": [cond("Suspended", reason="SuspendedJobs", message="jobset is suspended")]},
+    )
+    s.create(
+        "events",
+        event(
+            "Workload",
+            f"jobset-{name}-9b7e1",
+            "Pending",
+            "couldn't assign flavors to pod set worker: insufficient quota for google.com/tpu in "
+            "flavor tpu-v6e-4x8, request > maximum capacity (32 > 0)",
+            api_version="kueue.x-k8s.io/v1beta1",
+        ),
+    )
     # Another workload's Kueue message must not leak into this one's reason.
-    s.create("events", event("Workload", f"jobset-{name}x-11111", "Pending", "UNRELATED WORKLOAD",
-                             api_version="kueue.x-k8s.io/v1beta1"))
+    s.create(
+        "events",
+        event(
+            "Workload",
+            f"jobset-{name}x-11111",
+            "Pending",
+            "UNRELATED WORKLOAD",
+            api_version="kueue.x-k8s.io/v1beta1",
+        ),
+    )
 
 
 def js_workers_unschedulable(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_RUNNING)
-    _pods(s, jobset_pod(js, "pathways-head"),
-          *(jobset_pod(js, "worker", 0, i, phase="Pending", containers=[], node=None, conditions=[
-              cond("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE_TPU)]) for i in range(2)))
+    _pods(
+        s,
+        jobset_pod(js, "pathways-head"),
+        *(
+            jobset_pod(
+                js,
+                "worker",
+                0,
+                i,
+                phase="Pending",
+                containers=[],
+                node=None,
+                conditions=[cond("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE_TPU)],
+            )
+            for i in range(2)
+        ),
+    )
 
 
 def js_kueue_evicted_condition(s: KubeApiServer, js: dict[str, Any]) -> None:
     suspend(s, "jobsets", js["metadata"]["name"])
-    _patch(s, "jobsets", js, {"conditions": [
-        cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),
-        cond("Evicted", reason="Preempted", message="Preempted to accommodate a higher priority Workload")]})
+    _patch(
+        s,
+        "jobsets",
+        js,
+        {
+            "conditions": [
+                cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),
+                cond(
+                    "Evicted",
+                    reason="Preempted",
+                    message="Preempted to accommodate a higher priority Workload",
+                ),
+            ]
+        },
+    )
 
 
 def js_failed_no_pods(s: KubeApiServer, js: dict[str, Any]) -> None:
     _patch(s, "jobsets", js, JOBSET_FAILED)
 
 
-P, C, R, T, PR = (FailureClass.PERMANENT, FailureClass.CAPACITY, FailureClass.RESOURCES,
-                  FailureClass.TRANSIENT, FailureClass.PREEMPTED)
+P, C, R, T, PR = (
+    FailureClass.PERMANENT,
+    FailureClass.CAPACITY,
+    FailureClass.RESOURCES,
+    FailureClass.TRANSIENT,
+    FailureClass.PREEMPTED,
+)
 JOB_POD = "{name}-x7k2p"
 HEAD_POD = "{name}-pathways-head-0-0-a0q7z"
 
@@ -611,68 +1124,262 @@ CASES = [
     Case("job-succeeded", "Job", job_succeeded, "succeeded", None, ("succeeded", "CompletionsReached")),
     Case("job-preempted", "Job", job_preempted, "failed", PR, (JOB_POD, "PreemptionByScheduler"), ("exit",)),
     Case("job-node-shutdown", "Job", job_node_shutdown, "failed", PR, (JOB_POD, "imminent node shutdown")),
-    Case("job-oom", "Job", job_oom, "failed", R,
-         (JOB_POD, "workload-container", "OOMKilled", "exit code 137", f"memory limit {REQ.cpu_job.memory}")),
-    Case("job-image-pull-backoff", "Job", job_image_pull_backoff, "failed", P,
-         (JOB_POD, "workload-container", "ImagePullBackOff", REQ.image)),
-    Case("job-err-image-pull", "Job", job_err_image_pull, "failed", P,
-         (JOB_POD, "workload-container", "ErrImagePull", "not found")),
-    Case("job-err-image-pull-registry-timeout", "Job", job_err_image_pull_registry_timeout, "running", None,
-         ("i/o timeout",)),
-    Case("job-secret-missing", "Job", job_secret_missing, "failed", P,
-         (JOB_POD, "CreateContainerConfigError", 'secret "hf-token" not found')),
-    Case("job-exit-1", "Job", _job_exit(1), "failed", P,
-         (JOB_POD, "workload-container", "exited with code 1", "ValueError: checkpoint shape mismatch"),
-         (HF_TOKEN_LOOKALIKE, "\n")),
-    Case("job-exit-42-retryable", "Job", _job_exit(42), "failed", T,
-         (JOB_POD, "workload-container", "exited with code 42", "retryable"), retryable=(42, 75)),
-    Case("job-exit-42-not-listed", "Job", _job_exit(42), "failed", P, ("exited with code 42",), retryable=(75,)),
-    Case("job-failed-no-pods", "Job", job_failed_no_pods, "failed", P,
-         ("{name}", "DeadlineExceeded", "Job was active longer than specified deadline")),
-    Case("job-unschedulable-before-deadline", "Job", job_unschedulable, "queued", None,
-         (JOB_POD, "Unschedulable", "3 Insufficient cpu")),
-    Case("job-unschedulable-after-deadline", "Job", job_unschedulable, "failed", C,
-         (JOB_POD, "3 Insufficient cpu", "deadline 10m"), hours_later=1),
-    Case("job-unschedulable-no-deadline", "Job", job_unschedulable, "queued", None, (JOB_POD,),
-         deadline=None, hours_later=48),
-    Case("job-kueue-suspended-before-deadline", "Job", job_kueue_suspended, "queued", None,
-         ("{name}", "'user-queue'", "not admitted", "insufficient unused quota for cpu")),
-    Case("job-kueue-suspended-after-deadline", "Job", job_kueue_suspended, "failed", C,
-         ("{name}", "not admitted after 2h00m", "deadline 10m", "insufficient unused quota for cpu"), hours_later=2),
-    Case("job-kueue-evicted", "Job", job_kueue_evicted, "failed", PR, ("evicted by Kueue", "Preempted to accommodate")),
-    Case("job-readmitted-after-eviction", "Job", job_readmitted_after_eviction, "queued", None,
-         ("admitted, waiting for pods",), ("evicted",)),
-    Case("job-disrupted-not-yet-failed", "Job", job_disrupted_not_yet_failed, "running", None,
-         (JOB_POD, "EvictionByEvictionAPI")),
+    Case(
+        "job-oom",
+        "Job",
+        job_oom,
+        "failed",
+        R,
+        (JOB_POD, "workload-container", "OOMKilled", "exit code 137", f"memory limit {REQ.cpu_job.memory}"),
+    ),
+    Case(
+        "job-image-pull-backoff",
+        "Job",
+        job_image_pull_backoff,
+        "failed",
+        P,
+        (JOB_POD, "workload-container", "ImagePullBackOff", REQ.image),
+    ),
+    Case(
+        "job-err-image-pull",
+        "Job",
+        job_err_image_pull,
+        "failed",
+        P,
+        (JOB_POD, "workload-container", "ErrImagePull", "not found"),
+    ),
+    Case(
+        "job-err-image-pull-registry-timeout",
+        "Job",
+        job_err_image_pull_registry_timeout,
+        "running",
+        None,
+        ("i/o timeout",),
+    ),
+    Case(
+        "job-secret-missing",
+        "Job",
+        job_secret_missing,
+        "failed",
+        P,
+        (JOB_POD, "CreateContainerConfigError", 'secret "hf-token" not found'),
+    ),
+    Case(
+        "job-exit-1",
+        "Job",
+        _job_exit(1),
+        "failed",
+        P,
+        (JOB_POD, "workload-container", "exited with code 1", "ValueError: checkpoint shape mismatch"),
+        (HF_TOKEN_LOOKALIKE, "\n"),
+    ),
+    Case(
+        "job-exit-42-retryable",
+        "Job",
+        _job_exit(42),
+        "failed",
+        T,
+        (JOB_POD, "workload-container", "exited with code 42", "retryable"),
+        retryable=(42, 75),
+    ),
+    Case(
+        "job-exit-42-not-listed", "Job", _job_exit(42), "failed", P, ("exited with code 42",), retryable=(75,)
+    ),
+    Case(
+        "job-failed-no-pods",
+        "Job",
+        job_failed_no_pods,
+        "failed",
+        P,
+        ("{name}", "DeadlineExceeded", "Job was active longer than specified deadline"),
+    ),
+    Case(
+        "job-unschedulable-before-deadline",
+        "Job",
+        job_unschedulable,
+        "queued",
+        None,
+        (JOB_POD, "Unschedulable", "3 Insufficient cpu"),
+    ),
+    Case(
+        "job-unschedulable-after-deadline",
+        "Job",
+        job_unschedulable,
+        "failed",
+        C,
+        (JOB_POD, "3 Insufficient cpu", "deadline 10m"),
+        hours_later=1,
+    ),
+    Case(
+        "job-unschedulable-no-deadline",
+        "Job",
+        job_unschedulable,
+        "queued",
+        None,
+        (JOB_POD,),
+        deadline=None,
+        hours_later=48,
+    ),
+    Case(
+        "job-kueue-suspended-before-deadline",
+        "Job",
+        job_kueue_suspended,
+        "queued",
+        None,
+        ("{name}", "'user-queue'", "not admitted", "insufficient unused quota for cpu"),
+    ),
+    Case(
+        "job-kueue-suspended-after-deadline",
+        "Job",
+        job_kueue_suspended,
+        "failed",
+        C,
+        ("{name}", "not admitted after 2h00m", "deadline 10m", "insufficient unused quota for cpu"),
+        hours_later=2,
+    ),
+    Case(
+        "job-kueue-evicted",
+        "Job",
+        job_kueue_evicted,
+        "failed",
+        PR,
+        ("evicted by Kueue", "Preempted to accommodate"),
+    ),
+    Case(
+        "job-readmitted-after-eviction",
+        "Job",
+        job_readmitted_after_eviction,
+        "queued",
+        None,
+        ("admitted, waiting for pods",),
+        ("evicted",),
+    ),
+    Case(
+        "job-disrupted-not-yet-failed",
+        "Job",
+        job_disrupted_not_yet_failed,
+        "running",
+        None,
+        (JOB_POD, "EvictionByEvictionAPI"),
+    ),
     Case("jobset-running", "JobSet", js_running, "running", None, ("running", "3 running")),
     Case("jobset-succeeded-workers-killed", "JobSet", js_succeeded, "succeeded", None, ("AllJobsCompleted",)),
-    Case("jobset-worker-preempted-wins-over-head-exit", "JobSet", js_worker_preempted_and_head_crashed, "failed", PR,
-         ("{name}-worker-0-1-a1q7z", "DeletionByTaintManager"), ("exited with code 1",), retryable=(1,)),
-    Case("jobset-worker-oom", "JobSet", js_worker_oom, "failed", R,
-         ("worker pod {name}-worker-0-1-a1q7z", "pathways-worker", "OOMKilled")),
-    Case("jobset-head-exit-42-retryable", "JobSet", _js_head_exit(42), "failed", T,
-         (HEAD_POD, pathways.MAIN_CONTAINER, "exited with code 42"), ("143",), retryable=(42,)),
-    Case("jobset-head-exit-1", "JobSet", _js_head_exit(1), "failed", P,
-         (f"head pod {HEAD_POD}", pathways.MAIN_CONTAINER, "exited with code 1"), retryable=(42,)),
+    Case(
+        "jobset-worker-preempted-wins-over-head-exit",
+        "JobSet",
+        js_worker_preempted_and_head_crashed,
+        "failed",
+        PR,
+        ("{name}-worker-0-1-a1q7z", "DeletionByTaintManager"),
+        ("exited with code 1",),
+        retryable=(1,),
+    ),
+    Case(
+        "jobset-worker-oom",
+        "JobSet",
+        js_worker_oom,
+        "failed",
+        R,
+        ("worker pod {name}-worker-0-1-a1q7z", "pathways-worker", "OOMKilled"),
+    ),
+    Case(
+        "jobset-head-exit-42-retryable",
+        "JobSet",
+        _js_head_exit(42),
+        "failed",
+        T,
+        (HEAD_POD, pathways.MAIN_CONTAINER, "exited with code 42"),
+        ("143",),
+        retryable=(42,),
+    ),
+    Case(
+        "jobset-head-exit-1",
+        "JobSet",
+        _js_head_exit(1),
+        "failed",
+        P,
+        (f"head pod {HEAD_POD}", pathways.MAIN_CONTAINER, "exited with code 1"),
+        retryable=(42,),
+    ),
     # A worker's exit code is never the program's: 42 is retryable for the head only.
-    Case("jobset-worker-exit-is-not-the-programs", "JobSet", js_worker_exit_while_head_runs, "failed", P,
-         ("worker pod {name}-worker-0-0-a0q7z", "pathways-worker", "exited with code 42"), retryable=(42,)),
-    Case("jobset-sidecar-err-image-pull", "JobSet", js_sidecar_err_image_pull, "failed", P,
-         (HEAD_POD, "pathways-rm", "ErrImagePull", "manifest unknown")),
-    Case("jobset-kueue-suspended-before-deadline", "JobSet", js_kueue_suspended, "queued", None,
-         ("'user-queue'", "insufficient quota for google.com/tpu"), ("UNRELATED",)),
-    Case("jobset-kueue-suspended-after-deadline", "JobSet", js_kueue_suspended, "failed", C,
-         ("not admitted after 1h00m", "insufficient quota for google.com/tpu"), ("UNRELATED",), hours_later=1),
-    Case("jobset-workers-unschedulable-before-deadline", "JobSet", js_workers_unschedulable, "queued", None,
-         ("{name}-worker-0-0-a0q7z", "Insufficient google.com/tpu", "+1 more")),
-    Case("jobset-workers-unschedulable-after-deadline", "JobSet", js_workers_unschedulable, "failed", C,
-         ("worker pod {name}-worker-0-0-a0q7z", "Insufficient google.com/tpu"), hours_later=1),
-    Case("jobset-kueue-evicted-condition", "JobSet", js_kueue_evicted_condition, "failed", PR,
-         ("evicted by Kueue", "Preempted to accommodate a higher priority Workload")),
-    Case("jobset-admitted-late-is-not-a-capacity-failure", "JobSet", _admitted_a_minute_ago_after_two_hours_in_kueue,
-         "queued", None, ("admitted, waiting for pods for 1m",), hours_later=2),
-    Case("jobset-failed-no-pods", "JobSet", js_failed_no_pods, "failed", P,
-         ("FailedJobs", "jobset failed due to one or more job failures", "no pod evidence")),
+    Case(
+        "jobset-worker-exit-is-not-the-programs",
+        "JobSet",
+        js_worker_exit_while_head_runs,
+        "failed",
+        P,
+        ("worker pod {name}-worker-0-0-a0q7z", "pathways-worker", "exited with code 42"),
+        retryable=(42,),
+    ),
+    Case(
+        "jobset-sidecar-err-image-pull",
+        "JobSet",
+        js_sidecar_err_image_pull,
+        "failed",
+        P,
+        (HEAD_POD, "pathways-rm", "ErrImagePull", "manifest unknown"),
+    ),
+    Case(
+        "jobset-kueue-suspended-before-deadline",
+        "JobSet",
+        js_kueue_suspended,
+        "queued",
+        None,
+        ("'user-queue'", "insufficient quota for google.com/tpu"),
+        ("UNRELATED",),
+    ),
+    Case(
+        "jobset-kueue-suspended-after-deadline",
+        "JobSet",
+        js_kueue_suspended,
+        "failed",
+        C,
+        ("not admitted after 1h00m", "insufficient quota for google.com/tpu"),
+        ("UNRELATED",),
+        hours_later=1,
+    ),
+    Case(
+        "jobset-workers-unschedulable-before-deadline",
+        "JobSet",
+        js_workers_unschedulable,
+        "queued",
+        None,
+        ("{name}-worker-0-0-a0q7z", "Insufficient google.com/tpu", "+1 more"),
+    ),
+    Case(
+        "jobset-workers-unschedulable-after-deadline",
+        "JobSet",
+        js_workers_unschedulable,
+        "failed",
+        C,
+        ("worker pod {name}-worker-0-0-a0q7z", "Insufficient google.com/tpu"),
+        hours_later=1,
+    ),
+    Case(
+        "jobset-kueue-evicted-condition",
+        "JobSet",
+        js_kueue_evicted_condition,
+        "failed",
+        PR,
+        ("evicted by Kueue", "Preempted to accommodate a higher priority Workload"),
+    ),
+    Case(
+        "jobset-admitted-late-is-not-a-capacity-failure",
+        "JobSet",
+        _admitted_a_minute_ago_after_two_hours_in_kueue,
+        "queued",
+        None,
+        ("admitted, waiting for pods for 1m",),
+        hours_later=2,
+    ),
+    Case(
+        "jobset-failed-no-pods",
+        "JobSet",
+        js_failed_no_pods,
+        "failed",
+        P,
+        ("FailedJobs", "jobset failed due to one or more job failures", "no pod evidence"),
+    ),
 ]
 
 
@@ -683,8 +1390,12 @@ def test_status_table(server: KubeApiServer, h: Harness, case: Case) -> None:
     case.setup(server, obj)
     h.clock.offset = timedelta(hours=case.hours_later)
 
-    st = h.client.status(name, kind=case.kind, retryable_exit_codes=case.retryable,  # type: ignore[arg-type]
-                         queued_deadline_seconds=case.deadline)
+    st = h.client.status(
+        name,
+        kind=case.kind,
+        retryable_exit_codes=case.retryable,  # type: ignore[arg-type]
+        queued_deadline_seconds=case.deadline,
+    )
 
     assert (st.phase, st.failure_class) == (case.phase, case.failure_class), st.reason
     for fragment in case.fragments:
@@ -712,16 +1423,24 @@ def test_preemption_wins_and_the_rest_stays_in_details(server: KubeApiServer, h:
 def test_success_is_not_overridden_by_pod_evidence(server: KubeApiServer, h: Harness) -> None:
     job = h.client.apply(rendered("convert"))
     job_preempted(server, job)  # a disrupted pod and a Failed condition ...
-    server.modify("jobs", job["metadata"]["name"], lambda o: o["status"].__setitem__("conditions", [
-        cond("Complete", reason="CompletionsReached")]), namespace=NS)  # ... then a replacement completed
+    server.modify(
+        "jobs",
+        job["metadata"]["name"],
+        lambda o: o["status"].__setitem__("conditions", [cond("Complete", reason="CompletionsReached")]),
+        namespace=NS,
+    )  # ... then a replacement completed
     st = h.client.status(job["metadata"]["name"], kind="Job")
     assert (st.phase, st.failure_class, st.failure()) == ("succeeded", None, None)
 
 
 def test_pods_of_an_earlier_incarnation_are_ignored(server: KubeApiServer, h: Harness) -> None:
     job = h.client.apply(rendered("convert"))
-    stale = job_pod(job, phase="Failed", conditions=STOPPED,
-                    containers=[terminated("workload-container", 137, "OOMKilled")])
+    stale = job_pod(
+        job,
+        phase="Failed",
+        conditions=STOPPED,
+        containers=[terminated("workload-container", 137, "OOMKilled")],
+    )
     for key in kinds.JOB_UID_LABELS:
         stale["metadata"]["labels"][key] = "uid-of-a-deleted-job"
     stale["metadata"].pop("ownerReferences")
@@ -731,10 +1450,16 @@ def test_pods_of_an_earlier_incarnation_are_ignored(server: KubeApiServer, h: Ha
     assert st.failure_class is FailureClass.PERMANENT and "BackoffLimitExceeded" in st.reason
 
 
-def test_pods_found_by_run_labels_when_controller_labels_are_missing(server: KubeApiServer, h: Harness) -> None:
+def test_pods_found_by_run_labels_when_controller_labels_are_missing(
+    server: KubeApiServer, h: Harness
+) -> None:
     job = h.client.apply(rendered("convert"))
-    pod = job_pod(job, phase="Failed", conditions=STOPPED,
-                  containers=[terminated("workload-container", 137, "OOMKilled")])
+    pod = job_pod(
+        job,
+        phase="Failed",
+        conditions=STOPPED,
+        containers=[terminated("workload-container", 137, "OOMKilled")],
+    )
     for key in (*kinds.JOB_NAME_LABELS, *kinds.JOB_UID_LABELS):
         pod["metadata"]["labels"].pop(key)
     server.create("pods", pod)
@@ -773,7 +1498,9 @@ def test_create_retried_after_503_still_makes_one_object(server: KubeApiServer, 
     server.inject_fault(503, method="POST")
     created = h.client.apply(rendered("train"))
     assert [r.status for r in server_log(server, 2, "POST")] == [503, 201]
-    assert [o["metadata"]["uid"] for o in server.list("jobsets", namespace=NS)] == [created["metadata"]["uid"]]
+    assert [o["metadata"]["uid"] for o in server.list("jobsets", namespace=NS)] == [
+        created["metadata"]["uid"]
+    ]
 
 
 def test_503_beyond_the_budget_is_transient(server: KubeApiServer) -> None:
@@ -840,8 +1567,11 @@ def test_connection_refused_is_retried_then_transient() -> None:
 
 
 def test_forbidden_is_permanent_and_points_at_rbac(server: KubeApiServer, h: Harness) -> None:
-    server.inject_fault(403, message='jobs.batch is forbidden: User "rlpipe-stage@p.iam" cannot list resource '
-                                     '"jobs" in API group "batch" in the namespace "rlpipe"')
+    server.inject_fault(
+        403,
+        message='jobs.batch is forbidden: User "rlpipe-stage@p.iam" cannot list resource '
+        '"jobs" in API group "batch" in the namespace "rlpipe"',
+    )
     with pytest.raises(PermanentFailure, match=r"403.*cannot list resource.*RBAC_RULES"):
         h.client.delete_run(RUN)
     assert h.sleeps == []
@@ -856,15 +1586,29 @@ def _launch_run(server: KubeApiServer, cc: ClusterClient, run_id: str) -> dict[s
     js = cc.apply(rendered("train", run_id))
     server.create("pods", job_pod(job))
     head = next(r for r in js["spec"]["replicatedJobs"] if r["name"] == pathways.HEAD)
-    child = {"apiVersion": "batch/v1", "kind": "Job",
-             "metadata": {"name": f"{js['metadata']['name']}-{pathways.HEAD}-0", "namespace": NS,
-                          "labels": {**head["template"]["metadata"]["labels"],
-                                     kinds.JOBSET_NAME_LABEL: js["metadata"]["name"],
-                                     kinds.REPLICATED_JOB_LABEL: pathways.HEAD},
-                          "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                                               "name": js["metadata"]["name"], "uid": js["metadata"]["uid"],
-                                               "controller": True}]},
-             "spec": copy.deepcopy(head["template"]["spec"])}
+    child = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{js['metadata']['name']}-{pathways.HEAD}-0",
+            "namespace": NS,
+            "labels": {
+                **head["template"]["metadata"]["labels"],
+                kinds.JOBSET_NAME_LABEL: js["metadata"]["name"],
+                kinds.REPLICATED_JOB_LABEL: pathways.HEAD,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                    "kind": "JobSet",
+                    "name": js["metadata"]["name"],
+                    "uid": js["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": copy.deepcopy(head["template"]["spec"]),
+    }
     server.create("jobs", child)
     server.create("pods", jobset_pod(js, pathways.HEAD))
     server.create("pods", jobset_pod(js, "worker", 0, 0))
@@ -872,8 +1616,10 @@ def _launch_run(server: KubeApiServer, cc: ClusterClient, run_id: str) -> dict[s
 
 
 def _pods_of_run(server: KubeApiServer, run_id: str) -> set[str]:
-    return {p["metadata"]["name"] for p in server.list("pods", namespace=NS,
-                                                        label_selector=identity.run_selector(run_id))}
+    return {
+        p["metadata"]["name"]
+        for p in server.list("pods", namespace=NS, label_selector=identity.run_selector(run_id))
+    }
 
 
 def test_delete_run_deletes_only_that_run_and_its_pods(server: KubeApiServer, h: Harness) -> None:
@@ -921,10 +1667,20 @@ def test_list_run_objects_reports_runs_stages_attempts(server: KubeApiServer, h:
     second = h.client.apply(rendered("convert", RUN, attempt=2))
     h.client.apply(rendered("export", OTHER_RUN, attempt=3))
     suspend(server, "jobs", second["metadata"]["name"])
-    _patch(server, "jobsets", rendered("train", RUN), {"terminalState": "Completed", "conditions": [
-        cond("Completed", reason="AllJobsCompleted", message="jobset completed successfully")]})
-    server.create("jobs", {**rendered("convert", "rnotours0000"), "metadata": {
-        "name": "unlabelled", "namespace": NS}})  # no run label: not ours to reconcile
+    _patch(
+        server,
+        "jobsets",
+        rendered("train", RUN),
+        {
+            "terminalState": "Completed",
+            "conditions": [
+                cond("Completed", reason="AllJobsCompleted", message="jobset completed successfully")
+            ],
+        },
+    )
+    server.create(
+        "jobs", {**rendered("convert", "rnotours0000"), "metadata": {"name": "unlabelled", "namespace": NS}}
+    )  # no run label: not ours to reconcile
 
     everything = h.client.list_run_objects()
     summary = {(o.kind, o.run_id, o.stage, o.attempt, o.phase) for o in everything}
@@ -971,8 +1727,11 @@ class FakeCredentials:
 def _authorization(cc: ClusterClient) -> str:
     """The Authorization header the client computes for a request, through its real auth path."""
     _method, _url, headers, _body, _post = cc.api_client.param_serialize(
-        method="GET", resource_path="/api/v1/namespaces/{namespace}/pods", path_params={"namespace": NS},
-        auth_settings=["BearerToken"])
+        method="GET",
+        resource_path="/api/v1/namespaces/{namespace}/pods",
+        path_params={"namespace": NS},
+        auth_settings=["BearerToken"],
+    )
     return headers["authorization"]
 
 
@@ -980,8 +1739,9 @@ PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
 @pytest.mark.parametrize("ca_form", ["path", "pem", "base64"])
-def test_from_settings_for_gke_uses_the_ca_and_refreshes_the_token(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Any, ca_form: str) -> None:
+def test_from_settings_for_gke_uses_the_ca_and_refreshes_the_token(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, ca_form: str
+) -> None:
     import google.auth
 
     creds = FakeCredentials()
@@ -1029,26 +1789,38 @@ def test_constants_match_the_manifests_and_the_controllers() -> None:
     assert kinds.HEAD_REPLICATED_JOB == pathways.HEAD
     assert kinds.JOB_NAME_LABELS == kube_api.JOB_NAME_LABELS
     assert kinds.JOB_UID_LABELS == kube_api.JOB_UID_LABELS
-    assert (kinds.JOBSET_NAME_LABEL, kinds.JOBSET_UID_LABEL) == (kube_api.JOBSET_NAME_LABEL,
-                                                                 kube_api.JOBSET_UID_LABEL)
+    assert (kinds.JOBSET_NAME_LABEL, kinds.JOBSET_UID_LABEL) == (
+        kube_api.JOBSET_NAME_LABEL,
+        kube_api.JOBSET_UID_LABEL,
+    )
 
 
 def test_workload_status_failure_and_json() -> None:
     running_ = WorkloadStatus(kind="Job", name="j", phase="running")
     assert running_.failure() is None and not running_.done
-    failed = WorkloadStatus(kind="Job", name="j", phase="failed", failure_class=FailureClass.RESOURCES,
-                            reason="pod p container c was OOMKilled",
-                            created_at=datetime(2026, 1, 1, tzinfo=UTC))
+    failed = WorkloadStatus(
+        kind="Job",
+        name="j",
+        phase="failed",
+        failure_class=FailureClass.RESOURCES,
+        reason="pod p container c was OOMKilled",
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
     failure = failed.failure()
-    assert failed.done and failure is not None and failure.as_error() == {
-        "tag": "resources", "message": "pod p container c was OOMKilled"}
+    assert (
+        failed.done
+        and failure is not None
+        and failure.as_error() == {"tag": "resources", "message": "pod p container c was OOMKilled"}
+    )
     assert json.loads(json.dumps(failed.to_dict()))["created_at"] == "2026-01-01T00:00:00+00:00"
 
 
 # --------------------------------------------------------------------------- RBAC
 
-_API_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
-                       r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+_API_PATH = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)/namespaces/[^/]+/(?P<resource>[^/]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
+)
 
 
 def rule_for(method: str, url: str) -> RbacRule:
@@ -1077,13 +1849,24 @@ def test_every_api_call_is_covered_by_rbac_rules_and_every_rule_is_used(server: 
     suspend(server, "jobsets", js["metadata"]["name"])
     h.client.status(js["metadata"]["name"], kind="JobSet")  # queued: pods, events
     h.client.status(job["metadata"]["name"], kind="Job")
-    head = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": f"{js['metadata']['name']}-pathways-head-0-0-abcde", "namespace": NS,
-        "labels": {"jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
-                   "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"}},
-        "spec": {"containers": [{"name": "workload-container", "image": "i"}]}, "status": {"phase": "Running"}}
+    head = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{js['metadata']['name']}-pathways-head-0-0-abcde",
+            "namespace": NS,
+            "labels": {
+                "jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"],
+                "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head",
+            },
+        },
+        "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
+        "status": {"phase": "Running"},
+    }
     server.create("pods", head)
-    server.set_pod_log(head["metadata"]["name"], "step 1 mean_reward=0.1\nstep 2 mean_reward=0.2\n", namespace=NS)
+    server.set_pod_log(
+        head["metadata"]["name"], "step 1 mean_reward=0.1\nstep 2 mean_reward=0.2\n", namespace=NS
+    )
     assert h.client.log_tail(js["metadata"]["name"]).splitlines()[-1] == "step 2 mean_reward=0.2"
     h.client.list_run_objects(RUN)
     h.client.delete("Job", job["metadata"]["name"])
@@ -1097,11 +1880,19 @@ def test_every_api_call_is_covered_by_rbac_rules_and_every_rule_is_used(server: 
 
 def test_role_rules_render_rbac_rules_for_a_role() -> None:
     rules = cluster.role_rules()
-    flattened = {RbacRule(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
-                 for v in rule["verbs"]}
+    flattened = {
+        RbacRule(g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert flattened == RBAC_RULES
-    assert {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"],
-            "verbs": ["create", "delete", "get", "list"]} in rules
+    assert {
+        "apiGroups": ["jobset.x-k8s.io"],
+        "resources": ["jobsets"],
+        "verbs": ["create", "delete", "get", "list"],
+    } in rules
 
 
 def test_preemption_evidence_survives_on_the_failed_child_job(server: KubeApiServer) -> None:
@@ -1110,33 +1901,96 @@ def test_preemption_evidence_survives_on_the_failed_child_job(server: KubeApiSer
     h = make_harness(server)
     js = h.client.apply(rendered("train"))
     name = js["metadata"]["name"]
-    server.create("jobs", {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": f"{name}-worker-0", "namespace": NS,
-                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
-                                "jobset.sigs.k8s.io/replicatedjob-name": "worker"}},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                       "containers": [{"name": "pathways-worker", "image": "i"}]}}},
-    })
-    server.patch_status("jobs", f"{name}-worker-0", {"conditions": [
-        {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy",
-         "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0"},
-        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-         "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0"},
-    ]}, namespace=NS)
-    server.create("pods", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{name}-pathways-head-0-0-xyz12", "namespace": NS,
-                     "labels": {"jobset.sigs.k8s.io/jobset-name": name,
-                                "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head"}},
-        "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
-        "status": {"phase": "Failed", "containerStatuses": [{
-            "name": "workload-container", "ready": False, "restartCount": 0, "image": "i", "imageID": "",
-            "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]},
-    })
-    server.patch_status("jobsets", name, {"terminalState": "Failed", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts", "message": "jobset failed",
-         "lastTransitionTime": "2026-12-02T00:00:00Z"}]}, namespace=NS)
+    server.create(
+        "jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{name}-worker-0",
+                "namespace": NS,
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/replicatedjob-name": "worker",
+                },
+            },
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "pathways-worker", "image": "i"}],
+                    }
+                }
+            },
+        },
+    )
+    server.patch_status(
+        "jobs",
+        f"{name}-worker-0",
+        {
+            "conditions": [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0",
+                },
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": f"Pod {NS}/{name}-worker-0-3-abcde has condition DisruptionTarget matching FailJob rule at index 0",
+                },
+            ]
+        },
+        namespace=NS,
+    )
+    server.create(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-pathways-head-0-0-xyz12",
+                "namespace": NS,
+                "labels": {
+                    "jobset.sigs.k8s.io/jobset-name": name,
+                    "jobset.sigs.k8s.io/replicatedjob-name": "pathways-head",
+                },
+            },
+            "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {
+                        "name": "workload-container",
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": "i",
+                        "imageID": "",
+                        "state": {"terminated": {"exitCode": 1, "reason": "Error"}},
+                    }
+                ],
+            },
+        },
+    )
+    server.patch_status(
+        "jobsets",
+        name,
+        {
+            "terminalState": "Failed",
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "ReachedMaxRestarts",
+                    "message": "jobset failed",
+                    "lastTransitionTime": "2026-12-02T00:00:00Z",
+                }
+            ],
+        },
+        namespace=NS,
+    )
     status = h.client.status(name, kind="JobSet")
     assert status.phase == "failed" and status.failure_class == FailureClass.PREEMPTED
     assert "DisruptionTarget" in status.reason

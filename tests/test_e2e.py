@@ -48,7 +48,9 @@ class Local:
         it uses), so its conversion really runs instead of hitting an earlier test's cache."""
         fields.setdefault("request_id", f"e2e-{uuid.uuid4().hex[:12]}")
         if fresh_cache:
-            fields["image"] = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:{fields['request_id']}"
+            fields["image"] = (
+                f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:{fields['request_id']}"
+            )
         fields.setdefault("retry", FAST_RETRY)
         path = self.tmp / f"{fields['request_id']}.yaml"
         path.write_text(yaml.safe_dump(minimal_request(**fields)))
@@ -65,8 +67,9 @@ class Local:
             if record is not None and (until(record) if until else record.terminal):
                 return record
             time.sleep(0.25)
-        raise AssertionError(f"run {run_id} not done in {timeout}s: {record and runs.describe(record)}\n"
-                             f"{self.stack.logs}")
+        raise AssertionError(
+            f"run {run_id} not done in {timeout}s: {record and runs.describe(record)}\n{self.stack.logs}"
+        )
 
     def executions_of(self, run_id: str) -> int:
         """Executions started for a run, counted through the real ExecutionsClient."""
@@ -75,8 +78,9 @@ class Local:
         from rlpipe.control.orchestrator import Orchestrator
 
         client = Orchestrator(self.settings).client
-        listing = client.list_executions(request=ListExecutionsRequest(
-            parent=self.settings.workflow_path, view=ExecutionView.FULL))
+        listing = client.list_executions(
+            request=ListExecutionsRequest(parent=self.settings.workflow_path, view=ExecutionView.FULL)
+        )
         return sum(1 for e in listing if json.loads(e.argument or "{}").get("run_id") == run_id)
 
     def workloads(self) -> list[str]:
@@ -91,7 +95,8 @@ class Local:
         assert history[-1] == state or state in history
         launched = [e for e in self.ledger.history(record.run_id) if e["event"] == "launched"]
         assert sorted((e["stage"], e["attempt"]) for e in launched) == sorted(
-            (a.stage, a.attempt) for a in record.attempts), "every attempt is recorded once"
+            (a.stage, a.attempt) for a in record.attempts
+        ), "every attempt is recorded once"
         assert all(a.uid for a in record.attempts)
         # Cleanup runs on every terminal path (the workflow's, or `rlpipe cancel`).
         deadline = time.monotonic() + 10
@@ -126,7 +131,10 @@ def test_happy_path_by_file_drop(local: Local, faults: Any) -> None:
     record = local.wait(run_id)
     local.assert_consistent(record, "succeeded")
     assert [(a.stage, a.attempt, a.phase) for a in record.attempts] == [
-        ("convert", 1, "succeeded"), ("train", 1, "succeeded"), ("export", 1, "succeeded")]
+        ("convert", 1, "succeeded"),
+        ("train", 1, "succeeded"),
+        ("export", 1, "succeeded"),
+    ]
     bucket = local.client.bucket(local.settings.artifacts_bucket)
     index = json.loads(bucket.blob(f"runs/{run_id}/hf/model.safetensors.index.json").download_as_bytes())
     for shard in set(index["weight_map"].values()):
@@ -176,7 +184,9 @@ def test_preempted_training_resumes_from_the_last_committed_step(local: Local, f
 def test_unschedulable_then_admitted_is_visible_as_queued(local: Local, faults: Any) -> None:
     faults(["convert:1:unschedulable:3000"])
     run_id = local.submit(local.request(fresh_cache=True))
-    queued = local.wait(run_id, until=lambda r: any(a.stage == "convert" and a.phase == "queued" for a in r.attempts))
+    queued = local.wait(
+        run_id, until=lambda r: any(a.stage == "convert" and a.phase == "queued" for a in r.attempts)
+    )
     assert runs.describe(queued)["stages"][0]["phase"] == "queued"
     record = local.wait(run_id)
     local.assert_consistent(record, "succeeded")
@@ -208,8 +218,9 @@ def test_image_pull_error_fails_the_run(local: Local, faults: Any) -> None:
     run_id = local.submit(local.request(fresh_cache=True))
     record = local.wait(run_id)
     local.assert_consistent(record, "failed")
-    assert record.failure.tag == "permanent" and ("ErrImagePull" in record.failure.message
-                                                  or "ImagePullBackOff" in record.failure.message)
+    assert record.failure.tag == "permanent" and (
+        "ErrImagePull" in record.failure.message or "ImagePullBackOff" in record.failure.message
+    )
 
 
 def test_kubernetes_api_5xx_burst_is_absorbed(local: Local, faults: Any) -> None:
@@ -244,7 +255,9 @@ def test_cancel_mid_train(local: Local, faults: Any) -> None:
 
 def test_second_request_for_the_same_sha_skips_convert(local: Local, faults: Any) -> None:
     faults([])
-    image = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:cache-{uuid.uuid4().hex[:8]}"
+    image = (
+        f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:cache-{uuid.uuid4().hex[:8]}"
+    )
     first = local.wait(local.submit(local.request(image=image)))
     assert first.state == "succeeded" and first.lineage.conversion_cache_hit is False
     second = local.wait(local.submit(local.request(image=image)))

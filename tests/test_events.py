@@ -39,18 +39,31 @@ def test_checkpoint_objects_are_not_signals_except_the_commit_markers() -> None:
     ]
     assert [n for n in noise if match_artifact(n)] == []
     step = match_artifact(run.step_commit(50))
-    assert step and (step.run_id, step.stage, step.signal, step.step) == ("rabcdefghijk", "train", "checkpoint", 50)
+    assert step and (step.run_id, step.stage, step.signal, step.step) == (
+        "rabcdefghijk",
+        "train",
+        "checkpoint",
+        50,
+    )
     exported = match_artifact(run.hf_dir + layout.HF_INDEX)
     assert exported and (exported.stage, exported.signal) == ("export", "exported")
     converted = match_artifact("cache/maxtext/ckey/rabcdefghijk-a2/0/commit_success.txt")
     assert converted and (converted.run_id, converted.stage, converted.attempt_dir) == (
-        "rabcdefghijk", "convert", "cache/maxtext/ckey/rabcdefghijk-a2/")
+        "rabcdefghijk",
+        "convert",
+        "cache/maxtext/ckey/rabcdefghijk-a2/",
+    )
 
 
 def test_eventarc_storage_event_shape() -> None:
     ce = gcs_event("bkt", "requests/a b/x.yaml", 1712, 99)
     event = object_event(ce.get_attributes(), ce.data)
-    assert (event.bucket, event.name, event.generation, event.size) == ("bkt", "requests/a b/x.yaml", "1712", 99)
+    assert (event.bucket, event.name, event.generation, event.size) == (
+        "bkt",
+        "requests/a b/x.yaml",
+        "1712",
+        99,
+    )
     with pytest.raises(BadEvent):
         object_event({**ce.get_attributes(), "type": "google.cloud.storage.object.v1.deleted"}, ce.data)
     with pytest.raises(BadEvent):
@@ -60,7 +73,12 @@ def test_eventarc_storage_event_shape() -> None:
 def test_pubsub_event_shape() -> None:
     ce = pubsub_event("projects/p/topics/t", b'{"a": 1}', "42", attributes={"k": "v"})
     event = message_event(ce.get_attributes(), ce.data)
-    assert (event.topic, event.message_id, event.data, event.attributes) == ("projects/p/topics/t", "42", b'{"a": 1}', {"k": "v"})
+    assert (event.topic, event.message_id, event.data, event.attributes) == (
+        "projects/p/topics/t",
+        "42",
+        b'{"a": 1}',
+        {"k": "v"},
+    )
     bad = dict(ce.data)
     bad["message"] = {**ce.data["message"], "data": "!!not base64!!"}
     with pytest.raises(BadEvent):
@@ -68,7 +86,9 @@ def test_pubsub_event_shape() -> None:
 
 
 def _app() -> Any:
-    return create_app(target="artifact_event", source=str(ROOT / "functions" / "main.py"), signature_type="cloudevent")
+    return create_app(
+        target="artifact_event", source=str(ROOT / "functions" / "main.py"), signature_type="cloudevent"
+    )
 
 
 def test_non_signal_objects_are_dismissed_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,8 +101,11 @@ def test_non_signal_objects_are_dismissed_without_network(monkeypatch: pytest.Mo
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(services, "ledger", no_network)
-    for name in ("runs/rabcdefghijk/trained/rl/checkpoints/actor/50/model_params/x/0.0",
-                 "runs/rabcdefghijk/hf/config.json", "cache/maxtext/k/r1-a1/0/items/_METADATA"):
+    for name in (
+        "runs/rabcdefghijk/trained/rl/checkpoints/actor/50/model_params/x/0.0",
+        "runs/rabcdefghijk/hf/config.json",
+        "cache/maxtext/k/r1-a1/0/items/_METADATA",
+    ):
         headers, body = to_binary(gcs_event("artifacts", name, 1, 10))
         assert client.post("/", headers=headers, data=body).status_code == 200
 
@@ -92,8 +115,13 @@ class _CallbackReceiver(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", 0))
-        type(self).received.append({"path": self.path, "body": json.loads(self.rfile.read(length)),
-                                    "auth": self.headers.get("Authorization")})
+        type(self).received.append(
+            {
+                "path": self.path,
+                "body": json.loads(self.rfile.read(length)),
+                "auth": self.headers.get("Authorization"),
+            }
+        )
         self.send_response(200)
         self.end_headers()
 
@@ -110,8 +138,9 @@ def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     server.shutdown()
 
 
-def test_completion_signal_sends_the_stage_callback(buckets: Buckets, receiver: Any,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_completion_signal_sends_the_stage_callback(
+    buckets: Buckets, receiver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, received = receiver
     for key, value in buckets.env(RLPIPE_KUBE_URL="http://127.0.0.1:1").items():
         monkeypatch.setenv(key, value)
@@ -126,6 +155,8 @@ def test_completion_signal_sends_the_stage_callback(buckets: Buckets, receiver: 
     for name in (run.step_commit(50), run.step_commit(100), run.hf_dir + layout.HF_INDEX):
         headers, body = to_binary(gcs_event(buckets.artifacts, name, 1, 10))
         assert client.post("/", headers=headers, data=body).status_code == 200
-    assert [r["path"] for r in received] == ["/callbacks/train-1", "/callbacks/export-1"], "step 50 is not final"
+    assert [r["path"] for r in received] == ["/callbacks/train-1", "/callbacks/export-1"], (
+        "step 50 is not final"
+    )
     assert received[0]["body"]["signal"] == "checkpoint" and received[0]["auth"] is None
     services.reset()

@@ -25,7 +25,9 @@ BUCKET = "demo-artifacts"
 def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
     req = load_request(example.read_bytes(), source=str(example))
     assert req.request_id, "examples carry a request_id so their run id is stable"
-    ctx = RenderContext(run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET)
+    ctx = RenderContext(
+        run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET
+    )
     text = dump_yaml([render(req, stage, 1, ctx)])  # type: ignore[arg-type]
     golden = GOLDEN / example.stem / f"{stage}.yaml"
     if os.environ.get("UPDATE_GOLDENS") == "1":

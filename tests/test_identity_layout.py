@@ -63,8 +63,15 @@ def test_run_paths_follow_the_design_layout() -> None:
 
 def test_nothing_the_pipeline_writes_triggers_intake() -> None:
     run, cache = layout.RunLayout("b", "rabc"), layout.ConversionCache("b", "k")
-    written = [run.ledger, run.event(1, "x"), run.error, run.step_commit(50), run.hf_dir + "config.json",
-               cache.ready, layout.converted_step_commit(cache.attempt_dir("rabc", 1))]
+    written = [
+        run.ledger,
+        run.event(1, "x"),
+        run.error,
+        run.step_commit(50),
+        run.hf_dir + "config.json",
+        cache.ready,
+        layout.converted_step_commit(cache.attempt_dir("rabc", 1)),
+    ]
     assert not any(layout.is_request_object(n) for n in written)
     assert layout.is_request_object("requests/team/run.yaml")
     assert not layout.is_request_object("requests/notes.txt")
@@ -75,7 +82,9 @@ def test_nothing_the_pipeline_writes_triggers_intake() -> None:
     ("num_batches", "steps"),
     [(50, [50]), (120, [50, 100, 120]), (30, [30]), (100, [50, 100]), (1, [1])],
 )
-def test_checkpoint_steps_include_every_period_and_the_forced_final_save(num_batches: int, steps: list[int]) -> None:
+def test_checkpoint_steps_include_every_period_and_the_forced_final_save(
+    num_batches: int, steps: list[int]
+) -> None:
     assert layout.checkpoint_steps(num_batches) == steps
     assert layout.final_step(num_batches) == steps[-1]
 

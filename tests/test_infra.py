@@ -67,8 +67,13 @@ PUBLIC_FUNCTIONS = {"upstream_webhook"}
 
 # Variables the code reads that must NOT be set on a deployed function: they point the code at the
 # local stack's emulators (anonymous credentials) or only steer the CLI.
-LOCAL_ONLY_ENV = {"RLPIPE_KUBE_URL", "RLPIPE_WORKFLOWS_ENDPOINT", "RLPIPE_LOCAL", "RLPIPE_INTAKE_MESSAGE_URL",
-                  "RLPIPE_TARGET"}
+LOCAL_ONLY_ENV = {
+    "RLPIPE_KUBE_URL",
+    "RLPIPE_WORKFLOWS_ENDPOINT",
+    "RLPIPE_LOCAL",
+    "RLPIPE_INTAKE_MESSAGE_URL",
+    "RLPIPE_TARGET",
+}
 # Set on the workflow (user_env_vars), not on the functions: only the workflow calls stage.
 WORKFLOW_ONLY_ENV = {"RLPIPE_STAGE_URL"}
 # Secret values come from Secret Manager, only to the functions that need them.
@@ -100,8 +105,11 @@ def _decorated_entry_points() -> dict[str, str]:
             continue
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
-            if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                    and target.value.id == "functions_framework"):
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "functions_framework"
+            ):
                 found[node.name] = target.attr
     return found
 
@@ -114,15 +122,21 @@ def expected_entry_points() -> dict[str, str]:
 def _module_string_constants(tree: ast.Module) -> dict[str, str]:
     out = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             out[node.targets[0].id] = node.value.value
     return out
 
 
 def _is_environ(node: ast.AST) -> bool:
     return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
-        isinstance(node, ast.Name) and node.id == "environ")
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def code_env_names() -> dict[str, set[str]]:
@@ -132,7 +146,10 @@ def code_env_names() -> dict[str, set[str]]:
     os.environ.get / os.getenv / os.environ[...] whose key is a literal or a module constant.
     The local stack (rlpipe/local/) is not deployed and is left out.
     """
-    files = [MAIN_PY, *sorted(p for p in LIBRARY.rglob("*.py") if "local" not in p.relative_to(LIBRARY).parts)]
+    files = [
+        MAIN_PY,
+        *sorted(p for p in LIBRARY.rglob("*.py") if "local" not in p.relative_to(LIBRARY).parts),
+    ]
     names: dict[str, set[str]] = {}
     for path in files:
         tree = ast.parse(path.read_text())
@@ -154,7 +171,8 @@ def code_env_names() -> dict[str, set[str]]:
                     inner = key_of(node.args[0])
                     key = prefix + inner if inner else None
                 elif isinstance(func, ast.Attribute) and (
-                        (func.attr == "get" and _is_environ(func.value)) or func.attr == "getenv"):
+                    (func.attr == "get" and _is_environ(func.value)) or func.attr == "getenv"
+                ):
                     key = key_of(node.args[0])
             elif isinstance(node, ast.Subscript) and _is_environ(node.value):
                 key = key_of(node.slice)
@@ -182,17 +200,23 @@ def _tool(env_var: str, candidates: list[Path]) -> str | None:
 
 
 def tfparse_python() -> str | None:
-    return _tool("RLPIPE_TFPARSE_PYTHON", [ROOT / ".tools/bin/python", ROOT / ".tools/tfparse/bin/python",
-                                           ROOT / ".tools/venv/bin/python"])
+    return _tool(
+        "RLPIPE_TFPARSE_PYTHON",
+        [ROOT / ".tools/bin/python", ROOT / ".tools/tfparse/bin/python", ROOT / ".tools/venv/bin/python"],
+    )
 
 
 def checkov_bin() -> str | None:
-    return _tool("RLPIPE_CHECKOV", [ROOT / ".tools/bin/checkov", ROOT / ".tools/checkov/bin/checkov",
-                                    ROOT / ".tools/venv/bin/checkov"])
+    return _tool(
+        "RLPIPE_CHECKOV",
+        [ROOT / ".tools/bin/checkov", ROOT / ".tools/checkov/bin/checkov", ROOT / ".tools/venv/bin/checkov"],
+    )
 
 
-TOOLS_HINT = ("create the tools venv: python3 -m venv .tools && .tools/bin/pip install tfparse checkov "
-              "(or point {var} at an existing one)")
+TOOLS_HINT = (
+    "create the tools venv: python3 -m venv .tools && .tools/bin/pip install tfparse checkov "
+    "(or point {var} at an existing one)"
+)
 
 _TFPARSE = r"""
 import json, sys
@@ -211,8 +235,9 @@ def tf(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tfvars.write_text(TEST_TFVARS)
     # tfparse resolves var files relative to the module directory.
     rel = os.path.relpath(tfvars, TF_DIR)
-    proc = subprocess.run([python, "-c", _TFPARSE, str(TF_DIR), rel], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [python, "-c", _TFPARSE, str(TF_DIR), rel], capture_output=True, text=True, timeout=60, check=False
+    )
     if proc.returncode != 0:
         if "No module named 'tfparse'" in proc.stderr:
             pytest.skip(f"{python} has no tfparse: " + TOOLS_HINT.format(var="RLPIPE_TFPARSE_PYTHON"))
@@ -264,7 +289,8 @@ def functions_by_entry_point(tf: dict[str, Any]) -> dict[str, list[dict[str, Any
     for fn in resources(tf, "google_cloudfunctions2_function"):
         entry = (fn.get("build_config") or {}).get("entry_point")
         assert isinstance(entry, str), (
-            f"{fn['__tfmeta']['path']}: entry_point {entry!r} is not a plain value tfparse can read")
+            f"{fn['__tfmeta']['path']}: entry_point {entry!r} is not a plain value tfparse can read"
+        )
         out.setdefault(entry, []).append(fn)
     return out
 
@@ -287,9 +313,16 @@ def test_terraform_fmt() -> None:
     terraform = shutil.which("terraform")
     if terraform is None:
         pytest.skip("terraform is not on PATH (terraform fmt -check needs only the binary, no provider)")
-    proc = subprocess.run([terraform, "fmt", "-check", "-recursive", "-diff", str(TF_DIR)], capture_output=True,
-                          text=True, timeout=60, check=False)
-    assert proc.returncode == 0, f"run `terraform fmt -recursive infra/terraform`:\n{proc.stdout}{proc.stderr}"
+    proc = subprocess.run(
+        [terraform, "fmt", "-check", "-recursive", "-diff", str(TF_DIR)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, (
+        f"run `terraform fmt -recursive infra/terraform`:\n{proc.stdout}{proc.stderr}"
+    )
 
 
 # ------------------------------------------------------------------------------ terraform: functions
@@ -299,8 +332,10 @@ def test_code_reads_known_entry_points() -> None:
     found = _decorated_entry_points()
     assert {"intake_object", "intake_message", "artifact_event", "stage"} <= set(found)
     unknown = set(found) - set(EXPECTED_TRIGGERS)
-    assert not unknown, f"new entry points {sorted(unknown)}: deploy them in infra/terraform/functions.tf " \
-                        "and add them to EXPECTED_TRIGGERS here"
+    assert not unknown, (
+        f"new entry points {sorted(unknown)}: deploy them in infra/terraform/functions.tf "
+        "and add them to EXPECTED_TRIGGERS here"
+    )
     for name, kind in found.items():
         want = "http" if EXPECTED_TRIGGERS[name][0] == "http" else "cloud_event"
         assert kind == want, f"{name} is @functions_framework.{kind} but infra gives it a {want} trigger"
@@ -311,7 +346,8 @@ def test_every_entry_point_has_exactly_one_function(tf: dict[str, Any]) -> None:
     expected = expected_entry_points()
     assert set(fns) == set(expected), (
         f"functions without an entry point: {sorted(set(fns) - set(expected))}; "
-        f"entry points without a function: {sorted(set(expected) - set(fns))}")
+        f"entry points without a function: {sorted(set(expected) - set(fns))}"
+    )
     for entry, found in fns.items():
         assert len(found) == 1, f"{entry} is deployed {len(found)} times"
 
@@ -332,12 +368,15 @@ def test_function_triggers(tf: dict[str, Any]) -> None:
         assert isinstance(trigger, dict), f"{where}: {entry} needs an event trigger"
         assert trigger.get("retry_policy") == "RETRY_POLICY_RETRY", f"{where}: events must be retried"
         assert trigger.get("trigger_region") == "us-east5", f"{where}: trigger must be in the buckets' region"
-        assert eventarc_sa in json.dumps(trigger["__tfmeta"].get("references", [])), \
+        assert eventarc_sa in json.dumps(trigger["__tfmeta"].get("references", [])), (
             f"{where}: the trigger must deliver as the Eventarc service account"
+        )
         if kind == "storage":
             assert trigger["event_type"] == "google.cloud.storage.object.v1.finalized", where
             filters = {f["attribute"]: f["value"] for f in as_list(trigger.get("event_filters"))}
-            assert filters == {"bucket": buckets[source]}, f"{where}: expected bucket {buckets[source]}, got {filters}"
+            assert filters == {"bucket": buckets[source]}, (
+                f"{where}: expected bucket {buckets[source]}, got {filters}"
+            )
             assert not trigger.get("pubsub_topic"), where
         else:
             assert trigger["event_type"] == "google.cloud.pubsub.topic.v1.messagePublished", where
@@ -348,10 +387,15 @@ def test_function_triggers(tf: dict[str, Any]) -> None:
 def test_each_function_has_its_own_service_account(tf: dict[str, Any]) -> None:
     seen: dict[str, str] = {}
     for fn in resources(tf, "google_cloudfunctions2_function"):
-        refs = [r["name"] for r in fn["service_config"]["__tfmeta"].get("references", [])
-                if r.get("label") == "google_service_account"]
+        refs = [
+            r["name"]
+            for r in fn["service_config"]["__tfmeta"].get("references", [])
+            if r.get("label") == "google_service_account"
+        ]
         assert refs == [f'fn["{function_key(fn)}"]'], f"{fn['__tfmeta']['path']}: service account refs {refs}"
-        assert refs[0] not in seen, f"{fn['__tfmeta']['path']} shares its service account with {seen.get(refs[0])}"
+        assert refs[0] not in seen, (
+            f"{fn['__tfmeta']['path']} shares its service account with {seen.get(refs[0])}"
+        )
         seen[refs[0]] = fn["__tfmeta"]["path"]
 
 
@@ -368,16 +412,23 @@ def test_ingress(tf: dict[str, Any]) -> None:
 
 def test_function_environment(tf: dict[str, Any]) -> None:
     code_names = code_env_names()
-    assert {"RLPIPE_PROJECT", "RLPIPE_ARTIFACTS_BUCKET", "RLPIPE_HF_TOKEN", "RLPIPE_GKE_ENDPOINT"} <= set(code_names), \
-        "the scan of the code's environment reads found too little"
+    assert {"RLPIPE_PROJECT", "RLPIPE_ARTIFACTS_BUCKET", "RLPIPE_HF_TOKEN", "RLPIPE_GKE_ENDPOINT"} <= set(
+        code_names
+    ), "the scan of the code's environment reads found too little"
     required = required_function_env()
     for entry, (fn,) in functions_by_entry_point(tf).items():
         env = resolve(tf, fn["service_config"].get("environment_variables"))
         assert isinstance(env, dict), f"{entry}: environment_variables is not readable: {env!r}"
         missing = required - set(env)
-        assert not missing, f"{entry} lacks {sorted(missing)} (read by {[sorted(code_names[m]) for m in missing]})"
-        assert not (LOCAL_ONLY_ENV & set(env)), f"{entry} sets local-stack variables {LOCAL_ONLY_ENV & set(env)}"
-        assert not (set(SECRET_ENV) & set(env)), f"{entry}: secrets must come from Secret Manager, not plain env"
+        assert not missing, (
+            f"{entry} lacks {sorted(missing)} (read by {[sorted(code_names[m]) for m in missing]})"
+        )
+        assert not (LOCAL_ONLY_ENV & set(env)), (
+            f"{entry} sets local-stack variables {LOCAL_ONLY_ENV & set(env)}"
+        )
+        assert not (set(SECRET_ENV) & set(env)), (
+            f"{entry}: secrets must come from Secret Manager, not plain env"
+        )
         # tfparse does not expand a dynamic block nested in service_config, so the secret
         # references are read from the function's row of local.functions (for_each value).
         secrets = set(function_table(fn)["secrets"])
@@ -391,19 +442,22 @@ def test_function_environment(tf: dict[str, Any]) -> None:
 def test_function_resource_wires_the_table() -> None:
     """What tfparse cannot expand, read from the source: the env and secret blocks use the table."""
     text = (TF_DIR / "functions.tf").read_text()
-    body = text[text.index('resource "google_cloudfunctions2_function" "fn"'):]
-    body = body[:body.index("\n}\n")]
+    body = text[text.index('resource "google_cloudfunctions2_function" "fn"') :]
+    body = body[: body.index("\n}\n")]
     assert re.search(r"environment_variables\s*=\s*local\.function_env\b", body)
-    block = body[body.index('dynamic "secret_environment_variables"'):]
+    block = body[body.index('dynamic "secret_environment_variables"') :]
     assert re.search(r"for_each\s*=\s*\[for env, secret in each\.value\.secrets", block)
     assert re.search(r"key\s*=\s*secret_environment_variables\.value\.env", block)
     assert re.search(r"version\s*=\s*var\.secret_version", block)
-    assert "secret_data" not in "".join(p.read_text() for p in TF_DIR.glob("*.tf")), "no secret values in Terraform"
+    assert "secret_data" not in "".join(p.read_text() for p in TF_DIR.glob("*.tf")), (
+        "no secret values in Terraform"
+    )
 
 
 def test_secrets_hold_no_values(tf: dict[str, Any]) -> None:
-    assert not resources(tf, "google_secret_manager_secret_version"), \
+    assert not resources(tf, "google_secret_manager_secret_version"), (
         "secret versions (values) are added with gcloud, never by Terraform (they would be in the state)"
+    )
     ids = {s["secret_id"] for s in resources(tf, "google_secret_manager_secret")}
     assert ids == {"rlpipe-hf-token", "rlpipe-webhook-secret"}
 
@@ -413,7 +467,9 @@ def test_secrets_hold_no_values(tf: dict[str, Any]) -> None:
 
 def test_workflow(tf: dict[str, Any]) -> None:
     (wf,) = resources(tf, "google_workflows_workflow")
-    assert wf["source_contents"] == PIPELINE.read_text(), "the workflow must deploy workflows/pipeline.yaml as is"
+    assert wf["source_contents"] == PIPELINE.read_text(), (
+        "the workflow must deploy workflows/pipeline.yaml as is"
+    )
     text = (TF_DIR / "workflow.tf").read_text()
     m = re.search(r'source_contents\s*=\s*file\("(?:\$\{path\.module\}/)?([^"]+)"\)', text)
     assert m and m.group(1) == "../../workflows/pipeline.yaml", m and m.group(1)
@@ -429,8 +485,11 @@ def test_workflow(tf: dict[str, Any]) -> None:
 
 def test_workflow_identity_may_only_invoke_stage(tf: dict[str, Any]) -> None:
     member = f"serviceAccount:rlpipe-workflow@{TEST_PROJECT}.iam.gserviceaccount.com"
-    grants = [(rtype, r.get("role"), r.get("name") or r.get("bucket") or r.get("topic") or r.get("project"))
-              for rtype, r in iam_grants(tf) if member in members_of(tf, r)]
+    grants = [
+        (rtype, r.get("role"), r.get("name") or r.get("bucket") or r.get("topic") or r.get("project"))
+        for rtype, r in iam_grants(tf)
+        if member in members_of(tf, r)
+    ]
     assert sorted(grants) == [
         ("google_cloud_run_v2_service_iam_member", "roles/run.invoker", "rlpipe-stage"),
         ("google_project_iam_member", "roles/logging.logWriter", TEST_PROJECT),
@@ -458,7 +517,9 @@ def test_iam_is_readable_and_additive(tf: dict[str, Any]) -> None:
     grants = list(iam_grants(tf))
     assert len(grants) > 30, "IAM grants were not expanded by tfparse (a for_each table that is not static?)"
     for rtype, grant in grants:
-        assert rtype.endswith("_iam_member"), f"{rtype}: use additive *_iam_member grants, not authoritative ones"
+        assert rtype.endswith("_iam_member"), (
+            f"{rtype}: use additive *_iam_member grants, not authoritative ones"
+        )
         assert isinstance(grant.get("role"), str), grant["__tfmeta"]["path"]
 
 
@@ -481,29 +542,44 @@ def test_no_service_account_is_owner_editor_or_admin_of_the_project(tf: dict[str
         role = grant["role"]
         for member in members_of(tf, grant):
             if member.startswith("serviceAccount:"):
-                assert role not in BASIC_ROLES and "admin" not in role.lower(), \
+                assert role not in BASIC_ROLES and "admin" not in role.lower(), (
                     f"{grant['__tfmeta']['path']}: {member} gets {role} on the project"
+                )
 
 
 def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
     grants = by_path(tf, "google_storage_bucket_iam_member")
-    artifacts = {p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.artifacts[")}
-    prefixes = {"intake-object": ["runs/"], "intake-message": ["runs/"], "artifact-event": ["runs/"],
-                "reconcile": ["runs/", "reconcile/"], "upstream-poll": ["runs/", "upstream/"], "upstream-webhook": ["runs/", "upstream/"]}
+    artifacts = {
+        p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.artifacts[")
+    }
+    prefixes = {
+        "intake-object": ["runs/"],
+        "intake-message": ["runs/"],
+        "artifact-event": ["runs/"],
+        "reconcile": ["runs/", "reconcile/"],
+        "upstream-poll": ["runs/", "upstream/"],
+        "upstream-webhook": ["runs/", "upstream/"],
+    }
     for key, allowed in prefixes.items():
-        expression = (artifacts[f'google_storage_bucket_iam_member.artifacts["{key}"]'].get("condition") or {}).get(
-            "expression", "")
+        expression = (
+            artifacts[f'google_storage_bucket_iam_member.artifacts["{key}"]'].get("condition") or {}
+        ).get("expression", "")
         for prefix in allowed:  # objects under the prefix, and listings of it
-            assert f"/objects/{prefix}\")" in expression, (key, prefix)
+            assert f'/objects/{prefix}")' in expression, (key, prefix)
             assert f'objectListPrefix", "").startsWith("{prefix}")' in expression, (key, prefix)
         assert len(re.findall(r"/objects/", expression)) == len(allowed), (key, expression)
-    assert artifacts['google_storage_bucket_iam_member.artifacts["artifact-event"]']["role"] == "roles/storage.objectViewer"
+    assert (
+        artifacts['google_storage_bucket_iam_member.artifacts["artifact-event"]']["role"]
+        == "roles/storage.objectViewer"
+    )
     requests = {p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.requests[")}
     assert {p.split('"')[1] for p in requests} == {"intake-object", "upstream-poll", "upstream-webhook"}
     for path, grant in requests.items():
         assert grant["role"] == "roles/storage.objectViewer", path
-        assert "/objects/requests/" in grant["condition"]["expression"] or \
-            "/objects/config/" in grant["condition"]["expression"], path
+        assert (
+            "/objects/requests/" in grant["condition"]["expression"]
+            or "/objects/config/" in grant["condition"]["expression"]
+        ), path
 
 
 # ------------------------------------------------------------------------------ terraform: the rest
@@ -516,15 +592,23 @@ def test_buckets(tf: dict[str, Any]) -> None:
     assert buckets["google_storage_bucket.artifacts"]["location"] == "US-EAST5"
     rules = {v["__tfmeta"]["label"]: v for v in tf["variable"]}["artifact_lifecycle_rules"]["default"]
     assert {"cache/maxtext/"} <= {p for r in rules for p in r["prefixes"]}
-    assert any(r.get("suffixes") == ["/READY.json"] and r["age_days"] < min(
-        x["age_days"] for x in rules if x["prefixes"] == ["cache/maxtext/"] and not x.get("suffixes")) for r in rules), \
-        "cache markers must expire before the attempt directories they name"
+    assert any(
+        r.get("suffixes") == ["/READY.json"]
+        and r["age_days"]
+        < min(x["age_days"] for x in rules if x["prefixes"] == ["cache/maxtext/"] and not x.get("suffixes"))
+        for r in rules
+    ), "cache markers must expire before the attempt directories they name"
 
 
 def test_topics_scheduler_and_dead_letters(tf: dict[str, Any]) -> None:
     topics = {t["id"]: t["name"] for t in resources(tf, "google_pubsub_topic")}
-    assert set(topics.values()) == {"rlpipe-requests", "rlpipe-status", "rlpipe-upstream-tick",
-                                    "rlpipe-reconcile-tick", "rlpipe-dead-letter"}
+    assert set(topics.values()) == {
+        "rlpipe-requests",
+        "rlpipe-status",
+        "rlpipe-upstream-tick",
+        "rlpipe-reconcile-tick",
+        "rlpipe-dead-letter",
+    }
     jobs = {j["name"]: j for j in resources(tf, "google_cloud_scheduler_job")}
     assert jobs["rlpipe-upstream-tick"]["schedule"] == "*/10 * * * *"
     assert topics[jobs["rlpipe-upstream-tick"]["pubsub_target"]["topic_name"]] == "rlpipe-upstream-tick"
@@ -532,8 +616,13 @@ def test_topics_scheduler_and_dead_letters(tf: dict[str, Any]) -> None:
     assert topics[jobs["rlpipe-reconcile-tick"]["pubsub_target"]["topic_name"]] == "rlpipe-reconcile-tick"
     (sub,) = resources(tf, "google_pubsub_subscription")
     assert topics[sub["topic"]] == "rlpipe-dead-letter"
-    event_keys = {function_key(f) for f in resources(tf, "google_cloudfunctions2_function") if f.get("event_trigger")}
-    dlq = {re.search(r'\["([^"]+)"\]', d["__tfmeta"]["path"]).group(1): d for d in resources(tf, "terraform_data")}
+    event_keys = {
+        function_key(f) for f in resources(tf, "google_cloudfunctions2_function") if f.get("event_trigger")
+    }
+    dlq = {
+        re.search(r'\["([^"]+)"\]', d["__tfmeta"]["path"]).group(1): d
+        for d in resources(tf, "terraform_data")
+    }
     assert set(dlq) == event_keys, "every Eventarc trigger gets the dead-letter topic and a bounded retry"
     for d in dlq.values():
         env = d["provisioner"]["environment"]
@@ -559,10 +648,15 @@ def test_checkov(tmp_path: Path) -> None:
     checkov = checkov_bin()
     if checkov is None:
         pytest.skip("checkov not found: " + TOOLS_HINT.format(var="RLPIPE_CHECKOV"))
-    proc = subprocess.run([checkov, "--config-file", str(TF_DIR / ".checkov.yaml"), "-d", str(TF_DIR), "-o", "json"],
-                          capture_output=True, text=True, timeout=180, check=False,
-                          env={**os.environ, "BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"},
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [checkov, "--config-file", str(TF_DIR / ".checkov.yaml"), "-d", str(TF_DIR), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"},
+        cwd=tmp_path,
+    )
     try:
         report = json.loads(proc.stdout)
     except ValueError:
@@ -573,14 +667,18 @@ def test_checkov(tmp_path: Path) -> None:
         assert rep["summary"]["parsing_errors"] == 0, rep["summary"]
         failed += rep["results"].get("failed_checks", [])
         skipped += rep["results"].get("skipped_checks", [])
-    assert not failed, "checkov findings (fix them, or accept one with an inline #checkov:skip=<id>:<reason> " \
-                       "and add it to ACCEPTED_CHECKOV):\n" + "\n".join(
-        f"{c['check_id']} {c['resource']} {c['file_path']}: {c['check_name']}" for c in failed)
+    assert not failed, (
+        "checkov findings (fix them, or accept one with an inline #checkov:skip=<id>:<reason> "
+        "and add it to ACCEPTED_CHECKOV):\n"
+        + "\n".join(f"{c['check_id']} {c['resource']} {c['file_path']}: {c['check_name']}" for c in failed)
+    )
     for check in skipped:
-        assert check["check_id"] in ACCEPTED_CHECKOV, f"{check['check_id']} skipped on {check['resource']} " \
-                                                      "but not listed in ACCEPTED_CHECKOV"
-        assert len(check["check_result"].get("suppress_comment", "").strip()) > 20, \
+        assert check["check_id"] in ACCEPTED_CHECKOV, (
+            f"{check['check_id']} skipped on {check['resource']} but not listed in ACCEPTED_CHECKOV"
+        )
+        assert len(check["check_result"].get("suppress_comment", "").strip()) > 20, (
             f"{check['check_id']} on {check['resource']}: the skip needs a reason"
+        )
 
 
 # ------------------------------------------------------------------------------ Kubernetes add-ons
@@ -612,7 +710,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]] |
     work = tmp_path_factory.mktemp("k8s") / "k8s"
     shutil.copytree(K8S_DIR, work, ignore=shutil.ignore_patterns("params.env"))
     shutil.copy(K8S_DIR / "params.env.example", work / "params.env")
-    proc = subprocess.run([kubectl, "kustomize", str(work)], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(work)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
@@ -655,8 +755,8 @@ def test_kustomize_substitutes_every_placeholder(rendered: list[dict[str, Any]] 
 
 def test_params_keys_match_terraform_output() -> None:
     outputs = (TF_DIR / "outputs.tf").read_text()
-    block = outputs[outputs.index('output "k8s_params_env"'):]
-    block = block[:block.index("\n}\n")]
+    block = outputs[outputs.index('output "k8s_params_env"') :]
+    block = block[: block.index("\n}\n")]
     tf_keys = re.findall(r'"([A-Z_]+)=\$\{', block)
     assert tf_keys == list(_params()), "params.env.example and the k8s_params_env output list the same keys"
     kustomization = (K8S_DIR / "kustomization.yaml").read_text()
@@ -679,18 +779,33 @@ def test_manifests_validate_strictly(manifests: list[dict[str, Any]]) -> None:
         schema_path = _schema_for(obj)
         if schema_path.exists():  # a custom resource: our schema from its API reference
             schema = json.loads(schema_path.read_text())
-            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.path))
-            assert not errors, f"{where}: " + "; ".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors)
+            errors = sorted(
+                jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.path)
+            )
+            assert not errors, f"{where}: " + "; ".join(
+                f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors
+            )
             continue
         try:  # a built-in kind: Kubernetes' own schema, unknown fields rejected
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         except kubernetes_validate.SchemaNotFoundError:
-            pytest.fail(f"{where}: {obj['apiVersion']} is neither built in nor described in tests/schemas "
-                        f"(expected {schema_path.name})")
+            pytest.fail(
+                f"{where}: {obj['apiVersion']} is neither built in nor described in tests/schemas "
+                f"(expected {schema_path.name})"
+            )
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{where}: {exc}")
-    assert {"Namespace", "ServiceAccount", "Role", "RoleBinding", "ResourceFlavor", "ClusterQueue", "LocalQueue",
-            "SecretProviderClass", "SecretSync"} <= kinds
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ResourceFlavor",
+        "ClusterQueue",
+        "LocalQueue",
+        "SecretProviderClass",
+        "SecretSync",
+    } <= kinds
 
 
 def test_schemas_reject_unknown_fields() -> None:
@@ -714,16 +829,27 @@ def test_rbac_role_equals_cluster_role_rules(manifests: list[dict[str, Any]]) ->
     (role,) = find(manifests, "Role", "rlpipe-pipeline")
 
     def norm(rules: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
-        return sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in rules)
+        return sorted(
+            (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"]))) for r in rules
+        )
 
     assert norm(role["rules"]) == norm(role_rules())
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-               for v in rule["verbs"]}
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     missing = {(r.api_group, r.resource, r.verb) for r in RBAC_RULES} - granted
     assert not missing, f"rlpipe.cluster calls the API with {sorted(missing)}, which the Role does not allow"
     assert role["metadata"]["namespace"] == "rlpipe"
     (binding,) = find(manifests, "RoleBinding", "rlpipe-pipeline")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rlpipe-pipeline"}
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "rlpipe-pipeline",
+    }
     assert [s["kind"] for s in binding["subjects"]] == ["User", "User"]
 
 
@@ -737,13 +863,17 @@ def test_identities_match_settings(manifests: list[dict[str, Any]]) -> None:
     assert sa["metadata"]["namespace"] == settings.namespace
     assert "iam.gke.io/gcp-service-account" in sa["metadata"]["annotations"]
     variables = (TF_DIR / "variables.tf").read_text()
-    for var, value in (("k8s_namespace", settings.namespace),
-                       ("k8s_workload_service_account", settings.workload_service_account),
-                       ("k8s_secret_sync_service_account", "rlpipe-secret-sync")):
+    for var, value in (
+        ("k8s_namespace", settings.namespace),
+        ("k8s_workload_service_account", settings.workload_service_account),
+        ("k8s_secret_sync_service_account", "rlpipe-secret-sync"),
+    ):
         assert re.search(rf'variable "{var}" {{[^}}]*default\s*=\s*"{re.escape(value)}"', variables), var
     for obj in manifests:
         if obj["kind"] not in {"Namespace", "ResourceFlavor", "ClusterQueue"}:
-            assert obj["metadata"].get("namespace") == settings.namespace, f"{obj['kind']}/{obj['metadata']['name']}"
+            assert obj["metadata"].get("namespace") == settings.namespace, (
+                f"{obj['kind']}/{obj['metadata']['name']}"
+            )
 
 
 def test_hf_token_secret_matches_presets(manifests: list[dict[str, Any]]) -> None:
@@ -765,8 +895,18 @@ def test_hf_token_secret_matches_presets(manifests: list[dict[str, Any]]) -> Non
 
 # Kueue: the objects fit together, and every workload rlpipe renders can be admitted.
 
-_SUFFIX = {"": 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_SUFFIX = {
+    "": 1,
+    "m": Fraction(1, 1000),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def quantity(value: Any) -> Fraction:
@@ -802,13 +942,17 @@ def test_kueue_objects_fit_together(manifests: list[dict[str, Any]]) -> None:
     (cq,) = find(manifests, "ClusterQueue")
     (lq,) = find(manifests, "LocalQueue")
     for obj in (*flavors.values(), cq, lq):
-        assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2", "v1beta2 is Kueue's storage version (v1beta1 deprecated)"
+        assert obj["apiVersion"] == "kueue.x-k8s.io/v1beta2", (
+            "v1beta2 is Kueue's storage version (v1beta1 deprecated)"
+        )
     for group in cq["spec"]["resourceGroups"]:  # the CRD's CEL rule, and flavors that exist
         for flavor in group["flavors"]:
             assert flavor["name"] in flavors, flavor["name"]
             assert [r["name"] for r in flavor["resources"]] == group["coveredResources"]
     assert lq["spec"]["clusterQueue"] == cq["metadata"]["name"]
-    assert cq["spec"]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": lq["metadata"]["namespace"]}
+    assert cq["spec"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": lq["metadata"]["namespace"]
+    }
     for name in PRESET_NAMES:
         preset = preset_defaults(name)
         assert preset["tpu"]["queue"] == lq["metadata"]["name"]
@@ -824,8 +968,11 @@ def test_every_rendered_workload_is_admissible(manifests: list[dict[str, Any]]) 
     flavors = {f["metadata"]["name"]: f["spec"]["nodeLabels"] for f in find(manifests, "ResourceFlavor")}
     (cq,) = find(manifests, "ClusterQueue")
     params = _params()
-    placeholders = {"TPU_CHIPS": params["TPU_CHIPS"], "CPU_NP_CPU": params["CPU_NP_CPU"],
-                    "CPU_NP_MEMORY": params["CPU_NP_MEMORY"]}
+    placeholders = {
+        "TPU_CHIPS": params["TPU_CHIPS"],
+        "CPU_NP_CPU": params["CPU_NP_CPU"],
+        "CPU_NP_MEMORY": params["CPU_NP_MEMORY"],
+    }
     goldens = sorted((ROOT / "tests" / "golden").glob("*/*.yaml"))
     assert goldens
     for path in goldens:
@@ -845,7 +992,9 @@ def test_every_rendered_workload_is_admissible(manifests: list[dict[str, Any]]) 
                         # Kueue would also take a flavor whose labels the pod leaves open, then add
                         # them to the pod; rlpipe's pods name their pool, so demand an exact match.
                         if all(selector.get(k) == v for k, v in node_labels.items()):
-                            quota = next(r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource)
+                            quota = next(
+                                r["nominalQuota"] for r in flavor["resources"] if r["name"] == resource
+                            )
                             fits.append(quantity(placeholders.get(str(quota), quota)))
                     assert fits, f"{path.name}: no flavor for {resource} matches nodeSelector {selector}"
                     assert amount <= max(fits), f"{path.name}: one pod asks {resource}={amount}, quota {fits}"
@@ -859,24 +1008,35 @@ def test_bundle_is_deterministic_and_importable(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHON": sys.executable}
     first, second = tmp_path / "a.zip", tmp_path / "b.zip"
     for out in (first, second):
-        proc = subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True, env=env, timeout=60,
-                              check=False)
+        proc = subprocess.run(
+            ["bash", str(script), str(out)], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
         assert proc.returncode == 0, proc.stderr
     assert first.read_bytes() == second.read_bytes(), "the archive must be byte-for-byte reproducible"
     with zipfile.ZipFile(first) as zf:
         names = zf.namelist()
         assert names == sorted(names)
-        assert {"main.py", "requirements.txt", "rlpipe/__init__.py", "rlpipe/control/settings.py"} <= set(names)
+        assert {"main.py", "requirements.txt", "rlpipe/__init__.py", "rlpipe/control/settings.py"} <= set(
+            names
+        )
         assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
         assert zf.read("requirements.txt") == (ROOT / "requirements.txt").read_bytes()
         assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
         zf.extractall(tmp_path / "src")
-    check = ("import main, rlpipe, sys; "
-             "assert rlpipe.__file__.startswith(sys.argv[1]), rlpipe.__file__; "
-             "print(sorted(n for n in dir(main) if not n.startswith('_')))")
-    proc = subprocess.run([sys.executable, "-c", check, str(tmp_path / "src")], cwd=tmp_path / "src",
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("RLPIPE_")})
+    check = (
+        "import main, rlpipe, sys; "
+        "assert rlpipe.__file__.startswith(sys.argv[1]), rlpipe.__file__; "
+        "print(sorted(n for n in dir(main) if not n.startswith('_')))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check, str(tmp_path / "src")],
+        cwd=tmp_path / "src",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RLPIPE_")},
+    )
     assert proc.returncode == 0, proc.stderr
     for entry in _decorated_entry_points():
         assert entry in proc.stdout
@@ -935,9 +1095,14 @@ deployment_groups:
 
 
 def _run_blueprint_script(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(ROOT / "infra" / "cluster" / "apply-blueprint-changes.sh"), str(path)],
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, "PYTHON": sys.executable, **env})
+    return subprocess.run(
+        ["bash", str(ROOT / "infra" / "cluster" / "apply-blueprint-changes.sh"), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable, **env},
+    )
 
 
 def test_blueprint_changes(tmp_path: Path) -> None:
@@ -981,10 +1146,17 @@ def test_shell_scripts() -> None:
     scripts = [ROOT / "infra" / "bundle.sh", *sorted((ROOT / "infra").rglob("*.sh"))]
     for script in set(scripts):
         assert os.access(script, os.X_OK), f"{script} is not executable"
-        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run(
+            ["bash", "-n", str(script)], capture_output=True, text=True, timeout=30, check=False
+        )
         assert proc.returncode == 0, proc.stderr
     shellcheck = shutil.which("shellcheck")
     if shellcheck:
-        proc = subprocess.run([shellcheck, *map(str, sorted(set(scripts)))], capture_output=True, text=True,
-                              timeout=60, check=False)
+        proc = subprocess.run(
+            [shellcheck, *map(str, sorted(set(scripts)))],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout

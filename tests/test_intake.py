@@ -59,10 +59,15 @@ REQUEST = yaml.safe_dump(minimal_request()).encode()
 
 
 @pytest.mark.parametrize("mode", ["binary", "structured"])
-def test_request_file_starts_one_execution(mode: str, buckets: Buckets, executions: Any,
-                                           functions: dict[str, FunctionServer]) -> None:
+def test_request_file_starts_one_execution(
+    mode: str, buckets: Buckets, executions: Any, functions: dict[str, FunctionServer]
+) -> None:
     generation, size = _upload(buckets, "requests/team/a.yaml", REQUEST)
-    response = post(functions["object"].url, gcs_event(buckets.requests, "requests/team/a.yaml", generation, size), mode=mode)
+    response = post(
+        functions["object"].url,
+        gcs_event(buckets.requests, "requests/team/a.yaml", generation, size),
+        mode=mode,
+    )
     assert response.status_code == 200, functions["object"].logs()
     [run_id] = _runs(buckets)
     assert executions.creates() == [{"run_id": run_id}]
@@ -115,17 +120,30 @@ def test_reused_request_id_with_different_content_is_reported_not_lost(
 BAD_INPUTS = [
     ("requests/malformed.json", b'{"model": "gemma4-26b",', "not valid JSON"),
     ("requests/malformed.yaml", b"model: [gemma4", "not valid JSON or YAML"),
-    ("requests/unknown.yaml", b"model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\nbatchsize: 3\n", "unknown key"),
+    (
+        "requests/unknown.yaml",
+        b"model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\nbatchsize: 3\n",
+        "unknown key",
+    ),
     ("requests/empty.yaml", b"", "is empty"),
     ("requests/garbage.json", bytes(range(256)) * 4, "not UTF-8"),
     ("requests/notes.txt", b"hello", "is not a request file"),
-    ("requests/token.yaml", f"model: gemma4-26b\nhf_repo: a/b\nhf_token: {PLANTED}\n".encode(), "secrets are never accepted"),
+    (
+        "requests/token.yaml",
+        f"model: gemma4-26b\nhf_repo: a/b\nhf_token: {PLANTED}\n".encode(),
+        "secrets are never accepted",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "data", "fragment"), BAD_INPUTS, ids=[n for n, _, _ in BAD_INPUTS])
 def test_bad_input_gives_a_readable_error_record_and_2xx(
-    name: str, data: bytes, fragment: str, buckets: Buckets, executions: Any, functions: dict[str, FunctionServer]
+    name: str,
+    data: bytes,
+    fragment: str,
+    buckets: Buckets,
+    executions: Any,
+    functions: dict[str, FunctionServer],
 ) -> None:
     generation, size = _upload(buckets, name, data)
     event = gcs_event(buckets.requests, name, generation, size)
@@ -134,7 +152,9 @@ def test_bad_input_gives_a_readable_error_record_and_2xx(
     [error] = _error_records(buckets)
     assert fragment in error["message"] and error["source"]["name"] == name
     assert all(p["fix"] for p in error["problems"])
-    assert not any(n.endswith("/run.json") for n in buckets.store("artifacts").list("runs/")), "nothing half-written"
+    assert not any(n.endswith("/run.json") for n in buckets.store("artifacts").list("runs/")), (
+        "nothing half-written"
+    )
     assert executions.creates() == []
     assert [e["event"] for e in Ledger(buckets.store("artifacts")).history(error["run_id"])] == ["rejected"]
     logs = [json.loads(line) for line in functions["object"].logs().splitlines() if line.startswith("{")]
@@ -146,7 +166,12 @@ def test_a_50_mib_request_is_rejected_by_size_before_reading(
 ) -> None:
     big = b"model: x\n" + b"#" * (50 * 1024 * 1024)
     generation, size = _upload(buckets, "requests/huge.yaml", big)
-    assert post(functions["object"].url, gcs_event(buckets.requests, "requests/huge.yaml", generation, size)).status_code == 200
+    assert (
+        post(
+            functions["object"].url, gcs_event(buckets.requests, "requests/huge.yaml", generation, size)
+        ).status_code
+        == 200
+    )
     [error] = _error_records(buckets)
     assert f"{size} bytes" in error["message"]
     assert executions.creates() == []
@@ -168,17 +193,26 @@ def test_wrong_event_types_are_acknowledged_and_ignored(
     assert _runs(buckets) == []
 
 
-def test_objects_outside_requests_prefix_are_ignored(buckets: Buckets, executions: Any,
-                                                    functions: dict[str, FunctionServer]) -> None:
+def test_objects_outside_requests_prefix_are_ignored(
+    buckets: Buckets, executions: Any, functions: dict[str, FunctionServer]
+) -> None:
     generation, size = _upload(buckets, "config/watch.yaml", REQUEST)
-    assert post(functions["object"].url, gcs_event(buckets.requests, "config/watch.yaml", generation, size)).status_code == 200
+    assert (
+        post(
+            functions["object"].url, gcs_event(buckets.requests, "config/watch.yaml", generation, size)
+        ).status_code
+        == 200
+    )
     assert all_objects(buckets.store("artifacts")) == {}
 
 
-def test_no_secret_in_ledger_error_records_or_logs(buckets: Buckets, executions: Any,
-                                                   functions: dict[str, FunctionServer]) -> None:
-    for name, data in (("requests/ok.yaml", REQUEST),
-                       ("requests/leak.yaml", f"model: gemma4-26b\nhf_repo: a/b\nlabels: {{x: {PLANTED}}}\n".encode())):
+def test_no_secret_in_ledger_error_records_or_logs(
+    buckets: Buckets, executions: Any, functions: dict[str, FunctionServer]
+) -> None:
+    for name, data in (
+        ("requests/ok.yaml", REQUEST),
+        ("requests/leak.yaml", f"model: gemma4-26b\nhf_repo: a/b\nlabels: {{x: {PLANTED}}}\n".encode()),
+    ):
         generation, size = _upload(buckets, name, data)
         post(functions["object"].url, gcs_event(buckets.requests, name, generation, size))
     for name, data in all_objects(buckets.store("artifacts")).items():
@@ -189,15 +223,25 @@ def test_no_secret_in_ledger_error_records_or_logs(buckets: Buckets, executions:
 
 # ---- crash recovery, in-process against the same real servers -------------------------------------
 
+
 class Crash(Exception):
     pass
 
 
 def _intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Intake:
-    settings = Settings(project="rlpipe-test", workflows_endpoint=executions.target,
-                        requests_bucket=buckets.requests, artifacts_bucket=buckets.artifacts)
-    return Intake(requests=buckets.store("requests"), ledger=Ledger(buckets.store("artifacts")),
-                  orchestrator=Orchestrator(settings), log=Logger("test"), **kwargs)
+    settings = Settings(
+        project="rlpipe-test",
+        workflows_endpoint=executions.target,
+        requests_bucket=buckets.requests,
+        artifacts_bucket=buckets.artifacts,
+    )
+    return Intake(
+        requests=buckets.store("requests"),
+        ledger=Ledger(buckets.store("artifacts")),
+        orchestrator=Orchestrator(settings),
+        log=Logger("test"),
+        **kwargs,
+    )
 
 
 def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, executions: Any) -> None:

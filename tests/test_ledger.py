@@ -13,7 +13,9 @@ from tests.conftest import Buckets
 
 
 def _record(run_id: str = "rledger00001") -> RunRecord:
-    return RunRecord(run_id=run_id, key=f"request:{run_id}", source=Source(kind="cli"), request={"model": "m"})
+    return RunRecord(
+        run_id=run_id, key=f"request:{run_id}", source=Source(kind="cli"), request={"model": "m"}
+    )
 
 
 def test_claim_succeeds_exactly_once_under_concurrency(buckets: Buckets) -> None:
@@ -32,7 +34,7 @@ def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
 
     def add_attempt(i: int) -> None:
         barrier.wait()
-        ledger.update("rledger00001", lambda r: (r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}"))
+        ledger.update("rledger00001", lambda r: r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}")
 
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(add_attempt, range(6)))

@@ -22,7 +22,9 @@ CTX = RenderContext(run_id="rexample0001", bucket="art")
 def _requests() -> list[tuple[str, Any]]:
     reqs = [(p.name, load_request(p.read_bytes(), source=str(p))) for p in EXAMPLES]
     reqs.append(("tpu-slice", validate_request(minimal_request(placement="tpu-slice"))))
-    reqs.append(("v6e-64-tpu-slice", validate_request(minimal_request(preset="v6e-64", placement="tpu-slice"))))
+    reqs.append(
+        ("v6e-64-tpu-slice", validate_request(minimal_request(preset="v6e-64", placement="tpu-slice")))
+    )
     return reqs
 
 
@@ -72,8 +74,11 @@ def test_train_jobset_shape_matches_the_slices(name: str, req: Any) -> None:
         "cloud.google.com/gke-nodepool"
     )
     # The resource manager must expect exactly the worker shape, or it waits for slices forever.
-    rm = next(c for c in _rjob(js, "pathways-head")["template"]["spec"]["template"]["spec"]["initContainers"]
-              if c["name"] == "pathways-rm")
+    rm = next(
+        c
+        for c in _rjob(js, "pathways-head")["template"]["spec"]["template"]["spec"]["initContainers"]
+        if c["name"] == "pathways-rm"
+    )
     x, y = (int(v) for v in pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"].split("x"))
     assert f"--instance_type=tpuv6e:{x}x{y}" in rm["args"]
     assert f"--instance_count={worker['replicas']}" in rm["args"]
@@ -102,8 +107,13 @@ def test_pathways_essentials(name: str, req: Any) -> None:
                 assert env["PATHWAYS_HEAD"]["valueFrom"]["fieldRef"]["fieldPath"] == (
                     "metadata.labels['jobset.sigs.k8s.io/coordinator']"
                 )
-    scratch = {a for pod, _ in _pods({"kind": "JobSet", "spec": spec}) for c in _containers(pod)
-               for a in c.get("args", []) if a.startswith("--gcs_scratch_location=")}
+    scratch = {
+        a
+        for pod, _ in _pods({"kind": "JobSet", "spec": spec})
+        for c in _containers(pod)
+        for a in c.get("args", [])
+        if a.startswith("--gcs_scratch_location=")
+    }
     assert scratch == {"--gcs_scratch_location=gs://art/pathways/"}
 
 
@@ -132,12 +142,15 @@ def test_chips_outside_training_depend_on_placement(name: str, req: Any) -> None
         job = render(req, stage, 1, CTX)
         chips = sum(
             int(c.get("resources", {}).get("limits", {}).get("google.com/tpu", 0)) * n
-            for pod, n in _pods(job) for c in _containers(pod)
+            for pod, n in _pods(job)
+            for c in _containers(pod)
         )
         container = job["spec"]["template"]["spec"]["containers"][0]
         if req.placement == "cpu":
             assert chips == 0 and job["spec"]["parallelism"] == 1
-            assert job["spec"]["template"]["spec"]["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-np"}
+            assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+                "cloud.google.com/gke-nodepool": "cpu-np"
+            }
             assert container["resources"]["requests"]["memory"] == req.cpu_job.memory
         else:
             assert chips == tpu.SHAPES[req.tpu.type].chips
@@ -151,7 +164,9 @@ def test_no_latest_tag_anywhere(name: str, req: Any) -> None:
         for pod, _ in _pods(obj):
             for c in _containers(pod):
                 image = c["image"]
-                assert not image.endswith(":latest") and (":" in image.rsplit("/", 1)[-1] or "@sha256:" in image)
+                assert not image.endswith(":latest") and (
+                    ":" in image.rsplit("/", 1)[-1] or "@sha256:" in image
+                )
 
 
 def test_no_secret_value_in_any_manifest(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,9 +186,13 @@ def test_no_secret_value_in_any_manifest(monkeypatch: pytest.MonkeyPatch) -> Non
                     for e in c.get("env", []):
                         if e["name"] == "HF_TOKEN":
                             assert set(e) == {"name", "valueFrom"}
-                            assert e["valueFrom"]["secretKeyRef"] == {"name": req.hf_token_secret.name,
-                                                                       "key": req.hf_token_secret.key}
-                    assert all("$(HF_TOKEN)" in a for a in c.get("args", []) if a.startswith("hf_access_token="))
+                            assert e["valueFrom"]["secretKeyRef"] == {
+                                "name": req.hf_token_secret.name,
+                                "key": req.hf_token_secret.key,
+                            }
+                    assert all(
+                        "$(HF_TOKEN)" in a for a in c.get("args", []) if a.startswith("hf_access_token=")
+                    )
 
 
 def test_token_reference_only_where_the_secret_is_mounted() -> None:
@@ -231,7 +250,9 @@ def test_cache_hit_loads_another_runs_conversion() -> None:
     req = validate_request(minimal_request())
     other = "cache/maxtext/ckey/rother000001-a2/"
     ctx = RenderContext(run_id="rexample0001", bucket="art", converted_dir=other)
-    args = _rjob(render(req, "train", 1, ctx), "pathways-head")["template"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = _rjob(render(req, "train", 1, ctx), "pathways-head")["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
     assert f"load_parameters_path=gs://art/{other}0/items/" in args
 
 

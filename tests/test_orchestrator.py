@@ -14,7 +14,9 @@ from rlpipe.core.failures import PermanentFailure, TransientFailure
 
 
 def _orch(executions: Any) -> Orchestrator:
-    return Orchestrator(Settings(project="p1", location="europe-west4", workflow="wf", workflows_endpoint=executions.target))
+    return Orchestrator(
+        Settings(project="p1", location="europe-west4", workflow="wf", workflows_endpoint=executions.target)
+    )
 
 
 def test_start_get_cancel(executions: Any) -> None:
@@ -35,7 +37,9 @@ def test_start_get_cancel(executions: Any) -> None:
     ("code", "error"),
     [(grpc.StatusCode.UNAVAILABLE, TransientFailure), (grpc.StatusCode.PERMISSION_DENIED, PermanentFailure)],
 )
-def test_start_failures_are_classified(executions: Any, code: grpc.StatusCode, error: type[Exception]) -> None:
+def test_start_failures_are_classified(
+    executions: Any, code: grpc.StatusCode, error: type[Exception]
+) -> None:
     executions.fail_next.extend([code] * 10)
     with pytest.raises(error):
         _orch(executions).start("rfail0000001")

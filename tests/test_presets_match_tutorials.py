@@ -90,9 +90,16 @@ def test_structured_vllm_arguments_are_verbatim(preset: str, tutorials: dict[str
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize(
     ("fixture_key", "container"),
-    [("workload", "workload-container"), ("proxy", "pathways-proxy"), ("server", "pathways-rm"), ("worker", "pathways-worker")],
+    [
+        ("workload", "workload-container"),
+        ("proxy", "pathways-proxy"),
+        ("server", "pathways-rm"),
+        ("worker", "pathways-worker"),
+    ],
 )
-def test_container_env_matches_tutorial(preset: str, fixture_key: str, container: str, tutorials: dict[str, Any]) -> None:
+def test_container_env_matches_tutorial(
+    preset: str, fixture_key: str, container: str, tutorials: dict[str, Any]
+) -> None:
     expected = tutorials[preset]["train"]["container_env"][fixture_key]
     env = _env(_container(_render(preset, "train"), container))
     for name, value in expected.items():
@@ -143,7 +150,9 @@ def test_conversion_arguments_match_tutorial(preset: str, stage: str, tutorials:
         assert key in actual, f"{stage} is missing {key}"
         if key in CONTROLLED:
             continue
-        assert _same(value, actual[key]), f"{preset} {stage} {key}: tutorial {value!r}, rendered {actual[key]!r}"
+        assert _same(value, actual[key]), (
+            f"{preset} {stage} {key}: tutorial {value!r}, rendered {actual[key]!r}"
+        )
 
 
 @pytest.mark.parametrize("preset", PRESETS)

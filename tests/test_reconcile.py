@@ -18,10 +18,13 @@ from tests.test_reconcile_chain import PROJECT, Chain, chain_fixture, kube_serve
 
 
 def done(report: Any, kind: str) -> list[str]:
-    return sorted(o.run_id for o in report.outcomes if o.action and o.action.kind == kind and o.status == "done")
+    return sorted(
+        o.run_id for o in report.outcomes if o.action and o.action.kind == kind and o.status == "done"
+    )
 
 
 # ---- 1. claims that never started ---------------------------------------------------------------
+
 
 def test_a_stranded_claim_is_started_exactly_once_by_two_concurrent_reconcilers(chain: Chain) -> None:
     claims = [f"rclaim{n:06d}" for n in range(4)]
@@ -62,6 +65,7 @@ def test_a_young_claim_and_a_live_start_lease_are_left_to_intake(chain: Chain) -
 
 # ---- 2. ledgers against executions --------------------------------------------------------------
 
+
 def test_a_cancelled_execution_gives_a_cancelled_run_and_deletes_its_jobset(chain: Chain) -> None:
     name = chain.start("rcancel00001")
     chain.run("rcancel00001", "training", execution=name, attempts=(("train", 1, 600),))
@@ -94,7 +98,9 @@ def test_a_failed_execution_gives_a_failed_run_with_the_executions_reason(chain:
 
     record = chain.ledger.get("rfail0000002")
     assert record.state == "failed"
-    assert record.failure.tag == "resources" and record.failure.stage == "train" and record.failure.attempt == 2
+    assert (
+        record.failure.tag == "resources" and record.failure.stage == "train" and record.failure.attempt == 2
+    )
     assert "OOMKilled twice" in record.failure.message and "failed" in record.failure.message
     assert "reconcile-failed" in chain.history("rfail0000002")
     assert chain.published[-1][1]["failure"]["message"] == record.failure.message
@@ -115,14 +121,18 @@ def test_a_succeeded_execution_finishes_the_run_from_the_export(chain: Chain) ->
     hf = "runs/rdone0000002/hf/"
     chain.store.put(hf + "model.safetensors.index.json", b'{"weight_map": {"a": "model-1.safetensors"}}')
     chain.store.put(hf + "model-1.safetensors", b"w")
-    chain.store.put("runs/rdone0000003/hf/model.safetensors.index.json",
-                    b'{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}')
+    chain.store.put(
+        "runs/rdone0000003/hf/model.safetensors.index.json",
+        b'{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}',
+    )
 
     chain.reconciler().run_pass()
 
     assert chain.ledger.get("rdone0000002").state == "succeeded"
     failed = chain.ledger.get("rdone0000003")
-    assert failed.state == "failed" and "export is incomplete: 2 of 2 shards missing" in failed.failure.message
+    assert (
+        failed.state == "failed" and "export is incomplete: 2 of 2 shards missing" in failed.failure.message
+    )
 
 
 def test_an_active_execution_is_left_alone(chain: Chain) -> None:
@@ -130,10 +140,13 @@ def test_an_active_execution_is_left_alone(chain: Chain) -> None:
     chain.run("ractive00001", "training", execution=name, attempts=(("train", 1, 60),))
     chain.workload("ractive00001", "train", 1)
     assert chain.reconciler().run_pass().outcomes == []
-    assert chain.ledger.get("ractive00001").state == "training" and chain.exists("JobSet", "ractive00001-train-a1")
+    assert chain.ledger.get("ractive00001").state == "training" and chain.exists(
+        "JobSet", "ractive00001-train-a1"
+    )
 
 
 # ---- 3. orphaned workloads ----------------------------------------------------------------------
+
 
 def test_an_orphan_jobset_of_an_unknown_run_is_deleted(chain: Chain) -> None:
     name = chain.workload("rghost000001", "train", 1)["metadata"]["name"]
@@ -154,7 +167,9 @@ def test_the_workloads_of_a_terminal_run_are_deleted_and_recorded(chain: Chain) 
 
 def test_an_old_attempts_job_is_deleted_and_the_current_one_stays(chain: Chain) -> None:
     name = chain.start("rretry000001")
-    chain.run("rretry000001", "converting", execution=name, attempts=(("convert", 1, 900), ("convert", 2, 60)))
+    chain.run(
+        "rretry000001", "converting", execution=name, attempts=(("convert", 1, 900), ("convert", 2, 60))
+    )
     old = chain.workload("rretry000001", "convert", 1)["metadata"]["name"]
     current = chain.workload("rretry000001", "convert", 2)["metadata"]["name"]
 
@@ -168,6 +183,7 @@ def test_an_old_attempts_job_is_deleted_and_the_current_one_stays(chain: Chain) 
 
 # ---- 4. stuck workloads -------------------------------------------------------------------------
 
+
 def test_a_stuck_running_workload_is_reported_once_and_left_alone(chain: Chain) -> None:
     name = chain.start("rstuck000001")
     chain.run("rstuck000001", "training", execution=name, attempts=(("train", 1, 25 * 3600),))  # deadline 24h
@@ -178,7 +194,11 @@ def test_a_stuck_running_workload_is_reported_once_and_left_alone(chain: Chain) 
     assert chain.exists("JobSet", jobset) and chain.ledger.get("rstuck000001").state == "training"
     [(topic, message)] = chain.published
     assert topic == f"projects/{PROJECT}/topics/rlpipe-status"
-    assert message["event"] == "stuck" and message["workload"] == jobset and message["deadline_seconds"] == 24 * 3600
+    assert (
+        message["event"] == "stuck"
+        and message["workload"] == jobset
+        and message["deadline_seconds"] == 24 * 3600
+    )
     assert "past its 24h00m deadline" in message["message"]
     assert f"reconcile-stuck-{jobset}" in chain.history("rstuck000001")
 
@@ -186,7 +206,9 @@ def test_a_stuck_running_workload_is_reported_once_and_left_alone(chain: Chain) 
     assert len(chain.published) == 1  # reported once: the history remembers
 
 
-def test_a_stuck_workload_report_is_logged_without_error(chain: Chain, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_stuck_workload_report_is_logged_without_error(
+    chain: Chain, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The stuck report once passed `message` twice to Logger.warning (TypeError after the note was written).
     name = chain.start("rstucklog001")
     chain.run("rstucklog001", "training", execution=name, attempts=(("train", 1, 25 * 3600),))
@@ -201,6 +223,7 @@ def test_a_stuck_workload_report_is_logged_without_error(chain: Chain, capsys: p
 
 # ---- dry run ------------------------------------------------------------------------------------
 
+
 def test_dry_run_changes_nothing_and_prints_the_plan(chain: Chain) -> None:
     chain.run("rdryclaim001", "accepted", age=600)
     cancelled = chain.start("rdrycanc0001")
@@ -210,7 +233,12 @@ def test_dry_run_changes_nothing_and_prints_the_plan(chain: Chain) -> None:
     chain.settled(cancelled)
     chain.workload("rdryghost001", "train", 1)
     stuck = chain.start("rdrystuck001")
-    chain.run("rdrystuck001", "converting", execution=stuck, attempts=(("convert", 1, 5 * 3600), ("convert", 2, 3 * 3600)))
+    chain.run(
+        "rdrystuck001",
+        "converting",
+        execution=stuck,
+        attempts=(("convert", 1, 5 * 3600), ("convert", 2, 3 * 3600)),
+    )
     chain.workload("rdrystuck001", "convert", 1)
     chain.workload("rdrystuck001", "convert", 2)
     bucket_before, cluster_before = all_objects(chain.store), chain.objects()
@@ -222,14 +250,20 @@ def test_dry_run_changes_nothing_and_prints_the_plan(chain: Chain) -> None:
     assert chain.objects() == cluster_before
     assert len(chain.workflows.engine.executions()) == executions_before and chain.published == []
     planned = {(o.action.kind, o.run_id) for o in report.outcomes if o.status == "planned"}
-    assert planned == {("start", "rdryclaim001"), ("finish", "rdrycanc0001"), ("delete", "rdryghost001"),
-                       ("delete", "rdrystuck001"), ("report", "rdrystuck001")}
+    assert planned == {
+        ("start", "rdryclaim001"),
+        ("finish", "rdrycanc0001"),
+        ("delete", "rdryghost001"),
+        ("delete", "rdrystuck001"),
+        ("report", "rdrystuck001"),
+    }
     assert all(o.status == "planned" for o in report.outcomes)
     text = report.render()
     assert "dry run" in text and "would  start  run rdryclaim001" in text and "cursor not written" in text
 
 
 # ---- time budget and cursor ---------------------------------------------------------------------
+
 
 class SteppedClock:
     """Fake wall time that moves only when the chain does work: each execution lookup costs 10 s."""
@@ -292,6 +326,7 @@ def test_concurrent_workers_never_skip_a_ledger_across_cut_offs(chain: Chain) ->
 
 # ---- load -------------------------------------------------------------------------------------
 
+
 def test_one_pass_handles_a_thousand_ledgers(chain: Chain) -> None:
     specs: list[tuple[str, dict[str, Any]]] = []
     for n in range(1000):
@@ -309,6 +344,7 @@ def test_one_pass_handles_a_thousand_ledgers(chain: Chain) -> None:
 
 
 # ---- entry points -------------------------------------------------------------------------------
+
 
 def test_the_cli_dry_run_prints_the_plan_changes_nothing_and_exits_0(chain: Chain, capsys: Any) -> None:
     import argparse
@@ -334,15 +370,21 @@ def test_the_cli_dry_run_prints_the_plan_changes_nothing_and_exits_0(chain: Chai
 
 
 def test_the_tick_entry_point_runs_a_pass_on_the_deployments_clients(
-        chain: Chain, buckets: Any, monkeypatch: Any) -> None:
+    chain: Chain, buckets: Any, monkeypatch: Any
+) -> None:
     from rlpipe.control import services
     from rlpipe.control.logs import Logger
     from rlpipe.reconcile import runner as reconcile
 
     s = chain.settings
-    for key, value in buckets.env(RLPIPE_PROJECT=s.project, RLPIPE_LOCATION=s.location, RLPIPE_WORKFLOW=s.workflow,
-                                  RLPIPE_WORKFLOWS_ENDPOINT=s.workflows_endpoint, RLPIPE_KUBE_URL=s.kube_url,
-                                  RLPIPE_NAMESPACE=s.namespace).items():
+    for key, value in buckets.env(
+        RLPIPE_PROJECT=s.project,
+        RLPIPE_LOCATION=s.location,
+        RLPIPE_WORKFLOW=s.workflow,
+        RLPIPE_WORKFLOWS_ENDPOINT=s.workflows_endpoint,
+        RLPIPE_KUBE_URL=s.kube_url,
+        RLPIPE_NAMESPACE=s.namespace,
+    ).items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("RLPIPE_STATUS_TOPIC", raising=False)
     services.reset()

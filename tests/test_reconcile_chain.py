@@ -35,7 +35,9 @@ from rlpipe.reconcile.runner import Reconciler
 
 NS = "rlpipe"
 PROJECT, LOCATION, WORKFLOW = "p1", "us-central1", "pipeline"
-GONE_PREFIX = f"projects/{PROJECT}/locations/{LOCATION}/workflows/{WORKFLOW}/executions/"  # + an id nobody started
+GONE_PREFIX = (
+    f"projects/{PROJECT}/locations/{LOCATION}/workflows/{WORKFLOW}/executions/"  # + an id nobody started
+)
 REQUEST = validate_request({"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it"})
 
 DEFINITION = """
@@ -66,7 +68,9 @@ main:
 
 
 def workflows_engine() -> LocalWorkflows:
-    return LocalWorkflows(DEFINITION, workflow_id=WORKFLOW, project=PROJECT, location=LOCATION, clock=RealClock())
+    return LocalWorkflows(
+        DEFINITION, workflow_id=WORKFLOW, project=PROJECT, location=LOCATION, clock=RealClock()
+    )
 
 
 def stamp(epoch: float) -> str:
@@ -86,37 +90,78 @@ class Chain:
         self.orchestrator = Orchestrator(self.settings)
         self.cluster = ClusterClient.from_settings(self.settings, sleep=lambda s: None)
 
-    def reconciler(self, *, clock: Callable[[], float] = time.time, orchestrator: Orchestrator | None = None,
-                   **kwargs: Any) -> Reconciler:
+    def reconciler(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        orchestrator: Orchestrator | None = None,
+        **kwargs: Any,
+    ) -> Reconciler:
         orchestrator = orchestrator or self.orchestrator
-        intake = Intake(requests=self.store, ledger=self.ledger, orchestrator=orchestrator, log=Logger("intake"),
-                        clock=clock)
-        return Reconciler(settings=self.settings, ledger=self.ledger, orchestrator=orchestrator,
-                          cluster=self.cluster, intake=intake, log=Logger("reconcile"),
-                          publish=lambda topic, msg: self.published.append((topic, msg)), clock=clock, **kwargs)
+        intake = Intake(
+            requests=self.store,
+            ledger=self.ledger,
+            orchestrator=orchestrator,
+            log=Logger("intake"),
+            clock=clock,
+        )
+        return Reconciler(
+            settings=self.settings,
+            ledger=self.ledger,
+            orchestrator=orchestrator,
+            cluster=self.cluster,
+            intake=intake,
+            log=Logger("reconcile"),
+            publish=lambda topic, msg: self.published.append((topic, msg)),
+            clock=clock,
+            **kwargs,
+        )
 
     # ---- building a world ------------------------------------------------------------------------
 
-    def run(self, run_id: str, state: str = "training", *, execution: str | None = None, age: float = 3600,
-            attempts: tuple[tuple[str, int, float], ...] = (), lease_until: float | None = None,
-            write_event: bool = True) -> RunRecord:
+    def run(
+        self,
+        run_id: str,
+        state: str = "training",
+        *,
+        execution: str | None = None,
+        age: float = 3600,
+        attempts: tuple[tuple[str, int, float], ...] = (),
+        lease_until: float | None = None,
+        write_event: bool = True,
+    ) -> RunRecord:
         """A ledger as the pipeline would have left it; ``attempts`` are (stage, attempt, seconds ago)."""
         now = time.time()
         record = RunRecord(
-            run_id=run_id, key=f"test:{run_id}", source=Source(kind="cli"), request=REQUEST.model_dump(mode="json"),
-            state=state, created_at=stamp(now - age), updated_at=stamp(now - age),
-            execution=Execution(name=execution, started_at=stamp(now - age) if execution else None,
-                                lease_holder="crashed-intake" if lease_until else None, lease_until=lease_until),
-            attempts=[Attempt(stage=s, attempt=n, workload=f"{run_id}-{s}-a{n}", launched_at=stamp(now - ago))
-                      for s, n, ago in attempts],
+            run_id=run_id,
+            key=f"test:{run_id}",
+            source=Source(kind="cli"),
+            request=REQUEST.model_dump(mode="json"),
+            state=state,
+            created_at=stamp(now - age),
+            updated_at=stamp(now - age),
+            execution=Execution(
+                name=execution,
+                started_at=stamp(now - age) if execution else None,
+                lease_holder="crashed-intake" if lease_until else None,
+                lease_until=lease_until,
+            ),
+            attempts=[
+                Attempt(stage=s, attempt=n, workload=f"{run_id}-{s}-a{n}", launched_at=stamp(now - ago))
+                for s, n, ago in attempts
+            ],
         )
         if attempts:
             record.stage, record.attempt = attempts[-1][0], attempts[-1][1]
         if write_event:
             assert self.ledger.claim(record)
         else:
-            assert self.store.create(self.ledger.layout(run_id).ledger,
-                                     blobstore.dumps(record.model_dump(mode="json"))) is not None
+            assert (
+                self.store.create(
+                    self.ledger.layout(run_id).ledger, blobstore.dumps(record.model_dump(mode="json"))
+                )
+                is not None
+            )
         return record
 
     def runs(self, records: list[tuple[str, dict[str, Any]]], workers: int = 16) -> None:
@@ -138,13 +183,16 @@ class Chain:
         raise AssertionError(f"{name} is still ACTIVE")
 
     def workload(self, run_id: str, stage: str, attempt: int) -> dict[str, Any]:
-        obj = render(REQUEST, stage, attempt, RenderContext(run_id=run_id, bucket=self.store.bucket_name,
-                                                            namespace=NS))  # type: ignore[arg-type]
+        obj = render(
+            REQUEST, stage, attempt, RenderContext(run_id=run_id, bucket=self.store.bucket_name, namespace=NS)
+        )  # type: ignore[arg-type]
         return self.cluster.apply(obj)
 
     def objects(self) -> list[dict[str, Any]]:
-        return sorted(self.kube.list("jobs", namespace=NS) + self.kube.list("jobsets", namespace=NS),
-                      key=lambda o: (o["kind"], o["metadata"]["name"]))
+        return sorted(
+            self.kube.list("jobs", namespace=NS) + self.kube.list("jobsets", namespace=NS),
+            key=lambda o: (o["kind"], o["metadata"]["name"]),
+        )
 
     def exists(self, kind: str, name: str) -> bool:
         return self.kube.find("jobsets" if kind == "JobSet" else "jobs", name, namespace=NS) is not None
@@ -157,16 +205,27 @@ class Chain:
 
     def clear_cluster(self) -> None:
         for obj in self.objects():
-            self.kube.delete("jobs" if obj["kind"] == "Job" else "jobsets", obj["metadata"]["name"], namespace=NS)
+            self.kube.delete(
+                "jobs" if obj["kind"] == "Job" else "jobsets", obj["metadata"]["name"], namespace=NS
+            )
 
 
 def chain_settings(artifacts: str, requests: str, kube: KubeApiServer, workflows: LocalWorkflows) -> Settings:
-    return Settings(project=PROJECT, location=LOCATION, workflow=WORKFLOW, workflows_endpoint=workflows.grpc_target,
-                    artifacts_bucket=artifacts, requests_bucket=requests, namespace=NS, kube_url=kube.url,
-                    status_topic="rlpipe-status")
+    return Settings(
+        project=PROJECT,
+        location=LOCATION,
+        workflow=WORKFLOW,
+        workflows_endpoint=workflows.grpc_target,
+        artifacts_bucket=artifacts,
+        requests_bucket=requests,
+        namespace=NS,
+        kube_url=kube.url,
+        status_topic="rlpipe-status",
+    )
 
 
 # ---- fixtures (module-scoped servers, fresh buckets per test; other modules import them by name) ---------------------------------------
+
 
 @pytest.fixture(scope="module", name="kube")
 def kube_server() -> Iterator[KubeApiServer]:
@@ -182,16 +241,25 @@ def local_workflows() -> Iterator[LocalWorkflows]:
 
 @pytest.fixture(name="chain")
 def chain_fixture(buckets: Any, kube: KubeApiServer, workflows: LocalWorkflows) -> Chain:
-    made = Chain(buckets.store("artifacts"), kube, workflows,
-                 chain_settings(buckets.artifacts, buckets.requests, kube, workflows))
+    made = Chain(
+        buckets.store("artifacts"),
+        kube,
+        workflows,
+        chain_settings(buckets.artifacts, buckets.requests, kube, workflows),
+    )
     made.clear_cluster()
     return made
 
 
 # ---- the parts ---------------------------------------------------------------------------------------
 
+
 def test_the_definition_yields_every_execution_state(chain: Chain) -> None:
-    failed, done, waiting = chain.start("rfail0000001"), chain.start("rdone0000001"), chain.start("rwait0000001")
+    failed, done, waiting = (
+        chain.start("rfail0000001"),
+        chain.start("rdone0000001"),
+        chain.start("rwait0000001"),
+    )
     assert chain.settled(failed) == "FAILED" and chain.settled(done) == "SUCCEEDED"
     assert chain.orchestrator.get(waiting).state == "ACTIVE"
     assert chain.orchestrator.cancel(waiting) and chain.settled(waiting) == "CANCELLED"

@@ -15,23 +15,43 @@ from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import Request, load_request, validate_request
 
 KEYS = [*list(Request.model_fields), "training", "tpu", "x"]
-TRAINING_KEYS = ["batch_size", "train_micro_batch_size", "num_batches", "ici_tensor_parallelism",
-                 "ici_fsdp_parallelism", "rollout_tensor_parallelism", "trainer_devices_fraction",
-                 "workarounds", "learning_rate", "debug", "vllm_maxtext_config", "bogus"]
+TRAINING_KEYS = [
+    "batch_size",
+    "train_micro_batch_size",
+    "num_batches",
+    "ici_tensor_parallelism",
+    "ici_fsdp_parallelism",
+    "rollout_tensor_parallelism",
+    "trainer_devices_fraction",
+    "workarounds",
+    "learning_rate",
+    "debug",
+    "vllm_maxtext_config",
+    "bogus",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=30),
     st.sampled_from(["v6e-32", "v6e-64", "4x8", "8x8", "main", "cpu", "tpu-slice", "1h", "latest"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
 documents = st.fixed_dictionaries(
     {},
     optional={
         "model": st.one_of(st.just("gemma4-26b"), values),
         "hf_repo": st.one_of(st.just("google/gemma-4-26b-a4b-it"), values),
         "preset": st.one_of(st.sampled_from(["v6e-32", "v6e-64"]), values),
-        "tpu": st.dictionaries(st.sampled_from(["type", "topology", "slices", "queue", "x"]), values, max_size=4),
+        "tpu": st.dictionaries(
+            st.sampled_from(["type", "topology", "slices", "queue", "x"]), values, max_size=4
+        ),
         "training": st.dictionaries(st.sampled_from(TRAINING_KEYS), values, max_size=5),
         "maxtext_overrides": values,
         "labels": values,
@@ -39,7 +59,9 @@ documents = st.fixed_dictionaries(
         "timeouts": values,
         "placement": values,
     },
-).flatmap(lambda d: st.dictionaries(st.sampled_from(KEYS), values, max_size=2).map(lambda extra: {**extra, **d}))
+).flatmap(
+    lambda d: st.dictionaries(st.sampled_from(KEYS), values, max_size=2).map(lambda extra: {**extra, **d})
+)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -28,7 +28,9 @@ def test_minimal_request_takes_every_other_value_from_the_preset() -> None:
 
 
 def test_overrides_merge_into_the_preset_instead_of_replacing_it() -> None:
-    req = validate_request(minimal_request(training={"num_batches": 100}, retry={"budgets": {"preempted": 9}}))
+    req = validate_request(
+        minimal_request(training={"num_batches": 100}, retry={"budgets": {"preempted": 9}})
+    )
     assert req.training.num_batches == 100 and req.training.batch_size == 4
     assert req.retry.budgets.preempted == 9 and req.retry.budgets.capacity == 10
 
@@ -75,7 +77,9 @@ def test_rollout_parallelism_must_tile_the_sampler_chips() -> None:
 
 
 def test_fractions_must_give_whole_chips_and_not_exceed_one() -> None:
-    problems = _problems(minimal_request(training={"trainer_devices_fraction": 0.33, "sampler_devices_fraction": 0.75}))
+    problems = _problems(
+        minimal_request(training={"trainer_devices_fraction": 0.33, "sampler_devices_fraction": 0.75})
+    )
     assert "exceed 1" in problems["training.sampler_devices_fraction"]
     assert "whole number" in problems["training.trainer_devices_fraction"]
 
@@ -148,7 +152,11 @@ def test_digest_pinned_image_is_accepted() -> None:
         ({"Bad-Key": 1}, "maxtext_overrides.Bad-Key", "not a MaxText config key"),
         ({"eval_interval": "1; rm -rf /"}, "maxtext_overrides.eval_interval", "shell metacharacter"),
         ({"eval_interval": "a\nb"}, "maxtext_overrides.eval_interval", "newline"),
-        ({"base_output_directory": "gs://x"}, "maxtext_overrides.base_output_directory", "set by the pipeline"),
+        (
+            {"base_output_directory": "gs://x"},
+            "maxtext_overrides.base_output_directory",
+            "set by the pipeline",
+        ),
         ({"rl.num_generations": 8}, "maxtext_overrides.rl.num_generations", "training.num_generations"),
     ],
 )
@@ -157,7 +165,9 @@ def test_maxtext_overrides(overrides: dict[str, Any], path: str, fragment: str) 
 
 
 def test_override_values_must_be_scalars() -> None:
-    assert any(p.startswith("maxtext_overrides.x") for p in _problems(minimal_request(maxtext_overrides={"x": [1]})))
+    assert any(
+        p.startswith("maxtext_overrides.x") for p in _problems(minimal_request(maxtext_overrides={"x": [1]}))
+    )
 
 
 def test_valid_overrides_are_appended_to_train_rl() -> None:
@@ -187,7 +197,15 @@ def test_keys_that_merely_contain_token_are_not_secrets() -> None:
 
 @pytest.mark.parametrize(
     ("revision", "ok"),
-    [("main", True), ("v1.0", True), ("a" * 40, True), ("A" * 40, False), ("-rf", False), ("a..b", False), ("x y", False)],
+    [
+        ("main", True),
+        ("v1.0", True),
+        ("a" * 40, True),
+        ("A" * 40, False),
+        ("-rf", False),
+        ("a..b", False),
+        ("x y", False),
+    ],
 )
 def test_hf_revision_is_a_branch_or_full_sha(revision: str, ok: bool) -> None:
     if ok:
@@ -196,7 +214,9 @@ def test_hf_revision_is_a_branch_or_full_sha(revision: str, ok: bool) -> None:
         assert "hf_revision" in _problems(minimal_request(hf_revision=revision))
 
 
-@pytest.mark.parametrize(("request_id", "ok"), [("nightly-1", True), ("x" * 40, True), ("x" * 41, False), ("Caps", False)])
+@pytest.mark.parametrize(
+    ("request_id", "ok"), [("nightly-1", True), ("x" * 40, True), ("x" * 41, False), ("Caps", False)]
+)
 def test_request_id_syntax(request_id: str, ok: bool) -> None:
     if ok:
         assert validate_request(minimal_request(request_id=request_id)).request_id == request_id
@@ -236,7 +256,11 @@ def test_unreadable_documents(data: bytes, fragment: str) -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b'{"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it",}', b"model: gemma4-26b", b'{"a": 1, "a": 2}'],
+    [
+        b'{"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it",}',
+        b"model: gemma4-26b",
+        b'{"a": 1, "a": 2}',
+    ],
 )
 def test_json_files_are_parsed_as_strict_json(data: bytes) -> None:
     with pytest.raises(RequestInvalid) as info:
@@ -247,5 +271,7 @@ def test_json_files_are_parsed_as_strict_json(data: bytes) -> None:
 def test_json_and_yaml_give_the_same_request() -> None:
     doc = minimal_request(preset="v6e-64", training={"num_batches": 10})
     from_json = load_request(json.dumps(doc).encode())
-    from_yaml = load_request("model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\npreset: v6e-64\ntraining:\n  num_batches: 10\n")
+    from_yaml = load_request(
+        "model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\npreset: v6e-64\ntraining:\n  num_batches: 10\n"
+    )
     assert from_json == from_yaml

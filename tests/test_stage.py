@@ -44,34 +44,65 @@ def hub() -> Iterator[HubDouble]:
 
 
 @pytest.fixture
-def env(buckets: Buckets, kube: KubeApiServer, hub: HubDouble, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def env(
+    buckets: Buckets, kube: KubeApiServer, hub: HubDouble, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
     published: list[tuple[str, dict[str, Any]]] = []
-    settings = Settings(project="p", artifacts_bucket=buckets.artifacts, namespace=NS, kube_url=kube.url,
-                        status_topic="rlpipe-status")
+    settings = Settings(
+        project="p",
+        artifacts_bucket=buckets.artifacts,
+        namespace=NS,
+        kube_url=kube.url,
+        status_topic="rlpipe-status",
+    )
     ledger = Ledger(buckets.store("artifacts"))
     cluster = ClusterClient.from_settings(settings, sleep=lambda s: None)
-    service = StageService(settings=settings, ledger=ledger, artifacts=buckets.store("artifacts"), cluster=cluster,
-                           log=Logger("test"), publish=lambda topic, msg: published.append((topic, msg)))
+    service = StageService(
+        settings=settings,
+        ledger=ledger,
+        artifacts=buckets.store("artifacts"),
+        cluster=cluster,
+        log=Logger("test"),
+        publish=lambda topic, msg: published.append((topic, msg)),
+    )
 
     def claim(run_id: str, **fields: Any) -> RunRecord:
         req = validate_request(minimal_request(**fields))
-        record = RunRecord(run_id=run_id, key=f"k:{run_id}", source=Source(kind="cli"), request=req.model_dump(mode="json"))
+        record = RunRecord(
+            run_id=run_id, key=f"k:{run_id}", source=Source(kind="cli"), request=req.model_dump(mode="json")
+        )
         record.execution.name = f"projects/p/locations/l/workflows/w/executions/{run_id}-exec"
         ledger.claim(record)
         return record
 
     for obj in kube.list("jobs", namespace=NS) + kube.list("jobsets", namespace=NS):
         kube.delete("jobs" if obj["kind"] == "Job" else "jobsets", obj["metadata"]["name"], namespace=NS)
-    return {"service": service, "ledger": ledger, "claim": claim, "published": published, "kube": kube,
-            "store": buckets.store("artifacts")}
+    return {
+        "service": service,
+        "ledger": ledger,
+        "claim": claim,
+        "published": published,
+        "kube": kube,
+        "store": buckets.store("artifacts"),
+    }
 
 
 def _conditions(*types: str) -> dict[str, Any]:
-    return {"conditions": [{"type": t, "status": "True", "reason": t, "message": t,
-                            "lastTransitionTime": "2026-12-02T00:00:00Z"} for t in types]}
+    return {
+        "conditions": [
+            {
+                "type": t,
+                "status": "True",
+                "reason": t,
+                "message": t,
+                "lastTransitionTime": "2026-12-02T00:00:00Z",
+            }
+            for t in types
+        ]
+    }
 
 
 def test_plan_pins_the_sha_and_runs_every_stage_without_a_cache(env: dict[str, Any], hub: HubDouble) -> None:
@@ -87,8 +118,12 @@ def test_plan_pins_the_sha_and_runs_every_stage_without_a_cache(env: dict[str, A
 def test_plan_skips_convert_when_the_cache_is_ready(env: dict[str, Any], hub: HubDouble) -> None:
     env["claim"]("rcache000001")
     req = validate_request(minimal_request())
-    cache = conversion_cache(req, RenderContext(run_id="x", bucket=env["store"].bucket_name,
-                                                hf_revision=hub.repos[REPO].branches["main"]))
+    cache = conversion_cache(
+        req,
+        RenderContext(
+            run_id="x", bucket=env["store"].bucket_name, hf_revision=hub.repos[REPO].branches["main"]
+        ),
+    )
     env["store"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
     plan = env["service"].plan("rcache000001")
     assert plan["stages"] == ["train", "export"] and plan["cache_hit"] is True
@@ -116,16 +151,23 @@ def test_launch_is_idempotent(env: dict[str, Any]) -> None:
     first = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
     second = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
     assert first["uid"] == second["uid"]
-    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == ["rlaunch00001-convert-a1"]
+    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == [
+        "rlaunch00001-convert-a1"
+    ]
     record = env["ledger"].get("rlaunch00001")
-    assert record.state == "converting" and len(record.attempts) == 1 and record.callbacks["convert"] == "http://cb/1"
+    assert (
+        record.state == "converting"
+        and len(record.attempts) == 1
+        and record.callbacks["convert"] == "http://cb/1"
+    )
 
 
 def _convert_done(env: dict[str, Any], run_id: str, attempt: int = 1) -> str:
     record = env["ledger"].get(run_id)
     req = validate_request(record.request)
-    cache = conversion_cache(req, RenderContext(run_id=run_id, bucket=env["store"].bucket_name,
-                                                hf_revision=record.lineage.hf_sha))
+    cache = conversion_cache(
+        req, RenderContext(run_id=run_id, bucket=env["store"].bucket_name, hf_revision=record.lineage.hf_sha)
+    )
     directory = cache.attempt_dir(run_id, attempt)
     env["store"].put(directory + "0/items/_METADATA", b"{}")
     env["store"].put(directory + "0/commit_success.txt", b"ok")
@@ -136,10 +178,15 @@ def test_job_succeeded_without_its_artifact_is_a_permanent_failure(env: dict[str
     env["claim"]("rnoart000001")
     env["service"].plan("rnoart000001")
     env["service"].launch("rnoart000001", "convert", 1)
-    env["kube"].patch_status("jobs", "rnoart000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS)
+    env["kube"].patch_status(
+        "jobs", "rnoart000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS
+    )
     status = env["service"].status("rnoart000001", "convert", 1)
     assert status["phase"] == "failed" and status["failure"]["tag"] == "permanent"
-    assert "output is incomplete" in status["failure"]["message"] and "commit_success.txt" in status["failure"]["message"]
+    assert (
+        "output is incomplete" in status["failure"]["message"]
+        and "commit_success.txt" in status["failure"]["message"]
+    )
 
 
 def test_artifact_complete_but_job_running_waits(env: dict[str, Any]) -> None:
@@ -148,20 +195,39 @@ def test_artifact_complete_but_job_running_waits(env: dict[str, Any]) -> None:
     env["service"].launch("rwait0000001", "convert", 1)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     env["kube"].patch_status("jobs", "rwait0000001-convert-a1", {"active": 1, "startTime": now}, namespace=NS)
-    env["kube"].create("pods", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "rwait0000001-convert-a1-0-abcde", "namespace": NS,
-                     "labels": {"batch.kubernetes.io/job-name": "rwait0000001-convert-a1"}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "workload-container", "image": "i"}]},
-        "status": {"phase": "Running", "startTime": now, "conditions": [
-            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}})
+    env["kube"].create(
+        "pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "rwait0000001-convert-a1-0-abcde",
+                "namespace": NS,
+                "labels": {"batch.kubernetes.io/job-name": "rwait0000001-convert-a1"},
+            },
+            "spec": {"nodeName": "n1", "containers": [{"name": "workload-container", "image": "i"}]},
+            "status": {
+                "phase": "Running",
+                "startTime": now,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ],
+            },
+        },
+    )
     _convert_done(env, "rwait0000001")
     assert env["service"].status("rwait0000001", "convert", 1)["phase"] in ("running", "queued")
-    env["kube"].patch_status("jobs", "rwait0000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS)
+    env["kube"].patch_status(
+        "jobs", "rwait0000001-convert-a1", _conditions("SuccessCriteriaMet", "Complete"), namespace=NS
+    )
     assert env["service"].status("rwait0000001", "convert", 1)["phase"] == "succeeded"
     record = env["ledger"].get("rwait0000001")
-    ready = json.loads(env["store"].read(layout.ConversionCache(env["store"].bucket_name,
-                                                                record.lineage.conversion_key).ready).data)
+    ready = json.loads(
+        env["store"]
+        .read(layout.ConversionCache(env["store"].bucket_name, record.lineage.conversion_key).ready)
+        .data
+    )
     assert ready["attempt_dir"].endswith("/rwait0000001-a1/")
     assert record.lineage.converted_uri.endswith("/rwait0000001-a1/")
 
@@ -169,16 +235,40 @@ def test_artifact_complete_but_job_running_waits(env: dict[str, Any]) -> None:
 def test_class_budget_turns_the_next_failure_permanent(env: dict[str, Any]) -> None:
     env["claim"]("rbudget00001", retry={"budgets": {"preempted": 1}})
     env["service"].plan("rbudget00001")
-    preempted = {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-                                 "message": "pod disrupted", "lastTransitionTime": "2026-12-02T00:00:00Z"}]}
+    preempted = {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "PodFailurePolicy",
+                "message": "pod disrupted",
+                "lastTransitionTime": "2026-12-02T00:00:00Z",
+            }
+        ]
+    }
     pod = lambda attempt: {  # noqa: E731
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"rbudget00001-convert-a{attempt}-0-abcde", "namespace": NS,
-                     "labels": {"batch.kubernetes.io/job-name": f"rbudget00001-convert-a{attempt}",
-                                "job-name": f"rbudget00001-convert-a{attempt}"}},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"rbudget00001-convert-a{attempt}-0-abcde",
+            "namespace": NS,
+            "labels": {
+                "batch.kubernetes.io/job-name": f"rbudget00001-convert-a{attempt}",
+                "job-name": f"rbudget00001-convert-a{attempt}",
+            },
+        },
         "spec": {"containers": [{"name": "workload-container", "image": "i"}]},
-        "status": {"phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True",
-                                                      "reason": "PreemptionByScheduler", "message": "preempted"}]},
+        "status": {
+            "phase": "Failed",
+            "conditions": [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": "preempted",
+                }
+            ],
+        },
     }
     tags = []
     for attempt in (1, 2):
@@ -199,9 +289,14 @@ def test_cleanup_deletes_only_that_runs_objects(env: dict[str, Any]) -> None:
         env["service"].launch(run_id, "convert", 1)
     _convert_done(env, "rclean000001")
     env["service"].launch("rclean000001", "train", 1)
-    assert sorted(env["service"].cleanup("rclean000001")["deleted"]) == ["rclean000001-convert-a1",
-                                                                         "rclean000001-train-a1"]
-    left = [o["metadata"]["name"] for o in env["kube"].list("jobs", namespace=NS) + env["kube"].list("jobsets", namespace=NS)]
+    assert sorted(env["service"].cleanup("rclean000001")["deleted"]) == [
+        "rclean000001-convert-a1",
+        "rclean000001-train-a1",
+    ]
+    left = [
+        o["metadata"]["name"]
+        for o in env["kube"].list("jobs", namespace=NS) + env["kube"].list("jobsets", namespace=NS)
+    ]
     assert left == ["rclean000002-convert-a1"]
     assert "cleanup" in [e["event"] for e in env["ledger"].history("rclean000001")]
 
@@ -222,7 +317,9 @@ def test_launch_of_a_new_attempt_deletes_the_previous_one(env: dict[str, Any]) -
     env["service"].plan("rretry000001")
     env["service"].launch("rretry000001", "convert", 1)
     env["service"].launch("rretry000001", "convert", 2)
-    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == ["rretry000001-convert-a2"]
+    assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == [
+        "rretry000001-convert-a2"
+    ]
 
 
 # ---- the HTTP function: failure class → status code the workflow acts on ------------------------
@@ -238,18 +335,28 @@ def _stage_app() -> Any:
 
 @pytest.mark.parametrize(
     ("raised", "code", "tag"),
-    [("transient", 503, "transient"), ("permanent", 422, "permanent"), ("badcall", 400, "permanent"),
-     ("gcs-503", 503, "transient")],
+    [
+        ("transient", 503, "transient"),
+        ("permanent", 422, "permanent"),
+        ("badcall", 400, "permanent"),
+        ("gcs-503", 503, "transient"),
+    ],
 )
-def test_stage_errors_map_to_status_codes(raised: str, code: int, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stage_errors_map_to_status_codes(
+    raised: str, code: int, tag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from google.api_core import exceptions as gexc
 
     from rlpipe.control import services
     from rlpipe.control.stage import BadCall
     from rlpipe.core.failures import TransientFailure
 
-    errors = {"transient": TransientFailure("k8s API down"), "permanent": PermanentFailure("no such run"),
-              "badcall": BadCall("attempt must be an integer >= 1"), "gcs-503": gexc.ServiceUnavailable("gcs")}
+    errors = {
+        "transient": TransientFailure("k8s API down"),
+        "permanent": PermanentFailure("no such run"),
+        "badcall": BadCall("attempt must be an integer >= 1"),
+        "gcs-503": gexc.ServiceUnavailable("gcs"),
+    }
 
     class Failing:
         def handle(self, body: dict[str, Any]) -> dict[str, Any]:

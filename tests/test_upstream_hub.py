@@ -23,7 +23,12 @@ TOKEN = "reader-token"
 def hub() -> Iterator[HubDouble]:
     server = HubDouble().start()
     server.add_repo("org/open", at=T0)
-    server.push("org/open", {"README.md": HubFile.of("README.md", "# card\n")}, message="card", at=T0 + timedelta(hours=1))
+    server.push(
+        "org/open",
+        {"README.md": HubFile.of("README.md", "# card\n")},
+        message="card",
+        at=T0 + timedelta(hours=1),
+    )
     server.add_repo("org/gated", gated=True, public_metadata=True, at=T0)
     server.add_repo("org/hidden", gated=True, at=T0)
     yield server
@@ -42,7 +47,9 @@ def api(hub: HubDouble, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_model_info_with_files_metadata(api: Any, hub: HubDouble) -> None:
     info = api.model_info("org/open", revision="main", files_metadata=True)
-    assert info.sha == hub.repos["org/open"].branches["main"] and info.last_modified == T0 + timedelta(hours=1)
+    assert info.sha == hub.repos["org/open"].branches["main"] and info.last_modified == T0 + timedelta(
+        hours=1
+    )
     siblings = {s.rfilename: s for s in info.siblings}
     shard = siblings["model-00001-of-00002.safetensors"]
     assert shard.lfs is not None and len(shard.lfs.sha256) == 64
@@ -77,7 +84,9 @@ def test_resolve_serves_the_index_at_a_revision(api: Any, hub: HubDouble) -> Non
     with tempfile.TemporaryDirectory() as cache:
         path = api.hf_hub_download("org/open", "model.safetensors.index.json", revision=sha, cache_dir=cache)
         index = json.loads(Path(path).read_text())
-    assert sorted(set(index["weight_map"].values())) == sorted(n for n in model_files() if n.startswith("model-0"))
+    assert sorted(set(index["weight_map"].values())) == sorted(
+        n for n in model_files() if n.startswith("model-0")
+    )
     assert hub.paths("/org/open/resolve/")  # the HEAD and the GET reached the double
 
 
@@ -108,8 +117,9 @@ def test_reader_classifies_gated_before_not_found(api: Any) -> None:
 
 def test_reader_backs_off_within_its_budget(api: Any, hub: HubDouble) -> None:
     sleeps: list[float] = []
-    reader = HubReader(token=TOKEN, sleep=sleeps.append, clock=lambda: T0,
-                       budget=RateLimitBudget(seconds=30, retries=2))
+    reader = HubReader(
+        token=TOKEN, sleep=sleeps.append, clock=lambda: T0, budget=RateLimitBudget(seconds=30, retries=2)
+    )
     hub.rate_limit(1, reset=9, path_prefix="/api/models/org/open")
     assert reader.head("org/open", "main").sha
     hub.rate_limit(3, reset=5, path_prefix="/api/models/org/open")

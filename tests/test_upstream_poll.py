@@ -59,19 +59,36 @@ class Chain:
         self.now[0] += timedelta(minutes=minutes)
 
     def intake(self, **kwargs: Any) -> Intake:
-        return Intake(requests=self.buckets.store("requests"), ledger=Ledger(self.buckets.store("artifacts")),
-                      orchestrator=Orchestrator(self.settings), log=Logger("test-intake"), **kwargs)
+        return Intake(
+            requests=self.buckets.store("requests"),
+            ledger=Ledger(self.buckets.store("artifacts")),
+            orchestrator=Orchestrator(self.settings),
+            log=Logger("test-intake"),
+            **kwargs,
+        )
 
     def poller(self, *, intake: Intake | None = None, **kwargs: Any) -> Poller:
-        poller = build_poller(self.settings, Logger("test-upstream"), client=self.buckets.client,
-                              intake=intake or self.intake(), token=TOKEN, clock=self.clock, sleep=self.sleeps.append,
-                              publish=lambda topic, message: self.published.append((topic, message)),
-                              **kwargs)
+        poller = build_poller(
+            self.settings,
+            Logger("test-upstream"),
+            client=self.buckets.client,
+            intake=intake or self.intake(),
+            token=TOKEN,
+            clock=self.clock,
+            sleep=self.sleeps.append,
+            publish=lambda topic, message: self.published.append((topic, message)),
+            **kwargs,
+        )
         return poller
 
     def poll(self, *, poller: Poller | None = None, **kwargs: Any) -> PollReport:
-        return run_poll(self.settings, Logger("test-upstream"), client=self.buckets.client,
-                        poller=poller or self.poller(), **kwargs)
+        return run_poll(
+            self.settings,
+            Logger("test-upstream"),
+            client=self.buckets.client,
+            poller=poller or self.poller(),
+            **kwargs,
+        )
 
     def watch(self, *entries: dict[str, Any]) -> None:
         data = yaml.safe_dump({"watch": list(entries)}).encode()
@@ -94,7 +111,9 @@ class Chain:
         names = shard_names(shards)
         changes: dict[str, HubFile | None] = {n: shard_file(n, seed) for n in names}
         changes["model.safetensors.index.json"] = safetensors_index(names)
-        return self.hub.push(repo, changes, message=f"release {seed}", at=self.clock() - timedelta(minutes=minutes_ago))
+        return self.hub.push(
+            repo, changes, message=f"release {seed}", at=self.clock() - timedelta(minutes=minutes_ago)
+        )
 
 
 @pytest.fixture
@@ -103,9 +122,13 @@ def chain(buckets: Buckets, executions: Any, hub: HubDouble, monkeypatch: pytest
 
     for name, value in hub.client_constants().items():
         monkeypatch.setattr(huggingface_hub.constants, name, value)
-    settings = Settings(project="rlpipe-test", workflows_endpoint=executions.target,
-                        requests_bucket=buckets.requests, artifacts_bucket=buckets.artifacts,
-                        status_topic="rlpipe-status")
+    settings = Settings(
+        project="rlpipe-test",
+        workflows_endpoint=executions.target,
+        requests_bucket=buckets.requests,
+        artifacts_bucket=buckets.artifacts,
+        status_topic="rlpipe-status",
+    )
     return Chain(buckets, executions, hub, settings)
 
 
@@ -150,8 +173,12 @@ def test_readme_only_commit_is_ignored_and_recorded(chain: Chain) -> None:
     repo = chain.new_repo()
     chain.watch(entry(repo))
     chain.poll()
-    sha = chain.hub.push(repo, {"README.md": HubFile.of("README.md", "# better card\n")}, message="card",
-                         at=T0 - timedelta(hours=1))
+    sha = chain.hub.push(
+        repo,
+        {"README.md": HubFile.of("README.md", "# better card\n")},
+        message="card",
+        at=T0 - timedelta(hours=1),
+    )
     ignored = only(chain.poll())
     assert (ignored.outcome, ignored.sha) == ("ignored", sha)
     assert ignored.detail == f"ignored {sha[:7]}: only README.md changed"
@@ -163,8 +190,9 @@ def test_readme_only_commit_is_ignored_and_recorded(chain: Chain) -> None:
     assert only(chain.poll()).reason == "unchanged"
     assert len(chain.hub.paths(f"/api/models/{repo}/auth-check")) == checks  # not examined again
 
-    sha2 = chain.hub.push(repo, {"config.json": HubFile.of("config.json", '{"rope_theta": 1}')},
-                          at=T0 - timedelta(minutes=45))
+    sha2 = chain.hub.push(
+        repo, {"config.json": HubFile.of("config.json", '{"rope_theta": 1}')}, at=T0 - timedelta(minutes=45)
+    )
     released = only(chain.poll())
     assert released.outcome == "released" and released.sha == sha2
     assert released.changed == ("config.json",)  # the README edit is not part of the release
@@ -207,9 +235,13 @@ def test_a_webhook_and_a_poll_for_the_same_sha_make_one_run(chain: Chain) -> Non
     def poll_one(name: str, branch: str) -> list[dict[str, Any]]:
         return [o.as_dict() for o in chain.poll(repo=name, branch=branch).outcomes]
 
-    body = json.dumps({"event": {"action": "update", "scope": "repo.content"},
-                       "repo": {"type": "model", "name": repo, "headSha": sha},
-                       "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": sha}]}).encode()
+    body = json.dumps(
+        {
+            "event": {"action": "update", "scope": "repo.content"},
+            "repo": {"type": "model", "name": repo, "headSha": sha},
+            "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": sha}],
+        }
+    ).encode()
     status, answer = handle_webhook({"X-Webhook-Secret": SECRET}, body, secret=SECRET, poll_one=poll_one)
     assert status == 200 and answer["results"]["main"][0]["outcome"] == "released"
     tick = only(chain.poll())
@@ -228,7 +260,9 @@ def test_a_crash_between_intake_and_the_state_write_is_retried_harmlessly(chain:
 
     crashed = only(chain.poll(poller=dataclasses.replace(chain.poller(), after_submit=crash)))
     assert crashed.outcome == "error" and "killed" in crashed.detail
-    assert chain.state(repo)["watches"][f"main@{template_hash(TEMPLATE)}"]["examined"]["outcome"] == "baseline"
+    assert (
+        chain.state(repo)["watches"][f"main@{template_hash(TEMPLATE)}"]["examined"]["outcome"] == "baseline"
+    )
     retried = only(chain.poll())
     assert retried.outcome == "released" and retried.sha == sha and "already started" in retried.detail
     assert len(chain.executions.creates()) == 1
@@ -266,16 +300,24 @@ def test_an_upload_in_progress_waits_until_every_shard_of_the_index_is_there(cha
     chain.watch(entry(repo))
     chain.poll()
     names = shard_names(3)
-    partial = chain.hub.push(repo, {"model.safetensors.index.json": safetensors_index(names),
-                                    names[0]: shard_file(names[0], "v3"), names[1]: shard_file(names[1], "v3")},
-                             message="upload 1/2", at=T0 - timedelta(hours=2))
+    partial = chain.hub.push(
+        repo,
+        {
+            "model.safetensors.index.json": safetensors_index(names),
+            names[0]: shard_file(names[0], "v3"),
+            names[1]: shard_file(names[1], "v3"),
+        },
+        message="upload 1/2",
+        at=T0 - timedelta(hours=2),
+    )
     waiting = only(chain.poll())
     assert (waiting.outcome, waiting.reason, waiting.sha) == ("waiting", "upload-in-progress", partial)
     assert waiting.detail.startswith("waiting: upload in progress: 1 of 3 shards")
     assert names[2] in waiting.detail and chain.executions.creates() == []
 
-    done = chain.hub.push(repo, {names[2]: shard_file(names[2], "v3")}, message="upload 2/2",
-                          at=T0 - timedelta(hours=1))
+    done = chain.hub.push(
+        repo, {names[2]: shard_file(names[2], "v3")}, message="upload 2/2", at=T0 - timedelta(hours=1)
+    )
     released = only(chain.poll())
     assert released.outcome == "released" and released.sha == done
     [run] = chain.runs()
@@ -291,7 +333,9 @@ def test_debounce_waits_for_quiet_after_the_last_commit(chain: Chain) -> None:
     assert waiting.outcome == "waiting" and waiting.detail.startswith("waiting: debounce until 14:20 UTC")
 
     chain.advance(5)  # 14:05: the upload goes on with another commit, which restarts the quiet period
-    later = chain.hub.push(repo, {"tokenizer.json": HubFile("tokenizer.json", 10, "ab" * 32)}, at=chain.clock())
+    later = chain.hub.push(
+        repo, {"tokenizer.json": HubFile("tokenizer.json", 10, "ab" * 32)}, at=chain.clock()
+    )
     chain.advance(25)  # 14:30
     assert only(chain.poll()).detail.startswith("waiting: debounce until 14:35 UTC")
     assert chain.executions.creates() == []
@@ -367,7 +411,10 @@ def test_a_rate_limit_beyond_the_budget_is_reported_and_retried_next_tick(chain:
     chain.hub.rate_limit(2, reset=100, path_prefix=f"/api/models/{repo}")
     waiting = only(chain.poll(poller=chain.poller(budget=RateLimitBudget(seconds=120, retries=3))))
     assert (waiting.outcome, waiting.reason) == ("waiting", "rate-limited")
-    assert "retried at the next tick" in waiting.detail and waiting.wait_until == (T0 + timedelta(seconds=100)).isoformat()
+    assert (
+        "retried at the next tick" in waiting.detail
+        and waiting.wait_until == (T0 + timedelta(seconds=100)).isoformat()
+    )
     assert chain.sleeps == [101.0]  # a second wait would exceed the cycle's 120 s budget
     assert chain.executions.creates() == []
     assert only(chain.poll()).outcome == "released"
@@ -375,8 +422,11 @@ def test_a_rate_limit_beyond_the_budget_is_reported_and_retried_next_tick(chain:
 
 def test_a_bad_watch_entry_never_blocks_the_others(chain: Chain) -> None:
     good, other = chain.new_repo(), chain.new_repo()
-    chain.watch(entry(good), {"hf_repo": "broken/model", "template": {"model": "gemma4-26b", "request_id": "x"},
-                              "colour": "red"}, entry(other))
+    chain.watch(
+        entry(good),
+        {"hf_repo": "broken/model", "template": {"model": "gemma4-26b", "request_id": "x"}, "colour": "red"},
+        entry(other),
+    )
     report = chain.poll()
     bad = only(report, "broken/model")
     assert bad.outcome == "error" and bad.reason == "invalid-entry"
@@ -395,8 +445,9 @@ def test_dry_run_check_reports_what_it_would_do_and_changes_nothing(chain: Chain
     chain.poll()
     sha = chain.release(repo, "v2")
     before = chain.buckets.store("artifacts").read(state_path(repo))
-    report = check(chain.settings, client=chain.buckets.client, token=TOKEN, clock=chain.clock,
-                   sleep=chain.sleeps.append)
+    report = check(
+        chain.settings, client=chain.buckets.client, token=TOKEN, clock=chain.clock, sleep=chain.sleeps.append
+    )
     would = only(report)
     assert report.dry_run and would.outcome == "released" and would.sha == sha
     assert would.detail.startswith(f"would start run {would.run_id}: new release {sha[:7]}")
@@ -406,8 +457,9 @@ def test_dry_run_check_reports_what_it_would_do_and_changes_nothing(chain: Chain
     assert only(chain.poll()).run_id == would.run_id  # the real poll starts exactly the announced run
 
 
-def test_cli_upstream_check_is_a_dry_run(chain: Chain, monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_upstream_check_is_a_dry_run(
+    chain: Chain, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import argparse
 
     from rlpipe.cli.upstream import register
@@ -451,13 +503,21 @@ def test_a_commit_without_any_weights_is_not_a_release(chain: Chain) -> None:
     repo = chain.new_repo()
     chain.watch(entry(repo))
     chain.poll()
-    emptied = chain.hub.push(repo, {name: None for name in [*shard_names(2), "model.safetensors.index.json"]},
-                             message="remove old weights", at=T0 - timedelta(hours=1))
+    emptied = chain.hub.push(
+        repo,
+        {name: None for name in [*shard_names(2), "model.safetensors.index.json"]},
+        message="remove old weights",
+        at=T0 - timedelta(hours=1),
+    )
     waiting = only(chain.poll())
     assert (waiting.outcome, waiting.reason, waiting.sha) == ("waiting", "no-weights", emptied)
     assert chain.executions.creates() == []
-    single = chain.hub.push(repo, {"model.safetensors": shard_file("model.safetensors", "v9")},
-                            message="single-file weights", at=T0 - timedelta(minutes=50))
+    single = chain.hub.push(
+        repo,
+        {"model.safetensors": shard_file("model.safetensors", "v9")},
+        message="single-file weights",
+        at=T0 - timedelta(minutes=50),
+    )
     released = only(chain.poll())  # no index: one model.safetensors is a complete checkpoint
     assert released.outcome == "released" and released.sha == single
 
@@ -466,36 +526,47 @@ def test_a_malformed_index_is_an_error_for_that_release_only(chain: Chain) -> No
     repo = chain.new_repo()
     chain.watch(entry(repo))
     chain.poll()
-    sha = chain.hub.push(repo, {"model.safetensors.index.json": HubFile.of("model.safetensors.index.json", "{oops")},
-                         at=T0 - timedelta(hours=1))
+    sha = chain.hub.push(
+        repo,
+        {"model.safetensors.index.json": HubFile.of("model.safetensors.index.json", "{oops")},
+        at=T0 - timedelta(hours=1),
+    )
     broken = only(chain.poll())
     assert (broken.outcome, broken.reason, broken.sha) == ("error", "bad-index", sha)
     assert "not valid JSON" in broken.detail and chain.executions.creates() == []
 
 
-def test_function_entry_points_wire_everything_from_the_environment(chain: Chain,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_function_entry_points_wire_everything_from_the_environment(
+    chain: Chain, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What functions/main.py calls: ``on_tick`` (Pub/Sub tick) and ``on_webhook`` (HTTP)."""
     import base64
 
     from rlpipe.control import services
     from rlpipe.upstream.service import on_tick, on_webhook
 
-    for name, value in chain.buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=chain.executions.target, RLPIPE_HF_TOKEN=TOKEN,
-                                         RLPIPE_WEBHOOK_SECRET=SECRET).items():
+    for name, value in chain.buckets.env(
+        RLPIPE_WORKFLOWS_ENDPOINT=chain.executions.target, RLPIPE_HF_TOKEN=TOKEN, RLPIPE_WEBHOOK_SECRET=SECRET
+    ).items():
         monkeypatch.setenv(name, value)
     services.reset()
     try:
         repo, other = chain.new_repo(), chain.new_repo()
         chain.watch(entry(repo, debounce_minutes=0), entry(other, debounce_minutes=0))
         tick = {"message": {"data": base64.b64encode(json.dumps({"repo": repo}).encode()).decode()}}
-        assert [(o.repo, o.reason) for o in on_tick(tick, Logger("upstream_poll")).outcomes] == [(repo, "baseline")]
+        assert [(o.repo, o.reason) for o in on_tick(tick, Logger("upstream_poll")).outcomes] == [
+            (repo, "baseline")
+        ]
         assert {o.repo for o in on_tick({"message": {}}, Logger("upstream_poll")).outcomes} == {repo, other}
 
         sha = chain.hub.push(repo, {"config.json": HubFile.of("config.json", '{"v": 2}')}, message="config")
-        body = json.dumps({"event": {"action": "update", "scope": "repo.content"},
-                           "repo": {"type": "model", "name": repo, "headSha": sha},
-                           "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": sha}]}).encode()
+        body = json.dumps(
+            {
+                "event": {"action": "update", "scope": "repo.content"},
+                "repo": {"type": "model", "name": repo, "headSha": sha},
+                "updatedRefs": [{"ref": "refs/heads/main", "oldSha": "0" * 40, "newSha": sha}],
+            }
+        ).encode()
         assert on_webhook({"X-Webhook-Secret": "nope"}, body, Logger("upstream_webhook"))[0] == 401
         status, answer = on_webhook({"X-Webhook-Secret": SECRET}, body, Logger("upstream_webhook"))
         assert status == 200 and answer["results"]["main"][0]["outcome"] == "released"

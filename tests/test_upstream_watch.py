@@ -48,7 +48,9 @@ def test_defaults_and_identity() -> None:
     assert tuple(entry.trigger_files) == DEFAULT_TRIGGER_FILES
     assert entry.key == f"main@{template_hash({'model': 'gemma4-26b'})}"
     # The hash is of the canonical JSON: key order does not matter, any value does.
-    assert template_hash({"a": 1, "b": 2}) == template_hash({"b": 2, "a": 1}) != template_hash({"a": 1, "b": 3})
+    assert (
+        template_hash({"a": 1, "b": 2}) == template_hash({"b": 2, "a": 1}) != template_hash({"a": 1, "b": 3})
+    )
     doc = entry.request_document("a" * 40)
     assert doc == {"model": "gemma4-26b", "hf_repo": REPO, "hf_revision": "a" * 40}
 
@@ -80,9 +82,13 @@ def test_every_problem_is_listed_with_its_path_and_fix() -> None:
 
 
 def test_templates_cannot_set_what_the_entry_owns_and_are_validated_as_requests() -> None:
-    data = _doc(_entry(hf_repo="not a repo", template={"hf_revision": "main", "hf_repo": "x/y",
-                                                       "preset": "v6e-999", "model": "gemma4-26b"}),
-                _entry(template={"preset": "v6e-64"}))  # no model: the built request lacks it
+    data = _doc(
+        _entry(
+            hf_repo="not a repo",
+            template={"hf_revision": "main", "hf_repo": "x/y", "preset": "v6e-999", "model": "gemma4-26b"},
+        ),
+        _entry(template={"preset": "v6e-64"}),
+    )  # no model: the built request lacks it
     with pytest.raises(WatchListInvalid) as caught:
         validate_watch_list(data)
     problems = _paths(caught.value)
@@ -94,15 +100,21 @@ def test_templates_cannot_set_what_the_entry_owns_and_are_validated_as_requests(
 
 
 def test_document_shape_problems() -> None:
-    for data, path in [(b"", ""), (b"watch: {a: 1}\n", "watch"), (b"entries: []\n", "watch"),
-                       (b"watch: [1]\nextra: 2\n", "extra")]:
+    for data, path in [
+        (b"", ""),
+        (b"watch: {a: 1}\n", "watch"),
+        (b"entries: []\n", "watch"),
+        (b"watch: [1]\nextra: 2\n", "extra"),
+    ]:
         with pytest.raises(WatchListInvalid) as caught:
             validate_watch_list(data)
         assert path in {p.path for p in caught.value.problems}, data
 
 
 def test_lenient_load_keeps_the_good_entries_and_reports_the_bad() -> None:
-    watch = load_watch_list(_doc(_entry(), _entry(hf_repo="other/model", template="nope"), _entry(branch="dev")))
+    watch = load_watch_list(
+        _doc(_entry(), _entry(hf_repo="other/model", template="nope"), _entry(branch="dev"))
+    )
     assert [(e.hf_repo, e.branch) for e in watch.entries] == [(REPO, "main"), (REPO, "dev")]
     [bad] = watch.rejected
     assert (bad.index, bad.hf_repo) == (1, "other/model")
@@ -139,10 +151,18 @@ def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_trigger_diff_compares_content_ids_of_trigger_files_only() -> None:
-    old = {"README.md": "blob:1", "config.json": "blob:2", "model-1.safetensors": "sha256:a",
-           "tokenizer.json": "sha256:t"}
-    new = {"README.md": "blob:9", "config.json": "blob:2", "model-1.safetensors": "sha256:b",
-           "model-2.safetensors": "sha256:c"}
+    old = {
+        "README.md": "blob:1",
+        "config.json": "blob:2",
+        "model-1.safetensors": "sha256:a",
+        "tokenizer.json": "sha256:t",
+    }
+    new = {
+        "README.md": "blob:9",
+        "config.json": "blob:2",
+        "model-1.safetensors": "sha256:b",
+        "model-2.safetensors": "sha256:c",
+    }
     changes = diff(old, new, matcher(DEFAULT_TRIGGER_FILES))
     assert changes.added == ("model-2.safetensors",)
     assert changes.removed == ("tokenizer.json",)
@@ -154,11 +174,14 @@ def test_trigger_diff_compares_content_ids_of_trigger_files_only() -> None:
 
 
 def test_missing_shards_and_release_key() -> None:
-    index = {"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors", "c": "model-2.safetensors"}}
+    index = {
+        "weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors", "c": "model-2.safetensors"}
+    }
     assert missing_shards(index, ["model-1.safetensors"]) == ["model-2.safetensors"]
     assert missing_shards(index, ["model-1.safetensors", "model-2.safetensors"]) == []
     assert missing_shards(index, ["sub/model-1.safetensors"], "sub/model.safetensors.index.json") == [
-        "model-2.safetensors"]
+        "model-2.safetensors"
+    ]
     with pytest.raises(ValueError, match="weight_map"):
         missing_shards({"metadata": {}}, [])
     assert release_key(REPO, "f" * 40, "abc") == f"hf:{REPO}@{'f' * 40}:abc"

@@ -59,7 +59,9 @@ def test_registry_entries_are_versioned_and_quoted_as_one_shell_word(ref: str) -
     # The whole Python program is a single argument to python3 -c: bash sees exactly 3 words.
     words = subprocess.run(
         [sys.executable, "-c", "import shlex,sys; print(len(shlex.split(sys.argv[1])))", entry.shell_line()],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert words == "3"
 

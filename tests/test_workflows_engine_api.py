@@ -58,7 +58,10 @@ main:
 @pytest.fixture
 def served() -> Iterator[tuple[LocalWorkflows, ExecutionsClient]]:
     workflows = LocalWorkflows(
-        textwrap.dedent(DEFINITION), workflow_id="pipeline", project="p1", clock=FakeClock(auto_advance_waits=False)
+        textwrap.dedent(DEFINITION),
+        workflow_id="pipeline",
+        project="p1",
+        clock=FakeClock(auto_advance_waits=False),
     )
     with workflows:
         channel = grpc.insecure_channel(workflows.grpc_target)
@@ -101,7 +104,9 @@ def test_create_get_and_list_with_the_real_client(served: tuple[LocalWorkflows, 
     assert json.loads(done.argument) == {"run_id": "r1", "n": 21, "mode": "ok"}
     assert done.end_time >= done.start_time
 
-    second = client.create_execution(parent=parent, execution=Execution(argument='{"run_id": "r2", "n": 1, "mode": "ok"}'))
+    second = client.create_execution(
+        parent=parent, execution=Execution(argument='{"run_id": "r2", "n": 1, "mode": "ok"}')
+    )
     _finished(client, second.name)
     listed = list(client.list_executions(parent=parent))
     assert [e.name for e in listed] == [second.name, created.name]  # newest first
@@ -121,7 +126,11 @@ def test_failed_execution_exposes_error_payload_and_failing_step(
     )
     done = _finished(client, created.name)
     assert done.state == Execution.State.FAILED
-    assert json.loads(done.error.payload) == {"code": 409, "message": "run r9 conflicts", "tags": ["RunConflict"]}
+    assert json.loads(done.error.payload) == {
+        "code": 409,
+        "message": "run r9 conflicts",
+        "tags": ["RunConflict"],
+    }
     assert 'in step "fail", routine "main"' in done.error.context
     assert [(e.routine, e.step) for e in done.error.stack_trace.elements] == [("main", "fail")]
 
@@ -144,12 +153,16 @@ def test_cancel_stops_a_waiting_execution_without_running_except(
         client.cancel_execution(name=created.name)
 
 
-def test_unknown_execution_and_workflow_are_not_found(served: tuple[LocalWorkflows, ExecutionsClient]) -> None:
+def test_unknown_execution_and_workflow_are_not_found(
+    served: tuple[LocalWorkflows, ExecutionsClient],
+) -> None:
     workflows, client = served
     with pytest.raises(exceptions.NotFound):
         client.get_execution(name=workflows.workflow_name + "/executions/does-not-exist")
     with pytest.raises(exceptions.NotFound):
-        client.create_execution(parent="projects/p1/locations/us-central1/workflows/other", execution=Execution())
+        client.create_execution(
+            parent="projects/p1/locations/us-central1/workflows/other", execution=Execution()
+        )
     with pytest.raises(exceptions.InvalidArgument):
         client.create_execution(parent=workflows.workflow_name, execution=Execution(argument="{not json"))
 
@@ -159,7 +172,9 @@ def test_cancel_interrupts_a_real_sleep_promptly() -> None:
     with LocalWorkflows(definition, clock=RealClock()) as workflows:
         started = workflows.engine.start()
         deadline = time.monotonic() + 5
-        while workflows.engine.get(started.name).current_step != ("main", "nap") and time.monotonic() < deadline:
+        while (
+            workflows.engine.get(started.name).current_step != ("main", "nap") and time.monotonic() < deadline
+        ):
             time.sleep(0.01)
         began = time.monotonic()
         workflows.engine.cancel(started.name)

@@ -107,7 +107,9 @@ def test_callback_posted_over_http_resumes_the_execution_with_the_request() -> N
         started = workflows.engine.start({"run": "r1"})
         url = _wait_for_url(workflows, started.name)
         assert url.startswith(workflows.callback_base_url + "/v1/" + started.name + "/callbacks/")
-        response = requests.post(url, params={"attempt": "2"}, json={"stage": "convert", "ok": True}, timeout=5)
+        response = requests.post(
+            url, params={"attempt": "2"}, json={"stage": "convert", "ok": True}, timeout=5
+        )
         assert response.status_code == 200
         execution = workflows.engine.wait(started.name)
     assert execution.state is State.SUCCEEDED, execution.error

@@ -153,7 +153,7 @@ def test_text_functions() -> None:
 def test_json_encode_decode_and_list_concat() -> None:
     # https://cloud.google.com/workflows/docs/reference/stdlib/json/decode and .../list/concat
     assert expr('json.decode(json.encode_to_string({"a": [1, 2.5, null]}))') == {"a": [1, 2.5, None]}
-    assert expr('text.decode(json.encode([1]))') == "[1]"
+    assert expr("text.decode(json.encode([1]))") == "[1]"
     assert expr_error('json.decode("{not json")')["tags"] == ["ValueError"]
     assert expr("list.concat(l, 3)", l=[1, 2]) == [1, 2, 3]
 

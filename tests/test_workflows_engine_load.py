@@ -182,7 +182,12 @@ def test_retry_predicate_must_exist_and_backoff_must_be_complete() -> None:
             multiplier: 2
     """
     assert "nope" in str(_rejects(template.replace("PRED", "${nope}")))
-    assert _rejects(template.replace("PRED", "${http.default_retry_predicate}").replace("multiplier: 2", "")).step == "a"
+    assert (
+        _rejects(
+            template.replace("PRED", "${http.default_retry_predicate}").replace("multiplier: 2", "")
+        ).step
+        == "a"
+    )
     load_workflow(textwrap.dedent(template.replace("PRED", "${http.default_retry_predicate}")))
 
 

@@ -200,7 +200,10 @@ def test_variables_created_in_a_loop_do_not_exist_after_it() -> None:
     assert execution.state is State.FAILED
     assert execution.error.payload["tags"] == ["KeyError"]
     assert "created_inside" in execution.error.payload["message"]
-    assert execution.error.frames[0] == ("main", "read_inner")  # the outer update worked; reading inside-only fails
+    assert execution.error.frames[0] == (
+        "main",
+        "read_inner",
+    )  # the outer update worked; reading inside-only fails
 
 
 def test_variables_created_in_except_are_local_to_it() -> None:

@@ -21,7 +21,9 @@ from typing import Any
 from rlpipe.local.workflows import Engine, Execution, FakeClock, State
 
 
-def run(definition: str, argument: Any = None, *, clock: FakeClock | None = None, **engine_args: Any) -> Execution:
+def run(
+    definition: str, argument: Any = None, *, clock: FakeClock | None = None, **engine_args: Any
+) -> Execution:
     """Run ``definition`` to completion on a fake clock and return the final snapshot."""
     engine = Engine(textwrap.dedent(definition), clock=clock or FakeClock(), **engine_args)
     try:

@@ -29,7 +29,9 @@ class RecordingExecutions:
         self.port = 0
 
     # -- handlers --
-    def _create(self, request: types.CreateExecutionRequest, context: grpc.ServicerContext) -> types.Execution:
+    def _create(
+        self, request: types.CreateExecutionRequest, context: grpc.ServicerContext
+    ) -> types.Execution:
         with self._lock:
             self.calls.append(("create", request))
             if self.fail_next:
@@ -41,8 +43,9 @@ class RecordingExecutions:
             except ValueError:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, "argument is not JSON")
             name = f"{request.parent}/executions/exec-{next(self._ids)}"
-            execution = types.Execution(name=name, argument=request.execution.argument,
-                                        state=types.Execution.State.ACTIVE)
+            execution = types.Execution(
+                name=name, argument=request.execution.argument, state=types.Execution.State.ACTIVE
+            )
             self.executions[name] = execution
             return execution
 
@@ -53,7 +56,9 @@ class RecordingExecutions:
                 context.abort(grpc.StatusCode.NOT_FOUND, request.name)
             return self.executions[request.name]
 
-    def _cancel(self, request: types.CancelExecutionRequest, context: grpc.ServicerContext) -> types.Execution:
+    def _cancel(
+        self, request: types.CancelExecutionRequest, context: grpc.ServicerContext
+    ) -> types.Execution:
         with self._lock:
             self.calls.append(("cancel", request))
             execution = self.executions.get(request.name)
@@ -74,11 +79,14 @@ class RecordingExecutions:
                 fn, request_deserializer=req_cls.deserialize, response_serializer=types.Execution.serialize
             )
 
-        generic = grpc.method_handlers_generic_handler(SERVICE, {
-            "CreateExecution": handler(self._create, types.CreateExecutionRequest),
-            "GetExecution": handler(self._get, types.GetExecutionRequest),
-            "CancelExecution": handler(self._cancel, types.CancelExecutionRequest),
-        })
+        generic = grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "CreateExecution": handler(self._create, types.CreateExecutionRequest),
+                "GetExecution": handler(self._get, types.GetExecutionRequest),
+                "CancelExecution": handler(self._cancel, types.CancelExecutionRequest),
+            },
+        )
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         self._server.add_generic_rpc_handlers((generic,))
         self.port = self._server.add_insecure_port("127.0.0.1:0")

@@ -21,9 +21,19 @@ class FunctionServer:
     def __init__(self, target: str, signature: str, env: dict[str, str], log_dir: Path):
         self.port = free_port()
         self.log_path = log_dir / f"{target}-{self.port}.log"
-        argv = [str(ROOT / ".venv" / "bin" / "functions-framework"), "--target", target,
-                "--source", str(ROOT / "functions" / "main.py"), "--signature-type", signature,
-                "--host", "127.0.0.1", "--port", str(self.port)]
+        argv = [
+            str(ROOT / ".venv" / "bin" / "functions-framework"),
+            "--target",
+            target,
+            "--source",
+            str(ROOT / "functions" / "main.py"),
+            "--signature-type",
+            signature,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         self.child = Child(target, argv, log_path=self.log_path, env=env, cwd=ROOT)
 
     @property
@@ -56,8 +66,15 @@ class FunctionServer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def gcs_event(bucket: str, name: str, generation: int | str, size: int, *, event_id: str | None = None,
-              event_type: str = "google.cloud.storage.object.v1.finalized") -> CloudEvent:
+def gcs_event(
+    bucket: str,
+    name: str,
+    generation: int | str,
+    size: int,
+    *,
+    event_id: str | None = None,
+    event_type: str = "google.cloud.storage.object.v1.finalized",
+) -> CloudEvent:
     """The exact Eventarc storage shape: generation and size as strings, subject objects/NAME."""
     attributes = {
         "type": event_type,
@@ -66,21 +83,35 @@ def gcs_event(bucket: str, name: str, generation: int | str, size: int, *, event
         "id": event_id or uuid.uuid4().hex,
         "datacontenttype": "application/json",
     }
-    data = {"bucket": bucket, "name": name, "generation": str(generation), "size": str(size),
-            "contentType": "application/octet-stream", "kind": "storage#object"}
+    data = {
+        "bucket": bucket,
+        "name": name,
+        "generation": str(generation),
+        "size": str(size),
+        "contentType": "application/octet-stream",
+        "kind": "storage#object",
+    }
     return CloudEvent(attributes, data)
 
 
-def pubsub_event(topic: str, payload: bytes, message_id: str, *, attributes: dict[str, str] | None = None) -> CloudEvent:
+def pubsub_event(
+    topic: str, payload: bytes, message_id: str, *, attributes: dict[str, str] | None = None
+) -> CloudEvent:
     ce_attributes = {
         "type": "google.cloud.pubsub.topic.v1.messagePublished",
         "source": f"//pubsub.googleapis.com/{topic}",
         "id": message_id,
         "datacontenttype": "application/json",
     }
-    data = {"message": {"data": base64.b64encode(payload).decode(), "messageId": message_id,
-                        "publishTime": "2026-12-02T00:00:00Z", "attributes": attributes or {}},
-            "subscription": "projects/p/subscriptions/intake"}
+    data = {
+        "message": {
+            "data": base64.b64encode(payload).decode(),
+            "messageId": message_id,
+            "publishTime": "2026-12-02T00:00:00Z",
+            "attributes": attributes or {},
+        },
+        "subscription": "projects/p/subscriptions/intake",
+    }
     return CloudEvent(ce_attributes, data)
 
 
@@ -90,4 +121,6 @@ def post(url: str, event: CloudEvent, *, mode: str = "binary", timeout: float = 
 
 
 def post_json(url: str, body: Any, timeout: float = 60) -> requests.Response:
-    return requests.post(url, data=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=timeout)
+    return requests.post(
+        url, data=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=timeout
+    )

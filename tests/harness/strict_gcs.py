@@ -47,11 +47,16 @@ class StrictGcs:
                 refusal = proxy._refusal(self.command, self.path)
                 if refusal is not None:
                     proxy.downloads_refused += 1
-                    self._answer(refusal, {"Content-Type": "application/json"},
-                                 json.dumps({"error": {"code": refusal, "message": "strict GCS"}}).encode())
+                    self._answer(
+                        refusal,
+                        {"Content-Type": "application/json"},
+                        json.dumps({"error": {"code": refusal, "message": "strict GCS"}}).encode(),
+                    )
                     return
                 status, headers, payload = proxy._upstream(self.command, self.path, dict(self.headers), body)
-                if proxy._is_metadata(self.path) and headers.get("Content-Type", "").startswith("application/json"):
+                if proxy._is_metadata(self.path) and headers.get("Content-Type", "").startswith(
+                    "application/json"
+                ):
                     payload = proxy._pin_media_links(payload)
                 self._answer(status, headers, payload)
 
@@ -97,7 +102,9 @@ class StrictGcs:
         if wanted is None and if_match is None:
             return None
         bucket, name = match.group(1), unquote(match.group(2))
-        status, _, payload = self._upstream("GET", f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}", {}, None)
+        status, _, payload = self._upstream(
+            "GET", f"/storage/v1/b/{bucket}/o/{quote(name, safe='')}", {}, None
+        )
         if status != 200:
             return status
         current = str(json.loads(payload).get("generation"))
@@ -122,12 +129,15 @@ class StrictGcs:
         for obj in [doc, *(items if isinstance(items, list) else [])]:
             if isinstance(obj, dict) and "mediaLink" in obj and "generation" in obj:
                 name = quote(str(obj.get("name", "")), safe="")
-                obj["mediaLink"] = (f"{self.url}/download/storage/v1/b/{obj.get('bucket')}/o/{name}"
-                                    f"?generation={obj['generation']}&alt=media")
+                obj["mediaLink"] = (
+                    f"{self.url}/download/storage/v1/b/{obj.get('bucket')}/o/{name}"
+                    f"?generation={obj['generation']}&alt=media"
+                )
         return json.dumps(doc).encode()
 
-    def _upstream(self, method: str, path: str, headers: dict[str, str],
-                  body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+    def _upstream(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, dict[str, str], bytes]:
         conn = http.client.HTTPConnection(self.upstream_host, self.upstream_port, timeout=60)
         try:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("host", "accept-encoding")}

@@ -30,8 +30,13 @@ WATCH_LIST = Path("examples/upstream/watch.yaml")
 DEMO_TIMEOUT_SECONDS = 150
 
 
-def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("examples/gemma4-26b-v6e-32.yaml"),
-             root: Path = Path(".rlpipe/demo")) -> int:
+def run_demo(
+    *,
+    scenario: str = "",
+    events: str = "auto",
+    example: Path = Path("examples/gemma4-26b-v6e-32.yaml"),
+    root: Path = Path(".rlpipe/demo"),
+) -> int:
     from rlpipe.cli import runs
     from rlpipe.cli.watch import summary, watch
     from rlpipe.control.blobstore import BlobStore, make_client
@@ -47,8 +52,10 @@ def run_demo(*, scenario: str = "", events: str = "auto", example: Path = Path("
         faults, scenario_file = [], scenario
     started = time.monotonic()
     console.print(f"[bold]rlpipe demo[/bold]: {example}" + (f", scenario {scenario}" if scenario else ""))
-    stack = LocalStack(StackConfig(root=root, events=events, faults=faults, scenario_file=scenario_file,
-                                   poll_seconds=2), say=lambda text: print(text, flush=True))
+    stack = LocalStack(
+        StackConfig(root=root, events=events, faults=faults, scenario_file=scenario_file, poll_seconds=2),
+        say=lambda text: print(text, flush=True),
+    )
     try:
         state = stack.start()
         print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
@@ -90,12 +97,16 @@ def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
         entry["debounce_minutes"] = 0  # the demo's release is final at once
     bucket = make_client(settings.project).bucket(settings.requests_bucket)
     bucket.blob("config/watch.yaml").upload_from_string(yaml.safe_dump(watch_list))
-    print(f"uploaded {WATCH_LIST} to gs://{settings.requests_bucket}/config/watch.yaml (debounce 0 for the demo)")
+    print(
+        f"uploaded {WATCH_LIST} to gs://{settings.requests_bucket}/config/watch.yaml (debounce 0 for the demo)"
+    )
     stack.upstream_tick()
     print("poll 1: the current head of google/gemma-4-26b-a4b-it is recorded as the baseline")
     before = set(ledger.list_run_ids())
     release = stack.hub_release("google/gemma-4-26b-a4b-it")
-    print(f"upstream: pushed {release['sha'][:12]} to google/gemma-4-26b-a4b-it ({len(release['changed'])} files)")
+    print(
+        f"upstream: pushed {release['sha'][:12]} to google/gemma-4-26b-a4b-it ({len(release['changed'])} files)"
+    )
     stack.upstream_tick()
     new = [r for r in ledger.list_run_ids() if r not in before]
     if not new:

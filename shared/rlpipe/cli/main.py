@@ -34,7 +34,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 1
-    print(f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices})")
+    print(
+        f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices})"
+    )
     return 0
 
 
@@ -69,7 +71,9 @@ def cmd_render(args: argparse.Namespace) -> int:
     run_id = args.run_id or identity.run_id_for(
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )
-    ctx = RenderContext(run_id=run_id, bucket=args.bucket, namespace=args.namespace, hf_revision=args.hf_revision)
+    ctx = RenderContext(
+        run_id=run_id, bucket=args.bucket, namespace=args.namespace, hf_revision=args.hf_revision
+    )
     stages = [args.stage] if args.stage else list(identity.STAGES)
     objects = [render(req, stage, args.attempt, ctx) for stage in stages]
     sys.stdout.write(dump_yaml(objects))
@@ -131,8 +135,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     print(summary(record, simulated=settings.local))
     if not record.terminal:
-        print(f"  now         {record.stage or '-'} attempt {record.attempt}: "
-              f"{next((r['phase'] for r in info['stages'] if r['stage'] == record.stage), 'accepted')}")
+        print(
+            f"  now         {record.stage or '-'} attempt {record.attempt}: "
+            f"{next((r['phase'] for r in info['stages'] if r['stage'] == record.stage), 'accepted')}"
+        )
     return 0
 
 
@@ -146,7 +152,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'CREATED':<28}MODEL")
     for r in records:
-        print(f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.created_at:<28}{r.request.get('model')}")
+        print(
+            f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.created_at:<28}{r.request.get('model')}"
+        )
     return 0
 
 
@@ -159,8 +167,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     except KeyError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    print(f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
-          f"deleted: {', '.join(result['deleted']) or 'nothing'}")
+    print(
+        f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
+        f"deleted: {', '.join(result['deleted']) or 'nothing'}"
+    )
     return 0
 
 
@@ -195,9 +205,15 @@ def cmd_local(args: argparse.Namespace) -> int:
             print(f"{name:<24}{'up' if ok else 'DOWN'}")
         _print_endpoints(state)
         return 0 if all(alive.values()) else 1
-    config = stack.StackConfig(root=root, events=args.events, timing=args.timing, poll_seconds=args.poll_seconds,
-                               scenario_file=args.scenario, faults=list(args.fault or []),
-                               detached=not args.foreground)
+    config = stack.StackConfig(
+        root=root,
+        events=args.events,
+        timing=args.timing,
+        poll_seconds=args.poll_seconds,
+        scenario_file=args.scenario,
+        faults=list(args.fault or []),
+        detached=not args.foreground,
+    )
     if stack.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
         return 1
@@ -288,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
     p.set_defaults(func=cmd_local)
 
-    p = sub.add_parser("demo", help="start the local stack, run the example to the end, print a summary, stop")
+    p = sub.add_parser(
+        "demo", help="start the local stack, run the example to the end, print a summary, stop"
+    )
     p.add_argument("--scenario", default="", help="'' (happy path), preempt, or a scenario file")
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
     p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")

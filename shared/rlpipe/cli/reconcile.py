@@ -25,11 +25,26 @@ def cmd_reconcile(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
     reconciler = build(settings(), Logger("reconcile", stream=sys.stderr), budget_seconds=args.budget)
     report = reconciler.run_pass(dry_run=args.dry_run)
     if args.json:
-        print(json.dumps({**report.summary(), "outcomes": [
-            {"run_id": o.run_id, "status": o.status, "detail": o.detail,
-             "action": o.action.kind if o.action else None, "found": o.action.found if o.action else None,
-             "do": o.action.do if o.action else None} for o in report.outcomes],
-            "problems": report.problems}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **report.summary(),
+                    "outcomes": [
+                        {
+                            "run_id": o.run_id,
+                            "status": o.status,
+                            "detail": o.detail,
+                            "action": o.action.kind if o.action else None,
+                            "found": o.action.found if o.action else None,
+                            "do": o.action.do if o.action else None,
+                        }
+                        for o in report.outcomes
+                    ],
+                    "problems": report.problems,
+                },
+                indent=2,
+            )
+        )
     else:
         print(report.render())
     return 0 if args.dry_run or not report.failed else 1
@@ -43,11 +58,17 @@ def _env_settings() -> Any:
 
 def register(subparsers: Any, *, settings: Callable[[], Any] = _env_settings) -> None:
     """Add ``reconcile`` to the ``rlpipe`` parser; ``settings`` picks the deployment."""
-    p = subparsers.add_parser("reconcile", help="one reconcile pass: repair runs whose ledger, execution and "
-                                                "workloads disagree")
+    p = subparsers.add_parser(
+        "reconcile", help="one reconcile pass: repair runs whose ledger, execution and workloads disagree"
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing; exit 0")
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_SECONDS, metavar="SECONDS",
-                   help=f"stop cleanly after this long and resume from the cursor next time "
-                        f"(default {DEFAULT_BUDGET_SECONDS:g})")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_SECONDS,
+        metavar="SECONDS",
+        help=f"stop cleanly after this long and resume from the cursor next time "
+        f"(default {DEFAULT_BUDGET_SECONDS:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=lambda args: cmd_reconcile(args, settings))

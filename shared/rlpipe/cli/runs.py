@@ -37,14 +37,20 @@ def submit(settings: Settings, path: Path, *, via: str = "gcs", storage_client: 
         name = f"{layout.REQUESTS_PREFIX}{path.stem}-{stamp}{path.suffix if path.suffix in layout.REQUEST_SUFFIXES else '.yaml'}"
         blob = client.bucket(settings.requests_bucket).blob(name)
         blob.upload_from_string(data, if_generation_match=0)
-        key = (identity.key_for_request_id(request.request_id) if request.request_id
-               else identity.key_for_object(settings.requests_bucket, name, blob.generation))
+        key = (
+            identity.key_for_request_id(request.request_id)
+            if request.request_id
+            else identity.key_for_object(settings.requests_bucket, name, blob.generation)
+        )
         return Submitted(identity.run_id_for(key), "gcs", f"gs://{settings.requests_bucket}/{name}")
     if via == "pubsub":
         topic = settings.topic_path(settings.requests_topic)
         message_id = _publish(settings, topic, data)
-        key = (identity.key_for_request_id(request.request_id) if request.request_id
-               else identity.key_for_message(topic, message_id))
+        key = (
+            identity.key_for_request_id(request.request_id)
+            if request.request_id
+            else identity.key_for_message(topic, message_id)
+        )
         return Submitted(identity.run_id_for(key), "pubsub", f"{topic} message {message_id}")
     raise ValueError(f"unknown --via {via!r}; use gcs or pubsub")
 
@@ -60,8 +66,9 @@ def _publish(settings: Settings, topic: str, data: bytes) -> str:
         from rlpipe.local.shim import deliver, message_published
 
         message_id = uuid.uuid4().hex[:16]
-        event = message_published(topic, "projects/local/subscriptions/direct", data, {}, message_id,
-                                  datetime.now(UTC).isoformat())
+        event = message_published(
+            topic, "projects/local/subscriptions/direct", data, {}, message_id, datetime.now(UTC).isoformat()
+        )
         if not deliver(direct, event):
             raise RuntimeError("intake_message refused the request")
         return message_id
@@ -82,18 +89,29 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
         attempts = [a for a in record.attempts if a.stage == stage]
         if not attempts:
             skipped = stage == "convert" and record.lineage.conversion_cache_hit
-            rows.append({"stage": stage, "attempts": 0, "phase": "cached" if skipped else "pending",
-                         "seconds": None, "failure": None})
+            rows.append(
+                {
+                    "stage": stage,
+                    "attempts": 0,
+                    "phase": "cached" if skipped else "pending",
+                    "seconds": None,
+                    "failure": None,
+                }
+            )
             continue
         last = max(attempts, key=lambda a: a.attempt)
         start = min(_parse(a.launched_at) for a in attempts)
         end = _parse(last.finished_at) if last.finished_at else datetime.now(UTC)
-        rows.append({
-            "stage": stage, "attempts": len(attempts), "phase": last.phase,
-            "seconds": round((end - start).total_seconds(), 1),
-            "failure": f"[{last.failure_class}] {last.reason}" if last.failure_class else None,
-            "resume_step": last.resume_step,
-        })
+        rows.append(
+            {
+                "stage": stage,
+                "attempts": len(attempts),
+                "phase": last.phase,
+                "seconds": round((end - start).total_seconds(), 1),
+                "failure": f"[{last.failure_class}] {last.reason}" if last.failure_class else None,
+                "resume_step": last.resume_step,
+            }
+        )
     return rows
 
 
@@ -131,8 +149,15 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
 
         cancelled_execution = (orchestrator or Orchestrator(settings)).cancel(record.execution.name)
     deleted = call_stage(settings, {"op": "cleanup", "run_id": run_id}).get("deleted", [])
-    finished = call_stage(settings, {"op": "finish", "run_id": run_id, "outcome": "cancelled",
-                                     "failure": {"tag": "cancelled", "message": "cancelled by rlpipe cancel"}})
+    finished = call_stage(
+        settings,
+        {
+            "op": "finish",
+            "run_id": run_id,
+            "outcome": "cancelled",
+            "failure": {"tag": "cancelled", "message": "cancelled by rlpipe cancel"},
+        },
+    )
     return {"execution_cancelled": cancelled_execution, "deleted": deleted, "state": finished.get("state")}
 
 
@@ -147,10 +172,16 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
         import google.auth.transport.requests
         import google.oauth2.id_token
 
-        token = google.oauth2.id_token.fetch_id_token(google.auth.transport.requests.Request(), settings.stage_url)
+        token = google.oauth2.id_token.fetch_id_token(
+            google.auth.transport.requests.Request(), settings.stage_url
+        )
         headers["Authorization"] = f"Bearer {token}"
     response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
-    payload = response.json() if response.headers.get("Content-Type", "").startswith("application/json") else {}
+    payload = (
+        response.json() if response.headers.get("Content-Type", "").startswith("application/json") else {}
+    )
     if response.status_code >= 300:
-        raise RuntimeError(f"stage {body.get('op')} failed ({response.status_code}): {payload or response.text}")
+        raise RuntimeError(
+            f"stage {body.get('op')} failed ({response.status_code}): {payload or response.text}"
+        )
     return payload

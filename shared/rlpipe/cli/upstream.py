@@ -27,8 +27,10 @@ def cmd_watch_list_validate(args: argparse.Namespace) -> int:
     print(f"{args.file}: valid ({len(watch.entries)} entr{'y' if len(watch.entries) == 1 else 'ies'})")
     for entry in watch.entries:
         state = "enabled" if entry.enabled else "disabled"
-        print(f"  {entry.hf_repo}@{entry.branch}  template {entry.template_hash}  "
-              f"debounce {entry.debounce_minutes} min  {state}")
+        print(
+            f"  {entry.hf_repo}@{entry.branch}  template {entry.template_hash}  "
+            f"debounce {entry.debounce_minutes} min  {state}"
+        )
     return 0
 
 
@@ -63,7 +65,9 @@ def register(subparsers: Any, *, settings: Callable[[], Any] = _env_settings) ->
 
     p = subparsers.add_parser("upstream", help="Hugging Face release detection")
     sub = p.add_subparsers(dest="upstream_command", required=True)
-    c = sub.add_parser("check", help="dry run of one poll: what would be released, ignored or waited for, and why")
+    c = sub.add_parser(
+        "check", help="dry run of one poll: what would be released, ignored or waited for, and why"
+    )
     c.add_argument("--repo", help="only this Hugging Face repo (owner/name)")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.set_defaults(func=lambda args: cmd_upstream_check(args, settings))

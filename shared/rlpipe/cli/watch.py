@@ -14,7 +14,13 @@ from rich.text import Text
 from rlpipe.cli.runs import describe
 from rlpipe.control.ledger import Ledger, RunRecord
 
-_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow", "running": "cyan", "queued": "magenta"}
+_STYLE = {
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+    "running": "cyan",
+    "queued": "magenta",
+}
 
 
 def _fmt_seconds(seconds: float | None) -> str:
@@ -26,8 +32,12 @@ def _fmt_seconds(seconds: float | None) -> str:
 
 def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
     info = describe(record)
-    title = Text.assemble(("run ", "bold"), (record.run_id, "bold cyan"), "  state: ",
-                          (record.state, _STYLE.get(record.state, "white")))
+    title = Text.assemble(
+        ("run ", "bold"),
+        (record.run_id, "bold cyan"),
+        "  state: ",
+        (record.state, _STYLE.get(record.state, "white")),
+    )
     table = Table(show_header=True, header_style="bold", expand=False)
     for column in ("stage", "state", "attempts", "elapsed", "detail"):
         table.add_column(column)
@@ -38,12 +48,21 @@ def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
         if row["stage"] == "train" and record.progress:
             step, reward = record.progress.get("step"), record.progress.get("mean_reward")
             detail = f"step {step}, mean_reward {reward}" + (f"; {detail}" if detail else "")
-        table.add_row(row["stage"], Text(row["phase"], style=_STYLE.get(row["phase"], "white")),
-                      str(row["attempts"]), _fmt_seconds(row["seconds"]), detail)
+        table.add_row(
+            row["stage"],
+            Text(row["phase"], style=_STYLE.get(row["phase"], "white")),
+            str(row["attempts"]),
+            _fmt_seconds(row["seconds"]),
+            detail,
+        )
     parts: list[Any] = [title, table]
     if record.failure:
-        parts.append(Text(f"failure [{record.failure.tag}] in {record.failure.stage}: {record.failure.message}",
-                          style="red"))
+        parts.append(
+            Text(
+                f"failure [{record.failure.tag}] in {record.failure.stage}: {record.failure.message}",
+                style="red",
+            )
+        )
     if simulated:
         parts.append(Text("cluster and TPU are SIMULATED (local stack)", style="dim"))
     return Group(*parts)
@@ -54,15 +73,20 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
     lines = [f"run {record.run_id}: {record.state}"]
     for row in info["stages"]:
         extra = f" (resumed from step {row['resume_step']})" if row.get("resume_step") else ""
-        lines.append(f"  {row['stage']:<8} {row['phase']:<10} attempts={row['attempts']}  "
-                     f"duration={_fmt_seconds(row['seconds'])}{extra}")
+        lines.append(
+            f"  {row['stage']:<8} {row['phase']:<10} attempts={row['attempts']}  "
+            f"duration={_fmt_seconds(row['seconds'])}{extra}"
+        )
         if row.get("failure"):
             lines.append(f"           {row['failure']}")
     lineage = record.lineage
     if lineage.hf_sha:
         lines.append(f"  source      {lineage.hf_repo}@{lineage.hf_sha}")
     if lineage.converted_uri:
-        lines.append(f"  converted   {lineage.converted_uri}" + (" (cache hit)" if lineage.conversion_cache_hit else ""))
+        lines.append(
+            f"  converted   {lineage.converted_uri}"
+            + (" (cache hit)" if lineage.conversion_cache_hit else "")
+        )
     if lineage.checkpoint_uri:
         step = f" (final step {lineage.final_step})" if lineage.final_step else ""
         lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
@@ -71,13 +95,23 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
     if simulated:
-        lines.append("  note        the cluster and the TPU slice were SIMULATED; GCS, events, functions and "
-                     "the workflow engine ran for real on this machine")
+        lines.append(
+            "  note        the cluster and the TPU slice were SIMULATED; GCS, events, functions and "
+            "the workflow engine ran for real on this machine"
+        )
     return "\n".join(lines)
 
 
-def watch(ledger: Ledger, run_id: str, *, timeout: float = 3600, interval: float = 0.5, simulated: bool = False,
-          console: Console | None = None, on_tick: Callable[[RunRecord | None], None] | None = None) -> RunRecord | None:
+def watch(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    timeout: float = 3600,
+    interval: float = 0.5,
+    simulated: bool = False,
+    console: Console | None = None,
+    on_tick: Callable[[RunRecord | None], None] | None = None,
+) -> RunRecord | None:
     """Follow a run until it is terminal (or the timeout); returns the last record seen."""
     console = console or Console()
     deadline = time.monotonic() + timeout

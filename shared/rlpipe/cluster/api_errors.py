@@ -49,7 +49,9 @@ def _check_same_workload(kind: Kind, wanted: Obj, existing: Obj) -> None:
         theirs = ", ".join(f"{k}={have.get(k)}" for k in keys)
         raise PermanentFailure(f"{kind} {name} already exists but belongs to something else ({theirs})")
     if existing["metadata"].get("deletionTimestamp"):
-        raise TransientFailure(f"{kind} {name} already exists and is being deleted; launch again once it is gone")
+        raise TransientFailure(
+            f"{kind} {name} already exists and is being deleted; launch again once it is gone"
+        )
 
 
 def _status_body(exc: Any) -> Obj:
@@ -95,15 +97,20 @@ def _api_failure(exc: Any, what: str) -> PipelineFailure:
     status = _status_body(exc)
     message = _api_message(exc)
     if code in (400, 422):
-        causes = [c.get("message") or f"{c.get('field')}: {c.get('reason')}"
-                  for c in (status.get("details") or {}).get("causes") or []]
+        causes = [
+            c.get("message") or f"{c.get('field')}: {c.get('reason')}"
+            for c in (status.get("details") or {}).get("causes") or []
+        ]
         problems = "; ".join(_clean(c, 200) for c in causes) or message
         return PermanentFailure(f"Kubernetes rejected {what} as invalid ({code}): {problems}")
     if code in (401, 403):
-        return PermanentFailure(f"Kubernetes refused {what} ({code} {status.get('reason') or ''}): {message}; "
-                                "check the pipeline identity's credentials and RBAC (cluster.RBAC_RULES)")
+        return PermanentFailure(
+            f"Kubernetes refused {what} ({code} {status.get('reason') or ''}): {message}; "
+            "check the pipeline identity's credentials and RBAC (cluster.RBAC_RULES)"
+        )
     if code == 404:
-        return PermanentFailure(f"Kubernetes has no such resource for {what} (404): {message}; is the namespace "
-                                "there and the JobSet CRD installed?")
+        return PermanentFailure(
+            f"Kubernetes has no such resource for {what} (404): {message}; is the namespace "
+            "there and the JobSet CRD installed?"
+        )
     return PermanentFailure(f"Kubernetes API {what} failed ({code}): {message}")
-

@@ -77,6 +77,7 @@ class ConnectionSettings(Protocol):
     @property
     def namespace(self) -> str: ...
 
+
 # The package's name, as before the split: log lines keep their ``component``.
 log = logging.getLogger("rlpipe.cluster")
 
@@ -128,13 +129,20 @@ class ClusterClient:
     is adopted: its urllib3 retries are switched off (see the module docstring).
     """
 
-    def __init__(self, api_client: ApiClient, namespace: str, *, api_retries: int = 5,
-                 sleep: Callable[[float], None] = time.sleep,
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 backoff_base: float = 0.5, backoff_max: float = 30.0,
-                 request_timeout: tuple[float, float] = (10.0, 60.0),
-                 rng: random.Random | None = None,
-                 retryable_errors: tuple[type[BaseException], ...] = ()) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        namespace: str,
+        *,
+        api_retries: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        request_timeout: tuple[float, float] = (10.0, 60.0),
+        rng: random.Random | None = None,
+        retryable_errors: tuple[type[BaseException], ...] = (),
+    ) -> None:
         from kubernetes import client
 
         if api_retries < 0:
@@ -164,8 +172,10 @@ class ClusterClient:
             config = client.Configuration(host=settings.kube_url.rstrip("/"))
             return cls(client.ApiClient(config), settings.namespace, **kwargs)
         if not settings.gke_endpoint:
-            raise PermanentFailure("no cluster configured: set RLPIPE_KUBE_URL (local) or "
-                                   "RLPIPE_GKE_ENDPOINT and RLPIPE_GKE_CA_CERT (GKE)")
+            raise PermanentFailure(
+                "no cluster configured: set RLPIPE_KUBE_URL (local) or "
+                "RLPIPE_GKE_ENDPOINT and RLPIPE_GKE_CA_CERT (GKE)"
+            )
         import google.auth
         import google.auth.exceptions
 
@@ -200,7 +210,11 @@ class ClusterClient:
 
         attempts = self.api_retries + 1
         retryable: tuple[type[BaseException], ...] = (
-            urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, *self._retryable_errors)
+            urllib3.exceptions.HTTPError,
+            ConnectionError,
+            TimeoutError,
+            *self._retryable_errors,
+        )
         for attempt in range(attempts):
             try:
                 return fn()
@@ -213,11 +227,18 @@ class ClusterClient:
                 error = f"{type(exc).__name__}: {_clean(exc, 200)}"
                 last = exc
             if attempt + 1 >= attempts:
-                raise TransientFailure(f"Kubernetes API {what} failed after {attempts} attempts; "
-                                       f"last error: {error}") from last
+                raise TransientFailure(
+                    f"Kubernetes API {what} failed after {attempts} attempts; last error: {error}"
+                ) from last
             delay = self._delay(attempt, last)
-            log.warning("Kubernetes API %s: %s; retry %d/%d in %.2fs", what, error, attempt + 1,
-                        self.api_retries, delay)
+            log.warning(
+                "Kubernetes API %s: %s; retry %d/%d in %.2fs",
+                what,
+                error,
+                attempt + 1,
+                self.api_retries,
+                delay,
+            )
             self._sleep(delay)
         raise AssertionError("unreachable")
 
@@ -235,17 +256,40 @@ class ClusterClient:
 
     def _create(self, kind: Kind, body: Obj) -> Obj:
         group, version, plural = _gvp(kind)
-        return self._json(f"create {kind}", lambda: self._custom.create_namespaced_custom_object(
-            group, version, self.namespace, plural, body, field_validation="Strict",
-            _preload_content=False, _request_timeout=self._timeout))
+        return self._json(
+            f"create {kind}",
+            lambda: self._custom.create_namespaced_custom_object(
+                group,
+                version,
+                self.namespace,
+                plural,
+                body,
+                field_validation="Strict",
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
 
     def _read(self, kind: Kind, name: str) -> Obj:
         if kind == "Job":
-            return self._json(f"get Job {name}", lambda: self._batch.read_namespaced_job(
-                name, self.namespace, _preload_content=False, _request_timeout=self._timeout))
-        return self._json(f"get JobSet {name}", lambda: self._custom.get_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, name,
-            _preload_content=False, _request_timeout=self._timeout))
+            return self._json(
+                f"get Job {name}",
+                lambda: self._batch.read_namespaced_job(
+                    name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+                ),
+            )
+        return self._json(
+            f"get JobSet {name}",
+            lambda: self._custom.get_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.namespace,
+                JOBSET_PLURAL,
+                name,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
 
     def _list(self, what: str, page: Callable[[str | None], Any]) -> list[Obj]:
         items: list[Obj] = []
@@ -259,22 +303,57 @@ class ClusterClient:
 
     def _list_kind(self, kind: Kind, selector: str) -> list[Obj]:
         if kind == "Job":
-            return self._list("list Jobs", lambda token: self._batch.list_namespaced_job(
-                self.namespace, label_selector=selector, limit=500, _continue=token,
-                _preload_content=False, _request_timeout=self._timeout))
-        return self._list("list JobSets", lambda token: self._custom.list_namespaced_custom_object(
-            JOBSET_GROUP, JOBSET_VERSION, self.namespace, JOBSET_PLURAL, label_selector=selector, limit=500,
-            _continue=token, _preload_content=False, _request_timeout=self._timeout))
+            return self._list(
+                "list Jobs",
+                lambda token: self._batch.list_namespaced_job(
+                    self.namespace,
+                    label_selector=selector,
+                    limit=500,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+        return self._list(
+            "list JobSets",
+            lambda token: self._custom.list_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                self.namespace,
+                JOBSET_PLURAL,
+                label_selector=selector,
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
 
     def _list_pods(self, selector: str) -> list[Obj]:
-        return self._list("list pods", lambda token: self._core.list_namespaced_pod(
-            self.namespace, label_selector=selector, limit=500, _continue=token,
-            _preload_content=False, _request_timeout=self._timeout))
+        return self._list(
+            "list pods",
+            lambda token: self._core.list_namespaced_pod(
+                self.namespace,
+                label_selector=selector,
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
 
     def _list_events(self, field_selector: str) -> list[Obj]:
-        return self._list("list events", lambda token: self._core.list_namespaced_event(
-            self.namespace, field_selector=field_selector, limit=500, _continue=token,
-            _preload_content=False, _request_timeout=self._timeout))
+        return self._list(
+            "list events",
+            lambda token: self._core.list_namespaced_event(
+                self.namespace,
+                field_selector=field_selector,
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
 
     def _delete_one(self, kind: Kind, name: str) -> bool:
         """Delete with Background propagation (batch/v1 Jobs orphan their pods by default);
@@ -284,13 +363,30 @@ class ClusterClient:
         group, version, plural = _gvp(kind)
         try:
             if kind == "Job":
-                self._json(f"delete Job {name}", lambda: self._batch.delete_namespaced_job(
-                    name, self.namespace, propagation_policy="Background", _preload_content=False,
-                    _request_timeout=self._timeout))
+                self._json(
+                    f"delete Job {name}",
+                    lambda: self._batch.delete_namespaced_job(
+                        name,
+                        self.namespace,
+                        propagation_policy="Background",
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    ),
+                )
             else:
-                self._json(f"delete JobSet {name}", lambda: self._custom.delete_namespaced_custom_object(
-                    group, version, self.namespace, plural, name, propagation_policy="Background",
-                    _preload_content=False, _request_timeout=self._timeout))
+                self._json(
+                    f"delete JobSet {name}",
+                    lambda: self._custom.delete_namespaced_custom_object(
+                        group,
+                        version,
+                        self.namespace,
+                        plural,
+                        name,
+                        propagation_policy="Background",
+                        _preload_content=False,
+                        _request_timeout=self._timeout,
+                    ),
+                )
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -309,8 +405,10 @@ class ClusterClient:
         name = meta.get("name") or ""
         namespace = meta.get("namespace") or self.namespace
         if namespace != self.namespace:
-            raise PermanentFailure(f"{kind} {name} is rendered for namespace {namespace!r} but this client "
-                                   f"works in {self.namespace!r}; status and cleanup would never find it")
+            raise PermanentFailure(
+                f"{kind} {name} is rendered for namespace {namespace!r} but this client "
+                f"works in {self.namespace!r}; status and cleanup would never find it"
+            )
         for _ in range(2):  # a 409 for an object deleted before we read it: create again, once
             try:
                 return self._create(kind, obj)
@@ -327,8 +425,14 @@ class ClusterClient:
             return existing
         raise TransientFailure(f"{kind} {name} exists and vanishes as we read it; try again")
 
-    def status(self, name: str, *, kind: Kind, retryable_exit_codes: Collection[int] = (),
-               queued_deadline_seconds: float | None = None) -> WorkloadStatus:
+    def status(
+        self,
+        name: str,
+        *,
+        kind: Kind,
+        retryable_exit_codes: Collection[int] = (),
+        queued_deadline_seconds: float | None = None,
+    ) -> WorkloadStatus:
         """The workload's phase and, when failed, its failure class (precedence: ``status``).
 
         A missing workload is reported, not raised: ``failed``/``permanent`` "not found (deleted?)";
@@ -341,17 +445,27 @@ class ClusterClient:
             obj = self._read(kind, name)
         except ApiException as exc:
             if exc.status == 404:
-                return WorkloadStatus(kind=kind, name=name, phase="failed", exists=False,
-                                      failure_class=FailureClass.PERMANENT,
-                                      reason=f"workload {name} not found (deleted?)")
+                return WorkloadStatus(
+                    kind=kind,
+                    name=name,
+                    phase="failed",
+                    exists=False,
+                    failure_class=FailureClass.PERMANENT,
+                    reason=f"workload {name} not found (deleted?)",
+                )
             raise _api_failure(exc, f"get {kind} {name}") from exc
         try:
             return self._status_of(kind, obj, retryable_exit_codes, queued_deadline_seconds)
         except ApiException as exc:
             raise _api_failure(exc, f"status of {kind} {name}") from exc
 
-    def _status_of(self, kind: Kind, obj: Obj, retryable_exit_codes: Collection[int],
-                   queued_deadline_seconds: float | None) -> WorkloadStatus:
+    def _status_of(
+        self,
+        kind: Kind,
+        obj: Obj,
+        retryable_exit_codes: Collection[int],
+        queued_deadline_seconds: float | None,
+    ) -> WorkloadStatus:
         phase = _summary_phase(obj)
         pods = [] if phase == "succeeded" else self._pods_of(kind, obj)
         events: list[Obj] = []
@@ -360,24 +474,38 @@ class ClusterClient:
         child_jobs: list[Obj] = []
         if kind == "JobSet" and phase == "failed":
             child_jobs = self._list_kind("Job", f"{JOBSET_NAME_LABEL}={obj['metadata']['name']}")
-        return summarize(kind, obj, pods, events, now=self._now(), retryable_exit_codes=retryable_exit_codes,
-                         queued_deadline_seconds=queued_deadline_seconds, child_jobs=child_jobs)
+        return summarize(
+            kind,
+            obj,
+            pods,
+            events,
+            now=self._now(),
+            retryable_exit_codes=retryable_exit_codes,
+            queued_deadline_seconds=queued_deadline_seconds,
+            child_jobs=child_jobs,
+        )
 
     def _pods_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """The workload's pods by the controller's labels, else by the run labels; pods of an
         earlier incarnation of the same name (another uid) are left out."""
         meta = obj["metadata"]
         name, uid = meta["name"], meta.get("uid")
-        name_labels, uid_labels = ((JOB_NAME_LABELS, JOB_UID_LABELS) if kind == "Job"
-                                   else ((JOBSET_NAME_LABEL,), (JOBSET_UID_LABEL,)))
+        name_labels, uid_labels = (
+            (JOB_NAME_LABELS, JOB_UID_LABELS)
+            if kind == "Job"
+            else ((JOBSET_NAME_LABEL,), (JOBSET_UID_LABEL,))
+        )
         selectors = [f"{label}={name}" for label in name_labels]
         labels = meta.get("labels") or {}
         run_keys = (identity.LABEL_RUN, identity.LABEL_STAGE, identity.LABEL_ATTEMPT)
         if all(labels.get(k) for k in run_keys):
             selectors.append(",".join(f"{k}={labels[k]}" for k in run_keys))
         for selector in selectors:
-            pods = [p for p in self._list_pods(selector)
-                    if all((p["metadata"].get("labels") or {}).get(k, uid) == uid for k in uid_labels)]
+            pods = [
+                p
+                for p in self._list_pods(selector)
+                if all((p["metadata"].get("labels") or {}).get(k, uid) == uid for k in uid_labels)
+            ]
             if pods:
                 return sorted(pods, key=lambda p: p["metadata"]["name"])
         return []
@@ -387,33 +515,57 @@ class ClusterClient:
         ``<kind>-<name>-<hash>``): that is where Kueue says why it does not admit it."""
         meta = obj["metadata"]
         name, uid = meta["name"], meta.get("uid")
-        own = [e for e in self._list_events(f"involvedObject.name={name}")
-               if (e.get("involvedObject") or {}).get("uid") in (None, uid)]
+        own = [
+            e
+            for e in self._list_events(f"involvedObject.name={name}")
+            if (e.get("involvedObject") or {}).get("uid") in (None, uid)
+        ]
         prefix = f"{kind.lower()}-{name}-"
-        kueue = [e for e in self._list_events("involvedObject.kind=Workload")
-                 if (e.get("involvedObject") or {}).get("name", "").startswith(prefix)]
+        kueue = [
+            e
+            for e in self._list_events("involvedObject.kind=Workload")
+            if (e.get("involvedObject") or {}).get("name", "").startswith(prefix)
+        ]
         return own + kueue
 
-    def log_tail(self, jobset: str, *, replicated_job: str = "pathways-head", container: str = "workload-container",
-                 lines: int = 200) -> str:
+    def log_tail(
+        self,
+        jobset: str,
+        *,
+        replicated_job: str = "pathways-head",
+        container: str = "workload-container",
+        lines: int = 200,
+    ) -> str:
         """The last lines the training program printed (for progress: step and mean_reward).
 
         Best effort: an empty string when the pod is not there yet or the log cannot be read.
         """
         from kubernetes.client.exceptions import ApiException
 
-        selector = f"jobset.sigs.k8s.io/jobset-name={jobset},jobset.sigs.k8s.io/replicatedjob-name={replicated_job}"
+        selector = (
+            f"jobset.sigs.k8s.io/jobset-name={jobset},jobset.sigs.k8s.io/replicatedjob-name={replicated_job}"
+        )
         try:
             pods = self._list_pods(selector)
-            running = [p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")]
+            running = [
+                p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            ]
             if not running:
                 return ""
             name = sorted(running, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
             pod_name = name["metadata"]["name"]
             # With _preload_content=False this is the urllib3 response, not the str the client declares.
-            response: Any = self._call(f"log of {pod_name}", lambda: self._core.read_namespaced_pod_log(
-                pod_name, self.namespace, container=container, tail_lines=lines, _preload_content=False,
-                _request_timeout=self._timeout))
+            response: Any = self._call(
+                f"log of {pod_name}",
+                lambda: self._core.read_namespaced_pod_log(
+                    pod_name,
+                    self.namespace,
+                    container=container,
+                    tail_lines=lines,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
             try:
                 return (response.data or b"").decode("utf-8", "replace")
             finally:
@@ -439,8 +591,11 @@ class ClusterClient:
         except ApiException as exc:
             raise _api_failure(exc, f"list the objects of run {run_id}") from exc
         jobset_names = {js["metadata"]["name"] for js in jobsets}
-        deleted = [js["metadata"]["name"] for js in jobsets if not _deleting(js)
-                   and self._delete_one("JobSet", js["metadata"]["name"])]
+        deleted = [
+            js["metadata"]["name"]
+            for js in jobsets
+            if not _deleting(js) and self._delete_one("JobSet", js["metadata"]["name"])
+        ]
         for job in jobs:
             if _is_jobset_child(job) in jobset_names or _deleting(job):
                 continue  # goes with its JobSet, or its deletion is already under way
@@ -464,9 +619,17 @@ class ClusterClient:
             meta = obj["metadata"]
             labels = meta.get("labels") or {}
             attempt = labels.get(identity.LABEL_ATTEMPT, "")
-            out.append(RunObject(
-                kind=kind, name=meta["name"], run_id=labels.get(identity.LABEL_RUN, ""),
-                stage=labels.get(identity.LABEL_STAGE), attempt=int(attempt) if attempt.isdigit() else None,
-                uid=meta.get("uid", ""), created_at=_ts(meta.get("creationTimestamp")),
-                phase=_summary_phase(obj), deleting=_deleting(obj)))
+            out.append(
+                RunObject(
+                    kind=kind,
+                    name=meta["name"],
+                    run_id=labels.get(identity.LABEL_RUN, ""),
+                    stage=labels.get(identity.LABEL_STAGE),
+                    attempt=int(attempt) if attempt.isdigit() else None,
+                    uid=meta.get("uid", ""),
+                    created_at=_ts(meta.get("creationTimestamp")),
+                    phase=_summary_phase(obj),
+                    deleting=_deleting(obj),
+                )
+            )
         return sorted(out, key=lambda o: (o.run_id, o.created_at or datetime.min.replace(tzinfo=UTC), o.name))

@@ -59,7 +59,7 @@ def _clean(text: Any, limit: int = _MAX_MESSAGE) -> str:
     if len(line) <= limit:
         return line
     head = (limit - 1) // 2
-    return line[:head] + "…" + line[len(line) - (limit - 1 - head):]
+    return line[:head] + "…" + line[len(line) - (limit - 1 - head) :]
 
 
 def _conditions(obj: Obj) -> dict[str, Obj]:
@@ -90,7 +90,11 @@ def _is_jobset_child(job: Obj) -> str | None:
 
 
 def _gvp(kind: Kind) -> tuple[str, str, str]:
-    return (JOB_GROUP, JOB_VERSION, JOB_PLURAL) if kind == "Job" else (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
+    return (
+        (JOB_GROUP, JOB_VERSION, JOB_PLURAL)
+        if kind == "Job"
+        else (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
+    )
 
 
 def _kind_of(obj: Obj) -> Kind:
@@ -99,5 +103,7 @@ def _kind_of(obj: Obj) -> Kind:
         return "Job"
     if (api_version, kind) == (f"{JOBSET_GROUP}/{JOBSET_VERSION}", "JobSet"):
         return "JobSet"
-    raise PermanentFailure(f"cannot apply {api_version}/{kind}: only batch/v1 Job and "
-                           f"{JOBSET_GROUP}/{JOBSET_VERSION} JobSet are launched")
+    raise PermanentFailure(
+        f"cannot apply {api_version}/{kind}: only batch/v1 Job and "
+        f"{JOBSET_GROUP}/{JOBSET_VERSION} JobSet are launched"
+    )

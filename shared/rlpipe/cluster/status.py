@@ -91,12 +91,20 @@ class WorkloadStatus:
             return ts.isoformat() if ts else None
 
         return {
-            "kind": self.kind, "name": self.name, "phase": self.phase,
+            "kind": self.kind,
+            "name": self.name,
+            "phase": self.phase,
             "failure_class": self.failure_class.value if self.failure_class else None,
-            "reason": self.reason, "uid": self.uid, "created_at": iso(self.created_at),
-            "started_at": iso(self.started_at), "finished_at": iso(self.finished_at),
-            "admitted": self.admitted, "queue": self.queue, "exists": self.exists,
-            "pods": dict(self.pods), "details": list(self.details),
+            "reason": self.reason,
+            "uid": self.uid,
+            "created_at": iso(self.created_at),
+            "started_at": iso(self.started_at),
+            "finished_at": iso(self.finished_at),
+            "admitted": self.admitted,
+            "queue": self.queue,
+            "exists": self.exists,
+            "pods": dict(self.pods),
+            "details": list(self.details),
         }
 
 
@@ -150,10 +158,13 @@ CANNOT_START_REASONS = frozenset({"ContainerCannotRun", "StartError"})
 # A pull failing for these reasons is the registry's hiccup, not a wrong image.
 _TRANSIENT_PULL = re.compile(
     r"timeout|timed out|i/o|connection (reset|refused)|too many requests|\b429\b|\b50[0234]\b|"
-    r"temporar|unavailable|EOF", re.IGNORECASE)
+    r"temporar|unavailable|EOF",
+    re.IGNORECASE,
+)
 # Pod-level status reasons meaning the node went away under the pod.
-NODE_LOST_REASONS = frozenset({"NodeLost", "Shutdown", "NodeShutdown", "Terminated", "Preempting",
-                               "UnexpectedAdmissionError"})
+NODE_LOST_REASONS = frozenset(
+    {"NodeLost", "Shutdown", "NodeShutdown", "Terminated", "Preempting", "UnexpectedAdmissionError"}
+)
 _OVERUSE = re.compile(r"ephemeral|exceeds|usage of", re.IGNORECASE)
 _MAINTENANCE = re.compile(r"maintenance", re.IGNORECASE)
 _KUEUE_EVICTION = re.compile(r"preempt|evict", re.IGNORECASE)
@@ -182,8 +193,13 @@ def _job_findings(job: Obj) -> list[_Finding]:
     if "DisruptionTarget" not in message:
         return []
     name = (job.get("metadata") or {}).get("name", "?")
-    return [_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"Job {name} was failed by its pod failure "
-                                                             f"policy: {message}")]
+    return [
+        _Finding(
+            FailureClass.PREEMPTED,
+            RANK_PREEMPTED,
+            f"Job {name} was failed by its pod failure policy: {message}",
+        )
+    ]
 
 
 def _pod_role(kind: Kind, pod: Obj) -> str:
@@ -204,8 +220,9 @@ def _memory_limit(pod: Obj, container: str) -> str | None:
     return None
 
 
-def _terminated_finding(pod: Obj, who: str, cname: str, term: Obj, *, program: bool,
-                        retryable: Collection[int], restarted: bool) -> _Finding | None:
+def _terminated_finding(
+    pod: Obj, who: str, cname: str, term: Obj, *, program: bool, retryable: Collection[int], restarted: bool
+) -> _Finding | None:
     code = term.get("exitCode")
     reason = term.get("reason") or ""
     message = _clean(term.get("message"), 200)
@@ -214,14 +231,22 @@ def _terminated_finding(pod: Obj, who: str, cname: str, term: Obj, *, program: b
     if reason == "OOMKilled":
         limit = _memory_limit(pod, cname)
         lim = f", memory limit {limit}" if limit else ""
-        return _Finding(FailureClass.RESOURCES, RANK_RESOURCES,
-                        f"{who} container {cname} was OOMKilled{before} (exit code {code}{lim})")
+        return _Finding(
+            FailureClass.RESOURCES,
+            RANK_RESOURCES,
+            f"{who} container {cname} was OOMKilled{before} (exit code {code}{lim})",
+        )
     if reason in CANNOT_START_REASONS:
-        return _Finding(FailureClass.PERMANENT, RANK_CONFIG,
-                        f"{who} container {cname} could not start ({reason}, exit code {code}){tail}")
+        return _Finding(
+            FailureClass.PERMANENT,
+            RANK_CONFIG,
+            f"{who} container {cname} could not start ({reason}, exit code {code}){tail}",
+        )
     if not isinstance(code, int) or code == 0:
         return None
-    what = f"{who} container {cname} exited with code {code}{before}" + (f" ({reason})" if reason else "") + tail
+    what = (
+        f"{who} container {cname} exited with code {code}{before}" + (f" ({reason})" if reason else "") + tail
+    )
     if program:
         cls = FailureClass.TRANSIENT if code in retryable else FailureClass.PERMANENT
         if cls is FailureClass.TRANSIENT:
@@ -243,24 +268,46 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
 
     disruption = _true(conds, "DisruptionTarget")
     if disruption:
-        found.append(_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED,
-                              f"{who}{where} was disrupted ({_cond_text(disruption)})"))
+        found.append(
+            _Finding(
+                FailureClass.PREEMPTED,
+                RANK_PREEMPTED,
+                f"{who}{where} was disrupted ({_cond_text(disruption)})",
+            )
+        )
     pod_reason, pod_message = status.get("reason") or "", _clean(status.get("message"))
     if pod_reason == "Evicted":
-        cls, rank = ((FailureClass.RESOURCES, RANK_RESOURCES) if _OVERUSE.search(pod_message)
-                     else (FailureClass.PREEMPTED, RANK_PREEMPTED))
+        cls, rank = (
+            (FailureClass.RESOURCES, RANK_RESOURCES)
+            if _OVERUSE.search(pod_message)
+            else (FailureClass.PREEMPTED, RANK_PREEMPTED)
+        )
         found.append(_Finding(cls, rank, f"{who}{where} was evicted: {pod_message}"))
-    elif pod_reason in NODE_LOST_REASONS or status.get("phase") == "Unknown" or _MAINTENANCE.search(pod_message):
+    elif (
+        pod_reason in NODE_LOST_REASONS
+        or status.get("phase") == "Unknown"
+        or _MAINTENANCE.search(pod_message)
+    ):
         why = pod_reason or status.get("phase") or "maintenance"
-        found.append(_Finding(FailureClass.PREEMPTED, RANK_PREEMPTED,
-                              f"{who}{where} lost its node ({why}" + (f": {pod_message})" if pod_message else ")")))
+        found.append(
+            _Finding(
+                FailureClass.PREEMPTED,
+                RANK_PREEMPTED,
+                f"{who}{where} lost its node ({why}" + (f": {pod_message})" if pod_message else ")"),
+            )
+        )
 
     scheduled = conds.get("PodScheduled")
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") in UNSCHEDULED_REASONS:
         since = _ts(meta.get("creationTimestamp")) or _ts(scheduled.get("lastTransitionTime"))
-        found.append(_Finding(FailureClass.CAPACITY, RANK_CAPACITY,
-                              f"{who} is {scheduled.get('reason')}: {_clean(scheduled.get('message'))}",
-                              pending_since=since))
+        found.append(
+            _Finding(
+                FailureClass.CAPACITY,
+                RANK_CAPACITY,
+                f"{who} is {scheduled.get('reason')}: {_clean(scheduled.get('message'))}",
+                pending_since=since,
+            )
+        )
 
     program_containers = kind == "Job" or role == "head pod"
     for key, program in (("initContainerStatuses", False), ("containerStatuses", program_containers)):
@@ -273,14 +320,29 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
                 wmessage = _clean(waiting.get("message"))
                 text = f"{who} container {cname} is waiting: {wreason}: {wmessage or cs.get('image', '')}"
                 if wreason in IMAGE_PULL_REASONS and _TRANSIENT_PULL.search(wmessage):
-                    found.append(_Finding(FailureClass.TRANSIENT, RANK_OTHER_EXIT, text + " [registry error]"))
+                    found.append(
+                        _Finding(FailureClass.TRANSIENT, RANK_OTHER_EXIT, text + " [registry error]")
+                    )
                 else:
-                    found.append(_Finding(FailureClass.PERMANENT, RANK_CONFIG, text,
-                                          fatal_now=wreason in FATAL_WAITING_REASONS))
+                    found.append(
+                        _Finding(
+                            FailureClass.PERMANENT,
+                            RANK_CONFIG,
+                            text,
+                            fatal_now=wreason in FATAL_WAITING_REASONS,
+                        )
+                    )
             for term, restarted in ((state.get("terminated"), False), (last.get("terminated"), True)):
                 if term:
-                    finding = _terminated_finding(pod, who, cname, term, program=program,
-                                                  retryable=retryable_exit_codes, restarted=restarted)
+                    finding = _terminated_finding(
+                        pod,
+                        who,
+                        cname,
+                        term,
+                        program=program,
+                        retryable=retryable_exit_codes,
+                        restarted=restarted,
+                    )
                     if finding:
                         found.append(finding)
     return found
@@ -333,9 +395,17 @@ def _is_scheduled(pod: Obj) -> bool:
     return bool((scheduled and scheduled.get("status") == "True") or (pod.get("spec") or {}).get("nodeName"))
 
 
-def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: datetime,
-              retryable_exit_codes: Collection[int] = (),
-              queued_deadline_seconds: float | None = None, child_jobs: Iterable[Obj] = ()) -> WorkloadStatus:
+def summarize(
+    kind: Kind,
+    obj: Obj,
+    pods: list[Obj],
+    events: list[Obj],
+    *,
+    now: datetime,
+    retryable_exit_codes: Collection[int] = (),
+    queued_deadline_seconds: float | None = None,
+    child_jobs: Iterable[Obj] = (),
+) -> WorkloadStatus:
     """Fold a workload, its pods and its events into one status (precedence: module docstring).
 
     Pure: no I/O, so every rule can be read here and tested with documents."""
@@ -349,20 +419,34 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
     counts = _pod_counts(pods)
     starts = [ts for p in pods if (ts := _ts((p.get("status") or {}).get("startTime")))]
     started = _ts(status.get("startTime")) or (min(starts) if starts else None)
-    base = {"kind": kind, "name": name, "uid": meta.get("uid"), "created_at": created,
-            "started_at": started, "admitted": not suspended, "queue": queue, "pods": counts}
+    base = {
+        "kind": kind,
+        "name": name,
+        "uid": meta.get("uid"),
+        "created_at": created,
+        "started_at": started,
+        "admitted": not suspended,
+        "queue": queue,
+        "pods": counts,
+    }
     what = f"{kind} {name}"
 
     success = _true(conds, "Complete") or _true(conds, "Completed") or _true(conds, "SuccessCriteriaMet")
     if success or status.get("terminalState") == "Completed":
         finished = _ts(status.get("completionTime")) or _ts((success or {}).get("lastTransitionTime"))
-        return WorkloadStatus(**base, phase="succeeded", finished_at=finished,
-                              reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""))
+        return WorkloadStatus(
+            **base,
+            phase="succeeded",
+            finished_at=finished,
+            reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""),
+        )
 
-    findings = _strongest([
-        *(f for pod in pods for f in _pod_findings(kind, pod, retryable_exit_codes=retryable_exit_codes)),
-        *(f for job in [obj, *child_jobs] for f in _job_findings(job)),
-    ])
+    findings = _strongest(
+        [
+            *(f for pod in pods for f in _pod_findings(kind, pod, retryable_exit_codes=retryable_exit_codes)),
+            *(f for job in [obj, *child_jobs] for f in _job_findings(job)),
+        ]
+    )
     details = tuple(f.text for f in findings)
     failed = _true(conds, "Failed") or _true(conds, "FailureTarget")
     eviction = _kueue_eviction(obj, events)
@@ -370,17 +454,31 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
     def fail(finding: _Finding | None, fallback: str) -> WorkloadStatus:
         finished = _ts((failed or {}).get("lastTransitionTime")) if failed else None
         if finding is None:
-            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.PERMANENT,
-                                  reason=fallback, finished_at=finished, details=details)
+            return WorkloadStatus(
+                **base,
+                phase="failed",
+                failure_class=FailureClass.PERMANENT,
+                reason=fallback,
+                finished_at=finished,
+                details=details,
+            )
         rest = tuple(d for d in details if d != finding.text)
-        return WorkloadStatus(**base, phase="failed", failure_class=finding.failure_class,
-                              reason=f"{what} failed: {finding.text}", finished_at=finished, details=rest)
+        return WorkloadStatus(
+            **base,
+            phase="failed",
+            failure_class=finding.failure_class,
+            reason=f"{what} failed: {finding.text}",
+            finished_at=finished,
+            details=rest,
+        )
 
     if failed or status.get("terminalState") == "Failed":
         evidence = _strongest([*([eviction] if eviction else []), *findings])
         cond_text = _cond_text(failed) if failed else "terminalState Failed"
-        return fail(evidence[0] if evidence else None,
-                    f"{what} failed ({cond_text}); no pod evidence left (pods deleted?)")
+        return fail(
+            evidence[0] if evidence else None,
+            f"{what} failed ({cond_text}); no pod evidence left (pods deleted?)",
+        )
     if eviction:
         return fail(eviction, "")
     fatal = [f for f in findings if f.fatal_now]
@@ -390,17 +488,35 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
     deadline = queued_deadline_seconds
     if suspended:
         waited = (now - created).total_seconds() if created else 0.0
-        where = f"Kueue queue {queue!r}" if queue else "suspended, no Kueue queue label; nothing will resume it"
+        where = (
+            f"Kueue queue {queue!r}" if queue else "suspended, no Kueue queue label; nothing will resume it"
+        )
         # The Workload's "Pending" says why it is not admitted; the Job's "Suspended" only that it is not.
-        kueue_says = next((_clean(e.get("message")) for wanted in ("Pending", "Suspended")
-                           for e in _newest_first(events) if e.get("reason") == wanted and e.get("message")), "")
+        kueue_says = next(
+            (
+                _clean(e.get("message"))
+                for wanted in ("Pending", "Suspended")
+                for e in _newest_first(events)
+                if e.get("reason") == wanted and e.get("message")
+            ),
+            "",
+        )
         says = f"; Kueue: {kueue_says}" if kueue_says else ""
         if deadline is not None and waited > deadline:
-            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.CAPACITY, details=details,
-                                  reason=f"{what} not admitted after {_duration(waited)} "
-                                         f"(deadline {_duration(deadline)}) in {where}{says}")
-        return WorkloadStatus(**base, phase="queued", details=details,
-                              reason=f"{what} queued for {_duration(waited)} in {where} (not admitted){says}")
+            return WorkloadStatus(
+                **base,
+                phase="failed",
+                failure_class=FailureClass.CAPACITY,
+                details=details,
+                reason=f"{what} not admitted after {_duration(waited)} "
+                f"(deadline {_duration(deadline)}) in {where}{says}",
+            )
+        return WorkloadStatus(
+            **base,
+            phase="queued",
+            details=details,
+            reason=f"{what} queued for {_duration(waited)} in {where} (not admitted){says}",
+        )
 
     unscheduled = [f for f in findings if f.pending_since is not None]
     if unscheduled:
@@ -408,44 +524,75 @@ def summarize(kind: Kind, obj: Obj, pods: list[Obj], events: list[Obj], *, now: 
         waited = (now - (oldest.pending_since or now)).total_seconds()
         more = f" (+{len(unscheduled) - 1} more pods)" if len(unscheduled) > 1 else ""
         if deadline is not None and waited > deadline:
-            return WorkloadStatus(**base, phase="failed", failure_class=FailureClass.CAPACITY, details=details,
-                                  reason=f"{what} failed: {oldest.text}{more}, for {_duration(waited)} "
-                                         f"(deadline {_duration(deadline)})")
-        return WorkloadStatus(**base, phase="queued", details=details,
-                              reason=f"{what} waiting for capacity for {_duration(waited)}: {oldest.text}{more}")
+            return WorkloadStatus(
+                **base,
+                phase="failed",
+                failure_class=FailureClass.CAPACITY,
+                details=details,
+                reason=f"{what} failed: {oldest.text}{more}, for {_duration(waited)} "
+                f"(deadline {_duration(deadline)})",
+            )
+        return WorkloadStatus(
+            **base,
+            phase="queued",
+            details=details,
+            reason=f"{what} waiting for capacity for {_duration(waited)}: {oldest.text}{more}",
+        )
 
     if not any(_is_scheduled(p) for p in pods):
         # Measured from admission, not creation: a workload queued in Kueue for hours has had
         # no chance to create pods until a moment ago.
         resumed = conds.get("Suspended")
-        resumed_at = _ts(resumed.get("lastTransitionTime")) if resumed and resumed.get("status") == "False" else None
+        resumed_at = (
+            _ts(resumed.get("lastTransitionTime")) if resumed and resumed.get("status") == "False" else None
+        )
         since = _ts(status.get("startTime")) or resumed_at or created
         waited = (now - since).total_seconds() if since else 0.0
-        created_note = next((f"{e.get('reason')}: {_clean(e.get('message'))}" for e in _newest_first(events)
-                             if e.get("reason") == "FailedCreate"), "")
+        created_note = next(
+            (
+                f"{e.get('reason')}: {_clean(e.get('message'))}"
+                for e in _newest_first(events)
+                if e.get("reason") == "FailedCreate"
+            ),
+            "",
+        )
         note = f"; {created_note}" if created_note else ""
         if deadline is not None and waited > deadline:
-            cls = (FailureClass.CAPACITY if not created_note or re.search(r"quota", created_note, re.I)
-                   else FailureClass.PERMANENT)
-            return WorkloadStatus(**base, phase="failed", failure_class=cls, details=details,
-                                  reason=f"{what} admitted but no pod scheduled after {_duration(waited)} "
-                                         f"(deadline {_duration(deadline)}){note}")
-        return WorkloadStatus(**base, phase="queued", details=details,
-                              reason=f"{what} admitted, waiting for pods for {_duration(waited)}{note}")
+            cls = (
+                FailureClass.CAPACITY
+                if not created_note or re.search(r"quota", created_note, re.I)
+                else FailureClass.PERMANENT
+            )
+            return WorkloadStatus(
+                **base,
+                phase="failed",
+                failure_class=cls,
+                details=details,
+                reason=f"{what} admitted but no pod scheduled after {_duration(waited)} "
+                f"(deadline {_duration(deadline)}){note}",
+            )
+        return WorkloadStatus(
+            **base,
+            phase="queued",
+            details=details,
+            reason=f"{what} admitted, waiting for pods for {_duration(waited)}{note}",
+        )
 
     summary = ", ".join(f"{n} {phase.lower()}" for phase, n in sorted(counts.items()))
     watch = f"; watching: {details[0]}" if details else ""
-    return WorkloadStatus(**base, phase="running", details=details,
-                          reason=f"{what} running (pods: {summary}){watch}")
+    return WorkloadStatus(
+        **base, phase="running", details=details, reason=f"{what} running (pods: {summary}){watch}"
+    )
 
 
 def _summary_phase(obj: Obj) -> Phase:
     """A phase from the object alone (reconciliation lists many objects; no pod reads)."""
     conds, status = _conditions(obj), obj.get("status") or {}
-    if any(_true(conds, c) for c in ("Complete", "Completed", "SuccessCriteriaMet")) or \
-            status.get("terminalState") == "Completed":
+    if (
+        any(_true(conds, c) for c in ("Complete", "Completed", "SuccessCriteriaMet"))
+        or status.get("terminalState") == "Completed"
+    ):
         return "succeeded"
     if _true(conds, "Failed") or _true(conds, "FailureTarget") or status.get("terminalState") == "Failed":
         return "failed"
     return "queued" if (obj.get("spec") or {}).get("suspend") else "running"
-

@@ -24,14 +24,21 @@ def wake(signal: ArtifactSignal, name: str, log: Logger) -> str:
         return "unknown-run"
     if record.terminal:
         return "terminal"
-    if signal.signal == "checkpoint" and record.lineage.final_step is not None and signal.step != record.lineage.final_step:
+    if (
+        signal.signal == "checkpoint"
+        and record.lineage.final_step is not None
+        and signal.step != record.lineage.final_step
+    ):
         log.info("intermediate checkpoint committed", step=signal.step)
         return "intermediate"
     url = record.callbacks.get(signal.stage)
     if not url:
         log.info("no callback registered for this stage yet; the status poll will see it")
         return "no-callback"
-    status = send_callback(url, {"signal": signal.signal, "object": layout.gs(services.settings().artifacts_bucket, name)},
-                           authenticate=not services.settings().local)
+    status = send_callback(
+        url,
+        {"signal": signal.signal, "object": layout.gs(services.settings().artifacts_bucket, name)},
+        authenticate=not services.settings().local,
+    )
     log.info("callback sent", status=status)
     return f"callback-{status}"

@@ -55,7 +55,7 @@ def object_event(attributes: dict[str, Any], data: Any) -> ObjectEvent:
         bucket = source.rsplit("/buckets/", 1)[-1] if "/buckets/" in source else None
     subject = str(attributes.get("subject", ""))
     if not name and subject.startswith("objects/"):
-        name = subject[len("objects/"):]
+        name = subject[len("objects/") :]
     if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
         raise BadEvent("event names no bucket or object")
     generation = str(data.get("generation", ""))
@@ -80,10 +80,13 @@ def message_event(attributes: dict[str, Any], data: Any) -> MessageEvent:
     if not message_id:
         raise BadEvent("message has no messageId")
     source = str(attributes.get("source", ""))
-    topic = source.split("//pubsub.googleapis.com/", 1)[-1] if "//pubsub.googleapis.com/" in source else source
+    topic = (
+        source.split("//pubsub.googleapis.com/", 1)[-1] if "//pubsub.googleapis.com/" in source else source
+    )
     attrs = message.get("attributes") or {}
-    return MessageEvent(topic, message_id, payload, {str(k): str(v) for k, v in attrs.items()},
-                        str(attributes.get("id", "")))
+    return MessageEvent(
+        topic, message_id, payload, {str(k): str(v) for k, v in attrs.items()}, str(attributes.get("id", ""))
+    )
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,9 @@ class ArtifactSignal:
 _RUN_STEP_COMMIT = re.compile(
     r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/trained/rl/checkpoints/actor/(?P<step>[0-9]{1,9})/commit_success\.txt$"
 )
-_RUN_EXPORT_INDEX = re.compile(r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/hf/(?:model\.safetensors\.index\.json|model\.safetensors)$")
+_RUN_EXPORT_INDEX = re.compile(
+    r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/hf/(?:model\.safetensors\.index\.json|model\.safetensors)$"
+)
 _CACHE_COMMIT = re.compile(
     r"^cache/maxtext/(?P<key>[a-z0-9]{1,64})/(?P<dir>(?P<run>[a-z][a-z0-9]{1,40})-a(?P<attempt>[0-9]{1,4}))/0/commit_success\.txt$"
 )
@@ -120,6 +125,11 @@ def match_artifact(name: str) -> ArtifactSignal | None:
     if name.startswith(layout.CACHE_PREFIX):
         m = _CACHE_COMMIT.match(name)
         if m:
-            return ArtifactSignal(m["run"], "convert", "converted", cache_key=m["key"],
-                                  attempt_dir=f"{layout.CACHE_PREFIX}{m['key']}/{m['dir']}/")
+            return ArtifactSignal(
+                m["run"],
+                "convert",
+                "converted",
+                cache_key=m["key"],
+                attempt_dir=f"{layout.CACHE_PREFIX}{m['key']}/{m['dir']}/",
+            )
     return None

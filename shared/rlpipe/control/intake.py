@@ -53,22 +53,55 @@ class Intake:
             log.info("ignored: object is outside requests/")
             return IntakeResult("ignored", detail="outside requests/")
         if not layout.is_request_object(event.name):
-            return self._reject(source_key, source, [Problem(
-                "", f"{event.name} is not a request file",
-                "put only .json, .yaml or .yml request documents under requests/",
-            )], log)
+            return self._reject(
+                source_key,
+                source,
+                [
+                    Problem(
+                        "",
+                        f"{event.name} is not a request file",
+                        "put only .json, .yaml or .yml request documents under requests/",
+                    )
+                ],
+                log,
+            )
         if event.size is not None and event.size > MAX_DOCUMENT_BYTES:
-            return self._reject(source_key, source, [Problem(
-                "", f"{event.name} is {event.size} bytes", f"keep requests under {MAX_DOCUMENT_BYTES} bytes",
-            )], log)
+            return self._reject(
+                source_key,
+                source,
+                [
+                    Problem(
+                        "",
+                        f"{event.name} is {event.size} bytes",
+                        f"keep requests under {MAX_DOCUMENT_BYTES} bytes",
+                    )
+                ],
+                log,
+            )
         try:
-            blob = self.requests.read(event.name, max_bytes=MAX_DOCUMENT_BYTES, generation=int(event.generation))
+            blob = self.requests.read(
+                event.name, max_bytes=MAX_DOCUMENT_BYTES, generation=int(event.generation)
+            )
         except blobstore.TooLarge as exc:
-            return self._reject(source_key, source, [Problem("", str(exc), f"keep requests under {MAX_DOCUMENT_BYTES} bytes")], log)
+            return self._reject(
+                source_key,
+                source,
+                [Problem("", str(exc), f"keep requests under {MAX_DOCUMENT_BYTES} bytes")],
+                log,
+            )
         except blobstore.NotFound:
-            return self._reject(source_key, source, [Problem(
-                "", f"{event.name} generation {event.generation} no longer exists", "upload the request again",
-            )], log)
+            return self._reject(
+                source_key,
+                source,
+                [
+                    Problem(
+                        "",
+                        f"{event.name} generation {event.generation} no longer exists",
+                        "upload the request again",
+                    )
+                ],
+                log,
+            )
         return self.submit(blob.data, source, source_key, source_name=event.name, log=log)
 
     def from_message(self, event: MessageEvent) -> IntakeResult:
@@ -79,8 +112,16 @@ class Intake:
 
     # ---- the one code path every source takes ---------------------------------------------------
 
-    def submit(self, data: bytes, source: Source, source_key: str, *, source_name: str = "request",
-               log: Logger | None = None, request: Request | None = None) -> IntakeResult:
+    def submit(
+        self,
+        data: bytes,
+        source: Source,
+        source_key: str,
+        *,
+        source_name: str = "request",
+        log: Logger | None = None,
+        request: Request | None = None,
+    ) -> IntakeResult:
         log = log or self.log
         if request is None:
             try:

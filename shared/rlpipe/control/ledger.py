@@ -165,8 +165,12 @@ class Ledger:
         generation = self.store.create(run.ledger, blobstore.dumps(record.model_dump(mode="json")))
         if generation is None:
             return False
-        self._event(record.run_id, 1, "accepted", {"state": record.state, "key": record.key,
-                                                    "source": record.source.model_dump(exclude_none=True)})
+        self._event(
+            record.run_id,
+            1,
+            "accepted",
+            {"state": record.state, "key": record.key, "source": record.source.model_dump(exclude_none=True)},
+        )
         return True
 
     def load(self, run_id: str) -> tuple[RunRecord, int]:
@@ -235,7 +239,9 @@ class Ledger:
         run = self.layout(run_id)
         created = self.store.create(run.error, blobstore.dumps(body)) is not None
         if created:
-            self._event(run_id, 0, "rejected", {"problems": body.get("problems", []), "source": body.get("source")})
+            self._event(
+                run_id, 0, "rejected", {"problems": body.get("problems", []), "source": body.get("source")}
+            )
         return created
 
     def list_run_ids(self) -> list[str]:
@@ -258,11 +264,16 @@ class Ledger:
         if limit < 1:
             raise ValueError("limit must be >= 1")
         start = f"{layout.RUNS_PREFIX}{after}{_AFTER_SLASH}" if after else layout.RUNS_PREFIX
-        listing = self.store.client.list_blobs(self.store.bucket_name, prefix=layout.RUNS_PREFIX, delimiter="/",
-                                               start_offset=start, page_size=limit)
+        listing = self.store.client.list_blobs(
+            self.store.bucket_name,
+            prefix=layout.RUNS_PREFIX,
+            delimiter="/",
+            start_offset=start,
+            page_size=limit,
+        )
         found: set[str] = set()
         for page in listing.pages:  # some servers ignore page_size with a delimiter: cut below
-            found.update(p[len(layout.RUNS_PREFIX):-1] for p in page.prefixes)
+            found.update(p[len(layout.RUNS_PREFIX) : -1] for p in page.prefixes)
             if len(found) > limit:
                 break
         ids = sorted((i for i in found if i and _order(i) > _order(after)), key=_order)

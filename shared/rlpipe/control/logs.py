@@ -21,8 +21,10 @@ def redact(value: Any) -> Any:
     if isinstance(value, str):
         return _TOKEN.sub(REDACTED, value)
     if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(k, str) and _SECRET_FIELD.search(k) and v else redact(v))
-                for k, v in value.items()}
+        return {
+            k: (REDACTED if isinstance(k, str) and _SECRET_FIELD.search(k) and v else redact(v))
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
     return value

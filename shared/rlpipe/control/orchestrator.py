@@ -60,7 +60,12 @@ class Orchestrator:
                 parent=self.settings.workflow_path,
                 execution=Execution(argument=json.dumps({"run_id": run_id})),
             )
-        except (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.InternalServerError, gexc.TooManyRequests) as exc:
+        except (
+            gexc.ServiceUnavailable,
+            gexc.DeadlineExceeded,
+            gexc.InternalServerError,
+            gexc.TooManyRequests,
+        ) as exc:
             raise TransientFailure(f"could not start the workflow execution: {exc}") from exc
         except gexc.GoogleAPICallError as exc:
             raise PermanentFailure(f"the workflow refused the execution: {exc}") from exc

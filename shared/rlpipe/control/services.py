@@ -60,16 +60,27 @@ def cluster() -> ClusterClient:
 def intake(log: Logger) -> Intake:
     from rlpipe.control.intake import Intake
 
-    return Intake(requests=requests_store(), ledger=ledger(), orchestrator=orchestrator(), log=log,
-                  lease_seconds=settings().start_lease_seconds)
+    return Intake(
+        requests=requests_store(),
+        ledger=ledger(),
+        orchestrator=orchestrator(),
+        log=log,
+        lease_seconds=settings().start_lease_seconds,
+    )
 
 
 def stage_service(log: Logger) -> StageService:
     from rlpipe.control import notify
     from rlpipe.control.stage import StageService
 
-    return StageService(settings=settings(), ledger=ledger(), artifacts=artifacts(), cluster=cluster(), log=log,
-                        publish=notify.publish)
+    return StageService(
+        settings=settings(),
+        ledger=ledger(),
+        artifacts=artifacts(),
+        cluster=cluster(),
+        log=log,
+        publish=notify.publish,
+    )
 
 
 def reset() -> None:

@@ -34,8 +34,14 @@ class Cluster(Protocol):
     """What the stage operations need of ``rlpipe.cluster.ClusterClient`` (tests pass doubles)."""
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-    def status(self, name: str, *, kind: Kind, retryable_exit_codes: Collection[int] = (),
-               queued_deadline_seconds: float | None = None) -> WorkloadStatus: ...
+    def status(
+        self,
+        name: str,
+        *,
+        kind: Kind,
+        retryable_exit_codes: Collection[int] = (),
+        queued_deadline_seconds: float | None = None,
+    ) -> WorkloadStatus: ...
     def delete_run(self, run_id: str) -> list[str]: ...
     def delete(self, kind: Kind, name: str) -> bool: ...
     def log_tail(self, jobset: str) -> str: ...
@@ -48,7 +54,9 @@ class StageService:
     artifacts: blobstore.BlobStore
     cluster: Cluster
     log: Logger
-    resolve_revision: Callable[[str, str], str] = field(default=lambda repo, rev: hub.resolve_revision(repo, rev))
+    resolve_revision: Callable[[str, str], str] = field(
+        default=lambda repo, rev: hub.resolve_revision(repo, rev)
+    )
     publish: Callable[[str, dict[str, Any]], Any] | None = None
     clock: Callable[[], float] = time.time
 
@@ -93,7 +101,11 @@ class StageService:
         stages = [s for s in STAGES if not (s == "convert" and ready)]
 
         def record_plan(r: RunRecord) -> str | None:
-            if r.lineage.hf_sha == sha and r.lineage.conversion_key == cache.key and r.lineage.conversion_cache_hit == bool(ready):
+            if (
+                r.lineage.hf_sha == sha
+                and r.lineage.conversion_key == cache.key
+                and r.lineage.conversion_cache_hit == bool(ready)
+            ):
                 return None
             r.lineage.hf_sha = sha
             r.lineage.conversion_key = cache.key
@@ -105,8 +117,9 @@ class StageService:
                 r.execution.name = f"{self.settings.workflow_path}/executions/{execution_id}"
             return "planned"
 
-        self.ledger.update(run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha,
-                                                                   "cache_hit": bool(ready)})
+        self.ledger.update(
+            run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)}
+        )
         log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready))
         return {
             "skip": False,
@@ -131,7 +144,9 @@ class StageService:
 
     # ---- launch -------------------------------------------------------------------------------
 
-    def launch(self, run_id: str, stage: Stage, attempt: int, callback_url: str | None = None) -> dict[str, Any]:
+    def launch(
+        self, run_id: str, stage: Stage, attempt: int, callback_url: str | None = None
+    ) -> dict[str, Any]:
         record, req = self._load(run_id)
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
         if record.terminal:
@@ -157,11 +172,23 @@ class StageService:
             if callback_url:
                 r.callbacks[stage] = callback_url
             for old in r.attempts:
-                if old.stage == stage and old.attempt < attempt and old.phase in ("launched", "queued", "running"):
+                if (
+                    old.stage == stage
+                    and old.attempt < attempt
+                    and old.phase in ("launched", "queued", "running")
+                ):
                     old.phase, old.finished_at = "superseded", old.finished_at or now()
             if r.attempt_record(stage, attempt) is None:
-                r.attempts.append(Attempt(stage=stage, attempt=attempt, workload=name, uid=uid,
-                                          launched_at=now(), resume_step=resume))
+                r.attempts.append(
+                    Attempt(
+                        stage=stage,
+                        attempt=attempt,
+                        workload=name,
+                        uid=uid,
+                        launched_at=now(),
+                        resume_step=resume,
+                    )
+                )
             if stage == "convert":
                 r.lineage.converted_uri = paths_uri
             elif stage == "train":
@@ -171,8 +198,17 @@ class StageService:
                 r.lineage.export_uri = paths_uri
             return "launched"
 
-        self.ledger.update(run_id, record_launch, detail=lambda r: {
-            "stage": stage, "attempt": attempt, "workload": name, "uid": uid, "resume_step": resume})
+        self.ledger.update(
+            run_id,
+            record_launch,
+            detail=lambda r: {
+                "stage": stage,
+                "attempt": attempt,
+                "workload": name,
+                "uid": uid,
+                "resume_step": resume,
+            },
+        )
         log.info("launched", workload=name, uid=uid, resume_step=resume)
         return {"workload": name, "uid": uid, "resume_step": resume}
 
@@ -183,32 +219,53 @@ class StageService:
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
         name = workload_name(run_id, stage, attempt)
         ws = self.cluster.status(
-            name, kind=KIND[stage], retryable_exit_codes=req.retry.retryable_exit_codes,
+            name,
+            kind=KIND[stage],
+            retryable_exit_codes=req.retry.retryable_exit_codes,
             queued_deadline_seconds=float(req.timeouts.queued),
         )
         complete = self._artifact_complete(record, req, stage, attempt)
         phase, failure = ws.phase, None
         if ws.phase == "succeeded" and not complete.complete:
-            phase, failure = "failed", {"tag": "permanent",
-                                        "message": f"{name} succeeded but its output is incomplete: {complete.reason}"}
+            phase, failure = (
+                "failed",
+                {
+                    "tag": "permanent",
+                    "message": f"{name} succeeded but its output is incomplete: {complete.reason}",
+                },
+            )
         elif ws.phase == "failed":
-            failure = self._classify_with_budget(record, req, stage, attempt,
-                                                 FailureClass(ws.failure_class or "permanent"), ws.reason)
+            failure = self._classify_with_budget(
+                record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
+            )
         elif ws.phase in ("queued", "running"):
             first = min((a.launched_at for a in record.attempts if a.stage == stage), default=None)
             if first and _age_seconds(first, self.clock()) > getattr(req.timeouts, stage):
-                phase, failure = "failed", {"tag": "permanent", "message": f"{stage} deadline exceeded "
-                                            f"({getattr(req.timeouts, stage)} s since its first launch)"}
+                phase, failure = (
+                    "failed",
+                    {
+                        "tag": "permanent",
+                        "message": f"{stage} deadline exceeded "
+                        f"({getattr(req.timeouts, stage)} s since its first launch)",
+                    },
+                )
         if phase == "succeeded" and stage == "convert":
             self._publish_conversion(record, req, attempt)
         progress = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
             progress = training_progress(self.cluster.log_tail(name))
         self._record_phase(run_id, stage, attempt, phase, failure, log, progress)
-        return {"phase": phase, "failure": failure, "reason": ws.reason, "artifact": complete.reason,
-                "progress": progress}
+        return {
+            "phase": phase,
+            "failure": failure,
+            "reason": ws.reason,
+            "artifact": complete.reason,
+            "progress": progress,
+        }
 
-    def _artifact_complete(self, record: RunRecord, req: Request, stage: str, attempt: int) -> layout.Completeness:
+    def _artifact_complete(
+        self, record: RunRecord, req: Request, stage: str, attempt: int
+    ) -> layout.Completeness:
         bucket = self.artifacts.bucket_name
         run = layout.RunLayout(bucket, record.run_id)
         if stage == "convert":
@@ -217,7 +274,9 @@ class StageService:
             return layout.convert_complete(self.artifacts.list(directory + "0/"), directory)
         if stage == "train":
             final = layout.final_step(req.training.num_batches)
-            return layout.train_complete(self.artifacts.list(run.step_dir(final)), run, req.training.num_batches)
+            return layout.train_complete(
+                self.artifacts.list(run.step_dir(final)), run, req.training.num_batches
+            )
         names = list(self.artifacts.list(run.hf_dir))
         index = None
         if run.hf_dir + layout.HF_INDEX in names:
@@ -231,8 +290,9 @@ class StageService:
         """First finished conversion of a key wins READY.json; everyone then loads the winner's."""
         cache = conversion_cache(req, self._context(record))
         mine = cache.attempt_dir(record.run_id, attempt)
-        self.artifacts.create(cache.ready, blobstore.dumps({"attempt_dir": mine, "run_id": record.run_id,
-                                                           "written_at": now()}))
+        self.artifacts.create(
+            cache.ready, blobstore.dumps({"attempt_dir": mine, "run_id": record.run_id, "written_at": now()})
+        )
         winner = self._ready(cache) or mine
         uri = layout.gs(cache.bucket, winner)
 
@@ -244,23 +304,42 @@ class StageService:
 
         self.ledger.update(record.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
 
-    def _classify_with_budget(self, record: RunRecord, req: Request, stage: str, attempt: int,
-                              cls: FailureClass, reason: str) -> dict[str, str]:
+    def _classify_with_budget(
+        self, record: RunRecord, req: Request, stage: str, attempt: int, cls: FailureClass, reason: str
+    ) -> dict[str, str]:
         if cls == FailureClass.PERMANENT:
             return {"tag": cls.value, "message": reason}
         budget = getattr(req.retry.budgets, cls.value)
-        used = sum(1 for a in record.attempts if a.stage == stage and a.failure_class == cls.value
-                   and a.attempt != attempt)
-        total = sum(1 for a in record.attempts if a.stage == stage and a.failure_class and a.attempt != attempt)
+        used = sum(
+            1
+            for a in record.attempts
+            if a.stage == stage and a.failure_class == cls.value and a.attempt != attempt
+        )
+        total = sum(
+            1 for a in record.attempts if a.stage == stage and a.failure_class and a.attempt != attempt
+        )
         if used + 1 > budget:
-            return {"tag": "permanent", "message": f"{cls.value} budget of {budget} exhausted for {stage}: {reason}"}
+            return {
+                "tag": "permanent",
+                "message": f"{cls.value} budget of {budget} exhausted for {stage}: {reason}",
+            }
         if total + 1 > req.retry.max_retries:
-            return {"tag": "permanent",
-                    "message": f"retry cap of {req.retry.max_retries} reached for {stage}: {cls.value}: {reason}"}
+            return {
+                "tag": "permanent",
+                "message": f"retry cap of {req.retry.max_retries} reached for {stage}: {cls.value}: {reason}",
+            }
         return {"tag": cls.value, "message": reason}
 
-    def _record_phase(self, run_id: str, stage: str, attempt: int, phase: str,
-                      failure: dict[str, str] | None, log: Logger, progress: dict[str, Any] | None = None) -> None:
+    def _record_phase(
+        self,
+        run_id: str,
+        stage: str,
+        attempt: int,
+        phase: str,
+        failure: dict[str, str] | None,
+        log: Logger,
+        progress: dict[str, Any] | None = None,
+    ) -> None:
         def change(r: RunRecord) -> str | None:
             a = r.attempt_record(stage, attempt)
             if a is None:
@@ -279,8 +358,11 @@ class StageService:
                 a.failure_class, a.reason = failure["tag"], failure["message"]
             return phase
 
-        self.ledger.update(run_id, change, detail=lambda r: {"stage": stage, "attempt": attempt,
-                                                              "phase": phase, "failure": failure})
+        self.ledger.update(
+            run_id,
+            change,
+            detail=lambda r: {"stage": stage, "attempt": attempt, "phase": phase, "failure": failure},
+        )
         if failure:
             log.warning("attempt failed", failure=failure)
 
@@ -296,12 +378,19 @@ class StageService:
                 return None
             r.set_state(outcome)  # type: ignore[arg-type]
             if failure:
-                r.failure = Failure(tag=str(failure.get("tag", "permanent")), message=str(failure.get("message", "")),
-                                    stage=failure.get("stage"), attempt=failure.get("attempt"))
+                r.failure = Failure(
+                    tag=str(failure.get("tag", "permanent")),
+                    message=str(failure.get("message", "")),
+                    stage=failure.get("stage"),
+                    attempt=failure.get("attempt"),
+                )
             return outcome
 
-        updated = self.ledger.update(run_id, change, detail=lambda r: {
-            "state": r.state, "failure": r.failure.model_dump() if r.failure else None})
+        updated = self.ledger.update(
+            run_id,
+            change,
+            detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
+        )
         message = status_message(updated)
         topic = req.notify or self.settings.status_topic
         if topic and self.publish is not None:
@@ -402,7 +491,9 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         attempts[a.stage] = max(attempts.get(a.stage, 0), a.attempt)
     text = f"run {record.run_id} {record.state}"
     if record.failure:
-        text += f" in {record.failure.stage or 'the pipeline'}: [{record.failure.tag}] {record.failure.message}"
+        text += (
+            f" in {record.failure.stage or 'the pipeline'}: [{record.failure.tag}] {record.failure.message}"
+        )
     elif record.state == "succeeded" and record.lineage.export_uri:
         text += f"; model at {record.lineage.export_uri}"
     return {
@@ -416,4 +507,3 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         "model": record.request.get("model"),
         "hf_repo": record.request.get("hf_repo"),
     }
-

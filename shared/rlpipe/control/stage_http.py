@@ -22,7 +22,9 @@ def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
 
     if not isinstance(body, dict):
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
-    log = log.bind(run_id=body.get("run_id"), stage=body.get("stage"), attempt=body.get("attempt"), op=body.get("op"))
+    log = log.bind(
+        run_id=body.get("run_id"), stage=body.get("stage"), attempt=body.get("attempt"), op=body.get("op")
+    )
     try:
         return services.stage_service(log).handle(body), 200
     except BadCall as exc:

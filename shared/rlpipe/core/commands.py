@@ -166,19 +166,22 @@ def train_script(req: Request) -> str:
         'echo "rlpipe: VLLM_HOST_IP=${VLLM_HOST_IP}"',
     ]
     lines += [workarounds.lookup(ref).shell_line() for ref in req.training.workarounds]
-    lines.append(f"exec python3 -m {shlex.quote(TRAIN_MODULE)} \"$@\"")
+    lines.append(f'exec python3 -m {shlex.quote(TRAIN_MODULE)} "$@"')
     return "\n".join(lines) + "\n"
 
 
 def indexed_gate_script(module: str) -> str:
     """tpu-slice placement: every pod of the slice starts, only completion index 0 does the work."""
-    return "\n".join(
-        [
-            "set -eu",
-            'if [ "${JOB_COMPLETION_INDEX:-0}" != "0" ]; then',
-            '  echo "rlpipe: completion index ${JOB_COMPLETION_INDEX} has nothing to do; index 0 runs the stage"',
-            "  exit 0",
-            "fi",
-            f"exec python3 -m {shlex.quote(module)} \"$@\"",
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -eu",
+                'if [ "${JOB_COMPLETION_INDEX:-0}" != "0" ]; then',
+                '  echo "rlpipe: completion index ${JOB_COMPLETION_INDEX} has nothing to do; index 0 runs the stage"',
+                "  exit 0",
+                "fi",
+                f'exec python3 -m {shlex.quote(module)} "$@"',
+            ]
+        )
+        + "\n"
+    )

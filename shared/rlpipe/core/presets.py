@@ -26,9 +26,7 @@ PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 PATHWAYS_SERVER_IMAGE = (
     f"{PATHWAYS_IMAGE_REPO}/server@sha256:d03068b39a8a2fab0621086ccb7c9445ce17ad34f1520159ca4ecd395346a162"
 )
-PATHWAYS_PROXY_IMAGE = (
-    f"{PATHWAYS_IMAGE_REPO}/proxy_server@sha256:6342a3cae2818d2f887d396e9ae4156b3316f79fef186d71ff16d535b44e1724"
-)
+PATHWAYS_PROXY_IMAGE = f"{PATHWAYS_IMAGE_REPO}/proxy_server@sha256:6342a3cae2818d2f887d396e9ae4156b3316f79fef186d71ff16d535b44e1724"
 
 # Deliberate improvement: one CPU pod sized for a 26B model instead of a whole TPU slice.
 _CPU_JOB = {"node_pool": "cpu-np", "cpu": "32", "memory": "256Gi", "ephemeral_storage": None}
@@ -49,7 +47,13 @@ _VLLM_HF_OVERRIDES_64 = '{architectures: ["MaxTextForCausalLM"]}'
 def _common(topology: str, tpu_type: str) -> dict[str, Any]:
     return {
         "hf_revision": "main",
-        "tpu": {"type": tpu_type, "topology": topology, "slices": 1, "reservation": None, "queue": "user-queue"},
+        "tpu": {
+            "type": tpu_type,
+            "topology": topology,
+            "slices": 1,
+            "reservation": None,
+            "queue": "user-queue",
+        },
         "image": MAXTEXT_IMAGE,
         "placement": "cpu",
         "cpu_job": dict(_CPU_JOB),

@@ -56,9 +56,7 @@ class Workaround:
         else:
             apply = f"n = src.count({q(self.pattern)}); new = src.replace({q(self.pattern)}, {q(self.replacement)})"
         done_check = f"{q(self.replacement)} in src"
-        status = (
-            '"applied" if n else ("already applied" if ok else "TARGET TEXT NOT FOUND")'
-        )
+        status = '"applied" if n else ("already applied" if ok else "TARGET TEXT NOT FOUND")'
         return "; ".join(
             [
                 imports,

@@ -25,7 +25,9 @@ def _load_scenario(config: dict[str, Any]) -> Any:
     scenario = Scenario.load(config["scenario_file"]) if config.get("scenario_file") else Scenario()
     if config.get("faults"):
         extra = Scenario.from_strings(config["faults"])
-        scenario = Scenario.from_document({"faults": [*scenario.to_document()["faults"], *extra.to_document()["faults"]]})
+        scenario = Scenario.from_document(
+            {"faults": [*scenario.to_document()["faults"], *extra.to_document()["faults"]]}
+        )
     return scenario
 
 
@@ -56,7 +58,9 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
                 return
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             try:
-                simulator.set_scenario(Scenario.from_document(json.loads(body or b"{}"), source="PUT /scenario"))
+                simulator.set_scenario(
+                    Scenario.from_document(json.loads(body or b"{}"), source="PUT /scenario")
+                )
             except (ScenarioError, ValueError) as exc:
                 self._reply(400, {"error": str(exc)})
                 return
@@ -76,7 +80,9 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
                 self._reply(404, {"error": f"no repo {repo!r} in the Hub double"})
                 return
             files = model_files(seed=uuid.uuid4().hex)
-            changes = {n: f for n, f in files.items() if n.endswith((".safetensors", ".safetensors.index.json"))}
+            changes = {
+                n: f for n, f in files.items() if n.endswith((".safetensors", ".safetensors.index.json"))
+            }
             sha = hub.push(repo, changes, message=body.get("message", "new weights"))
             self._reply(200, {"repo": repo, "sha": sha, "changed": sorted(changes)})
 
@@ -84,8 +90,12 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
             if self.path == "/scenario":
                 self._reply(200, simulator.scenario.to_document())
             elif self.path == "/workloads":
-                names = [o["metadata"]["name"] for r in ("jobs", "jobsets") for o in kube.list(r)
-                         if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})]
+                names = [
+                    o["metadata"]["name"]
+                    for r in ("jobs", "jobsets")
+                    for o in kube.list(r)
+                    if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})
+                ]
                 self._reply(200, {"workloads": names})
             else:
                 self._reply(404, {"error": "unknown path"})
@@ -119,21 +129,31 @@ def run(config: dict[str, Any]) -> None:
     kube = KubeApiServer(port=config["kube_port"])
     kube.start()
     scenario = _load_scenario(config)
-    simulator = ClusterSimulator(kube, storage, scenario=scenario, timing=_timing(config.get("timing", "demo")))
+    simulator = ClusterSimulator(
+        kube, storage, scenario=scenario, timing=_timing(config.get("timing", "demo"))
+    )
     simulator.start()
 
     workflow = Path(config.get("workflow_file") or ROOT / "workflows" / "pipeline.yaml").read_text()
     env = {"RLPIPE_STAGE_URL": config["stage_url"]}
-    workflows = LocalWorkflows(workflow, workflow_id=config["workflow"], project=config["project"],
-                               location=config["location"], env=env, grpc_port=config["grpc_port"],
-                               callback_port=config["callback_port"]).start()
+    workflows = LocalWorkflows(
+        workflow,
+        workflow_id=config["workflow"],
+        project=config["project"],
+        location=config["location"],
+        env=env,
+        grpc_port=config["grpc_port"],
+        callback_port=config["callback_port"],
+    ).start()
 
     def dropped(bucket: str, name: str) -> bool:
         return bool(simulator.drops_event(name, bucket))
 
     routes = Routes(
-        buckets={config["requests_bucket"]: config["functions"]["intake_object"],
-                 config["artifacts_bucket"]: config["functions"]["artifact_event"]},
+        buckets={
+            config["requests_bucket"]: config["functions"]["intake_object"],
+            config["artifacts_bucket"]: config["functions"]["artifact_event"],
+        },
         requests_topic=config["requests_topic"] if config.get("pubsub_host") else None,
         intake_message_url=config["functions"]["intake_message"],
         drop=dropped,
@@ -149,10 +169,23 @@ def run(config: dict[str, Any]) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    Path(config["ready_file"]).write_text(json.dumps({"kube": kube.url, "grpc": workflows.grpc_target,
-                                                      "callbacks": workflows.callback_base_url, "hub": hub.url}))
-    log.info("local core ready", kube=kube.url, workflows=workflows.grpc_target, hub=hub.url,
-             events="pubsub-emulator" if config.get("pubsub_host") else "bucket-watcher")
+    Path(config["ready_file"]).write_text(
+        json.dumps(
+            {
+                "kube": kube.url,
+                "grpc": workflows.grpc_target,
+                "callbacks": workflows.callback_base_url,
+                "hub": hub.url,
+            }
+        )
+    )
+    log.info(
+        "local core ready",
+        kube=kube.url,
+        workflows=workflows.grpc_target,
+        hub=hub.url,
+        events="pubsub-emulator" if config.get("pubsub_host") else "bucket-watcher",
+    )
     stop.wait()
     control.shutdown()
     for component in (shim, workflows, simulator, kube, hub):

@@ -106,8 +106,11 @@ def commit_sha(*parts: str) -> str:
 
 def safetensors_index(shards: list[str], shard_size: int = 4_900_000_000) -> HubFile:
     """``model.safetensors.index.json`` naming ``shards`` (two tensors per shard)."""
-    weight_map = {f"model.layers.{i}.{part}.weight": shard
-                  for i, shard in enumerate(shards) for part in ("mlp", "self_attn")}
+    weight_map = {
+        f"model.layers.{i}.{part}.weight": shard
+        for i, shard in enumerate(shards)
+        for part in ("mlp", "self_attn")
+    }
     body = {"metadata": {"total_size": shard_size * len(shards)}, "weight_map": weight_map}
     return HubFile.of(INDEX, json.dumps(body, indent=2, sort_keys=True))
 
@@ -127,7 +130,9 @@ def model_files(shards: int = 2, seed: str = "v1") -> dict[str, HubFile]:
         "README.md": HubFile("README.md", 1200),
         "config.json": HubFile("config.json", 900),
         "generation_config.json": HubFile("generation_config.json", 200),
-        "tokenizer.json": HubFile("tokenizer.json", 33_000_000, hashlib.sha256(f"tok{seed}".encode()).hexdigest()),
+        "tokenizer.json": HubFile(
+            "tokenizer.json", 33_000_000, hashlib.sha256(f"tok{seed}".encode()).hexdigest()
+        ),
         "tokenizer_config.json": HubFile("tokenizer_config.json", 1500),
         INDEX: safetensors_index(names),
     }
@@ -170,8 +175,10 @@ class HubDouble:
         ``HF_ENDPOINT`` in the environment does this for a fresh process; in-process, both names are
         needed: ``hf_hub_url`` (downloads) formats the template computed at import, not ``ENDPOINT``.
         """
-        return {"ENDPOINT": self.url,
-                "HUGGINGFACE_CO_URL_TEMPLATE": self.url + "/{repo_id}/resolve/{revision}/{filename}"}
+        return {
+            "ENDPOINT": self.url,
+            "HUGGINGFACE_CO_URL_TEMPLATE": self.url + "/{repo_id}/resolve/{revision}/{filename}",
+        }
 
     def start(self) -> HubDouble:
         self._thread.start()
@@ -183,19 +190,41 @@ class HubDouble:
 
     # ---- state ----------------------------------------------------------------------------------
 
-    def add_repo(self, repo_id: str, files: dict[str, HubFile] | None = None, *, branch: str = "main",
-                 gated: bool = False, message: str = "initial commit", at: datetime | None = None,
-                 public_metadata: bool = False) -> str:
+    def add_repo(
+        self,
+        repo_id: str,
+        files: dict[str, HubFile] | None = None,
+        *,
+        branch: str = "main",
+        gated: bool = False,
+        message: str = "initial commit",
+        at: datetime | None = None,
+        public_metadata: bool = False,
+    ) -> str:
         with self.lock:
-            repo = self.repos.setdefault(repo_id, HubRepo(repo_id, gated=gated, public_metadata=public_metadata))
+            repo = self.repos.setdefault(
+                repo_id, HubRepo(repo_id, gated=gated, public_metadata=public_metadata)
+            )
             sha = commit_sha(repo_id, branch, str(len(repo.commits)), message)
-            repo.commits[sha] = HubCommit(sha, dict(files if files is not None else model_files()), message,
-                                          _stamp(at), repo.branches.get(branch))
+            repo.commits[sha] = HubCommit(
+                sha,
+                dict(files if files is not None else model_files()),
+                message,
+                _stamp(at),
+                repo.branches.get(branch),
+            )
             repo.branches[branch] = sha
             return sha
 
-    def push(self, repo_id: str, changes: dict[str, HubFile | None], *, branch: str = "main",
-             message: str = "update", at: datetime | None = None) -> str:
+    def push(
+        self,
+        repo_id: str,
+        changes: dict[str, HubFile | None],
+        *,
+        branch: str = "main",
+        message: str = "update",
+        at: datetime | None = None,
+    ) -> str:
         """A new commit on ``branch``: files set (or deleted with None) relative to its head."""
         with self.lock:
             repo = self.repos[repo_id]
@@ -216,8 +245,15 @@ class HubDouble:
         with self.lock:
             self.repos[repo_id].authorized_tokens.add(token)
 
-    def rate_limit(self, times: int = 1, *, reset: int = 30, limit: int = 1000, window: int = 300,
-                   path_prefix: str = "/api/") -> None:
+    def rate_limit(
+        self,
+        times: int = 1,
+        *,
+        reset: int = 30,
+        limit: int = 1000,
+        window: int = 300,
+        path_prefix: str = "/api/",
+    ) -> None:
         """The next ``times`` requests under ``path_prefix`` answer 429 with ``reset`` seconds to wait."""
         if times < 1:
             raise ValueError("times must be 1 or more")
@@ -241,10 +277,16 @@ class HubDouble:
                 if limited.remaining <= 0:
                     self._limits.remove(limited)
         if limited is not None:
-            self._send(req, 429, {"error": "You have exceeded our rate limit"}, headers={
-                "RateLimit": f'"api";r=0;t={limited.reset}',
-                "RateLimit-Policy": f'"fixed window";"api";q={limited.limit};w={limited.window}',
-            }, head=method == "HEAD")
+            self._send(
+                req,
+                429,
+                {"error": "You have exceeded our rate limit"},
+                headers={
+                    "RateLimit": f'"api";r=0;t={limited.reset}',
+                    "RateLimit-Policy": f'"fixed window";"api";q={limited.limit};w={limited.window}',
+                },
+                head=method == "HEAD",
+            )
             return
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if len(parts) >= 4 and parts[:2] == ["api", "models"]:
@@ -263,8 +305,9 @@ class HubDouble:
             return
         self._send(req, 404, {"error": "not found"}, error_code="EntryNotFound", head=method == "HEAD")
 
-    def _lookup(self, req: BaseHTTPRequestHandler, repo_id: str, *, metadata: bool,
-                head: bool = False) -> HubRepo | None:
+    def _lookup(
+        self, req: BaseHTTPRequestHandler, repo_id: str, *, metadata: bool, head: bool = False
+    ) -> HubRepo | None:
         """The repository, or None after answering 404 / 403 the way the Hub does. Caller holds the lock."""
         repo = self.repos.get(repo_id)
         if repo is None:
@@ -272,16 +315,24 @@ class HubDouble:
             return None
         token = (req.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
         if repo.gated and token not in repo.authorized_tokens and not (metadata and repo.public_metadata):
-            self._send(req, 403, {"error": f"Access to model {repo_id} is restricted and you are not in the "
-                                           "authorized list."}, error_code="GatedRepo", head=head)
+            self._send(
+                req,
+                403,
+                {"error": f"Access to model {repo_id} is restricted and you are not in the authorized list."},
+                error_code="GatedRepo",
+                head=head,
+            )
             return None
         return repo
 
-    def _commit(self, req: BaseHTTPRequestHandler, repo: HubRepo, revision: str,
-                head: bool = False) -> HubCommit | None:
+    def _commit(
+        self, req: BaseHTTPRequestHandler, repo: HubRepo, revision: str, head: bool = False
+    ) -> HubCommit | None:
         sha = repo.branches.get(revision) or (revision if revision in repo.commits else None)
         if sha is None:
-            self._send(req, 404, {"error": f"Invalid rev id: {revision}"}, error_code="RevisionNotFound", head=head)
+            self._send(
+                req, 404, {"error": f"Invalid rev id: {revision}"}, error_code="RevisionNotFound", head=head
+            )
             return None
         return repo.commits[sha]
 
@@ -320,12 +371,21 @@ class HubDouble:
                 return
             items = []
             while commit is not None:
-                items.append({"id": commit.sha, "title": commit.message, "message": commit.message,
-                              "authors": [{"user": "uploader"}], "date": commit.created_at})
+                items.append(
+                    {
+                        "id": commit.sha,
+                        "title": commit.message,
+                        "message": commit.message,
+                        "authors": [{"user": "uploader"}],
+                        "date": commit.created_at,
+                    }
+                )
                 commit = repo.commits.get(commit.parent) if commit.parent else None
         self._send(req, 200, items)
 
-    def _resolve(self, req: BaseHTTPRequestHandler, repo_id: str, revision: str, path: str, *, head: bool) -> None:
+    def _resolve(
+        self, req: BaseHTTPRequestHandler, repo_id: str, revision: str, path: str, *, head: bool
+    ) -> None:
         with self.lock:
             repo = self._lookup(req, repo_id, metadata=False, head=head)
             commit = self._commit(req, repo, revision, head=head) if repo else None
@@ -333,8 +393,14 @@ class HubDouble:
                 return
             item = commit.files.get(path)
             if item is None:
-                self._send(req, 404, {"error": f"Entry not found: {path}"}, error_code="EntryNotFound",
-                           headers={"X-Repo-Commit": commit.sha}, head=head)
+                self._send(
+                    req,
+                    404,
+                    {"error": f"Entry not found: {path}"},
+                    error_code="EntryNotFound",
+                    headers={"X-Repo-Commit": commit.sha},
+                    head=head,
+                )
                 return
             data = item.body()
             headers = {"X-Repo-Commit": commit.sha, "ETag": f'"{item.blob_id()}"'}
@@ -343,8 +409,16 @@ class HubDouble:
         self._send_bytes(req, 200, data, "application/octet-stream", headers, head=head)
 
     @classmethod
-    def _send(cls, req: BaseHTTPRequestHandler, status: int, body: Any, *, error_code: str | None = None,
-              headers: dict[str, str] | None = None, head: bool = False) -> None:
+    def _send(
+        cls,
+        req: BaseHTTPRequestHandler,
+        status: int,
+        body: Any,
+        *,
+        error_code: str | None = None,
+        headers: dict[str, str] | None = None,
+        head: bool = False,
+    ) -> None:
         extra = dict(headers or {})
         if error_code:
             extra["X-Error-Code"] = error_code
@@ -352,8 +426,15 @@ class HubDouble:
         cls._send_bytes(req, status, json.dumps(body).encode(), "application/json", extra, head=head)
 
     @staticmethod
-    def _send_bytes(req: BaseHTTPRequestHandler, status: int, data: bytes, content_type: str,
-                    headers: dict[str, str], *, head: bool = False) -> None:
+    def _send_bytes(
+        req: BaseHTTPRequestHandler,
+        status: int,
+        data: bytes,
+        content_type: str,
+        headers: dict[str, str],
+        *,
+        head: bool = False,
+    ) -> None:
         req.send_response(status)
         req.send_header("Content-Type", content_type)
         req.send_header("Content-Length", str(len(data)))

@@ -63,8 +63,16 @@ def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
 class Child:
     """One managed process with its log file."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, log_path: Path, env: dict[str, str] | None = None,
-                 cwd: str | Path | None = None, die_with_parent: bool = True):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        die_with_parent: bool = True,
+    ):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -87,7 +95,9 @@ class Child:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.proc.returncode}; see {self.log_path}:\n{self.tail()}"
+                )
             if check():
                 return
             time.sleep(0.1)

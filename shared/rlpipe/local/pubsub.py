@@ -21,8 +21,13 @@ def find_launcher() -> Path | None:
     roots = []
     if gcloud:
         try:
-            out = subprocess.run([gcloud, "info", "--format=value(installation.sdk_root)"], capture_output=True,
-                                 text=True, timeout=30, check=False).stdout.strip()
+            out = subprocess.run(
+                [gcloud, "info", "--format=value(installation.sdk_root)"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            ).stdout.strip()
             if out:
                 roots.append(Path(out))
         except (OSError, subprocess.TimeoutExpired):
@@ -50,8 +55,12 @@ class PubSubEmulator:
         if launcher is None:
             raise RuntimeError(f"Pub/Sub emulator unavailable: {unavailable_reason()}")
         self.port = port or free_port()
-        self.child = Child("pubsub-emulator", [str(launcher), "--host=127.0.0.1", f"--port={self.port}"],
-                           log_path=log_dir / "pubsub-emulator.log", die_with_parent=die_with_parent)
+        self.child = Child(
+            "pubsub-emulator",
+            [str(launcher), "--host=127.0.0.1", f"--port={self.port}"],
+            log_path=log_dir / "pubsub-emulator.log",
+            die_with_parent=die_with_parent,
+        )
 
     @property
     def host(self) -> str:
@@ -59,7 +68,9 @@ class PubSubEmulator:
 
     def start(self) -> PubSubEmulator:
         self.child.start()
-        self.child.wait_ready(http_ready(f"http://{self.host}/", lambda status, body: body.strip() == b"Ok"), timeout=60)
+        self.child.wait_ready(
+            http_ready(f"http://{self.host}/", lambda status, body: body.strip() == b"Ok"), timeout=60
+        )
         return self
 
     def stop(self) -> None:

@@ -34,7 +34,9 @@ PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 DropFilter = Callable[[str, str], bool]  # (bucket, object name) → drop the event?
 
 
-def storage_event(bucket: str, obj: dict[str, Any], event_id: str, event_time: str | None = None) -> CloudEvent:
+def storage_event(
+    bucket: str, obj: dict[str, Any], event_id: str, event_time: str | None = None
+) -> CloudEvent:
     attributes = {
         "type": GCS_FINALIZED,
         "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
@@ -49,13 +51,29 @@ def storage_event(bucket: str, obj: dict[str, Any], event_id: str, event_time: s
     return CloudEvent(attributes, data)
 
 
-def message_published(topic_path: str, subscription: str, data: bytes, attributes: dict[str, str],
-                      message_id: str, publish_time: str) -> CloudEvent:
-    ce_attributes = {"type": PUBSUB_PUBLISHED, "source": f"//pubsub.googleapis.com/{topic_path}", "id": message_id,
-                     "datacontenttype": "application/json"}
-    payload = {"message": {"data": base64.b64encode(data).decode(), "attributes": attributes,
-                           "messageId": message_id, "publishTime": publish_time},
-               "subscription": subscription}
+def message_published(
+    topic_path: str,
+    subscription: str,
+    data: bytes,
+    attributes: dict[str, str],
+    message_id: str,
+    publish_time: str,
+) -> CloudEvent:
+    ce_attributes = {
+        "type": PUBSUB_PUBLISHED,
+        "source": f"//pubsub.googleapis.com/{topic_path}",
+        "id": message_id,
+        "datacontenttype": "application/json",
+    }
+    payload = {
+        "message": {
+            "data": base64.b64encode(data).decode(),
+            "attributes": attributes,
+            "messageId": message_id,
+            "publishTime": publish_time,
+        },
+        "subscription": subscription,
+    }
     return CloudEvent(ce_attributes, payload)
 
 
@@ -81,7 +99,12 @@ class EmulatorShim:
     """Pulls from the Pub/Sub emulator and delivers CloudEvents; requires PUBSUB_EMULATOR_HOST."""
 
     def __init__(self, project: str, gcs_topic: str, routes: Routes, log: Logger):
-        self.project, self.gcs_topic, self.routes, self.log = project, gcs_topic, routes, log.bind(simulated=False)
+        self.project, self.gcs_topic, self.routes, self.log = (
+            project,
+            gcs_topic,
+            routes,
+            log.bind(simulated=False),
+        )
         self._futures: list[Any] = []
         self.delivered = 0
 
@@ -109,7 +132,9 @@ class EmulatorShim:
         if self.routes.requests_topic:
             sub = subscriber.subscription_path(self.project, f"{self.routes.requests_topic}-shim")
             topic_path = f"projects/{self.project}/topics/{self.routes.requests_topic}"
-            self._futures.append(subscriber.subscribe(sub, callback=lambda m: self._on_request(m, topic_path, sub)))
+            self._futures.append(
+                subscriber.subscribe(sub, callback=lambda m: self._on_request(m, topic_path, sub))
+            )
         return self
 
     def _on_gcs(self, message: Any) -> None:
@@ -135,8 +160,9 @@ class EmulatorShim:
 
     def _on_request(self, message: Any, topic_path: str, subscription: str) -> None:
         publish_time = message.publish_time.isoformat() if message.publish_time else _now()
-        event = message_published(topic_path, subscription, message.data, dict(message.attributes),
-                                  message.message_id, publish_time)
+        event = message_published(
+            topic_path, subscription, message.data, dict(message.attributes), message.message_id, publish_time
+        )
         if self.routes.intake_message_url and deliver(self.routes.intake_message_url, event):
             self.delivered += 1
             message.ack()
@@ -177,8 +203,13 @@ class BucketWatcher:
                     self._seen.add(key)
                     if self.routes.drop(bucket, blob.name):
                         continue
-                    obj = {"name": blob.name, "bucket": bucket, "generation": str(blob.generation),
-                           "size": str(blob.size or 0), "contentType": blob.content_type or ""}
+                    obj = {
+                        "name": blob.name,
+                        "bucket": bucket,
+                        "generation": str(blob.generation),
+                        "size": str(blob.size or 0),
+                        "contentType": blob.content_type or "",
+                    }
                     event = storage_event(bucket, obj, f"watch-{bucket}-{blob.generation}", _now())
                     for _ in range(5):
                         if deliver(url, event):

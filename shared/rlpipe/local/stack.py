@@ -109,10 +109,13 @@ class LocalStack:
             self.children["pubsub-emulator"] = self.pubsub.child
             self._create_topics()
             self.say(f"[local] Pub/Sub emulator on {self.pubsub.host}")
-        self.gcs = FakeGcs(self.logs, pubsub_project=c.project if use_pubsub else None,
-                           pubsub_topic=c.gcs_topic if use_pubsub else None,
-                           pubsub_host=self.pubsub.host if self.pubsub else None,
-                           die_with_parent=not c.detached).start()
+        self.gcs = FakeGcs(
+            self.logs,
+            pubsub_project=c.project if use_pubsub else None,
+            pubsub_topic=c.gcs_topic if use_pubsub else None,
+            pubsub_host=self.pubsub.host if self.pubsub else None,
+            die_with_parent=not c.detached,
+        ).start()
         self.children["fake-gcs-server"] = self.gcs.child
         self._create_buckets()
         self.say(f"[local] fake-gcs-server on {self.gcs.url}")
@@ -121,33 +124,73 @@ class LocalStack:
         function_urls = {name: f"http://127.0.0.1:{ports[name]}/" for name in FUNCTIONS}
         env = self._function_env(ports)
         core_config = {
-            "project": c.project, "location": c.location, "workflow": c.workflow,
-            "gcs_url": self.gcs.url, "pubsub_host": self.pubsub.host if self.pubsub else None,
-            "requests_bucket": c.requests_bucket, "artifacts_bucket": c.artifacts_bucket,
-            "requests_topic": c.requests_topic, "gcs_topic": c.gcs_topic,
-            "kube_port": ports["kube"], "grpc_port": ports["grpc"], "callback_port": ports["callback"],
-            "hub_port": ports["hub"], "hub_repos": list(DEMO_REPOS), "control_port": ports["control"],
-            "stage_url": function_urls["stage"], "functions": function_urls,
-            "timing": c.timing, "scenario_file": c.scenario_file, "faults": list(c.faults),
+            "project": c.project,
+            "location": c.location,
+            "workflow": c.workflow,
+            "gcs_url": self.gcs.url,
+            "pubsub_host": self.pubsub.host if self.pubsub else None,
+            "requests_bucket": c.requests_bucket,
+            "artifacts_bucket": c.artifacts_bucket,
+            "requests_topic": c.requests_topic,
+            "gcs_topic": c.gcs_topic,
+            "kube_port": ports["kube"],
+            "grpc_port": ports["grpc"],
+            "callback_port": ports["callback"],
+            "hub_port": ports["hub"],
+            "hub_repos": list(DEMO_REPOS),
+            "control_port": ports["control"],
+            "stage_url": function_urls["stage"],
+            "functions": function_urls,
+            "timing": c.timing,
+            "scenario_file": c.scenario_file,
+            "faults": list(c.faults),
             "ready_file": str(self.root / "core.ready"),
         }
         (self.root / "core.ready").unlink(missing_ok=True)
         (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
-        core = Child("core", [sys.executable, "-m", "rlpipe.local.core", str(self.root / "core.json")],
-                     log_path=self.logs / "core.log", env=env, cwd=ROOT, die_with_parent=not c.detached).start()
+        core = Child(
+            "core",
+            [sys.executable, "-m", "rlpipe.local.core", str(self.root / "core.json")],
+            log_path=self.logs / "core.log",
+            env=env,
+            cwd=ROOT,
+            die_with_parent=not c.detached,
+        ).start()
         self.children["core"] = core
         core.wait_ready(lambda: (self.root / "core.ready").exists(), timeout=60)
-        self.say(f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on 127.0.0.1:{ports['kube']}")
+        self.say(
+            f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on 127.0.0.1:{ports['kube']}"
+        )
         self.say(f"[local] Workflows engine on 127.0.0.1:{ports['grpc']}")
 
         for name, signature in FUNCTIONS.items():
-            argv = [sys.executable, "-m", "functions_framework", "--target", name, "--source",
-                    str(ROOT / "functions" / "main.py"), "--signature-type", signature,
-                    "--host", "127.0.0.1", "--port", str(ports[name])]
-            self.children[name] = Child(name, argv, log_path=self.logs / f"{name}.log", env=env, cwd=ROOT,
-                                        die_with_parent=not c.detached).start()
+            argv = [
+                sys.executable,
+                "-m",
+                "functions_framework",
+                "--target",
+                name,
+                "--source",
+                str(ROOT / "functions" / "main.py"),
+                "--signature-type",
+                signature,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(ports[name]),
+            ]
+            self.children[name] = Child(
+                name,
+                argv,
+                log_path=self.logs / f"{name}.log",
+                env=env,
+                cwd=ROOT,
+                die_with_parent=not c.detached,
+            ).start()
         for name in FUNCTIONS:
-            self.children[name].wait_ready(http_ready(function_urls[name], lambda status, body: True), timeout=120)
+            self.children[name].wait_ready(
+                http_ready(function_urls[name], lambda status, body: True), timeout=120
+            )
         self.say(f"[local] functions: {', '.join(FUNCTIONS)}")
 
         endpoints = {
@@ -163,7 +206,10 @@ class LocalStack:
         self.state = StackState(
             root=str(self.root),
             pids={name: child.proc.pid for name, child in self.children.items() if child.proc},
-            endpoints=endpoints, env=env, events="pubsub" if use_pubsub else "watcher", events_note=note,
+            endpoints=endpoints,
+            env=env,
+            events="pubsub" if use_pubsub else "watcher",
+            events_note=note,
         )
         self.state.save(state_path(self.root))
         return self.state
@@ -180,8 +226,9 @@ class LocalStack:
     def hub_release(self, repo: str) -> dict[str, Any]:
         """Push new weights to a repo of the Hub double (an upstream release)."""
         assert self.state is not None
-        response = requests.post(self.state.endpoints["simulator control"] + "/hub/release", json={"repo": repo},
-                                 timeout=10)
+        response = requests.post(
+            self.state.endpoints["simulator control"] + "/hub/release", json={"repo": repo}, timeout=10
+        )
         response.raise_for_status()
         return dict(response.json())
 
@@ -190,9 +237,14 @@ class LocalStack:
         from rlpipe.local.shim import deliver, message_published
 
         assert self.state is not None
-        event = message_published(f"projects/{self.config.project}/topics/rlpipe-upstream-tick",
-                                  "projects/local/subscriptions/tick", b"{}", {}, f"tick-{time.time_ns()}",
-                                  time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        event = message_published(
+            f"projects/{self.config.project}/topics/rlpipe-upstream-tick",
+            "projects/local/subscriptions/tick",
+            b"{}",
+            {},
+            f"tick-{time.time_ns()}",
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        )
         return 200 if deliver(self.state.endpoints["function upstream_poll"], event) else 500
 
     def stop(self) -> None:
@@ -233,16 +285,23 @@ class LocalStack:
                 publisher.create_topic(name=publisher.topic_path(self.config.project, topic))
         status_sub = subscriber.subscription_path(self.config.project, f"{self.config.status_topic}-cli")
         with contextlib.suppress(gexc.AlreadyExists):
-            subscriber.create_subscription(name=status_sub,
-                                           topic=publisher.topic_path(self.config.project, self.config.status_topic))
+            subscriber.create_subscription(
+                name=status_sub, topic=publisher.topic_path(self.config.project, self.config.status_topic)
+            )
 
     def _create_buckets(self) -> None:
         assert self.gcs is not None
         for bucket in (self.config.requests_bucket, self.config.artifacts_bucket):
-            response = requests.post(f"{self.gcs.url}/storage/v1/b", params={"project": self.config.project},
-                                     json={"name": bucket}, timeout=10)
+            response = requests.post(
+                f"{self.gcs.url}/storage/v1/b",
+                params={"project": self.config.project},
+                json={"name": bucket},
+                timeout=10,
+            )
             if response.status_code not in (200, 409):
-                raise RuntimeError(f"could not create bucket {bucket}: {response.status_code} {response.text}")
+                raise RuntimeError(
+                    f"could not create bucket {bucket}: {response.status_code} {response.text}"
+                )
 
     def _function_env(self, ports: dict[str, int]) -> dict[str, str]:
         c = self.config

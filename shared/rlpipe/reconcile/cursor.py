@@ -48,7 +48,9 @@ class Cursor:
         return cls(
             after=after if isinstance(after, str) else "",
             round=rnd if isinstance(rnd, int) and rnd >= 1 else 1,
-            round_started_at=data.get("round_started_at") if isinstance(data.get("round_started_at"), str) else None,
+            round_started_at=data.get("round_started_at")
+            if isinstance(data.get("round_started_at"), str)
+            else None,
             updated_at=data.get("updated_at") if isinstance(data.get("updated_at"), str) else None,
             last_pass=last_pass if isinstance(last_pass, dict) else {},
         )
@@ -84,4 +86,3 @@ class CursorStore:
 def describe(cursor: Cursor) -> str:
     where = f"after {cursor.after}" if cursor.after else "from the start"
     return f"round {cursor.round}, {where}"
-

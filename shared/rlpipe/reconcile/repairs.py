@@ -72,8 +72,9 @@ class Repairs:
         if result.outcome != "started":
             return Outcome(action.run_id, action, "noop", f"{result.outcome}: execution {result.execution}")
         done = f"started execution {result.execution}"
-        self.ledger.note(action.run_id, action.event, {"found": action.found, "done": done,
-                                                         "execution": result.execution})
+        self.ledger.note(
+            action.run_id, action.event, {"found": action.found, "done": done, "execution": result.execution}
+        )
         return Outcome(action.run_id, action, "done", done)
 
     # ---- 2. finish a run whose execution ended --------------------------------------------------
@@ -90,19 +91,37 @@ class Repairs:
             applied.append(True)
             return action.event
 
-        updated = self.ledger.update(action.run_id, change, detail=lambda r: {
-            "state": r.state, "failure": r.failure.model_dump() if r.failure else None,
-            "found": action.found, "done": action.do, "execution": action.execution})
+        updated = self.ledger.update(
+            action.run_id,
+            change,
+            detail=lambda r: {
+                "state": r.state,
+                "failure": r.failure.model_dump() if r.failure else None,
+                "found": action.found,
+                "done": action.do,
+                "execution": action.execution,
+            },
+        )
         if not applied:
             return Outcome(action.run_id, action, "noop", f"run is {updated.state} (changed meanwhile)")
         self._notify(updated, log)
         deleted = self.cluster.delete_run(action.run_id)
         if deleted:
-            self.ledger.note(action.run_id, "reconcile-deleted", {
-                "found": f"the run is {updated.state} and still has workloads", "done": f"deleted {', '.join(deleted)}",
-                "deleted": deleted})
-        return Outcome(action.run_id, action, "done", f"marked {updated.state}"
-                       + (f"; deleted {', '.join(deleted)}" if deleted else ""))
+            self.ledger.note(
+                action.run_id,
+                "reconcile-deleted",
+                {
+                    "found": f"the run is {updated.state} and still has workloads",
+                    "done": f"deleted {', '.join(deleted)}",
+                    "deleted": deleted,
+                },
+            )
+        return Outcome(
+            action.run_id,
+            action,
+            "done",
+            f"marked {updated.state}" + (f"; deleted {', '.join(deleted)}" if deleted else ""),
+        )
 
     def _notify(self, record: RunRecord, log: Logger) -> None:
         from rlpipe.control.stage import status_message
@@ -128,8 +147,18 @@ class Repairs:
             return Outcome(action.run_id, action, "noop", "already gone")
         done = f"deleted {w.kind} {w.name}"
         if action.run_known:
-            self.ledger.note(action.run_id, action.event, {"found": action.found, "done": done, "kind": w.kind,
-                                                             "workload": w.name, "stage": w.stage, "attempt": w.attempt})
+            self.ledger.note(
+                action.run_id,
+                action.event,
+                {
+                    "found": action.found,
+                    "done": done,
+                    "kind": w.kind,
+                    "workload": w.name,
+                    "stage": w.stage,
+                    "attempt": w.attempt,
+                },
+            )
         return Outcome(action.run_id, action, "done", done)
 
     # ---- 4. report a stuck workload -------------------------------------------------------------
@@ -143,8 +172,14 @@ class Repairs:
             done = f"reported to {topic}; left it alone"
         else:
             done = "no status topic configured: recorded here only; left it alone"
-        self.ledger.note(action.run_id, action.event, {"found": action.found, "done": done,
-                                                         "message": action.message["message"]})
-        log.warning("stuck workload", workload=action.workload.name if action.workload else None,
-                    detail=action.message["message"])
+        self.ledger.note(
+            action.run_id,
+            action.event,
+            {"found": action.found, "done": done, "message": action.message["message"]},
+        )
+        log.warning(
+            "stuck workload",
+            workload=action.workload.name if action.workload else None,
+            detail=action.message["message"],
+        )
         return Outcome(action.run_id, action, "done", done)

@@ -44,18 +44,33 @@ class PassReport:
 
     def summary(self) -> dict[str, Any]:
         """What the cursor keeps of this pass, and what the function logs."""
-        return {"examined": self.examined, "workloads": self.workloads, "actions": self.counts(),
-                "errors": len(self.errors) + len(self.problems), "round_complete": self.round_complete,
-                "stopped": self.stopped, "seconds": round(self.seconds, 3), "dry_run": self.dry_run}
+        return {
+            "examined": self.examined,
+            "workloads": self.workloads,
+            "actions": self.counts(),
+            "errors": len(self.errors) + len(self.problems),
+            "round_complete": self.round_complete,
+            "stopped": self.stopped,
+            "seconds": round(self.seconds, 3),
+            "dry_run": self.dry_run,
+        }
 
     def render(self) -> str:
         mode = "reconcile (dry run: nothing is changed)" if self.dry_run else "reconcile"
         where = describe(self.cursor_before)
-        end = "end of round" if self.round_complete else (
-            f"stopped by the time budget after {self.cursor_after.after}" if self.stopped and self.cursor_after
-            else "stopped early")
-        lines = [f"{mode}: {self.examined} ledgers ({where}; {end}), {self.workloads} workloads, "
-                 f"{self.seconds:.1f}s"]
+        end = (
+            "end of round"
+            if self.round_complete
+            else (
+                f"stopped by the time budget after {self.cursor_after.after}"
+                if self.stopped and self.cursor_after
+                else "stopped early"
+            )
+        )
+        lines = [
+            f"{mode}: {self.examined} ledgers ({where}; {end}), {self.workloads} workloads, "
+            f"{self.seconds:.1f}s"
+        ]
         acted = [o for o in self.outcomes if o.status != "noop" or o.detail]
         lines += [f"  {o.line()}" for o in acted] or ["  nothing to do"]
         lines += [f"  ERROR {p}" for p in self.problems]
@@ -63,5 +78,7 @@ class PassReport:
             saved = "saved" if self.cursor_saved else "NOT saved (another pass moved it)"
             lines.append(f"next pass: {describe(self.cursor_after)} (cursor {saved})")
         elif self.cursor_after is not None:
-            lines.append(f"a real pass would continue with {describe(self.cursor_after)} (cursor not written)")
+            lines.append(
+                f"a real pass would continue with {describe(self.cursor_after)} (cursor not written)"
+            )
         return "\n".join(lines)

@@ -67,7 +67,9 @@ class Action:
             return f"reconcile-{self.outcome}"
         if self.kind == "report" and self.workload:
             return f"reconcile-stuck-{self.workload.name}"
-        return {"start": "reconcile-started", "delete": "reconcile-deleted"}.get(self.kind, f"reconcile-{self.kind}")
+        return {"start": "reconcile-started", "delete": "reconcile-deleted"}.get(
+            self.kind, f"reconcile-{self.kind}"
+        )
 
     def line(self) -> str:
         subject = f"{self.workload.kind} {self.workload.name}" if self.workload else f"run {self.run_id}"
@@ -75,6 +77,7 @@ class Action:
 
 
 # ---- 1. claims that never started -------------------------------------------------------------
+
 
 def claim_action(record: RunRecord, now: float, *, min_age: float) -> Action | None:
     if record.state != "accepted" or record.execution.name:
@@ -85,14 +88,20 @@ def claim_action(record: RunRecord, now: float, *, min_age: float) -> Action | N
     lease = record.execution.lease_until
     if record.execution.lease_holder and lease is not None and lease > now:
         return None  # a start is in progress right now
-    return Action("start", record.run_id,
-                  found=f"claimed {duration(age)} ago, no execution, no live start lease",
-                  do="start its execution (intake's start path, same lease)")
+    return Action(
+        "start",
+        record.run_id,
+        found=f"claimed {duration(age)} ago, no execution, no live start lease",
+        do="start its execution (intake's start path, same lease)",
+    )
 
 
 # ---- 2. ledgers against executions ------------------------------------------------------------
 
-def execution_action(record: RunRecord, info: ExecutionInfo | None, export: Completeness | None) -> Action | None:
+
+def execution_action(
+    record: RunRecord, info: ExecutionInfo | None, export: Completeness | None
+) -> Action | None:
     """``info`` is None when the recorded execution does not exist; ``export`` is read only for
     a SUCCEEDED execution."""
     name = record.execution.name
@@ -101,33 +110,63 @@ def execution_action(record: RunRecord, info: ExecutionInfo | None, export: Comp
     short = name.rsplit("/", 1)[-1]
 
     def finish(outcome: str, found: str, failure: dict[str, Any] | None) -> Action:
-        do = f"mark the run {outcome}" + (f" ({failure['message']})" if failure else "") + \
-             ", publish its status, delete its workloads"
-        return Action("finish", record.run_id, found=found, do=do, execution=name, outcome=outcome,
-                      failure=failure)
+        do = (
+            f"mark the run {outcome}"
+            + (f" ({failure['message']})" if failure else "")
+            + ", publish its status, delete its workloads"
+        )
+        return Action(
+            "finish", record.run_id, found=found, do=do, execution=name, outcome=outcome, failure=failure
+        )
 
     if info is None:
-        return finish("failed", f"state {record.state}, execution {short} no longer exists", {
-            "tag": "permanent", "stage": record.stage, "attempt": record.attempt or None,
-            "message": f"workflow execution {short} no longer exists; nothing drives this run"})
+        return finish(
+            "failed",
+            f"state {record.state}, execution {short} no longer exists",
+            {
+                "tag": "permanent",
+                "stage": record.stage,
+                "attempt": record.attempt or None,
+                "message": f"workflow execution {short} no longer exists; nothing drives this run",
+            },
+        )
     if info.state == "FAILED":
-        return finish("failed", f"state {record.state}, execution {short} FAILED",
-                      execution_failure(info, record))
+        return finish(
+            "failed", f"state {record.state}, execution {short} FAILED", execution_failure(info, record)
+        )
     if info.state == "CANCELLED":
         why = _payload_message(info.error)
-        return finish("cancelled", f"state {record.state}, execution {short} CANCELLED", {
-            "tag": "cancelled", "stage": record.stage, "attempt": record.attempt or None,
-            "message": _bounded(f"workflow execution {short} was cancelled" + (f": {why}" if why else ""))})
+        return finish(
+            "cancelled",
+            f"state {record.state}, execution {short} CANCELLED",
+            {
+                "tag": "cancelled",
+                "stage": record.stage,
+                "attempt": record.attempt or None,
+                "message": _bounded(
+                    f"workflow execution {short} was cancelled" + (f": {why}" if why else "")
+                ),
+            },
+        )
     if info.state == "SUCCEEDED":
         found = f"state {record.state}, execution {short} SUCCEEDED"
         if export is not None and export.complete and record.state == "exporting":
             return finish("succeeded", f"{found}, export complete ({export.reason})", None)
-        why = (f"the export is complete but the ledger never reached exporting (it is {record.state})"
-               if export is not None and export.complete else
-               f"the export is incomplete: {export.reason if export else 'not checked'}")
-        return finish("failed", f"{found}, {why}", {
-            "tag": "permanent", "stage": "export", "attempt": None,
-            "message": _bounded(f"workflow execution {short} succeeded but {why}")})
+        why = (
+            f"the export is complete but the ledger never reached exporting (it is {record.state})"
+            if export is not None and export.complete
+            else f"the export is incomplete: {export.reason if export else 'not checked'}"
+        )
+        return finish(
+            "failed",
+            f"{found}, {why}",
+            {
+                "tag": "permanent",
+                "stage": "export",
+                "attempt": None,
+                "message": _bounded(f"workflow execution {short} succeeded but {why}"),
+            },
+        )
     return None  # ACTIVE (or QUEUED): the workflow owns the run
 
 
@@ -144,8 +183,12 @@ def execution_failure(info: ExecutionInfo, record: RunRecord) -> dict[str, Any]:
         raw = payload.get("attempt")
         attempt = int(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else attempt
     message = _payload_message(info.error) or "no error payload"
-    return {"tag": tag, "stage": stage, "attempt": attempt,
-            "message": _bounded(f"workflow execution {short} failed: {message}")}
+    return {
+        "tag": tag,
+        "stage": stage,
+        "attempt": attempt,
+        "message": _bounded(f"workflow execution {short} failed: {message}"),
+    }
 
 
 def _payload(error: str | None) -> Any:
@@ -171,47 +214,88 @@ def _bounded(text: str) -> str:
 
 # ---- 3. orphaned workloads --------------------------------------------------------------------
 
+
 def workload_action(obj: RunObject, record: RunRecord | None) -> Action | None:
     if obj.deleting:
         return None  # its deletion is already under way
     workload = Workload.of(obj)
     what = f"{obj.kind} {obj.name}"
     if record is None:
-        return Action("delete", obj.run_id or "?", found=f"{obj.phase} workload of unknown run "
-                      f"{obj.run_id or '(empty label)'} (no ledger)", do=f"delete {what}", workload=workload,
-                      run_known=False)
+        return Action(
+            "delete",
+            obj.run_id or "?",
+            found=f"{obj.phase} workload of unknown run {obj.run_id or '(empty label)'} (no ledger)",
+            do=f"delete {what}",
+            workload=workload,
+            run_known=False,
+        )
     if record.terminal:
-        return Action("delete", obj.run_id, found=f"{obj.phase} workload of a {record.state} run",
-                      do=f"delete {what}", workload=workload)
+        return Action(
+            "delete",
+            obj.run_id,
+            found=f"{obj.phase} workload of a {record.state} run",
+            do=f"delete {what}",
+            workload=workload,
+        )
     current = record.current_attempt(obj.stage) if obj.stage else None
     if current is not None and obj.attempt is not None and obj.attempt < current.attempt:
-        return Action("delete", obj.run_id, found=f"attempt {obj.attempt} of {obj.stage}; the run's current "
-                      f"attempt is {current.attempt}", do=f"delete {what}", workload=workload)
+        return Action(
+            "delete",
+            obj.run_id,
+            found=f"attempt {obj.attempt} of {obj.stage}; the run's current attempt is {current.attempt}",
+            do=f"delete {what}",
+            workload=workload,
+        )
     return None
 
 
 # ---- 4. stuck workloads -----------------------------------------------------------------------
 
+
 def stuck_action(obj: RunObject, record: RunRecord, now: float, deadline: float | None) -> Action | None:
     """A current workload queued or running past its stage deadline (measured from the stage's
     first launch, as the ``stage`` function measures it): reported, never touched."""
-    if obj.deleting or record.terminal or obj.phase not in ("queued", "running") or not obj.stage or not deadline:
+    if (
+        obj.deleting
+        or record.terminal
+        or obj.phase not in ("queued", "running")
+        or not obj.stage
+        or not deadline
+    ):
         return None
     launches = [epoch(a.launched_at) for a in record.attempts if a.stage == obj.stage]
     since = min(launches) if launches else (obj.created_at.timestamp() if obj.created_at else None)
     if since is None or now - since <= deadline:
         return None
     age = now - since
-    text = (f"run {record.run_id}: {obj.stage} workload {obj.kind} {obj.name} has been {obj.phase} for "
-            f"{duration(age)} since the stage's first launch, past its {duration(deadline)} deadline; "
-            f"the reconciler reports it and leaves it alone")
-    message = {"run_id": record.run_id, "state": record.state, "event": "stuck", "message": text,
-               "stage": obj.stage, "attempt": obj.attempt, "workload": obj.name, "kind": obj.kind,
-               "phase": obj.phase, "age_seconds": round(age), "deadline_seconds": round(deadline),
-               "request_id": record.request.get("request_id"), "model": record.request.get("model")}
-    return Action("report", record.run_id, found=f"{obj.phase} for {duration(age)}, past the {obj.stage} "
-                  f"deadline of {duration(deadline)}", do="report it in a status message; leave it alone",
-                  workload=Workload.of(obj), message=message)
+    text = (
+        f"run {record.run_id}: {obj.stage} workload {obj.kind} {obj.name} has been {obj.phase} for "
+        f"{duration(age)} since the stage's first launch, past its {duration(deadline)} deadline; "
+        f"the reconciler reports it and leaves it alone"
+    )
+    message = {
+        "run_id": record.run_id,
+        "state": record.state,
+        "event": "stuck",
+        "message": text,
+        "stage": obj.stage,
+        "attempt": obj.attempt,
+        "workload": obj.name,
+        "kind": obj.kind,
+        "phase": obj.phase,
+        "age_seconds": round(age),
+        "deadline_seconds": round(deadline),
+        "request_id": record.request.get("request_id"),
+        "model": record.request.get("model"),
+    }
+    return Action(
+        "report",
+        record.run_id,
+        found=f"{obj.phase} for {duration(age)}, past the {obj.stage} deadline of {duration(deadline)}",
+        do="report it in a status message; leave it alone",
+        workload=Workload.of(obj),
+        message=message,
+    )
 
 
 def stage_deadline(record: RunRecord, stage: str) -> float | None:
@@ -227,6 +311,7 @@ def stage_deadline(record: RunRecord, stage: str) -> float | None:
 
 
 # ---- small helpers ----------------------------------------------------------------------------
+
 
 def epoch(timestamp: str) -> float:
     """A ledger timestamp (``now()`` format) as seconds since the epoch."""

@@ -68,8 +68,14 @@ class Reconciler:
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.page_size < 1:
             raise ValueError("concurrency and page_size must be >= 1")
-        self.repairs = Repairs(settings=self.settings, ledger=self.ledger, cluster=self.cluster,
-                               intake=self.intake, log=self.log, publish=self.publish)
+        self.repairs = Repairs(
+            settings=self.settings,
+            ledger=self.ledger,
+            cluster=self.cluster,
+            intake=self.intake,
+            log=self.log,
+            publish=self.publish,
+        )
 
     @property
     def store(self) -> blobstore.BlobStore:
@@ -92,18 +98,32 @@ class Reconciler:
             report.cursor_saved = cursors.save(report.cursor_after, generation)
             if not report.cursor_saved:
                 self.log.warning("the cursor moved during this pass (another reconciler?); leaving it")
-        self.log.info("reconcile pass", **report.summary(), cursor=report.cursor_after.after,
-                      round=report.cursor_after.round)
+        self.log.info(
+            "reconcile pass",
+            **report.summary(),
+            cursor=report.cursor_after.after,
+            round=report.cursor_after.round,
+        )
         return report
 
     def _next_cursor(self, cursor: Cursor, after: str, report: PassReport) -> Cursor:
         stamp = now()
         began = cursor.round_started_at or stamp
         if report.round_complete:
-            return Cursor(after="", round=cursor.round + 1, round_started_at=None, updated_at=stamp,
-                          last_pass=report.summary())
-        return Cursor(after=after, round=cursor.round, round_started_at=began, updated_at=stamp,
-                      last_pass=report.summary())
+            return Cursor(
+                after="",
+                round=cursor.round + 1,
+                round_started_at=None,
+                updated_at=stamp,
+                last_pass=report.summary(),
+            )
+        return Cursor(
+            after=after,
+            round=cursor.round,
+            round_started_at=began,
+            updated_at=stamp,
+            last_pass=report.summary(),
+        )
 
     def _out_of_time(self, deadline: float) -> bool:
         return self.clock() >= deadline
@@ -113,7 +133,9 @@ class Reconciler:
 
     # ---- workloads: orphans and stuck ones --------------------------------------------------------
 
-    def _workloads(self, pool: ThreadPoolExecutor, report: PassReport, deadline: float, dry_run: bool) -> None:
+    def _workloads(
+        self, pool: ThreadPoolExecutor, report: PassReport, deadline: float, dry_run: bool
+    ) -> None:
         if self._out_of_time(deadline):
             report.stopped = "budget"
             return
@@ -132,7 +154,9 @@ class Reconciler:
             else:
                 records[run_id] = got
         readable = [o for o in objects if not o.run_id or o.run_id in records]
-        results = pool.map(lambda o: self._one_workload(o, records.get(o.run_id), deadline, dry_run), readable)
+        results = pool.map(
+            lambda o: self._one_workload(o, records.get(o.run_id), deadline, dry_run), readable
+        )
         report.outcomes.extend(o for o in results if o is not None)
 
     def _read(self, run_id: str) -> RunRecord | Exception | None:
@@ -141,14 +165,17 @@ class Reconciler:
         except Exception as exc:
             return exc
 
-    def _one_workload(self, obj: RunObject, record: RunRecord | None, deadline: float,
-                      dry_run: bool) -> Outcome | None:
+    def _one_workload(
+        self, obj: RunObject, record: RunRecord | None, deadline: float, dry_run: bool
+    ) -> Outcome | None:
         if self._out_of_time(deadline):
             return None  # every pass sees every workload: the next one covers it
         try:
             action = rules.workload_action(obj, record)
             if action is None and record is not None and obj.stage:
-                action = rules.stuck_action(obj, record, self.clock(), rules.stage_deadline(record, obj.stage))
+                action = rules.stuck_action(
+                    obj, record, self.clock(), rules.stage_deadline(record, obj.stage)
+                )
                 if action is not None and self.ledger.has_event(record.run_id, action.event):
                     action = None  # reported once already; the history says so
         except Exception as exc:
@@ -157,8 +184,9 @@ class Reconciler:
 
     # ---- ledgers: claims and finished executions ----------------------------------------------------
 
-    def _ledgers(self, pool: ThreadPoolExecutor, after: str, report: PassReport, deadline: float,
-                 dry_run: bool) -> str:
+    def _ledgers(
+        self, pool: ThreadPoolExecutor, after: str, report: PassReport, deadline: float, dry_run: bool
+    ) -> str:
         """Handle ledgers after ``after`` until the listing ends or time runs out; returns the new
         position: every run id up to it (in listing order) has been handled."""
         while True:
@@ -213,13 +241,21 @@ class Reconciler:
 
 # ---- wiring -------------------------------------------------------------------------------------
 
+
 def from_services(log: Logger, **overrides: Any) -> Reconciler:
     """The function's reconciler: the process's cached clients (``services``), ``notify`` to publish."""
     from rlpipe.control import notify, services
 
-    return Reconciler(settings=services.settings(), ledger=services.ledger(), orchestrator=services.orchestrator(),
-                      cluster=services.cluster(), intake=services.intake(log), log=log, publish=notify.publish,
-                      **overrides)
+    return Reconciler(
+        settings=services.settings(),
+        ledger=services.ledger(),
+        orchestrator=services.orchestrator(),
+        cluster=services.cluster(),
+        intake=services.intake(log),
+        log=log,
+        publish=notify.publish,
+        **overrides,
+    )
 
 
 def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
@@ -230,11 +266,23 @@ def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
     client = blobstore.make_client(settings.project)
     ledger = Ledger(blobstore.BlobStore(client, settings.artifacts_bucket))
     orchestrator = Orchestrator(settings)
-    intake = Intake(requests=blobstore.BlobStore(client, settings.requests_bucket), ledger=ledger,
-                    orchestrator=orchestrator, log=log, lease_seconds=settings.start_lease_seconds)
-    return Reconciler(settings=settings, ledger=ledger, orchestrator=orchestrator,
-                      cluster=ClusterClient.from_settings(settings), intake=intake, log=log,
-                      publish=notify.publish, **overrides)
+    intake = Intake(
+        requests=blobstore.BlobStore(client, settings.requests_bucket),
+        ledger=ledger,
+        orchestrator=orchestrator,
+        log=log,
+        lease_seconds=settings.start_lease_seconds,
+    )
+    return Reconciler(
+        settings=settings,
+        ledger=ledger,
+        orchestrator=orchestrator,
+        cluster=ClusterClient.from_settings(settings),
+        intake=intake,
+        log=log,
+        publish=notify.publish,
+        **overrides,
+    )
 
 
 def on_tick(data: Any, log: Logger) -> PassReport:

@@ -103,8 +103,10 @@ class HubReader:
     # ---- the calls ------------------------------------------------------------------------------
 
     def head(self, repo: str, branch: str) -> Head:
-        info = self._call(f"{repo}@{branch}", lambda: self.api.model_info(
-            repo, revision=branch, files_metadata=True, timeout=self.timeout))
+        info = self._call(
+            f"{repo}@{branch}",
+            lambda: self.api.model_info(repo, revision=branch, files_metadata=True, timeout=self.timeout),
+        )
         if not info.sha:
             raise Unavailable(f"Hugging Face returned no commit sha for {repo}@{branch}")
         return Head(info.sha, info.last_modified, file_ids(info.siblings or []))
@@ -124,8 +126,12 @@ class HubReader:
         Downloaded into a fresh temporary cache: nothing stale survives between polls, and a Cloud
         Function's only writable disk is memory anyway."""
         with tempfile.TemporaryDirectory(prefix="rlpipe-hf-") as cache:
-            local = self._call(f"{repo}@{sha}:{path}", lambda: self.api.hf_hub_download(
-                repo, path, revision=sha, cache_dir=cache, tqdm_class=_quiet_tqdm()))
+            local = self._call(
+                f"{repo}@{sha}:{path}",
+                lambda: self.api.hf_hub_download(
+                    repo, path, revision=sha, cache_dir=cache, tqdm_class=_quiet_tqdm()
+                ),
+            )
             file = Path(local)
             # ValueError (not a HubProblem): the Hub answered fine, the uploaded file is what is wrong.
             if file.stat().st_size > MAX_INDEX_BYTES:
@@ -155,7 +161,9 @@ class HubReader:
                 until = self.clock() + timedelta(seconds=reset)
                 raise RateLimited(
                     f"rate limited by Hugging Face for {what}; the window resets at "
-                    f"{until.strftime('%H:%M:%S UTC')}, retried at the next tick", until) from exc
+                    f"{until.strftime('%H:%M:%S UTC')}, retried at the next tick",
+                    until,
+                ) from exc
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -202,7 +210,9 @@ def classify(exc: BaseException, what: str) -> HubProblem:
     if find(hf.RevisionNotFoundError):
         return NotFound(f"{what}: no such branch or commit")
     if find(hf.RepositoryNotFoundError):
-        return NotFound(f"{what}: the repo does not exist, or is private and the pipeline's token cannot see it")
+        return NotFound(
+            f"{what}: the repo does not exist, or is private and the pipeline's token cannot see it"
+        )
     if find(hf.RemoteEntryNotFoundError):
         return NotFound(f"{what}: no such file")
     http = find(hf.HfHubHTTPError)
@@ -213,8 +223,11 @@ def classify(exc: BaseException, what: str) -> HubProblem:
         return Unavailable(f"{what}: Hugging Face answered {status}")
     if status is not None:
         return Refused(f"{what}: Hugging Face answered {status}")
-    if any(isinstance(e, (OSError, TimeoutError)) or type(e).__module__.split(".")[0].startswith(("httpx", "httpcore"))
-           for e in chain):
+    if any(
+        isinstance(e, (OSError, TimeoutError))
+        or type(e).__module__.split(".")[0].startswith(("httpx", "httpcore"))
+        for e in chain
+    ):
         return Unavailable(f"{what}: could not reach Hugging Face ({type(exc).__name__})")
     return Refused(f"{what}: {type(exc).__name__}: {exc}")
 

@@ -77,8 +77,9 @@ class Poller:
     clock: Callable[[], datetime] = utc_now
     after_submit: Callable[[IntakeResult], None] | None = None  # test hook: a crash between intake and state
 
-    def poll(self, watch: WatchList, *, repo: str | None = None, branch: str | None = None,
-             dry_run: bool = False) -> PollReport:
+    def poll(
+        self, watch: WatchList, *, repo: str | None = None, branch: str | None = None, dry_run: bool = False
+    ) -> PollReport:
         """One cycle over the enabled entries (optionally one repo/branch only)."""
         if not dry_run and self.intake is None:
             raise ValueError("a poll that may submit needs an intake")
@@ -87,21 +88,40 @@ class Poller:
             if (repo is None or bad.hf_repo == repo) and (branch is None or bad.branch == branch):
                 outcomes.append(self._rejected(bad))
         for entry in watch.entries:
-            if (repo is not None and entry.hf_repo != repo) or (branch is not None and entry.branch != branch):
+            if (repo is not None and entry.hf_repo != repo) or (
+                branch is not None and entry.branch != branch
+            ):
                 continue
             try:
                 outcome = self._poll_entry(entry, dry_run)
             except Exception as exc:  # one entry's surprise must not cost the others their tick
-                self.log.error("upstream poll failed", repo=entry.hf_repo, branch=entry.branch,
-                               error=f"{type(exc).__name__}: {exc}")
-                outcome = EntryOutcome(entry.hf_repo, entry.branch, "error",
-                                       f"unexpected {type(exc).__name__}: {exc}; retried at the next tick",
-                                       reason="unexpected", watch=entry.key)
+                self.log.error(
+                    "upstream poll failed",
+                    repo=entry.hf_repo,
+                    branch=entry.branch,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                outcome = EntryOutcome(
+                    entry.hf_repo,
+                    entry.branch,
+                    "error",
+                    f"unexpected {type(exc).__name__}: {exc}; retried at the next tick",
+                    reason="unexpected",
+                    watch=entry.key,
+                )
             outcomes.append(outcome)
         for o in outcomes:
             level = {"error": "ERROR", "no-access": "WARNING"}.get(o.outcome, "INFO")
-            self.log.log(level, f"upstream {o.outcome}: {o.detail}", repo=o.repo, branch=o.branch, sha=o.sha,
-                         reason=o.reason, run_id=o.run_id, dry_run=dry_run)
+            self.log.log(
+                level,
+                f"upstream {o.outcome}: {o.detail}",
+                repo=o.repo,
+                branch=o.branch,
+                sha=o.sha,
+                reason=o.reason,
+                run_id=o.run_id,
+                dry_run=dry_run,
+            )
         return PollReport(tuple(outcomes), dry_run, self.clock().isoformat())
 
     # ---- one entry --------------------------------------------------------------------------
@@ -117,14 +137,22 @@ class Poller:
             return self._hub_problem(entry, state, None, exc, dry_run)
         s = short(head.sha)
         if state is None or state.baseline is None:
-            detail = (f"baseline {s}: first poll of this watch entry; later commits that change "
-                      "trigger files start runs")
+            detail = (
+                f"baseline {s}: first poll of this watch entry; later commits that change "
+                "trigger files start runs"
+            )
             self._record(entry, dry_run, lambda st: _baseline(st, head, detail))
             return out("ignored", detail, sha=head.sha, reason="baseline")
         if state.examined is not None and state.examined.sha == head.sha:
-            return out("ignored", _unchanged(state), sha=head.sha, reason="unchanged",
-                       run_id=state.last_release.run_id if state.examined.outcome == "released" and
-                       state.last_release else None)
+            return out(
+                "ignored",
+                _unchanged(state),
+                sha=head.sha,
+                reason="unchanged",
+                run_id=state.last_release.run_id
+                if state.examined.outcome == "released" and state.last_release
+                else None,
+            )
         trigger = diff(state.baseline.files, head.files, matcher(entry.trigger_files))
         if not trigger:
             compared = state.baseline
@@ -140,23 +168,45 @@ class Poller:
         except HubProblem as exc:
             return self._hub_problem(entry, state, head.sha, exc, dry_run)
         except ValueError as exc:
-            return out("error", f"release {s}: {exc}; checked again at the next tick", sha=head.sha,
-                       reason="bad-index", changed=trigger.names)
+            return out(
+                "error",
+                f"release {s}: {exc}; checked again at the next tick",
+                sha=head.sha,
+                reason="bad-index",
+                changed=trigger.names,
+            )
         if not any(name.endswith(WEIGHT_SUFFIX) for name in head.files):
-            return out("waiting", f"waiting: {s} has no {WEIGHT_SUFFIX} weights (old shards deleted before the "
-                       "new ones landed?)", sha=head.sha, reason="no-weights", changed=trigger.names)
+            return out(
+                "waiting",
+                f"waiting: {s} has no {WEIGHT_SUFFIX} weights (old shards deleted before the "
+                "new ones landed?)",
+                sha=head.sha,
+                reason="no-weights",
+                changed=trigger.names,
+            )
         if missing:
-            return out("waiting", f"waiting: upload in progress: {len(missing)} of {total} shards named in "
-                       f"{INDEX} are missing at {s} ({', '.join(missing[:3])}"
-                       f"{' …' if len(missing) > 3 else ''})", sha=head.sha, reason="upload-in-progress",
-                       changed=trigger.names)
+            return out(
+                "waiting",
+                f"waiting: upload in progress: {len(missing)} of {total} shards named in "
+                f"{INDEX} are missing at {s} ({', '.join(missing[:3])}"
+                f"{' …' if len(missing) > 3 else ''})",
+                sha=head.sha,
+                reason="upload-in-progress",
+                changed=trigger.names,
+            )
         if committed is not None:
             until = committed + timedelta(minutes=entry.debounce_minutes)
             if self.clock() < until:
-                return out("waiting", f"waiting: debounce until {hhmm(until)} (release {s} committed at "
-                           f"{hhmm(committed)}; {entry.debounce_minutes} quiet minutes let multi-commit "
-                           "uploads settle)", sha=head.sha, reason="debounce", wait_until=until.isoformat(),
-                           changed=trigger.names)
+                return out(
+                    "waiting",
+                    f"waiting: debounce until {hhmm(until)} (release {s} committed at "
+                    f"{hhmm(committed)}; {entry.debounce_minutes} quiet minutes let multi-commit "
+                    "uploads settle)",
+                    sha=head.sha,
+                    reason="debounce",
+                    wait_until=until.isoformat(),
+                    changed=trigger.names,
+                )
         return self._release(entry, head, trigger, dry_run)
 
     def _missing_shards(self, entry: WatchEntry, head: Head) -> tuple[list[str], int]:
@@ -174,12 +224,24 @@ class Poller:
         try:
             request = validate_request(doc)
         except RequestInvalid as exc:
-            return out("error", f"{what}, but the template no longer makes a valid request "
-                       f"({len(exc.problems)} problems); fix the watch entry", sha=head.sha,
-                       reason="invalid-request", problems=tuple(exc.problems), changed=trigger.names)
+            return out(
+                "error",
+                f"{what}, but the template no longer makes a valid request "
+                f"({len(exc.problems)} problems); fix the watch entry",
+                sha=head.sha,
+                reason="invalid-request",
+                problems=tuple(exc.problems),
+                changed=trigger.names,
+            )
         if dry_run:
-            return out("released", f"would start run {run_id}: {what}", sha=head.sha, reason="release",
-                       run_id=run_id, changed=trigger.names)
+            return out(
+                "released",
+                f"would start run {run_id}: {what}",
+                sha=head.sha,
+                reason="release",
+                run_id=run_id,
+                changed=trigger.names,
+            )
         assert self.intake is not None
         log = self.log.bind(repo=entry.hf_repo, sha=head.sha)
         result = self.intake.submit(
@@ -193,33 +255,64 @@ class Poller:
         if self.after_submit is not None:
             self.after_submit(result)
         if result.outcome in ACCEPTED:
-            detail = f"{what}; run {result.run_id}" + (" (already started)" if result.outcome == "duplicate" else "")
-            self._record(entry, dry_run, lambda st: _released(st, head, result.run_id or run_id, key, trigger, detail))
-            return out("released", detail, sha=head.sha, reason="release", run_id=result.run_id,
-                       changed=trigger.names)
+            detail = f"{what}; run {result.run_id}" + (
+                " (already started)" if result.outcome == "duplicate" else ""
+            )
+            self._record(
+                entry, dry_run, lambda st: _released(st, head, result.run_id or run_id, key, trigger, detail)
+            )
+            return out(
+                "released",
+                detail,
+                sha=head.sha,
+                reason="release",
+                run_id=result.run_id,
+                changed=trigger.names,
+            )
         if result.outcome == "start-in-progress":
-            return out("waiting", f"waiting: run {result.run_id} for release {short(head.sha)} is being started "
-                       "by another poll; confirmed at the next tick", sha=head.sha, reason="start-in-progress",
-                       run_id=result.run_id, changed=trigger.names)
-        return out("error", f"{what}, but intake answered {result.outcome}: {result.detail}", sha=head.sha,
-                   reason=f"intake-{result.outcome}", run_id=result.run_id, changed=trigger.names)
+            return out(
+                "waiting",
+                f"waiting: run {result.run_id} for release {short(head.sha)} is being started "
+                "by another poll; confirmed at the next tick",
+                sha=head.sha,
+                reason="start-in-progress",
+                run_id=result.run_id,
+                changed=trigger.names,
+            )
+        return out(
+            "error",
+            f"{what}, but intake answered {result.outcome}: {result.detail}",
+            sha=head.sha,
+            reason=f"intake-{result.outcome}",
+            run_id=result.run_id,
+            changed=trigger.names,
+        )
 
     # ---- failures ---------------------------------------------------------------------------
 
-    def _hub_problem(self, entry: WatchEntry, state: WatchState | None, sha: str | None, exc: HubProblem,
-                     dry_run: bool) -> EntryOutcome:
+    def _hub_problem(
+        self, entry: WatchEntry, state: WatchState | None, sha: str | None, exc: HubProblem, dry_run: bool
+    ) -> EntryOutcome:
         out = _Out(entry)
         if isinstance(exc, NoAccess):
             return self._no_access(entry, state, sha, dry_run)
         if isinstance(exc, RateLimited):
-            return out("waiting", f"waiting: {exc}", sha=sha, reason="rate-limited", wait_until=exc.until.isoformat())
-        reason = {NotFound: "not-found", Unavailable: "hub-unavailable", Refused: "hub-refused"}.get(type(exc), "hub")
+            return out(
+                "waiting", f"waiting: {exc}", sha=sha, reason="rate-limited", wait_until=exc.until.isoformat()
+            )
+        reason = {NotFound: "not-found", Unavailable: "hub-unavailable", Refused: "hub-refused"}.get(
+            type(exc), "hub"
+        )
         return out("error", str(exc), sha=sha, reason=reason)
 
-    def _no_access(self, entry: WatchEntry, state: WatchState | None, sha: str | None, dry_run: bool) -> EntryOutcome:
+    def _no_access(
+        self, entry: WatchEntry, state: WatchState | None, sha: str | None, dry_run: bool
+    ) -> EntryOutcome:
         url = f"{self.hub.endpoint}/{entry.hf_repo}"
-        message = (f"no access: {entry.hf_repo} is gated and the pipeline's Hugging Face token cannot read it; "
-                   f"accept the license for this account (the one that owns the pipeline's token) at {url}")
+        message = (
+            f"no access: {entry.hf_repo} is gated and the pipeline's Hugging Face token cannot read it; "
+            f"accept the license for this account (the one that owns the pipeline's token) at {url}"
+        )
         if sha:
             message += f"; release {short(sha)} starts at the first poll after that"
         outcome = _Out(entry)("no-access", message, sha=sha, reason="gated")
@@ -237,8 +330,15 @@ class Poller:
         topic = entry.template.get("notify") or self.settings.status_topic
         if not topic or self.publish is None:
             return False
-        body = {"kind": "upstream", "state": "no-access", "repo": entry.hf_repo, "branch": entry.branch,
-                "sha": sha, "watch": entry.key, "message": message}
+        body = {
+            "kind": "upstream",
+            "state": "no-access",
+            "repo": entry.hf_repo,
+            "branch": entry.branch,
+            "sha": sha,
+            "watch": entry.key,
+            "message": message,
+        }
         try:
             self.publish(self.settings.topic_path(str(topic)), body)
         except Exception as exc:  # a status message must never break the poll; retried next tick
@@ -250,22 +350,38 @@ class Poller:
         count = len(bad.problems)
         first = f"; first: {bad.problems[0]}" if bad.problems else ""
         if not bad.enabled:
-            return EntryOutcome(bad.hf_repo, bad.branch, "ignored",
-                                f"disabled, and watch[{bad.index}] is invalid ({count} problems)",
-                                reason="disabled", problems=bad.problems)
-        return EntryOutcome(bad.hf_repo, bad.branch, "error",
-                            f"watch[{bad.index}] is invalid ({count} problem{'s' if count != 1 else ''}) and is "
-                            f"not polled{first}", reason="invalid-entry", problems=bad.problems)
+            return EntryOutcome(
+                bad.hf_repo,
+                bad.branch,
+                "ignored",
+                f"disabled, and watch[{bad.index}] is invalid ({count} problems)",
+                reason="disabled",
+                problems=bad.problems,
+            )
+        return EntryOutcome(
+            bad.hf_repo,
+            bad.branch,
+            "error",
+            f"watch[{bad.index}] is invalid ({count} problem{'s' if count != 1 else ''}) and is "
+            f"not polled{first}",
+            reason="invalid-entry",
+            problems=bad.problems,
+        )
 
     # ---- state --------------------------------------------------------------------------------
 
-    def _record(self, entry: WatchEntry, dry_run: bool, change: Callable[[WatchState], WatchState | None]) -> None:
+    def _record(
+        self, entry: WatchEntry, dry_run: bool, change: Callable[[WatchState], WatchState | None]
+    ) -> None:
         if dry_run:
             return
 
         def apply(current: WatchState | None) -> WatchState | None:
-            base = (current.model_copy(deep=True) if current is not None
-                    else WatchState(branch=entry.branch, template_hash=entry.template_hash))
+            base = (
+                current.model_copy(deep=True)
+                if current is not None
+                else WatchState(branch=entry.branch, template_hash=entry.template_hash)
+            )
             return change(base)
 
         self.state.update(entry.hf_repo, entry.key, apply)
@@ -278,11 +394,14 @@ class _Out:
         self.entry = entry
 
     def __call__(self, outcome: Outcome, detail: str, **fields: Any) -> EntryOutcome:
-        return EntryOutcome(self.entry.hf_repo, self.entry.branch, outcome, detail, watch=self.entry.key, **fields)
+        return EntryOutcome(
+            self.entry.hf_repo, self.entry.branch, outcome, detail, watch=self.entry.key, **fields
+        )
 
 
 # State changes. Each may run again after a lost compare-and-swap, on the winner's state, so each
 # decides from the state it is given (None = nothing to write).
+
 
 def _baseline(st: WatchState, head: Head, detail: str) -> WatchState | None:
     if st.baseline is not None:
@@ -294,14 +413,20 @@ def _baseline(st: WatchState, head: Head, detail: str) -> WatchState | None:
 
 
 def _ignored(st: WatchState, head: Head, compared: Snapshot, detail: str) -> WatchState | None:
-    if st.baseline is None or st.baseline.sha != compared.sha or (st.examined and st.examined.sha == head.sha):
+    if (
+        st.baseline is None
+        or st.baseline.sha != compared.sha
+        or (st.examined and st.examined.sha == head.sha)
+    ):
         return None  # someone moved the state meanwhile: the next tick decides again
     st.examined = Examined(sha=head.sha, files=head.files, outcome="ignored")
     st.remember(Decision(sha=head.sha, outcome="ignored", detail=detail))
     return st
 
 
-def _released(st: WatchState, head: Head, run_id: str, key: str, trigger: Changes, detail: str) -> WatchState | None:
+def _released(
+    st: WatchState, head: Head, run_id: str, key: str, trigger: Changes, detail: str
+) -> WatchState | None:
     if st.examined is not None and st.examined.sha == head.sha and st.examined.outcome == "released":
         return None
     st.baseline = Snapshot(sha=head.sha, files=head.files)

@@ -56,7 +56,9 @@ class Changes:
         return bool(self.added or self.removed or self.modified)
 
 
-def diff(old: Mapping[str, str], new: Mapping[str, str], only: Callable[[str], bool] | None = None) -> Changes:
+def diff(
+    old: Mapping[str, str], new: Mapping[str, str], only: Callable[[str], bool] | None = None
+) -> Changes:
     keep = only or (lambda _: True)
     old_names = {n for n in old if keep(n)}
     new_names = {n for n in new if keep(n)}

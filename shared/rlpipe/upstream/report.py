@@ -33,11 +33,21 @@ class EntryOutcome:
     problems: tuple[Problem, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"repo": self.repo, "branch": self.branch, "outcome": self.outcome,
-                               "sha": self.sha, "detail": self.detail, "reason": self.reason}
-        optional = {"watch": self.watch, "run_id": self.run_id, "wait_until": self.wait_until,
-                    "changed": list(self.changed),
-                    "problems": [{"path": p.path, "message": p.message, "fix": p.fix} for p in self.problems]}
+        out: dict[str, Any] = {
+            "repo": self.repo,
+            "branch": self.branch,
+            "outcome": self.outcome,
+            "sha": self.sha,
+            "detail": self.detail,
+            "reason": self.reason,
+        }
+        optional = {
+            "watch": self.watch,
+            "run_id": self.run_id,
+            "wait_until": self.wait_until,
+            "changed": list(self.changed),
+            "problems": [{"path": p.path, "message": p.message, "fix": p.fix} for p in self.problems],
+        }
         out.update({k: v for k, v in optional.items() if v})
         return out
 
@@ -52,8 +62,11 @@ class PollReport:
         return sum(1 for o in self.outcomes if o.outcome == outcome)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "checked_at": self.checked_at,
-                "entries": [o.as_dict() for o in self.outcomes]}
+        return {
+            "dry_run": self.dry_run,
+            "checked_at": self.checked_at,
+            "entries": [o.as_dict() for o in self.outcomes],
+        }
 
     def render(self) -> str:
         if not self.outcomes:

@@ -74,26 +74,53 @@ def read_watch_list(store: blobstore.BlobStore) -> WatchList:
     except blobstore.NotFound:
         return WatchList(source=source)
     except blobstore.TooLarge as exc:
-        raise WatchListInvalid([Problem("", str(exc), f"keep the watch list under {MAX_DOCUMENT_BYTES} bytes")]) from None
+        raise WatchListInvalid(
+            [Problem("", str(exc), f"keep the watch list under {MAX_DOCUMENT_BYTES} bytes")]
+        ) from None
     return load_watch_list(blob.data, source=source)
 
 
-def build_poller(settings: Settings, log: Logger, *, client: Any = None, intake: Intake | None = None,
-                 token: str | None = None, clock: Callable[[], datetime] = utc_now,
-                 sleep: Callable[[float], None] = time.sleep, budget: RateLimitBudget | None = None,
-                 publish: Callable[[str, dict[str, Any]], Any] | None = None) -> Poller:
+def build_poller(
+    settings: Settings,
+    log: Logger,
+    *,
+    client: Any = None,
+    intake: Intake | None = None,
+    token: str | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    sleep: Callable[[float], None] = time.sleep,
+    budget: RateLimitBudget | None = None,
+    publish: Callable[[str, dict[str, Any]], Any] | None = None,
+) -> Poller:
     """A Poller on the deployment named by ``settings`` (state in the artifacts bucket)."""
     from rlpipe.control import hub, notify
 
     client = client or blobstore.make_client(settings.project)
-    reader = HubReader(token=token or hub.pipeline_token(), sleep=sleep, clock=clock,
-                       budget=budget or RateLimitBudget())
-    return Poller(hub=reader, state=StateStore(blobstore.BlobStore(client, settings.artifacts_bucket)), log=log,
-                  intake=intake, settings=settings, publish=publish or notify.publish, clock=clock)
+    reader = HubReader(
+        token=token or hub.pipeline_token(), sleep=sleep, clock=clock, budget=budget or RateLimitBudget()
+    )
+    return Poller(
+        hub=reader,
+        state=StateStore(blobstore.BlobStore(client, settings.artifacts_bucket)),
+        log=log,
+        intake=intake,
+        settings=settings,
+        publish=publish or notify.publish,
+        clock=clock,
+    )
 
 
-def run_poll(settings: Settings, log: Logger, *, repo: str | None = None, branch: str | None = None,
-             dry_run: bool = False, client: Any = None, poller: Poller | None = None, **build: Any) -> PollReport:
+def run_poll(
+    settings: Settings,
+    log: Logger,
+    *,
+    repo: str | None = None,
+    branch: str | None = None,
+    dry_run: bool = False,
+    client: Any = None,
+    poller: Poller | None = None,
+    **build: Any,
+) -> PollReport:
     """Read the watch list and poll once; a rejected watch list is reported, never raised."""
     poller = poller or build_poller(settings, log, client=client, **build)
     client = client or poller.state.store.client
@@ -101,13 +128,31 @@ def run_poll(settings: Settings, log: Logger, *, repo: str | None = None, branch
         watch = read_watch_list(blobstore.BlobStore(client, settings.requests_bucket))
     except WatchListInvalid as exc:
         log.error("watch list rejected", problems=[str(p) for p in exc.problems])
-        return PollReport((EntryOutcome(None, None, "error", exc.render().splitlines()[0], reason="invalid-watch-list",
-                                        problems=tuple(exc.problems)),), dry_run, poller.clock().isoformat())
+        return PollReport(
+            (
+                EntryOutcome(
+                    None,
+                    None,
+                    "error",
+                    exc.render().splitlines()[0],
+                    reason="invalid-watch-list",
+                    problems=tuple(exc.problems),
+                ),
+            ),
+            dry_run,
+            poller.clock().isoformat(),
+        )
     return poller.poll(watch, repo=repo, branch=branch, dry_run=dry_run)
 
 
-def check(settings: Settings, *, repo: str | None = None, dry_run: bool = True, log: Logger | None = None,
-          **build: Any) -> PollReport:
+def check(
+    settings: Settings,
+    *,
+    repo: str | None = None,
+    dry_run: bool = True,
+    log: Logger | None = None,
+    **build: Any,
+) -> PollReport:
     """One cycle that reports what it would do and why; with dry_run (the default) it submits
     nothing and writes no state, so it is safe to run against production at any time."""
     log = log or Logger("upstream-check")
@@ -139,8 +184,14 @@ def on_tick(data: Any, log: Logger) -> PollReport:
     from rlpipe.control import services
 
     repo, branch = tick_filter(data)
-    return run_poll(services.settings(), log, repo=repo, branch=branch, client=services.storage_client(),
-                    intake=services.intake(log))
+    return run_poll(
+        services.settings(),
+        log,
+        repo=repo,
+        branch=branch,
+        client=services.storage_client(),
+        intake=services.intake(log),
+    )
 
 
 def on_webhook(headers: Mapping[str, str], body: bytes, log: Logger) -> tuple[int, dict[str, Any]]:
@@ -149,11 +200,17 @@ def on_webhook(headers: Mapping[str, str], body: bytes, log: Logger) -> tuple[in
     from rlpipe.control import services
 
     def poll_one(repo: str, branch: str) -> list[dict[str, Any]]:
-        report = run_poll(services.settings(), log, repo=repo, branch=branch, client=services.storage_client(),
-                          intake=services.intake(log), budget=RateLimitBudget(seconds=0, retries=0))
+        report = run_poll(
+            services.settings(),
+            log,
+            repo=repo,
+            branch=branch,
+            client=services.storage_client(),
+            intake=services.intake(log),
+            budget=RateLimitBudget(seconds=0, retries=0),
+        )
         return [o.as_dict() for o in report.outcomes]
 
     status, answer = handle_webhook(headers, body, secret=webhook_secret(), poll_one=poll_one)
     log.info("webhook answered", status=status, answer=answer)
     return status, answer
-

@@ -110,7 +110,9 @@ class StateStore:
     def get(self, repo: str, key: str) -> WatchState | None:
         return self.load(repo)[0].watches.get(key)
 
-    def update(self, repo: str, key: str, change: Callable[[WatchState | None], WatchState | None]) -> WatchState | None:
+    def update(
+        self, repo: str, key: str, change: Callable[[WatchState | None], WatchState | None]
+    ) -> WatchState | None:
         """Apply ``change`` to one entry's state under CAS; ``change`` returns None for "nothing to write".
 
         ``change`` may run more than once (after a lost race it sees the winner's state), so it

@@ -131,7 +131,9 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
     """
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     if not text.strip():
-        raise WatchListInvalid([Problem("", f"{source} is empty", "write `watch:` followed by a list of entries")])
+        raise WatchListInvalid(
+            [Problem("", f"{source} is empty", "write `watch:` followed by a list of entries")]
+        )
     try:
         doc = parse_document(data, source=source)
     except RequestInvalid as exc:
@@ -139,13 +141,23 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
     top: list[Problem] = []
     for key in doc:
         if key != "watch":
-            top.append(Problem(str(key), f"unknown key {key!r}", "the document has one key, `watch`: a list of entries"))
+            top.append(
+                Problem(
+                    str(key), f"unknown key {key!r}", "the document has one key, `watch`: a list of entries"
+                )
+            )
     raw_entries = doc.get("watch")
     if raw_entries is None:
         top.append(Problem("watch", "missing", "add `watch:` with a list of entries"))
         raise WatchListInvalid(top)
     if not isinstance(raw_entries, list):
-        top.append(Problem("watch", f"is a {type(raw_entries).__name__}, not a list", "write `watch:` as a list (`- hf_repo: ...`)"))
+        top.append(
+            Problem(
+                "watch",
+                f"is a {type(raw_entries).__name__}, not a list",
+                "write `watch:` as a list (`- hf_repo: ...`)",
+            )
+        )
         raise WatchListInvalid(top)
     entries: list[WatchEntry] = []
     rejected: list[RejectedEntry] = []
@@ -156,10 +168,13 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
         if entry is not None:
             identity = (entry.hf_repo, entry.branch, entry.template_hash)
             if identity in seen:
-                entry_problems.append(Problem(
-                    f"watch[{index}]", f"same hf_repo, branch and template as watch[{seen[identity]}]",
-                    "remove one of the two entries",
-                ))
+                entry_problems.append(
+                    Problem(
+                        f"watch[{index}]",
+                        f"same hf_repo, branch and template as watch[{seen[identity]}]",
+                        "remove one of the two entries",
+                    )
+                )
             seen.setdefault(identity, index)
         if entry is not None and not entry_problems:
             entries.append(entry)
@@ -167,13 +182,15 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
         problems.extend(entry_problems)
         raw_map = raw if isinstance(raw, dict) else {}
         repo, branch = raw_map.get("hf_repo"), raw_map.get("branch", "main")
-        rejected.append(RejectedEntry(
-            index=index,
-            hf_repo=repo if isinstance(repo, str) else None,
-            branch=branch if isinstance(branch, str) else None,
-            enabled=raw_map.get("enabled", True) is not False,
-            problems=tuple(entry_problems),
-        ))
+        rejected.append(
+            RejectedEntry(
+                index=index,
+                hf_repo=repo if isinstance(repo, str) else None,
+                branch=branch if isinstance(branch, str) else None,
+                enabled=raw_map.get("enabled", True) is not False,
+                problems=tuple(entry_problems),
+            )
+        )
     return WatchList(tuple(entries), tuple(rejected), tuple(problems), source)
 
 
@@ -188,8 +205,13 @@ def validate_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> Watch
 def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Problem]]:
     where = f"watch[{index}]"
     if not isinstance(raw, dict):
-        return None, [Problem(where, f"is a {type(raw).__name__}, not a mapping",
-                              "write each entry as a mapping with hf_repo and template")]
+        return None, [
+            Problem(
+                where,
+                f"is a {type(raw).__name__}, not a mapping",
+                "write each entry as a mapping with hf_repo and template",
+            )
+        ]
     problems: list[Problem] = []
     entry: WatchEntry | None = None
     try:
@@ -207,7 +229,9 @@ def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Probl
 
 def _template_problems(where: str, template: dict[str, Any], repo: str) -> list[Problem]:
     """Problems of the request every release of this entry becomes, with paths inside the entry."""
-    problems = [Problem(f"{where}.template.{key}", *_SET_BY_ENTRY[key]) for key in template if key in _SET_BY_ENTRY]
+    problems = [
+        Problem(f"{where}.template.{key}", *_SET_BY_ENTRY[key]) for key in template if key in _SET_BY_ENTRY
+    ]
     rest = {k: v for k, v in template.items() if k not in _SET_BY_ENTRY}
     try:
         validate_request({**rest, "hf_repo": repo, "hf_revision": PLACEHOLDER_SHA})
@@ -246,17 +270,32 @@ def _entry_problems(where: str, exc: ValidationError) -> list[Problem]:
         if kind == "extra_forbidden":
             close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.75)
             hint = f"remove it; allowed here: {', '.join(allowed)}"
-            problems.append(Problem(path, f"unknown key {loc[-1]!r}",
-                                    f"did you mean {close[0]!r}? otherwise {hint}" if close else hint))
+            problems.append(
+                Problem(
+                    path,
+                    f"unknown key {loc[-1]!r}",
+                    f"did you mean {close[0]!r}? otherwise {hint}" if close else hint,
+                )
+            )
         elif kind == "string_pattern_mismatch":
             what = "a Hugging Face repo id (owner/name)" if loc[:1] == ["hf_repo"] else "a branch name"
             problems.append(Problem(path, f"{err['input']!r} is not {what}", f"write {what}"))
         elif kind == "value_error":
-            problems.append(Problem(path, f"{err['input']!r} is not a branch name",
-                                    str(err.get("ctx", {}).get("error", "write a branch name"))))
+            problems.append(
+                Problem(
+                    path,
+                    f"{err['input']!r} is not a branch name",
+                    str(err.get("ctx", {}).get("error", "write a branch name")),
+                )
+            )
         elif loc[:1] == ["trigger_files"] and kind == "string_type":
-            problems.append(Problem(path, f"{err['input']!r} is not a glob", "write each glob as a string, e.g. '*.safetensors'"))
+            problems.append(
+                Problem(
+                    path,
+                    f"{err['input']!r} is not a glob",
+                    "write each glob as a string, e.g. '*.safetensors'",
+                )
+            )
         else:
             problems.append(Problem(path, err["msg"], _FIXES.get(kind, "correct the value")))
     return problems
-

@@ -45,14 +45,19 @@ def updated_branches(payload: Mapping[str, Any]) -> list[str]:
             continue
         name, new_sha = ref.get("ref"), ref.get("newSha")
         if isinstance(name, str) and name.startswith(BRANCH_REF) and new_sha:
-            branch = name[len(BRANCH_REF):]
+            branch = name[len(BRANCH_REF) :]
             if branch and branch not in branches:
                 branches.append(branch)
     return branches
 
 
-def handle_webhook(headers: Mapping[str, str], body: bytes | str | Mapping[str, Any] | None, *,
-                   secret: str | None, poll_one: Callable[[str, str], Any]) -> tuple[int, dict[str, Any]]:
+def handle_webhook(
+    headers: Mapping[str, str],
+    body: bytes | str | Mapping[str, Any] | None,
+    *,
+    secret: str | None,
+    poll_one: Callable[[str, str], Any],
+) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON answer). 401 on a bad secret; 2xx for anything authentic, acted on or not."""
     if not secret:
         # Never "no secret configured = accept everything".
@@ -84,8 +89,11 @@ def handle_webhook(headers: Mapping[str, str], body: bytes | str | Mapping[str, 
         return 400, {"error": "repo.name is missing or not owner/name"}
     branches = updated_branches(payload)
     if not branches:
-        return 200, {"status": "ignored", "repo": name,
-                     "reason": "no branch head moved (pull-request refs, tags and deletions are ignored)"}
+        return 200, {
+            "status": "ignored",
+            "repo": name,
+            "reason": "no branch head moved (pull-request refs, tags and deletions are ignored)",
+        }
     results: dict[str, Any] = {}
     for branch in branches:
         try:
@@ -93,5 +101,10 @@ def handle_webhook(headers: Mapping[str, str], body: bytes | str | Mapping[str, 
         except Exception as exc:  # the tick will catch it; the Hub would not redeliver anyway
             results[branch] = {"error": f"{type(exc).__name__}: {exc}"}
     polled = any(results.values())
-    return 200, {"status": "polled" if polled else "ignored", "repo": name, "branches": branches,
-                 "results": results, **({} if polled else {"reason": "repo/branch is not in the watch list"})}
+    return 200, {
+        "status": "polled" if polled else "ignored",
+        "repo": name,
+        "branches": branches,
+        "results": results,
+        **({} if polled else {"reason": "repo/branch is not in the watch list"}),
+    }

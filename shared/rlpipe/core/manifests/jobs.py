@@ -46,8 +46,11 @@ def stage_job(
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
     }
-    spec: dict[str, Any] = {"backoffLimit": 0, "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
-                            "podFailurePolicy": PREEMPTION_FAILS_JOB}
+    spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
+        "podFailurePolicy": PREEMPTION_FAILS_JOB,
+    }
     if req.placement == "cpu":
         container["command"] = ["python3", "-m", module]
         container["args"] = list(args)

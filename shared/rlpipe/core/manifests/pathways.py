@@ -169,7 +169,9 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
         "template": {
             "metadata": {
                 "labels": dict(pod_labels),
-                "annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"},
+                "annotations": {
+                    "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"
+                },
             },
             "spec": {
                 "completionMode": "Indexed",

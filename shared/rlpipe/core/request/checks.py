@@ -94,7 +94,9 @@ def _parallelism(doc: dict[str, Any]) -> Iterator[Problem]:
     if bad:
         return
     trainer_chips, sampler_chips = round(f_train * chips), round(f_sample * chips)
-    ici = _get(doc, "training.ici_tensor_parallelism", int) * _get(doc, "training.ici_expert_parallelism", int)
+    ici = _get(doc, "training.ici_tensor_parallelism", int) * _get(
+        doc, "training.ici_expert_parallelism", int
+    )
     fsdp = _get(doc, "training", dict).get("ici_fsdp_parallelism")
     if isinstance(fsdp, int) and not isinstance(fsdp, bool) and fsdp not in (-1,) and fsdp > 0:
         if ici * fsdp != trainer_chips:
@@ -196,9 +198,13 @@ def _label_problems(key: str, value: str) -> Iterator[Problem]:
     path = f"labels.{key}"
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
-        yield Problem(path, f"label prefix {prefix!r} is not a DNS subdomain", "use e.g. team.example.com/name")
+        yield Problem(
+            path, f"label prefix {prefix!r} is not a DNS subdomain", "use e.g. team.example.com/name"
+        )
     if prefix and any(prefix == p or prefix.endswith("." + p) for p in _RESERVED_LABEL_PREFIXES):
-        yield Problem(path, f"label prefix {prefix!r} is reserved for the system", "use your own prefix, or none")
+        yield Problem(
+            path, f"label prefix {prefix!r} is reserved for the system", "use your own prefix, or none"
+        )
     if not name or len(name) > 63 or not _LABEL_NAME.match(name):
         yield Problem(
             path,

@@ -20,7 +20,13 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
     if isinstance(data, bytes):
         if len(data) > MAX_DOCUMENT_BYTES:
             raise RequestInvalid(
-                [Problem("", f"{source} is {len(data)} bytes", f"keep requests under {MAX_DOCUMENT_BYTES} bytes")]
+                [
+                    Problem(
+                        "",
+                        f"{source} is {len(data)} bytes",
+                        f"keep requests under {MAX_DOCUMENT_BYTES} bytes",
+                    )
+                ]
             )
         try:
             text = data.decode("utf-8")
@@ -31,13 +37,21 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
     else:
         text = data
     if not text.strip():
-        raise RequestInvalid([Problem("", f"{source} is empty", "write a JSON or YAML mapping with model and hf_repo")])
+        raise RequestInvalid(
+            [Problem("", f"{source} is empty", "write a JSON or YAML mapping with model and hf_repo")]
+        )
     if "\x00" in text:
-        raise RequestInvalid([Problem("", f"{source} contains NUL bytes", "save the request as JSON or YAML text")])
+        raise RequestInvalid(
+            [Problem("", f"{source} contains NUL bytes", "save the request as JSON or YAML text")]
+        )
     doc = _parse_json(text, source) if source.endswith(".json") else _parse_yaml(text, source)
     if not isinstance(doc, dict):
         raise RequestInvalid(
-            [Problem("", f"{source} is a {type(doc).__name__}, not a mapping", "write a mapping: `model: ...`")]
+            [
+                Problem(
+                    "", f"{source} is a {type(doc).__name__}, not a mapping", "write a mapping: `model: ...`"
+                )
+            ]
         )
     return doc
 
@@ -55,12 +69,20 @@ def _parse_json(text: str, source: str) -> Any:
         return json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
         raise RequestInvalid(
-            [Problem("", f"{source} is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", "fix the syntax")]
+            [
+                Problem(
+                    "",
+                    f"{source} is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                    "fix the syntax",
+                )
+            ]
         ) from None
     except ValueError as exc:
         raise RequestInvalid([Problem("", f"{source}: {exc}", "keep one value per key")]) from None
     except RecursionError:
-        raise RequestInvalid([Problem("", f"{source} is nested too deeply", "flatten the document")]) from None
+        raise RequestInvalid(
+            [Problem("", f"{source} is nested too deeply", "flatten the document")]
+        ) from None
 
 
 def _parse_yaml(text: str, source: str) -> Any:
@@ -74,7 +96,9 @@ def _parse_yaml(text: str, source: str) -> Any:
             [Problem("", f"{source} is not valid JSON or YAML{at}: {problem}", "fix the syntax")]
         ) from None
     except RecursionError:
-        raise RequestInvalid([Problem("", f"{source} is nested too deeply", "flatten the document")]) from None
+        raise RequestInvalid(
+            [Problem("", f"{source} is nested too deeply", "flatten the document")]
+        ) from None
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -104,4 +128,3 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
-

@@ -48,7 +48,8 @@ def _parse_duration(value: Any) -> Any:
         m = _DURATION.match(value)
         if not m:
             raise _custom(
-                f"{value!r} is not a duration", "write whole seconds (7200) or a number with s, m, h or d ('2h')"
+                f"{value!r} is not a duration",
+                "write whole seconds (7200) or a number with s, m, h or d ('2h')",
             )
         scale = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
         return int(m.group(1)) * scale
@@ -166,8 +167,16 @@ class TrainingSpec(_Strict):
     ici_expert_parallelism: Annotated[int, Field(ge=1, le=4096)]
     ici_fsdp_parallelism: Annotated[int, Field(ge=-1, le=4096)] | None = Field(description="-1 = fill")
     hbm_utilization_vllm: Annotated[float, Field(gt=0, le=1)]
-    remat_policy: Literal["full", "minimal", "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
-                          "qkv_proj_offloaded", "minimal_offloaded", "custom"]
+    remat_policy: Literal[
+        "full",
+        "minimal",
+        "save_dot_except_mlpwi",
+        "save_dot_except_mlp",
+        "save_qkv_proj",
+        "qkv_proj_offloaded",
+        "minimal_offloaded",
+        "custom",
+    ]
     async_scheduling: bool
     allow_split_physical_axes: bool
     ragged_gather_reduce_fallback: bool
@@ -178,7 +187,9 @@ class TrainingSpec(_Strict):
     learning_rate: Annotated[float, Field(gt=0, le=1)] | None
     learning_rate_schedule_steps: Annotated[int, Field(ge=1, le=10_000_000)] | None
     num_generations: Annotated[int, Field(ge=1, le=1024)] | None = Field(description="rl.num_generations")
-    reshard_chunk_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(description="rl.reshard_chunk_size")
+    reshard_chunk_size: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        description="rl.reshard_chunk_size"
+    )
     debug: bool | None
     checkpoint_period: Annotated[int, Field(ge=1, le=1_000_000)] | None = Field(
         description="MaxText's default (50) when unset"
@@ -238,7 +249,9 @@ class Backoff(_Strict):
 
 class RetrySpec(_Strict):
     budgets: Budgets
-    max_retries: Annotated[int, Field(ge=0, le=60)] = Field(description="total cap over all classes, per stage")
+    max_retries: Annotated[int, Field(ge=0, le=60)] = Field(
+        description="total cap over all classes, per stage"
+    )
     backoff: Backoff
     retryable_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
         description="program exit codes classified `transient` instead of `permanent`"
@@ -249,7 +262,9 @@ class Timeouts(_Strict):
     convert: Seconds
     train: Seconds
     export: Seconds
-    queued: Seconds = Field(description="how long a workload may wait for admission before it counts as `capacity`")
+    queued: Seconds = Field(
+        description="how long a workload may wait for admission before it counts as `capacity`"
+    )
 
 
 class Request(_Strict):
@@ -299,10 +314,13 @@ CONTROLLED_ARGS = frozenset(
     {"run_name", "base_output_directory", "load_parameters_path", "hf_access_token", "model_name"}
 )
 TYPED_OVERRIDE_KEYS = {
-    **{name: f"training.{name}" for name in TrainingSpec.model_fields if name not in (
-        "command_env", "workarounds", "num_generations", "reshard_chunk_size", "vllm_maxtext_config")},
+    **{
+        name: f"training.{name}"
+        for name in TrainingSpec.model_fields
+        if name
+        not in ("command_env", "workarounds", "num_generations", "reshard_chunk_size", "vllm_maxtext_config")
+    },
     "rl.num_generations": "training.num_generations",
     "rl.reshard_chunk_size": "training.reshard_chunk_size",
     "vllm_additional_config": "training.vllm_maxtext_config",
 }
-

@@ -18,7 +18,9 @@ from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 
 _TOKEN_LIKE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
-_SECRET_KEY = re.compile(r"(^|[_-])(token|password|passwd|secret|credentials?|api[_-]?key)($|[_-])", re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(token|password|passwd|secret|credentials?|api[_-]?key)($|[_-])", re.IGNORECASE
+)
 
 
 def load_request(data: bytes | str, *, source: str = "request") -> Request:
@@ -68,7 +70,12 @@ def _merge(base: Any, override: Any, path: tuple[str, ...]) -> tuple[Any, list[P
             where = ".".join(path)
             problems.append(Problem(where, f"key {key!r} is not a string", "quote the key"))
             continue
-        if key in base and isinstance(base[key], dict) and isinstance(value, dict) and key not in _REPLACED_MAPS:
+        if (
+            key in base
+            and isinstance(base[key], dict)
+            and isinstance(value, dict)
+            and key not in _REPLACED_MAPS
+        ):
             out[key], sub = _merge(base[key], value, (*path, key))
             problems.extend(sub)
         else:
@@ -86,8 +93,11 @@ def _secret_problems(doc: Any, path: tuple[str, ...] = ()) -> list[Problem]:
     if isinstance(doc, dict):
         for key, value in doc.items():
             sub = (*path, str(key))
-            if isinstance(key, str) and _SECRET_KEY.search(key) and sub != ("hf_token_secret",) and path[:1] != (
-                "hf_token_secret",
+            if (
+                isinstance(key, str)
+                and _SECRET_KEY.search(key)
+                and sub != ("hf_token_secret",)
+                and path[:1] != ("hf_token_secret",)
             ):
                 found.append(
                     Problem(
@@ -171,7 +181,15 @@ def _path(loc: tuple[Any, ...]) -> str:
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif str(item) in ("int", "float", "str", "bool", "constrained-int", "constrained-float", "constrained-str"):
+        elif str(item) in (
+            "int",
+            "float",
+            "str",
+            "bool",
+            "constrained-int",
+            "constrained-float",
+            "constrained-str",
+        ):
             continue  # union member tags such as `int` in `training.x.int`
         elif str(item).startswith(("function-", "lax-or-strict")):
             continue
@@ -188,7 +206,8 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
             return []
         annotation = fields[item].annotation
         model = next(
-            (a for a in (annotation, *getattr(annotation, "__args__", ())) if hasattr(a, "model_fields")), None
+            (a for a in (annotation, *getattr(annotation, "__args__", ())) if hasattr(a, "model_fields")),
+            None,
         )
     return sorted(getattr(model, "model_fields", {}) or {})
 

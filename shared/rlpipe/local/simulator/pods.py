@@ -52,8 +52,15 @@ class PodSim:
     def _sigterm_statuses(self, containers: list[dict[str, Any]], now: str) -> list[dict[str, Any]]:
         """Statuses of containers stopped with SIGTERM (exit 143)."""
         return [
-            ko.terminated(c["name"], c.get("image", ""), self.cids.get(c["name"], ""), SIGTERM_EXIT, "Error",
-                          self.started.get(c["name"], now), now)
+            ko.terminated(
+                c["name"],
+                c.get("image", ""),
+                self.cids.get(c["name"], ""),
+                SIGTERM_EXIT,
+                "Error",
+                self.started.get(c["name"], now),
+                now,
+            )
             for c in containers
         ]
 

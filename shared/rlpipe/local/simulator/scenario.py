@@ -169,7 +169,9 @@ class Scenario:
         wanted = (kinds,) if isinstance(kinds, str) else kinds
         return next((f for f in self.for_workload(stage, attempt, run) if f.kind in wanted), None)
 
-    def drops_events_for(self, stage_or_object: str, attempt: int | None = None, run: str | None = None) -> bool:
+    def drops_events_for(
+        self, stage_or_object: str, attempt: int | None = None, run: str | None = None
+    ) -> bool:
         """Should the GCS notification for this object (or any object of this stage) be lost?
 
         The simulator cannot drop notifications itself (fake-gcs-server sends them), so the

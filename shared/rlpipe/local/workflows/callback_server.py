@@ -21,7 +21,9 @@ from .clock import Clock
 class CallbackServer:
     """Serves callback URLs on 127.0.0.1 and points the registry's base URL at itself."""
 
-    def __init__(self, registry: CallbackRegistry, clock: Clock, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, registry: CallbackRegistry, clock: Clock, port: int = 0, host: str = "127.0.0.1"
+    ) -> None:
         handler = _make_handler(registry, clock)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
@@ -29,7 +31,10 @@ class CallbackServer:
         self.base_url = f"http://{host}:{self.port}"
         registry.base_url = self.base_url
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="wf-callbacks", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="wf-callbacks",
+            daemon=True,
         )
 
     def start(self) -> None:
@@ -64,7 +69,9 @@ def _make_handler(registry: CallbackRegistry, clock: Clock) -> type[BaseHTTPRequ
             self._reply(HTTPStatus(delivery.status), delivery.message)
 
         def _reply(self, status: HTTPStatus, message: str) -> None:
-            payload = json.dumps({} if status == HTTPStatus.OK else {"error": {"code": status.value, "message": message}})
+            payload = json.dumps(
+                {} if status == HTTPStatus.OK else {"error": {"code": status.value, "message": message}}
+            )
             data = payload.encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

@@ -68,7 +68,9 @@ class CallbackRegistry:
         if not isinstance(method, str):
             raise raise_error(TYPE_ERROR, f"http_callback_method must be a string, got {type_name(method)}")
         if method.upper() not in CALLBACK_METHODS:
-            raise raise_error(VALUE_ERROR, f"http_callback_method must be one of {CALLBACK_METHODS}, got {method!r}")
+            raise raise_error(
+                VALUE_ERROR, f"http_callback_method must be one of {CALLBACK_METHODS}, got {method!r}"
+            )
         callback_id = uuid.uuid4().hex
         path = f"/v1/{execution_name}/callbacks/{callback_id}"
         with self._condition:
@@ -103,7 +105,9 @@ class CallbackRegistry:
                         "query": urllib.parse.parse_qs(query, keep_blank_values=True),
                         "url": endpoint.path + (f"?{query}" if query else ""),
                     },
-                    "received_time": datetime.fromtimestamp(received, tz=UTC).isoformat().replace("+00:00", "Z"),
+                    "received_time": datetime.fromtimestamp(received, tz=UTC)
+                    .isoformat()
+                    .replace("+00:00", "Z"),
                     "type": "HTTP",
                 }
             )
@@ -123,7 +127,9 @@ class CallbackRegistry:
 
     def _endpoint_for(self, execution_name: str, callback: Any) -> _Endpoint:
         if not isinstance(callback, dict) or not isinstance(callback.get("url"), str):
-            raise raise_error(TYPE_ERROR, "callback must be the map returned by events.create_callback_endpoint")
+            raise raise_error(
+                TYPE_ERROR, "callback must be the map returned by events.create_callback_endpoint"
+            )
         url = urllib.parse.urlsplit(callback["url"])
         callback_id = url.path.rstrip("/").rsplit("/", 1)[-1]
         with self._condition:

@@ -167,7 +167,9 @@ class Engine:
             start_time=self.clock.now(),
         )
         run = _Run(snapshot)
-        run.thread = threading.Thread(target=self._execute, args=(run,), name=f"wf-{execution_id[:8]}", daemon=True)
+        run.thread = threading.Thread(
+            target=self._execute, args=(run,), name=f"wf-{execution_id[:8]}", daemon=True
+        )
         with self._lock:
             self._runs[execution_id] = run
         run.thread.start()
@@ -238,7 +240,9 @@ class Engine:
             callbacks=self.callbacks,
             log=lambda severity, payload: self._log(run, severity, payload),
         )
-        interpreter = Interpreter(self.workflow, services, lambda routine, step: self._on_step(run, routine, step))
+        interpreter = Interpreter(
+            self.workflow, services, lambda routine, step: self._on_step(run, routine, step)
+        )
         try:
             result = interpreter.run(clone(run.snapshot.argument))
             check_json_compatible(result, "the workflow result")
@@ -255,12 +259,19 @@ class Engine:
             self.callbacks.finish_execution(name)
             run.done.set()
 
-    def _finish(self, run: _Run, state: State, *, result: Any = None, error: ExecutionError | None = None) -> None:
+    def _finish(
+        self, run: _Run, state: State, *, result: Any = None, error: ExecutionError | None = None
+    ) -> None:
         with self._lock:
             if run.snapshot.state is not State.ACTIVE:
                 return  # already cancelled: the cancel wins
             run.snapshot = replace(
-                run.snapshot, state=state, result=result, error=error, end_time=self.clock.now(), current_step=None
+                run.snapshot,
+                state=state,
+                result=result,
+                error=error,
+                end_time=self.clock.now(),
+                current_step=None,
             )
 
     def _on_step(self, run: _Run, routine: str, step: str) -> None:

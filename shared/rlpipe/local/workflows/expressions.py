@@ -221,8 +221,11 @@ def _require_bool(value: Any, op: str) -> bool:
 def _add(left: Any, right: Any) -> Any:
     if isinstance(left, str) or isinstance(right, str):
         # datatypes page, "+ operator" table: string + int/double/bool/string is a string.
-        if left is None or right is None or isinstance(left, (list, dict, bytes)) or isinstance(
-            right, (list, dict, bytes)
+        if (
+            left is None
+            or right is None
+            or isinstance(left, (list, dict, bytes))
+            or isinstance(right, (list, dict, bytes))
         ):
             raise raise_error(TYPE_ERROR, f"cannot add {type_name(left)} and {type_name(right)}")
         return to_string(left) + to_string(right)
@@ -232,7 +235,9 @@ def _add(left: Any, right: Any) -> Any:
 
 def _require_numbers(op: str, left: Any, right: Any) -> None:
     if not (is_number(left) and is_number(right)):
-        raise raise_error(TYPE_ERROR, f"operator {op!r} is not defined for {type_name(left)} and {type_name(right)}")
+        raise raise_error(
+            TYPE_ERROR, f"operator {op!r} is not defined for {type_name(left)} and {type_name(right)}"
+        )
 
 
 def _divide(op: str, left: Any, right: Any) -> Any:
@@ -437,4 +442,3 @@ def parse_expression(source: str) -> Expression:
     except LarkError as exc:
         raise ExpressionSyntaxError(f"cannot parse {source!r}: {exc}") from exc
     return Expression(source, root)
-

@@ -61,7 +61,9 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, FunctionSpec] = {}
 
-    def register(self, name: str, params: str = "", *, optional: int = 0, blocking: bool = False) -> Callable[[Impl], Impl]:
+    def register(
+        self, name: str, params: str = "", *, optional: int = 0, blocking: bool = False
+    ) -> Callable[[Impl], Impl]:
         names = tuple(p for p in params.split() if p)
 
         def decorate(impl: Impl) -> Impl:

@@ -59,12 +59,16 @@ def to_proto(engine: Engine, execution: Execution, view: pb.ExecutionView) -> pb
             payload=execution.error.payload_json,
             context=execution.error.context,
             stack_trace=pb.Execution.StackTrace(
-                elements=[pb.Execution.StackTraceElement(step=s, routine=r) for r, s in execution.error.frames]
+                elements=[
+                    pb.Execution.StackTraceElement(step=s, routine=r) for r, s in execution.error.frames
+                ]
             ),
         )
     if execution.current_step is not None:
         routine, step = execution.current_step
-        message.status = pb.Execution.Status(current_steps=[pb.Execution.Status.Step(routine=routine, step=step)])
+        message.status = pb.Execution.Status(
+            current_steps=[pb.Execution.Status.Step(routine=routine, step=step)]
+        )
     return message
 
 
@@ -88,7 +92,9 @@ class ExecutionsService:
             context.abort(grpc.StatusCode.NOT_FOUND, f"execution {name} not found")
             raise  # unreachable: abort raises
 
-    def create_execution(self, request: pb.CreateExecutionRequest, context: grpc.ServicerContext) -> pb.Execution:
+    def create_execution(
+        self, request: pb.CreateExecutionRequest, context: grpc.ServicerContext
+    ) -> pb.Execution:
         engine = self._engine(request.parent, context)
         argument: Any = None
         if request.execution.argument:
@@ -112,7 +118,9 @@ class ExecutionsService:
         if request.filter:
             executions = [e for e in executions if _matches(request.filter, e, context)]
         if request.order_by not in ("", "createTime desc", "startTime desc"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"order_by {request.order_by!r} is not supported locally")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"order_by {request.order_by!r} is not supported locally"
+            )
         page_size = min(request.page_size or 100, _MAX_PAGE[view])
         start = int(request.page_token) if request.page_token.isdigit() else 0
         page = executions[start : start + page_size]
@@ -121,7 +129,9 @@ class ExecutionsService:
             executions=[to_proto(engine, e, view) for e in page], next_page_token=next_token
         )
 
-    def cancel_execution(self, request: pb.CancelExecutionRequest, context: grpc.ServicerContext) -> pb.Execution:
+    def cancel_execution(
+        self, request: pb.CancelExecutionRequest, context: grpc.ServicerContext
+    ) -> pb.Execution:
         engine, _ = self._execution(request.name, context)
         try:
             execution = engine.cancel(request.name)
@@ -142,7 +152,9 @@ class ExecutionsService:
             {
                 "CreateExecution": unary(self.create_execution, pb.CreateExecutionRequest, pb.Execution),
                 "GetExecution": unary(self.get_execution, pb.GetExecutionRequest, pb.Execution),
-                "ListExecutions": unary(self.list_executions, pb.ListExecutionsRequest, pb.ListExecutionsResponse),
+                "ListExecutions": unary(
+                    self.list_executions, pb.ListExecutionsRequest, pb.ListExecutionsResponse
+                ),
                 "CancelExecution": unary(self.cancel_execution, pb.CancelExecutionRequest, pb.Execution),
             },
         )

@@ -184,7 +184,12 @@ class HttpClient:
         headers.setdefault("User-Agent", USER_AGENT)
         try:
             response = self._session.request(
-                method, url, params=_encode_query(args.get("query")), data=data, headers=headers, timeout=timeout
+                method,
+                url,
+                params=_encode_query(args.get("query")),
+                data=data,
+                headers=headers,
+                timeout=timeout,
             )
         except requests.Timeout as exc:
             raise raise_error(TIMEOUT_ERROR, f"HTTP request timed out after {timeout:g} s: {exc}") from None
@@ -194,7 +199,11 @@ class HttpClient:
             raise raise_error(CONNECTION_ERROR, f"response was cut short: {exc}") from None
         except requests.RequestException as exc:
             raise raise_error(VALUE_ERROR, f"invalid HTTP request: {exc}") from None
-        result = {"body": _decode_body(response), "code": response.status_code, "headers": dict(response.headers)}
+        result = {
+            "body": _decode_body(response),
+            "code": response.status_code,
+            "headers": dict(response.headers),
+        }
         if response.status_code >= 400:
             raise WorkflowError(
                 {

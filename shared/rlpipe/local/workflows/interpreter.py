@@ -143,7 +143,9 @@ class Interpreter:
 
     def call_subworkflow(self, name: str, args: dict[str, Any], depth: int) -> Any:
         if depth > MAX_CALL_DEPTH:
-            raise raise_error(RECURSION_ERROR, f"maximum call depth {MAX_CALL_DEPTH} exceeded calling {name!r}")
+            raise raise_error(
+                RECURSION_ERROR, f"maximum call depth {MAX_CALL_DEPTH} exceeded calling {name!r}"
+            )
         subworkflow = self.workflow.subworkflows[name]
         scope = Scope(self)
         for param in subworkflow.params:
@@ -350,7 +352,9 @@ class Interpreter:
                 return
             except WorkflowError as error:
                 if step.retry is not None and self.should_retry(step.retry, error, retries, scope, depth):
-                    self.services.clock.sleep(self.retry_delay(step.retry, retries, scope), self.services.cancel)
+                    self.services.clock.sleep(
+                        self.retry_delay(step.retry, retries, scope), self.services.cancel
+                    )
                     retries += 1
                     continue
                 if step.handler is None:
@@ -362,7 +366,9 @@ class Interpreter:
                     self.run_steps(step.handler.body, handler_scope, routine, depth)
                 return
 
-    def should_retry(self, policy: RetryPolicy, error: WorkflowError, retries: int, scope: Scope, depth: int) -> bool:
+    def should_retry(
+        self, policy: RetryPolicy, error: WorkflowError, retries: int, scope: Scope, depth: int
+    ) -> bool:
         max_retries = policy.max_retries.evaluate(scope)
         if not is_int(max_retries) or max_retries < 0:
             raise raise_error(VALUE_ERROR, f"max_retries must be a non-negative int, got {max_retries!r}")
@@ -371,9 +377,13 @@ class Interpreter:
         if policy.predicate_is_builtin:
             return BUILTIN_PREDICATES[policy.predicate](error.payload)
         subworkflow = self.workflow.subworkflows[policy.predicate]
-        verdict = self.call_subworkflow(policy.predicate, {subworkflow.params[0].name: error.payload}, depth + 1)
+        verdict = self.call_subworkflow(
+            policy.predicate, {subworkflow.params[0].name: error.payload}, depth + 1
+        )
         if not isinstance(verdict, bool):
-            raise raise_error(TYPE_ERROR, f"retry predicate {policy.predicate!r} returned a {type_name(verdict)}")
+            raise raise_error(
+                TYPE_ERROR, f"retry predicate {policy.predicate!r} returned a {type_name(verdict)}"
+            )
         return verdict
 
     @staticmethod
@@ -383,4 +393,3 @@ class Interpreter:
             raise raise_error(VALUE_ERROR, f"backoff values must be non-negative numbers, got {values}")
         initial, maximum, multiplier = values
         return backoff_delay(retries, initial, maximum, multiplier)
-

@@ -118,7 +118,7 @@ def _params(subworkflow: str, raw: Any) -> list[Param]:
         if isinstance(item, str):
             param = Param(item)
         elif isinstance(item, dict) and len(item) == 1:
-            (name, default), = item.items()
+            ((name, default),) = item.items()
             try:
                 param = Param(str(name), compile_value(default), True)
             except TemplateError as exc:
@@ -167,7 +167,7 @@ class _SubworkflowLoader:
         for item in raw:
             if not isinstance(item, dict) or len(item) != 1:
                 raise self.error(f"each step is a map with exactly one key (its name), got {item!r}", owner)
-            (name, body), = item.items()
+            ((name, body),) = item.items()
             if not isinstance(name, str) or not _IDENT.match(name) or name in _RESERVED_TARGETS:
                 raise self.error(f"invalid step name {name!r}", owner)
             if name in self.step_names:
@@ -261,7 +261,7 @@ class _SubworkflowLoader:
         for item in raw:
             if not isinstance(item, dict) or len(item) != 1:
                 raise self.error(f"each assignment is a one-key map, got {item!r}", step)
-            (target, value), = item.items()
+            ((target, value),) = item.items()
             result.append((self.assign_target(target, step), self.compile(value, step)))
         return result
 
@@ -439,7 +439,9 @@ class _SubworkflowLoader:
             raise self.error("except is a map with 'as' and 'steps'", name)
         as_name = self.identifier(raw["as"], "except.as", name) if "as" in raw else None
         handler_body = (
-            self.step_list(raw["steps"], visible, in_loop=in_loop, owner=name) if "steps" in raw else StepList([])
+            self.step_list(raw["steps"], visible, in_loop=in_loop, owner=name)
+            if "steps" in raw
+            else StepList([])
         )
         return ExceptClause(as_name, handler_body)
 
@@ -450,8 +452,12 @@ class _SubworkflowLoader:
                 raise self.error(f"unknown retry policy {raw!r}; use a map or ${{http.default_retry}}", name)
             initial, maximum, multiplier = DEFAULT_BACKOFF
             return RetryPolicy(
-                DEFAULT_POLICIES[policy], True, LiteralT(DEFAULT_MAX_RETRIES),
-                LiteralT(initial), LiteralT(maximum), LiteralT(multiplier),
+                DEFAULT_POLICIES[policy],
+                True,
+                LiteralT(DEFAULT_MAX_RETRIES),
+                LiteralT(initial),
+                LiteralT(maximum),
+                LiteralT(multiplier),
             )
         if not isinstance(raw, dict):
             raise self.error("retry must be a map or a default policy", name)
@@ -469,11 +475,15 @@ class _SubworkflowLoader:
             if not params or sum(not p.has_default for p in params) > 1:
                 raise self.error(f"retry predicate {predicate!r} must take exactly one argument", name)
         else:
-            raise self.error(f"retry predicate {predicate!r} is not a subworkflow or built-in predicate", name)
+            raise self.error(
+                f"retry predicate {predicate!r} is not a subworkflow or built-in predicate", name
+            )
         templates = [self.compile(raw["max_retries"], name)] + [
             self.compile(backoff[key], name) for key in ("initial_delay", "max_delay", "multiplier")
         ]
-        for key, template in zip(("max_retries", "initial_delay", "max_delay", "multiplier"), templates, strict=True):
+        for key, template in zip(
+            ("max_retries", "initial_delay", "max_delay", "multiplier"), templates, strict=True
+        ):
             if isinstance(template, LiteralT):
                 value = template.value
                 ok = is_int(value) if key == "max_retries" else is_number(value)

@@ -170,7 +170,9 @@ def _text_split(_: ExecutionServices, args: list[Any]) -> Any:
 @register("text.replace_all", "source substr repl")
 def _text_replace_all(_: ExecutionServices, args: list[Any]) -> Any:
     source = _need(args[0], str, "text.replace_all", "source")
-    return source.replace(_need(args[1], str, "text.replace_all", "substr"), _need(args[2], str, "text.replace_all", "repl"))
+    return source.replace(
+        _need(args[1], str, "text.replace_all", "substr"), _need(args[2], str, "text.replace_all", "repl")
+    )
 
 
 @register("text.replace_all_regex", "source regexp repl")
@@ -207,7 +209,10 @@ def _text_find_all(_: ExecutionServices, args: list[Any]) -> Any:
 @register("text.find_all_regex", "source regexp")
 def _text_find_all_regex(_: ExecutionServices, args: list[Any]) -> Any:
     source = _need(args[0], str, "text.find_all_regex", "source")
-    return [{"index": m.start(), "match": m.group(0)} for m in _regex(args[1], "text.find_all_regex").finditer(source)]
+    return [
+        {"index": m.start(), "match": m.group(0)}
+        for m in _regex(args[1], "text.find_all_regex").finditer(source)
+    ]
 
 
 @register("text.match_regex", "source regexp")
@@ -321,4 +326,3 @@ def _sys_get_env(services: ExecutionServices, args: list[Any]) -> Any:
     if default is not None and not isinstance(default, str):
         raise raise_error(TYPE_ERROR, "sys.get_env: default must be a string")
     return services.env.get(name, default)
-
