@@ -77,8 +77,25 @@ def _publish(settings: Settings, topic: str, data: bytes) -> str:
     return str(pubsub_v1.PublisherClient().publish(topic, data).result(timeout=30))
 
 
-def list_runs(ledger: Ledger) -> list[RunRecord]:
-    records = [r for r in (ledger.get(run_id) for run_id in ledger.list_run_ids()) if r is not None]
+def list_runs(ledger: Ledger, *, page_size: int = 500, workers: int = 16) -> list[RunRecord]:
+    """Every run's record, newest first.
+
+    Why paged run ids and not a listing of ``runs/``: a listing without a delimiter walks every
+    checkpoint shard and event of every run; the delimiter listing returns one prefix per run, so
+    the number of requests depends on the number of runs only. Records are fetched concurrently.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_ids: list[str] = []
+    after = ""
+    while True:
+        page = ledger.list_run_ids_page(after, limit=page_size)
+        run_ids.extend(page.run_ids)
+        if not page.more or not page.run_ids:
+            break
+        after = page.run_ids[-1]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(run_ids)))) as pool:
+        records = [r for r in pool.map(ledger.peek, run_ids) if r is not None]
     return sorted(records, key=lambda r: r.created_at, reverse=True)
 
 
