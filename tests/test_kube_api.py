@@ -36,7 +36,9 @@ try:
 except ImportError:  # the validator module is written in parallel; the double must not wait for it
     real_validator = None
 
-needs_real_validator = pytest.mark.skipif(real_validator is None, reason="rlpipe.core.k8s_validation not present")
+needs_real_validator = pytest.mark.skipif(
+    real_validator is None, reason="rlpipe.core.k8s_validation not present"
+)
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 NS = "default"
@@ -50,8 +52,12 @@ def job(name: str, run: str = "r1", **labels: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": {RUN: run, **labels}},
         "spec": {
             "backoffLimit": 0,
-            "template": {"spec": {"restartPolicy": "Never",
-                                  "containers": [{"name": "main", "image": "busybox:1.36", "args": ["true"]}]}},
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "busybox:1.36", "args": ["true"]}],
+                }
+            },
         },
     }
 
@@ -62,15 +68,25 @@ def jobset(name: str, run: str = "r1") -> dict[str, Any]:
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "JobSet",
         "metadata": {"name": name, "labels": {RUN: run}},
-        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1,
-                                     "template": {"spec": {"parallelism": 2, "completions": 2,
-                                                           "template": {"spec": pod}}}}]},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {"spec": {"parallelism": 2, "completions": 2, "template": {"spec": pod}}},
+                }
+            ]
+        },
     }
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
-            "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
 
 
 def status_of(exc: ApiException) -> dict[str, Any]:
@@ -160,7 +176,9 @@ def test_create_rfc3339_timestamp_on_the_wire(server: KubeApiServer, custom: cli
     datetime.strptime(created["metadata"]["creationTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_duplicate_create_is_409_already_exists(batch: client.BatchV1Api, custom: client.CustomObjectsApi) -> None:
+def test_duplicate_create_is_409_already_exists(
+    batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
     batch.create_namespaced_job(NS, job("j1"))
     create_jobset(custom, jobset("js1"))
 
@@ -198,16 +216,17 @@ def test_same_name_in_two_namespaces_are_two_objects(batch: client.BatchV1Api) -
 
 
 @needs_real_validator
-def test_real_validator_accepts_a_good_job_and_jobset(batch: client.BatchV1Api,
-                                                      custom: client.CustomObjectsApi) -> None:
+def test_real_validator_accepts_a_good_job_and_jobset(
+    batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
     assert batch.create_namespaced_job(NS, job("good")).metadata.name == "good"
     assert create_jobset(custom, jobset("good"))["metadata"]["name"] == "good"
 
 
 @needs_real_validator
-def test_real_validator_rejects_a_typo_in_a_job_with_422(server: KubeApiServer,
-                                                         custom: client.CustomObjectsApi,
-                                                         batch: client.BatchV1Api) -> None:
+def test_real_validator_rejects_a_typo_in_a_job_with_422(
+    server: KubeApiServer, custom: client.CustomObjectsApi, batch: client.BatchV1Api
+) -> None:
     bad = job("bad")
     bad["spec"]["template"]["spec"]["containers"][0]["imagee"] = "busybox"
     rv_before = server.resource_version
@@ -236,7 +255,9 @@ def test_real_validator_rejects_a_typo_in_a_jobset_and_in_a_patch(custom: client
 
     create_jobset(custom, jobset("ok"))
     with pytest.raises(ApiException) as exc:  # the result of a patch is validated too
-        custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "ok", {"spec": {"sucessPolicy": {}}})
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "ok", {"spec": {"sucessPolicy": {}}}
+        )
     assert exc.value.status == 422
 
 
@@ -245,7 +266,11 @@ def test_validator_is_injectable_and_sees_the_stored_form(custom: client.CustomO
 
     def stub(obj: dict[str, Any]) -> list[str]:
         seen.append(obj)
-        return ["$.spec.replicatedJobs[0].replicas: must be positive"] if obj["metadata"]["name"] == "bad" else []
+        return (
+            ["$.spec.replicatedJobs[0].replicas: must be positive"]
+            if obj["metadata"]["name"] == "bad"
+            else []
+        )
 
     with KubeApiServer(validator=stub) as srv:
         api = client.CustomObjectsApi(client.ApiClient(client.Configuration(host=srv.url)))
@@ -279,9 +304,11 @@ def test_validator_is_injectable_and_sees_the_stored_form(custom: client.CustomO
     ],
 )
 def test_label_selector_grammar(batch: client.BatchV1Api, selector: str, expected: set[str]) -> None:
-    for name, labels in {"a": {"run": "r1", "stage": "convert", "attempt": "1"},
-                         "b": {"run": "r2", "stage": "train", "attempt": "2"},
-                         "c": {"run": "r3"}}.items():
+    for name, labels in {
+        "a": {"run": "r1", "stage": "convert", "attempt": "1"},
+        "b": {"run": "r2", "stage": "train", "attempt": "2"},
+        "c": {"run": "r3"},
+    }.items():
         body = job(name)
         body["metadata"]["labels"] = labels
         batch.create_namespaced_job(NS, body)
@@ -289,8 +316,11 @@ def test_label_selector_grammar(batch: client.BatchV1Api, selector: str, expecte
 
 
 def test_bad_selectors_are_400(batch: client.BatchV1Api) -> None:
-    for kw in ({"label_selector": "run in r1"}, {"label_selector": "a=b=c"},
-               {"field_selector": "spec.parallelism=1"}):
+    for kw in (
+        {"label_selector": "run in r1"},
+        {"label_selector": "a=b=c"},
+        {"field_selector": "spec.parallelism=1"},
+    ):
         with pytest.raises(ApiException) as exc:
             batch.list_namespaced_job(NS, **kw)
         assert exc.value.status == 400, kw
@@ -303,8 +333,9 @@ def test_field_selector_on_name(batch: client.BatchV1Api) -> None:
     assert job_names(batch, field_selector="metadata.name!=a") == {"b"}
 
 
-def test_list_is_a_typed_list_with_resource_version(server: KubeApiServer, custom: client.CustomObjectsApi,
-                                                    batch: client.BatchV1Api) -> None:
+def test_list_is_a_typed_list_with_resource_version(
+    server: KubeApiServer, custom: client.CustomObjectsApi, batch: client.BatchV1Api
+) -> None:
     batch.create_namespaced_job(NS, job("a"))
     create_jobset(custom, jobset("s"))
     jobs = batch.list_namespaced_job(NS)
@@ -323,8 +354,9 @@ def test_list_pages_with_limit_and_continue(batch: client.BatchV1Api) -> None:
     assert [j.metadata.name for j in rest.items] == ["c"] and rest.metadata._continue is None
 
 
-def test_delete_collection_removes_only_one_runs_objects(batch: client.BatchV1Api,
-                                                         custom: client.CustomObjectsApi) -> None:
+def test_delete_collection_removes_only_one_runs_objects(
+    batch: client.BatchV1Api, custom: client.CustomObjectsApi
+) -> None:
     for name, run in (("r1-convert", "r1"), ("r1-export", "r1"), ("r2-convert", "r2")):
         batch.create_namespaced_job(NS, job(name, run))
     batch.create_namespaced_job("other", job("r1-convert", "r1"))
@@ -333,8 +365,9 @@ def test_delete_collection_removes_only_one_runs_objects(batch: client.BatchV1Ap
 
     assert job_names(batch, label_selector=f"{RUN}=r1") == {"r1-convert", "r1-export"}
     batch.delete_collection_namespaced_job(NS, label_selector=f"{RUN}=r1")
-    deleted = custom.delete_collection_namespaced_custom_object(GROUP, VERSION, NS, PLURAL,
-                                                                label_selector=f"{RUN}=r1")
+    deleted = custom.delete_collection_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, label_selector=f"{RUN}=r1"
+    )
 
     assert job_names(batch) == {"r2-convert"}
     assert job_names(batch, ns="other") == {"r1-convert"}  # another namespace is untouched
@@ -348,7 +381,8 @@ def test_delete_collection_removes_only_one_runs_objects(batch: client.BatchV1Ap
 def test_status_patch_changes_status_only(batch: client.BatchV1Api) -> None:
     created = batch.create_namespaced_job(NS, job("j1"))
     patched = batch.patch_namespaced_job_status(
-        "j1", NS, {"spec": {"parallelism": 5}, "status": {"active": 1, "startTime": "2025-01-01T00:00:00Z"}})
+        "j1", NS, {"spec": {"parallelism": 5}, "status": {"active": 1, "startTime": "2025-01-01T00:00:00Z"}}
+    )
 
     assert patched.status.active == 1
     assert patched.spec.parallelism == created.spec.parallelism == 1
@@ -368,15 +402,22 @@ def test_normal_patch_ignores_status_and_bumps_generation(batch: client.BatchV1A
 
 def test_jobset_status_subresource(custom: client.CustomObjectsApi) -> None:
     create_jobset(custom, jobset("js1"))
-    cond = {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "done",
-            "lastTransitionTime": "2025-01-01T00:00:00Z"}
+    cond = {
+        "type": "Completed",
+        "status": "True",
+        "reason": "AllJobsCompleted",
+        "message": "done",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
     after = custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, NS, PLURAL, "js1", {"status": {"conditions": [cond]}, "spec": {"suspend": True}})
+        GROUP, VERSION, NS, PLURAL, "js1", {"status": {"conditions": [cond]}, "spec": {"suspend": True}}
+    )
     assert after["status"]["conditions"] == [cond]
     assert "suspend" not in after["spec"] and after["metadata"]["generation"] == 1
 
-    again = custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "js1",
-                                                  {"spec": {"suspend": True}, "status": None})
+    again = custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "js1", {"spec": {"suspend": True}, "status": None}
+    )
     assert again["spec"]["suspend"] is True and again["status"]["conditions"] == [cond]
     assert again["metadata"]["generation"] == 2
 
@@ -395,31 +436,58 @@ def test_generation_bumps_on_spec_change_only(batch: client.BatchV1Api) -> None:
 
 def test_json_patch_and_strategic_merge(batch: client.BatchV1Api) -> None:
     batch.create_namespaced_job(NS, job("j1"))
-    jp = batch.patch_namespaced_job("j1", NS, [{"op": "add", "path": "/metadata/labels/stage", "value": "train"},
-                                               {"op": "replace", "path": "/spec/backoffLimit", "value": 2}])
+    jp = batch.patch_namespaced_job(
+        "j1",
+        NS,
+        [
+            {"op": "add", "path": "/metadata/labels/stage", "value": "train"},
+            {"op": "replace", "path": "/spec/backoffLimit", "value": 2},
+        ],
+    )
     assert jp.metadata.labels["stage"] == "train" and jp.spec.backoff_limit == 2
 
     with pytest.raises(ApiException) as exc:  # a failing test op rejects the whole patch
-        batch.patch_namespaced_job("j1", NS, [{"op": "remove", "path": "/metadata/labels/stage"},
-                                              {"op": "test", "path": "/spec/backoffLimit", "value": 9}])
+        batch.patch_namespaced_job(
+            "j1",
+            NS,
+            [
+                {"op": "remove", "path": "/metadata/labels/stage"},
+                {"op": "test", "path": "/spec/backoffLimit", "value": 9},
+            ],
+        )
     assert exc.value.status == 422
     assert batch.read_namespaced_job("j1", NS).metadata.labels["stage"] == "train"
 
 
 def test_strategic_merge_merges_lists_by_key(server: KubeApiServer) -> None:
     server.create("pods", pod("p1"))
-    merged = server.patch("pods", "p1", {"spec": {"containers": [{"name": "main", "env": [{"name": "A", "value": "1"}]}]}},
-                          patch_type="strategic")
+    merged = server.patch(
+        "pods",
+        "p1",
+        {"spec": {"containers": [{"name": "main", "env": [{"name": "A", "value": "1"}]}]}},
+        patch_type="strategic",
+    )
     replaced = server.patch("pods", "p1", {"spec": {"containers": [{"name": "main"}]}}, patch_type="merge")
-    assert merged["spec"]["containers"] == [{"name": "main", "image": "busybox:1.36", "env": [{"name": "A", "value": "1"}]}]
+    assert merged["spec"]["containers"] == [
+        {"name": "main", "image": "busybox:1.36", "env": [{"name": "A", "value": "1"}]}
+    ]
     assert replaced["spec"]["containers"] == [{"name": "main"}]
 
 
-def test_custom_resources_refuse_strategic_merge(server: KubeApiServer, custom: client.CustomObjectsApi) -> None:
+def test_custom_resources_refuse_strategic_merge(
+    server: KubeApiServer, custom: client.CustomObjectsApi
+) -> None:
     create_jobset(custom, jobset("js1"))
     with pytest.raises(ApiException) as exc:
-        custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "js1", {"spec": {"suspend": True}},
-                                              _content_type="application/strategic-merge-patch+json")
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            "js1",
+            {"spec": {"suspend": True}},
+            _content_type="application/strategic-merge-patch+json",
+        )
     assert exc.value.status == 415
 
 
@@ -439,8 +507,11 @@ def test_replace_checks_resource_version(batch: client.BatchV1Api) -> None:
 def test_job_template_is_immutable(batch: client.BatchV1Api) -> None:
     batch.create_namespaced_job(NS, job("j1"))
     with pytest.raises(ApiException) as exc:
-        batch.patch_namespaced_job("j1", NS, [{"op": "replace", "path": "/spec/template/spec/containers/0/image",
-                                               "value": "busybox:latest"}])
+        batch.patch_namespaced_job(
+            "j1",
+            NS,
+            [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "busybox:latest"}],
+        )
     assert exc.value.status == 422 and "spec.template" in exc.value.body
 
 
@@ -459,13 +530,25 @@ def collect(stream: Iterator[dict[str, Any]], first: int | None = None) -> list[
     return out
 
 
-def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(server: KubeApiServer,
-                                                                    batch: client.BatchV1Api) -> None:
+def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(
+    server: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     since = str(server.resource_version)
     seen: list[tuple[str, str]] = []
     started = time.monotonic()
-    watcher = threading.Thread(target=lambda: seen.extend(collect(watch.Watch().stream(
-        batch.list_namespaced_job, NS, label_selector=f"{RUN}=r1", resource_version=since, timeout_seconds=1))))
+    watcher = threading.Thread(
+        target=lambda: seen.extend(
+            collect(
+                watch.Watch().stream(
+                    batch.list_namespaced_job,
+                    NS,
+                    label_selector=f"{RUN}=r1",
+                    resource_version=since,
+                    timeout_seconds=1,
+                )
+            )
+        )
+    )
     watcher.start()
     batch.create_namespaced_job(NS, job("mine", "r1"))
     batch.create_namespaced_job(NS, job("theirs", "r2"))
@@ -490,16 +573,31 @@ def test_watch_without_resource_version_starts_with_existing_objects(batch: clie
     assert events == [("ADDED", "a"), ("ADDED", "c")]
 
 
-def test_watch_sees_objects_leave_and_enter_the_selection(server: KubeApiServer,
-                                                          custom: client.CustomObjectsApi) -> None:
+def test_watch_sees_objects_leave_and_enter_the_selection(
+    server: KubeApiServer, custom: client.CustomObjectsApi
+) -> None:
     create_jobset(custom, jobset("elsewhere"), ns="other")
     since = server.resource_version  # not 0: resourceVersion "0" means "start from now"
     create_jobset(custom, jobset("js1", "r1"))
-    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "js1", {"metadata": {"labels": {RUN: "r9"}}})
-    custom.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "js1", {"metadata": {"labels": {RUN: "r1"}}})
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "js1", {"metadata": {"labels": {RUN: "r9"}}}
+    )
+    custom.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "js1", {"metadata": {"labels": {RUN: "r1"}}}
+    )
     w = watch.Watch()
-    events = collect(w.stream(custom.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL,
-                              label_selector=f"{RUN}=r1", resource_version=str(since)), first=3)
+    events = collect(
+        w.stream(
+            custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            label_selector=f"{RUN}=r1",
+            resource_version=str(since),
+        ),
+        first=3,
+    )
     w.stop()
     assert events == [("ADDED", "js1"), ("DELETED", "js1"), ("ADDED", "js1")]
 
@@ -535,13 +633,16 @@ def test_watch_ends_cleanly_when_the_server_stops() -> None:
 
 def job_pods(server: KubeApiServer, owner: dict[str, Any]) -> None:
     uid = owner["metadata"]["uid"]
-    server.create("pods", pod("by-label", **{"batch.kubernetes.io/job-name": "j1",
-                                             "batch.kubernetes.io/controller-uid": uid}))
+    server.create(
+        "pods",
+        pod("by-label", **{"batch.kubernetes.io/job-name": "j1", "batch.kubernetes.io/controller-uid": uid}),
+    )
     server.create("pods", pod("old-incarnation", **{"job-name": "j1", "controller-uid": "another-uid"}))
     server.create("pods", pod("unrelated", **{"batch.kubernetes.io/job-name": "j2"}))
     owned = pod("by-owner-ref")
-    owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j1", "uid": uid,
-                                             "controller": True}]
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j1", "uid": uid, "controller": True}
+    ]
     server.create("pods", owned)
 
 
@@ -549,8 +650,9 @@ def pod_names(core: client.CoreV1Api) -> set[str]:
     return {p.metadata.name for p in core.list_namespaced_pod(NS).items}
 
 
-def test_background_propagation_deletes_the_jobs_pods(server: KubeApiServer, batch: client.BatchV1Api,
-                                                      core: client.CoreV1Api) -> None:
+def test_background_propagation_deletes_the_jobs_pods(
+    server: KubeApiServer, batch: client.BatchV1Api, core: client.CoreV1Api
+) -> None:
     created = batch.create_namespaced_job(NS, job("j1"))
     job_pods(server, created.to_dict(serialize=True))
     result = batch.delete_namespaced_job("j1", NS, propagation_policy="Background")
@@ -559,8 +661,9 @@ def test_background_propagation_deletes_the_jobs_pods(server: KubeApiServer, bat
     assert pod_names(core) == {"old-incarnation", "unrelated"}
 
 
-def test_job_delete_orphans_pods_by_default(server: KubeApiServer, batch: client.BatchV1Api,
-                                            core: client.CoreV1Api) -> None:
+def test_job_delete_orphans_pods_by_default(
+    server: KubeApiServer, batch: client.BatchV1Api, core: client.CoreV1Api
+) -> None:
     created = batch.create_namespaced_job(NS, job("j1"))
     job_pods(server, created.to_dict(serialize=True))
     batch.delete_namespaced_job("j1", NS, body=client.V1DeleteOptions())
@@ -569,16 +672,32 @@ def test_job_delete_orphans_pods_by_default(server: KubeApiServer, batch: client
     assert core.read_namespaced_pod("by-owner-ref", NS).metadata.owner_references is None
 
 
-def test_jobset_delete_cascades_through_child_jobs(server: KubeApiServer, custom: client.CustomObjectsApi,
-                                                   core: client.CoreV1Api, batch: client.BatchV1Api) -> None:
+def test_jobset_delete_cascades_through_child_jobs(
+    server: KubeApiServer, custom: client.CustomObjectsApi, core: client.CoreV1Api, batch: client.BatchV1Api
+) -> None:
     js = create_jobset(custom, jobset("js1"))
-    owner = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "JobSet", "name": "js1", "uid": js["metadata"]["uid"],
-              "controller": True}]
+    owner = [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "JobSet",
+            "name": "js1",
+            "uid": js["metadata"]["uid"],
+            "controller": True,
+        }
+    ]
     child = job("js1-workers-0")
     child["metadata"]["ownerReferences"] = owner
     child_uid = server.create("jobs", child)["metadata"]["uid"]
-    server.create("pods", pod("js1-workers-0-0", **{"batch.kubernetes.io/controller-uid": child_uid,
-                                                    "batch.kubernetes.io/job-name": "js1-workers-0"}))
+    server.create(
+        "pods",
+        pod(
+            "js1-workers-0-0",
+            **{
+                "batch.kubernetes.io/controller-uid": child_uid,
+                "batch.kubernetes.io/job-name": "js1-workers-0",
+            },
+        ),
+    )
     server.create("pods", pod("labelled", **{"jobset.sigs.k8s.io/jobset-name": "js1"}))
     server.create("pods", pod("bystander"))
 
@@ -589,7 +708,9 @@ def test_jobset_delete_cascades_through_child_jobs(server: KubeApiServer, custom
     assert job_names(batch) == set()
 
 
-def test_finalizers_hold_an_object_until_removed(server: KubeApiServer, custom: client.CustomObjectsApi) -> None:
+def test_finalizers_hold_an_object_until_removed(
+    server: KubeApiServer, custom: client.CustomObjectsApi
+) -> None:
     body = jobset("js1")
     body["metadata"]["finalizers"] = ["example.com/hold"]
     create_jobset(custom, body)
@@ -604,7 +725,9 @@ def test_finalizers_hold_an_object_until_removed(server: KubeApiServer, custom: 
 # --------------------------------------------------------------------------- faults, log, concurrency
 
 
-def test_fault_injection_then_recovery_and_request_log(server: KubeApiServer, batch: client.BatchV1Api) -> None:
+def test_fault_injection_then_recovery_and_request_log(
+    server: KubeApiServer, batch: client.BatchV1Api
+) -> None:
     server.inject_fault(503, count=2)
     codes = []
     for _ in range(3):
@@ -671,8 +794,9 @@ def test_concurrent_creates_of_one_name_yield_one_201(server: KubeApiServer) -> 
 # --------------------------------------------------------------------------- Python API, pods, discovery
 
 
-def test_python_api_writes_are_seen_over_http_and_by_listeners(server: KubeApiServer,
-                                                               core: client.CoreV1Api) -> None:
+def test_python_api_writes_are_seen_over_http_and_by_listeners(
+    server: KubeApiServer, core: client.CoreV1Api
+) -> None:
     heard: list[WatchEvent] = []
     server.add_listener(heard.append)
     created = server.create("pods", pod("p1", app="x"), namespace="team-a")
@@ -681,7 +805,9 @@ def test_python_api_writes_are_seen_over_http_and_by_listeners(server: KubeApiSe
 
     fetched = core.read_namespaced_pod("p1", "team-a")
     assert fetched.metadata.uid == created["metadata"]["uid"] and fetched.status.phase == "Running"
-    assert [p.metadata.name for p in core.list_namespaced_pod("team-a", label_selector="app=x").items] == ["p1"]
+    assert [p.metadata.name for p in core.list_namespaced_pod("team-a", label_selector="app=x").items] == [
+        "p1"
+    ]
     assert core.read_namespaced_pod_log("p1", "team-a") == "hello\n"
     assert [(e.type, e.resource.plural) for e in heard] == [("ADDED", "pods"), ("MODIFIED", "pods")]
     assert heard[1].old is not None and "status" not in heard[1].old
@@ -691,8 +817,16 @@ def test_pods_and_events_are_read_only_over_http(server: KubeApiServer, core: cl
     with pytest.raises(ApiException) as exc:
         core.create_namespaced_pod(NS, pod("p1"))
     assert exc.value.status == 405
-    server.create("events", {"metadata": {"name": "j1.1"}, "involvedObject": {"kind": "Job", "name": "j1"},
-                             "reason": "SuccessfulCreate", "message": "Created pod", "type": "Normal"})
+    server.create(
+        "events",
+        {
+            "metadata": {"name": "j1.1"},
+            "involvedObject": {"kind": "Job", "name": "j1"},
+            "reason": "SuccessfulCreate",
+            "message": "Created pod",
+            "type": "Normal",
+        },
+    )
     events = core.list_namespaced_event(NS, field_selector="involvedObject.name=j1").items
     assert [e.reason for e in events] == ["SuccessfulCreate"]
 
@@ -712,8 +846,12 @@ def test_in_process_watch_for_a_simulator(server: KubeApiServer) -> None:
     server.create("jobs", job("mine", "r1"))
     server.create("jobs", job("theirs", "r2"))
     server.delete("jobs", "mine")
-    events = [(kind, obj["metadata"]["name"])
-              for kind, obj in iter_watch(server, "jobs", label_selector=f"{RUN}=r1", since=int(since), timeout=0.05)]
+    events = [
+        (kind, obj["metadata"]["name"])
+        for kind, obj in iter_watch(
+            server, "jobs", label_selector=f"{RUN}=r1", since=int(since), timeout=0.05
+        )
+    ]
     assert events == [("ADDED", "mine"), ("DELETED", "mine")]
 
 
@@ -722,8 +860,9 @@ def test_kubeconfig_points_the_client_at_the_double(server: KubeApiServer, tmp_p
 
     server.create("jobs", job("j1"))
     cfg = client.Configuration()
-    config.load_kube_config(config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")),
-                            client_configuration=cfg)
+    config.load_kube_config(
+        config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
+    )
     assert job_names(client.BatchV1Api(client.ApiClient(cfg))) == {"j1"}
 
 
@@ -745,13 +884,21 @@ def test_discovery(api: client.ApiClient) -> None:
 
 
 def test_merge_patch_null_deletes_and_lists_replace() -> None:
-    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": None}, "l": [3]}) == {"a": {"c": 2}, "l": [3]}
+    assert merge_patch({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": None}, "l": [3]}) == {
+        "a": {"c": 2},
+        "l": [3],
+    }
 
 
 def test_json_patch_move_copy_and_escaping() -> None:
     doc = {"metadata": {"labels": {"a/b": "1"}}, "list": [1, 2]}
-    out = json_patch(doc, [{"op": "copy", "from": "/metadata/labels/a~1b", "path": "/x"},
-                           {"op": "move", "from": "/list/0", "path": "/list/-"}])
+    out = json_patch(
+        doc,
+        [
+            {"op": "copy", "from": "/metadata/labels/a~1b", "path": "/x"},
+            {"op": "move", "from": "/list/0", "path": "/list/-"},
+        ],
+    )
     assert out == {"metadata": {"labels": {"a/b": "1"}}, "list": [2, 1], "x": "1"}
     assert doc["list"] == [1, 2]  # the input is not modified
 

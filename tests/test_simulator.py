@@ -750,7 +750,10 @@ def test_run_scoped_faults_in_documents() -> None:
     preempt, drop, exit_ = scenario.faults
     assert (preempt.run, drop.run, exit_.run) == ("ra", "rb", None)
     assert Scenario.from_document(scenario.to_document()) == scenario
-    assert scenario.to_document()["faults"][0]["run"] == "ra" and "run" not in scenario.to_document()["faults"][2]
+    assert (
+        scenario.to_document()["faults"][0]["run"] == "ra"
+        and "run" not in scenario.to_document()["faults"][2]
+    )
     assert scenario.for_workload("train", 1, "ra") == [preempt]
     assert scenario.for_workload("train", 1, "rb") == [] and scenario.for_workload("train", 1) == []
     assert scenario.first("exit", "export", 1, "anyone") is exit_  # no run: every run

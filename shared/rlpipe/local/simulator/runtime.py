@@ -8,14 +8,14 @@ the programs' fault hooks are answered from the scenario.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.maxtext import PROGRAMS, Arguments, ProgramExit
 from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.program import Program
 from rlpipe.local.simulator.scenario import Fault
-
-if TYPE_CHECKING:
-    from rlpipe.local.simulator.workload import WorkloadSim
+from rlpipe.local.simulator.timing import Pacer
 
 
 class Disrupted(Exception):
@@ -36,10 +36,25 @@ class Outcome:
     disruption: Fault | None = None
 
 
+class Workload(Protocol):
+    """What a :class:`ProgramRun` uses of the workload its pod belongs to. The workload
+    (:class:`rlpipe.local.simulator.workload.WorkloadSim`) imports this module to start runs,
+    so this module names only the protocol, never the workload module."""
+
+    env: SimEnv
+    pacer: Pacer
+    name: str
+    stage: str | None
+    attempt: int | None
+    program: Program | None
+
+    def fault_hook(self, run: ProgramRun, point: str, step: int, saving: bool) -> None: ...
+
+
 class ProgramRun:
     """Implements :class:`rlpipe.local.simulator.maxtext.ProgramContext` for one pod."""
 
-    def __init__(self, workload: WorkloadSim, pod: PodSim) -> None:
+    def __init__(self, workload: Workload, pod: PodSim) -> None:
         self.workload = workload
         self.pod = pod
         self.env = workload.env
