@@ -27,7 +27,7 @@ from kubernetes import client
 
 from rlpipe import cluster
 from rlpipe.cluster import RBAC_RULES, ClusterClient, RbacRule, WorkloadStatus, api_errors, kinds
-from rlpipe.cluster import client as cluster_client
+from rlpipe.cluster import transport as cluster_client
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.failures import FailureClass, PermanentFailure, Preempted, TransientFailure
