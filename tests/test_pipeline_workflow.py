@@ -93,13 +93,18 @@ class StageScript:
     calls: list[Call] = field(default_factory=list)
     callback_urls: dict[Key, str] = field(default_factory=dict)
     callback_replies: list[int] = field(default_factory=list)
+    callers: list[str | None] = field(default_factory=list)  # execution_id of every call, in order
+    not_owner: set[tuple[str, str | None, int | None]] = field(default_factory=set)  # 409 not_owner
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        self.callers.append(body.pop("execution_id", None))
         op = body.get("op")
         call = Call(str(op), body.get("stage"), body.get("attempt"), body, self.clock.now())
         with self._lock:
             self.calls.append(call)
+            if call.key in self.not_owner:
+                return 409, {"error": {"tag": "not_owner", "message": "run is driven by execution other"}}
             pending = self.http_errors.get(call.key)
             if pending:
                 code = pending.pop(0)
@@ -271,6 +276,7 @@ def test_pipeline_yaml_loads_in_the_strict_engine_and_parses_with_plain_pyyaml()
         "run_stage",
         "retryable_failure",
         "call_stage",
+        "refused_as_non_owner",
         "unreachable",
         "tidy_up",
         "report_failure",
@@ -280,9 +286,15 @@ def test_pipeline_yaml_loads_in_the_strict_engine_and_parses_with_plain_pyyaml()
     plain = yaml.safe_load(DEFINITION)
     # No YAML 1.1 surprises: plain PyYAML reads exactly what the YAML 1.2 loader reads.
     assert plain == load_yaml(DEFINITION)
-    assert (
-        plain["call_stage"]["steps"][1]["post"]["try"]["steps"][0]["send"]["retry"] == "${http.default_retry}"
-    )
+    # http.default_retry's predicate and backoff, with the retry count as a parameter (5, the
+    # default policy's, unless the caller is the wait loop's status check).
+    retry = plain["call_stage"]["steps"][1]["post"]["try"]["steps"][0]["send"]["retry"]
+    assert retry == {
+        "predicate": "${http.default_retry_predicate}",
+        "max_retries": "${max_retries}",
+        "backoff": {"initial_delay": 1, "max_delay": 60, "multiplier": 1.25},
+    }
+    assert plain["call_stage"]["params"] == ["body", {"max_retries": 5}]
 
 
 # --- paths through a run -------------------------------------------------------------------
@@ -299,11 +311,9 @@ def test_happy_path_runs_convert_train_export_and_finishes_succeeded(pipeline: A
         "stages": summary(),
     }
     assert p.script.keys() == happy_calls()
-    assert p.script.of("plan")[0].body == {
-        "op": "plan",
-        "run_id": "r1",
-        "execution_id": execution.execution_id,
-    }
+    assert p.script.of("plan")[0].body == {"op": "plan", "run_id": "r1"}
+    # Every call names this execution: `stage` refuses operations from one that does not own the run.
+    assert p.script.callers == [execution.execution_id] * len(p.script.calls)
     assert p.script.of("finish")[0].body == {
         "op": "finish",
         "run_id": "r1",
@@ -530,13 +540,15 @@ def test_no_retry_is_launched_once_the_backoff_passes_the_deadline(pipeline: Any
 
 
 def test_stage_unreachable_while_waiting_keeps_polling_instead_of_failing(pipeline: Any) -> None:
-    p = pipeline(http_errors={("status", "train", 1): [503] * 6})  # 1 call + 5 HTTP retries
+    p = pipeline(http_errors={("status", "train", 1): [503] * 6})
     execution = p.run()
     assert execution.state is State.SUCCEEDED, execution.error
-    assert p.clock.sleeps == [1.0, 1.25, 1.5625, 1.953125, 2.44140625]
+    # A status check is one HTTP call (no retry inside it, so it costs at most one timeout):
+    # the wait loop itself polls again after each unreachable answer.
+    assert p.clock.sleeps == []
     assert len(p.script.of("status", "train")) == 7
     assert [c.attempt for c in p.script.of("launch", "train")] == [1]
-    assert [log.payload["event"] for log in execution.logs] == ["status_unreachable"]
+    assert [log.payload["event"] for log in execution.logs] == ["status_unreachable"] * 6
 
 
 def test_failures_inside_the_except_handler_do_not_hide_the_original_error(pipeline: Any) -> None:
@@ -613,3 +625,14 @@ def test_cancel_mid_train_ends_cancelled_and_rlpipe_cancel_cleans_up(pipeline: A
     assert finished.status_code == 200
     assert p.script.keys()[len(by_workflow) :] == [("cleanup", None, None), ("finish", None, None)]
     assert "report" not in execution.step_names()  # no except ran
+
+
+def test_an_execution_that_does_not_own_the_run_stops_without_cleanup_or_finish(pipeline: Any) -> None:
+    # `stage` answers 409 not_owner when another execution drives the run (lease takeover):
+    # this one must not delete the live attempt's workloads or end the run.
+    p = pipeline(not_owner={("launch", "train", 1)})
+    execution = p.run()
+    assert execution.state is State.SUCCEEDED, execution.error
+    assert execution.result["outcome"] == "not_owner"
+    assert "not_owner" not in [c.op for c in p.script.calls]
+    assert not p.script.of("cleanup") and not p.script.of("finish")

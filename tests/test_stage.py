@@ -307,9 +307,10 @@ def test_finish_records_the_outcome_once_and_publishes_a_status_message(env: dic
     message = env["service"].finish("rfinish00001", "failed", failure)
     assert message["state"] == "failed" and "budget exhausted" in message["message"]
     env["service"].finish("rfinish00001", "succeeded")  # a late duplicate changes nothing
+    env["service"].finish("rfinish00001", "failed", failure)  # nor does a repeat of the same call
     record = env["ledger"].get("rfinish00001")
     assert record.state == "failed" and record.failure.stage == "train"
-    assert [t for t, _ in env["published"]] == ["projects/my-project/topics/team-status"] * 2
+    assert [t for t, _ in env["published"]] == ["projects/my-project/topics/team-status"]  # once per run
 
 
 def test_launch_of_a_new_attempt_deletes_the_previous_one(env: dict[str, Any]) -> None:
@@ -333,39 +334,65 @@ def _stage_app() -> Any:
     return create_app(target="stage", source=str(ROOT / "functions" / "main.py"), signature_type="http")
 
 
-@pytest.mark.parametrize(
-    ("raised", "code", "tag"),
-    [
-        ("transient", 503, "transient"),
-        ("permanent", 422, "permanent"),
-        ("badcall", 400, "permanent"),
-        ("gcs-503", 503, "transient"),
-    ],
-)
-def test_stage_errors_map_to_status_codes(
-    raised: str, code: int, tag: str, monkeypatch: pytest.MonkeyPatch
+def _post(client: Any, **body: Any) -> tuple[int, dict[str, Any]]:
+    response = client.post("/", json=body)
+    return response.status_code, response.get_json()
+
+
+def test_status_codes_come_from_the_real_exceptions(
+    env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from google.api_core import exceptions as gexc
+    """Each mapping is driven by the library raising its own exception, not by a stand-in."""
+    from rlpipe.control import interleave, services
 
-    from rlpipe.control import services
-    from rlpipe.control.stage import BadCall
-    from rlpipe.core.failures import TransientFailure
+    monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
+    client = _stage_app().test_client()
+    ex = "rcodes000001-exec"
+    env["claim"]("rcodes000001")
+    assert _post(client, op="plan", run_id="rcodes000001", execution_id=ex)[0] == 200
+    assert (
+        _post(client, op="launch", run_id="rcodes000001", stage="train", attempt=1, execution_id=ex)[0] == 200
+    )
 
-    errors = {
-        "transient": TransientFailure("k8s API down"),
-        "permanent": PermanentFailure("no such run"),
-        "badcall": BadCall("attempt must be an integer >= 1"),
-        "gcs-503": gexc.ServiceUnavailable("gcs"),
-    }
+    # IllegalTransition: training → converting is not a transition the ledger allows.
+    code, body = _post(
+        client, op="launch", run_id="rcodes000001", stage="convert", attempt=1, execution_id=ex
+    )
+    assert code == 409 and "not allowed" in body["error"]["message"]
 
-    class Failing:
-        def handle(self, body: dict[str, Any]) -> dict[str, Any]:
-            raise errors[raised]
+    # ConcurrentUpdate: another writer lands between every read and write of the CAS loop.
+    ledger = env["ledger"]
+    monkeypatch.setattr(ledger, "sleep", lambda s: None)
+    with interleave.hooked(
+        "ledger.update:read",
+        lambda: ledger.store.put(
+            ledger.layout("rcodes000001").ledger, ledger.store.read(ledger.layout("rcodes000001").ledger).data
+        ),
+    ):
+        code, body = _post(
+            client, op="status", run_id="rcodes000001", stage="train", attempt=1, execution_id=ex
+        )
+    assert code == 503 and body["error"]["tag"] == "transient"
 
-    monkeypatch.setattr(services, "stage_service", lambda log: Failing())
-    response = _stage_app().test_client().post("/", json={"op": "status", "run_id": "r1"})
-    assert response.status_code == code
-    assert response.get_json()["error"]["tag"] == tag and response.get_json()["error"]["message"]
+    # A blob-store error (the object changed under a conditional write) is retryable: 503.
+    def conflict() -> None:
+        raise blobstore.PreconditionFailed("runs/rcodes000001/run.json")
+
+    with interleave.hooked("ledger.update:read", conflict):
+        code, body = _post(client, op="finish", run_id="rcodes000001", outcome="failed", failure=None)
+    assert code == 503 and body["error"]["tag"] == "transient"
+
+    # A malformed failure is the caller's bug: 400, never 500.
+    code, body = _post(client, op="finish", run_id="rcodes000001", outcome="failed", failure="boom")
+    assert code == 400 and "failure" in body["error"]["message"]
+    # Plan, launch and status without the calling execution's id are refused.
+    code, body = _post(client, op="status", run_id="rcodes000001", stage="train", attempt=1)
+    assert code == 400 and "execution_id" in body["error"]["message"]
+    # Another execution is told it does not own the run.
+    code, body = _post(
+        client, op="status", run_id="rcodes000001", stage="train", attempt=1, execution_id="other"
+    )
+    assert code == 409 and body["error"]["tag"] == "not_owner"
 
 
 def test_stage_rejects_a_non_json_body() -> None:
@@ -379,9 +406,20 @@ def test_stage_over_http_against_real_servers(env: dict[str, Any], monkeypatch: 
     monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
     env["claim"]("rhttp0000001")
     client = _stage_app().test_client()
-    plan = client.post("/", json={"op": "plan", "run_id": "rhttp0000001"})
+    plan = client.post(
+        "/", json={"op": "plan", "run_id": "rhttp0000001", "execution_id": "rhttp0000001-exec"}
+    )
     assert plan.status_code == 200 and plan.get_json()["stages"][0] == "convert"
-    bad = client.post("/", json={"op": "launch", "run_id": "rhttp0000001", "stage": "convert", "attempt": 0})
+    bad = client.post(
+        "/",
+        json={
+            "op": "launch",
+            "run_id": "rhttp0000001",
+            "stage": "convert",
+            "attempt": 0,
+            "execution_id": "x",
+        },
+    )
     assert bad.status_code == 400
-    missing = client.post("/", json={"op": "plan", "run_id": "rnope0000001"})
+    missing = client.post("/", json={"op": "plan", "run_id": "rnope0000001", "execution_id": "e"})
     assert missing.status_code == 422 and "no ledger" in missing.get_json()["error"]["message"]

@@ -52,7 +52,7 @@ locals {
       source      = ""
       ingress     = var.stage_ingress
       memory      = "1Gi"
-      timeout     = 300
+      timeout     = 60 # <= the workflow's http.post timeout (docs/timeouts.md)
       max         = 10
       concurrency = 1
       secrets     = { RLPIPE_HF_TOKEN = "hf-token" }

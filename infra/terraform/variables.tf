@@ -173,9 +173,9 @@ variable "secret_version" {
 }
 
 variable "start_lease_seconds" {
-  description = "RLPIPE_START_LEASE_SECONDS: how long one intake delivery holds the right to start a run's execution."
+  description = "RLPIPE_START_LEASE_SECONDS: how long one intake delivery holds the right to start a run's execution. Longer than the intake functions' timeout (docs/timeouts.md)."
   type        = number
-  default     = 60
+  default     = 180
 }
 
 variable "callback_timeout_seconds" {

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 # Single-request (multipart) uploads only: resumable uploads ignore preconditions in fake-gcs-server.
 MAX_SMALL_OBJECT = 4 * 1024 * 1024
+# One request's timeout, and the deadline of a call with the client's retries. Shorter than the
+# start lease (docs/timeouts.md), so a lease holder never outlives its lease waiting on storage.
+REQUEST_TIMEOUT_SECONDS = 15.0
+CALL_DEADLINE_SECONDS = 45.0
 
 
 class PreconditionFailed(Exception):
@@ -77,7 +81,9 @@ class BlobStore:
 
         blob = self._bucket.blob(name, generation=generation)
         try:
-            data = blob.download_as_bytes(start=0, end=max_bytes)
+            data = blob.download_as_bytes(
+                start=0, end=max_bytes, timeout=REQUEST_TIMEOUT_SECONDS, retry=_retry()
+            )
         except gexc.NotFound:
             raise NotFound(name) from None
         except gexc.RequestRangeNotSatisfiable:  # GCS answers 416 to a range on an empty object
@@ -126,7 +132,13 @@ class BlobStore:
             raise TooLarge(name, len(data), MAX_SMALL_OBJECT)
         blob = self._bucket.blob(name)
         try:
-            blob.upload_from_string(data, content_type=content_type, if_generation_match=if_generation_match)
+            blob.upload_from_string(
+                data,
+                content_type=content_type,
+                if_generation_match=if_generation_match,
+                timeout=REQUEST_TIMEOUT_SECONDS,
+                retry=_retry() if if_generation_match is not None else None,  # retried only when conditional
+            )
         except gexc.PreconditionFailed:
             raise PreconditionFailed(name) from None
         return int(blob.generation)
@@ -143,6 +155,12 @@ class BlobStore:
 
         with contextlib.suppress(gexc.NotFound):
             self._bucket.blob(name).delete()
+
+
+def _retry() -> Any:
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_timeout(CALL_DEADLINE_SECONDS)
 
 
 def dumps(obj: Any) -> bytes:

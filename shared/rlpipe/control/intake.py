@@ -15,19 +15,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlpipe.control import blobstore
+from rlpipe.control import blobstore, interleave
 from rlpipe.control.events import MessageEvent, ObjectEvent
-from rlpipe.control.ledger import Execution, Ledger, Lineage, RunRecord, Source, now
+from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.core import identity, layout
+from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request
+
+# Leases taken to start one run's execution before the run is failed instead of tried again:
+# each try is a delivery (or a reconcile pass) whose start failed transiently.
+MAX_START_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
 class IntakeResult:
-    outcome: str  # started | duplicate | start-in-progress | rejected | ignored | conflict
+    outcome: str  # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed
     run_id: str | None = None
     detail: str = ""
     execution: str | None = None
@@ -42,6 +47,7 @@ class Intake:
     lease_seconds: float = 60.0
     clock: Callable[[], float] = time.time
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
+    notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -137,7 +143,9 @@ class Intake:
             key=key,
             source=source,
             request=request.model_dump(mode="json"),
-            execution=Execution(lease_holder=holder, lease_until=self.clock() + self.lease_seconds),
+            execution=Execution(
+                lease_holder=holder, lease_until=self.clock() + self.lease_seconds, start_attempts=1
+            ),
             lineage=Lineage(hf_repo=request.hf_repo, hf_revision=request.hf_revision, image=request.image),
         )
         if self.ledger.claim(record):
@@ -170,16 +178,30 @@ class Intake:
                 if r.execution.lease_holder and r.execution.lease_holder != holder and lease_live:
                     decision["outcome"] = "start-in-progress"
                     return None
+                if r.execution.start_attempts >= MAX_START_ATTEMPTS:
+                    decision["outcome"] = "give-up"
+                    return None
                 r.execution.lease_holder = holder
                 r.execution.lease_until = self.clock() + self.lease_seconds
+                r.execution.start_attempts += 1
                 decision["outcome"] = "lease"
                 return "start-lease"
 
             record = self.ledger.update(run_id, take_lease)
+            if decision["outcome"] == "give-up":
+                return self._start_failed(
+                    run_id, f"no execution could be started in {MAX_START_ATTEMPTS} tries", log
+                )
             if decision["outcome"] != "lease":
                 log.info(f"duplicate delivery: {decision['outcome']}", execution=record.execution.name)
                 return IntakeResult(decision["outcome"], run_id, execution=record.execution.name)
-        name = self.orchestrator.start(run_id)
+        interleave.point("intake.start:leased")
+        try:
+            name = self.orchestrator.start(run_id)
+        except PermanentFailure as exc:
+            # Workflows refused (400/403/404): no redelivery or reconcile pass can change that.
+            return self._start_failed(run_id, exc.reason, log)
+        interleave.point("intake.start:started")
         outcome: dict[str, Any] = {}
 
         def record_execution(r: RunRecord) -> str | None:
@@ -198,6 +220,27 @@ class Intake:
             return IntakeResult("duplicate", run_id, execution=outcome["lost"])
         log.info("execution started", execution=name)
         return IntakeResult("started", run_id, execution=name)
+
+    def _start_failed(self, run_id: str, reason: str, log: Logger) -> IntakeResult:
+        """End a run that cannot start, with the reason; the delivery is then acknowledged."""
+        message = f"the workflow execution could not be started: {reason}"
+
+        def fail(r: RunRecord) -> str | None:
+            if r.terminal or r.execution.name:
+                return None
+            r.set_state("failed")
+            r.failure = Failure(tag="permanent", message=message, stage="start")
+            return "failed"
+
+        record = self.ledger.update(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
+        if record.state == "failed" and record.failure and record.failure.stage == "start":
+            log.error("run failed before it started", reason=message)
+            if self.notify is not None:
+                try:
+                    self.notify(record)
+                except Exception as exc:  # a status message never turns an answer into a redelivery
+                    log.warning("could not publish the status message", error=str(exc))
+        return IntakeResult("start-failed", run_id, detail=message)
 
     # ---- rejections ---------------------------------------------------------------------------
 

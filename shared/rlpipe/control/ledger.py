@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlpipe.control import blobstore
+from rlpipe.control import blobstore, interleave
 from rlpipe.core import layout
 from rlpipe.core.identity import Stage
 
@@ -90,6 +90,7 @@ class Execution(_Model):
     started_at: str | None = None
     lease_holder: str | None = None
     lease_until: float | None = None
+    start_attempts: int = 0  # leases taken to start an execution; capped (intake.MAX_START_ATTEMPTS)
 
 
 class Lineage(_Model):
@@ -206,6 +207,7 @@ class Ledger:
         "nothing to do") under compare-and-swap, re-reading and re-applying on conflict."""
         for attempt in range(CAS_ATTEMPTS):
             record, generation = self.load(run_id)
+            interleave.point("ledger.update:read")
             what = change(record)
             if what is None:
                 return record

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlpipe.control.ledger import RunRecord
 
 
 def publish(topic_path: str, message: dict[str, Any]) -> str:
@@ -14,3 +17,28 @@ def publish(topic_path: str, message: dict[str, Any]) -> str:
     attributes = {k: str(message[k]) for k in ("run_id", "state") if message.get(k) is not None}
     future = publisher.publish(topic_path, json.dumps(message, default=str).encode(), **attributes)
     return str(future.result(timeout=30))
+
+
+def status_message(record: RunRecord) -> dict[str, Any]:
+    """What subscribers of the status topic receive: the outcome, why, and where the results are."""
+    attempts: dict[str, int] = {}
+    for a in record.attempts:
+        attempts[a.stage] = max(attempts.get(a.stage, 0), a.attempt)
+    text = f"run {record.run_id} {record.state}"
+    if record.failure:
+        text += (
+            f" in {record.failure.stage or 'the pipeline'}: [{record.failure.tag}] {record.failure.message}"
+        )
+    elif record.state == "succeeded" and record.lineage.export_uri:
+        text += f"; model at {record.lineage.export_uri}"
+    return {
+        "run_id": record.run_id,
+        "state": record.state,
+        "message": text,
+        "failure": record.failure.model_dump() if record.failure else None,
+        "attempts": attempts,
+        "lineage": record.lineage.model_dump(exclude_none=True),
+        "request_id": record.request.get("request_id"),
+        "model": record.request.get("model"),
+        "hf_repo": record.request.get("hf_repo"),
+    }

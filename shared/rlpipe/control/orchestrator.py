@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from rlpipe.control.settings import Settings
 
 CALLBACK_TIMEOUT_SECONDS = 10
+# Deadline of one Executions API call (including the client's own retries). Shorter than the
+# start lease (docs/timeouts.md): a holder never outlives its lease waiting for Workflows.
+API_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Orchestrator:
             execution = self.client.create_execution(
                 parent=self.settings.workflow_path,
                 execution=Execution(argument=json.dumps({"run_id": run_id})),
+                timeout=API_TIMEOUT_SECONDS,
             )
         except (
             gexc.ServiceUnavailable,
@@ -75,7 +79,7 @@ class Orchestrator:
         from google.api_core import exceptions as gexc
 
         try:
-            execution = self.client.get_execution(name=name)
+            execution = self.client.get_execution(name=name, timeout=API_TIMEOUT_SECONDS)
         except gexc.NotFound:
             return None
         result = json.loads(execution.result) if execution.result else None
@@ -87,7 +91,7 @@ class Orchestrator:
         from google.api_core import exceptions as gexc
 
         try:
-            self.client.cancel_execution(name=name)
+            self.client.cancel_execution(name=name, timeout=API_TIMEOUT_SECONDS)
         except (gexc.NotFound, gexc.FailedPrecondition):
             return False
         return True

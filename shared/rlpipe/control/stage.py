@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, hub
+from rlpipe.control import blobstore, hub, interleave
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
 from rlpipe.control.logs import Logger
+from rlpipe.control.notify import status_message
+from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
@@ -81,19 +83,47 @@ class StageService:
     # ---- plan ---------------------------------------------------------------------------------
 
     def plan(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
-        record, req = self._load(run_id)
+        """Take (or confirm) ownership of the run, pin the revision, check the conversion cache.
+
+        Ownership and the terminal check are decided inside the compare-and-swap, so after a lease
+        lapse two executions cannot both be told ``skip: false``: the first to write owns the run.
+        """
+        self._load(run_id)  # a run without a ledger is a permanent failure, before anything else
         log = self.log.bind(run_id=run_id)
-        if record.terminal:
-            return {"skip": True, "skip_reason": f"run is already {record.state}"}
-        owner = record.execution.name
-        if owner and execution_id and owner.rsplit("/", 1)[-1] != execution_id:
-            log.warning("a second execution reached plan; it stops here", execution_id=execution_id)
-            return {"skip": True, "skip_reason": f"run is owned by execution {owner}"}
+        decision: dict[str, str] = {}
+
+        def take_ownership(r: RunRecord) -> str | None:
+            if r.terminal:
+                decision["skip"] = f"run is already {r.state}"
+                return None
+            if execution_id and not r.execution.name:
+                # Intake crashed between starting this execution and recording it: adopt it here.
+                r.execution.name = f"{self.settings.workflow_path}/executions/{execution_id}"
+                return "execution-adopted"
+            if not owns(r, execution_id):
+                decision["skip"] = f"run is owned by execution {r.execution.name}"
+            return None
+
+        record = self.ledger.update(run_id, take_ownership, detail=lambda r: {"execution": r.execution.name})
+        interleave.point("stage.plan:owned")
+        if "skip" in decision:
+            log.warning(
+                "this execution does not drive the run; it stops here",
+                execution_id=execution_id,
+                reason=decision["skip"],
+            )
+            return {"skip": True, "skip_reason": decision["skip"]}
+        req = Request.model_validate(record.request)
         try:
             sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
         except PermanentFailure as exc:
-            # The execution owns the run (checked above), so the run ends here with the reason.
-            self.finish(run_id, "failed", {"tag": "permanent", "message": exc.reason, "stage": "plan"})
+            # This execution owns the run (decided above), so the run ends here with the reason.
+            self.finish(
+                run_id,
+                "failed",
+                {"tag": "permanent", "message": exc.reason, "stage": "plan"},
+                execution_id=execution_id,
+            )
             raise
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
@@ -101,6 +131,11 @@ class StageService:
         stages = [s for s in STAGES if not (s == "convert" and ready)]
 
         def record_plan(r: RunRecord) -> str | None:
+            if r.terminal or not owns(r, execution_id):
+                decision["skip"] = (
+                    f"run is {r.state}" if r.terminal else f"run is owned by {r.execution.name}"
+                )
+                return None
             if (
                 r.lineage.hf_sha == sha
                 and r.lineage.conversion_key == cache.key
@@ -112,14 +147,13 @@ class StageService:
             r.lineage.conversion_cache_hit = bool(ready)
             if ready:
                 r.lineage.converted_uri = layout.gs(cache.bucket, ready)
-            if execution_id and not r.execution.name:
-                # Intake crashed between starting the execution and recording it: record it here.
-                r.execution.name = f"{self.settings.workflow_path}/executions/{execution_id}"
             return "planned"
 
         self.ledger.update(
             run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)}
         )
+        if "skip" in decision:  # cancelled (or finished) while we resolved the revision
+            return {"skip": True, "skip_reason": decision["skip"]}
         log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready))
         return {
             "skip": False,
@@ -145,12 +179,23 @@ class StageService:
     # ---- launch -------------------------------------------------------------------------------
 
     def launch(
-        self, run_id: str, stage: Stage, attempt: int, callback_url: str | None = None
+        self,
+        run_id: str,
+        stage: Stage,
+        attempt: int,
+        callback_url: str | None = None,
+        execution_id: str | None = None,
     ) -> dict[str, Any]:
         record, req = self._load(run_id)
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
+        require_owner(record, execution_id)
         if record.terminal:
             raise PermanentFailure(f"run {run_id} is {record.state}; not launching {stage}")
+        newer = record.current_attempt(stage)
+        if newer is not None and newer.attempt > attempt:
+            raise SupersededAttempt(
+                f"{stage} attempt {newer.attempt} exists; attempt {attempt} is not launched"
+            )
         ctx = self._context(record)
         obj = render(req, stage, attempt, ctx)
         resume = None
@@ -165,8 +210,24 @@ class StageService:
         uid = (created.get("metadata") or {}).get("uid")
         name = obj["metadata"]["name"]
         paths_uri = _lineage_uri(ctx, req, stage, attempt)
+        interleave.point("stage.launch:applied")
+        refused: dict[str, PipelineFailure] = {}
 
         def record_launch(r: RunRecord) -> str | None:
+            # Decided on the record being replaced: a cancel or a newer attempt that landed while
+            # we applied wins, and what we applied is deleted below instead of being left running.
+            latest = r.current_attempt(stage)
+            if r.terminal:
+                refused["why"] = PermanentFailure(
+                    f"run {run_id} became {r.state} during the launch of {name}"
+                )
+                return None
+            if not owns(r, execution_id):
+                refused["why"] = NotOwner(f"run {run_id} is owned by execution {r.execution.name}")
+                return None
+            if latest is not None and latest.attempt > attempt:
+                refused["why"] = SupersededAttempt(f"{stage} attempt {latest.attempt} was launched meanwhile")
+                return None
             r.set_state(STAGE_STATE[stage])
             r.stage, r.attempt = stage, attempt
             if callback_url:
@@ -209,14 +270,25 @@ class StageService:
                 "resume_step": resume,
             },
         )
+        if "why" in refused:
+            self.cluster.delete(KIND[stage], name)
+            log.warning(
+                "launch refused after apply; deleted the workload",
+                workload=name,
+                reason=refused["why"].reason,
+            )
+            raise refused["why"]
         log.info("launched", workload=name, uid=uid, resume_step=resume)
         return {"workload": name, "uid": uid, "resume_step": resume}
 
     # ---- status -------------------------------------------------------------------------------
 
-    def status(self, run_id: str, stage: Stage, attempt: int) -> dict[str, Any]:
+    def status(
+        self, run_id: str, stage: Stage, attempt: int, execution_id: str | None = None
+    ) -> dict[str, Any]:
         record, req = self._load(run_id)
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
+        require_owner(record, execution_id)
         name = workload_name(run_id, stage, attempt)
         ws = self.cluster.status(
             name,
@@ -368,15 +440,26 @@ class StageService:
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
-    def finish(self, run_id: str, outcome: str, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    def finish(
+        self,
+        run_id: str,
+        outcome: str,
+        failure: dict[str, Any] | None = None,
+        execution_id: str | None = None,
+    ) -> dict[str, Any]:
+        """End the run once. The status message goes out only from the call that ended it: a late
+        duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing."""
         if outcome not in ("succeeded", "failed", "cancelled"):
             raise PermanentFailure(f"unknown outcome {outcome!r}")
-        _, req = self._load(run_id)
+        record, req = self._load(run_id)
+        require_owner(record, execution_id)
+        ended: list[str] = []
 
         def change(r: RunRecord) -> str | None:
             if r.terminal:
                 return None
             r.set_state(outcome)  # type: ignore[arg-type]
+            ended.append(outcome)
             if failure:
                 r.failure = Failure(
                     tag=str(failure.get("tag", "permanent")),
@@ -393,7 +476,7 @@ class StageService:
         )
         message = status_message(updated)
         topic = req.notify or self.settings.status_topic
-        if topic and self.publish is not None:
+        if ended and topic and self.publish is not None:
             try:
                 self.publish(self.settings.topic_path(topic), message)
             except Exception as exc:  # a status message must never turn a finished run into a failed call
@@ -401,56 +484,15 @@ class StageService:
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         return message
 
-    def cleanup(self, run_id: str) -> dict[str, Any]:
+    def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        record = self.ledger.get(run_id)
+        if record is not None:
+            require_owner(record, execution_id)  # a lagging execution must not delete the live attempt
         deleted = self.cluster.delete_run(run_id)
         if self.ledger.get(run_id) is not None:
             self.ledger.note(run_id, "cleanup", {"deleted": deleted})
         self.log.bind(run_id=run_id).info("cleaned up", deleted=deleted)
         return {"deleted": deleted}
-
-    # ---- dispatch for the HTTP function -------------------------------------------------------
-
-    def handle(self, body: dict[str, Any]) -> dict[str, Any]:
-        op = body.get("op")
-        run_id = body.get("run_id")
-        if not isinstance(run_id, str) or not run_id:
-            raise BadCall("run_id is required")
-        if op == "plan":
-            return self.plan(run_id, _opt_str(body, "execution_id"))
-        if op == "launch":
-            return self.launch(run_id, _stage(body), _attempt(body), _opt_str(body, "callback_url"))
-        if op == "status":
-            return self.status(run_id, _stage(body), _attempt(body))
-        if op == "finish":
-            return self.finish(run_id, str(body.get("outcome")), body.get("failure"))
-        if op == "cleanup":
-            return self.cleanup(run_id)
-        raise BadCall(f"unknown op {op!r}; one of plan, launch, status, finish, cleanup")
-
-
-class BadCall(PipelineFailure):
-    """The workflow sent a malformed call: a bug, never retried."""
-
-
-def _opt_str(body: dict[str, Any], key: str) -> str | None:
-    value = body.get(key)
-    return value if isinstance(value, str) and value else None
-
-
-def _stage(body: dict[str, Any]) -> Stage:
-    stage = body.get("stage")
-    if stage not in STAGES:
-        raise BadCall(f"stage must be one of {', '.join(STAGES)}")
-    return cast(Stage, stage)
-
-
-def _attempt(body: dict[str, Any]) -> int:
-    attempt = body.get("attempt")
-    if isinstance(attempt, float) and attempt.is_integer():
-        attempt = int(attempt)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise BadCall("attempt must be an integer >= 1")
-    return attempt
 
 
 def _dir_of(uri: str | None) -> str | None:
@@ -482,28 +524,3 @@ def training_progress(log_text: str) -> dict[str, Any] | None:
             step = _STEP.search(line)
             return {"mean_reward": float(reward.group(1)), "step": int(step.group(1)) if step else None}
     return None
-
-
-def status_message(record: RunRecord) -> dict[str, Any]:
-    """What subscribers of the status topic receive: the outcome, why, and where the results are."""
-    attempts: dict[str, int] = {}
-    for a in record.attempts:
-        attempts[a.stage] = max(attempts.get(a.stage, 0), a.attempt)
-    text = f"run {record.run_id} {record.state}"
-    if record.failure:
-        text += (
-            f" in {record.failure.stage or 'the pipeline'}: [{record.failure.tag}] {record.failure.message}"
-        )
-    elif record.state == "succeeded" and record.lineage.export_uri:
-        text += f"; model at {record.lineage.export_uri}"
-    return {
-        "run_id": record.run_id,
-        "state": record.state,
-        "message": text,
-        "failure": record.failure.model_dump() if record.failure else None,
-        "attempts": attempts,
-        "lineage": record.lineage.model_dump(exclude_none=True),
-        "request_id": record.request.get("request_id"),
-        "model": record.request.get("model"),
-        "hf_repo": record.request.get("hf_repo"),
-    }

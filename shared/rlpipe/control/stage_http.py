@@ -1,40 +1,59 @@
-"""HTTP mapping of the ``stage`` operations: failure class → status code the workflow can act on.
+"""HTTP mapping of the ``stage`` operations: body → call, failure class → status code.
 
 Transient problems answer 503 so the workflow's ``http.default_retry`` repeats the same call;
-malformed calls 400; anything permanent 422, which the workflow turns into a failed run.
+malformed calls 400; anything permanent 422, which the workflow turns into a failed run. A caller
+that is not the run's execution gets 409 with the tag ``not_owner`` (or ``superseded`` for an
+attempt older than the run's latest): the workflow then stops without cleaning up or finishing a
+run that another execution drives. Storage errors are 503, never 500: a 500 is not retried.
+
+The workflow (``workflows/pipeline.yaml``) sends ``execution_id`` with every operation; plan,
+launch and status refuse a call without one. Finish and cleanup without one are an operator's
+(``rlpipe cancel``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rlpipe.control import services
+from rlpipe.control import blobstore, services
 from rlpipe.control.client_errors import classify_exception
 from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
+from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core.failures import FailureClass, PipelineFailure
+from rlpipe.core.identity import STAGES, Stage
+
+if TYPE_CHECKING:
+    from rlpipe.control.stage import StageService
 
 _CODES = {FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 422}
+_STORE_ERRORS = (blobstore.PreconditionFailed, blobstore.NotFound, blobstore.TooLarge)
+
+
+class BadCall(PipelineFailure):
+    """The workflow sent a malformed call: a bug, never retried."""
 
 
 def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
-    from rlpipe.control.stage import BadCall
-
     if not isinstance(body, dict):
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
     log = log.bind(
         run_id=body.get("run_id"), stage=body.get("stage"), attempt=body.get("attempt"), op=body.get("op")
     )
     try:
-        return services.stage_service(log).handle(body), 200
+        return dispatch(services.stage_service(log), body), 200
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
         return {"error": {"tag": "permanent", "message": exc.reason}}, 400
+    except (NotOwner, SupersededAttempt) as exc:
+        log.warning("caller refused", error=exc.as_error())
+        return {"error": exc.as_error()}, 409
     except PipelineFailure as exc:
         log.warning("operation failed", error=exc.as_error())
         return {"error": exc.as_error()}, _CODES.get(exc.failure_class, 409)
-    except ConcurrentUpdate as exc:
-        return {"error": {"tag": "transient", "message": str(exc)}}, 503
+    except (ConcurrentUpdate, *_STORE_ERRORS) as exc:
+        log.warning("storage contention", error=str(exc))
+        return {"error": {"tag": "transient", "message": f"{type(exc).__name__}: {exc}"}}, 503
     except IllegalTransition as exc:
         return {"error": {"tag": "permanent", "message": str(exc)}}, 409
     except Exception as exc:
@@ -43,3 +62,65 @@ def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
             raise
         log.warning("operation failed", error=failure.as_error())
         return {"error": failure.as_error()}, _CODES.get(failure.failure_class, 409)
+
+
+def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
+    """Validate the body's fields, then call the operation it names."""
+    op = body.get("op")
+    run_id = body.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        raise BadCall("run_id is required")
+    execution_id = _opt_str(body, "execution_id")
+    if op in ("plan", "launch", "status") and execution_id is None:
+        raise BadCall(f"{op} needs the calling execution's execution_id")
+    if op == "plan":
+        return service.plan(run_id, execution_id)
+    if op == "launch":
+        return service.launch(
+            run_id, _stage(body), _attempt(body), _opt_str(body, "callback_url"), execution_id
+        )
+    if op == "status":
+        return service.status(run_id, _stage(body), _attempt(body), execution_id)
+    if op == "finish":
+        return service.finish(run_id, str(body.get("outcome")), _failure(body), execution_id)
+    if op == "cleanup":
+        return service.cleanup(run_id, execution_id)
+    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, finish, cleanup")
+
+
+def _opt_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _stage(body: dict[str, Any]) -> Stage:
+    stage = body.get("stage")
+    if stage not in STAGES:
+        raise BadCall(f"stage must be one of {', '.join(STAGES)}")
+    return cast(Stage, stage)
+
+
+def _attempt(body: dict[str, Any]) -> int:
+    attempt = body.get("attempt")
+    if isinstance(attempt, float) and attempt.is_integer():
+        attempt = int(attempt)
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise BadCall("attempt must be an integer >= 1")
+    return attempt
+
+
+def _failure(body: dict[str, Any]) -> dict[str, Any] | None:
+    failure = body.get("failure")
+    if failure is None:
+        return None
+    if not isinstance(failure, dict):
+        raise BadCall("failure must be an object {tag, message, stage, attempt} or null")
+    for key in ("tag", "message", "stage"):
+        if failure.get(key) is not None and not isinstance(failure[key], str):
+            raise BadCall(f"failure.{key} must be a string")
+    attempt = failure.get("attempt")
+    if isinstance(attempt, float) and attempt.is_integer():
+        failure = {**failure, "attempt": int(attempt)}
+    elif attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
+        raise BadCall("failure.attempt must be an integer or null")
+    return failure

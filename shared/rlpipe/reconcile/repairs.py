@@ -124,7 +124,7 @@ class Repairs:
         )
 
     def _notify(self, record: RunRecord, log: Logger) -> None:
-        from rlpipe.control.stage import status_message
+        from rlpipe.control.notify import status_message
 
         topic = self._topic(record)
         if topic is None or self.publish is None:
