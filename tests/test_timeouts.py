@@ -55,8 +55,8 @@ def test_the_start_lease_outlives_every_intake_function_and_every_call_its_holde
     timeouts = _function_timeouts()
     for name in ("intake-object", "intake-message"):
         assert lease > timeouts[name], f"{name}: a lease could lapse while its holder still runs"
-    assert orchestrator.API_TIMEOUT_SECONDS < lease
-    assert blobstore.CALL_DEADLINE_SECONDS < lease
+    assert lease > orchestrator.API_TIMEOUT_SECONDS
+    assert lease > blobstore.CALL_DEADLINE_SECONDS
     assert blobstore.REQUEST_TIMEOUT_SECONDS <= blobstore.CALL_DEADLINE_SECONDS
 
 
@@ -65,7 +65,7 @@ def test_the_workflow_waits_at_least_as_long_as_stage_may_run() -> None:
     http_timeout = post["args"]["timeout"]
     stage_timeout = _function_timeouts()["stage"]
     assert stage_timeout <= http_timeout <= WORKFLOWS_HTTP_MAX
-    assert blobstore.CALL_DEADLINE_SECONDS < stage_timeout  # a ledger call fits in one stage call
+    assert stage_timeout > blobstore.CALL_DEADLINE_SECONDS  # a ledger call fits in one stage call
 
 
 @pytest.mark.parametrize("limit_seconds", [120])

@@ -10,7 +10,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 
@@ -66,7 +66,17 @@ def intake(log: Logger) -> Intake:
         orchestrator=orchestrator(),
         log=log,
         lease_seconds=settings().start_lease_seconds,
+        notify=notify_status,
     )
+
+
+def notify_status(record: RunRecord) -> None:
+    """The terminal status message of a run ended outside the workflow (it could not start)."""
+    from rlpipe.control import notify
+
+    topic = record.request.get("notify") or settings().status_topic
+    if topic:
+        notify.publish(settings().topic_path(topic), notify.status_message(record))
 
 
 def stage_service(log: Logger) -> StageService:
