@@ -30,8 +30,9 @@ SECTIONS = {
     "latency": "bench.latency",
     "intake": "bench.intake_burst",
     "soak": "bench.soak",
+    "list": "bench.list_runs",
 }
-ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak")  # the brief's numbering
+ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak", "list")  # the brief's numbering
 TITLES = {
     "tpu": "1. TPU chips held outside training",
     "cold": "2. Function cold start",
@@ -39,6 +40,7 @@ TITLES = {
     "latency": "4. Control-plane latency (local stack, zero-duration stages)",
     "intake": "5. Intake under a duplicate burst",
     "soak": "6. Soak: concurrent runs with random faults",
+    "list": "7. `rlpipe list` over a bucket of checkpoints",
 }
 QUICK = {
     "cold_reps": 5,
@@ -83,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--soak-timing", choices=("demo", "fast"), default="demo")
     g.add_argument("--soak-timeout", type=float, default=300.0)
     g.add_argument("--seed", type=int, default=None, help="soak scenario seed (default: random, printed)")
+    g = p.add_argument_group("7. rlpipe list")
+    g.add_argument("--list-runs", type=int, default=3, help="runs in the bucket")
+    g.add_argument("--list-objects", type=int, default=10_000, help="checkpoint objects added to one run")
     p.add_argument("--section", choices=ORDER, help=argparse.SUPPRESS)  # internal: run one, in this process
     p.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     return p
