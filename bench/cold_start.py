@@ -35,7 +35,7 @@ from bench.common import CACHE, PYTHON, ROOT, BenchStack, Section, loadavg, say,
 
 FUNCTIONS_DIR = ROOT / "functions"
 # main.py's module-level import before the lazy-import change (functions/main.py up to commit a52a829).
-EAGER_IMPORTS = "from rlpipe import services  # noqa: F401  (eager, as before the change)\n"
+EAGER_IMPORTS = "from rlpipe.control import services  # noqa: F401  (eager, as before the change)\n"
 _DECORATED = re.compile(r"^@functions_framework\.(cloud_event|http)\s*\ndef (\w+)\(", re.MULTILINE)
 MARKER = "functions_framework._http.gunicorn"  # the server starts after main is loaded
 WEBHOOK_SECRET = "bench-webhook-secret"  # only for the throw-away discovery stack
