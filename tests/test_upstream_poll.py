@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -358,8 +359,52 @@ def test_commit_time_falls_back_to_the_commit_log(chain: Chain) -> None:
     assert chain.hub.paths(f"/api/models/{repo}/commits/")
 
 
+def test_debounce_takes_the_commit_time_from_the_pinned_shas_own_entry(
+    chain: Chain, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit log is sorted by date (huggingface_hub hf_api.py:4196) and paged with
+    ``Link: rel=next`` (utils/_pagination.py:36-39): with a commit dated in the future (clock skew)
+    the release is not the log's first entry, and ``lastModified`` (undocumented per revision)
+    can say anything. The debounce must count from the release's own entry."""
+    monkeypatch.setattr(chain.hub, "commits_page_size", 1)
+    repo = chain.new_repo()
+    chain.watch(entry(repo, debounce_minutes=30))
+    chain.poll()
+    chain.hub.push(
+        repo, {"README.md": HubFile.of("README.md", "# skewed\n")}, message="card", at=T0 + timedelta(hours=1)
+    )
+    sha = chain.release(repo, "v2", minutes_ago=10)  # committed 13:50
+    chain.hub.repos[repo].last_modified = (T0 - timedelta(hours=3)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    waiting = only(chain.poll())
+    assert (waiting.outcome, waiting.sha) == ("waiting", sha)
+    assert waiting.detail.startswith("waiting: debounce until 14:20 UTC")  # 13:50 + 30 min
+    assert len(chain.hub.paths(f"/api/models/{repo}/commits/")) == 2  # page 1: the skewed card
+
+
+@pytest.mark.timeout(30)  # without a timeout of its own the client would wait forever
+def test_a_stalled_hub_makes_the_poll_fail_fast_as_unavailable(chain: Chain) -> None:
+    """A Hub that accepts the connection and never answers: ``auth_check`` has no timeout in the
+    client (hf_api.py:12119, session timeout=None at utils/_http.py:348); ours comes from settings."""
+    chain.settings = dataclasses.replace(chain.settings, hub_timeout_seconds=1.0)
+    repo = chain.new_repo()
+    chain.watch(entry(repo))
+    chain.poll()
+    chain.release(repo, "v2")
+    chain.hub.stall(f"/api/models/{repo}/auth-check")
+    try:
+        started = time.monotonic()
+        stalled = only(chain.poll())
+        elapsed = time.monotonic() - started
+    finally:
+        chain.hub.release_stalls()
+    assert (stalled.outcome, stalled.reason) == ("error", "hub-unavailable")
+    assert elapsed < 6, f"the poll took {elapsed:.1f} s against a 1 s Hub timeout"
+    assert chain.executions.creates() == []
+    assert only(chain.poll()).outcome == "released"  # the next tick, with the Hub back
+
+
 def test_a_gated_repo_without_access_reports_the_license_fix_once_and_starts_nothing(chain: Chain) -> None:
-    repo = chain.new_repo(gated=True, public_metadata=True)  # like the Hub: metadata visible, files not
+    repo = chain.new_repo(gated=True)  # like the Hub: metadata visible, files not
     chain.watch(entry(repo))
     assert only(chain.poll()).reason == "baseline"
     sha = chain.release(repo, "v2")
@@ -383,12 +428,16 @@ def test_a_gated_repo_without_access_reports_the_license_fix_once_and_starts_not
     assert chain.state(repo)["watches"][f"main@{template_hash(TEMPLATE)}"]["no_access"] is None
 
 
-def test_a_gated_repo_hiding_its_metadata_is_no_access_too(chain: Chain) -> None:
-    repo = chain.new_repo(gated=True)  # model_info itself answers 403 GatedRepo
+def test_a_gated_repo_gets_a_baseline_from_its_public_metadata(chain: Chain) -> None:
+    """The Hub shows a gated repo's metadata to anyone (PolicyEngine/policyengine-core#529), so
+    the first poll records a baseline without access; only a release asks for the license."""
+    repo = chain.new_repo(gated=True)
     chain.watch(entry(repo))
-    denied = only(chain.poll())
-    assert denied.outcome == "no-access" and denied.sha is None
-    assert "accept the license for this account" in denied.detail and chain.runs() == []
+    first = only(chain.poll())
+    assert (first.outcome, first.reason) == ("ignored", "baseline")
+    assert first.sha == chain.hub.repos[repo].branches["main"]
+    assert chain.published == [] and chain.runs() == []
+    assert not chain.hub.paths(f"/api/models/{repo}/auth-check")  # a baseline needs no access
 
 
 def test_rate_limits_are_waited_out_per_the_headers_then_the_poll_succeeds(chain: Chain) -> None:

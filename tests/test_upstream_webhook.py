@@ -130,3 +130,34 @@ def test_secret_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert webhook_secret() is None
     monkeypatch.setenv("RLPIPE_WEBHOOK_SECRET", " from-secret-manager\n")
     assert webhook_secret() == "from-secret-manager"
+
+
+def test_narrower_content_scopes_poll_and_pull_requests_stay_ignored() -> None:
+    """hub-docs webhooks.md:102-104: "More scopes can be added in the future", and an action on a
+    narrowed scope counts as an update on the broader one; webhooks.md:97: ``repo.content`` "triggers
+    on new Pull Requests as well due to the newly created reference/commit"."""
+    for scope in ("repo.content", "repo.content.lfs", "repo.content.tags.new"):
+        polls = Polls()
+        status, body = handle_webhook(
+            {"X-Webhook-Secret": SECRET},
+            payload(("refs/heads/main", "c" * 40), scope=scope),
+            secret=SECRET,
+            poll_one=polls,
+        )
+        assert (status, body["status"], polls.calls) == (200, "polled", [(REPO, "main")]), scope
+    for scope in ("repo.contents", "repo.config", "repo.config.dois", "repo"):
+        polls = Polls()
+        status, body = handle_webhook(
+            {"X-Webhook-Secret": SECRET},
+            payload(("refs/heads/main", "c" * 40), scope=scope),
+            secret=SECRET,
+            poll_one=polls,
+        )
+        assert (status, body["status"], polls.calls) == (200, "ignored", []), scope
+    # Opening a pull request: repo.content with a newly created refs/pr/N (oldSha null).
+    polls = Polls()
+    opened = json.loads(payload(("refs/pr/3", "d" * 40)))
+    opened["updatedRefs"][0]["oldSha"] = None
+    status, body = handle_webhook({"X-Webhook-Secret": SECRET}, opened, secret=SECRET, poll_one=polls)
+    assert (status, body["status"], polls.calls) == (200, "ignored", [])
+    assert "pull-request refs" in body["reason"]

@@ -6,6 +6,8 @@ means importing that library, which only the control plane may do.
 
 from __future__ import annotations
 
+import sys
+
 from rlpipe.core.failures import PermanentFailure, PipelineFailure, TransientFailure
 
 
@@ -26,4 +28,12 @@ def classify_exception(exc: BaseException) -> PipelineFailure | None:
 
     if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
         return TransientFailure(f"connection failed: {exc}")
+    # The Hugging Face client's HTTP library (httpx2 in huggingface_hub 2.4.0) has its own
+    # connection and timeout errors, which are not OSError. Only a process that imported the
+    # client can raise them, so a process that never did pays no import here.
+    if "huggingface_hub" in sys.modules:
+        from rlpipe.control.hub import transport_errors
+
+        if isinstance(exc, transport_errors()):
+            return TransientFailure(f"could not reach Hugging Face: {type(exc).__name__}: {exc}")
     return None

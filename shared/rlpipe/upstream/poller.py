@@ -2,13 +2,14 @@
 
 Per entry, in order (see ``upstream.py`` for why this order):
 
-1. ``model_info(branch, files_metadata=True)``: head sha, commit time, content id of each file.
+1. ``model_info(branch, files_metadata=True)``: head sha and the content id of each file.
 2. First sight → the head is the *baseline* (no run). Head already decided → nothing to do.
 3. Trigger files unchanged against the processed sha (README-only commit) → ignored, recorded.
 4. ``auth_check`` with the pipeline's token → without access: one status message ("accept the
    license for this account"), recorded, no run; checked again every tick.
 5. Weights present, and every shard named in the index present? Else wait (upload in progress).
-6. Quiet for ``debounce_minutes`` since the commit? Else wait (multi-commit uploads settle).
+6. Quiet for ``debounce_minutes`` since the commit (its date in the commit log)? Else wait
+   (multi-commit uploads settle).
 7. ``Intake.submit`` with ``hf_revision`` pinned to the sha; recorded as processed only after
    intake accepted it (a crash in between is retried next tick; intake's key makes that harmless).
 """
@@ -164,7 +165,7 @@ class Poller:
         try:
             self.hub.check_access(entry.hf_repo)
             missing, total = self._missing_shards(entry, head)
-            committed = head.last_modified or self.hub.commit_time(entry.hf_repo, head.sha)
+            committed = self._commit_time(entry, head)
         except HubProblem as exc:
             return self._hub_problem(entry, state, head.sha, exc, dry_run)
         except ValueError as exc:
@@ -208,6 +209,13 @@ class Poller:
                     changed=trigger.names,
                 )
         return self._release(entry, head, trigger, dry_run)
+
+    def _commit_time(self, entry: WatchEntry, head: Head) -> datetime | None:
+        """The commit's own date, from its entry in the commit log (what ``lastModified`` means
+        for a revision is not documented; it is only the fallback). No debounce, no request."""
+        if entry.debounce_minutes <= 0:
+            return None
+        return self.hub.commit_time(entry.hf_repo, head.sha) or head.last_modified
 
     def _missing_shards(self, entry: WatchEntry, head: Head) -> tuple[list[str], int]:
         if INDEX not in head.files:

@@ -97,7 +97,11 @@ def build_poller(
 
     client = client or blobstore.make_client(settings.project)
     reader = HubReader(
-        token=token or hub.pipeline_token(), sleep=sleep, clock=clock, budget=budget or RateLimitBudget()
+        token=token or hub.pipeline_token(),
+        sleep=sleep,
+        clock=clock,
+        budget=budget or RateLimitBudget(),
+        timeout=settings.hub_timeout_seconds,
     )
     return Poller(
         hub=reader,

@@ -2,11 +2,16 @@
 
 The Hub sends the secret configured on the webhook verbatim in ``X-Webhook-Secret`` (no HMAC),
 so the only check possible is a constant-time comparison. Content pushes arrive with
-``event.scope == "repo.content"`` and ``updatedRefs: [{ref, oldSha, newSha}]``; opening a pull
-request also creates a ref (``refs/pr/N``), which is ignored. An accepted event only asks for an
-immediate poll of that repo and branch: the poller decides (diff, debounce, access) exactly as
-on a tick, and intake's key makes a webhook and a tick seeing the same commit one run. The Hub
-does not redeliver failed webhooks, which is why the scheduled poll stays the source of truth.
+``event.scope == "repo.content"`` and ``updatedRefs: [{ref, oldSha, newSha}]``. The Hub may add
+narrower scopes, and a handler should treat any action on a narrowed scope as an update on the
+broader one (hub-docs ``webhooks.md`` lines 102-104, "More scopes can be added in the future"),
+so ``repo.content.<anything>`` is a content event too. A new pull request also fires
+``repo.content`` (webhooks.md line 97: "It triggers on new Pull Requests as well due to the
+newly created reference/commit"); its ref is ``refs/pr/N``, not a branch, and is ignored.
+An accepted event only asks for an immediate poll of that repo and branch: the poller decides
+(diff, debounce, access) exactly as on a tick, and intake's key makes a webhook and a tick
+seeing the same commit one run. The Hub does not redeliver failed webhooks, which is why the
+scheduled poll stays the source of truth.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 WEBHOOK_SECRET_ENV = "RLPIPE_WEBHOOK_SECRET"
 SECRET_HEADER = "x-webhook-secret"
 BRANCH_REF = "refs/heads/"
+CONTENT_SCOPE = "repo.content"
 MAX_BODY = 1024 * 1024
 
 
@@ -35,6 +41,11 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 def verify_secret(headers: Mapping[str, str], secret: str) -> bool:
     given = _header(headers, SECRET_HEADER)
     return given is not None and hmac.compare_digest(given.encode("utf-8"), secret.encode("utf-8"))
+
+
+def is_content_scope(scope: Any) -> bool:
+    """``repo.content`` or a narrower ``repo.content.*`` scope (never ``repo.contents`` and the like)."""
+    return isinstance(scope, str) and (scope == CONTENT_SCOPE or scope.startswith(CONTENT_SCOPE + "."))
 
 
 def updated_branches(payload: Mapping[str, Any]) -> list[str]:
@@ -81,7 +92,7 @@ def handle_webhook(
     event: Mapping[str, Any] = raw_event if isinstance(raw_event, Mapping) else {}
     repo: Mapping[str, Any] = raw_repo if isinstance(raw_repo, Mapping) else {}
     scope, name = event.get("scope"), repo.get("name")
-    if scope != "repo.content":
+    if not is_content_scope(scope):
         return 200, {"status": "ignored", "reason": f"event scope {scope!r} is not repo.content"}
     if repo.get("type", "model") != "model":
         return 200, {"status": "ignored", "reason": f"{repo.get('type')!r} repos are not watched"}

@@ -1,0 +1,223 @@
+"""A Hugging Face Hub double: the routes ``huggingface_hub`` calls, reached through HF_ENDPOINT.
+
+The client library stays real; only the server is ours. Repositories live in memory: each has
+branches pointing at commits, and each commit has files (LFS files carry a sha256). How each
+route answers, and where that behaviour is documented, is in ``rlpipe.local.hub.routes``. In short:
+
+- ``GET /api/models/{repo}[/revision/{rev}]``  ``model_info`` (``?blobs=true`` adds sizes, blob ids, LFS)
+- ``GET /api/models/{repo}/auth-check``        ``auth_check``
+- ``GET /api/models/{repo}/commits/{rev}``     ``list_repo_commits``: newest first, in pages
+  linked by ``Link: <…>; rel="next"``
+- ``HEAD|GET /{repo}/resolve/{rev}/{path}``    files (``X-Repo-Commit``, ``ETag``, ``X-Linked-*``)
+
+Behaviours, each the Hub's unless labelled otherwise:
+
+- A gated repo's metadata, file list and commits are public; only its files (``/resolve``) and
+  ``auth-check`` refuse an account that has not accepted the license (401 anonymous, 403 with a
+  token). ``public_metadata=False`` is a stricter mode that is **not Hub behaviour**.
+- A token revoked with :meth:`HubDouble.revoke` gets 401 "Invalid credentials in Authorization
+  header" everywhere; an anonymous request for a missing repo gets 401, with a token 404.
+- Every answer carries ``RateLimit``/``RateLimit-Policy`` for its bucket (``api``, or
+  ``resolvers`` for ``/resolve/``), counted per caller over a fixed window; an exhausted bucket
+  answers 429 with ``r=0``. :meth:`HubDouble.rate_limit` forces 429s; :meth:`HubDouble.stall`
+  makes requests hang without an answer, for timeout tests.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from rlpipe.local.hub.data import (
+    INDEX,
+    ForcedLimit,
+    HubCommit,
+    HubFile,
+    HubRepo,
+    Quota,
+    Stall,
+    commit_sha,
+    model_files,
+    safetensors_index,
+    shard_file,
+    shard_names,
+    stamp,
+)
+from rlpipe.local.hub.routes import handle
+
+__all__ = [
+    "INDEX",
+    "HubCommit",
+    "HubDouble",
+    "HubFile",
+    "HubRepo",
+    "commit_sha",
+    "model_files",
+    "safetensors_index",
+    "shard_file",
+    "shard_names",
+]
+
+
+class HubDouble:
+    """In-memory repositories served over HTTP on a loopback port."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, commits_page_size: int = 50):
+        self.repos: dict[str, HubRepo] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.limits: list[ForcedLimit] = []
+        self.stalls: list[Stall] = []
+        self.revoked: set[str] = set()
+        self.quota = Quota()
+        self.used: dict[tuple[str, str, int], int] = {}  # (caller, bucket, window start) → requests
+        self.commits_page_size = commits_page_size
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                handle(hub, self, "GET")
+
+            def do_HEAD(self) -> None:
+                handle(hub, self, "HEAD")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="hub-double", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def client_constants(self) -> dict[str, str]:
+        """``huggingface_hub.constants`` to patch in-process so the real client talks to this double.
+
+        ``HF_ENDPOINT`` in the environment does this for a fresh process; in-process, both names are
+        needed: ``hf_hub_url`` (downloads) formats the template computed at import, not ``ENDPOINT``.
+        """
+        return {
+            "ENDPOINT": self.url,
+            "HUGGINGFACE_CO_URL_TEMPLATE": self.url + "/{repo_id}/resolve/{revision}/{filename}",
+        }
+
+    def start(self) -> HubDouble:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release_stalls()  # a held request would keep its handler thread (and socket) alive
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    def add_repo(
+        self,
+        repo_id: str,
+        files: dict[str, HubFile] | None = None,
+        *,
+        branch: str = "main",
+        gated: bool = False,
+        message: str = "initial commit",
+        at: datetime | None = None,
+        public_metadata: bool = True,
+    ) -> str:
+        with self.lock:
+            repo = self.repos.setdefault(
+                repo_id, HubRepo(repo_id, gated=gated, public_metadata=public_metadata)
+            )
+            sha = commit_sha(repo_id, branch, str(len(repo.commits)), message)
+            repo.commits[sha] = HubCommit(
+                sha,
+                dict(files if files is not None else model_files()),
+                message,
+                stamp(at),
+                repo.branches.get(branch),
+            )
+            repo.branches[branch] = sha
+            return sha
+
+    def push(
+        self,
+        repo_id: str,
+        changes: dict[str, HubFile | None],
+        *,
+        branch: str = "main",
+        message: str = "update",
+        at: datetime | None = None,
+    ) -> str:
+        """A new commit on ``branch``: files set (or deleted with None) relative to its head."""
+        with self.lock:
+            repo = self.repos[repo_id]
+            parent = repo.branches[branch]
+            files = dict(repo.commits[parent].files)
+            for name, item in changes.items():
+                if item is None:
+                    files.pop(name, None)
+                else:
+                    files[name] = item
+            sha = commit_sha(repo_id, branch, str(len(repo.commits)), message)
+            repo.commits[sha] = HubCommit(sha, files, message, stamp(at), parent)
+            repo.branches[branch] = sha
+            return sha
+
+    def grant(self, repo_id: str, token: str) -> None:
+        """The token's account accepted the gated repo's license."""
+        with self.lock:
+            self.repos[repo_id].authorized_tokens.add(token)
+
+    def revoke(self, token: str) -> None:
+        """The token is no longer valid: every request carrying it answers 401."""
+        with self.lock:
+            self.revoked.add(token)
+
+    def set_quota(self, **limits: int) -> None:
+        """Change the per-window quotas (fields of ``Quota``) and start counting afresh."""
+        with self.lock:
+            for name, value in limits.items():
+                if not hasattr(self.quota, name):
+                    raise ValueError(f"no quota named {name!r}")
+                setattr(self.quota, name, value)
+            self.used.clear()
+
+    def rate_limit(
+        self,
+        times: int = 1,
+        *,
+        reset: int = 30,
+        limit: int = 1000,
+        window: int = 300,
+        path_prefix: str = "/api/",
+        remaining: int = 0,
+        retry_after: int | None = None,
+    ) -> None:
+        """The next ``times`` requests under ``path_prefix`` answer 429 with ``reset`` seconds to wait.
+
+        ``remaining`` > 0 makes a 429 whose ``RateLimit`` header is *not* the reason (requests are
+        left in the window); ``retry_after`` adds a ``Retry-After`` header (seconds)."""
+        if times < 1:
+            raise ValueError("times must be 1 or more")
+        with self.lock:
+            self.limits.append(ForcedLimit(times, reset, limit, window, path_prefix, remaining, retry_after))
+
+    def stall(self, path_prefix: str = "/") -> None:
+        """Requests under ``path_prefix`` are accepted and never answered, until ``release_stalls``
+        (or ``stop``) closes them without an answer."""
+        with self.lock:
+            self.stalls.append(Stall(path_prefix))
+
+    def release_stalls(self) -> None:
+        with self.lock:
+            stalls, self.stalls = self.stalls, []
+        for item in stalls:
+            item.release.set()
+
+    def paths(self, prefix: str = "") -> list[str]:
+        """Paths requested so far (both methods), for assertions on what the client called."""
+        with self.lock:
+            return [p for _, p in self.requests if p.startswith(prefix)]

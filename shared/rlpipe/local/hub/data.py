@@ -1,0 +1,155 @@
+"""The Hub double's data: repositories, commits, files, and the knobs that make it misbehave.
+
+Plain data, no I/O; ``rlpipe.local.hub`` serves it and ``rlpipe.local.hub.routes`` answers requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+INDEX = "model.safetensors.index.json"
+
+
+def stamp(at: datetime | None = None) -> str:
+    return (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+@dataclass
+class HubFile:
+    name: str
+    size: int
+    sha256: str | None = None  # LFS files only
+    content: bytes | None = None  # served by /resolve; None = a small placeholder body
+
+    @classmethod
+    def of(cls, name: str, data: bytes | str) -> HubFile:
+        """A regular (non-LFS) file with real content, e.g. an index or a config."""
+        raw = data.encode() if isinstance(data, str) else data
+        return cls(name, len(raw), None, raw)
+
+    def blob_id(self) -> str:
+        """Git's blob id when the content is known (as the Hub reports it), else a stable stand-in."""
+        if self.content is not None:
+            return hashlib.sha1(b"blob %d\x00" % len(self.content) + self.content).hexdigest()
+        return hashlib.sha1(f"{self.name}{self.size}{self.sha256}".encode()).hexdigest()
+
+    def body(self) -> bytes:
+        if self.content is not None:
+            return self.content
+        return f"rlpipe hub double: placeholder for {self.name}\n".encode()
+
+    def sibling(self, with_blobs: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"rfilename": self.name}
+        if with_blobs:
+            out["size"] = self.size
+            out["blobId"] = self.blob_id()
+            if self.sha256:
+                out["lfs"] = {"sha256": self.sha256, "size": self.size, "pointerSize": 134}
+        return out
+
+
+@dataclass
+class HubCommit:
+    sha: str
+    files: dict[str, HubFile]
+    message: str = ""
+    created_at: str = field(default_factory=stamp)
+    parent: str | None = None
+
+
+@dataclass
+class HubRepo:
+    repo_id: str
+    branches: dict[str, str] = field(default_factory=dict)
+    commits: dict[str, HubCommit] = field(default_factory=dict)
+    gated: bool = False
+    authorized_tokens: set[str] = field(default_factory=set)
+    # True is the Hub's behaviour: a gated repo's metadata (model_info, commits) is shown to
+    # anyone, only its files and auth-check are refused. False refuses metadata too, with 403:
+    # NOT Hub behaviour, kept only to show what a client does if the Hub ever tightened this.
+    public_metadata: bool = True
+    hide_last_modified: bool = False  # model_info without lastModified (clients fall back to commits)
+    # What ``lastModified`` means for a revision is not documented; set this (an ISO time) to make
+    # model_info report it instead of the revision's commit date, e.g. a repo-wide last change.
+    last_modified: str | None = None
+
+
+@dataclass
+class ForcedLimit:
+    """The next ``remaining_times`` requests under ``path_prefix`` answer 429."""
+
+    remaining_times: int
+    reset: int
+    limit: int
+    window: int
+    path_prefix: str
+    left: int = 0  # the ``r=`` the 429 reports: 0 = the rate limit is the reason for the 429
+    retry_after: int | None = None
+
+
+@dataclass
+class Stall:
+    """Requests under ``path_prefix`` get no answer until ``release`` is set."""
+
+    path_prefix: str
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Quota:
+    """Requests per fixed window and bucket; the defaults are hub-docs rate-limits.md's tiers
+    (September '25, lines 62-66): free user 1,000 API / 5,000 resolvers, anonymous 500 / 3,000."""
+
+    api: int = 1000
+    resolvers: int = 5000
+    pages: int = 200
+    anonymous_api: int = 500
+    anonymous_resolvers: int = 3000
+    anonymous_pages: int = 100
+    window: int = 300  # "All quotas are calculated over 5-minute fixed windows" (line 76)
+
+
+def commit_sha(*parts: str) -> str:
+    return hashlib.sha1("\x00".join(parts).encode()).hexdigest()
+
+
+def safetensors_index(shards: list[str], shard_size: int = 4_900_000_000) -> HubFile:
+    """``model.safetensors.index.json`` naming ``shards`` (two tensors per shard)."""
+    weight_map = {
+        f"model.layers.{i}.{part}.weight": shard
+        for i, shard in enumerate(shards)
+        for part in ("mlp", "self_attn")
+    }
+    body = {"metadata": {"total_size": shard_size * len(shards)}, "weight_map": weight_map}
+    return HubFile.of(INDEX, json.dumps(body, indent=2, sort_keys=True))
+
+
+def shard_file(name: str, seed: str = "v1", size: int = 4_900_000_000) -> HubFile:
+    return HubFile(name, size, hashlib.sha256(f"{name}{seed}".encode()).hexdigest())
+
+
+def shard_names(shards: int) -> list[str]:
+    return [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+
+
+def model_files(shards: int = 2, seed: str = "v1") -> dict[str, HubFile]:
+    """A plausible safetensors checkpoint: index, shards, config, tokenizer, README."""
+    names = shard_names(shards)
+    files = {
+        "README.md": HubFile("README.md", 1200),
+        "config.json": HubFile("config.json", 900),
+        "generation_config.json": HubFile("generation_config.json", 200),
+        "tokenizer.json": HubFile(
+            "tokenizer.json", 33_000_000, hashlib.sha256(f"tok{seed}".encode()).hexdigest()
+        ),
+        "tokenizer_config.json": HubFile("tokenizer_config.json", 1500),
+        INDEX: safetensors_index(names),
+    }
+    for name in names:
+        files[name] = shard_file(name, seed)
+    return files

@@ -1,0 +1,291 @@
+"""How the Hub double answers, route by route, and where each behaviour comes from.
+
+Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs at 242f4a1e
+(https://huggingface.co/docs/hub/<page>), and issue threads where the docs are silent.
+
+- Errors carry ``X-Error-Code``/``X-Error-Message``, which ``hf_raise_for_status`` turns into
+  ``GatedRepoError``, ``RepositoryNotFoundError``, ``RevisionNotFoundError``,
+  ``RemoteEntryNotFoundError`` (``utils/_http.py:871-892,933-956``).
+- Gated repos: "Users must agree … to access the model *files*" (hub-docs ``models-gated.md:3``);
+  anonymous ``model_info`` of a gated repo succeeds while its ``/resolve`` answers 401 GatedRepo
+  (PolicyEngine/policyengine-core#529). hub-docs never states that metadata is public, and the
+  client's own ``GatedRepoError`` example (``errors.py:350-358``) shows a 403 from ``model_info``;
+  we follow the observed behaviour. A token without access gets 403 GatedRepo (same example).
+- 401 for anonymous requests to missing repos (client comment, ``utils/_http.py:939-942``). The
+  double also sends ``X-Error-Code: RepoNotFound`` on it, because the client's fallback for a bare
+  401 matches only ``https://`` endpoints (``REPO_API_REGEX``, ``utils/_http.py:175-188``).
+- A bad token: 401 with ``X-Error-Message: Invalid credentials in Authorization header`` and no
+  error code, which the client leaves a plain ``HfHubHTTPError`` (``utils/_http.py:933-936``;
+  seen on ``/api/models/…`` in comfyanonymous/ComfyUI#9415).
+- Rate limits (hub-docs ``rate-limits.md``): buckets "api" and "resolvers" (every URL with a
+  ``/resolve/`` segment, lines 9-10), 5-minute fixed windows (line 76), 429 when one is used up
+  (line 38), headers per the IETF draft (line 40) in the format of lines 55-56. The client reads
+  them "on every response" (``utils/_http.py:971``), so every answer here carries them.
+- ``/commits/{rev}``: sorted by date, newest first (``hf_api.py:4196``), in pages linked "using
+  the same Link header format as GitHub" (``utils/_pagination.py:36-39``, read at ``:68-69``).
+  The Hub's default page size is not documented (the Python client sends no ``limit``;
+  huggingface.js ``list-commits.ts`` sends ``limit``, default 100, up to 1000): the double's is
+  ``HubDouble.commits_page_size``, and it honours ``?limit=``.
+- A stall (``HubDouble.stall``) is a server that accepts the connection and never answers: the
+  client's shared session has no timeout (``utils/_http.py:348``), so only the caller's bounds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Protocol
+from urllib.parse import parse_qs, quote, unquote, urlparse
+
+from rlpipe.local.hub.data import ForcedLimit, HubCommit, HubRepo, Quota, Stall
+
+STALL_MAX_SECONDS = 600.0  # a stalled request is closed after this even if nobody releases it
+BAD_TOKEN = "Invalid credentials in Authorization header"  # the message the client special-cases
+MAX_PAGE = 1000
+
+
+class HubState(Protocol):
+    """What the answers read and count (``rlpipe.local.hub.HubDouble`` holds it)."""
+
+    repos: dict[str, HubRepo]
+    requests: list[tuple[str, str]]
+    lock: Any
+    limits: list[ForcedLimit]
+    stalls: list[Stall]
+    revoked: set[str]
+    quota: Quota
+    used: dict[tuple[str, str, int], int]
+    commits_page_size: int
+
+    @property
+    def url(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """One request being answered: the handler, whether it is a HEAD, the headers every answer gets."""
+
+    req: BaseHTTPRequestHandler
+    head: bool
+    common: dict[str, str]
+
+    def send(
+        self,
+        status: int,
+        body: Any,
+        *,
+        error_code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        extra = dict(headers or {})
+        if status >= 400:
+            message = str(body.get("error", "")) if isinstance(body, dict) else ""
+            extra["X-Error-Message"] = message
+            if error_code:
+                extra["X-Error-Code"] = error_code
+        self.send_bytes(status, json.dumps(body).encode(), "application/json", extra)
+
+    def send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+        req = self.req
+        req.send_response(status)
+        req.send_header("Content-Type", content_type)
+        req.send_header("Content-Length", str(len(data)))
+        for name, value in {**self.common, **headers}.items():
+            req.send_header(name, value)
+        req.end_headers()
+        if not self.head:
+            req.wfile.write(data)
+
+
+def bucket_of(path: str) -> str:
+    if "/resolve/" in path:
+        return "resolvers"
+    return "api" if path.startswith("/api/") else "pages"
+
+
+def _rate_headers(bucket: str, remaining: int, reset: int, limit: int, window: int) -> dict[str, str]:
+    return {
+        "RateLimit": f'"{bucket}";r={max(0, remaining)};t={reset}',
+        "RateLimit-Policy": f'"fixed window";"{bucket}";q={limit};w={window}',
+    }
+
+
+def _count(hub: HubState, token: str, bucket: str) -> tuple[int, int, int, int]:
+    """Count this request against the caller's bucket: (limit, remaining, reset seconds, window).
+    Caller holds the lock. Callers are tokens, or "anonymous" (the Hub counts per IP)."""
+    quota = hub.quota
+    prefix = "" if token else "anonymous_"
+    limit = int(getattr(quota, prefix + bucket, 0) or getattr(quota, bucket, 0) or 1)
+    now = time.time()
+    start = int(now // quota.window) * quota.window
+    key = (token or "anonymous", bucket, start)
+    hub.used[key] = hub.used.get(key, 0) + 1
+    reset = max(1, math.ceil(start + quota.window - now))
+    return limit, limit - hub.used[key], reset, quota.window
+
+
+def handle(hub: HubState, req: BaseHTTPRequestHandler, method: str) -> None:
+    url = urlparse(req.path)
+    path = url.path
+    token = (req.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+    bucket = bucket_of(path)
+    with hub.lock:
+        hub.requests.append((method, path))
+        stall = next((s for s in hub.stalls if path.startswith(s.path_prefix)), None)
+    if stall is not None:
+        stall.release.wait(STALL_MAX_SECONDS)
+        req.close_connection = True  # closed without a status line: the client saw nothing at all
+        return
+    with hub.lock:
+        forced = next((f for f in hub.limits if path.startswith(f.path_prefix)), None)
+        if forced is not None:
+            forced.remaining_times -= 1
+            if forced.remaining_times <= 0:
+                hub.limits.remove(forced)
+        limit, remaining, reset, window = _count(hub, token, bucket)
+    x = _Exchange(req, method == "HEAD", _rate_headers(bucket, remaining, reset, limit, window))
+    if forced is not None:
+        headers = _rate_headers(bucket, forced.left, forced.reset, forced.limit, forced.window)
+        if forced.retry_after is not None:
+            headers["Retry-After"] = str(forced.retry_after)
+        x.send(429, {"error": "You have exceeded our rate limit"}, headers=headers)
+        return
+    if remaining < 0:
+        x.send(429, {"error": f"You have exceeded the '{bucket}' rate limit"})
+        return
+    if token and token in hub.revoked:
+        x.send(401, {"error": BAD_TOKEN})
+        return
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    if len(parts) >= 4 and parts[:2] == ["api", "models"]:
+        repo_id, rest = f"{parts[2]}/{parts[3]}", parts[4:]
+        if not rest or (rest[0] == "revision" and len(rest) == 2):
+            _model_info(hub, x, token, repo_id, rest[1] if rest else "main", "blobs=" in (url.query or ""))
+            return
+        if rest == ["auth-check"]:
+            with hub.lock:
+                found = _lookup(hub, x, token, repo_id, metadata=False)
+            if found is not None:
+                x.send(200, {"access": "read"})
+            return
+        if rest[0] == "commits" and len(rest) == 2:
+            _commits(hub, x, token, repo_id, rest[1], parse_qs(url.query or ""))
+            return
+    if len(parts) >= 5 and parts[2] == "resolve":
+        _resolve(hub, x, token, f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
+        return
+    x.send(404, {"error": "not found"}, error_code="EntryNotFound")
+
+
+def _lookup(hub: HubState, x: _Exchange, token: str, repo_id: str, *, metadata: bool) -> HubRepo | None:
+    """The repository, or None after refusing the way the Hub does. Caller holds the lock."""
+    repo = hub.repos.get(repo_id)
+    if repo is None:
+        x.send(401 if not token else 404, {"error": "Repository not found"}, error_code="RepoNotFound")
+        return None
+    if repo.gated and token not in repo.authorized_tokens and not (metadata and repo.public_metadata):
+        x.send(
+            401 if not token else 403,
+            {"error": f"Access to model {repo_id} is restricted and you are not in the authorized list."},
+            error_code="GatedRepo",
+        )
+        return None
+    return repo
+
+
+def _commit(x: _Exchange, repo: HubRepo, revision: str) -> HubCommit | None:
+    sha = repo.branches.get(revision) or (revision if revision in repo.commits else None)
+    if sha is None:
+        x.send(404, {"error": f"Invalid rev id: {revision}"}, error_code="RevisionNotFound")
+        return None
+    return repo.commits[sha]
+
+
+def _model_info(hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, blobs: bool) -> None:
+    with hub.lock:
+        repo = _lookup(hub, x, token, repo_id, metadata=True)
+        commit = _commit(x, repo, revision) if repo else None
+        if repo is None or commit is None:
+            return
+        body = {
+            "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
+            "id": repo_id,
+            "modelId": repo_id,
+            "sha": commit.sha,
+            "private": False,
+            "gated": "manual" if repo.gated else False,
+            "disabled": False,
+            "tags": ["safetensors"],
+            "siblings": [f.sibling(blobs) for f in commit.files.values()],
+        }
+        if not repo.hide_last_modified:
+            body["lastModified"] = repo.last_modified or commit.created_at
+    x.send(200, body)
+
+
+def _commits(
+    hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, query: dict[str, list[str]]
+) -> None:
+    with hub.lock:
+        repo = _lookup(hub, x, token, repo_id, metadata=True)
+        commit = _commit(x, repo, revision) if repo else None
+        if repo is None or commit is None:
+            return
+        history: list[HubCommit] = []
+        while commit is not None:
+            history.append(commit)
+            commit = repo.commits.get(commit.parent) if commit.parent else None
+        history.sort(key=lambda c: c.created_at, reverse=True)  # by date; ties keep history order
+        size = _int(query.get("limit"), hub.commits_page_size, 1, MAX_PAGE)
+        page = _int(query.get("p"), 0, 0, len(history))
+        items = [
+            {
+                "id": c.sha,
+                "title": c.message,
+                "message": c.message,
+                "authors": [{"user": "uploader"}],
+                "date": c.created_at,
+            }
+            for c in history[page * size : (page + 1) * size]
+        ]
+        headers = {}
+        if (page + 1) * size < len(history):
+            nxt = f"{hub.url}/api/models/{repo_id}/commits/{quote(revision, safe='')}?p={page + 1}"
+            if query.get("limit"):
+                nxt += f"&limit={size}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+    x.send(200, items, headers=headers)
+
+
+def _int(values: list[str] | None, default: int, low: int, high: int) -> int:
+    try:
+        value = int(values[0]) if values else default
+    except ValueError:
+        value = default
+    return min(max(value, low), high)
+
+
+def _resolve(hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, path: str) -> None:
+    with hub.lock:
+        repo = _lookup(hub, x, token, repo_id, metadata=False)
+        commit = _commit(x, repo, revision) if repo else None
+        if repo is None or commit is None:
+            return
+        item = commit.files.get(path)
+        if item is None:
+            x.send(
+                404,
+                {"error": f"Entry not found: {path}"},
+                error_code="EntryNotFound",
+                headers={"X-Repo-Commit": commit.sha},
+            )
+            return
+        data = item.body()
+        headers = {"X-Repo-Commit": commit.sha, "ETag": f'"{item.blob_id()}"'}
+        if item.sha256 and item.content is not None:  # served bytes are the real LFS object
+            headers.update({"X-Linked-Etag": f'"{item.sha256}"', "X-Linked-Size": str(len(data))})
+    x.send_bytes(200, data, "application/octet-stream", headers)
