@@ -66,6 +66,9 @@ def test_the_workflow_waits_at_least_as_long_as_stage_may_run() -> None:
     stage_timeout = _function_timeouts()["stage"]
     assert stage_timeout <= http_timeout <= WORKFLOWS_HTTP_MAX
     assert stage_timeout > blobstore.CALL_DEADLINE_SECONDS  # a ledger call fits in one stage call
+    hub = re.search(r'RLPIPE_HUB_TIMEOUT_SECONDS\s+= "(\d+)"', (TERRAFORM / "functions.tf").read_text())
+    assert hub and Settings().hub_timeout_seconds == float(hub.group(1))
+    assert stage_timeout > 3 * float(hub.group(1))  # plan: revision, access check, cache read
 
 
 @pytest.mark.parametrize("limit_seconds", [120])

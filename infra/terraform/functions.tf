@@ -114,6 +114,7 @@ locals {
     RLPIPE_WORKLOAD_SERVICE_ACCOUNT = var.k8s_workload_service_account
     RLPIPE_START_LEASE_SECONDS      = tostring(var.start_lease_seconds)
     RLPIPE_CALLBACK_TIMEOUT_SECONDS = tostring(var.callback_timeout_seconds)
+    RLPIPE_HUB_TIMEOUT_SECONDS      = "10" # one Hub request; plan makes a few, within stage's 60 s
   }
 }
 

@@ -16,6 +16,16 @@ def _env(name: str, default: str = "") -> str:
     return os.environ.get(ENV_PREFIX + name, default).strip()
 
 
+def _positive(raw: str, default: float) -> float:
+    """A positive number of seconds; empty, unparsable or non-positive values keep the default
+    (a timeout of 0 or less would mean "never time out" to some clients, which is the bug)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
 @dataclass(frozen=True)
 class Settings:
     project: str = "rlpipe-local"
@@ -32,8 +42,13 @@ class Settings:
     namespace: str = "rlpipe"
     workload_service_account: str = "rlpipe-workload"
     stage_url: str = ""  # the `stage` function's URL (passed to the workflow by the local stack)
-    start_lease_seconds: float = 60.0
+    start_lease_seconds: float = 180.0  # > the intake functions' timeout (docs/timeouts.md)
     callback_timeout_seconds: int = 300
+    # Every Hugging Face Hub request (connect, and each wait for bytes) gives up after this long.
+    # The client's shared session has no timeout at all (huggingface_hub 2.4.0 utils/_http.py:348),
+    # and auth_check/list_repo_commits accept none; 10 s is the client's own per-request default
+    # where it has one (constants.py:37-39). A function's deadline must outlast a few of these.
+    hub_timeout_seconds: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -56,6 +71,7 @@ class Settings:
             stage_url=_env("STAGE_URL"),
             start_lease_seconds=float(_env("START_LEASE_SECONDS", str(cls.start_lease_seconds))),
             callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
+            hub_timeout_seconds=_positive(_env("HUB_TIMEOUT_SECONDS"), cls.hub_timeout_seconds),
         )
 
     @property
