@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, hub, interleave
+from rlpipe.control import blobstore, hub, interleave, outputs
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
@@ -127,7 +127,7 @@ class StageService:
             raise
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
-        ready = self._ready(cache)
+        ready = outputs.ready_conversion(self.artifacts, cache)
         stages = [s for s in STAGES if not (s == "convert" and ready)]
 
         def record_plan(r: RunRecord) -> str | None:
@@ -166,15 +166,6 @@ class StageService:
             "max_retries": req.retry.max_retries,
             "poll_seconds": self.settings.callback_timeout_seconds,
         }
-
-    def _ready(self, cache: layout.ConversionCache) -> str | None:
-        """The finished conversion attempt directory named by READY.json, if any."""
-        try:
-            data, _ = self.artifacts.read_json(cache.ready)
-        except blobstore.NotFound:
-            return None
-        directory = data.get("attempt_dir") if isinstance(data, dict) else None
-        return directory if isinstance(directory, str) and directory.startswith(cache.prefix) else None
 
     # ---- launch -------------------------------------------------------------------------------
 
@@ -296,7 +287,7 @@ class StageService:
             retryable_exit_codes=req.retry.retryable_exit_codes,
             queued_deadline_seconds=float(req.timeouts.queued),
         )
-        complete = self._artifact_complete(record, req, stage, attempt)
+        complete = outputs.stage_complete(self.artifacts, req, self._context(record), stage, attempt)
         phase, failure = ws.phase, None
         if ws.phase == "succeeded" and not complete.complete:
             phase, failure = (
@@ -322,7 +313,7 @@ class StageService:
                     },
                 )
         if phase == "succeeded" and stage == "convert":
-            self._publish_conversion(record, req, attempt)
+            outputs.publish_conversion(self.artifacts, self.ledger, req, self._context(record), attempt)
         progress = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
             progress = training_progress(self.cluster.log_tail(name))
@@ -334,47 +325,6 @@ class StageService:
             "artifact": complete.reason,
             "progress": progress,
         }
-
-    def _artifact_complete(
-        self, record: RunRecord, req: Request, stage: str, attempt: int
-    ) -> layout.Completeness:
-        bucket = self.artifacts.bucket_name
-        run = layout.RunLayout(bucket, record.run_id)
-        if stage == "convert":
-            cache = conversion_cache(req, self._context(record))
-            directory = cache.attempt_dir(record.run_id, attempt)
-            return layout.convert_complete(self.artifacts.list(directory + "0/"), directory)
-        if stage == "train":
-            final = layout.final_step(req.training.num_batches)
-            return layout.train_complete(
-                self.artifacts.list(run.step_dir(final)), run, req.training.num_batches
-            )
-        names = list(self.artifacts.list(run.hf_dir))
-        index = None
-        if run.hf_dir + layout.HF_INDEX in names:
-            try:
-                index = self.artifacts.read(run.hf_dir + layout.HF_INDEX).json()
-            except (ValueError, blobstore.NotFound):
-                index = {}
-        return layout.export_complete(names, run.hf_dir, index)
-
-    def _publish_conversion(self, record: RunRecord, req: Request, attempt: int) -> None:
-        """First finished conversion of a key wins READY.json; everyone then loads the winner's."""
-        cache = conversion_cache(req, self._context(record))
-        mine = cache.attempt_dir(record.run_id, attempt)
-        self.artifacts.create(
-            cache.ready, blobstore.dumps({"attempt_dir": mine, "run_id": record.run_id, "written_at": now()})
-        )
-        winner = self._ready(cache) or mine
-        uri = layout.gs(cache.bucket, winner)
-
-        def set_converted(r: RunRecord) -> str | None:
-            if r.lineage.converted_uri == uri:
-                return None
-            r.lineage.converted_uri = uri
-            return "conversion-published"
-
-        self.ledger.update(record.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
 
     def _classify_with_budget(
         self, record: RunRecord, req: Request, stage: str, attempt: int, cls: FailureClass, reason: str

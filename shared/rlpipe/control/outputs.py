@@ -1,0 +1,66 @@
+"""What the bucket holds for a stage: its completeness, and the shared conversion cache.
+
+Why apart from ``stage``: these are the artifact half of every status answer (the cluster's
+verdict is the other half), and the conversion cache is shared between runs; both read the
+bucket only through ``core.layout``'s rules.
+"""
+
+from __future__ import annotations
+
+from rlpipe.control import blobstore
+from rlpipe.control.ledger import Ledger, RunRecord, now
+from rlpipe.core import layout
+from rlpipe.core.manifests import RenderContext, conversion_cache
+from rlpipe.core.request import Request
+
+
+def ready_conversion(artifacts: blobstore.BlobStore, cache: layout.ConversionCache) -> str | None:
+    """The finished conversion attempt directory named by READY.json, if any."""
+    try:
+        data, _ = artifacts.read_json(cache.ready)
+    except blobstore.NotFound:
+        return None
+    directory = data.get("attempt_dir") if isinstance(data, dict) else None
+    return directory if isinstance(directory, str) and directory.startswith(cache.prefix) else None
+
+
+def stage_complete(
+    artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, stage: str, attempt: int
+) -> layout.Completeness:
+    """The stage's done rule (DESIGN §4) applied to what the bucket lists now."""
+    run = layout.RunLayout(artifacts.bucket_name, ctx.run_id)
+    if stage == "convert":
+        directory = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
+        return layout.convert_complete(artifacts.list(directory + "0/"), directory)
+    if stage == "train":
+        final = layout.final_step(req.training.num_batches)
+        return layout.train_complete(artifacts.list(run.step_dir(final)), run, req.training.num_batches)
+    names = list(artifacts.list(run.hf_dir))
+    index = None
+    if run.hf_dir + layout.HF_INDEX in names:
+        try:
+            index = artifacts.read(run.hf_dir + layout.HF_INDEX).json()
+        except (ValueError, blobstore.NotFound):
+            index = {}
+    return layout.export_complete(names, run.hf_dir, index)
+
+
+def publish_conversion(
+    artifacts: blobstore.BlobStore, ledger: Ledger, req: Request, ctx: RenderContext, attempt: int
+) -> None:
+    """First finished conversion of a key wins READY.json; everyone then loads the winner's."""
+    cache = conversion_cache(req, ctx)
+    mine = cache.attempt_dir(ctx.run_id, attempt)
+    artifacts.create(
+        cache.ready, blobstore.dumps({"attempt_dir": mine, "run_id": ctx.run_id, "written_at": now()})
+    )
+    winner = ready_conversion(artifacts, cache) or mine
+    uri = layout.gs(cache.bucket, winner)
+
+    def set_converted(r: RunRecord) -> str | None:
+        if r.lineage.converted_uri == uri:
+            return None
+        r.lineage.converted_uri = uri
+        return "conversion-published"
+
+    ledger.update(ctx.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
