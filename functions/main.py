@@ -15,6 +15,15 @@ from rlpipe.control.logs import Logger, configure_stdlib_logging
 
 configure_stdlib_logging()
 
+# The framework answers a POST that is not a CloudEvent with a 400 whose page repeats the request's
+# headers and body: a token in either would be echoed back. Replace that page (registered on the
+# app while the framework loads this module; plain imports, e.g. in tests, have no app).
+if callable(getattr(functions_framework, "errorhandler", None)):
+
+    @functions_framework.errorhandler(400)
+    def _bad_request(error: Any) -> tuple[dict[str, str], int]:
+        return {"error": "bad request: the body is not an event this function accepts"}, 400
+
 
 def _attributes(cloud_event: Any) -> dict[str, Any]:
     return dict(cloud_event.get_attributes())
@@ -80,8 +89,13 @@ def upstream_poll(cloud_event: Any) -> None:
 def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
     """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch."""
     from rlpipe.upstream.service import on_webhook
+    from rlpipe.upstream.webhook import MAX_BODY
 
-    status, body = on_webhook(dict(request.headers), request.get_data(), Logger("upstream_webhook"))
+    # Bounded before the secret is checked: an unauthenticated caller cannot make us buffer more.
+    if (request.content_length or 0) > MAX_BODY:
+        return {"error": f"payload larger than {MAX_BODY} bytes"}, 413
+    payload = request.stream.read(MAX_BODY + 1)
+    status, body = on_webhook(dict(request.headers), payload, Logger("upstream_webhook"))
     return body, status
 
 

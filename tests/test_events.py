@@ -147,7 +147,11 @@ def test_completion_signal_sends_the_stage_callback(
     services.reset()
     ledger = Ledger(buckets.store("artifacts"))
     record = RunRecord(run_id="rcallback001", key="k", source=Source(kind="cli"), request={})
-    record.callbacks = {"train": f"{base}/callbacks/train-1", "export": f"{base}/callbacks/export-1"}
+    execution = f"/v1/{services.settings().workflow_path}/executions/e1"
+    record.callbacks = {
+        "train": f"{base}{execution}/callbacks/train-1",
+        "export": f"{base}{execution}/callbacks/export-1",
+    }
     record.lineage.final_step = 100
     ledger.claim(record)
     client = _app().test_client()
@@ -155,8 +159,36 @@ def test_completion_signal_sends_the_stage_callback(
     for name in (run.step_commit(50), run.step_commit(100), run.hf_dir + layout.HF_INDEX):
         headers, body = to_binary(gcs_event(buckets.artifacts, name, 1, 10))
         assert client.post("/", headers=headers, data=body).status_code == 200
-    assert [r["path"] for r in received] == ["/callbacks/train-1", "/callbacks/export-1"], (
-        "step 50 is not final"
-    )
+    assert [r["path"] for r in received] == [
+        f"{execution}/callbacks/train-1",
+        f"{execution}/callbacks/export-1",
+    ], "step 50 is not final"
     assert received[0]["body"]["signal"] == "checkpoint" and received[0]["auth"] is None
+    services.reset()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "{base}/collect",  # anywhere else on a loopback port
+        "https://attacker.example/v1/{workflow}/executions/e1/callbacks/c1",
+        "{base}/v1/projects/other/locations/us-central1/workflows/w/executions/e1/callbacks/c1",
+        "{base}/v1/{workflow}/executions/e1/callbacks/c1?next=https://attacker.example",
+    ],
+)
+def test_a_callback_url_outside_this_workflow_is_never_posted_to(
+    url: str, buckets: Buckets, receiver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base, received = receiver
+    for key, value in buckets.env(RLPIPE_KUBE_URL="http://127.0.0.1:1").items():
+        monkeypatch.setenv(key, value)
+    services.reset()
+    ledger = Ledger(buckets.store("artifacts"))
+    record = RunRecord(run_id="rforeign0001", key="k", source=Source(kind="cli"), request={})
+    record.callbacks = {"export": url.format(base=base, workflow=services.settings().workflow_path)}
+    ledger.claim(record)
+    run = layout.RunLayout(buckets.artifacts, "rforeign0001")
+    headers, body = to_binary(gcs_event(buckets.artifacts, run.hf_dir + layout.HF_INDEX, 1, 10))
+    assert _app().test_client().post("/", headers=headers, data=body).status_code == 200
+    assert received == []
     services.reset()

@@ -25,6 +25,8 @@ from rlpipe.local.kube_api import KubeApiServer
 from tests.conftest import Buckets, minimal_request
 
 NS = "rlpipe"
+# The local stack's shape of a Workflows callback URL (rlpipe.control.callbacks).
+CALLBACK = "http://127.0.0.1:9/v1/projects/p/locations/us-central1/workflows/rlpipe-pipeline/executions/e/callbacks/c1"
 REPO = "google/gemma-4-26b-a4b-it"
 
 
@@ -148,17 +150,15 @@ def test_gated_model_fails_the_run_with_the_license_hint(env: dict[str, Any]) ->
 def test_launch_is_idempotent(env: dict[str, Any]) -> None:
     env["claim"]("rlaunch00001")
     env["service"].plan("rlaunch00001")
-    first = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
-    second = env["service"].launch("rlaunch00001", "convert", 1, "http://cb/1")
+    first = env["service"].launch("rlaunch00001", "convert", 1, CALLBACK)
+    second = env["service"].launch("rlaunch00001", "convert", 1, CALLBACK)
     assert first["uid"] == second["uid"]
     assert [j["metadata"]["name"] for j in env["kube"].list("jobs", namespace=NS)] == [
         "rlaunch00001-convert-a1"
     ]
     record = env["ledger"].get("rlaunch00001")
     assert (
-        record.state == "converting"
-        and len(record.attempts) == 1
-        and record.callbacks["convert"] == "http://cb/1"
+        record.state == "converting" and len(record.attempts) == 1 and record.callbacks["convert"] == CALLBACK
     )
 
 
@@ -423,3 +423,22 @@ def test_stage_over_http_against_real_servers(env: dict[str, Any], monkeypatch: 
     assert bad.status_code == 400
     missing = client.post("/", json={"op": "plan", "run_id": "rnope0000001", "execution_id": "e"})
     assert missing.status_code == 422 and "no ledger" in missing.get_json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://cb/1",
+        "https://attacker.example/v1/projects/p/locations/us-central1/workflows/rlpipe-pipeline/executions/e/callbacks/c",
+        CALLBACK.replace("rlpipe-pipeline", "other-workflow"),
+    ],
+)
+def test_launch_refuses_to_store_a_callback_url_of_anything_but_this_workflow(
+    env: dict[str, Any], url: str
+) -> None:
+    env["claim"]("rcbrefuse001")
+    env["service"].plan("rcbrefuse001")
+    with pytest.raises(PermanentFailure, match="callback_url"):
+        env["service"].launch("rcbrefuse001", "convert", 1, url)
+    assert env["ledger"].get("rcbrefuse001").callbacks == {}
+    assert not env["kube"].list("jobs", namespace=NS)

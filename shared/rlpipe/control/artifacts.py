@@ -6,7 +6,7 @@ event costs at most one poll interval and never changes an outcome.
 
 from __future__ import annotations
 
-from rlpipe.control import services
+from rlpipe.control import callbacks, services
 from rlpipe.control.events import ArtifactSignal
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import send_callback
@@ -35,6 +35,9 @@ def wake(signal: ArtifactSignal, name: str, log: Logger) -> str:
     if not url:
         log.info("no callback registered for this stage yet; the status poll will see it")
         return "no-callback"
+    if not callbacks.is_allowed(url, services.settings()):
+        log.error("the ledger holds a callback URL outside this deployment's workflow; not sent")
+        return "refused-callback"
     status = send_callback(
         url,
         {"signal": signal.signal, "object": layout.gs(services.settings().artifacts_bucket, name)},

@@ -58,12 +58,26 @@ def object_event(attributes: dict[str, Any], data: Any) -> ObjectEvent:
         name = subject[len("objects/") :]
     if not isinstance(bucket, str) or not bucket or not isinstance(name, str) or not name:
         raise BadEvent("event names no bucket or object")
-    generation = str(data.get("generation", ""))
-    if not generation.isdigit():
-        raise BadEvent(f"object generation {generation!r} is not a number")
-    size_text = data.get("size")
-    size = int(size_text) if isinstance(size_text, (str, int)) and str(size_text).isdigit() else None
-    return ObjectEvent(bucket, name, generation, size, str(attributes.get("id", "")))
+    generation = _int64(data.get("generation"))
+    if generation is None or generation == 0:
+        # GCS generations are positive int64s; 0 would make a second key for the same object.
+        raise BadEvent(f"object generation {str(data.get('generation'))[:40]!r} is not a positive int64")
+    return ObjectEvent(bucket, name, str(generation), _int64(data.get("size")), str(attributes.get("id", "")))
+
+
+_DECIMAL = re.compile(r"[0-9]{1,19}")  # ASCII digits only: str.isdigit() also accepts "²"
+_INT64_MAX = 2**63 - 1
+
+
+def _int64(value: Any) -> int | None:
+    """A non-negative int64 from the JSON string (or number) GCS sends; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    text = str(value) if isinstance(value, (str, int)) else ""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    number = int(text)
+    return number if number <= _INT64_MAX else None
 
 
 def message_event(attributes: dict[str, Any], data: Any) -> MessageEvent:
@@ -72,18 +86,24 @@ def message_event(attributes: dict[str, Any], data: Any) -> MessageEvent:
     if not isinstance(data, dict) or not isinstance(data.get("message"), dict):
         raise BadEvent("event data has no Pub/Sub message")
     message = data["message"]
+    encoded = message.get("data") or ""
+    if not isinstance(encoded, str):
+        raise BadEvent("message data is not a base64 string")
     try:
-        payload = base64.b64decode(message.get("data") or "", validate=True)
+        payload = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise BadEvent("message data is not valid base64") from None
-    message_id = str(message.get("messageId") or message.get("message_id") or "")
-    if not message_id:
+    raw_id = message.get("messageId") or message.get("message_id") or ""
+    if not isinstance(raw_id, (str, int)) or isinstance(raw_id, bool) or not str(raw_id):
         raise BadEvent("message has no messageId")
+    message_id = str(raw_id)
+    attrs = message.get("attributes") or {}
+    if not isinstance(attrs, dict):
+        raise BadEvent("message attributes are not a mapping")
     source = str(attributes.get("source", ""))
     topic = (
         source.split("//pubsub.googleapis.com/", 1)[-1] if "//pubsub.googleapis.com/" in source else source
     )
-    attrs = message.get("attributes") or {}
     return MessageEvent(
         topic, message_id, payload, {str(k): str(v) for k, v in attrs.items()}, str(attributes.get("id", ""))
     )

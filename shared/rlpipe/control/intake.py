@@ -25,6 +25,9 @@ from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request
 
+# The error record lists this many problems and counts the rest, so that a document with
+# thousands of unknown keys still gets an error.json far below the blob size limit.
+MAX_PROBLEMS_RECORDED = 50
 # Leases taken to start one run's execution before the run is failed instead of tried again:
 # each try is a delivery (or a reconcile pass) whose start failed transiently.
 MAX_START_ATTEMPTS = 5
@@ -55,6 +58,11 @@ class Intake:
         source = Source(kind="gcs", bucket=event.bucket, name=event.name, generation=event.generation)
         source_key = identity.key_for_object(event.bucket, event.name, event.generation)
         log = self.log.bind(object=f"gs://{event.bucket}/{event.name}#{event.generation}")
+        if event.bucket != self.requests.bucket_name:
+            # Requests are read only from the configured bucket: an event naming another bucket
+            # would otherwise start a second run for the same object under another key.
+            log.warning("ignored: the event names another bucket", expected=self.requests.bucket_name)
+            return IntakeResult("ignored", detail=f"bucket {event.bucket} is not the requests bucket")
         if not event.name.startswith(layout.REQUESTS_PREFIX):
             log.info("ignored: object is outside requests/")
             return IntakeResult("ignored", detail="outside requests/")
@@ -113,7 +121,7 @@ class Intake:
     def from_message(self, event: MessageEvent) -> IntakeResult:
         source = Source(kind="pubsub", topic=event.topic, message_id=event.message_id)
         source_key = identity.key_for_message(event.topic, event.message_id)
-        log = self.log.bind(message=f"{event.topic}/{event.message_id}")
+        log = self.log.bind(pubsub_message=f"{event.topic}/{event.message_id}")
         return self.submit(event.data, source, source_key, source_name=f"message {event.message_id}", log=log)
 
     # ---- the one code path every source takes ---------------------------------------------------
@@ -246,16 +254,23 @@ class Intake:
 
     def _reject(self, source_key: str, source: Source, problems: list[Problem], log: Logger) -> IntakeResult:
         run_id = identity.run_id_for(source_key)
+        shown = problems[:MAX_PROBLEMS_RECORDED]
+        message = RequestInvalid(shown).render()
+        if len(problems) > len(shown):
+            message += f"\n  … and {len(problems) - len(shown)} more (fix these first)"
         body: dict[str, Any] = {
             "run_id": run_id,
             "key": source_key,
             "source": source.model_dump(exclude_none=True),
             "rejected_at": now(),
-            "message": RequestInvalid(problems).render(),
-            "problems": [{"path": p.path, "message": p.message, "fix": p.fix} for p in problems],
+            "message": message,
+            "problem_count": len(problems),
+            "problems": [{"path": p.path, "message": p.message, "fix": p.fix} for p in shown],
         }
         self.ledger.write_error(run_id, body)
-        log.bind(run_id=run_id).warning("request rejected", problems=[str(p) for p in problems])
+        log.bind(run_id=run_id).warning(
+            "request rejected", problems=[str(p) for p in shown], problem_count=len(problems)
+        )
         return IntakeResult("rejected", run_id, detail=body["message"])
 
     def _conflict(self, existing: RunRecord, source_key: str, source: Source, log: Logger) -> IntakeResult:

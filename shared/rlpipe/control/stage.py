@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, hub, interleave, outputs
+from rlpipe.control import blobstore, callbacks, hub, interleave, outputs
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
@@ -180,6 +180,10 @@ class StageService:
         record, req = self._load(run_id)
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
         require_owner(record, execution_id)
+        if callback_url is not None and not callbacks.is_allowed(callback_url, self.settings):
+            raise PermanentFailure(
+                "callback_url is not a Workflows callback of this deployment's workflow; not stored"
+            )
         if record.terminal:
             raise PermanentFailure(f"run {run_id} is {record.state}; not launching {stage}")
         newer = record.current_attempt(stage)

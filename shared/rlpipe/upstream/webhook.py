@@ -51,7 +51,8 @@ def is_content_scope(scope: Any) -> bool:
 def updated_branches(payload: Mapping[str, Any]) -> list[str]:
     """Branches whose head moved (``refs/heads/*`` with a new sha); PR refs, tags and deletions ignored."""
     branches: list[str] = []
-    for ref in payload.get("updatedRefs") or []:
+    refs = payload.get("updatedRefs")
+    for ref in refs if isinstance(refs, list) else []:
         if not isinstance(ref, Mapping):
             continue
         name, new_sha = ref.get("ref"), ref.get("newSha")
