@@ -29,7 +29,7 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
                 ]
             )
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a byte-order mark is not part of the document
         except UnicodeDecodeError:
             raise RequestInvalid(
                 [Problem("", f"{source} is not UTF-8 text", "save the request as UTF-8 JSON or YAML")]
@@ -98,6 +98,18 @@ def _parse_yaml(text: str, source: str) -> Any:
     except RecursionError:
         raise RequestInvalid(
             [Problem("", f"{source} is nested too deeply", "flatten the document")]
+        ) from None
+    except (ValueError, OverflowError) as exc:
+        # PyYAML's constructors raise these, not YAMLError, for scalars it cannot build: an
+        # impossible date (2024-13-01), a timezone out of range, an integer past Python's limit.
+        raise RequestInvalid(
+            [
+                Problem(
+                    "",
+                    f"{source} has a value YAML cannot read: {str(exc)[:200]}",
+                    "quote the value as a string",
+                )
+            ]
         ) from None
 
 
