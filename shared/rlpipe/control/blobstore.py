@@ -164,4 +164,7 @@ def _retry() -> Any:
 
 
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str).encode()
+    """The JSON the pipeline stores, with every token-like text masked (keys and values)."""
+    from rlpipe.control.redaction import mask_tokens
+
+    return json.dumps(mask_tokens(obj), indent=2, sort_keys=True, default=str).encode()

@@ -12,17 +12,20 @@ import sys
 import time
 from typing import Any, TextIO
 
-_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}|ya29\.[A-Za-z0-9._-]{20,}|(?i:bearer\s+)[A-Za-z0-9._-]{16,}")
+from rlpipe.control.redaction import REDACTED, TOKEN
+
 _SECRET_FIELD = re.compile(r"(^|[_-])(token|secret|password|authorization)($|[_-])", re.IGNORECASE)
-REDACTED = "[REDACTED]"
 
 
 def redact(value: Any) -> Any:
+    """Tokens masked (``redaction.TOKEN``), and any value under a secret-named field."""
     if isinstance(value, str):
-        return _TOKEN.sub(REDACTED, value)
+        return TOKEN.sub(REDACTED, value)
     if isinstance(value, dict):
         return {
-            k: (REDACTED if isinstance(k, str) and _SECRET_FIELD.search(k) and v else redact(v))
+            (TOKEN.sub(REDACTED, k) if isinstance(k, str) else k): (
+                REDACTED if isinstance(k, str) and _SECRET_FIELD.search(k) and v else redact(v)
+            )
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):

@@ -17,7 +17,8 @@ from rlpipe.core.request import checks
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 
-_TOKEN_LIKE = re.compile(r"\bhf_[A-Za-z0-9]{30,}\b")
+# No word boundary: `hf_<token>_prod` is a token too, and `_` is a word character.
+_TOKEN_LIKE = re.compile(r"(?i:hf_)[A-Za-z0-9]{30,}")
 _SECRET_KEY = re.compile(
     r"(^|[_-])(token|password|passwd|secret|credentials?|api[_-]?key)($|[_-])", re.IGNORECASE
 )
@@ -92,6 +93,17 @@ def _secret_problems(doc: Any, path: tuple[str, ...] = ()) -> list[Problem]:
     found: list[Problem] = []
     if isinstance(doc, dict):
         for key, value in doc.items():
+            if isinstance(key, bytes):
+                key = key.decode("utf-8", "replace")
+            if isinstance(key, str) and _TOKEN_LIKE.search(key):
+                found.append(
+                    Problem(
+                        ".".join((*path, _TOKEN_LIKE.sub("[REDACTED]", key))),
+                        "this key looks like a Hugging Face token",
+                        "remove it and revoke the token; the pipeline reads the token from a Kubernetes Secret",
+                    )
+                )
+                continue
             sub = (*path, str(key))
             if (
                 isinstance(key, str)
@@ -111,6 +123,8 @@ def _secret_problems(doc: Any, path: tuple[str, ...] = ()) -> list[Problem]:
     elif isinstance(doc, list):
         for i, item in enumerate(doc):
             found.extend(_secret_problems(item, (*path, str(i))))
+    elif isinstance(doc, bytes):  # YAML !!binary: still text a token can hide in
+        found.extend(_secret_problems(doc.decode("utf-8", "replace"), path))
     elif isinstance(doc, str) and _TOKEN_LIKE.search(doc):
         found.append(
             Problem(
