@@ -718,9 +718,22 @@ def job_unschedulable(s: KubeApiServer, job: dict[str, Any]) -> None:
 
 
 def job_kueue_suspended(s: KubeApiServer, job: dict[str, Any]) -> None:
+    """Suspended by Kueue's webhook at creation: the Job controller's Suspended condition carries the
+    creation time (the queued deadline is timed from the latest Suspended=True transition)."""
     suspend(s, "jobs", job["metadata"]["name"])
+    created = job["metadata"]["creationTimestamp"]
     _patch(
-        s, "jobs", job, {"conditions": [cond("Suspended", reason="JobSuspended", message="Job suspended")]}
+        s,
+        "jobs",
+        job,
+        {
+            "conditions": [
+                {
+                    **cond("Suspended", reason="JobSuspended", message="Job suspended"),
+                    "lastTransitionTime": created,
+                }
+            ]
+        },
     )
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     _pods(s)
@@ -761,20 +774,35 @@ def job_kueue_suspended(s: KubeApiServer, job: dict[str, Any]) -> None:
     )
 
 
+KUEUE_PREEMPTED = (  # Kueue v0.14.8 pkg/scheduler/preemption/preemption.go:163
+    "Preempted to accommodate a workload (UID: 5c6a1e0f, JobUID: 77b1c2d3) due to prioritization in the ClusterQueue"
+)
+
+
 def job_kueue_evicted(s: KubeApiServer, job: dict[str, Any]) -> None:
+    """Kueue preempted it: EvictedDueToPreempted and Preempted on its Workload (workload.go:1367-1371,
+    preemption.go:190), Stopped on the Job (jobframework/reconciler.go:1151); never a condition on the Job."""
     job_kueue_suspended(s, job)
+    name = job["metadata"]["name"]
     s.create(
         "events",
         event(
             "Job",
-            job["metadata"]["name"],
+            name,
             "Stopped",
-            "Preempted to accommodate a workload (UID: 5c6a1e) due to prioritization in the ClusterQueue",
+            KUEUE_PREEMPTED,
             uid=job["metadata"]["uid"],
             api_version="batch/v1",
             component="kueue-job-controller",
         ),
     )
+    for reason in ("Preempted", "EvictedDueToPreempted"):
+        s.create(
+            "events",
+            event(
+                "Workload", f"job-{name}-4c1f2", reason, KUEUE_PREEMPTED, api_version="kueue.x-k8s.io/v1beta2"
+            ),
+        )
 
 
 def job_readmitted_after_eviction(s: KubeApiServer, job: dict[str, Any]) -> None:
@@ -1035,11 +1063,19 @@ def js_sidecar_err_image_pull(s: KubeApiServer, js: dict[str, Any]) -> None:
 def js_kueue_suspended(s: KubeApiServer, js: dict[str, Any]) -> None:
     name = js["metadata"]["name"]
     suspend(s, "jobsets", name)
+    created = js["metadata"]["creationTimestamp"]
     _patch(
         s,
         "jobsets",
         js,
-        {"conditions": [cond("Suspended", reason="SuspendedJobs", message="jobset is suspended")]},
+        {
+            "conditions": [
+                {
+                    **cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),
+                    "lastTransitionTime": created,
+                }
+            ]
+        },
     )
     s.create(
         "events",
@@ -1086,22 +1122,35 @@ def js_workers_unschedulable(s: KubeApiServer, js: dict[str, Any]) -> None:
     )
 
 
-def js_kueue_evicted_condition(s: KubeApiServer, js: dict[str, Any]) -> None:
-    suspend(s, "jobsets", js["metadata"]["name"])
+def js_kueue_preempted_after_hours(s: KubeApiServer, js: dict[str, Any]) -> None:
+    """Ran for hours, then preempted by Kueue: suspended again a minute ago (JobSet Suspended=True,
+    jobset_controller.go:1036-1046), the Workload's EvictedDueToPreempted and the JobSet's Stopped."""
+    name = js["metadata"]["name"]
+    suspend(s, "jobsets", name)
+    minute_ago = (datetime.now(UTC) + timedelta(hours=3, minutes=-1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     _patch(
         s,
         "jobsets",
         js,
         {
             "conditions": [
-                cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),
-                cond(
-                    "Evicted",
-                    reason="Preempted",
-                    message="Preempted to accommodate a higher priority Workload",
-                ),
+                {
+                    **cond("Suspended", reason="SuspendedJobs", message="jobset is suspended"),
+                    "lastTransitionTime": minute_ago,
+                }
             ]
         },
+    )
+    s.create("events", event("JobSet", name, "Stopped", KUEUE_PREEMPTED, uid=js["metadata"]["uid"]))
+    s.create(
+        "events",
+        event(
+            "Workload",
+            f"jobset-{name}-9b7e1",
+            "EvictedDueToPreempted",
+            KUEUE_PREEMPTED,
+            api_version="kueue.x-k8s.io/v1beta2",
+        ),
     )
 
 
@@ -1356,12 +1405,14 @@ CASES = [
         hours_later=1,
     ),
     Case(
-        "jobset-kueue-evicted-condition",
+        "jobset-kueue-evicted-after-hours-of-running",
         "JobSet",
-        js_kueue_evicted_condition,
+        js_kueue_preempted_after_hours,
         "failed",
         PR,
-        ("evicted by Kueue", "Preempted to accommodate a higher priority Workload"),
+        ("evicted by Kueue", "Preempted: Preempted to accommodate"),
+        ("not admitted",),
+        hours_later=3,
     ),
     Case(
         "jobset-admitted-late-is-not-a-capacity-failure",
@@ -1994,3 +2045,28 @@ def test_preemption_evidence_survives_on_the_failed_child_job(server: KubeApiSer
     status = h.client.status(name, kind="JobSet")
     assert status.phase == "failed" and status.failure_class == FailureClass.PREEMPTED
     assert "DisruptionTarget" in status.reason
+
+
+def test_an_eviction_is_read_while_the_pods_are_still_terminating(server: KubeApiServer, h: Harness) -> None:
+    """After a Kueue eviction every pod is still on its node, deleted (deletionTimestamp) and held by
+    the Job controller's finalizer while it terminates. A pod being deleted no longer counts as
+    scheduled, so the client reads the events and the eviction is seen now, not after the pods
+    are gone."""
+    js = h.client.apply(rendered("train"))
+    name = js["metadata"]["name"]
+    js_kueue_preempted_after_hours(server, js)
+    pods = [jobset_pod(js, "pathways-head"), jobset_pod(js, "worker", 0, 0)]
+    for pod in pods:
+        pod["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+        server.create("pods", pod)
+        server.delete("pods", pod["metadata"]["name"], namespace=NS)  # held: terminating
+    h.clock.offset = timedelta(hours=3)
+    try:
+        st = h.client.status(name, kind="JobSet", queued_deadline_seconds=600.0)
+        assert (st.phase, st.failure_class) == ("failed", FailureClass.PREEMPTED), st.reason
+        assert "evicted by Kueue (Preempted" in st.reason and st.pods == {"Running": 2}
+    finally:
+        for pod in pods:
+            server.modify(
+                "pods", pod["metadata"]["name"], lambda o: o["metadata"].pop("finalizers", None), namespace=NS
+            )

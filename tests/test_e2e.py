@@ -181,6 +181,20 @@ def test_preempted_training_resumes_from_the_last_committed_step(local: Local, f
     assert train[1].resume_step == 50, "attempt 2 resumes from the step-50 checkpoint"
 
 
+def test_kueue_eviction_mid_train_resumes_from_the_last_committed_step(local: Local, faults: Any) -> None:
+    """Kueue preempts the running training JobSet at step 70 (suspends it, EvictedDueToPreempted on
+    its Workload, Stopped on the JobSet): attempt 1 is ``preempted``, not "never admitted", and
+    attempt 2 resumes from the step-50 checkpoint."""
+    faults(["train:1:evict@70"])
+    run_id = local.submit(local.request(training={"num_batches": 120}))
+    record = local.wait(run_id, timeout=120)
+    local.assert_consistent(record, "succeeded")
+    train = [a for a in record.attempts if a.stage == "train"]
+    assert [(a.attempt, a.failure_class) for a in train] == [(1, "preempted"), (2, None)]
+    assert "evicted by Kueue" in train[0].reason and "Preempted" in train[0].reason
+    assert train[1].resume_step == 50, "attempt 2 resumes from the step-50 checkpoint"
+
+
 def test_unschedulable_then_admitted_is_visible_as_queued(local: Local, faults: Any) -> None:
     faults(["convert:1:unschedulable:3000"])
     run_id = local.submit(local.request(fresh_cache=True))

@@ -10,6 +10,7 @@ committed step, Kueue suspension first, and each fault visible where a real clus
 from __future__ import annotations
 
 import json
+import re
 import struct
 import threading
 import time
@@ -61,9 +62,22 @@ def simulate(kube: KubeApiServer, buckets: Buckets) -> Iterator[Callable[..., Cl
 
 def render(buckets: Buckets, stage: str, attempt: int = 1, run_id: str = "run1", **fields: Any) -> Obj:
     req = request.validate_request(minimal_request(**fields))
-    return manifests.render(
+    obj = manifests.render(
         req, stage, attempt, manifests.RenderContext(run_id=run_id, bucket=buckets.artifacts)
     )
+    if stage != "convert":
+        _seed_pinned(buckets, obj)
+    return obj
+
+
+def _seed_pinned(buckets: Buckets, obj: Obj) -> None:
+    """Train and export may fetch the files conversion pinned (``RLPIPE_PINNED_URI``): put the
+    manifest conversion writes last there, standing in for that conversion."""
+    text = json.dumps(obj)
+    for uri in set(re.findall(r'"name": "RLPIPE_PINNED_URI", "value": "(gs://[^"]+)"', text)):
+        _, _, bucket, prefix = uri.split("/", 3)
+        blob = buckets.client.bucket(bucket).blob(prefix.rstrip("/") + "/rlpipe-pinned.json")
+        blob.upload_from_string(json.dumps({"_simulated": "seeded by the test"}))
 
 
 def create(kube: KubeApiServer, obj: Obj) -> Obj:
@@ -689,12 +703,45 @@ def test_scenario_strings_and_documents() -> None:
         ("train:unschedulable:soon", "unschedulable:<seconds>"),
         ("convert:preempt@30:head", "only applies to the training JobSet"),
         ("train:oom:now", "takes no argument"),
+        ("train:evict@30:drained", "unknown evict reason 'drained'"),
+        ("train:evict@soon", "evict needs a step number"),
+        ("train:preempt@30:head:head-first", "train only"),
+        ("train:preempt@30:nodeshutdown", "kubelet, scheduler, taint, eviction-api, podgc"),
     ],
 )
 def test_bad_fault_strings_name_the_entry_and_the_fix(spec: str, needle: str) -> None:
     with pytest.raises(ScenarioError) as info:
         parse_fault(spec)
     assert needle in str(info.value) and repr(spec) in str(info.value)
+
+
+def test_kueue_evictions_and_disruption_reasons_parse_and_round_trip() -> None:
+    """``evict@<step>[:<why>]`` (Kueue eviction reasons) and ``preempt`` by any disruption reason,
+    with the ``head-first`` race; every fault survives the document form."""
+    specs = [
+        "train:1:evict@70",
+        "train:evict@70:pods-ready-timeout",
+        "convert:evict@0:deactivated",
+        "train:preempt@30:worker:taint:head-first",
+        "convert:preempt:podgc",
+        "export:preempt:eviction-api",
+    ]
+    faults = Scenario.from_strings(specs).faults
+    assert (faults[0].kind, faults[0].step, faults[0].why) == ("evict", 70, None)
+    assert faults[1].why == "pods-ready-timeout" and faults[2].why == "deactivated"
+    assert (faults[3].disruption_reason, faults[3].head_first) == ("DeletionByTaintManager", True)
+    assert faults[4].disruption_reason == "DeletionByPodGC"
+    assert faults[5].disruption_reason == "EvictionByEvictionAPI"
+    assert [f.spec() for f in faults] == [
+        "train:1:evict@70",
+        "train:evict@70:pods-ready-timeout",
+        "convert:evict@0:deactivated",
+        "train:preempt@30:worker:taint:head-first",
+        "convert:preempt@0:podgc",
+        "export:preempt@0:eviction-api",
+    ]
+    scenario = Scenario(faults)
+    assert Scenario.from_document(scenario.to_document()) == scenario
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,15 @@ resource "google_service_account" "build" {
   depends_on = [google_project_service.apis]
 }
 
+resource "google_service_account" "operator" {
+  project      = var.project_id
+  account_id   = local.sa_ids["operator"]
+  display_name = "rlpipe operators' CLI"
+  description  = "Impersonated by var.operators for an ID token to the stage function (rlpipe cancel); may invoke stage, nothing else."
+
+  depends_on = [google_project_service.apis]
+}
+
 resource "google_service_account" "workload" {
   project      = var.project_id
   account_id   = local.sa_ids["workload"]
@@ -80,7 +89,13 @@ resource "google_project_iam_member" "project" {
   role    = each.value.role
   member  = each.value.member
 
-  depends_on = [google_service_account.fn, google_service_account.workflow, google_service_account.eventarc, google_service_account.build]
+  depends_on = [
+    google_service_account.fn,
+    google_service_account.workflow,
+    google_service_account.eventarc,
+    google_service_account.build,
+    time_sleep.api_propagation, # the functions depend on these grants: the first apply waits here
+  ]
 }
 
 # ------------------------------------------------------------------------------ buckets
@@ -176,4 +191,66 @@ resource "google_service_account_iam_member" "pubsub_token_creator" {
   service_account_id = google_service_account.eventarc.name
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = "serviceAccount:${local.pubsub_agent}"
+}
+
+# ------------------------------------------------------------------------------ operators
+#
+# What the CLI needs, per command (docs/deploy.md §7): submit = objectCreator on the requests bucket
+# (or publisher on the requests topic for --via pubsub); status/list/watch = objectViewer on the
+# artifacts bucket (ledgers); cancel = workflows.executions.cancel (roles/workflows.invoker; Workflows
+# has no per-workflow IAM) and an ID token for the stage function. User credentials cannot mint that
+# token, so operators impersonate rlpipe-operator (RLPIPE_IMPERSONATE_SERVICE_ACCOUNT, in cli_env),
+# the one identity besides the workflow that may invoke stage.
+
+resource "google_project_iam_member" "operators" {
+  for_each = toset(var.operators)
+
+  project = var.project_id
+  role    = "roles/workflows.invoker"
+  member  = each.value
+
+  depends_on = [time_sleep.api_propagation]
+}
+
+resource "google_storage_bucket_iam_member" "operators_requests" {
+  for_each = toset(var.operators)
+
+  bucket = google_storage_bucket.requests.name
+  role   = "roles/storage.objectCreator"
+  member = each.value
+}
+
+resource "google_storage_bucket_iam_member" "operators_artifacts" {
+  for_each = toset(var.operators)
+
+  bucket = google_storage_bucket.artifacts.name
+  role   = "roles/storage.objectViewer"
+  member = each.value
+}
+
+resource "google_pubsub_topic_iam_member" "operators_publish" {
+  for_each = toset(var.operators)
+
+  project = var.project_id
+  topic   = google_pubsub_topic.requests.name
+  role    = "roles/pubsub.publisher"
+  member  = each.value
+}
+
+resource "google_service_account_iam_member" "operators_impersonate" {
+  for_each = toset(var.operators)
+
+  service_account_id = google_service_account.operator.name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = each.value
+}
+
+resource "google_cloud_run_v2_service_iam_member" "operator_invokes_stage" {
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn["stage"].name
+  role     = "roles/run.invoker"
+  member   = local.sa_member["operator"]
+
+  depends_on = [google_service_account.operator]
 }

@@ -33,6 +33,7 @@ locals {
       eventarc = "${var.name_prefix}-eventarc"
       build    = "${var.name_prefix}-build"
       workload = "${var.name_prefix}-workload"
+      operator = "${var.name_prefix}-operator"
     },
   )
   sa_email  = { for k, id in local.sa_ids : k => "${id}@${var.project_id}.iam.gserviceaccount.com" }
@@ -73,4 +74,22 @@ resource "google_project_service" "apis" {
   project            = var.project_id
   service            = each.value
   disable_on_destroy = false
+}
+
+# The first apply on a fresh project: enabling eventarc.googleapis.com creates the Eventarc service
+# agent, whose permissions take minutes to spread; a trigger created before that fails with "Permission
+# denied while using the Eventarc Service Agent. If you recently started to use Eventarc, it may take
+# a few minutes before all necessary permissions are propagated to the Service Agent" (open upstream:
+# hashicorp/terraform-provider-google#25294, "Functions v2 Eventarc trigger errors on first apply on
+# fresh project"; also #14584). Everything that leads to the functions and their triggers waits for
+# this sleep (iam.tf: the project grants the functions depend on). It runs once, when created; a
+# later apply does not wait again.
+resource "time_sleep" "api_propagation" {
+  create_duration = var.enable_apis ? var.api_propagation_wait : "0s"
+
+  triggers = {
+    apis = join(",", sort(keys(google_project_service.apis)))
+  }
+
+  depends_on = [google_project_service.apis]
 }

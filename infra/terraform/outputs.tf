@@ -58,6 +58,7 @@ output "service_accounts" {
       eventarc = google_service_account.eventarc.email
       build    = google_service_account.build.email
       workload = google_service_account.workload.email
+      operator = google_service_account.operator.email
     },
   )
 }
@@ -89,6 +90,8 @@ output "cli_env" {
   value = join("\n", concat(
     ["export RLPIPE_TARGET=gcp"],
     [for k, v in local.function_env : "export ${k}='${v}'" if !contains(["RLPIPE_GKE_CA_CERT", "RLPIPE_GKE_ENDPOINT"], k)],
-    ["export RLPIPE_STAGE_URL='${google_cloudfunctions2_function.fn["stage"].service_config[0].uri}'", ""],
+    ["export RLPIPE_STAGE_URL='${google_cloudfunctions2_function.fn["stage"].service_config[0].uri}'"],
+    # The CLI's ID token for stage (rlpipe cancel): user credentials impersonate this account.
+    ["export RLPIPE_IMPERSONATE_SERVICE_ACCOUNT='${google_service_account.operator.email}'", ""],
   ))
 }

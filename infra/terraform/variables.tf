@@ -273,3 +273,25 @@ variable "artifacts_soft_delete_seconds" {
   type        = number
   default     = 0
 }
+
+variable "api_propagation_wait" {
+  description = "How long the first apply waits after enabling the APIs before it creates IAM grants, functions and Eventarc triggers (the Eventarc service agent's permissions need minutes to spread on a fresh project). A duration such as \"180s\"; only waited when enable_apis is true, once."
+  type        = string
+  default     = "180s"
+
+  validation {
+    condition     = can(regex("^[0-9]+(s|m)$", var.api_propagation_wait))
+    error_message = "api_propagation_wait is a whole number of seconds or minutes, e.g. \"180s\"."
+  }
+}
+
+variable "operators" {
+  description = "People or groups who operate rlpipe with the CLI (\"user:alice@example.com\", \"group:ml-platform@example.com\"): submit (objectCreator on the requests bucket, publisher on the requests topic), status/list/watch (objectViewer on the artifacts bucket), cancel (workflows.invoker on the project: workflows.executions.cancel) and an ID token for the stage function by impersonating the operator service account (serviceAccountTokenCreator on it; it may invoke stage)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for m in var.operators : !contains(["allUsers", "allAuthenticatedUsers"], m)])
+    error_message = "operators must name people, groups or service accounts, never everyone."
+  }
+}

@@ -6,6 +6,11 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 7.0, < 8.0"
     }
+    # time_sleep: the wait after enabling the APIs (main.tf, time_sleep.api_propagation).
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9, < 1.0"
+    }
   }
 }
 

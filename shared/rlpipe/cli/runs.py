@@ -151,21 +151,49 @@ def describe(record: RunRecord) -> dict[str, Any]:
     }
 
 
+# The service account the CLI impersonates for its ID token to the stage function (see id_token).
+IMPERSONATE_ENV = "RLPIPE_IMPERSONATE_SERVICE_ACCOUNT"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+CANCEL_HINT = (
+    "cancelling an execution needs workflows.executions.cancel on the project "
+    "(roles/workflows.invoker); docs/deploy.md lists the operator roles"
+)
+
+
 def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any = None) -> dict[str, Any]:
     """Cancel the execution, delete the workloads, mark the run cancelled.
 
     Workflows runs no ``except`` block when an execution is cancelled from outside, so the
-    cleanup the workflow would have done is asked for here explicitly.
+    cleanup the workflow would have done is asked for here explicitly. Each step is attempted
+    whatever the one before did: an execution the operator may not cancel (PermissionDenied) or a
+    failed cleanup is reported in the result (``execution_error``, ``cleanup_error``), not fatal;
+    the run is still finished as cancelled, and an execution left running finds it terminal and
+    stops (stage refuses calls for a terminal run), workloads left behind go with reconcile.
     """
+    import logging
+
+    log = logging.getLogger("rlpipe.cli")
     record = ledger.get(run_id)
     if record is None:
         raise KeyError(f"no run {run_id}")
-    cancelled_execution = False
+    result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
     if record.execution.name:
-        from rlpipe.control.orchestrator import Orchestrator
+        try:
+            from rlpipe.control.orchestrator import Orchestrator
 
-        cancelled_execution = (orchestrator or Orchestrator(settings)).cancel(record.execution.name)
-    deleted = call_stage(settings, {"op": "cleanup", "run_id": run_id}).get("deleted", [])
+            result["execution_cancelled"] = (orchestrator or Orchestrator(settings)).cancel(
+                record.execution.name
+            )
+        except Exception as exc:  # PermissionDenied, Unauthenticated, unreachable: report, go on
+            result["execution_error"] = f"{type(exc).__name__}: {exc}".strip()
+            if "PermissionDenied" in type(exc).__name__ or "403" in str(exc):
+                result["execution_error"] += f" ({CANCEL_HINT})"
+            log.warning("run %s: the execution was not cancelled: %s", run_id, result["execution_error"])
+    try:
+        result["deleted"] = call_stage(settings, {"op": "cleanup", "run_id": run_id}).get("deleted", [])
+    except Exception as exc:  # the run is still finished below; reconcile deletes what is left
+        result["cleanup_error"] = str(exc)
+        log.warning("run %s: cleanup failed (reconcile will delete its workloads): %s", run_id, exc)
     finished = call_stage(
         settings,
         {
@@ -175,23 +203,77 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
             "failure": {"tag": "cancelled", "message": "cancelled by rlpipe cancel"},
         },
     )
-    return {"execution_cancelled": cancelled_execution, "deleted": deleted, "state": finished.get("state")}
+    result["state"] = finished.get("state")
+    return result
+
+
+def id_token(
+    audience: str, *, impersonate: str | None = None, credentials: Any = None, request: Any = None
+) -> str:
+    """An OIDC ID token for ``audience`` (the stage function's URL) from the operator's credentials.
+
+    ``google.oauth2.id_token.fetch_id_token`` alone mints one only from a service-account key named
+    by GOOGLE_APPLICATION_CREDENTIALS, from impersonated credentials named there, or from a metadata
+    server; the user credentials of ``gcloud auth application-default login`` cannot mint one. So:
+
+    1. ``impersonate`` (``RLPIPE_IMPERSONATE_SERVICE_ACCOUNT``): the ADC, user credentials included,
+       impersonate that service account, which signs a token for ``audience`` (IAM Credentials
+       generateIdToken; the operator needs roles/iam.serviceAccountTokenCreator on it, and it
+       needs roles/run.invoker on the stage function);
+    2. ADC that are themselves impersonated credentials (``gcloud auth application-default login
+       --impersonate-service-account=SA``): the same, without the setting;
+    3. otherwise ``fetch_id_token`` (a key file, or the metadata server on Google Cloud).
+    """
+    import google.auth
+    import google.auth.transport.requests
+    import google.oauth2.credentials
+    import google.oauth2.id_token
+    from google.auth import exceptions as auth_exceptions
+    from google.auth import impersonated_credentials
+
+    request = request or google.auth.transport.requests.Request()
+    if credentials is None and impersonate:
+        credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+    if impersonate:
+        target = impersonated_credentials.Credentials(
+            source_credentials=credentials, target_principal=impersonate, target_scopes=[CLOUD_PLATFORM]
+        )
+    elif credentials is None:
+        try:
+            return str(google.oauth2.id_token.fetch_id_token(request, audience))
+        except auth_exceptions.DefaultCredentialsError:
+            credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+            return id_token(audience, credentials=credentials, request=request)
+    elif isinstance(credentials, impersonated_credentials.Credentials):
+        target = credentials
+    elif isinstance(credentials, google.oauth2.credentials.Credentials):
+        raise RuntimeError(
+            "your Application Default Credentials are user credentials, which cannot mint an ID token "
+            f"for {audience}: set {IMPERSONATE_ENV} to a service account that may invoke the stage "
+            "function (and grant yourself roles/iam.serviceAccountTokenCreator on it), or run "
+            "`gcloud auth application-default login --impersonate-service-account=<that account>`; "
+            "see docs/deploy.md"
+        )
+    else:
+        return str(google.oauth2.id_token.fetch_id_token(request, audience))
+    token_credentials = impersonated_credentials.IDTokenCredentials(
+        target, target_audience=audience, include_email=True
+    )
+    token_credentials.refresh(request)
+    return str(token_credentials.token)
 
 
 def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
-    """POST to the ``stage`` function; in GCP with an identity token for its URL."""
+    """POST to the ``stage`` function; in GCP with an identity token for its URL (see id_token)."""
+    import os
+
     import requests
 
     if not settings.stage_url:
         raise RuntimeError("RLPIPE_STAGE_URL is not set: the stage function's URL is needed to clean up")
     headers = {"Content-Type": "application/json"}
     if not settings.local:
-        import google.auth.transport.requests
-        import google.oauth2.id_token
-
-        token = google.oauth2.id_token.fetch_id_token(
-            google.auth.transport.requests.Request(), settings.stage_url
-        )
+        token = id_token(settings.stage_url, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
         headers["Authorization"] = f"Bearer {token}"
     response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
     payload = (

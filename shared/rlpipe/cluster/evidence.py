@@ -13,11 +13,19 @@ from datetime import UTC, datetime
 
 from rlpipe.cluster.kinds import (
     HEAD_REPLICATED_JOB,
+    KUEUE_ADMITTED,
+    KUEUE_EVICTED_PREFIX,
+    KUEUE_PREEMPTED,
+    KUEUE_STARTED,
+    KUEUE_STOPPED,
+    KUEUE_WORKLOAD_KIND,
     REPLICATED_JOB_LABEL,
     Kind,
     Obj,
     _clean,
     _conditions,
+    _jobset_fails_on,
+    _pod_failure_action,
     _true,
     _ts,
 )
@@ -53,8 +61,6 @@ NODE_LOST_REASONS = frozenset(
 )
 _OVERUSE = re.compile(r"ephemeral|exceeds|usage of", re.IGNORECASE)
 _MAINTENANCE = re.compile(r"maintenance", re.IGNORECASE)
-_KUEUE_EVICTION = re.compile(r"preempt|evict", re.IGNORECASE)
-KUEUE_EVICTION_CONDITIONS = ("Evicted", "Preempted")
 UNSCHEDULED_REASONS = frozenset({"Unschedulable", "SchedulingGated"})
 
 
@@ -239,20 +245,179 @@ def _strongest(findings: Iterable[_Finding]) -> list[_Finding]:
     return sorted(findings, key=lambda f: f.rank)
 
 
-def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> _Finding | None:
-    """Kueue took the admission back: an Evicted/Preempted condition on the workload, or (while it
-    is suspended again) Kueue's Preempted/Evicted/Stopped event on the workload or its Workload."""
-    conds = _conditions(obj)
-    for kind in KUEUE_EVICTION_CONDITIONS:
-        cond = _true(conds, kind)
-        if cond:
-            return _Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"evicted by Kueue ({_cond_text(cond)})")
+# --------------------------------------------------------------------------- Kueue eviction
+
+# The Evicted condition's reason (Kueue v0.14.8, apis/kueue/v1beta1/workload_types.go:673-705) and
+# what it means for the pipeline. Deactivated carries its cause ("DeactivatedDueTo<cause>",
+# pkg/workload/workload.go:1306-1307). AdmissionCheck (a ProvisioningRequest to retry) is not a
+# failure: Kueue requeues the workload itself after a backoff (workload_controller.go:553-556).
+EVICTION_CLASSES: dict[str, FailureClass | None] = {
+    "Preempted": FailureClass.PREEMPTED,  # L673: another workload needed the quota
+    "NodeFailures": FailureClass.PREEMPTED,  # L693: TAS nodes failed under it
+    "PodsReadyTimeout": FailureClass.CAPACITY,  # L677: pods not ready in time (no room to start)
+    "LocalQueueStopped": FailureClass.PERMANENT,  # L689: a person stopped the queue
+    "ClusterQueueStopped": FailureClass.PERMANENT,  # L685
+    "Deactivated": FailureClass.PERMANENT,  # L705: spec.active=false; nothing resumes it by itself
+    "AdmissionCheck": None,  # L681: requeued by Kueue with a backoff
+}
+# The Stopped event's message is the Evicted condition's message (jobframework/reconciler.go:542,
+# 1151, 1184); when the Workload's own events are gone, the message still says which reason it was.
+_STOPPED_MESSAGES = (
+    (re.compile(r"^Preempted to accommodate"), "Preempted"),  # preemption/preemption.go:163
+    (re.compile(r"^Exceeded the PodsReady timeout"), "PodsReadyTimeout"),  # workload_controller.go:703
+    (re.compile(r"^The LocalQueue is stopped"), "LocalQueueStopped"),  # workload_controller.go:588
+    (re.compile(r"^The ClusterQueue is stopped"), "ClusterQueueStopped"),  # workload_controller.go:629
+    (re.compile(r"^The workload is deactivated"), "Deactivated"),  # workload_controller.go:313-318
+    (re.compile(r"^At least one admission check is false"), "AdmissionCheck"),  # workload_controller.go:554
+    # tas/node_failure_controller.go:57, scheduler/scheduler.go:583
+    (re.compile(r"TAS assigned node failures|no replacement for unhealthy node"), "NodeFailures"),
+)
+
+
+def eviction_class(reason: str) -> FailureClass | None:
+    """The failure class of a Kueue eviction reason; an unknown reason is a preemption (Kueue took
+    the admission back; the next attempt resumes from the last checkpoint)."""
+    if reason.startswith("Deactivated"):
+        return FailureClass.PERMANENT
+    return EVICTION_CLASSES.get(reason, FailureClass.PREEMPTED)
+
+
+@dataclass(frozen=True)
+class KueueEviction:
+    """Kueue evicted the workload since its latest admission: ``reason`` is the Workload's Evicted
+    condition reason, ``failure_class`` None when Kueue requeues it by itself."""
+
+    reason: str
+    message: str
+    failure_class: FailureClass | None
+
+    @property
+    def text(self) -> str:
+        return (
+            f"evicted by Kueue ({self.reason}: {self.message})"
+            if self.message
+            else f"evicted by Kueue ({self.reason})"
+        )
+
+    def finding(self) -> _Finding:
+        cls = self.failure_class or FailureClass.CAPACITY
+        rank = {FailureClass.PREEMPTED: RANK_PREEMPTED, FailureClass.CAPACITY: RANK_CAPACITY}.get(
+            cls, RANK_CONFIG
+        )
+        return _Finding(cls, rank, self.text)
+
+
+def _stopped_reason(message: str) -> str | None:
+    return next((reason for pattern, reason in _STOPPED_MESSAGES if pattern.search(message)), None)
+
+
+def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> KueueEviction | None:
+    """Kueue took the admission back: while the workload is suspended, Kueue's ``EvictedDueTo<reason>``
+    (and ``Preempted``) events on its Workload, or its ``Stopped`` event on the workload, newer than
+    its latest admission (``Started`` on the workload, ``QuotaReserved``/``Admitted`` on the Workload).
+    Kueue writes no Evicted or Preempted condition on a Job or JobSet, so none is read."""
     if not (obj.get("spec") or {}).get("suspend"):
-        return None  # re-admitted since: old eviction events are history
-    for event in _newest_first(events):
-        reason, message = event.get("reason") or "", _clean(event.get("message"))
-        if reason in KUEUE_EVICTION_CONDITIONS or (reason == "Stopped" and _KUEUE_EVICTION.search(message)):
-            return _Finding(FailureClass.PREEMPTED, RANK_PREEMPTED, f"evicted by Kueue ({reason}: {message})")
+        return None  # running again (re-admitted): older evictions are history
+    events = _newest_first(events)
+    # The latest admission; older events are history. Event times have one-second resolution, so
+    # an eviction in the same second as the admission counts: the workload is suspended now.
+    admitted_at = next((_event_time(e) for e in events if _is_admission(e)), None)
+    evicted: Obj | None = None
+    stopped: Obj | None = None
+    for event in events:
+        if admitted_at is not None and _event_time(event) < admitted_at:
+            break
+        on_workload = (event.get("involvedObject") or {}).get("kind") == KUEUE_WORKLOAD_KIND
+        reason = event.get("reason") or ""
+        if on_workload and evicted is None and reason.startswith(KUEUE_EVICTED_PREFIX):
+            evicted = event
+        elif on_workload and evicted is None and reason == KUEUE_PREEMPTED:
+            evicted = {**event, "reason": KUEUE_EVICTED_PREFIX + "Preempted"}
+        elif (
+            not on_workload
+            and stopped is None
+            and reason == KUEUE_STOPPED
+            and _stopped_reason(_clean(event.get("message")))
+        ):
+            stopped = event
+    if evicted is not None:
+        message = _clean(evicted.get("message")) or _clean((stopped or {}).get("message"))
+        why = (evicted.get("reason") or "")[len(KUEUE_EVICTED_PREFIX) :]
+        return KueueEviction(why, message, eviction_class(why))
+    if stopped is not None:
+        message = _clean(stopped.get("message"))
+        why = _stopped_reason(message) or "Preempted"
+        return KueueEviction(why, message, eviction_class(why))
+    return None
+
+
+def _is_admission(event: Obj) -> bool:
+    on_workload = (event.get("involvedObject") or {}).get("kind") == KUEUE_WORKLOAD_KIND
+    reason = event.get("reason") or ""
+    return (on_workload and reason in KUEUE_ADMITTED) or (not on_workload and reason == KUEUE_STARTED)
+
+
+# --------------------------------------------------------------------------- certain failures
+
+# The preemption race (issue 14): with ``maxRestarts: 0`` the JobSet fails at its first Failed child
+# Job and then deletes the Jobs still active (JobSet v0.10.1 jobset_controller.go:162-191, 589-612,
+# foreground). A disrupted worker's Job is still only at FailureTarget until its other pods have
+# terminated (k8s job_controller enactJobFinished, "Delaying marking the Job as finished"), so if the
+# head's Job fails first the worker's Job, its pods and the evidence are deleted. The verdict is
+# therefore given as soon as the failure is certain, before the JobSet controller acts.
+
+
+def _doomed(kind: Kind, obj: Obj, pods: Iterable[Obj], child_jobs: Iterable[Obj]) -> _Finding | None:
+    """A disruption the controllers are certain to turn into the workload's failure, before they do:
+    a child Job at ``FailureTarget`` by its podFailurePolicy on ``DisruptionTarget``, or a disrupted
+    pod that its Job's podFailurePolicy fails (a TPU worker from the moment it is disrupted, the
+    program's pod once in phase Failed), in a JobSet whose failure policy then fails (a Job at
+    FailureTarget is already failed for :func:`summarize`)."""
+    spec = obj.get("spec") or {}
+    templates = {
+        r.get("name", ""): ((r.get("template") or {}).get("spec") or {})
+        for r in spec.get("replicatedJobs") or []
+    }
+    for job in child_jobs if kind == "JobSet" else ():
+        rjob = ((job.get("metadata") or {}).get("labels") or {}).get(REPLICATED_JOB_LABEL, "")
+        target = _true(_conditions(job), "FailureTarget")
+        if target and not _true(_conditions(job), "Failed"):
+            for finding in _job_findings(job):
+                how = _jobset_fails_on(obj, rjob, "PodFailurePolicy", _clean(target.get("message")))
+                if how:
+                    return _Finding(
+                        finding.failure_class, finding.rank, f"{finding.text}; the JobSet fails next: {how}"
+                    )
+    for pod in pods:
+        disruption = _true(_conditions(pod), "DisruptionTarget")
+        if not disruption:
+            continue
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        rjob = labels.get(REPLICATED_JOB_LABEL, "")
+        policy = (
+            (templates.get(rjob) or {}).get("podFailurePolicy")
+            if kind == "JobSet"
+            else spec.get("podFailurePolicy")
+        )
+        # A TPU worker never exits 0 (it serves until the JobSet ends), so once it is disrupted its
+        # end is known before it comes; the program's pod could still finish in its grace period.
+        worker = kind == "JobSet" and _pod_role(kind, pod) not in ("head pod",)
+        decided = _pod_failure_action(policy, pod, before_exit=worker)
+        if not decided or decided[0] != "FailJob":
+            continue
+        how = (
+            _jobset_fails_on(obj, rjob, "PodFailurePolicy", decided[1])
+            if kind == "JobSet"
+            else "the Job fails"
+        )
+        if how:
+            who = f"{_pod_role(kind, pod)} {(pod.get('metadata') or {}).get('name', '?')}"
+            return _Finding(
+                FailureClass.PREEMPTED,
+                RANK_PREEMPTED,
+                f"{who} was disrupted ({_cond_text(disruption)}) and its Job's podFailurePolicy fails it; "
+                f"{'the JobSet fails next: ' if kind == 'JobSet' else ''}{how}",
+            )
     return None
 
 
@@ -276,6 +441,13 @@ def _pod_counts(pods: Iterable[Obj]) -> dict[str, int]:
     return counts
 
 
-def _is_scheduled(pod: Obj) -> bool:
+def _on_node(pod: Obj) -> bool:
     scheduled = _conditions(pod).get("PodScheduled")
     return bool((scheduled and scheduled.get("status") == "True") or (pod.get("spec") or {}).get("nodeName"))
+
+
+def _is_scheduled(pod: Obj) -> bool:
+    """On a node and not being deleted. A pod with a deletionTimestamp no longer holds the
+    workload's place: after a Kueue eviction every pod is terminating on its node while the
+    reasons are in the events (the client reads them when no pod is scheduled)."""
+    return _on_node(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")

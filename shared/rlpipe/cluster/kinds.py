@@ -28,6 +28,18 @@ JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+# Kueue v0.14.8 (commit 2f2a452481b23fd664e4133ad51de1caa1d49c3a). Kueue never writes a condition
+# on the Job or JobSet: Evicted/Preempted are conditions of its Workload object. What reaches the
+# Job/JobSet is ``spec.suspend: true`` and these events.
+KUEUE_WORKLOAD_KIND = "Workload"
+KUEUE_STARTED = "Started"  # on the job, "Admitted by clusterQueue <cq>": jobframework/events.go:21, reconciler.go:1104,1135
+KUEUE_STOPPED = "Stopped"  # on the job, message = the Evicted condition's: jobframework/events.go:23, reconciler.go:1151,1184
+KUEUE_EVICTED_PREFIX = (
+    "EvictedDueTo"  # on the Workload: pkg/workload/workload.go:1367-1371 (ReasonWithCause, L1430)
+)
+KUEUE_PREEMPTED = "Preempted"  # on the Workload: pkg/scheduler/preemption/preemption.go:190
+KUEUE_ADMITTED = ("QuotaReserved", "Admitted")  # on the Workload: pkg/scheduler/scheduler.go:815, 829
+
 # Must equal rlpipe.core.manifests.pathways.HEAD (a test keeps them equal; importing the manifests
 # here would pull pydantic into every status poll).
 HEAD_REPLICATED_JOB = "pathways-head"
@@ -87,6 +99,95 @@ def _is_jobset_child(job: Obj) -> str | None:
         if ref.get("kind") == "JobSet":
             return ref.get("name")
     return (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
+
+
+# --------------------------------------------------------------------------- the controllers' policies
+
+
+def _pod_failure_action(policy: Obj | None, pod: Obj, *, before_exit: bool = False) -> tuple[str, str] | None:
+    """(action, the Job controller's message) of the first ``podFailurePolicy`` rule matching a pod
+    in phase Failed (k8s pkg/controller/job/pod_failure_policy.go @ 95f08499: rules in order, first
+    match wins; messages L56 and L73). With a podFailurePolicy the Job controller judges a pod only
+    in phase Failed (job_controller.go isPodFailed); ``before_exit`` asks what it will decide for a
+    pod that has not exited yet, which is known only if no exit-code rule comes first."""
+    status = pod.get("status") or {}
+    if (
+        not policy
+        or status.get("phase") == "Succeeded"
+        or (status.get("phase") != "Failed" and not before_exit)
+    ):
+        return None
+    meta = pod.get("metadata") or {}
+    who = f"{meta.get('namespace', '')}/{meta.get('name', '?')}"
+    codes = [
+        (cs.get("name", "?"), term.get("exitCode"))
+        for key in ("initContainerStatuses", "containerStatuses")
+        for cs in status.get(key) or []
+        if isinstance(term := (cs.get("state") or {}).get("terminated"), dict)
+    ]
+    conds = _conditions(pod)
+    for index, rule in enumerate(policy.get("rules") or []):
+        action = rule.get("action", "")
+        on_codes = rule.get("onExitCodes")
+        if on_codes and status.get("phase") != "Failed":
+            return None  # decided by an exit code not known yet
+        if on_codes:
+            values, negate = set(on_codes.get("values") or []), on_codes.get("operator") == "NotIn"
+            for cname, code in codes:
+                if not isinstance(code, int) or code == 0:
+                    continue
+                if on_codes.get("containerName") not in (None, cname):
+                    continue
+                if (code in values) != negate:
+                    return action, (
+                        f"Container {cname} for pod {who} failed with exit code {code} "
+                        f"matching {action} rule at index {index}"
+                    )
+        for pattern in rule.get("onPodConditions") or []:
+            cond = conds.get(pattern.get("type", ""))
+            if cond and str(cond.get("status")) == str(pattern.get("status", "True")):
+                return (
+                    action,
+                    f"Pod {who} has condition {pattern.get('type')} matching {action} rule at index {index}",
+                )
+    return None
+
+
+def _jobset_fails_on(jobset: Obj, rjob: str, reason: str, message: str) -> str | None:
+    """How the JobSet controller ends the JobSet when a child Job of ``rjob`` fails with (reason,
+    message), or None when it restarts the JobSet instead (JobSet v0.10.1 failure_policy.go: no
+    policy L49-57; rules in order L83, ruleIsApplicable L138-160; default RestartJobSet L41;
+    RestartJobSet fails once restartsCountTowardsMax >= maxRestarts L220-226)."""
+    policy = (jobset.get("spec") or {}).get("failurePolicy")
+    if not policy:
+        return "FailedJobs (no failurePolicy)"
+    action = "RestartJobSet"
+    for rule in policy.get("rules") or []:
+        reasons, targets = rule.get("onJobFailureReasons") or [], rule.get("targetReplicatedJobs") or []
+        patterns = rule.get("onJobFailureMessagePatterns") or []
+        if reasons and reason not in reasons:
+            continue
+        if patterns and not any(_search(p, message) for p in patterns):
+            continue
+        if targets and rjob not in targets:
+            continue
+        action = rule.get("action", "RestartJobSet")
+        break
+    if action == "FailJobSet":
+        return "FailJobSet failure policy action"
+    if action == "RestartJobSet":
+        counted = int((jobset.get("status") or {}).get("restartsCountTowardsMax") or 0)
+        limit = int(policy.get("maxRestarts") or 0)
+        if counted >= limit:
+            return f"ReachedMaxRestarts (maxRestarts {limit})"
+    return None
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return False  # the controller logs an invalid pattern and skips it
 
 
 def _gvp(kind: Kind) -> tuple[str, str, str]:

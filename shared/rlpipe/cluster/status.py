@@ -12,19 +12,32 @@ Classification precedence, strongest first (one rule per line; the first that ha
    ``Completed`` or ``terminalState: Completed``) → ``succeeded``; nothing a pod shows overrides it
    (workers and sidecars are killed *because* the head finished);
 2. otherwise, for a workload that failed (``Failed``/``FailureTarget``/``terminalState: Failed``),
-   was evicted by Kueue, or has a pod that can never start, the strongest pod evidence:
-   ``preempted`` (DisruptionTarget, node lost or shut down, TPU maintenance, Kueue eviction)
+   was evicted by Kueue, is certain to fail from a disruption, or has a pod that can never start,
+   the strongest pod evidence:
+   ``preempted`` (DisruptionTarget, node lost or shut down, TPU maintenance)
    > ``resources`` (OOMKilled, ephemeral-storage eviction)
    > ``permanent`` configuration (image pull errors, a missing Secret, a container that cannot start)
    > ``capacity`` (pods that were never scheduled: the program never had its devices)
    > the program's exit code (``transient`` if listed in ``retryable_exit_codes``, else ``permanent``)
    > any other container's non-zero exit (``permanent``)
    > no pod evidence: ``permanent`` with the condition's reason and message;
+   Kueue's eviction (the workload suspended again, with Kueue's ``EvictedDueTo<reason>`` event on
+   its Workload or ``Stopped`` event on the workload since its latest admission) is classed by its
+   reason: ``Preempted``/``NodeFailures`` → ``preempted``, ``PodsReadyTimeout`` → ``capacity``,
+   ``Deactivated…``/``LocalQueueStopped``/``ClusterQueueStopped`` → ``permanent``; an
+   ``AdmissionCheck`` eviction is requeued by Kueue and stays ``queued``. A disruption is fatal
+   before the controllers say so when they are certain to fail the workload for it (a child Job
+   at ``FailureTarget`` by its podFailurePolicy; a disrupted pod the podFailurePolicy fails: a TPU
+   worker from the moment it is disrupted, the program's pod once in phase Failed; under a JobSet
+   failure policy that then fails): the JobSet controller deletes the Jobs still active when
+   another child fails first, evidence included (the preemption race);
 3. a workload not yet terminal is ``queued`` while Kueue has not admitted it or none of its pods is
-   scheduled, ``capacity``-failed once that has lasted past ``queued_deadline_seconds``, else
-   ``running``. Disruptions, OOMs and exits of a live workload are reported as details only:
-   the Job/JobSet controller decides whether it recovers, and killing a workload that might
-   recover would waste more than the minutes until the controller's verdict.
+   scheduled, ``capacity``-failed once that has lasted past ``queued_deadline_seconds`` (timed from
+   the latest ``Suspended=True`` transition: a workload evicted after hours of running has waited
+   since then, not since its creation), else ``running``. Other disruptions, OOMs and exits of a
+   live workload are reported as details only: the Job/JobSet controller decides whether it
+   recovers, and killing a workload that might recover would waste more than the minutes until
+   the controller's verdict.
 
 For a JobSet only the ``pathways-head`` replicated job's main container is "the program": worker and
 sidecar exit codes never count as the program's (they exit 143 when the JobSet is torn down), but a
@@ -40,11 +53,12 @@ from datetime import datetime
 
 from rlpipe.cluster.evidence import (
     _cond_text,
+    _doomed,
     _Finding,
-    _is_scheduled,
     _job_findings,
     _kueue_eviction,
     _newest_first,
+    _on_node,
     _pod_counts,
     _pod_findings,
     _strongest,
@@ -195,6 +209,7 @@ def summarize(
             reason=f"{what} succeeded" + (f" ({_cond_text(success)})" if success else ""),
         )
 
+    child_jobs = list(child_jobs)
     findings = _strongest(
         [
             *(f for pod in pods for f in _pod_findings(kind, pod, retryable_exit_codes=retryable_exit_codes)),
@@ -226,22 +241,30 @@ def summarize(
             details=rest,
         )
 
+    evicted = eviction.finding() if eviction and eviction.failure_class else None
     if failed or status.get("terminalState") == "Failed":
-        evidence = _strongest([*([eviction] if eviction else []), *findings])
+        evidence = _strongest([*([evicted] if evicted else []), *findings])
         cond_text = _cond_text(failed) if failed else "terminalState Failed"
         return fail(
             evidence[0] if evidence else None,
             f"{what} failed ({cond_text}); no pod evidence left (pods deleted?)",
         )
-    if eviction:
-        return fail(eviction, "")
+    if evicted:
+        return fail(evicted, "")
+    doomed = _doomed(kind, obj, pods, child_jobs)
+    if doomed:
+        return fail(doomed, "")
     fatal = [f for f in findings if f.fatal_now]
     if fatal:
         return fail(fatal[0], "")
 
     deadline = queued_deadline_seconds
     if suspended:
-        waited = (now - created).total_seconds() if created else 0.0
+        # Timed from the latest suspension (Kueue's at creation, or an eviction after hours of
+        # running); a Suspended condition keeps its transition time while its status stays True.
+        held = _true(conds, "Suspended")
+        since = _ts((held or {}).get("lastTransitionTime")) or created
+        waited = (now - since).total_seconds() if since else 0.0
         where = (
             f"Kueue queue {queue!r}" if queue else "suspended, no Kueue queue label; nothing will resume it"
         )
@@ -256,6 +279,8 @@ def summarize(
             "",
         )
         says = f"; Kueue: {kueue_says}" if kueue_says else ""
+        if eviction:  # requeued by Kueue itself (an admission check to retry)
+            says = f"; {eviction.text}, requeued by Kueue{says}"
         if deadline is not None and waited > deadline:
             return WorkloadStatus(
                 **base,
@@ -293,7 +318,7 @@ def summarize(
             reason=f"{what} waiting for capacity for {_duration(waited)}: {oldest.text}{more}",
         )
 
-    if not any(_is_scheduled(p) for p in pods):
+    if not any(_on_node(p) for p in pods):
         # Measured from admission, not creation: a workload queued in Kueue for hours has had
         # no chance to create pods until a moment ago.
         resumed = conds.get("Suspended")

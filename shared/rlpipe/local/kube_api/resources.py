@@ -125,7 +125,25 @@ EVENTS = Resource(
         }
     ),
 )
-RESOURCES: tuple[Resource, ...] = (JOBS, JOBSETS, PODS, EVENTS)
+# Kueue's Workload (one per queued Job/JobSet, owned by it): written only by the simulator, which
+# plays Kueue. v1beta2 is what the deployed Kueue serves (infra/cluster/k8s/kueue.yaml); the
+# condition types and reasons are the same as v1beta1's (Kueue v0.17.8 apis/kueue/v1beta2/
+# workload_types.go:1020-1038, v0.14.8 apis/kueue/v1beta1/workload_types.go:608-729).
+WORKLOADS = Resource(
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "workloads",
+    "Workload",
+    "workload",
+    http_writable=False,
+    validated=False,
+    has_status=True,
+    strategic_merge=False,
+)
+RESOURCES: tuple[Resource, ...] = (JOBS, JOBSETS, PODS, EVENTS, WORKLOADS)
+# The finalizer the garbage collector holds an owner with while its dependents are deleted first
+# (propagationPolicy Foreground).
+FOREGROUND_FINALIZER = "foregroundDeletion"
 
 
 def resolve_resource(name: str | Resource) -> Resource:

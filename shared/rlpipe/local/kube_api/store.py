@@ -22,7 +22,7 @@ from .objects import (
     now_rfc3339,
     owned_pod_labels_match,
 )
-from .resources import JOBS, JOBSETS, PODS, RESOURCES, Obj, Resource
+from .resources import FOREGROUND_FINALIZER, JOBS, JOBSETS, PODS, RESOURCES, WORKLOADS, Obj, Resource
 from .selectors import Selection
 from .watch import Expired, Listener, WatchEvent
 
@@ -247,6 +247,7 @@ class KubeStore:
                 if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                     del self._objects[res][(namespace, name)]  # last finalizer removed
                     events.append(self._record("DELETED", res, new, None))
+                    self._release_foreground(events)
                 else:
                     self._objects[res][(namespace, name)] = new
                     events.append(self._record("MODIFIED", res, new, stored))
@@ -338,6 +339,7 @@ class KubeStore:
                 return copy.deepcopy(stored), True
             events: list[WatchEvent] = []
             obj, gone = self._delete_locked(res, namespace, name, policy, events)
+            self._release_foreground(events)
         self._publish(events)
         return obj, gone
 
@@ -368,6 +370,11 @@ class KubeStore:
             else:
                 self._delete_locked(dep_res, *dep_key, "Background", events)
         meta = stored["metadata"]
+        held = [d for r, d in self._dependents(res, stored) if self._exists(r, d)]
+        if policy == "Foreground" and held and FOREGROUND_FINALIZER not in (meta.get("finalizers") or []):
+            # The owner stays, with a deletionTimestamp, until its dependents are gone
+            # (dependents still terminating are held by their own finalizers).
+            meta["finalizers"] = [*(meta.get("finalizers") or []), FOREGROUND_FINALIZER]
         if meta.get("finalizers"):
             if not meta.get("deletionTimestamp"):
                 old = copy.deepcopy(stored)
@@ -381,12 +388,39 @@ class KubeStore:
         events.append(self._record("DELETED", res, stored, None))
         return copy.deepcopy(stored), True
 
+    def _exists(self, res: Resource, obj: Obj) -> bool:
+        return (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self._objects[res]
+
+    def _release_foreground(self, events: list[WatchEvent]) -> None:
+        """Owners held for a foreground deletion go once their last dependent is gone (and up the
+        chain: a JobSet waits for its Jobs, which wait for their pods). Caller holds the lock."""
+        released = True
+        while released:
+            released = False
+            for res in (JOBSETS, JOBS):
+                for key, owner in sorted(self._objects[res].items()):
+                    meta = owner["metadata"]
+                    if FOREGROUND_FINALIZER not in (meta.get("finalizers") or []):
+                        continue
+                    if any(self._exists(r, d) for r, d in self._dependents(res, owner)):
+                        continue
+                    old = copy.deepcopy(owner)
+                    meta["finalizers"] = [f for f in meta["finalizers"] if f != FOREGROUND_FINALIZER]
+                    meta["resourceVersion"] = self._next_rv()
+                    if meta["finalizers"]:
+                        events.append(self._record("MODIFIED", res, owner, old))
+                    else:
+                        del meta["finalizers"]
+                        del self._objects[res][key]
+                        events.append(self._record("DELETED", res, owner, None))
+                    released = True
+
     def _dependents(self, res: Resource, owner: Obj) -> list[tuple[Resource, Obj]]:
         """Objects the garbage collector would remove with ``owner``: those with an
         ownerReference to it, and pods (and for JobSets, Jobs) labelled as its children."""
         namespace, uid = owner["metadata"]["namespace"], owner["metadata"]["uid"]
         found = []
-        for dep_res in (JOBS, PODS):
+        for dep_res in (JOBS, PODS, WORKLOADS):
             for (ns, _), obj in sorted(self._objects[dep_res].items()):
                 if ns != namespace or obj is owner:
                     continue

@@ -5,8 +5,8 @@ the same process as the Kubernetes API double (:mod:`rlpipe.local.kube_api`), wa
 and JobSets the pipeline creates through it, and plays what GKE, Kueue, the Job and JobSet
 controllers, the scheduler, the kubelet and the MaxText programs would do:
 
-* Kueue: a workload labelled ``kueue.x-k8s.io/queue-name`` is suspended at creation and
-  admitted after ``Timing.admission_delay``;
+* Kueue: a workload labelled ``kueue.x-k8s.io/queue-name`` is suspended at creation, gets a
+  ``Workload`` object, is admitted after ``Timing.admission_delay``, and may be evicted;
 * the controllers: real Pod objects (names, labels, ownerReferences, phases, conditions,
   container and native-sidecar statuses, node names), JobSet child Jobs, ``v1`` Events, Job
   and JobSet conditions, ``podFailurePolicy``/``backoffLimit``, the JobSet failure policy, TTL;
@@ -35,13 +35,23 @@ omitted for every attempt, matched against the workload's ``rlpipe.dev/attempt``
 ``rlpipe.dev/run`` label so that concurrent runs on one stack each get their own fault) or a
 CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
 
-``preempt@<step>[:head|:worker][:kubelet|:scheduler]``
-    A pod gets ``DisruptionTarget`` (``TerminationByKubelet``, or ``PreemptionByScheduler``
-    whose victim is then deleted) and fails. Training: at the start of step N, or during step
-    N's save when N is a checkpoint step (leaving a step directory without its commit file);
-    ``@0`` and convert/export: at start. On the JobSet the victim is a TPU worker (default)
-    or the head; a worker's Job replaces the pod unless its ``podFailurePolicy`` fails the
-    Job, and the head gives up after the Pathways pipe timeout. Strikes once per workload.
+``preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]``
+    A pod gets ``DisruptionTarget`` with the reason of who disrupts it (``TerminationByKubelet`` on
+    node shutdown, the default; ``PreemptionByScheduler``, ``DeletionByTaintManager``,
+    ``EvictionByEvictionAPI``: the pod is deleted and lingers with a deletionTimestamp until its
+    containers exit 143; ``DeletionByPodGC``: its node is gone, Failed at once) and fails.
+    Training: at the start of step N, or during step N's save when N is a checkpoint step
+    (leaving a step directory without its commit file); ``@0`` and convert/export: at start. On
+    the JobSet the victim is a TPU worker (default) or the head; a worker's Job replaces the pod
+    unless its ``podFailurePolicy`` fails the Job, and the head gives up after the Pathways pipe
+    timeout. ``head-first``: the pods use their whole grace period, so the head's Job fails
+    before the worker's Job is ``Failed`` (the preemption race; see :mod:`.disruption`).
+    Strikes once per workload.
+``evict@<step>[:preempted|:pods-ready-timeout|:node-failures|:deactivated|:local-queue-stopped|:cluster-queue-stopped]``
+    Kueue evicts the running workload (see :mod:`.kueue`): the Workload's ``Evicted`` (and
+    ``Preempted``) conditions and ``EvictedDueTo<reason>`` (and ``Preempted``) events, the job
+    suspended with Kueue's ``Stopped`` event, its pods deleted (exit 143); then it waits in its
+    queue until deleted.
 ``unschedulable:<seconds>``
     Pods (a JobSet's TPU pods) stay Pending, ``PodScheduled`` False ``Unschedulable``, with a
     ``FailedScheduling`` event, for that many simulated seconds.

@@ -21,6 +21,7 @@ LEADER = 0
 
 class JobWorkload(WorkloadSim):
     resource = "jobs"
+    job: JobSim | None = None
 
     def find_program(self) -> Program | None:
         return identify(((self.obj.get("spec") or {}).get("template") or {}).get("spec") or {})
@@ -30,9 +31,42 @@ class JobWorkload(WorkloadSim):
             return ko.condition("Suspended", True, self.env.now(), "JobSuspended", "Job suspended")
         return ko.condition("Suspended", False, self.env.now(), "JobResumed", "Job resumed")
 
+    def pod_sets(self) -> list[tuple[str, int]]:
+        spec = self.obj.get("spec") or {}
+        return [("main", int(spec.get("parallelism") or 1))]
+
+    @property
+    def pod_selector(self) -> str:
+        return f"{ko.JOB_UID_LABELS[0]}={self.uid}"
+
+    def stop_for_kueue(self, message: str) -> None:
+        """Kueue stops a batch Job: ``suspend``, and ``startTime`` reset (Kueue jobs/job/
+        job_controller.go:167-200), with its ``Stopped`` event (jobframework/reconciler.go:1151);
+        the Job controller marks it Suspended and deletes its active pods, which do not count as
+        failures."""
+        now = self.env.now()
+
+        def stop(obj: Obj) -> None:
+            obj["spec"]["suspend"] = True
+            status = obj.setdefault("status", {})
+            status.pop("startTime", None)
+            status["conditions"] = ko.upsert_condition(
+                status.get("conditions"),
+                ko.condition("Suspended", True, now, "JobSuspended", "Job suspended"),
+            )
+
+        self.modify(stop)
+        self.env.emit(self.obj, "Stopped", message, component="kueue-admission")
+        self.env.emit(self.obj, "Suspended", "Job suspended", component="job-controller")
+        job = self.job
+        if job is not None:
+            pods = job.stop_active()
+            self.stop_pods(pods)
+            job.terminated(pods, counted=False)
+
     def play(self) -> None:
         self.admit()
-        job = JobSim(self.env, self.current(), workload=self.name)
+        job = self.job = JobSim(self.env, self.current(), workload=self.name)
         job.start()
         self._warn_if_ungated(job)
         while job.finished is None:
@@ -53,8 +87,13 @@ class JobWorkload(WorkloadSim):
 
     def _run_leader(self, job: JobSim, pod: PodSim) -> None:
         outcome = ProgramRun(self, pod).run()
-        if outcome.disruption is not None:
-            pod.disrupt(outcome.disruption.disruption_reason)
+        fault = outcome.disruption
+        if fault is not None and fault.kind == "evict":
+            self.kueue_evict(fault, node=pod.node or "")
+        elif fault is not None:
+            pod.disrupt(fault.disruption_reason)
+            if fault.disruption_reason != "DeletionByPodGC":
+                self.stop_pods([pod], slow=fault.head_first)
         else:
             pod.terminate(outcome.code, outcome.reason)
         self._settle(job, pod, outcome)
@@ -65,7 +104,7 @@ class JobWorkload(WorkloadSim):
             return
         decision = job.pod_failed(LEADER, pod)
         if decision.action == "fail":
-            job.fail(decision.reason, decision.message)
+            self.fail_job(job, decision.reason, decision.message)
             return
         self.record("phase", f"pod {pod.name} failed; the Job controller replaces it")
         if decision.counted:

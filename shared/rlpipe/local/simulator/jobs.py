@@ -5,6 +5,11 @@ controller's (``SuccessCriteriaMet`` then ``Complete``; ``FailureTarget`` then `
 a failed pod is judged by ``podFailurePolicy`` and ``backoffLimit`` exactly in that order,
 because whether a preempted pod fails the Job or is replaced is what decides how a JobSet
 fails, and so what evidence the pipeline's classifier gets to see.
+
+``Failed`` is written only once the pods deleted after ``FailureTarget`` have terminated
+(k8s job_controller.go ``enactJobFinished``: "Delaying marking the Job as finished, because there
+are still terminating pod(s)", since 1.31 with JobManagedBy/JobPodReplacementPolicy), so there is a
+real gap after ``FailureTarget`` in which the Job is still *active* for a JobSet.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.env import SimEnv
-from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.pods import JOB_TRACKING_FINALIZER, PodSim
 from rlpipe.local.simulator.timing import WorkloadGone
 
 Obj = dict[str, Any]
@@ -91,6 +96,8 @@ class JobSim:
         self.active: dict[int, PodSim] = {}
         self.finished: str | None = None  # "Complete" | "Failed"
         self.failure_reason = ""
+        self.failure_message = ""
+        self.terminating: dict[str, PodSim] = {}  # deleted, still running their SIGTERM handlers
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -101,7 +108,7 @@ class JobSim:
             status["ready"] = sum(1 for p in self.active.values() if p.phase == "Running")
             status["succeeded"] = len(self.succeeded)
             status["failed"] = self.failed
-            status["terminating"] = 0
+            status["terminating"] = len(self.terminating)
             status["uncountedTerminatedPods"] = {}
             if self.indexed and self.succeeded:
                 status["completedIndexes"] = compress_indexes(self.succeeded)
@@ -166,6 +173,7 @@ class JobSim:
                 "labels": labels,
                 "annotations": annotations,
                 "ownerReferences": [ko.owner_reference(self.obj)],
+                "finalizers": [JOB_TRACKING_FINALIZER],
             },
             "spec": spec,
             "status": {"phase": "Pending", "qosClass": ko.qos_class(spec)},
@@ -186,13 +194,18 @@ class JobSim:
         self._sync()
 
     def pod_succeeded(self, index: int) -> None:
-        self.active.pop(index, None)
+        pod = self.active.pop(index, None)
         self.succeeded.add(index)
         self._sync()
+        if pod is not None:
+            pod.untrack()
 
     def pod_failed(self, index: int, pod: PodSim) -> Decision:
-        """``podFailurePolicy`` first (FailJob, Ignore, Count, FailIndex), then ``backoffLimit``."""
+        """``podFailurePolicy`` first (FailJob, Ignore, Count, FailIndex), then ``backoffLimit``.
+        The pod is judged once it is in phase Failed, then counted (its finalizer removed)."""
         self.active.pop(index, None)
+        self.terminating.pop(pod.name, None)
+        pod.untrack()
         rule = pod_failure_rule(self.spec.get("podFailurePolicy"), pod)
         if rule and rule[0] == "FailJob":
             self.failed += 1
@@ -238,10 +251,11 @@ class JobSim:
         self.finished = "Complete"
         self.env.emit(self.obj, "Completed", "Job completed", component="job-controller")
 
-    def fail(self, reason: str, message: str) -> None:
-        """``FailureTarget``, then the controller removes the remaining pods, then ``Failed``."""
+    def fail_target(self, reason: str, message: str) -> list[PodSim]:
+        """``FailureTarget``; the controller then deletes the remaining pods, which keep running
+        their SIGTERM handlers (returned: the caller ends them, then calls :meth:`fail_final`)."""
         now = self.env.now()
-        self.failure_reason = reason
+        self.failure_reason, self.failure_message = reason, message
 
         def target(status: Obj) -> None:
             status["conditions"] = ko.upsert_condition(
@@ -249,12 +263,33 @@ class JobSim:
             )
 
         self._sync(target)
-        for index, pod in list(self.active.items()):
-            pod.kill()
+        return self.stop_active()
+
+    def stop_active(self) -> list[PodSim]:
+        """Delete every active pod (they linger, terminating); the Job counts them as terminating."""
+        pods = list(self.active.values())
+        for pod in pods:
+            pod.begin_termination()
             self.env.emit(
                 self.obj, "SuccessfulDelete", f"Deleted pod: {pod.name}", component="job-controller"
             )
-            self.active.pop(index)
+            self.terminating[pod.name] = pod
+        self.active.clear()
+        self._sync()
+        return pods
+
+    def terminated(self, pods: Iterable[PodSim], *, counted: bool = True) -> None:
+        """Deleted pods have exited: counted as failed (unless the Job was suspended) and released."""
+        for pod in pods:
+            self.terminating.pop(pod.name, None)
+            self.failed += int(counted)
+            pod.untrack()
+        self._sync()
+
+    def fail_final(self) -> None:
+        """``Failed`` with the FailureTarget's reason and message, once nothing is terminating."""
+        now = self.env.now()
+        reason, message = self.failure_reason, self.failure_message
 
         def failed(status: Obj) -> None:
             status["conditions"] = ko.upsert_condition(

@@ -15,13 +15,13 @@ import hashlib
 from typing import Any
 
 from rlpipe.local.kube_api import KubeApiError
+from rlpipe.local.simulator import disruption
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.jobs import JobSim
 from rlpipe.local.simulator.pods import PodSim
 from rlpipe.local.simulator.program import Program, identify
-from rlpipe.local.simulator.runtime import Outcome, ProgramRun
-from rlpipe.local.simulator.scenario import Fault
-from rlpipe.local.simulator.workload import WorkloadSim, pipe_timeout
+from rlpipe.local.simulator.runtime import ProgramRun
+from rlpipe.local.simulator.workload import WorkloadSim
 
 Obj = dict[str, Any]
 
@@ -30,12 +30,7 @@ DEFAULT_GROUP = "default"
 LEADER = 0
 
 
-class JobSetFailed(Exception):
-    """A child Job failed; carries it to the failure policy."""
-
-    def __init__(self, child: JobSim) -> None:
-        super().__init__(child.name)
-        self.child = child
+JobSetFailed = disruption.JobFailed  # a child Job failed; carries it to the failure policy
 
 
 class JobSetWorkload(WorkloadSim):
@@ -64,6 +59,55 @@ class JobSetWorkload(WorkloadSim):
                 self.leader_rjob = rjob["name"]
                 return found
         return None
+
+    def pod_sets(self) -> list[tuple[str, int]]:
+        out = []
+        for rjob in self.rjobs:
+            spec = (rjob.get("template") or {}).get("spec") or {}
+            out.append((rjob["name"], int(rjob.get("replicas", 1)) * int(spec.get("parallelism") or 1)))
+        return out
+
+    @property
+    def pod_selector(self) -> str:
+        return f"{JS}jobset-uid={self.uid}"
+
+    def stop_for_kueue(self, message: str) -> None:
+        """Kueue stops a JobSet by setting ``spec.suspend`` (JobSet implements no custom stop:
+        jobframework/reconciler.go:1170-1184), with its ``Stopped`` event; the JobSet controller
+        then suspends every active child Job and marks itself Suspended (jobset_controller.go
+        213-218, 391-402, 1036-1046); the Job controller deletes their pods, which do not count
+        as failures."""
+
+        def stop(obj: Obj) -> None:
+            obj["spec"]["suspend"] = True
+
+        self.modify(stop)
+        self.env.emit(self.obj, "Stopped", message, component="kueue-admission")
+        pods: list[tuple[JobSim, list[PodSim]]] = []
+        now = self.env.now()
+        for jobs in self.children.values():
+            for job in jobs:
+                if job.finished is not None:
+                    continue
+
+                def suspend(obj: Obj) -> None:
+                    obj["spec"]["suspend"] = True
+                    status = obj.setdefault("status", {})
+                    status["conditions"] = ko.upsert_condition(
+                        status.get("conditions"),
+                        ko.condition("Suspended", True, now, "JobSuspended", "Job suspended"),
+                    )
+
+                job.obj = self.env.modify("jobs", job.name, self.namespace, suspend)
+                self.env.emit(job.obj, "Suspended", "Job suspended", component="job-controller")
+                pods.append((job, job.stop_active()))
+        cond = self.suspended_condition(True)
+        self._conditions(cond)
+        self.env.emit(self.obj, cond["reason"], cond["message"], component=self.controller)
+        self.stop_pods([p for _, group in pods for p in group])
+        for job, group in pods:
+            job.terminated(group, counted=False)
+        self._sync_status()
 
     def suspended_condition(self, suspended: bool) -> Obj:
         if suspended:
@@ -163,8 +207,10 @@ class JobSetWorkload(WorkloadSim):
                     self.index_gate_success(leader_job, index, pod)
             pod = leader_job.active[LEADER]
             outcome = ProgramRun(self, pod).run()
-            if outcome.disruption is not None:
-                outcome = self._disruption(outcome.disruption, leader_job, pod)
+            if outcome.disruption is not None and outcome.disruption.kind == "evict":
+                self.kueue_evict(outcome.disruption, node=pod.node or "")
+            elif outcome.disruption is not None:
+                outcome = disruption.disrupt(self, outcome.disruption, pod)
             else:
                 pod.terminate(outcome.code, outcome.reason)
             if outcome.code == 0:
@@ -177,40 +223,11 @@ class JobSetWorkload(WorkloadSim):
                     self.pacer.forever()
             decision = leader_job.pod_failed(LEADER, pod)
             if decision.action == "fail":
-                leader_job.fail(decision.reason, decision.message)
+                self.fail_job(leader_job, decision.reason, decision.message)
                 raise JobSetFailed(leader_job)
             if decision.counted:
                 self.pacer.pause(leader_job.backoff_seconds())
             self.bring_up(leader_job, leader_job.create_pods([LEADER]))
-
-    def _disruption(self, fault: Fault, leader_job: JobSim, head: PodSim) -> Outcome:
-        """A preemption: on the head pod itself, or on a TPU worker, which the head survives
-        only until the Pathways pipe timeout."""
-        workers = [job for name, jobs in self.children.items() if name != self.leader_rjob for job in jobs]
-        if fault.target == "head" or not workers:
-            head.disrupt(fault.disruption_reason)
-            return Outcome(143, "Error", disruption=fault)
-        worker_job = workers[0]
-        victim = worker_job.active[min(worker_job.active)]
-        victim.disrupt(fault.disruption_reason)
-        self.record("pod", f"{victim.name} disrupted ({fault.disruption_reason})")
-        decision = worker_job.pod_failed(victim.index or 0, victim)
-        if decision.action == "fail":
-            worker_job.fail(decision.reason, decision.message)
-            raise JobSetFailed(worker_job)
-        if decision.counted:
-            self.pacer.pause(worker_job.backoff_seconds())
-        self.bring_up(worker_job, worker_job.create_pods([victim.index or 0]))
-        container = next(
-            (c for c in head.main if c["name"] == (self.program.container if self.program else "")), None
-        )
-        self.pacer.pause(pipe_timeout(container, self.env.timing.pipe_timeout))
-        head.log(
-            f"ERROR: Pathways worker {victim.name} unreachable for longer than the pipe timeout; "
-            "the training program cannot continue"
-        )
-        head.terminate(1, "Error")
-        return Outcome(1, "Error", "Pathways worker unreachable")
 
     def _success_policy_met(self) -> bool:
         policy = (self.obj.get("spec") or {}).get("successPolicy") or {"operator": "All"}
@@ -339,13 +356,18 @@ class JobSetWorkload(WorkloadSim):
         return child
 
     def _delete_children(self, *, only_active: bool) -> None:
-        """The controller deletes child Jobs (foreground: their pods go first)."""
+        """The controller deletes child Jobs with foreground propagation (jobset_controller.go
+        589-612): each Job stays, with a deletionTimestamp, until its pods have terminated; pods
+        already terminating (a Job at FailureTarget) finish in their own time."""
+        deleted: list[tuple[JobSim, list[PodSim], list[PodSim]]] = []
         for jobs in self.children.values():
             for job in jobs:
                 if only_active and job.finished is not None:
                     continue
-                for pod in list(job.active.values()):
-                    pod.kill()
+                earlier = list(job.terminating.values())
+                for pod in job.active.values():
+                    pod.begin_termination()
+                fresh = list(job.active.values())
                 job.active.clear()
                 try:
                     self.env.kube.delete(
@@ -355,6 +377,14 @@ class JobSetWorkload(WorkloadSim):
                     if exc.code != 404:
                         raise
                 self.record("job", f"{job.name} deleted by the JobSet controller")
+                deleted.append((job, fresh, earlier))
+        self.stop_pods([pod for _, fresh, _ in deleted for pod in fresh])
+        for job, fresh, earlier in deleted:
+            for pod in earlier:
+                pod.finish_termination()
+            for pod in fresh + earlier:
+                pod.untrack()  # the Job is gone with them (foreground)
+            job.terminating.clear()
 
     # -- status ----------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ them, and never decide the pod's phase.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +19,29 @@ from rlpipe.local.simulator.timing import WorkloadGone
 
 Obj = dict[str, Any]
 
-SIGTERM_EXIT = 143  # what a process killed by SIGTERM reports
+SIGTERM_EXIT = 143  # 128 + SIGTERM: a process that exits on the kubelet's SIGTERM
+SIGKILL_EXIT = 137  # 128 + SIGKILL: one still running when its grace period ends
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+# The Job controller puts this finalizer on every pod it creates and removes it once it has counted
+# the pod as terminal (k8s pkg/controller/job, JobTrackingWithFinalizers, GA in 1.26): a deleted
+# pod therefore stays readable, with its deletionTimestamp, until it has terminated and been counted.
+JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+DEFAULT_GRACE = 30.0  # terminationGracePeriodSeconds when the pod spec does not set it
+
+# Who sets DisruptionTarget, with which message, and whether the pod object is deleted (then it
+# lingers with a deletionTimestamp until it has terminated). Reasons: k8s.io/api core/v1/types.go
+# L3511-3548 (DisruptionTarget, TerminationByKubelet, PreemptionByScheduler); the others are literals
+# in kube-scheduler preemption, the taint-eviction controller (tainteviction/taint_eviction.go
+# addConditionAndDeletePod), the Eviction subresource (registry/core/pod/storage/eviction.go), PodGC
+# (podgc/gc_controller.go markFailedAndDeletePodWithCondition: phase Failed, deleted with grace 0)
+# and the kubelet's node shutdown manager (phase Failed, reason Terminated; the pod is not deleted).
+DISRUPTIONS: dict[str, tuple[str, bool]] = {
+    "PreemptionByScheduler": ("default-scheduler: preempting to accommodate a higher priority pod", True),
+    "DeletionByTaintManager": ("Taint manager: deleting due to NoExecute taint", True),
+    "EvictionByEvictionAPI": ("Eviction API: evicting", True),
+    "DeletionByPodGC": ("PodGC: node no longer exists", True),
+    "TerminationByKubelet": (NODE_SHUTDOWN_MESSAGE, False),
+}
 
 
 class PodSim:
@@ -316,53 +338,113 @@ class PodSim:
 
         self._status(mutate)
 
+    @property
+    def grace(self) -> float:
+        value = self.spec.get("terminationGracePeriodSeconds")
+        return float(value) if isinstance(value, int | float) else DEFAULT_GRACE
+
     def disrupt(self, reason: str) -> None:
-        """A disruption: ``DisruptionTarget`` first (so a watcher sees why), then the kill."""
-        now = self.env.now()
-        by_scheduler = reason == "PreemptionByScheduler"
-        message = (
-            "default-scheduler: preempting to accommodate a higher priority pod"
-            if by_scheduler
-            else NODE_SHUTDOWN_MESSAGE
-        )
+        """A disruption begins: ``DisruptionTarget`` first (so a watcher sees why), then the kill
+        (a DELETE for the scheduler, the taint manager, the Eviction API and PodGC; the kubelet's
+        own SIGTERM on node shutdown). PodGC's pod is Failed at once (its node is gone); the others
+        end with :meth:`finish_termination` after their containers have exited."""
+        message, deleted = DISRUPTIONS[reason]
         self._status(lambda status: self._condition(status, "DisruptionTarget", True, reason, message))
-        if by_scheduler:
+        if reason == "PreemptionByScheduler":
             self.event(
                 "Preempted",
                 f"Preempted by pod {self.env.suffix(8)} on node {self.node}",
                 component="default-scheduler",
             )
+        elif reason == "DeletionByTaintManager":
+            self.event(
+                "TaintManagerEviction",
+                f"Marking for deletion Pod {self.namespace}/{self.name}",
+                component="taint-eviction-controller",
+            )
+        if reason == "DeletionByPodGC":
+            self.phase = "Failed"  # the node is gone: no container reports again
+
+            def failed(status: Obj) -> None:
+                status["phase"] = "Failed"
+                self._condition(status, "Ready", False, "PodFailed")
+
+            self._status(failed)
+        elif not deleted:
+            self._status(lambda status: status.update(reason="Terminated", message=NODE_SHUTDOWN_MESSAGE))
+        if deleted:
+            self.begin_termination(events=reason != "DeletionByPodGC")
+        else:
+            self._killing_events()
+
+    def _killing_events(self) -> None:
         for c in self.main + self.sidecars:
             self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
-        self.phase = "Failed"
 
-        def mutate(status: Obj) -> None:
-            status["phase"] = "Failed"
-            if not by_scheduler:
-                status["reason"] = "Terminated"
-                status["message"] = NODE_SHUTDOWN_MESSAGE
-            status["containerStatuses"] = self._sigterm_statuses(self.main, now)
-            self._terminate_sidecars(status, now)
-            self._condition(status, "ContainersReady", False, "PodFailed")
-            self._condition(status, "Ready", False, "PodFailed")
-
-        self._status(mutate)
-        if by_scheduler:  # the scheduler deletes its victim; only the Events remain
-            try:
-                self.env.kube.delete("pods", self.name, namespace=self.namespace)
-            except KubeApiError as exc:
-                if exc.code != 404:
-                    raise
-
-    def kill(self) -> None:
-        """Stopped by its controller (the JobSet finished, or its Job failed): deleted."""
-        for c in self.main + self.sidecars:
-            self.event("Killing", f"Stopping container {c['name']}", container=c["name"])
+    def begin_termination(self, *, events: bool = True) -> None:
+        """Deleted (by its controller, a disruption, or a cascade): the pod keeps running its
+        containers' SIGTERM handlers and stays readable with a deletionTimestamp, held by the Job
+        controller's finalizer, until :meth:`finish_termination`."""
+        if events:
+            self._killing_events()
         try:
             self.env.kube.delete("pods", self.name, namespace=self.namespace)
         except KubeApiError as exc:
             if exc.code != 404:
                 raise
+
+    def finish_termination(self, code: int = SIGTERM_EXIT) -> None:
+        """The containers have exited (143 on SIGTERM, 137 when killed at the end of the grace
+        period); the kubelet reports phase Failed. A pod already Failed keeps its status."""
+        if self.phase in ("Succeeded", "Failed") or not self.exists:
+            self.phase = self.phase if self.phase in ("Succeeded", "Failed") else "Failed"
+            return
+        now = self.env.now()
+        self.phase = "Failed"
+
+        def mutate(status: Obj) -> None:
+            status["phase"] = "Failed"
+            started = [c for c in self.main if c["name"] in self.cids]
+            status["containerStatuses"] = [
+                ko.terminated(
+                    c["name"],
+                    c.get("image", ""),
+                    self.cids[c["name"]],
+                    code,
+                    "Error",
+                    self.started.get(c["name"], now),
+                    now,
+                )
+                for c in started
+            ] or status.get("containerStatuses", [])
+            self._terminate_sidecars(status, now)
+            self._condition(status, "ContainersReady", False, "PodFailed")
+            self._condition(status, "Ready", False, "PodFailed")
+
+        with contextlib.suppress(WorkloadGone):
+            self._status(mutate)
+
+    def untrack(self) -> None:
+        """The Job controller has counted the pod: its finalizer goes, and a deleted pod with it."""
+
+        def mutate(pod: Obj) -> None:
+            finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != JOB_TRACKING_FINALIZER]
+            if finalizers:
+                pod["metadata"]["finalizers"] = finalizers
+            else:
+                pod["metadata"].pop("finalizers", None)
+
+        try:
+            self.env.kube.modify("pods", self.name, mutate, namespace=self.namespace)
+        except KubeApiError as exc:
+            if exc.code != 404:
+                raise
+
+    def kill(self) -> None:
+        """Stopped at once, no grace (the Job was deleted while its pod was being created)."""
+        self.begin_termination()
+        self.finish_termination()
+        self.untrack()
 
     # -- what the Job controller reads ---------------------------------------------------------
 

@@ -16,9 +16,21 @@ from typing import Any
 
 from rlpipe.local.simulator.maxtext import STAGES, stage_of_object
 
-FAULT_KINDS = ("preempt", "unschedulable", "oom", "exit", "image-pull", "api-5xx", "drop-events", "stall")
+FAULT_KINDS = (
+    "preempt",
+    "evict",
+    "unschedulable",
+    "oom",
+    "exit",
+    "image-pull",
+    "api-5xx",
+    "drop-events",
+    "stall",
+)
 FAULT_SYNTAX = (
-    "preempt@<step>[:head|:worker][:kubelet|:scheduler]",
+    "preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]",
+    "evict@<step>[:preempted|:pods-ready-timeout|:node-failures|:deactivated|:local-queue-stopped"
+    "|:cluster-queue-stopped]",
     "unschedulable:<seconds>",
     "oom",
     "exit:<code>",
@@ -30,7 +42,23 @@ FAULT_SYNTAX = (
 ENTRY_KEYS = ("stage", "attempt", "fault", "run")
 # A Kubernetes label value (the ``rlpipe.dev/run`` label a fault's ``run`` is matched against).
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-DISRUPTION_REASONS = {"kubelet": "TerminationByKubelet", "scheduler": "PreemptionByScheduler"}
+# Who disrupts a pod → the DisruptionTarget reason it writes (see pods.DISRUPTIONS for the sources).
+DISRUPTION_REASONS = {
+    "kubelet": "TerminationByKubelet",
+    "scheduler": "PreemptionByScheduler",
+    "taint": "DeletionByTaintManager",
+    "eviction-api": "EvictionByEvictionAPI",
+    "podgc": "DeletionByPodGC",
+}
+# Why Kueue evicts (see kueue.EVICTIONS for the reasons and messages).
+EVICTION_WHY = (
+    "preempted",
+    "pods-ready-timeout",
+    "node-failures",
+    "deactivated",
+    "local-queue-stopped",
+    "cluster-queue-stopped",
+)
 
 
 class ScenarioError(ValueError):
@@ -50,7 +78,9 @@ class Fault:
     attempt: int | None = None  # None: every attempt
     step: int | None = None  # preempt: the training step (0 = at start)
     target: str | None = None  # preempt on a JobSet: "worker" (a TPU host, default) or "head"
-    by: str = "kubelet"  # preempt: who disrupts the pod: kubelet (node shutdown) or scheduler
+    by: str = "kubelet"  # preempt: who disrupts the pod (a key of DISRUPTION_REASONS)
+    head_first: bool = False  # preempt: pods use their whole grace period; the head's Job fails first
+    why: str | None = None  # evict: why Kueue evicts (EVICTION_WHY; None = preempted)
     seconds: float | None = None  # unschedulable: simulated seconds spent Pending
     code: int | None = None  # exit: the program's exit code
     count: int | None = None  # api-5xx: how many API requests fail
@@ -75,7 +105,10 @@ class Fault:
         if self.kind == "preempt":
             body = f"preempt@{self.step}"
             body += f":{self.target}" if self.target else ""
-            body += ":scheduler" if self.by == "scheduler" else ""
+            body += f":{self.by}" if self.by != "kubelet" else ""
+            body += ":head-first" if self.head_first else ""
+        elif self.kind == "evict":
+            body = f"evict@{self.step}" + (f":{self.why}" if self.why else "")
         elif self.kind == "unschedulable":
             body = f"unschedulable:{self.seconds:g}"
         elif self.kind == "exit":
@@ -227,8 +260,10 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
         raise ScenarioError(f"{where}: unknown fault {body!r}; {hint}{_SYNTAX_HELP}")
     if kind == "preempt":
         return _preempt(stage, attempt, step_text if at else "0", arg, where)
+    if kind == "evict":
+        return _evict(stage, attempt, step_text if at else "0", arg, where)
     if at:
-        raise ScenarioError(f"{where}: only preempt takes '@<step>'; {_SYNTAX_HELP}")
+        raise ScenarioError(f"{where}: only preempt and evict take '@<step>'; {_SYNTAX_HELP}")
     if kind == "unschedulable":
         seconds = _number(arg, where, "unschedulable:<seconds>", minimum=0.0)
         return Fault("unschedulable", stage, attempt, seconds=seconds)
@@ -252,21 +287,39 @@ def _preempt(stage: str, attempt: int | None, step_text: str, modifiers: str, wh
         raise ScenarioError(f"{where}: preempt needs a step number, e.g. 'preempt@30' (0 = at start)")
     target: str | None = None
     by = "kubelet"
+    head_first = False
     for word in filter(None, modifiers.split(":")):
         if word in ("head", "worker"):
             target = word
         elif word in DISRUPTION_REASONS:
             by = word
+        elif word == "head-first":
+            head_first = True
         else:
             raise ScenarioError(
                 f"{where}: unknown preempt modifier {word!r}; use head or worker (which pod of a "
-                "JobSet), kubelet or scheduler (who disrupts it)"
+                f"JobSet), {', '.join(DISRUPTION_REASONS)} (who disrupts it), or head-first"
             )
     if target and stage != "train":
         raise ScenarioError(
             f"{where}: ':{target}' only applies to the training JobSet; remove it for {stage}"
         )
-    return Fault("preempt", stage, attempt, step=int(step_text), target=target, by=by)
+    if head_first and (stage != "train" or target == "head"):
+        raise ScenarioError(
+            f"{where}: ':head-first' is the race of a worker's Job with the head's; train only"
+        )
+    return Fault("preempt", stage, attempt, step=int(step_text), target=target, by=by, head_first=head_first)
+
+
+def _evict(stage: str, attempt: int | None, step_text: str, modifiers: str, where: str) -> Fault:
+    if not step_text.isdigit():
+        raise ScenarioError(f"{where}: evict needs a step number, e.g. 'evict@30' (0 = at start)")
+    words = [w for w in modifiers.split(":") if w]
+    if len(words) > 1 or (words and words[0] not in EVICTION_WHY):
+        raise ScenarioError(
+            f"{where}: unknown evict reason {':'.join(words)!r}; use one of {', '.join(EVICTION_WHY)}"
+        )
+    return Fault("evict", stage, attempt, step=int(step_text), why=words[0] if words else None)
 
 
 def _fault_from_entry(entry: Any, where: str) -> Fault:

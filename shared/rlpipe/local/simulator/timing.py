@@ -35,6 +35,7 @@ class Timing:
     step: float = 30.0  # one GRPO step
     checkpoint_save: float = 20.0  # one Orbax save
     pipe_timeout: float = 60.0  # head gives up on a lost worker (ABSL flag overrides it)
+    sigterm_exit: float = 3.0  # a container's exit after SIGTERM (capped by the pod's grace period)
     pod_backoff: float = 10.0  # Job controller's first pod-recreation backoff
     ttl: bool = True  # honour ttlSecondsAfterFinished (scaled like everything else)
     poll: float = 0.05  # real seconds between checks while parked (never scaled)

@@ -14,11 +14,13 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from rlpipe.local.kube_api import KubeApiError
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.jobs import JobSim
+from rlpipe.local.simulator.kueue import KueueWorkload
 from rlpipe.local.simulator.maxtext import ProgramExit
-from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.pods import JOB_TRACKING_FINALIZER, SIGKILL_EXIT, SIGTERM_EXIT, PodSim
 from rlpipe.local.simulator.program import Program
 from rlpipe.local.simulator.runtime import Disrupted, ProgramRun
 from rlpipe.local.simulator.scenario import Fault
@@ -52,6 +54,7 @@ class WorkloadSim:
             env.scenario.for_workload(self.stage, self.attempt, self.run) if self.stage else []
         )
         self.queued = ko.QUEUE_LABEL in self.labels
+        self.kueue = KueueWorkload(self)
         self.cancelled = threading.Event()
         self.idle = threading.Event()  # finished, or parked waiting for something outside it
         self.ended = threading.Event()  # terminal (Complete/Failed) or gone; TTL deletion may follow
@@ -68,6 +71,20 @@ class WorkloadSim:
         raise NotImplementedError
 
     def suspended_condition(self, suspended: bool) -> Obj:
+        raise NotImplementedError
+
+    def pod_sets(self) -> list[tuple[str, int]]:
+        """(name, pod count) per pod set, as the Workload lists them."""
+        raise NotImplementedError
+
+    def stop_for_kueue(self, message: str) -> None:
+        """Kueue's job reconciler stops the job (suspends it) after an eviction; the controllers
+        then remove its pods. Returns once no pod is left running."""
+        raise NotImplementedError
+
+    @property
+    def pod_selector(self) -> str:
+        """The label selector of every pod this workload's controllers made."""
         raise NotImplementedError
 
     # -- thread ----------------------------------------------------------------------------------
@@ -95,8 +112,30 @@ class WorkloadSim:
             self.env.log.exception("simulation of %s/%s failed", self.namespace, self.name)
             self.record("phase", "simulation crashed (see the simulator log)")
         finally:
+            self._release()
             self.ended.set()
             self.idle.set()
+
+    def _release(self) -> None:
+        """The simulation ends (the workload was deleted, or the simulator stops): the Job
+        controller's finalizers go from the pods that still carry one, so nothing is left held."""
+
+        def untrack(pod: Obj) -> None:
+            finalizers = [f for f in pod["metadata"].get("finalizers") or [] if f != JOB_TRACKING_FINALIZER]
+            pod["metadata"]["finalizers"] = finalizers
+            if not finalizers:
+                del pod["metadata"]["finalizers"]
+
+        try:
+            pods = self.env.kube.list("pods", namespace=self.namespace, label_selector=self.pod_selector)
+            for pod in pods:
+                if JOB_TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+                    with contextlib.suppress(KubeApiError):
+                        self.env.kube.modify(
+                            "pods", pod["metadata"]["name"], untrack, namespace=self.namespace
+                        )
+        except Exception:  # the stack is going down; nothing to hold on to
+            self.env.log.debug("could not release the pods of %s/%s", self.namespace, self.name)
 
     @contextlib.contextmanager
     def parked(self) -> Iterator[None]:
@@ -159,13 +198,7 @@ class WorkloadSim:
             )
 
         self.modify(mutate)
-        workload = f"{self.resource[:-1]}-{self.name}-{self.env.suffix()}"
-        self.env.emit(
-            self.obj,
-            "CreatedWorkload",
-            f"Created Workload: {self.namespace}/{workload}",
-            component="kueue-admission",
-        )
+        self.kueue.create(self.obj, self.pod_sets())
         cond = self.suspended_condition(True)
         self.env.emit(
             self.obj,
@@ -196,6 +229,7 @@ class WorkloadSim:
                     status["startTime"] = ko.rfc3339(now)
 
             self.modify(mutate)
+            self.kueue.admitted()
             self.env.emit(
                 self.obj, "Started", f"Admitted by clusterQueue {CLUSTER_QUEUE}", component="kueue-admission"
             )
@@ -255,6 +289,43 @@ class WorkloadSim:
             with self.parked():
                 self.pacer.forever()
 
+    # -- endings of pods and Jobs ---------------------------------------------------------------
+
+    def exit_after(self, pod: PodSim, *, slow: bool = False) -> float:
+        """Simulated seconds from SIGTERM to the containers' exit: prompt, or (``slow``) the whole
+        terminationGracePeriodSeconds, when the kubelet kills them."""
+        return pod.grace if slow else min(self.env.timing.sigterm_exit, pod.grace)
+
+    def stop_pods(self, pods: list[PodSim], *, slow: bool = False, waited: float = 0.0) -> None:
+        """Deleted pods run their SIGTERM handlers, then exit (143, or 137 when killed at the end of
+        the grace period); ``waited`` simulated seconds of that have passed already."""
+        if not pods:
+            return
+        self.pacer.pause(max(0.0, max(self.exit_after(p, slow=slow) for p in pods) - waited))
+        for pod in pods:
+            pod.finish_termination(SIGKILL_EXIT if slow else SIGTERM_EXIT)
+
+    def fail_job(self, job: JobSim, reason: str, message: str, *, slow: bool = False) -> None:
+        """The Job controller fails a Job: FailureTarget, its other pods deleted and waited for,
+        then Failed (nothing terminating any more)."""
+        pods = job.fail_target(reason, message)
+        self.stop_pods(pods, slow=slow)
+        job.terminated(pods)
+        job.fail_final()
+
+    def kueue_evict(self, fault: Fault, node: str = "") -> None:
+        """Kueue evicts the running workload (``evict@<step>``): the Workload's conditions and
+        events, the job stopped (suspended, ``Stopped`` event), its pods gone, then it waits in
+        its queue. Re-admission is not simulated: the pipeline's verdict decides what follows."""
+        why = fault.why or "preempted"
+        reason, message = self.kueue.evict(why, node=node)
+        self.record("fault", f"{fault.spec()}: Kueue evicts ({reason})")
+        self.stop_for_kueue(message)
+        self.kueue.requeued(why, message)
+        self.record("phase", f"evicted by Kueue ({reason}); suspended in its queue")
+        with self.parked():
+            self.pacer.forever()
+
     def bad_image(self) -> str | None:
         return self.program.image if self.program and self.fault("image-pull") else None
 
@@ -269,7 +340,7 @@ class WorkloadSim:
     def fault_hook(self, run: ProgramRun, point: str, step: int, saving: bool) -> None:
         for fault in self.faults:
             if (
-                fault.kind == "preempt"
+                fault.kind in ("preempt", "evict")
                 and fault not in self._fired
                 and self._preempt_due(fault, point, step, saving)
             ):

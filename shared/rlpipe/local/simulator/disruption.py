@@ -1,0 +1,116 @@
+"""A pod of a training JobSet disrupted: who fails first, the worker's Job or the head's.
+
+The head (the Pathways proxy and the program) loses a TPU worker the moment that worker stops
+serving, and gives up after ``--pathways_pipe_unreachable_timeout`` (60 s in the tutorials' flags).
+The worker's Job meanwhile goes through the Job controller's steps, each after real time:
+
+1. the victim gets ``DisruptionTarget`` and SIGTERM (deleted, except on node shutdown), and is
+   judged by the ``podFailurePolicy`` only once it is in phase Failed (k8s job_controller.go
+   ``isPodFailed``: with a podFailurePolicy a terminating pod is not failed yet);
+2. ``FailureTarget`` (rule "FailJob"), and the Job's other pods are deleted (they terminate too);
+3. ``Failed`` only when none is terminating any more (job_controller.go ``enactJobFinished``).
+
+The JobSet controller acts on the first child Job that is ``Failed``: with ``maxRestarts: 0`` it
+fails the JobSet and deletes every Job still active (JobSet v0.10.1 failure_policy.go:220-226,
+jobset_controller.go:162-176, 589-612), the worker's Job at ``FailureTarget`` included. So when the
+victim and the other workers take their grace periods (``preempt@N:head-first``: 30 s each, then
+SIGKILL) the head's pipe timeout fires first, its Job fails first, and the worker's Job, its pods and
+the preemption evidence are deleted. With prompt exits (the default) the worker's Job fails first
+and, failed, is kept, with the evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from rlpipe.local.simulator.env import SimEnv
+from rlpipe.local.simulator.jobs import JobSim
+from rlpipe.local.simulator.pods import SIGKILL_EXIT, SIGTERM_EXIT, PodSim
+from rlpipe.local.simulator.program import Program
+from rlpipe.local.simulator.runtime import Outcome
+from rlpipe.local.simulator.scenario import Fault
+from rlpipe.local.simulator.timing import Pacer
+from rlpipe.local.simulator.workload import pipe_timeout
+
+
+class JobSetWorkload(Protocol):
+    """What this module uses of the JobSet's simulation (which imports this module)."""
+
+    env: SimEnv
+    pacer: Pacer
+    program: Program | None
+    children: dict[str, list[JobSim]]
+    leader_rjob: str | None
+
+    def record(self, kind: str, detail: str) -> None: ...
+    def exit_after(self, pod: PodSim, *, slow: bool = False) -> float: ...
+    def stop_pods(self, pods: list[PodSim], *, slow: bool = False, waited: float = 0.0) -> None: ...
+    def bring_up(self, job: JobSim, pods: list[PodSim]) -> None: ...
+
+
+class JobFailed(Exception):
+    """A child Job reached ``Failed``: the JobSet's failure policy decides next."""
+
+    def __init__(self, child: JobSim) -> None:
+        super().__init__(child.name)
+        self.child = child
+
+
+def disrupt(js: JobSetWorkload, fault: Fault, head: PodSim) -> Outcome:
+    """Play a disruption of the head pod or of a TPU worker: returns the head's outcome when the
+    head's Job is the first to fail (its pod exited), or raises :class:`JobFailed` with the
+    worker's Job when that one is ``Failed`` first."""
+    workers = [job for name, jobs in js.children.items() if name != js.leader_rjob for job in jobs]
+    reason = fault.disruption_reason
+    if fault.target == "head" or not workers:
+        head.disrupt(reason)
+        if reason != "DeletionByPodGC":
+            js.stop_pods([head], slow=fault.head_first)
+        return Outcome(SIGTERM_EXIT, "Error", disruption=fault)
+    worker_job = workers[0]
+    victim = worker_job.active[min(worker_job.active)]
+    victim.disrupt(reason)
+    js.record("pod", f"{victim.name} disrupted ({reason})")
+    slow = fault.head_first
+    code = SIGKILL_EXIT if slow else SIGTERM_EXIT
+    give_up = pipe_timeout(_program_container(js, head), js.env.timing.pipe_timeout)
+    victim_exit = 0.0 if reason == "DeletionByPodGC" else js.exit_after(victim, slow=slow)
+    if give_up < victim_exit:  # the head gives up while the victim still terminates
+        js.pacer.pause(give_up)
+        return _head_gives_up(head, victim)
+    js.pacer.pause(victim_exit)
+    victim.finish_termination(code)
+    decision = worker_job.pod_failed(victim.index or 0, victim)
+    if decision.action != "fail":  # replaced (Ignore/Count): the head still loses the worker
+        if decision.counted:
+            js.pacer.pause(worker_job.backoff_seconds())
+        js.bring_up(worker_job, worker_job.create_pods([victim.index or 0]))
+        js.pacer.pause(max(0.0, give_up - victim_exit))
+        return _head_gives_up(head, victim)
+    others = worker_job.fail_target(decision.reason, decision.message)
+    others_exit = max((js.exit_after(p, slow=slow) for p in others), default=0.0)
+    # The race. At equal times the head wins: the worker's Job is Failed only after its pods'
+    # removal has been observed (finalizers removed, then another Job sync), one step more.
+    if give_up <= victim_exit + others_exit:
+        js.pacer.pause(give_up - victim_exit)
+        js.record("phase", f"{head.name} gives up before {worker_job.name} is Failed (head first)")
+        return _head_gives_up(head, victim)
+    js.stop_pods(others, slow=slow)
+    worker_job.terminated(others)
+    worker_job.fail_final()
+    raise JobFailed(worker_job)
+
+
+def _program_container(js: JobSetWorkload, head: PodSim) -> dict[str, object] | None:
+    name = js.program.container if js.program else ""
+    return next((c for c in head.main if c["name"] == name), None)
+
+
+def _head_gives_up(head: PodSim, victim: PodSim) -> Outcome:
+    """The head's program exits 1 on the unreachable worker (its Job then decides)."""
+    head.log(
+        f"ERROR: Pathways worker {victim.name} unreachable for longer than the pipe timeout; "
+        "the training program cannot continue"
+    )
+    head.terminate(1, "Error")
+    return Outcome(1, "Error", "Pathways worker unreachable")

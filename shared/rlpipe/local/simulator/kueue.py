@@ -1,0 +1,185 @@
+"""Kueue, as it treats one queued Job or JobSet: its Workload object, admission and eviction.
+
+Sources: Kueue v0.14.8 (commit ``2f2a452481b23fd664e4133ad51de1caa1d49c3a``; the same reasons and
+messages in v0.17.8, the release the cluster blueprint installs). Kueue never writes a condition on
+the Job or JobSet: Evicted, Preempted, QuotaReserved, Admitted and Requeued are conditions of the
+Workload, and what the job sees is ``spec.suspend`` and events.
+
+* The Workload is named ``<kind>-<job name>-<5 hex>`` (jobframework/workload_names.go:31, 44-50;
+  the hash input is approximated here), labelled ``kueue.x-k8s.io/job-uid`` (constants.go:39) and
+  controller-owned by the job (jobframework/reconciler.go:1245), so it goes with the job.
+* Admission: ``QuotaReserved`` ("Quota reserved in ClusterQueue …", workload.go:722-731) and
+  ``Admitted`` ("The workload is admitted", admissionchecks.go:44-47) conditions, the Workload events
+  ``QuotaReserved`` and ``Admitted`` (scheduler/scheduler.go:815, 829), and ``Started`` "Admitted by
+  clusterQueue <cq>" on the job (jobframework/reconciler.go:1104, 1135).
+* Eviction: ``Evicted`` (reason and message below; workload.go:820-829), plus ``Preempted`` (reason
+  InClusterQueue, workload.go:798-806) for a preemption; the Workload events ``Preempted``
+  (preemption/preemption.go:190) and ``EvictedDueTo<reason>`` (workload.go:1367-1371, 1430); then
+  the job is stopped (``spec.suspend: true`` and the job event ``Stopped`` with the Evicted message,
+  jobframework/reconciler.go:539-565, 1143-1184), and once it is no longer active ``Requeued``
+  (True only for Preempted and NodeFailures, reconciler.go:550), ``QuotaReserved`` False "Pending"
+  (L552) and ``Admitted`` False "NoReservation" (admissionchecks.go:56-59).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+from rlpipe.local.simulator import kube_objects as ko
+from rlpipe.local.simulator.env import SimEnv
+
+Obj = dict[str, Any]
+
+
+class Queued(Protocol):
+    """What Kueue needs of a simulated workload (the workload module imports this one)."""
+
+    env: SimEnv
+    resource: str
+    name: str
+    namespace: str
+    uid: str
+
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+CLUSTER_QUEUE = "cluster-queue"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+COMPONENT = "kueue-admission"  # the event source is approximated
+# evict@<step>:<why> → (Evicted reason, message template, Preempted reason or None, Requeued).
+# Messages: preemption.go:163 (with HumanReadablePreemptionReasons L141-147), workload_controller.go
+# 703 (PodsReady), 588 (LocalQueue), 629 (ClusterQueue), 313-318 and 724 (deactivated after too
+# many requeues: reason DeactivatedDueToRequeuingLimitExceeded, workload.go:1306-1307), scheduler.go
+# 583 (node failures).
+EVICTIONS: dict[str, tuple[str, str, str | None, bool]] = {
+    "preempted": (
+        "Preempted",
+        "Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to prioritization in "
+        "the ClusterQueue",
+        "InClusterQueue",
+        True,
+    ),
+    "pods-ready-timeout": (
+        "PodsReadyTimeout",
+        "Exceeded the PodsReady timeout {namespace}/{name}",
+        None,
+        False,
+    ),
+    "node-failures": (
+        "NodeFailures",
+        "Workload was evicted as there was no replacement for unhealthy node(s): {node}",
+        None,
+        True,
+    ),
+    "deactivated": (
+        "DeactivatedDueToRequeuingLimitExceeded",
+        "The workload is deactivated due to exceeding the maximum number of re-queuing retries",
+        None,
+        False,
+    ),
+    "local-queue-stopped": ("LocalQueueStopped", "The LocalQueue is stopped", None, False),
+    "cluster-queue-stopped": ("ClusterQueueStopped", "The ClusterQueue is stopped", None, False),
+}
+
+
+class KueueWorkload:
+    """The Workload Kueue keeps for one job, and what Kueue writes to it."""
+
+    def __init__(self, workload: Queued) -> None:
+        self.sim = workload
+        self.env = workload.env
+        kind = "JobSet" if workload.resource == "jobsets" else "Job"
+        digest = hashlib.sha1(f"{kind}/{workload.name}/{workload.uid}".encode()).hexdigest()[:5]
+        self.name = f"{kind.lower()}-{workload.name}-{digest}"
+        self.obj: Obj | None = None
+
+    def create(self, job: Obj, pod_sets: list[tuple[str, int]]) -> None:
+        meta = job["metadata"]
+        body: Obj = {
+            "apiVersion": API_VERSION,
+            "kind": "Workload",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.sim.namespace,
+                "labels": {JOB_UID_LABEL: meta["uid"]},
+                "annotations": {ko.SIMULATED_ANNOTATION: ko.SIMULATED_NOTE},
+                "ownerReferences": [ko.owner_reference(job)],
+            },
+            "spec": {
+                "active": True,
+                "queueName": (meta.get("labels") or {}).get(ko.QUEUE_LABEL, ""),
+                "podSets": [{"name": n, "count": c} for n, c in pod_sets],
+            },
+            "status": {"conditions": []},
+        }
+        self.obj = self.env.kube.create("workloads", body, namespace=self.sim.namespace)
+        self.sim.env.emit(
+            job, "CreatedWorkload", f"Created Workload: {self.sim.namespace}/{self.name}", component=COMPONENT
+        )
+
+    def _conditions(self, *conditions: Obj, active: bool | None = None) -> None:
+        if self.obj is None:
+            return
+
+        def mutate(wl: Obj) -> None:
+            status = wl.setdefault("status", {})
+            for cond in conditions:
+                status["conditions"] = ko.upsert_condition(status.get("conditions"), cond)
+            if active is not None:
+                wl["spec"]["active"] = active
+
+        self.obj = self.env.kube.modify("workloads", self.name, mutate, namespace=self.sim.namespace)
+
+    def _event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        if self.obj is not None:
+            self.env.emit(self.obj, reason, message, warning=warning, component=COMPONENT)
+
+    def admitted(self) -> None:
+        now = self.env.now()
+        self._conditions(
+            ko.meta_condition(
+                "QuotaReserved", True, now, "QuotaReserved", f"Quota reserved in ClusterQueue {CLUSTER_QUEUE}"
+            ),
+            ko.meta_condition("Admitted", True, now, "Admitted", "The workload is admitted"),
+        )
+        self._event(
+            "QuotaReserved", f"Quota reserved in ClusterQueue {CLUSTER_QUEUE}, wait time since queued was 30s"
+        )
+        self._event(
+            "Admitted", f"Admitted by ClusterQueue {CLUSTER_QUEUE}, wait time since reservation was 0s"
+        )
+
+    def evict(self, why: str, *, node: str = "") -> tuple[str, str]:
+        """Kueue evicts: the Workload's conditions and events; returns (reason, message) for the
+        job's ``Stopped`` event. The caller stops the job, then calls :meth:`requeued`."""
+        reason, template, preempted_reason, _ = EVICTIONS[why]
+        message = template.format(
+            uid=self.env.with_rng(_uid),
+            job_uid=self.env.with_rng(_uid),
+            namespace=self.sim.namespace,
+            name=self.name,
+            node=node or "?",
+        )
+        now = self.env.now()
+        conditions = [ko.meta_condition("Evicted", True, now, reason, message)]
+        if preempted_reason:
+            conditions.append(ko.meta_condition("Preempted", True, now, preempted_reason, message))
+            self._event("Preempted", message)
+        self._conditions(*conditions, active=False if reason.startswith("Deactivated") else None)
+        self._event(f"EvictedDueTo{reason}", message)
+        return reason, message
+
+    def requeued(self, why: str, message: str) -> None:
+        """The job is no longer active: the quota goes back and the Workload waits in its queue."""
+        reason, _, _, requeue = EVICTIONS[why]
+        now = self.env.now()
+        self._conditions(
+            ko.meta_condition("Requeued", requeue, now, reason, message),
+            ko.meta_condition("QuotaReserved", False, now, "Pending", message),
+            ko.meta_condition("Admitted", False, now, "NoReservation", "The workload has no reservation"),
+        )
+
+
+def _uid(rng: Any) -> str:
+    hexes = "".join(rng.choice("0123456789abcdef") for _ in range(32))
+    return f"{hexes[:8]}-{hexes[8:12]}-{hexes[12:16]}-{hexes[16:20]}-{hexes[20:]}"
