@@ -119,10 +119,14 @@ class ClusterClient(KubeTransport):
         phase = _summary_phase(obj)
         pods = [] if phase == "succeeded" else self._pods_of(kind, obj)
         events: list[Obj] = []
-        if phase in ("queued", "running") and not any(_is_scheduled(p) for p in pods):
-            events = self._events_of(kind, obj)  # Kueue's and the controller's explanations
+        suspended = bool((obj.get("spec") or {}).get("suspend"))
+        if suspended or (phase in ("queued", "running") and not any(_is_scheduled(p) for p in pods)):
+            # Kueue's and the controller's explanations; after an eviction the pods are still
+            # terminating on their nodes, so a suspended workload is always asked.
+            events = self._events_of(kind, obj)
         child_jobs: list[Obj] = []
-        if kind == "JobSet" and phase == "failed":
+        if kind == "JobSet" and phase != "succeeded":
+            # A child Job at FailureTarget is certain preemption evidence before the JobSet fails.
             child_jobs = self._list_kind("Job", f"{JOBSET_NAME_LABEL}={obj['metadata']['name']}")
         return summarize(
             kind,
