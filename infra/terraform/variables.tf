@@ -295,3 +295,9 @@ variable "operators" {
     error_message = "operators must name people, groups or service accounts, never everyone."
   }
 }
+
+variable "allowed_image_prefixes" {
+  description = "RLPIPE_ALLOWED_IMAGE_PREFIXES: image prefixes a request may run; any other image is refused at intake. Default: the registries of the tutorials' images."
+  type        = list(string)
+  default     = ["us-docker.pkg.dev/cloud-tpu-images/", "us-docker.pkg.dev/cloud-tpu-v2-images/"]
+}

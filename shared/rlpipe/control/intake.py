@@ -20,10 +20,11 @@ from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.settings import TUTORIAL_IMAGE_PREFIXES
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request, safety
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
@@ -51,6 +52,7 @@ class Intake:
     clock: Callable[[], float] = time.time
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
     notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
+    allowed_image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -142,6 +144,9 @@ class Intake:
                 request = load_request(data, source=source_name)
             except RequestInvalid as exc:
                 return self._reject(source_key, source, exc.problems, log)
+        refused = list(safety.image_problems(request.model_dump(), self.allowed_image_prefixes))
+        if refused:
+            return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id) if request.request_id else source_key
         run_id = identity.run_id_for(key)
         log = log.bind(run_id=run_id)

@@ -9,7 +9,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from rlpipe.core import presets
+
 ENV_PREFIX = "RLPIPE_"
+
+
+def _repository_of(image: str) -> str:
+    """``host/project/`` of an image reference: the registry project a deployment trusts."""
+    host, project = image.split("/")[:2]
+    return f"{host}/{project}/"
+
+
+# The registries of the tutorials' images: MaxText's and the Pathways servers'.
+TUTORIAL_IMAGE_PREFIXES: tuple[str, ...] = tuple(
+    dict.fromkeys(_repository_of(i) for i in (presets.MAXTEXT_IMAGE, presets.PATHWAYS_IMAGE_REPO))
+)
 
 
 def _env(name: str, default: str = "") -> str:
@@ -49,6 +63,9 @@ class Settings:
     # and auth_check/list_repo_commits accept none; 10 s is the client's own per-request default
     # where it has one (constants.py:37-39). A function's deadline must outlast a few of these.
     hub_timeout_seconds: float = 10.0
+    # Image prefixes a request may run (RLPIPE_ALLOWED_IMAGE_PREFIXES, comma-separated). Default:
+    # the registries of the tutorials' images (rlpipe.core.presets).
+    allowed_image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -72,6 +89,11 @@ class Settings:
             start_lease_seconds=float(_env("START_LEASE_SECONDS", str(cls.start_lease_seconds))),
             callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
             hub_timeout_seconds=_positive(_env("HUB_TIMEOUT_SECONDS"), cls.hub_timeout_seconds),
+            allowed_image_prefixes=tuple(
+                p.strip()
+                for p in _env("ALLOWED_IMAGE_PREFIXES", ",".join(cls.allowed_image_prefixes)).split(",")
+                if p.strip()
+            ),
         )
 
     @property

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import checks
+from rlpipe.core.request import checks, safety
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 
@@ -50,7 +50,9 @@ def validate_request(doc: Any) -> Request:
         # Cross-field checks still run on the values that did parse, so one answer lists everything.
         problems.extend(checks.cross_field_problems(merged))
         raise RequestInvalid(_dedupe(problems)) from None
-    problems.extend(checks.cross_field_problems(request.model_dump(mode="python")))
+    dumped = request.model_dump(mode="python")
+    problems.extend(checks.cross_field_problems(dumped))
+    problems.extend(safety.env_problems(dumped))
     if problems:
         raise RequestInvalid(_dedupe(problems))
     return request
