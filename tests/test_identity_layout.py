@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlpipe.core import identity, layout
+from rlpipe.core import identity, layout, steps
 
 
 @given(st.text(min_size=1, max_size=300))
@@ -131,3 +132,58 @@ def test_conversion_cache_key_changes_with_each_input() -> None:
     ]
     assert all(layout.conversion_cache_key(*v) != key for v in variants)
     assert layout.conversion_cache_key(*base) == key
+
+
+def test_an_item_level_marker_alone_is_not_a_committed_step() -> None:
+    """Orbax commits model_params/ (and optimizer_state/) before the step itself."""
+    run = layout.RunLayout("b", "r1")
+    names = [
+        run.step_commit(50),
+        run.step_dir(100) + "model_params/commit_success.txt",
+        run.step_dir(100) + "optimizer_state/commit_success.txt",
+        run.step_dir(100) + "_CHECKPOINT_METADATA",
+    ]
+    assert layout.latest_committed_step(names, run) == 50
+    assert layout.committed_steps(names, run) == [50]
+    assert layout.committed_steps([run.checkpoints + "050/commit_success.txt"], run) == []
+
+
+def _req(**fields: Any) -> Any:
+    from rlpipe.core.request import validate_request
+
+    return validate_request({"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it", **fields})
+
+
+def test_the_done_rule_uses_the_final_step_of_the_effective_config() -> None:
+    """num_epoch 2 runs 100 steps: step 50 is only a periodic save, not the end."""
+    req = _req(maxtext_overrides={"num_epoch": 2})
+    run = layout.RunLayout("b", "r1")
+    assert layout.final_step_for(req) == 100
+    assert not layout.train_complete_for([run.step_commit(50)], run, req).complete
+    assert layout.train_complete_for([run.step_commit(50), run.step_commit(100)], run, req).complete
+    quarter = _req(maxtext_overrides={"train_fraction": 0.5})
+    assert layout.train_complete_for([run.step_commit(25)], run, quarter).complete
+    from rlpipe.core.manifests import RenderContext, stage_paths
+
+    paths = stage_paths(req, RenderContext(run_id="r1", bucket="b"), "export", 1)
+    assert paths.inputs == "gs://b/runs/r1/trained/rl/checkpoints/actor/100/model_params/"
+
+
+@pytest.mark.parametrize(
+    ("head", "committed", "verdict"),
+    [
+        ("running", 50, steps.TrainVerdict.NOT_DONE),
+        ("failed", 100, steps.TrainVerdict.NOT_DONE),
+        ("succeeded", 100, steps.TrainVerdict.DONE),
+        ("succeeded", 75, steps.TrainVerdict.DATA_RAN_OUT),
+        ("succeeded", None, steps.TrainVerdict.NO_CHECKPOINT),
+        ("succeeded", 150, steps.TrainVerdict.NO_CHECKPOINT),
+    ],
+)
+def test_a_finished_head_is_done_only_at_the_final_step(
+    head: str, committed: int | None, verdict: steps.TrainVerdict
+) -> None:
+    outcome = steps.train_outcome(head, committed, 100)
+    assert outcome.verdict == verdict
+    if verdict == steps.TrainVerdict.DATA_RAN_OUT:
+        assert "step 75 of 100" in outcome.reason and "ran out" in outcome.reason

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -190,9 +194,20 @@ def test_no_secret_value_in_any_manifest(monkeypatch: pytest.MonkeyPatch) -> Non
                                 "name": req.hf_token_secret.name,
                                 "key": req.hf_token_secret.key,
                             }
-                    assert all(
-                        "$(HF_TOKEN)" in a for a in c.get("args", []) if a.startswith("hf_access_token=")
-                    )
+                    assert not any("HF_TOKEN" in a or "hf_access_token" in a for a in c.get("args", []))
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_no_token_in_any_command_line(name: str, req: Any) -> None:
+    """MaxText reads HF_TOKEN from the environment; no argv carries it, not even as $(HF_TOKEN)."""
+    for obj in render_all(req, CTX):
+        for pod, _ in _pods(obj):
+            for c in _containers(pod):
+                argv = [*c.get("command", []), *c.get("args", [])]
+                assert not [a for a in argv if "hf_access_token" in a or "$(HF_TOKEN)" in a], c["name"]
+                if c["name"] == "workload-container":
+                    token = [e for e in c["env"] if e["name"] == "HF_TOKEN"]
+                    assert len(token) == 1 and "secretKeyRef" in token[0]["valueFrom"]
 
 
 def test_token_reference_only_where_the_secret_is_mounted() -> None:
@@ -216,6 +231,9 @@ def test_user_strings_never_reach_a_shell_line() -> None:
                     for arg in c.get("args", []):
                         assert arg not in script
                     assert "eval_interval" not in script and "gs://" not in script
+                    assert req.hf_repo not in script and "gemma" not in script
+                    for program in re.findall(r"python3 -c ('(?:[^']|'\"'\"')*')", script):
+                        compile(shlex.split(program)[0], "script", "exec")  # fixed, valid Python
 
 
 def test_reservation_pins_tpu_pods() -> None:
@@ -256,11 +274,160 @@ def test_cache_hit_loads_another_runs_conversion() -> None:
     assert f"load_parameters_path=gs://art/{other}0/items/" in args
 
 
-def test_pinned_sha_reaches_the_conversion() -> None:
+def _main(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "Job":
+        return obj["spec"]["template"]["spec"]["containers"][0]
+    return _rjob(obj, "pathways-head")["template"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+@pytest.mark.parametrize("placement", ["cpu", "tpu-slice"])
+def test_every_read_of_the_repo_uses_the_pinned_sha(placement: str) -> None:
+    """Weights, listing and both tokenizers: the convert Job downloads the repo at the sha and
+    copies its source files beside the checkpoint; train and export read that copy."""
     sha = "0123456789abcdef0123456789abcdef01234567"
+    req = validate_request(minimal_request(placement=placement))
+    ctx = RenderContext(run_id="r1", bucket="b", hf_revision=sha)
+    convert, train, export = (_main(render(req, s, 1, ctx)) for s in identity.STAGES)
+    env = _env(convert)
+    assert (env["RLPIPE_HF_REPO"], env["RLPIPE_HF_REVISION"]) == (req.hf_repo, sha)
+    out = next(a for a in convert["args"] if a.startswith("base_output_directory=")).split("=", 1)[1]
+    assert env["RLPIPE_PINNED_URI"] == out + "hf-source/"
+    assert f"--hf_model_path={env['RLPIPE_SNAPSHOT_DIR']}" in convert["args"]  # the local snapshot
+    assert not any(a.startswith("--revision") or req.hf_repo in a for a in convert["args"])
+    assert "snapshot_download(" in convert["command"][2] and "revision=rev" in convert["command"][2]
+    load = next(a for a in train["args"] if a.startswith("load_parameters_path=")).split("=", 1)[1]
+    for container in (train, export):
+        assert _env(container)["RLPIPE_PINNED_URI"] == load.removesuffix("0/items/") + "hf-source/"
+        assert "rlpipe-fetch" in container["command"][2]
+    assert f"tokenizer_path={_env(train)['RLPIPE_PINNED_DIR']}" in train["args"]
+    assert f"--hf_model_path={_env(export)['RLPIPE_PINNED_DIR']}" in export["args"]
+    assert not any(req.hf_repo in a for a in train["args"] + export["args"])
+
+
+def test_a_request_tokenizer_path_is_used_as_given_and_not_fetched() -> None:
+    req = validate_request(minimal_request(training={"tokenizer_path": "org/other-tokenizer"}))
+    train = _main(render(req, "train", 1, CTX))
+    assert "tokenizer_path=org/other-tokenizer" in train["args"]
+    assert "rlpipe-fetch" not in train["command"][2] and "RLPIPE_PINNED_URI" not in _env(train)
+
+
+def test_cache_hit_reads_the_pinned_files_of_the_conversion_it_loads() -> None:
+    other = "cache/maxtext/ckey/rother000001-a2/"
     req = validate_request(minimal_request())
-    job = render(req, "convert", 1, RenderContext(run_id="r1", bucket="b", hf_revision=sha))
-    assert f"--revision={sha}" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    ctx = RenderContext(run_id="rexample0001", bucket="art", converted_dir=other)
+    for stage in ("train", "export"):
+        assert _env(_main(render(req, stage, 1, ctx)))["RLPIPE_PINNED_URI"] == f"gs://art/{other}hf-source/"
+
+
+@pytest.mark.parametrize("placement", ["cpu", "tpu-slice"])
+@pytest.mark.parametrize(("stage", "size"), [("convert", "300Gi"), ("export", "40Gi")])
+@pytest.mark.parametrize("with_request", [False, True])
+def test_convert_and_export_get_a_sized_volume_for_their_disk(
+    placement: str, stage: str, size: str, with_request: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlpipe.core.manifests import jobs
+
+    monkeypatch.setattr(jobs, "REQUEST_EPHEMERAL_STORAGE", with_request)
+    req = validate_request(minimal_request(placement=placement, scratch={stage: size}))
+    job = render(req, stage, 1, CTX)  # type: ignore[arg-type]
+    pod = job["spec"]["template"]["spec"]
+    (volume,) = pod["volumes"]
+    assert volume["emptyDir"] == {"sizeLimit": size}
+    container = pod["containers"][0]
+    (mount,) = container["volumeMounts"]
+    assert mount["name"] == volume["name"]
+    requested = container["resources"].get("requests", {}).get("ephemeral-storage")
+    assert requested == (size if with_request else None)
+    env = _env(container)
+    assert env["TMPDIR"].startswith(mount["mountPath"] + "/")
+    if stage == "convert":
+        assert env["HF_HOME"].startswith(mount["mountPath"] + "/")
+        assert env["RLPIPE_SNAPSHOT_DIR"].startswith(mount["mountPath"] + "/")
+    else:
+        assert env["RLPIPE_PINNED_DIR"].startswith(mount["mountPath"] + "/")
+
+
+def test_preset_disks_hold_the_tutorial_model() -> None:
+    """Gemma 4 26B A4B's safetensors are about 52 GB; export stages 4 shards of 3 GiB at once."""
+    units = {"Gi": 2**30, "G": 10**9, "Ti": 2**40}
+    for preset in ("v6e-32", "v6e-64"):
+        req = validate_request(minimal_request(preset=preset))
+        convert, export = (int(q[:-2]) * units[q[-2:]] for q in (req.scratch.convert, req.scratch.export))
+        assert convert >= 52 * 10**9 * 1.5 and export >= 4 * 3 * 2**30 * 2
+
+
+def test_pathways_workers_mount_the_hosts_tmp_like_both_tools() -> None:
+    req = validate_request(minimal_request())
+    js = render(req, "train", 1, CTX)
+    worker = _rjob(js, "worker")["template"]["spec"]["template"]["spec"]
+    assert worker["volumes"] == [
+        {"name": "shared-tmp", "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}
+    ]
+    assert worker["containers"][0]["volumeMounts"] == [{"name": "shared-tmp", "mountPath": "/tmp"}]
+    head = _rjob(js, "pathways-head")["template"]["spec"]["template"]["spec"]
+    assert "volumes" not in head  # no hostPath on the shared CPU pool (docs/differences.md)
+    assert all("securityContext" not in c for c in _containers(head))
+
+
+def test_the_pin_and_fetch_programs_copy_the_repo_at_the_sha(buckets: Any, tmp_path: Path) -> None:
+    """The fixed programs run for real against fake-gcs-server; snapshot_download is a stand-in
+    that records its call (the Hub double does not serve the tree route it lists files with)."""
+    fake = tmp_path / "fake" / "huggingface_hub"
+    fake.mkdir(parents=True)
+    fake.joinpath("__init__.py").write_text(
+        "import json, os, pathlib\n"
+        "def snapshot_download(repo_id, revision, local_dir, ignore_patterns):\n"
+        "    root = pathlib.Path(local_dir)\n"
+        "    files = {'config.json': '{}', 'tokenizer.json': 'tok', 'chat_template.jinja': 'x',\n"
+        "             'model.safetensors': 'weights', '.cache/huggingface/download/x.lock': ''}\n"
+        "    for name, text in files.items():\n"
+        "        (root / name).parent.mkdir(parents=True, exist_ok=True)\n"
+        "        (root / name).write_text(text)\n"
+        "    pathlib.Path(os.environ['CALLS']).write_text(json.dumps([repo_id, revision, ignore_patterns]))\n"
+        "    return str(root)\n"
+    )
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    req = validate_request(minimal_request(hf_revision=sha))
+    ctx = RenderContext(run_id="rpin00000001", bucket=buckets.artifacts, hf_revision=sha)
+    convert, _, export = (_main(render(req, s, 1, ctx)) for s in identity.STAGES)
+    base = {
+        **os.environ,
+        "STORAGE_EMULATOR_HOST": buckets.emulator,
+        "GOOGLE_CLOUD_PROJECT": "rlpipe-test",
+        "PYTHONPATH": str(fake.parent),
+        "CALLS": str(tmp_path / "calls.json"),
+    }
+
+    def run(container: dict[str, Any], **paths: str) -> str:
+        script = container["command"][2]
+        program = shlex.split(re.search(r"python3 -c ('(?:[^']|'\"'\"')*')", script)[1])[0]  # type: ignore[index]
+        env = {**base, **_env(container), **paths}
+        proc = subprocess.run(
+            [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    out = run(convert, RLPIPE_SNAPSHOT_DIR=str(tmp_path / "snap"))
+    assert json.loads((tmp_path / "calls.json").read_text())[:2] == [req.hf_repo, sha]
+    prefix = _env(convert)["RLPIPE_PINNED_URI"].split("/", 3)[3]
+    names = {b.name[len(prefix) :] for b in buckets.client.list_blobs(buckets.artifacts, prefix=prefix)}
+    assert names == {"config.json", "tokenizer.json", "chat_template.jinja", "rlpipe-pinned.json"}
+    manifest = json.loads(
+        buckets.client.bucket(buckets.artifacts).blob(prefix + "rlpipe-pinned.json").download_as_bytes()
+    )
+    assert (manifest["hf_repo"], manifest["revision"]) == (req.hf_repo, sha)
+    assert {f["path"] for f in manifest["files"]} == names - {"rlpipe-pinned.json"} | {"model.safetensors"}
+    assert "rlpipe-pin: copied 3 files" in out
+
+    out = run(export, RLPIPE_PINNED_DIR=str(tmp_path / "fetched"))
+    assert sorted(p.name for p in (tmp_path / "fetched").iterdir()) == sorted(names)
+    assert (tmp_path / "fetched" / "tokenizer.json").read_text() == "tok"
+    assert "rlpipe-fetch: 4 files" in out
 
 
 def test_examples_exist() -> None:

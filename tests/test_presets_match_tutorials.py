@@ -19,9 +19,13 @@ from rlpipe.core.request import validate_request
 from tests.conftest import minimal_request
 
 PRESETS = ("v6e-32", "v6e-64")
-CONTROLLED = {"base_output_directory", "load_parameters_path", "hf_access_token"}
-# Deliberate additions over the tutorials, each for a stated reason.
-ADDED_CONVERT_ARGS = {"--revision"}  # pins the commit sha that plan resolved
+# Run-scoped paths, and the repo reads that rlpipe pins to the resolved sha (DESIGN §4): the
+# tutorials read google/gemma-4-26b-a4b-it from the Hub's default branch; rlpipe reads a local
+# copy of the repo at the pinned sha (core/pinning.py). Checked for their form below.
+CONTROLLED = {"base_output_directory", "load_parameters_path", "tokenizer_path", "--hf_model_path"}
+# Deliberate differences from the tutorials, each for a stated reason.
+DROPPED_ARGS = {"hf_access_token"}  # MaxText reads HF_TOKEN from the environment (DESIGN §7)
+ADDED_ARGS = {"export": {"--hf_model_path"}}  # the tokenizer at the pinned sha, not MaxText's table
 
 
 def _argmap(args: list[str]) -> dict[str, str | None]:
@@ -67,15 +71,17 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 @pytest.mark.parametrize("preset", PRESETS)
 def test_train_rl_arguments_match_tutorial(preset: str, tutorials: dict[str, Any]) -> None:
     expected = tutorials[preset]["train"]["args"]
-    actual = _argmap(_container(_render(preset, "train"), "workload-container")["args"])
-    assert list(actual) == list(expected), "same keys in the tutorial's order"
+    main = _container(_render(preset, "train"), "workload-container")
+    actual = _argmap(main["args"])
+    assert list(actual) == [k for k in expected if k not in DROPPED_ARGS], "same keys in the tutorial's order"
     for key, value in expected.items():
-        if key in CONTROLLED:
+        if key in CONTROLLED | DROPPED_ARGS:
             continue
         assert _same(value, actual[key]), f"{preset} {key}: tutorial {value!r}, rendered {actual[key]!r}"
-    assert actual["hf_access_token"] == "$(HF_TOKEN)"
     assert actual["base_output_directory"] == "gs://B/runs/rtest/trained/"
     assert actual["load_parameters_path"].endswith("/0/items/")
+    pinned_dir = _env(main)["RLPIPE_PINNED_DIR"]
+    assert actual["tokenizer_path"] == pinned_dir and pinned_dir.startswith("/")
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -142,17 +148,24 @@ def test_conversion_arguments_match_tutorial(preset: str, stage: str, tutorials:
     expected = tutorials[preset][stage]["args"]
     job = _render(preset, stage)
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python3", "-m", tutorials[preset][stage]["module"]]
+    script = container["command"][2]
+    assert container["command"][:2] == ["/bin/bash", "-c"]
+    assert script.rstrip().endswith(f'exec python3 -m {tutorials[preset][stage]["module"]} "$@"')
     actual = _argmap(container["args"])
     extra = set(actual) - set(expected)
-    assert extra <= (ADDED_CONVERT_ARGS if stage == "convert" else set()), f"unexpected arguments {extra}"
+    assert extra <= ADDED_ARGS.get(stage, set()), f"unexpected arguments {extra}"
     for key, value in expected.items():
+        if key in DROPPED_ARGS:
+            assert key not in actual
+            continue
         assert key in actual, f"{stage} is missing {key}"
         if key in CONTROLLED:
             continue
         assert _same(value, actual[key]), (
             f"{preset} {stage} {key}: tutorial {value!r}, rendered {actual[key]!r}"
         )
+    # The repo at the pinned sha, as a local directory the stage's script filled (core/pinning.py).
+    assert actual["--hf_model_path"].startswith("/scratch/")
 
 
 @pytest.mark.parametrize("preset", PRESETS)

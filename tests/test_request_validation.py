@@ -158,10 +158,48 @@ def test_digest_pinned_image_is_accepted() -> None:
             "set by the pipeline",
         ),
         ({"rl.num_generations": 8}, "maxtext_overrides.rl.num_generations", "training.num_generations"),
+        # Keys that would make the end of training unverifiable or ambiguous (the train done rule).
+        ({"enable_checkpointing": False}, "maxtext_overrides.enable_checkpointing", "not even the final one"),
+        ({"dataset.batch_size": 8}, "maxtext_overrides.dataset.batch_size", "training.batch_size"),
+        ({"dataset.train_fraction": 0.5}, "maxtext_overrides.dataset.train_fraction", "would be ignored"),
+        (
+            {"rl.num_iterations": 2, "num_iterations": 3},
+            "maxtext_overrides.num_iterations",
+            "same MaxText value given twice",
+        ),
+        ({"train_fraction": 1.5}, "maxtext_overrides.train_fraction", "(0, 1]"),
+        ({"num_epoch": 0}, "maxtext_overrides.num_epoch", ">= 1"),
+        ({"num_epoch": True}, "maxtext_overrides.num_epoch", "whole number"),
+        ({"train_fraction": 0.01}, "maxtext_overrides.train_fraction", "rounds down to 0 steps"),
+        ({"max_num_checkpoints_to_keep": 0}, "maxtext_overrides.max_num_checkpoints_to_keep", ">= 1"),
     ],
 )
 def test_maxtext_overrides(overrides: dict[str, Any], path: str, fragment: str) -> None:
     assert fragment in _problems(minimal_request(maxtext_overrides=overrides))[path]
+
+
+def test_checkpointing_off_is_refused_with_the_key_and_the_reason() -> None:
+    problems = _problems(minimal_request(maxtext_overrides={"enable_checkpointing": "maybe"}))
+    assert "not true or false" in problems["maxtext_overrides.enable_checkpointing"]
+    for value in (False, "false", "False"):  # MaxText reads key=value as YAML: all three are false
+        message = _problems(minimal_request(maxtext_overrides={"enable_checkpointing": value}))[
+            "maxtext_overrides.enable_checkpointing"
+        ]
+        assert "finished training cannot be told from a crashed one" in message
+        assert "export has nothing to read" in message
+
+
+def test_step_overrides_that_keep_the_end_verifiable_are_accepted() -> None:
+    from rlpipe.core import steps
+
+    for overrides, final in (
+        ({"num_epoch": 2}, 100),
+        ({"train_fraction": 0.5}, 25),
+        ({"num_iterations": 2}, 100),
+        ({"num_epoch": "3"}, 150),
+        ({"enable_checkpointing": True, "max_num_checkpoints_to_keep": 3}, 50),
+    ):
+        assert steps.final_step(validate_request(minimal_request(maxtext_overrides=overrides))) == final
 
 
 def test_override_values_must_be_scalars() -> None:

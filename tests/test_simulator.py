@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from rlpipe.core import manifests, request
+from rlpipe.core import manifests, request, train_log
 from rlpipe.local.kube_api import KubeApiServer, WatchEvent
 from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError, Timing, parse_fault
 from rlpipe.local.simulator.program import parse_argv
@@ -261,12 +261,14 @@ def test_train_checkpoints_every_period_and_at_the_end(
     ]
     assert len(workers) == 8  # one pod per v6e-32 host; deleted with their Jobs when the JobSet completed
 
-    lines = kube.pod_log(head["metadata"]["name"], namespace=NS).splitlines()
+    log = kube.pod_log(head["metadata"]["name"], namespace=NS)
+    lines = log.splitlines()
     assert lines and all(line.startswith("[simulated]") for line in lines)
-    rewards = [float(line.rsplit("mean_reward=", 1)[1]) for line in lines if "train step" in line]
-    assert len(rewards) == 120 and rewards == sorted(rewards) and rewards[-1] > rewards[0]
-    assert any("Pre RL Training:" in line and "mean_reward=" in line for line in lines)
-    assert "Post RL Training:" in lines[-1] and "mean_reward=" in lines[-1]
+    parsed = train_log.parse(log)  # train_rl's real lines (tests/fixtures/maxtext_facts.yaml)
+    assert parsed.pre is not None and parsed.post is not None and parsed.latest_step == 120
+    assert [e.step for e in parsed.intermediate] == list(range(10, 121, 10))
+    rewards = [parsed.pre.mean_reward, *(e.mean_reward for e in parsed.intermediate), parsed.post.mean_reward]
+    assert rewards[-1] > rewards[0] and "Post RL Training:" in lines[-1]
 
 
 def test_a_retried_attempt_resumes_from_the_latest_committed_step(
@@ -299,7 +301,8 @@ def test_a_retried_attempt_resumes_from_the_latest_committed_step(
     assert not any("/actor/50/" in uri for uri in sim.files_written(second["metadata"]["name"]))
     (head,) = pods_of(kube, f"jobset.sigs.k8s.io/jobset-name={second['metadata']['name']}")
     log = kube.pod_log(head["metadata"]["name"], namespace=NS)
-    assert "resuming from step 50" in log and "train step 51/120" in log and "train step 50/120" not in log
+    assert "Restored params from step: 50 in " in log
+    assert "] Train step 51 training loss" in log and "] Train step 50 training loss" not in log
 
 
 def test_train_refuses_to_start_without_converted_parameters(

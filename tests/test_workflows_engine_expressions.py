@@ -128,6 +128,17 @@ def test_conversion_and_data_type_helpers() -> None:
     assert expr("string(true)") == "true"
     assert expr_error('int("abc")')["tags"] == ["ValueError"]
     assert expr_error("string([1])")["tags"] == ["TypeError"]
+    assert expr("string(42)") == "42"
+
+
+def test_string_of_a_string_is_a_type_error() -> None:
+    # https://cloud.google.com/workflows/docs/reference/stdlib/expression-helpers: "string()
+    # Accepts an attribute of type integer, double, or boolean and returns a string." A string
+    # is not listed; the engine refuses it so nothing passes here that Workflows may refuse.
+    error = expr_error('string("already text")')
+    assert error["tags"] == ["TypeError"] and "got string" in error["message"]
+    assert expr_error("string(s)", s="x")["tags"] == ["TypeError"]
+    assert expr('"code " + string(404)') == "code 404"  # the documented use is still fine
     assert sorted(expr("keys(m)", m={"b": 1, "a": 2})) == ["a", "b"]
     assert expr('len("abc") + len([1, 2]) + len(m)', m={"a": 1}) == 6
     assert expr_error("len(5)")["tags"] == ["TypeError"]

@@ -207,3 +207,129 @@ def test_reserved_step_names_and_missing_required_call_arguments_are_rejected() 
     assert "end" in str(_rejects("- end:\n    return: 1\n"))
     # https://cloud.google.com/workflows/docs/reference/stdlib/http/request (method and url are required)
     assert "url" in str(_rejects("- a:\n    call: http.request\n    args:\n      method: GET\n"))
+
+
+def test_for_directly_under_try_is_refused_as_workflows_refuses_to_deploy_it() -> None:
+    # https://cloud.google.com/workflows/docs/issues ("Placement of for directly after try"):
+    # "Could not deploy workflow: failed to build: error in step try: loop step name should not
+    # be empty (Code: 3)"; the workaround is a named step under try: steps:.
+    definition = """
+        - try:
+            try:
+              for:
+                value: v
+                range: [1, 2]
+                steps:
+                  - log:
+                      call: sys.log
+                      args:
+                        data: ${v}
+            retry: ${http.default_retry}
+        """
+    error = _rejects(definition)
+    assert error.step == "try"
+    assert "failed to build: error in step try: loop step name should not be empty" in str(error)
+    workaround = definition.replace(
+        "            try:\n              for:",
+        "            try:\n              steps:\n                - loopStep:\n                    for:",
+    )
+    workaround = workaround.replace(
+        """                value: v
+                range: [1, 2]
+                steps:
+                  - log:
+                      call: sys.log
+                      args:
+                        data: ${v}""",
+        """                      value: v
+                      range: [1, 2]
+                      steps:
+                        - log:
+                            call: sys.log
+                            args:
+                              data: ${v}""",
+    )
+    load_workflow(textwrap.dedent(workaround))
+
+
+@pytest.mark.parametrize(
+    ("use", "name"),
+    [
+        ("return: ${v}", "v"),  # the loop's value variable
+        ("return: ${i}", "i"),  # its index variable
+        ("return: ${made}", "made"),  # a variable first assigned in the body
+        ("assign:\n          - out: ${made + 1}", "made"),
+        ("call: sys.log\n        args:\n          data: ${i}", "i"),
+    ],
+)
+def test_a_variable_created_in_a_loop_is_refused_after_it(use: str, name: str) -> None:
+    # https://cloud.google.com/workflows/docs/samples/workflows-loop-scope: "any variable created
+    # in a loop does not exist outside of that loop" (`# - ${outerLoopValue}  # not allowed`).
+    definition = f"""
+    - loop:
+        for:
+          value: v
+          index: i
+          in: [1, 2]
+          steps:
+            - body:
+                assign:
+                  - made: ${{v}}
+    - after:
+        {use}
+    """
+    error = _rejects(definition)
+    assert (error.step, f"variable {name!r}") == ("after", f"variable {name!r}")
+    assert "workflows-loop-scope" in str(error)
+
+
+def test_loop_scope_allows_what_the_documentation_allows() -> None:
+    # The same sample: a workflow-scope variable (assigned before the loop) is read and written
+    # inside and read after; nested loops see their enclosing loops' variables.
+    load_workflow(
+        textwrap.dedent(
+            """
+            - init:
+                assign:
+                  - total: 0
+                  - made: null
+            - outer:
+                for:
+                  value: a
+                  in: [1, 2]
+                  steps:
+                    - inner:
+                        for:
+                          value: b
+                          in: ${[a, a]}
+                          steps:
+                            - add:
+                                assign:
+                                  - total: ${total + a + b}
+                                  - made: ${b}
+            - after:
+                return: ${[total, made]}
+            """
+        )
+    )
+
+
+def test_a_sibling_loop_cannot_read_another_loops_variable() -> None:
+    definition = """
+    - first:
+        for:
+          value: v
+          in: [1]
+          steps:
+            - keep:
+                assign:
+                  - seen: ${v}
+    - second:
+        for:
+          value: w
+          in: [1]
+          steps:
+            - read:
+                return: ${seen}
+    """
+    assert _rejects(definition).step == "read"

@@ -10,7 +10,8 @@
 #   CPU_NP_MAX_NODES     autoscaling maximum of the cpu-np pool     (default 4)
 #   CPU_NP_DISK_TYPE     boot disk type of the cpu-np pool          (default hyperdisk-balanced;
 #                        C4D machines only take Hyperdisk)
-#   CPU_NP_DISK_SIZE_GB  boot disk size of the cpu-np pool          (default 200)
+#   CPU_NP_DISK_SIZE_GB  boot disk size of the cpu-np pool          (default 500; see infra/README.md:
+#                        the conversion pod's scratch volume alone requests 100Gi)
 #
 # The changes, the first three exactly as the tutorials make them:
 #   1. system node pool n2-standard-8 -> e2-standard-8 (avoids GCE_STOCKOUT in some regions);
@@ -31,7 +32,7 @@
 set -euo pipefail
 
 if [[ $# -lt 1 || $# -gt 2 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 in="$1"
@@ -41,7 +42,7 @@ out="${2:-$1}"
 export CPU_NP_MACHINE_TYPE="${CPU_NP_MACHINE_TYPE:-c4d-standard-96}"
 export CPU_NP_MAX_NODES="${CPU_NP_MAX_NODES:-4}"
 export CPU_NP_DISK_TYPE="${CPU_NP_DISK_TYPE:-hyperdisk-balanced}"
-export CPU_NP_DISK_SIZE_GB="${CPU_NP_DISK_SIZE_GB:-200}"
+export CPU_NP_DISK_SIZE_GB="${CPU_NP_DISK_SIZE_GB:-500}"
 
 tmp="$(mktemp)"
 trap 'rm -f "$tmp"' EXIT

@@ -271,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hf-revision", help="resolved commit sha to pin (default: the request's hf_revision)")
     p.set_defaults(func=cmd_render)
 
+    from rlpipe.cli import plan as plan_cli
+
+    plan_cli.register(sub)
+
     p = sub.add_parser("submit", help="submit a request (file drop or Pub/Sub message)")
     p.add_argument("file")
     p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")

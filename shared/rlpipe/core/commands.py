@@ -1,10 +1,11 @@
 """The exact MaxText command lines of the three stages, as exec-form argument lists.
 
 Arguments are built from validated fields only and are never pasted into a shell line: where
-a stage needs a shell (``VLLM_HOST_IP``, the in-container patches, the tpu-slice index gate), the
-script is a fixed template and the arguments reach the program as ``"$@"``. The HF token is
-referenced as ``$(HF_TOKEN)``, which Kubernetes expands from the container's env (a secretKeyRef),
-so no token value is ever part of a manifest.
+a stage needs a shell (``VLLM_HOST_IP``, the in-container patches, the tpu-slice index gate, the
+pinned-revision steps of ``pinning``), the script is a fixed template and the arguments reach the
+program as ``"$@"``. No argument carries the HF token, not even as ``$(HF_TOKEN)``: MaxText reads
+the ``HF_TOKEN`` environment variable itself (pyconfig falls back to it when ``hf_access_token``
+is unset), and Kubernetes sets that variable from a Secret.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from rlpipe.core import workarounds
+from rlpipe.core import pinning, workarounds
 
 if TYPE_CHECKING:
     from rlpipe.core.request import Request, Scalar
@@ -21,7 +22,10 @@ CONVERT_MODULE = "maxtext.checkpoint_conversion.to_maxtext"
 TRAIN_MODULE = "maxtext.trainers.post_train.rl.train_rl"
 EXPORT_MODULE = "maxtext.checkpoint_conversion.to_huggingface"
 HF_TOKEN_ENV = "HF_TOKEN"
-HF_TOKEN_REF = f"$({HF_TOKEN_ENV})"
+HF_TOKEN_REF = f"$({HF_TOKEN_ENV})"  # no longer in any argv; kept for callers that test for it
+# Bumped whenever the conversion's inputs change shape, so old cache entries are not reused
+# (1: converted from a local snapshot at the sha, with the pinned source files beside it).
+CONVERSION_RECIPE = "rlpipe-convert@1"
 
 
 def fmt(value: Scalar) -> str:
@@ -54,12 +58,15 @@ def vllm_additional_config(req: Request) -> str:
 
 
 def convert_args(req: Request, hf_revision: str, output_dir_uri: str) -> list[str]:
-    """Arguments of to_maxtext: CPU-only, one process, Pathways-readable checkpoint format."""
+    """Arguments of to_maxtext: CPU-only, one process, Pathways-readable checkpoint format.
+
+    The weights come from the local snapshot the convert script downloads at ``hf_revision``
+    (``pinning``), so no ``--revision`` is passed: to_maxtext ignores it for a local path.
+    """
+    del hf_revision  # pinned by the snapshot (the container's RLPIPE_HF_REVISION), not by a flag
     return [
         f"model_name={req.model}",
-        f"hf_access_token={HF_TOKEN_REF}",
-        f"--hf_model_path={req.hf_repo}",
-        f"--revision={hf_revision}",
+        f"--hf_model_path={pinning.SNAPSHOT_DIR}",
         f"base_output_directory={output_dir_uri}",
         f"scan_layers={fmt(req.training.scan_layers)}",
         "use_multimodal=false",
@@ -74,9 +81,8 @@ def convert_args(req: Request, hf_revision: str, output_dir_uri: str) -> list[st
 def conversion_flags(req: Request, hf_revision: str) -> list[str]:
     """The arguments that determine the converted bytes (for the cache key): no paths, no token."""
     return [
-        a
-        for a in convert_args(req, hf_revision, "")
-        if not a.startswith(("base_output_directory=", "hf_access_token="))
+        CONVERSION_RECIPE,
+        *(a for a in convert_args(req, hf_revision, "") if not a.startswith("base_output_directory=")),
     ]
 
 
@@ -124,12 +130,11 @@ def train_args(req: Request, base_output_uri: str, parameters_uri: str) -> list[
         f"model_name={req.model}",
         f"scan_layers={fmt(t.scan_layers)}",
         f"load_parameters_path={parameters_uri}",
-        f"hf_access_token={HF_TOKEN_REF}",
     ]
     for field, key in _TRAIN_ORDER:
         value = getattr(t, field)
         if field == "tokenizer_path" and value is None:
-            value = req.hf_repo
+            value = pinning.HEAD_PINNED_DIR  # the repo's tokenizer at the pinned sha (``pinning``)
         if value is not None:
             args.append(f"{key}={fmt(value)}")
     args.append(f"vllm_hf_overrides={t.vllm_hf_overrides}")
@@ -139,9 +144,10 @@ def train_args(req: Request, base_output_uri: str, parameters_uri: str) -> list[
 
 
 def export_args(req: Request, parameters_uri: str, output_dir_uri: str) -> list[str]:
+    """Arguments of to_huggingface; the tokenizer comes from the pinned source files."""
     return [
         f"model_name={req.model}",
-        f"hf_access_token={HF_TOKEN_REF}",
+        f"--hf_model_path={pinning.EXPORT_PINNED_DIR}",
         f"load_parameters_path={parameters_uri}",
         f"base_output_directory={output_dir_uri}",
         "skip_jax_distributed_system=true",
@@ -158,30 +164,49 @@ def export_args(req: Request, parameters_uri: str, output_dir_uri: str) -> list[
 SCRIPT_NAME = "rlpipe-stage"  # $0 of the bash -c scripts; the program's arguments follow as "$@"
 
 
+def fetches_pinned_source(req: Request) -> bool:
+    """Train reads the pinned tokenizer unless the request names its own ``tokenizer_path``."""
+    return req.training.tokenizer_path is None
+
+
 def train_script(req: Request) -> str:
-    """Container script of the Pathways head: runtime env, patches, then exec train_rl "$@"."""
+    """Container script of the Pathways head: runtime env, pinned files, patches, exec train_rl "$@"."""
     lines = [
         "set -eu",
         "export VLLM_HOST_IP=\"$(hostname -I | awk '{print $1}')\"",
         'echo "rlpipe: VLLM_HOST_IP=${VLLM_HOST_IP}"',
     ]
+    if fetches_pinned_source(req):
+        lines.append(pinning.fetch_line())
     lines += [workarounds.lookup(ref).shell_line() for ref in req.training.workarounds]
     lines.append(f'exec python3 -m {shlex.quote(TRAIN_MODULE)} "$@"')
     return "\n".join(lines) + "\n"
 
 
+_INDEX_GATE = [
+    'if [ "${JOB_COMPLETION_INDEX:-0}" != "0" ]; then',
+    '  echo "rlpipe: completion index ${JOB_COMPLETION_INDEX} has nothing to do; index 0 runs the stage"',
+    "  exit 0",
+    "fi",
+]
+
+
+def _stage_script(module: str, first: str, *, gated: bool) -> str:
+    lines = ["set -eu", *(_INDEX_GATE if gated else []), 'mkdir -p "$TMPDIR"', first]
+    lines.append(f'exec python3 -m {shlex.quote(module)} "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def convert_script(*, gated: bool) -> str:
+    """Convert: the repo at the pinned sha into the volume (and its source files to GCS), then to_maxtext."""
+    return _stage_script(CONVERT_MODULE, pinning.pin_line(), gated=gated)
+
+
+def export_script(*, gated: bool) -> str:
+    """Export: the pinned source files into the volume (the tokenizer), then to_huggingface."""
+    return _stage_script(EXPORT_MODULE, pinning.fetch_line(), gated=gated)
+
+
 def indexed_gate_script(module: str) -> str:
     """tpu-slice placement: every pod of the slice starts, only completion index 0 does the work."""
-    return (
-        "\n".join(
-            [
-                "set -eu",
-                'if [ "${JOB_COMPLETION_INDEX:-0}" != "0" ]; then',
-                '  echo "rlpipe: completion index ${JOB_COMPLETION_INDEX} has nothing to do; index 0 runs the stage"',
-                "  exit 0",
-                "fi",
-                f'exec python3 -m {shlex.quote(module)} "$@"',
-            ]
-        )
-        + "\n"
-    )
+    return "\n".join(["set -eu", *_INDEX_GATE, f'exec python3 -m {shlex.quote(module)} "$@"']) + "\n"

@@ -12,9 +12,13 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.core import presets
+from rlpipe.core import steps as step_rules
+
+if TYPE_CHECKING:
+    from rlpipe.core.request import Request
 
 REQUESTS_PREFIX = "requests/"
 REQUEST_SUFFIXES = (".json", ".yaml", ".yml")
@@ -29,6 +33,8 @@ CONVERTED_STEP = 0
 HF_INDEX = "model.safetensors.index.json"
 HF_SINGLE = "model.safetensors"
 HF_CONFIG = "config.json"
+PINNED_SOURCE_DIR = "hf-source/"  # the HF repo's non-weight files at the pinned sha
+PINNED_MANIFEST = "rlpipe-pinned.json"  # written last by the convert Job: repo, sha, every file
 
 
 def gs(bucket: str, name: str) -> str:
@@ -128,6 +134,22 @@ def converted_step_commit(attempt_dir: str) -> str:
     return f"{attempt_dir}{CONVERTED_STEP}/{COMMIT_MARKER}"
 
 
+def pinned_source_dir(attempt_dir: str) -> str:
+    """The HF repo's tokenizer and config files at the pinned sha, copied by the convert Job.
+
+    They sit beside the converted checkpoint, in the attempt directory, because they belong to the
+    same (repo, sha): a run whose conversion is a cache hit reads another run's copy, exactly as it
+    loads that run's checkpoint. Train (``tokenizer_path``) and export (``--hf_model_path``) read
+    them from here instead of the Hub's default branch. Orbax ignores the directory: its name is
+    not a step.
+    """
+    return f"{attempt_dir}{PINNED_SOURCE_DIR}"
+
+
+def pinned_manifest(attempt_dir: str) -> str:
+    return f"{pinned_source_dir(attempt_dir)}{PINNED_MANIFEST}"
+
+
 def converted_items(attempt_dir: str) -> str:
     """What training loads (``load_parameters_path``): step 0's ``items`` of the conversion."""
     return f"{attempt_dir}{CONVERTED_STEP}/items/"
@@ -153,8 +175,13 @@ def checkpoint_steps(num_batches: int, period: int | None = None) -> list[int]:
 
 
 def final_step(num_batches: int) -> int:
-    """The last training step; MaxText always saves it, whatever the period."""
+    """Deprecated: right only with rl.yml's defaults; use :func:`final_step_for` (the request)."""
     return num_batches
+
+
+def final_step_for(req: Request) -> int:
+    """The last training step from the effective config (overrides included); Tunix always saves it."""
+    return step_rules.final_step(req)
 
 
 @dataclass(frozen=True)
@@ -178,15 +205,35 @@ def train_complete(names: Iterable[str], layout: RunLayout, num_batches: int) ->
     return Completeness(False, f"{marker} not written yet", (marker,))
 
 
-def latest_committed_step(names: Iterable[str], layout: RunLayout) -> int | None:
-    """The newest step whose commit marker exists: where a retried training attempt resumes."""
-    steps = []
+def train_complete_for(names: Iterable[str], layout: RunLayout, req: Request) -> Completeness:
+    """Training's output is complete when the final step (from the effective config) is committed."""
+    final = final_step_for(req)
+    marker = layout.step_commit(final)
+    if marker in set(names):
+        return Completeness(True, f"final step {final} committed")
+    return Completeness(False, f"{marker} not written yet", (marker,))
+
+
+def committed_steps(names: Iterable[str], layout: RunLayout) -> list[int]:
+    """Steps whose step-level ``actor/<s>/commit_success.txt`` exists, ascending.
+
+    Orbax writes ``actor/<s>/model_params/commit_success.txt`` (and the optimizer state's) before
+    the step's own marker; an item-level marker alone is a step still being written.
+    """
+    found = set()
     for name in names:
-        if name.startswith(layout.checkpoints) and name.endswith("/" + COMMIT_MARKER):
-            head = name[len(layout.checkpoints) :].split("/", 1)[0]
-            if head.isdigit():
-                steps.append(int(head))
-    return max(steps) if steps else None
+        if not name.startswith(layout.checkpoints):
+            continue
+        head, sep, rest = name[len(layout.checkpoints) :].partition("/")
+        if sep and rest == COMMIT_MARKER and head.isdigit() and head == str(int(head)):
+            found.add(int(head))
+    return sorted(found)
+
+
+def latest_committed_step(names: Iterable[str], layout: RunLayout) -> int | None:
+    """The newest committed step (step-level marker only): where a retried training attempt resumes."""
+    steps_found = committed_steps(names, layout)
+    return steps_found[-1] if steps_found else None
 
 
 def export_complete(names: Iterable[str], hf_dir: str, index: dict[str, Any] | None) -> Completeness:

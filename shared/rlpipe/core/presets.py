@@ -29,7 +29,14 @@ PATHWAYS_SERVER_IMAGE = (
 PATHWAYS_PROXY_IMAGE = f"{PATHWAYS_IMAGE_REPO}/proxy_server@sha256:6342a3cae2818d2f887d396e9ae4156b3316f79fef186d71ff16d535b44e1724"
 
 # Deliberate improvement: one CPU pod sized for a 26B model instead of a whole TPU slice.
-_CPU_JOB = {"node_pool": "cpu-np", "cpu": "32", "memory": "256Gi", "ephemeral_storage": None}
+_CPU_JOB = {"node_pool": "cpu-np", "cpu": "32", "memory": "256Gi"}
+# Local disk of convert and export. Convert holds the repo snapshot at the pinned sha: Gemma 4
+# 26B A4B's safetensors are about 52 GB (48.4 GiB), plus tokenizer and config; the Xet chunk
+# cache is turned off (a one-shot download gains nothing from it). Export stages at most 4 shards
+# of 3 GiB at once under TMPDIR (to_huggingface's --parallel_threads default; a shard holding
+# one tensor larger than 3 GiB can be bigger). Both with headroom. infra/README.md sizes the
+# cpu-np boot disk for one of each on a node.
+_SCRATCH = {"convert": "100Gi", "export": "32Gi"}
 
 _RETRY = {
     "budgets": {"preempted": 5, "capacity": 10, "resources": 1, "transient": 3},
@@ -57,6 +64,7 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "image": MAXTEXT_IMAGE,
         "placement": "cpu",
         "cpu_job": dict(_CPU_JOB),
+        "scratch": dict(_SCRATCH),
         "hf_token_secret": {"name": "hf-token", "key": "token"},
         "retry": copy.deepcopy(_RETRY),
         "timeouts": dict(_TIMEOUTS),

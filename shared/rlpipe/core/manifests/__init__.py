@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, identity, layout
+from rlpipe.core import commands, identity, layout, pinning, steps
 from rlpipe.core.identity import Stage
 from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
@@ -67,23 +67,53 @@ def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) ->
     if stage == "train":
         items = layout.converted_items(converted_dir(req, ctx))
         return StagePaths(inputs=layout.gs(ctx.bucket, items), output=run.uri(run.trained_base))
-    final = layout.final_step(req.training.num_batches)
+    final = steps.final_step(req)
     return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
+
+
+def pinned_source_uri(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> str:
+    """Where the HF repo's source files at the pinned sha live for this stage attempt.
+
+    Convert writes them into its own attempt directory; train and export read them from the
+    conversion they load (this run's, or the cache hit's).
+    """
+    directory = (
+        conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
+        if stage == "convert"
+        else converted_dir(req, ctx)
+    )
+    return layout.gs(ctx.bucket, layout.pinned_source_dir(directory))
+
+
+def pinning_lineage(req: Request, ctx: RenderContext) -> dict[str, Any]:
+    """What the run pins and how (for ``RunRecord.lineage``); ``ctx.hf_revision`` is plan's sha."""
+    return pinning.lineage(
+        req.hf_repo,
+        revision(req, ctx),
+        pinned_source_uri(req, ctx, "train", 1),
+        req.training.tokenizer_path,
+        resolved=ctx.hf_revision is not None,
+    )
 
 
 def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict[str, Any]:
     """The one Kubernetes object for a stage attempt."""
     paths = stage_paths(req, ctx, stage, attempt)
+    rev = revision(req, ctx)
+    if stage not in identity.STAGES:
+        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
+    pinned = pinned_source_uri(req, ctx, stage, attempt)
     if stage == "convert":
-        args = commands.convert_args(req, revision(req, ctx), paths.output)
-        return stage_job(req, ctx, stage, attempt, commands.CONVERT_MODULE, args)
+        args = commands.convert_args(req, rev, paths.output)
+        return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned)
     if stage == "train":
         assert paths.inputs is not None
-        return train_jobset(req, ctx, attempt, commands.train_args(req, paths.output, paths.inputs))
+        args = commands.train_args(req, paths.output, paths.inputs)
+        return train_jobset(req, ctx, attempt, args, pinned_uri=pinned)
     if stage == "export":
         assert paths.inputs is not None
         args = commands.export_args(req, paths.inputs, paths.output)
-        return stage_job(req, ctx, stage, attempt, commands.EXPORT_MODULE, args)
+        return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned)
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
 
 

@@ -4,13 +4,17 @@
 anyway, so the tutorials' slice-wide Job kept 7 or 15 hosts of TPU idle while host 0 worked.
 ``tpu-slice`` keeps the tutorials' shape: an Indexed Job across the slice's hosts where only
 completion index 0 runs the program.
+
+In both, the container runs a fixed script (``commands.convert_script`` / ``export_script``) that
+first reads the HF repo at the pinned sha (``pinning``) and then execs the program with ``"$@"``,
+and the stage's disk is an emptyDir sized by ``scratch.<stage>``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.core import commands, tpu
+from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
@@ -28,43 +32,81 @@ if TYPE_CHECKING:
 
 CONTAINER_NAME = "workload-container"
 JOB_TTL_SECONDS = 3600
+# An ephemeral-storage request equal to the volume's sizeLimit lets the scheduler place the pod
+# only where the disk fits. Kueue refuses to admit a workload that requests a resource its
+# ClusterQueue does not cover ("resource ephemeral-storage unavailable in ClusterQueue",
+# kubernetes-sigs/kueue#4848), and infra/cluster/k8s/kueue.yaml covers only cpu, memory and
+# google.com/tpu: turn this on together with an ephemeral-storage quota there.
+REQUEST_EPHEMERAL_STORAGE = False
+
+
+def stage_env(req: Request, stage: Stage, revision: str, pinned_uri: str) -> list[dict[str, Any]]:
+    """Values the stage's script reads (never pasted into it), then the token from its Secret."""
+    env = [
+        {"name": "TMPDIR", "value": pinning.TMP_DIR},
+        {"name": pinning.ENV_PINNED_URI, "value": pinned_uri},
+    ]
+    if stage == "convert":
+        env += [
+            {"name": "HF_HOME", "value": pinning.HF_HOME_DIR},
+            {"name": "HF_XET_CHUNK_CACHE_SIZE_BYTES", "value": "0"},
+            {"name": pinning.ENV_REPO, "value": req.hf_repo},
+            {"name": pinning.ENV_REVISION, "value": revision},
+            {"name": pinning.ENV_SNAPSHOT_DIR, "value": pinning.SNAPSHOT_DIR},
+        ]
+    else:
+        env.append({"name": pinning.ENV_PINNED_DIR, "value": pinning.EXPORT_PINNED_DIR})
+    return [*env, hf_token_env(req)]
 
 
 def stage_job(
-    req: Request, ctx: RenderContext, stage: Stage, attempt: int, module: str, args: list[str]
+    req: Request,
+    ctx: RenderContext,
+    stage: Stage,
+    attempt: int,
+    args: list[str],
+    *,
+    revision: str,
+    pinned_uri: str,
 ) -> dict[str, Any]:
     meta = metadata(req, ctx.run_id, stage, attempt, ctx.namespace)
     pod_labels = labels(req, ctx.run_id, stage, attempt)
+    gated = req.placement != "cpu"
+    script = (
+        commands.convert_script(gated=gated) if stage == "convert" else commands.export_script(gated=gated)
+    )
+    disk = req.scratch.convert if stage == "convert" else req.scratch.export
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": req.image,
-        "env": [hf_token_env(req)],
+        "command": ["/bin/bash", "-c", script, commands.SCRIPT_NAME],
+        "args": list(args),
+        "env": stage_env(req, stage, revision, pinned_uri),
+        "volumeMounts": [{"name": pinning.SCRATCH_VOLUME, "mountPath": pinning.SCRATCH_MOUNT}],
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": ctx.service_account,
         "terminationGracePeriodSeconds": 30,
         "containers": [container],
+        "volumes": [{"name": pinning.SCRATCH_VOLUME, "emptyDir": {"sizeLimit": disk}}],
     }
     spec: dict[str, Any] = {
         "backoffLimit": 0,
         "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
         "podFailurePolicy": PREEMPTION_FAILS_JOB,
     }
+    disk_request = {"ephemeral-storage": disk} if REQUEST_EPHEMERAL_STORAGE else {}
     if req.placement == "cpu":
-        container["command"] = ["python3", "-m", module]
-        container["args"] = list(args)
-        requests = {"cpu": req.cpu_job.cpu, "memory": req.cpu_job.memory}
-        if req.cpu_job.ephemeral_storage:
-            requests["ephemeral-storage"] = req.cpu_job.ephemeral_storage
-        container["resources"] = {"requests": dict(requests), "limits": {"memory": req.cpu_job.memory}}
+        requests = {"cpu": req.cpu_job.cpu, "memory": req.cpu_job.memory, **disk_request}
+        container["resources"] = {"requests": requests, "limits": {"memory": req.cpu_job.memory}}
         pod_spec["nodeSelector"] = {"cloud.google.com/gke-nodepool": req.cpu_job.node_pool}
         spec.update({"parallelism": 1, "completions": 1})
     else:
         hosts = tpu.SHAPES[req.tpu.type].hosts
-        container["command"] = ["/bin/bash", "-c", commands.indexed_gate_script(module), commands.SCRIPT_NAME]
-        container["args"] = list(args)
         container["resources"] = {"limits": dict(TPU_CHIPS_PER_POD)}
+        if disk_request:
+            container["resources"]["requests"] = disk_request
         pod_spec.update(
             {
                 "hostNetwork": True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.core import commands, tpu
+from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
@@ -49,7 +49,24 @@ def _ports(*numbers: int) -> list[dict[str, int]]:
     return [{"containerPort": n} for n in numbers]
 
 
-def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]) -> dict[str, Any]:
+# Both tools mount the TPU host's /tmp into the Pathways worker (xpk pathways_workload_create.yaml.j2,
+# gcluster pathways_jobset.tmpl); the slice's node pool is the JobSet's alone (exclusive-topology),
+# so nothing is shared with another tenant. docs/differences.md.
+SHARED_TMP = "shared-tmp"
+
+
+def _pinned_env(req: Request, pinned_uri: str) -> list[dict[str, Any]]:
+    if not commands.fetches_pinned_source(req):
+        return []
+    return [
+        {"name": pinning.ENV_PINNED_URI, "value": pinned_uri},
+        {"name": pinning.ENV_PINNED_DIR, "value": pinning.HEAD_PINNED_DIR},
+    ]
+
+
+def train_jobset(
+    req: Request, ctx: RenderContext, attempt: int, args: list[str], *, pinned_uri: str
+) -> dict[str, Any]:
     shape = tpu.SHAPES[req.tpu.type]
     scratch = ctx.pathways_scratch_uri
     pod_labels = labels(req, ctx.run_id, "train", attempt)
@@ -106,6 +123,7 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
             *plain_env(req.training.command_env),
             *plain_env(p.env.workload),
+            *_pinned_env(req, pinned_uri),
             hf_token_env(req),
         ],
         "resources": {"limits": {"cpu": "24", "memory": "100Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},
@@ -162,6 +180,7 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
         ],
         "ports": _ports(*WORKER_PORTS),
         "resources": {"limits": dict(TPU_CHIPS_PER_POD)},
+        "volumeMounts": [{"name": SHARED_TMP, "mountPath": "/tmp"}],
     }
     worker_job = {
         "name": WORKER,
@@ -192,6 +211,9 @@ def train_jobset(req: Request, ctx: RenderContext, attempt: int, args: list[str]
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": 30,
                         "containers": [worker],
+                        "volumes": [
+                            {"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}
+                        ],
                     },
                 },
             },

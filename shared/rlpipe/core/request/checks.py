@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlpipe.core import identity, tpu
+from rlpipe.core import identity, steps, tpu
 from rlpipe.core.problems import Problem
 from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
 
@@ -161,12 +161,35 @@ def _overrides(doc: dict[str, Any]) -> Iterator[Problem]:
             yield Problem(path, f"{key} is set by the pipeline", "remove this override")
         elif key in TYPED_OVERRIDE_KEYS:
             yield Problem(path, f"{key} is a typed field", f"set {TYPED_OVERRIDE_KEYS[key]} instead")
+        elif "." in key and (leaf := key.rsplit(".", 1)[1]) in TYPED_OVERRIDE_KEYS:
+            # MaxText copies a flat key into the nested model of the same field name, so a nested
+            # spelling of a typed field would fight the typed value.
+            yield Problem(
+                path,
+                f"{key} is the typed field {leaf} under another name",
+                f"set {TYPED_OVERRIDE_KEYS[leaf]} instead",
+            )
         if isinstance(value, str) and (_UNSAFE_VALUE.search(value) or len(value) > 1024):
             yield Problem(
                 path,
                 "value has a shell metacharacter, a newline, or is longer than 1024 characters",
                 "use a plain value without quotes, $, `, ;, |, &, <, >, backslashes or newlines",
             )
+
+
+def _training_steps(doc: dict[str, Any]) -> Iterator[Problem]:
+    """Overrides must leave the final step computable and checkpointed (the train done rule)."""
+    overrides = _get(doc, "maxtext_overrides", dict)
+    if any(isinstance(v, str) and _UNSAFE_VALUE.search(v) for v in overrides.values()):
+        return  # reported by _overrides; the values cannot reach MaxText anyway
+    period = _get(doc, "training", dict).get("checkpoint_period")
+    num_batches = _get(doc, "training.num_batches", int)
+    if not isinstance(period, int) or isinstance(period, bool) or period < 1:
+        period = None
+    try:
+        steps.effective_steps(num_batches, period, overrides)
+    except steps.ConfigProblem as exc:
+        yield Problem(f"maxtext_overrides.{exc.key}", exc.problem, exc.fix)
 
 
 def _model_label(doc: dict[str, Any]) -> Iterator[Problem]:
@@ -225,6 +248,7 @@ _CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _batching,
     _prefill,
     _overrides,
+    _training_steps,
     _model_label,
     _labels,
     _attempt_names,

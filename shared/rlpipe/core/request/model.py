@@ -113,7 +113,18 @@ class CpuJobSpec(_Strict):
     node_pool: DnsLabel
     cpu: Quantity
     memory: Quantity
-    ephemeral_storage: Quantity | None
+
+
+class ScratchSpec(_Strict):
+    """Local disk for convert and export (an emptyDir with this sizeLimit), in either
+    placement; the node pool's boot disk must hold it (infra/README.md)."""
+
+    convert: Quantity = Field(
+        description="HF_HOME, the repo snapshot at the pinned sha (all safetensors) and TMPDIR"
+    )
+    export: Quantity = Field(
+        description="to_huggingface's staging under TMPDIR (up to 4 shards of 3 GiB in flight) and the tokenizer"
+    )
 
 
 class SecretRef(_Strict):
@@ -285,6 +296,7 @@ class Request(_Strict):
     image: Image
     placement: Literal["cpu", "tpu-slice"] = Field(description="where convert and export run")
     cpu_job: CpuJobSpec
+    scratch: ScratchSpec
     pathways: PathwaysSpec
     hf_token_secret: SecretRef
     training: TrainingSpec

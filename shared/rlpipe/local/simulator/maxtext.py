@@ -8,7 +8,11 @@ independently of the pipeline's own layout code on purpose: a pipeline tested ag
 simulator built from its own constants would only agree with itself.
 
 The programs run against a :class:`ProgramContext` (writes, logs, pauses and fault hooks), so
-this module knows MaxText and nothing about Kubernetes.
+this module knows MaxText and nothing about Kubernetes. Log lines are the programs' own, with
+absl's prefix; every one is described, with its source, in ``tests/fixtures/maxtext_facts.yaml``
+(train_rl prints rewards only in its Pre/Post RL Training and Intermediate Eval lines). The
+``rlpipe-pin``/``rlpipe-fetch`` steps are rlpipe's own script lines before the program (they read
+the repo at the pinned sha), played here from the container's environment.
 """
 
 from __future__ import annotations
@@ -17,19 +21,23 @@ import json
 import math
 import re
 import struct
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
 from rlpipe.local.simulator.gcs_io import join
+from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
+
+__all__ = [
+    "PROGRAMS",
+    "STAGES",
+    "Arguments",
+    "ProgramContext",
+    "ProgramExit",
+    "mean_reward",
+    "stage_of_object",
+]
 
 STAGES = ("convert", "train", "export")
-MODULES = {
-    "maxtext.checkpoint_conversion.to_maxtext": "convert",
-    "maxtext.trainers.post_train.rl.train_rl": "train",
-    "maxtext.checkpoint_conversion.to_huggingface": "export",
-}
-
 COMMIT_FILE = "commit_success.txt"  # Orbax: the step (or item) is finalized
 CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 PYTREE_METADATA = "_METADATA"
@@ -39,89 +47,28 @@ CONVERSION_STEP = "0"  # to_maxtext saves one synchronous checkpoint at step 0
 CONVERSION_ITEM = "items"
 RL_ACTOR_DIR = ("checkpoints", "actor")  # <base>/<run_name>/checkpoints/actor/<step>/
 RL_CHECKPOINTABLES = ("model_params", "optimizer_state")
-RL_DEFAULT_CHECKPOINT_PERIOD = 50  # rl.yml
-RL_DEFAULT_KEEP = 10  # rl.yml max_num_checkpoints_to_keep
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+RL_DEFAULT_CHECKPOINT_PERIOD = 50  # rl.yml:187
+RL_DEFAULT_KEEP = 10  # rl.yml:188 max_num_checkpoints_to_keep
+RL_DEFAULTS = {  # rl.yml at maxtext-v0.2.4 (lines 43, 110, 113, 120, 128, 130, 132)
+    "num_iterations": "1",
+    "batch_size": "1",
+    "num_batches": "4",
+    "num_test_batches": "5",
+    "train_fraction": "1.0",
+    "eval_interval": "10",
+    "num_epoch": "1",
+}
+ABSL_THREAD = 140318812  # any thread id; absl prints it right-aligned in 5 columns
+# rlpipe's own script steps before the program (core/pinning.py): what they read and write.
+PIN_MARK, FETCH_MARK = "rlpipe-pin:", "rlpipe-fetch:"
+PINNED_MANIFEST = "rlpipe-pinned.json"
+PINNED_REPO_FILES = ("config.json", "generation_config.json", *TOKENIZER_FILES)
 HF_CONFIG = "config.json"
 HF_INDEX = "model.safetensors.index.json"
 HF_SINGLE = "model.safetensors"
 
 SIMULATED_NOTE = "written by the rlpipe cluster simulator (simulated; not real MaxText output)"
-
-
-class ProgramExit(Exception):
-    """The program ended with a non-zero exit code (``reason`` as the kubelet reports it)."""
-
-    def __init__(self, code: int, reason: str = "Error", message: str = "") -> None:
-        super().__init__(f"exit code {code} ({reason}){': ' + message if message else ''}")
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
-class ProgramContext(Protocol):
-    """What a simulated program may do: the container's side of the world."""
-
-    export_shards: int
-
-    def now(self) -> float: ...
-    def log(self, line: str) -> None: ...
-    def pause(self, simulated_seconds: float) -> None: ...
-    def duration(self, name: str) -> float: ...
-    def write(self, uri: str, data: bytes | str) -> None: ...
-    def list(self, prefix_uri: str) -> list[str]: ...
-    def exists_under(self, prefix_uri: str) -> bool: ...
-    def exists(self, uri: str) -> bool: ...
-    def delete(self, uri: str) -> None: ...
-    def note(self, kind: str, detail: str) -> None: ...
-    def hook(self, point: str, step: int = 0, *, saving: bool = False) -> None:
-        """A place where an injected fault may strike: "start", "peak" (the memory high-water
-        mark), "step" (a training step begins) and "save" (mid-checkpoint)."""
-
-
-@dataclass(frozen=True)
-class Arguments:
-    """``key=value`` arguments (MaxText config overrides) and ``--flag[=value]`` flags."""
-
-    values: Mapping[str, str]
-    flags: Mapping[str, str]
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
-
-    def require(self, key: str) -> str:
-        value = self.values.get(key)
-        if not value:
-            raise ProgramExit(1, message=f"{key} is required but was not passed")
-        return value
-
-    def integer(self, key: str, default: int | None = None) -> int:
-        raw = self.values.get(key)
-        if raw is None:
-            if default is None:
-                raise ProgramExit(1, message=f"{key} is required but was not passed")
-            return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise ProgramExit(1, message=f"{key}={raw!r} is not an integer") from None
-
-    def boolean(self, key: str, default: bool) -> bool:
-        raw = self.values.get(key)
-        return default if raw is None else raw.strip().lower() in ("true", "1", "yes")
-
-    @classmethod
-    def parse(cls, argv: list[str]) -> Arguments:
-        values: dict[str, str] = {}
-        flags: dict[str, str] = {}
-        for arg in argv:
-            if arg.startswith("--"):
-                name, sep, value = arg[2:].partition("=")
-                flags[name] = value if sep else "true"
-            elif "=" in arg:
-                key, _, value = arg.partition("=")
-                values[key] = value
-        return cls(values, flags)
 
 
 def stage_of_object(name: str) -> str | None:
@@ -146,6 +93,27 @@ def stage_of_object(name: str) -> str | None:
 def mean_reward(step: int) -> float:
     """A deterministic, rising reward curve (what a healthy GRPO run looks like)."""
     return round(0.12 + 0.66 * (1.0 - math.exp(-step / 45.0)), 4)
+
+
+def absl_line(ctx: ProgramContext, level: str, source: str, message: str) -> str:
+    """``message`` as absl prints it: ``W0102 15:04:05.123456 140318812 train_rl.py:785] ...``."""
+    now = ctx.now()
+    t = time.gmtime(now)
+    stamp = f"{t.tm_mon:02d}{t.tm_mday:02d} {t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{int(now % 1 * 1e6):06d}"
+    return f"{level}{stamp} {ABSL_THREAD:5d} {source}] {message}"
+
+
+def _eval_line(step: int, total: int) -> str:
+    """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4 places."""
+    reward = mean_reward(step)
+    corr = round(total * min(1.0, reward))
+    accuracy = corr / total * 100 if total > 0 else 0
+    partial = min(total, corr + 1) / total * 100 if total > 0 else 0
+    fmt = 100.0 if total > 0 else 0
+    return (
+        f"corr={corr!r}, total={total!r}, accuracy={accuracy!r}%, partial_accuracy={partial!r}%, "
+        f"format_accuracy={fmt!r}%, mean_reward={reward:.4f}"
+    )
 
 
 # --------------------------------------------------------------------------- file contents
@@ -262,22 +230,51 @@ def _write_all(
             ctx.hook("peak")
 
 
+def _pinned_steps(ctx: ProgramContext, args: Arguments) -> None:
+    """rlpipe's script steps before the program: pin the repo at the sha, or fetch the pinned files."""
+    if "pin" in args.steps:
+        repo, rev = args.env.get("RLPIPE_HF_REPO", "?"), args.env.get("RLPIPE_HF_REVISION", "?")
+        dest, local = args.env.get("RLPIPE_PINNED_URI", ""), args.env.get("RLPIPE_SNAPSHOT_DIR", "?")
+        ctx.log(f"{PIN_MARK} downloading {repo} at {rev} into {local}")
+        if not dest:
+            raise ProgramExit(1, message="KeyError: 'RLPIPE_PINNED_URI'")
+        for name in PINNED_REPO_FILES:
+            ctx.write(join(dest, name), _json({"_simulated": SIMULATED_NOTE}))
+        files = [{"path": n, "copied": True} for n in PINNED_REPO_FILES]
+        files.append({"path": HF_SINGLE, "size": 0})
+        ctx.write(join(dest, PINNED_MANIFEST), _json({"hf_repo": repo, "revision": rev, "files": files}))
+        ctx.log(f"{PIN_MARK} copied {len(PINNED_REPO_FILES)} files and {PINNED_MANIFEST} to {dest}")
+    if "fetch" in args.steps:
+        src, local = args.env.get("RLPIPE_PINNED_URI", ""), args.env.get("RLPIPE_PINNED_DIR", "?")
+        names = ctx.list(src) if src else []
+        if join(src, PINNED_MANIFEST) not in names:
+            raise ProgramExit(
+                1, message=f"{FETCH_MARK} no pinned files at {src} ({PINNED_MANIFEST} is missing)"
+            )
+        ctx.log(f"{FETCH_MARK} {len(names)} files from {src} in {local}")
+
+
 def run_convert(ctx: ProgramContext, args: Arguments) -> int:
-    """``to_maxtext``: download the HF checkpoint, convert, save Orbax step 0 synchronously."""
+    """``to_maxtext``: convert from the local snapshot, save Orbax step 0 synchronously."""
     base = args.require("base_output_directory")
-    repo = args.flags.get("hf_model_path", "?")
-    revision = args.flags.get("revision", "main")
+    ctx.hook("start")  # a fault at start strikes before the script's first step
+    _pinned_steps(ctx, args)
+    model_id = args.flags.get("hf_model_path", "?")
     scan_layers = args.boolean("scan_layers", True)
     step_dir = join(base, CONVERSION_STEP)
     ctx.log(
-        f"to_maxtext: model_name={args.get('model_name')} loading {repo}@{revision} from the Hugging Face Hub"
+        absl_line(
+            ctx,
+            "I",
+            "to_maxtext.py:925",
+            f"Lazy loading ENABLED. Initializing LazyHFLoader for: {model_id}...",
+        )
     )
-    ctx.hook("start")
     if ctx.exists(join(step_dir, COMMIT_FILE)):
         raise ProgramExit(1, message=f"orbax: step 0 already exists at {step_dir} (StepAlreadyExistsError)")
     total = ctx.duration("convert")
+    ctx.log(absl_line(ctx, "I", "to_maxtext.py:155", f"Loading index file: {HF_INDEX}"))
     ctx.pause(total * 0.4)
-    ctx.log(f"to_maxtext: converted weights (scan_layers={str(scan_layers).lower()}); saving to {step_dir}")
     items = join(step_dir, CONVERSION_ITEM)
     arrays = [
         "params.params.token_embedder.embedding",
@@ -295,7 +292,9 @@ def run_convert(ctx: ProgramContext, args: Arguments) -> int:
         join(step_dir, CHECKPOINT_METADATA), _checkpoint_metadata(ctx_ns(ctx), {"scan_layers": scan_layers})
     )
     ctx.write(join(step_dir, COMMIT_FILE), _commit(step_dir))
-    ctx.log(f"to_maxtext: saved checkpoint step 0 to {step_dir}")
+    ctx.log(absl_line(ctx, "I", "utils.py:1303", "saved a checkpoint at step 0"))
+    ctx.log(absl_line(ctx, "I", "to_maxtext.py:1109", f"Conversion complete. Checkpoint saved to {base}"))
+    ctx.log(absl_line(ctx, "I", "to_maxtext.py:1110", f"Overall Elapse: {total / 60:.2f} min"))
     return 0
 
 
@@ -305,20 +304,35 @@ def committed_steps(ctx: ProgramContext, actor_dir: str) -> list[int]:
     return sorted(int(m.group(1)) for uri in ctx.list(actor_dir) if (m := pattern.match(uri)))
 
 
+def train_steps(args: Arguments) -> int:
+    """MaxText's ``train_steps`` (configs/types.py:4655-4660): Tunix's max_steps."""
+    iterations = args.get("rl.num_iterations") or args.get("num_iterations") or RL_DEFAULTS["num_iterations"]
+    batches = args.integer("num_batches", int(RL_DEFAULTS["num_batches"]))
+    fraction = args.number("train_fraction", RL_DEFAULTS["train_fraction"])
+    epochs = args.integer("num_epoch", int(RL_DEFAULTS["num_epoch"]))
+    return int(batches * int(iterations) * fraction * epochs)
+
+
 def run_train(ctx: ProgramContext, args: Arguments) -> int:
     """``train_rl``: GRPO with Tunix checkpoints every ``checkpoint_period`` steps and at the
     end, resuming from the latest committed step, keeping the newest N checkpoints."""
     base = args.require("base_output_directory")
     run_name = args.require("run_name")
     load = args.require("load_parameters_path")
-    num_batches = args.integer("num_batches")
+    final = train_steps(args)
+    iterations = int(
+        args.get("rl.num_iterations") or args.get("num_iterations") or RL_DEFAULTS["num_iterations"]
+    )
     period = args.integer("checkpoint_period", RL_DEFAULT_CHECKPOINT_PERIOD)
     keep = args.integer("max_num_checkpoints_to_keep", RL_DEFAULT_KEEP)
     enabled = args.boolean("enable_checkpointing", True)
-    if num_batches < 1 or period < 1:
-        raise ProgramExit(1, message=f"num_batches={num_batches} and checkpoint_period={period} must be >= 1")
+    interval = args.integer("eval_interval", int(RL_DEFAULTS["eval_interval"]))
+    test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
+    eval_total = test_batches * args.integer("batch_size", int(RL_DEFAULTS["batch_size"]))
+    if period < 1:
+        raise ProgramExit(1, message=f"checkpoint_period={period} must be >= 1")
+    _pinned_steps(ctx, args)
     actor = join(base, run_name, *RL_ACTOR_DIR)
-    ctx.log(f"train_rl: loading parameters from load_parameters_path={load}")
     if not ctx.exists_under(load):
         raise ProgramExit(1, message=f"no checkpoint found at load_parameters_path={load}")
     ctx.hook("start")
@@ -328,30 +342,66 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     )
     done = committed_steps(ctx, actor) if enabled else []
     start = done[-1] if done else 0
-    if start:
-        ctx.log(f"train_rl: found committed checkpoint {join(actor, str(start))}; resuming from step {start}")
-        ctx.note("resume", str(start))
     ctx.pause(ctx.duration("train_startup"))
-    ctx.log(f"Pre RL Training: step={start} eval_batches=4 mean_reward={mean_reward(start):.4f}")
-    if start < num_batches:
-        ctx.hook("peak", start + 1)
-    for step in range(start + 1, num_batches + 1):
-        saving = enabled and (step % period == 0 or step == num_batches)
-        ctx.hook("step", step, saving=saving)
-        ctx.pause(ctx.duration("step"))
-        loss = 1.0 / math.sqrt(step + 1)
-        reward = mean_reward(step)
+    if start:  # Tunix restores the newest committed step while the trainer is built
         ctx.log(
-            f"Reshard finished; train step {step}/{num_batches}: loss={loss:.4f} mean_reward={reward:.4f}"
+            absl_line(
+                ctx, "I", "checkpoint_manager.py:292", f"Restored params from step: {start} in 1.250 seconds"
+            )
         )
+        ctx.note("resume", str(start))
+    if test_batches > 0:
+        ctx.log(absl_line(ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total)}"))
+        if interval > 0:
+            message = (
+                f"[intermediate-eval] hook installed: evaluate(...) will fire every {interval} outer steps."
+            )
+            ctx.log(absl_line(ctx, "W", "utils_rl.py:876", message))
+    ctx.log(absl_line(ctx, "W", "train_rl.py:799", "Starting RL training..."))
+    evaluated = [0]
+
+    def metrics(step: int) -> None:
+        """Tunix writes step N's metrics during update N+1 (or at close), then runs the hook."""
+        loss = 1.0 / math.sqrt(step + 1)
+        line = f"Train step {step} training loss: {loss:f}  - training perplexity: {math.exp(loss):f}"
+        ctx.log(absl_line(ctx, "I", "peft_trainer.py:735", line))
+        outer = step // iterations
+        if (
+            test_batches > 0
+            and interval > 0
+            and outer > 0
+            and outer != evaluated[0]
+            and outer % interval == 0
+        ):
+            evaluated[0] = outer
+            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total)}"
+            ctx.log(absl_line(ctx, "W", "hooks.py:98", message))
+
+    if start < final:
+        ctx.hook("peak", start + 1)
+    saved = set(done)
+    for step in range(start + 1, final + 1):
+        saving = enabled and step % period == 0
+        ctx.hook("step", step, saving=saving or (enabled and step == final))
+        ctx.pause(ctx.duration("step"))
+        if step > start + 1:
+            metrics(step - 1)
         ctx.note("step", str(step))
         if saving:
             _save_rl_checkpoint(ctx, actor, step, keep)
-    ctx.log(f"Post RL Training: step={num_batches} eval_batches=4 mean_reward={mean_reward(num_batches):.4f}")
+            saved.add(step)
+    if start < final:
+        metrics(final)  # close(): the last buffered metrics, then the forced final save
+    if enabled and final >= 1 and final not in saved and (not done or done[-1] < final):
+        _save_rl_checkpoint(ctx, actor, final, keep)
+    ctx.log(absl_line(ctx, "W", "train_rl.py:810", "RL Training Completed Successfully!"))
+    if test_batches > 0:
+        ctx.log(absl_line(ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total)}"))
     return 0
 
 
 def _save_rl_checkpoint(ctx: ProgramContext, actor: str, step: int, keep: int) -> None:
+    """Orbax's order on GCS: item files, step metadata, each item's commit file, the step's last."""
     step_dir = join(actor, str(step))
     params = _pytree_files(
         [
@@ -363,17 +413,19 @@ def _save_rl_checkpoint(ctx: ProgramContext, actor: str, step: int, keep: int) -
     optimizer = _pytree_files(["opt_state.0.v.decoder.decoder_norm.scale", "opt_state.1.count"])
     save_time = ctx.duration("checkpoint_save")
     _write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[0]), params, save_time * 0.5)
-    ctx.hook("save", step)  # a preemption here leaves a step directory without a commit file
     _write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[1]), optimizer, save_time * 0.5)
     ctx.write(join(step_dir, CHECKPOINT_METADATA), _checkpoint_metadata(ctx_ns(ctx), {}))
+    items = [join(step_dir, item) for item in RL_CHECKPOINTABLES]
+    ctx.write(join(items[0], COMMIT_FILE), _commit(items[0]))
+    ctx.hook("save", step)  # a preemption here leaves model_params committed but not the step
+    ctx.write(join(items[1], COMMIT_FILE), _commit(items[1]))
     ctx.write(join(step_dir, COMMIT_FILE), _commit(step_dir))
-    ctx.log(f"checkpoint_manager: saved step {step} to {step_dir}")
     ctx.note("checkpoint", str(step))
     steps = committed_steps(ctx, actor)
     for old in steps[:-keep] if len(steps) > keep else []:
         for uri in ctx.list(join(actor, str(old))):
             ctx.delete(uri)
-        ctx.log(f"checkpoint_manager: deleted step {old} (max_num_checkpoints_to_keep={keep})")
+        ctx.note("deleted", f"step {old} (max_num_checkpoints_to_keep={keep})")
 
 
 def hf_tensor_names(layers: int = 2) -> list[str]:
@@ -389,12 +441,19 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
     """``to_huggingface``: tokenizer, then config, then the shards, and the index last."""
     load = args.require("load_parameters_path")
     base = args.require("base_output_directory")
-    ctx.log(f"to_huggingface: model_name={args.get('model_name')} loading MaxText checkpoint from {load}")
+    _pinned_steps(ctx, args)
     if not ctx.exists_under(load):
         raise ProgramExit(1, message=f"no checkpoint found at load_parameters_path={load}")
     ctx.hook("start")
     total = ctx.duration("export")
     ctx.pause(total * 0.4)
+    ctx.log(
+        absl_line(
+            ctx, "I", "to_huggingface.py:509", f"Elapse for checkpoint load: {total * 0.4 / 60:.2f} min"
+        )
+    )
+    staging = f"{args.env.get('TMPDIR', '/tmp')}/maxtext_hf_save_{ctx_ns(ctx) % 10**8:08d}"
+    ctx.log(absl_line(ctx, "I", "utils.py:615", f"   Using temporary local staging directory: {staging}"))
     tokenizer = {"_simulated": SIMULATED_NOTE}
     for name in TOKENIZER_FILES:
         ctx.write(join(base, name), _json(tokenizer))
@@ -421,7 +480,9 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
     if shards > 1:
         index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
         ctx.write(join(base, HF_INDEX), json.dumps(index, indent=2, sort_keys=True).encode())
-    ctx.log(f"to_huggingface: saved {shards} shard(s) to {base}")
+    message = f"\u2705 MaxText model successfully saved in HuggingFace format at {base}"
+    ctx.log(absl_line(ctx, "I", "to_huggingface.py:464", message))
+    ctx.log(absl_line(ctx, "I", "to_huggingface.py:581", f"Overall Elapse: {total / 60:.2f} min"))
     return 0
 
 

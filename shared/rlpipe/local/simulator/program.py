@@ -1,4 +1,4 @@
-"""Which program a workload runs, read from its container exactly as rendered.
+"""Which program a workload runs, read from its container exactly as rendered, with its arguments.
 
 The simulator must not be told what a workload is (that would trust the pipeline's labels);
 it reads the container the way the kubelet would run it: an exec-form ``python3 -m <module>``
@@ -12,16 +12,109 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
-from rlpipe.local.simulator.maxtext import MODULES, Arguments
+MODULES = {
+    "maxtext.checkpoint_conversion.to_maxtext": "convert",
+    "maxtext.trainers.post_train.rl.train_rl": "train",
+    "maxtext.checkpoint_conversion.to_huggingface": "export",
+}
+
+
+class ProgramExit(Exception):
+    """The program ended with a non-zero exit code (``reason`` as the kubelet reports it)."""
+
+    def __init__(self, code: int, reason: str = "Error", message: str = "") -> None:
+        super().__init__(f"exit code {code} ({reason}){': ' + message if message else ''}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+class ProgramContext(Protocol):
+    """What a simulated program may do: the container's side of the world."""
+
+    export_shards: int
+
+    def now(self) -> float: ...
+    def log(self, line: str) -> None: ...
+    def pause(self, simulated_seconds: float) -> None: ...
+    def duration(self, name: str) -> float: ...
+    def write(self, uri: str, data: bytes | str) -> None: ...
+    def list(self, prefix_uri: str) -> list[str]: ...
+    def exists_under(self, prefix_uri: str) -> bool: ...
+    def exists(self, uri: str) -> bool: ...
+    def delete(self, uri: str) -> None: ...
+    def note(self, kind: str, detail: str) -> None: ...
+    def hook(self, point: str, step: int = 0, *, saving: bool = False) -> None:
+        """A place where an injected fault may strike: "start", "peak" (the memory high-water
+        mark), "step" (a training step begins) and "save" (mid-checkpoint)."""
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """``key=value`` arguments (MaxText config overrides) and ``--flag[=value]`` flags."""
+
+    values: Mapping[str, str]
+    flags: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)  # the container's plain env values
+    steps: tuple[str, ...] = ()  # rlpipe script steps before the program: "pin", "fetch"
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def require(self, key: str) -> str:
+        value = self.values.get(key)
+        if not value:
+            raise ProgramExit(1, message=f"{key} is required but was not passed")
+        return value
+
+    def integer(self, key: str, default: int | None = None) -> int:
+        raw = self.values.get(key)
+        if raw is None:
+            if default is None:
+                raise ProgramExit(1, message=f"{key} is required but was not passed")
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ProgramExit(1, message=f"{key}={raw!r} is not an integer") from None
+
+    def number(self, key: str, default: str) -> float:
+        raw = self.values.get(key, default)
+        try:
+            return float(raw)
+        except ValueError:
+            raise ProgramExit(1, message=f"{key}={raw!r} is not a number") from None
+
+    def boolean(self, key: str, default: bool) -> bool:
+        raw = self.values.get(key)
+        return default if raw is None else raw.strip().lower() in ("true", "1", "yes")
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> Arguments:
+        values: dict[str, str] = {}
+        flags: dict[str, str] = {}
+        for arg in argv:
+            if arg.startswith("--"):
+                name, sep, value = arg[2:].partition("=")
+                flags[name] = value if sep else "true"
+            elif "=" in arg:
+                key, _, value = arg.partition("=")
+                values[key] = value
+        return cls(values, flags)
+
 
 _SHELLS = ("bash", "sh", "dash", "zsh")
 # The script hands its positional parameters to the module: `exec python3 -m mod "$@"`.
 _SCRIPT_MODULE = re.compile(r'(?:^|[\s;&|])(?:exec\s+)?python3?\s+-m\s+([A-Za-z_][\w.]*)\s+"\$@"')
 # The tutorial's index-0 gate: every other completion index exits 0 without running the stage.
 _INDEX_GATE = re.compile(r"JOB_COMPLETION_INDEX[^\n]*\n(?:[^\n]*\n){0,3}?\s*exit\s+0", re.MULTILINE)
+
+
+# rlpipe's own script steps before the program (core/pinning.py), recognised by what they print.
+_SCRIPT_STEPS = {"pin": "rlpipe-pin:", "fetch": "rlpipe-fetch:"}
 
 
 @dataclass(frozen=True)
@@ -46,9 +139,11 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
         found = parse_argv(argv)
         if found is not None:
             module, rest, gated = found
-            return Program(
-                container.get("name", ""), container.get("image", ""), module, Arguments.parse(rest), gated
-            )
+            script = argv[2] if len(argv) > 2 and argv[1] == "-c" else ""
+            env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
+            steps = tuple(step for step, mark in _SCRIPT_STEPS.items() if mark in script)
+            args = replace(Arguments.parse(rest), env=env, steps=steps)
+            return Program(container.get("name", ""), container.get("image", ""), module, args, gated)
     return None
 
 

@@ -10,7 +10,10 @@ outside what this engine (and its tests) cover.
 
 Stricter than Workflows in two deliberate ways: step names must be unique
 within a subworkflow (so jumps are unambiguous), and ``next`` cannot leave a
-``for`` loop body except through ``break``/``continue``/``end``.
+``for`` loop body except through ``break``/``continue``/``end``. As strict as
+Workflows where a definition would not deploy or would fail there: ``for``
+directly under ``try`` (a documented known issue), and a variable created in a
+loop used after it (``scoping``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from .model import (
     JumpStep,
     Param,
     RaiseStep,
-    RetryPolicy,
     ReturnStep,
     Step,
     StepList,
@@ -46,9 +48,9 @@ from .model import (
     TryStep,
     Workflow,
 )
-from .retry import BUILTIN_PREDICATES, DEFAULT_BACKOFF, DEFAULT_MAX_RETRIES, DEFAULT_POLICIES
-from .templates import LiteralT, Template, TemplateError, compile_value, literal_value, whole_expression
-from .values import is_int, is_number
+from .retry_loader import RetryLoading
+from .scoping import check_loop_scopes
+from .templates import LiteralT, Template, TemplateError, compile_value, literal_value
 from .yaml_source import load_yaml
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -139,7 +141,7 @@ class _Jump:
     in_loop: bool
 
 
-class _SubworkflowLoader:
+class _SubworkflowLoader(RetryLoading):
     """Builds one subworkflow, checking every step, expression and jump."""
 
     def __init__(self, name: str, signatures: dict[str, list[Param]]) -> None:
@@ -155,7 +157,9 @@ class _SubworkflowLoader:
         body = self.step_list(raw_steps, [], in_loop=False, owner=None)
         for jump in self.jumps:
             self.check_jump(jump)
-        return Subworkflow(self.name, self.signatures[self.name], body)
+        subworkflow = Subworkflow(self.name, self.signatures[self.name], body)
+        check_loop_scopes(subworkflow)
+        return subworkflow
 
     # --- structure ---------------------------------------------------------
 
@@ -421,6 +425,14 @@ class _SubworkflowLoader:
         if "retry" not in body and "except" not in body:
             raise self.error("try needs retry and/or except", name)
         raw_try = body["try"]
+        if isinstance(raw_try, dict) and "for" in raw_try:
+            # Known issue (https://cloud.google.com/workflows/docs/issues, "Placement of for
+            # directly after try"): such a workflow does not deploy, with this message.
+            raise self.error(
+                f"failed to build: error in step {name}: loop step name should not be empty "
+                "(for directly under try does not deploy; put it in a named step under try: steps:)",
+                name,
+            )
         if isinstance(raw_try, dict) and set(raw_try) == {"steps"}:
             try_body = self.step_list(raw_try["steps"], visible, in_loop=in_loop, owner=name)
         else:
@@ -444,64 +456,3 @@ class _SubworkflowLoader:
             else StepList([])
         )
         return ExceptClause(as_name, handler_body)
-
-    def retry_policy(self, raw: Any, name: str) -> RetryPolicy:
-        if isinstance(raw, str):
-            policy = self.dotted_reference(raw, name)
-            if policy not in DEFAULT_POLICIES:
-                raise self.error(f"unknown retry policy {raw!r}; use a map or ${{http.default_retry}}", name)
-            initial, maximum, multiplier = DEFAULT_BACKOFF
-            return RetryPolicy(
-                DEFAULT_POLICIES[policy],
-                True,
-                LiteralT(DEFAULT_MAX_RETRIES),
-                LiteralT(initial),
-                LiteralT(maximum),
-                LiteralT(multiplier),
-            )
-        if not isinstance(raw, dict):
-            raise self.error("retry must be a map or a default policy", name)
-        if set(raw) != {"predicate", "max_retries", "backoff"}:
-            raise self.error("retry needs exactly predicate, max_retries and backoff", name)
-        backoff = raw["backoff"]
-        if not isinstance(backoff, dict) or set(backoff) != {"initial_delay", "max_delay", "multiplier"}:
-            raise self.error("backoff needs exactly initial_delay, max_delay and multiplier", name)
-        predicate = self.dotted_reference(raw["predicate"], name)
-        if predicate in BUILTIN_PREDICATES:
-            builtin = True
-        elif predicate in self.signatures:
-            builtin = False
-            params = self.signatures[predicate]
-            if not params or sum(not p.has_default for p in params) > 1:
-                raise self.error(f"retry predicate {predicate!r} must take exactly one argument", name)
-        else:
-            raise self.error(
-                f"retry predicate {predicate!r} is not a subworkflow or built-in predicate", name
-            )
-        templates = [self.compile(raw["max_retries"], name)] + [
-            self.compile(backoff[key], name) for key in ("initial_delay", "max_delay", "multiplier")
-        ]
-        for key, template in zip(
-            ("max_retries", "initial_delay", "max_delay", "multiplier"), templates, strict=True
-        ):
-            if isinstance(template, LiteralT):
-                value = template.value
-                ok = is_int(value) if key == "max_retries" else is_number(value)
-                if not ok or value < 0:
-                    raise self.error(f"retry {key} must be a non-negative number, got {value!r}", name)
-        return RetryPolicy(predicate, builtin, *templates)
-
-    def dotted_reference(self, raw: Any, step: str) -> str:
-        """The name in ``${name}`` / ``${a.b}`` (predicates and policies are referenced, not called)."""
-        inner = whole_expression(raw) if isinstance(raw, str) else None
-        node = None
-        if inner is not None:
-            try:
-                node = parse_expression(inner).root
-            except ExpressionSyntaxError:
-                node = None
-        if isinstance(node, Var):
-            return node.name
-        if isinstance(node, Attr) and node.dotted_name():
-            return str(node.dotted_name())
-        raise self.error(f"expected a reference like ${{name}}, got {raw!r}", step)

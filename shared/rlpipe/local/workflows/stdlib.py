@@ -97,6 +97,13 @@ def _double(_: ExecutionServices, args: list[Any]) -> Any:
 
 @register("string", "value")
 def _string(_: ExecutionServices, args: list[Any]) -> Any:
+    # expression-helpers: "string() Accepts an attribute of type integer, double, or boolean and
+    # returns a string." A string is not among them, so the engine refuses it rather than pass it
+    # through: a definition that works here must not fail on the real service.
+    if isinstance(args[0], str):
+        raise raise_error(
+            TYPE_ERROR, "string: expects an int, a double or a boolean, got string (it is already one)"
+        )
     return to_string(args[0])
 
 

@@ -1,0 +1,214 @@
+"""What the pipeline will do for a request, worked out without a cluster or a bucket.
+
+``rlpipe plan FILE [--json]`` prints this: the stages and their workloads, every GCS path, each
+stage's done rule (training's final step from the effective config), the checkpoints expected,
+the conversion cache key, what is pinned, and the budgets and deadlines. The JSON form is
+versioned (``PLAN_VERSION``) and documented in ``docs/plan.md``; fields are only ever added
+within a version. Pure: a request and names in, a JSON-ready dict out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rlpipe.core import commands, identity, layout, steps
+from rlpipe.core.manifests import (
+    RenderContext,
+    conversion_cache,
+    pinned_source_uri,
+    pinning_lineage,
+    stage_paths,
+)
+from rlpipe.core.request import Request
+
+PLAN_VERSION = 1
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+KINDS = {"convert": "Job", "train": "JobSet", "export": "Job"}
+
+
+def pinned_sha(req: Request, hf_sha: str | None = None) -> str | None:
+    """The commit every read of the repo uses, if known before run time."""
+    if hf_sha:
+        return hf_sha
+    return req.hf_revision if _SHA.match(req.hf_revision) else None
+
+
+def build_plan(
+    req: Request, *, run_id: str, bucket: str, hf_sha: str | None = None, namespace: str = "rlpipe"
+) -> dict[str, Any]:
+    """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
+    request that skipped validation: validation refuses those)."""
+    sha = pinned_sha(req, hf_sha)
+    ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
+    run = layout.RunLayout(bucket, run_id)
+    training = steps.training_steps(req)
+    final = training.final_step
+    cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
+    convert_out = stage_paths(req, ctx, "convert", 1).output
+    train_paths = stage_paths(req, ctx, "train", 1)
+    export_paths = stage_paths(req, ctx, "export", 1)
+    attempt_dir = layout.parse_gs(convert_out)[1]
+
+    def workload(stage: identity.Stage) -> dict[str, Any]:
+        return {
+            "name": identity.workload_name(run_id, stage, 1),
+            "kind": KINDS[stage],
+            "namespace": namespace,
+            "queue": req.tpu.queue,
+            "deadline_seconds": getattr(req.timeouts, stage),
+        }
+
+    stages = [
+        {
+            "stage": "convert",
+            **workload("convert"),
+            "runs_on": _placement(req, "convert"),
+            "inputs": f"hf://{req.hf_repo}@{sha or req.hf_revision}",
+            "output": convert_out,
+            "done_when": f"Job Complete and {layout.gs(bucket, layout.converted_step_commit(attempt_dir))} exists",
+            "skipped_when": "the conversion cache already has READY.json for the key (a cache hit)",
+        },
+        {
+            "stage": "train",
+            **workload("train"),
+            "runs_on": f"Pathways head on {req.pathways.head_node_pool}; {req.tpu.slices} × "
+            f"{req.tpu.type} ({req.tpu.topology}) workers",
+            "inputs": train_paths.inputs,
+            "output": train_paths.output,
+            "final_step": final,
+            "done_when": f"JobSet Completed and {run.uri(run.step_commit(final))} exists (final step {final})",
+        },
+        {
+            "stage": "export",
+            **workload("export"),
+            "runs_on": _placement(req, "export"),
+            "inputs": export_paths.inputs,
+            "output": export_paths.output,
+            "done_when": f"Job Complete and {layout.HF_INDEX} exists with every shard of its weight_map "
+            f"(or {layout.HF_SINGLE} and {layout.HF_CONFIG})",
+        },
+    ]
+    plan: dict[str, Any] = {
+        "plan_version": PLAN_VERSION,
+        "run_id": run_id,
+        "request": {
+            "model": req.model,
+            "hf_repo": req.hf_repo,
+            "hf_revision": req.hf_revision,
+            "preset": req.preset,
+            "image": req.image,
+            "placement": req.placement,
+        },
+        "pinned_sha": sha,
+        "pinned_sha_note": None if sha else f"resolved at run time from {req.hf_revision!r} by plan",
+        "pinning": pinning_lineage(req, ctx),
+        "conversion": {
+            "cache_key": cache.key if cache else None,
+            "cache_key_note": None if cache else "resolved at run time (the key hashes the commit sha)",
+            "recipe": commands.CONVERSION_RECIPE,
+            "ready": cache.uri(cache.ready) if cache else None,
+            "attempt_dir": convert_out,
+            "pinned_source": pinned_source_uri(req, ctx, "convert", 1),
+        },
+        "stages": stages,
+        "training": {
+            "num_batches": training.num_batches,
+            "rl.num_iterations": training.num_iterations,
+            "train_fraction": training.train_fraction,
+            "num_epoch": training.num_epoch,
+            "final_step": final,
+            "final_step_formula": "int(num_batches × rl.num_iterations × train_fraction × num_epoch)",
+            "checkpoint_period": training.checkpoint_period,
+            "checkpoints": training.checkpoint_steps(),
+            "checkpoints_kept": training.kept_steps(),
+            "max_num_checkpoints_to_keep": training.max_to_keep,
+            "eval_interval": training.eval_interval,
+            "evaluations": {
+                "pre_and_post": training.evaluates,
+                "intermediate_steps": training.eval_steps(),
+            },
+        },
+        "paths": {
+            "ledger": layout.gs(bucket, run.ledger),
+            "events": layout.gs(bucket, run.events_prefix),
+            "error": layout.gs(bucket, run.error),
+            "trained": run.uri(run.trained_base),
+            "checkpoints": run.uri(run.checkpoints),
+            "final_step_commit": run.uri(run.step_commit(final)),
+            "export": run.uri(run.hf_dir),
+            "pathways_scratch": ctx.pathways_scratch_uri,
+        },
+        "budgets": {
+            **req.retry.budgets.model_dump(),
+            "max_retries": req.retry.max_retries,
+            "backoff": req.retry.backoff.model_dump(),
+            "retryable_exit_codes": list(req.retry.retryable_exit_codes),
+        },
+        "deadlines": {
+            **{stage: getattr(req.timeouts, stage) for stage in identity.STAGES},
+            "queued": req.timeouts.queued,
+        },
+    }
+    if sha is None:  # paths under the cache depend on the sha: show where the key goes
+        plan = _replace_text(plan, conversion_cache(req, ctx).key, UNRESOLVED_KEY)
+    return plan
+
+
+UNRESOLVED_KEY = "<conv-key>"
+
+
+def _replace_text(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, dict):
+        return {k: _replace_text(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_text(v, old, new) for v in value]
+    return value
+
+
+def _placement(req: Request, stage: str) -> str:
+    disk = req.scratch.convert if stage == "convert" else req.scratch.export
+    if req.placement == "cpu":
+        return (
+            f"one pod on {req.cpu_job.node_pool} ({req.cpu_job.cpu} CPU, {req.cpu_job.memory}, disk {disk})"
+        )
+    return f"the {req.tpu.type} slice, completion index 0 only (disk {disk})"
+
+
+def render_text(plan: dict[str, Any]) -> str:
+    """The plan for a person: one block per stage, then training, paths, budgets."""
+    lines = [
+        f"run {plan['run_id']}: {plan['request']['model']} from {plan['request']['hf_repo']}",
+        f"  pinned sha: {plan['pinned_sha'] or plan['pinned_sha_note']}",
+        f"  conversion cache key: {plan['conversion']['cache_key'] or plan['conversion']['cache_key_note']}",
+    ]
+    for stage in plan["stages"]:
+        lines.append(f"{stage['stage']}: {stage['kind']} {stage['name']} on {stage['runs_on']}")
+        lines.append(f"  in:  {stage['inputs']}")
+        lines.append(f"  out: {stage['output']}")
+        lines.append(f"  done when: {stage['done_when']}")
+        lines.append(f"  deadline: {stage['deadline_seconds']} s")
+    t = plan["training"]
+    lines.append(
+        f"training: final step {t['final_step']} = int({t['num_batches']} × {t['rl.num_iterations']} × "
+        f"{t['train_fraction']} × {t['num_epoch']}); checkpoints at {t['checkpoints']} "
+        f"(kept: {t['checkpoints_kept']})"
+    )
+    mid = t["evaluations"]["intermediate_steps"]
+    lines.append(
+        f"  rewards: {'Pre/Post RL Training lines' if t['evaluations']['pre_and_post'] else 'none (num_test_batches 0)'}"
+        f"; intermediate evals at outer steps {mid or 'none'}"
+    )
+    lines.append("paths:")
+    lines += [f"  {name}: {uri}" for name, uri in plan["paths"].items()]
+    lines.append(f"  pinned source files: {plan['conversion']['pinned_source']}")
+    b = plan["budgets"]
+    lines.append(
+        f"budgets: preempted {b['preempted']}, capacity {b['capacity']}, resources {b['resources']}, "
+        f"transient {b['transient']}; at most {b['max_retries']} retries per stage"
+    )
+    d = plan["deadlines"]
+    lines.append(", ".join(f"{k} {v} s" for k, v in d.items()).join(("deadlines: ", "")))
+    return "\n".join(lines) + "\n"

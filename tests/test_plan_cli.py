@@ -1,0 +1,100 @@
+"""`rlpipe plan`: a dry run of what the pipeline will do for a request, with no cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT
+from tests.test_cli import rlpipe
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+TOP_LEVEL = {
+    "plan_version",
+    "run_id",
+    "request",
+    "pinned_sha",
+    "pinned_sha_note",
+    "pinning",
+    "conversion",
+    "stages",
+    "training",
+    "paths",
+    "budgets",
+    "deadlines",
+}
+
+
+def _request(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "request.yaml"
+    path.write_text("model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\n" + text)
+    return str(path)
+
+
+def _plan(*args: str) -> dict[str, Any]:
+    result = rlpipe("plan", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    plan: dict[str, Any] = json.loads(result.stdout)
+    return plan
+
+
+def test_two_epochs_end_at_step_100(tmp_path: Path) -> None:
+    request = _request(tmp_path, "maxtext_overrides: {num_epoch: 2}\n")
+    plan = _plan(request, "--bucket", "art")
+    train = next(s for s in plan["stages"] if s["stage"] == "train")
+    export = next(s for s in plan["stages"] if s["stage"] == "export")
+    assert train["final_step"] == plan["training"]["final_step"] == 100
+    assert train["done_when"].endswith("/actor/100/commit_success.txt exists (final step 100)")
+    assert plan["training"]["checkpoints"] == [50, 100]
+    assert export["inputs"].endswith("/actor/100/model_params/")
+    text = rlpipe("plan", request)
+    assert text.returncode == 0 and "final step 100 = int(50 × 1 × 1.0 × 2)" in text.stdout
+
+
+def test_a_request_whose_end_cannot_be_verified_is_refused(tmp_path: Path) -> None:
+    result = rlpipe("plan", _request(tmp_path, "maxtext_overrides: {enable_checkpointing: false}\n"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert (
+        "maxtext_overrides.enable_checkpointing" in result.stderr
+        and "not even the final one" in result.stderr
+    )
+
+
+def test_the_json_form_is_stable_and_complete() -> None:
+    plan = _plan("examples/gemma4-26b-v6e-32.yaml", "--bucket", "art", "--hf-revision", SHA)
+    assert set(plan) == TOP_LEVEL and plan["plan_version"] == 1
+    assert [s["stage"] for s in plan["stages"]] == ["convert", "train", "export"]
+    for stage in plan["stages"]:
+        assert stage["name"] == f"{plan['run_id']}-{stage['stage']}-a1" and stage["deadline_seconds"] > 0
+        assert {"kind", "runs_on", "inputs", "output", "done_when", "queue", "namespace"} <= set(stage)
+    assert plan["pinned_sha"] == SHA and plan["pinning"]["resolved"] is True
+    key = plan["conversion"]["cache_key"]
+    assert (
+        re.fullmatch(r"c[0-9a-f]{24}", key)
+        and plan["conversion"]["ready"] == f"gs://art/cache/maxtext/{key}/READY.json"
+    )
+    uris = re.findall(r"gs://[^\s\"()]+", json.dumps(plan))
+    assert uris and all(u.startswith("gs://art/") for u in uris)
+    assert set(plan["budgets"]) >= {
+        "preempted",
+        "capacity",
+        "resources",
+        "transient",
+        "max_retries",
+        "backoff",
+    }
+    assert set(plan["deadlines"]) == {"convert", "train", "export", "queued"}
+    documented = (ROOT / "docs" / "plan.md").read_text()
+    for field in TOP_LEVEL:
+        assert f"`{field}`" in documented, f"docs/plan.md does not document {field}"
+
+
+def test_an_unpinned_revision_is_resolved_at_run_time(tmp_path: Path) -> None:
+    plan = _plan(_request(tmp_path, ""))
+    assert plan["pinned_sha"] is None and "resolved at run time" in plan["pinned_sha_note"]
+    assert plan["conversion"]["cache_key"] is None
+    assert "<conv-key>" in plan["conversion"]["attempt_dir"] and "<conv-key>" in plan["stages"][1]["inputs"]
+    pinned = _plan(_request(tmp_path, f"hf_revision: {SHA}\n"))
+    assert pinned["pinned_sha"] == SHA and pinned["conversion"]["cache_key"]
