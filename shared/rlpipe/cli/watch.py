@@ -46,8 +46,7 @@ def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
         if row.get("resume_step"):
             detail = f"resumed from step {row['resume_step']}" + (f"; {detail}" if detail else "")
         if row["stage"] == "train" and record.progress:
-            step, reward = record.progress.get("step"), record.progress.get("mean_reward")
-            detail = f"step {step}, mean_reward {reward}" + (f"; {detail}" if detail else "")
+            detail = _reward_text(record.progress) + (f"; {detail}" if detail else "")
         table.add_row(
             row["stage"],
             Text(row["phase"], style=_STYLE.get(row["phase"], "white")),
@@ -66,6 +65,20 @@ def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
     if simulated:
         parts.append(Text("cluster and TPU are SIMULATED (local stack)", style="dim"))
     return Group(*parts)
+
+
+def _reward_text(progress: dict[str, Any]) -> str:
+    """Step and mean_reward from train_rl's own eval lines: pre → latest intermediate → post."""
+    parts = [f"step {progress.get('step')}"]
+    pre, post = progress.get("pre_mean_reward"), progress.get("post_mean_reward")
+    if pre is not None:
+        parts.append(f"mean_reward pre {pre:.4f}")
+    if progress.get("eval_mean_reward") is not None and post is None:
+        parts.append(f"eval@{progress.get('eval_step')} {progress['eval_mean_reward']:.4f}")
+    if post is not None:
+        change = f" ({post - pre:+.4f})" if pre is not None else ""
+        parts.append(f"post {post:.4f}{change}")
+    return ", ".join(parts)
 
 
 def summary(record: RunRecord, *, simulated: bool = False) -> str:
@@ -92,6 +105,8 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
         lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
     if lineage.export_uri:
         lines.append(f"  export      {lineage.export_uri}")
+    if record.progress:
+        lines.append(f"  rewards     {_reward_text(record.progress)}")
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
     if simulated:

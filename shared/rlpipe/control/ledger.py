@@ -104,6 +104,7 @@ class Lineage(_Model):
     checkpoint_uri: str | None = None
     final_step: int | None = None
     export_uri: str | None = None
+    pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
 
 
 class Failure(_Model):

@@ -33,8 +33,8 @@ def stage_complete(
         directory = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
         return layout.convert_complete(artifacts.list(directory + "0/"), directory)
     if stage == "train":
-        final = layout.final_step(req.training.num_batches)
-        return layout.train_complete(artifacts.list(run.step_dir(final)), run, req.training.num_batches)
+        final = layout.final_step_for(req)
+        return layout.train_complete_for(artifacts.list(run.step_dir(final)), run, req)
     names = list(artifacts.list(run.hf_dir))
     index = None
     if run.hf_dir + layout.HF_INDEX in names:

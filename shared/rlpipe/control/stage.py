@@ -8,7 +8,6 @@ done yet.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -23,10 +22,10 @@ from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
 from rlpipe.control.settings import Settings
-from rlpipe.core import layout
+from rlpipe.core import layout, steps, train_log
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
-from rlpipe.core.manifests import RenderContext, conversion_cache, render
+from rlpipe.core.manifests import RenderContext, conversion_cache, pinning_lineage, render
 from rlpipe.core.request import Request
 
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job"}
@@ -249,7 +248,8 @@ class StageService:
                 r.lineage.converted_uri = paths_uri
             elif stage == "train":
                 r.lineage.checkpoint_uri = paths_uri
-                r.lineage.final_step = layout.final_step(req.training.num_batches)
+                r.lineage.final_step = layout.final_step_for(req)
+                r.lineage.pinning = pinning_lineage(req, ctx)
             else:
                 r.lineage.export_uri = paths_uri
             return "launched"
@@ -294,13 +294,14 @@ class StageService:
         complete = outputs.stage_complete(self.artifacts, req, self._context(record), stage, attempt)
         phase, failure = ws.phase, None
         if ws.phase == "succeeded" and not complete.complete:
-            phase, failure = (
-                "failed",
-                {
-                    "tag": "permanent",
-                    "message": f"{name} succeeded but its output is incomplete: {complete.reason}",
-                },
-            )
+            message = f"{name} succeeded but its output is incomplete: {complete.reason}"
+            if stage == "train":
+                # The head exited 0 short of the final step: the data ran out (Tunix ends its loop
+                # on StopIteration and still saves), which must not read as the run's last step.
+                run = layout.RunLayout(self.artifacts.bucket_name, run_id)
+                committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
+                message = steps.train_outcome("succeeded", committed, layout.final_step_for(req)).reason
+            phase, failure = "failed", {"tag": "permanent", "message": message}
         elif ws.phase == "failed":
             failure = self._classify_with_budget(
                 record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
@@ -320,7 +321,7 @@ class StageService:
             outputs.publish_conversion(self.artifacts, self.ledger, req, self._context(record), attempt)
         progress = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
-            progress = training_progress(self.cluster.log_tail(name))
+            progress = train_log.training_progress(self.cluster.log_tail(name))
         self._record_phase(run_id, stage, attempt, phase, failure, log, progress)
         return {
             "phase": phase,
@@ -464,17 +465,3 @@ def _lineage_uri(ctx: RenderContext, req: Request, stage: Stage, attempt: int) -
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
     started = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     return now_epoch - started.timestamp()
-
-
-_REWARD = re.compile(r"mean_reward[=:]\s*(-?[0-9.]+(?:e-?[0-9]+)?)")
-_STEP = re.compile(r"\bstep[=: ]\s*([0-9]+)", re.IGNORECASE)
-
-
-def training_progress(log_text: str) -> dict[str, Any] | None:
-    """The latest step and mean_reward the trainer printed, if any."""
-    for line in reversed(log_text.splitlines()):
-        reward = _REWARD.search(line)
-        if reward:
-            step = _STEP.search(line)
-            return {"mean_reward": float(reward.group(1)), "step": int(step.group(1)) if step else None}
-    return None
