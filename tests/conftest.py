@@ -87,3 +87,26 @@ def executions() -> Iterator[Any]:
 
 def all_objects(store: Any) -> dict[str, bytes]:
     return {name: store.read(name, max_bytes=1 << 30).data for name in store.list("")}
+
+
+def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
+    """The library's Intake on the test buckets, starting executions on the recording servicer."""
+    from rlpipe.control.intake import Intake
+    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.logs import Logger
+    from rlpipe.control.orchestrator import Orchestrator
+    from rlpipe.control.settings import Settings
+
+    settings = Settings(
+        project="rlpipe-test",
+        workflows_endpoint=executions.target,
+        requests_bucket=buckets.requests,
+        artifacts_bucket=buckets.artifacts,
+    )
+    return Intake(
+        requests=buckets.store("requests"),
+        ledger=Ledger(buckets.store("artifacts")),
+        orchestrator=Orchestrator(settings),
+        log=Logger("test"),
+        **kwargs,
+    )

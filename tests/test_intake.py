@@ -14,10 +14,7 @@ import yaml
 
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
-from tests.conftest import Buckets, all_objects, minimal_request
+from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
 PLANTED = "hf_PLANTEDsecretTOKENvalue0123456789abcd"
@@ -229,19 +226,7 @@ class Crash(Exception):
 
 
 def _intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Intake:
-    settings = Settings(
-        project="rlpipe-test",
-        workflows_endpoint=executions.target,
-        requests_bucket=buckets.requests,
-        artifacts_bucket=buckets.artifacts,
-    )
-    return Intake(
-        requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("artifacts")),
-        orchestrator=Orchestrator(settings),
-        log=Logger("test"),
-        **kwargs,
-    )
+    return real_intake(buckets, executions, **kwargs)
 
 
 def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, executions: Any) -> None:

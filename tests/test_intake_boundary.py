@@ -147,7 +147,9 @@ def test_malformed_envelopes_are_acknowledged_and_start_nothing(
 def test_a_non_cloudevent_post_is_refused_without_echoing_the_body(intake: dict[str, Any]) -> None:
     token = "hf_" + "S" * 34
     response = intake["object"].post(
-        "/", data=json.dumps({"token": token}), headers={"X-Secret": token, "Content-Type": "application/json"}
+        "/",
+        data=json.dumps({"token": token}),
+        headers={"X-Secret": token, "Content-Type": "application/json"},
     )
     assert response.status_code == 400
     assert token not in response.get_data(as_text=True)

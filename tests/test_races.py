@@ -20,12 +20,9 @@ from rlpipe.control import interleave
 from rlpipe.control.events import ObjectEvent
 from rlpipe.control.intake import MAX_START_ATTEMPTS, Intake
 from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.ownership import NotOwner, SupersededAttempt
-from rlpipe.control.settings import Settings
 from rlpipe.core.failures import PermanentFailure, TransientFailure
-from tests.conftest import Buckets, minimal_request
+from tests.conftest import Buckets, minimal_request, real_intake
 from tests.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures shared with test_stage)
 
 
@@ -170,21 +167,7 @@ REQUEST = yaml.safe_dump(minimal_request()).encode()
 
 
 def _intake(buckets: Buckets, executions: Any, clock: list[float], **kwargs: Any) -> Intake:
-    settings = Settings(
-        project="rlpipe-test",
-        workflows_endpoint=executions.target,
-        requests_bucket=buckets.requests,
-        artifacts_bucket=buckets.artifacts,
-    )
-    return Intake(
-        requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("artifacts")),
-        orchestrator=Orchestrator(settings),
-        log=Logger("test"),
-        clock=lambda: clock[0],
-        lease_seconds=30,
-        **kwargs,
-    )
+    return real_intake(buckets, executions, clock=lambda: clock[0], lease_seconds=30, **kwargs)
 
 
 def _event(buckets: Buckets, name: str) -> ObjectEvent:

@@ -10,13 +10,11 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger, Source
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.ledger import Source
 from rlpipe.control.settings import Settings
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
-from tests.conftest import Buckets, minimal_request
+from tests.conftest import Buckets, minimal_request, real_intake
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,18 +72,7 @@ def test_ordinary_variables_and_values_are_kept() -> None:
 
 @pytest.fixture
 def intake(buckets: Buckets, executions: Any) -> Intake:
-    settings = Settings(
-        project="rlpipe-test",
-        workflows_endpoint=executions.target,
-        requests_bucket=buckets.requests,
-        artifacts_bucket=buckets.artifacts,
-    )
-    return Intake(
-        requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("artifacts")),
-        orchestrator=Orchestrator(settings),
-        log=Logger("test"),
-    )
+    return real_intake(buckets, executions)
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,9 @@ import yaml
 
 from rlpipe.control.blobstore import dumps
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger, RunRecord, Source
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.core.request import json_schema
-from tests.conftest import Buckets, all_objects, minimal_request
+from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 
 SECRET = "PLANTEDsecretTOKENvalue0123456789abcdef"
 SPELLINGS = {
@@ -82,18 +79,7 @@ def test_every_field_of_the_schema_is_planted() -> None:
 
 @pytest.fixture
 def intake(buckets: Buckets, executions: Any) -> Intake:
-    settings = Settings(
-        project="rlpipe-test",
-        workflows_endpoint=executions.target,
-        requests_bucket=buckets.requests,
-        artifacts_bucket=buckets.artifacts,
-    )
-    return Intake(
-        requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("artifacts")),
-        orchestrator=Orchestrator(settings),
-        log=Logger("test"),
-    )
+    return real_intake(buckets, executions)
 
 
 @pytest.mark.parametrize("spelling", list(SPELLINGS))
