@@ -247,3 +247,14 @@ def test_property_intake_message_never_answers_5xx_and_records_every_rejection(
         run_id = identity.run_id_for(identity.key_for_message(TOPIC, message_id))
         assert _error(buckets, run_id) is not None
     assert executions.creates() == []
+
+
+@pytest.mark.parametrize("name", ["requests/upper.YAML", "requests/upper.Yml", "requests/upper.JSON"])
+def test_request_extensions_are_recognised_in_any_case(
+    intake: dict[str, Any], buckets: Buckets, executions: Any, name: str
+) -> None:
+    doc = minimal_request()
+    data = json.dumps(doc).encode() if name.lower().endswith(".json") else yaml.safe_dump(doc).encode()
+    generation = _upload(buckets, name, data)
+    assert _post(intake["object"], gcs_event(buckets.requests, name, generation, len(data))) == 200
+    assert len(executions.creates()) == 1

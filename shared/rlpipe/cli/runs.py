@@ -34,7 +34,7 @@ def submit(settings: Settings, path: Path, *, via: str = "gcs", storage_client: 
 
         client = storage_client or make_client(settings.project)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        name = f"{layout.REQUESTS_PREFIX}{path.stem}-{stamp}{path.suffix if path.suffix in layout.REQUEST_SUFFIXES else '.yaml'}"
+        name = f"{layout.REQUESTS_PREFIX}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
         blob = client.bucket(settings.requests_bucket).blob(name)
         blob.upload_from_string(data, if_generation_match=0)
         key = (

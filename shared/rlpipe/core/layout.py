@@ -51,7 +51,8 @@ def parse_gs(uri: str) -> tuple[str, str]:
 
 def is_request_object(name: str) -> bool:
     """Only these objects in the requests bucket start a run (nothing the pipeline writes matches)."""
-    return name.startswith(REQUESTS_PREFIX) and name.endswith(REQUEST_SUFFIXES) and "/." not in name
+    # Extensions in any case: `team.YAML` from a Windows editor is a request too.
+    return name.startswith(REQUESTS_PREFIX) and name.lower().endswith(REQUEST_SUFFIXES) and "/." not in name
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
         raise RequestInvalid(
             [Problem("", f"{source} contains NUL bytes", "save the request as JSON or YAML text")]
         )
-    doc = _parse_json(text, source) if source.endswith(".json") else _parse_yaml(text, source)
+    doc = _parse_json(text, source) if source.lower().endswith(".json") else _parse_yaml(text, source)
     if not isinstance(doc, dict):
         raise RequestInvalid(
             [
