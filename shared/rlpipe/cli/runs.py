@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlpipe.control.ledger import TERMINAL, Ledger, RunRecord
+from rlpipe.control.ledger import TERMINAL, Ledger, RunRecord, parse_time
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity, layout
 from rlpipe.core.request import load_request
@@ -132,8 +132,7 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
     return rows
 
 
-def _parse(ts: str) -> datetime:
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+_parse = parse_time
 
 
 def describe(record: RunRecord) -> dict[str, Any]:

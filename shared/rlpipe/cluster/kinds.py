@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.timestamps import parse_rfc3339
 
 Obj = dict[str, Any]
 Kind = Literal["Job", "JobSet"]
@@ -48,14 +48,7 @@ HEAD_REPLICATED_JOB = "pathways-head"
 # --------------------------------------------------------------------------- small helpers
 
 
-def _ts(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+_ts = parse_rfc3339
 
 
 _HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")

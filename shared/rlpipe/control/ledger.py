@@ -47,8 +47,16 @@ CAS_ATTEMPTS = 8
 _AFTER_SLASH = chr(ord("/") + 1)
 
 
+LEDGER_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime(LEDGER_TIME)
+
+
+def parse_time(timestamp: str) -> datetime:
+    """A ledger timestamp (``now()``'s format) as an aware UTC datetime."""
+    return datetime.strptime(timestamp, LEDGER_TIME).replace(tzinfo=UTC)
 
 
 class IllegalTransition(Exception):

@@ -11,13 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
 from rlpipe.control import blobstore, callbacks, hub, interleave, outputs
-from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now
+from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
@@ -463,5 +462,4 @@ def _lineage_uri(ctx: RenderContext, req: Request, stage: Stage, attempt: int) -
 
 
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
-    started = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return now_epoch - started.timestamp()
+    return now_epoch - parse_time(timestamp).timestamp()

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from rlpipe.cluster import RunObject
-from rlpipe.control.ledger import RunRecord
+from rlpipe.control.ledger import RunRecord, parse_time
 from rlpipe.control.orchestrator import ExecutionInfo
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.layout import Completeness
@@ -315,7 +314,7 @@ def stage_deadline(record: RunRecord, stage: str) -> float | None:
 
 def epoch(timestamp: str) -> float:
     """A ledger timestamp (``now()`` format) as seconds since the epoch."""
-    return datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+    return parse_time(timestamp).timestamp()
 
 
 def duration(seconds: float) -> str:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from rlpipe.control.hub import MAX_ANSWER_BYTES, HubAnswer, hub_get, transport_errors
+from rlpipe.core.timestamps import parse_rfc3339
 from rlpipe.upstream.release import INDEX, FileIds, file_ids
 
 T = TypeVar("T")
@@ -248,14 +249,7 @@ def _bind(fn: Callable[..., T], *args: Any) -> Callable[[], T]:
     return lambda: fn(*args)
 
 
-def _parse_date(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+_parse_date = parse_rfc3339
 
 
 def classify(exc: BaseException, what: str) -> HubProblem:
