@@ -8,7 +8,9 @@ other pods have terminated (k8s pkg/controller/job/job_controller.go ``enactJobF
 marking the Job as finished, because there are still terminating pod(s)", since 1.31), and the
 head gives up on the lost worker after its Pathways pipe timeout (60 s). When the workers take their
 grace periods (30 s each) the head's Job fails first and the worker's Job, still at
-``FailureTarget``, is deleted with the evidence. The classifier must say ``preempted`` before that.
+``FailureTarget``, is deleted with the evidence. The classifier says ``preempted`` before that, and
+the head's script holds a failed exit (core/commands.held_exit) so that the worker's Job is Failed
+first and the evidence outlives the JobSet's failure (docs/simulator.md).
 
 Shapes: pod ``DisruptionTarget`` reasons and messages (k8s.io/api v0.34.10 core/v1/types.go:3511,
 3544-3548; scheduler preemption "<scheduler>: preempting to accommodate a higher priority pod"),
@@ -312,37 +314,73 @@ class Mirror:
             self.verdicts.append(summarize("JobSet", js, pods, [], now=datetime.now(UTC), child_jobs=jobs))
 
 
-@pytest.mark.parametrize("fault", ["preempt@3:worker:scheduler", "preempt@3:worker:scheduler:head-first"])
-def test_the_simulator_plays_both_orders_and_the_verdict_comes_first(
+RACES = [
+    # (fault, the head's script holds a failed exit?, whose Job fails first)
+    ("preempt@3:worker:scheduler", True, "worker"),  # prompt exits: the worker's Job is Failed first
+    ("preempt@3:worker:scheduler:head-first", True, "worker"),  # the program gives up first; held
+    ("preempt@3:worker:scheduler:head-first", False, "head"),  # no hold: the evidence is deleted
+]
+
+
+def without_the_hold(train: Obj) -> Obj:
+    """The rendered JobSet with a head script that exits at once (the lost-evidence order)."""
+    head = train["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert "hold_seconds=90\n" in head["command"][2]
+    head["command"][2] = head["command"][2].replace("hold_seconds=90\n", "hold_seconds=0\n")
+    return train
+
+
+@pytest.mark.parametrize(
+    ("fault", "held", "first"), RACES, ids=["prompt", "head-first-held", "head-first-unheld"]
+)
+def test_the_simulator_plays_both_orders_and_the_evidence_survives_the_held_exit(
     kube: KubeApiServer,
     buckets: Buckets,
     simulate: Callable[..., ClusterSimulator],
     fault: str,
+    held: bool,
+    first: str,
 ) -> None:
-    head_first = fault.endswith("head-first")
     train = render_for(buckets, "train", training={"num_batches": 10})
+    train = train if held else without_the_hold(train)
     name = train["metadata"]["name"]
     mirror = Mirror(name)
     kube.add_listener(mirror)
+    pods = capture(kube, "pods")
     sim = simulate(f"train:{fault}")
     seed(buckets, program_args(train)["load_parameters_path"])
     create(kube, train)
     assert sim.wait_finished(name, 15)
     js = kube.get("jobsets", name, namespace=NS)
     failed = next(c for c in js["status"]["conditions"] if c["type"] == "Failed")
-    first = f"{name}-pathways-head-0" if head_first else f"{name}-worker-0"
-    assert failed["message"].endswith(f"(first failed job: {first})"), failed
+    first_job = f"{name}-pathways-head-0" if first == "head" else f"{name}-worker-0"
+    assert failed["message"].endswith(f"(first failed job: {first_job})"), failed
     remaining = {
         j["metadata"]["name"]
         for j in kube.list("jobs", namespace=NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
     }
-    assert (f"{name}-worker-0" in remaining) is not head_first  # deleted at FailureTarget in the race
+    # Failed, the worker's Job is kept; at FailureTarget when the head's fails, it is deleted.
+    assert (f"{name}-worker-0" in remaining) is (first == "worker")
     with mirror.lock:
-        states = [v for v in mirror.verdicts]
+        states = list(mirror.verdicts)
     first_failed = next(v for v in states if v.phase == "failed")
     assert first_failed.failure_class is FailureClass.PREEMPTED, first_failed.reason
     # The verdict came while the JobSet was still running, before any child Job was Failed.
     assert "the JobSet fails next" in first_failed.reason
+    # A status read at any later time (the workflow polls every few minutes): what is left.
+    late = ClusterClient(kube.api_client(), NS, sleep=lambda s: None).status(name, kind="JobSet")
+    if first == "worker":
+        assert (late.phase, late.failure_class) == ("failed", FailureClass.PREEMPTED), late.reason
+    else:  # the race the hold closes: only the head's exit code 1 is left to read
+        assert (late.phase, late.failure_class) == ("failed", FailureClass.PERMANENT), late.reason
+    head_pod = next(p["metadata"]["name"] for p in pods if "-pathways-head-0-" in p["metadata"]["name"])
+    program_gave_up = fault.endswith("head-first")
+    assert ("rlpipe-hold:" in kube.pod_log(head_pod, namespace=NS)) is (program_gave_up and held)
+    (cs,) = next(p for p in reversed(pods) if p["metadata"]["name"] == head_pod)["status"][
+        "containerStatuses"
+    ]
+    # The head's container ends with the program's code (1) when it gave up, else with SIGTERM's.
+    assert cs["state"]["terminated"]["exitCode"] == (1 if program_gave_up else 143)
 
 
 DISRUPTIONS = [

@@ -169,8 +169,9 @@ def fetches_pinned_source(req: Request) -> bool:
     return req.training.tokenizer_path is None
 
 
-def train_script(req: Request) -> str:
-    """Container script of the Pathways head: runtime env, pinned files, patches, exec train_rl "$@"."""
+def train_script(req: Request, *, hold_seconds: int = 0) -> str:
+    """Container script of the Pathways head: runtime env, pinned files, patches, then train_rl "$@"
+    (a failed exit held ``hold_seconds``: :func:`held_exit`)."""
     lines = [
         "set -eu",
         "export VLLM_HOST_IP=\"$(hostname -I | awk '{print $1}')\"",
@@ -179,8 +180,44 @@ def train_script(req: Request) -> str:
     if fetches_pinned_source(req):
         lines.append(pinning.fetch_line())
     lines += [workarounds.lookup(ref).shell_line() for ref in req.training.workarounds]
-    lines.append(f'exec python3 -m {shlex.quote(TRAIN_MODULE)} "$@"')
+    lines += held_exit(TRAIN_MODULE, hold_seconds)
     return "\n".join(lines) + "\n"
+
+
+HOLD_MARK = "rlpipe-hold:"  # printed when a failed exit is held (the simulator reads it too)
+
+
+def held_exit(module: str, hold_seconds: int) -> list[str]:
+    """Run the program as a child and hold a failed exit for ``hold_seconds``.
+
+    The preemption race (docs/simulator.md): a disrupted TPU worker's Job is ``Failed`` only after
+    its pods' grace periods, while the head may give up on the lost worker sooner; with
+    ``maxRestarts: 0`` the JobSet fails on the first Failed child and deletes the others, the
+    worker's Job and its DisruptionTarget evidence included. Holding the head's failed exit lets
+    the worker's Job fail first, so the run is classed ``preempted``. SIGTERM (the JobSet or Kueue
+    stopping the pod) is passed to the program at once and ends any hold; a success is never held.
+    """
+    return [
+        f"hold_seconds={int(hold_seconds)}",
+        "stopping=",
+        "program=",
+        "sleeper=",
+        """trap 'stopping=1; kill -TERM $program $sleeper 2>/dev/null || true' TERM INT""",
+        f'python3 -m {shlex.quote(module)} "$@" &',
+        "program=$!",
+        "set +e",
+        'wait "$program"; code=$?',
+        'while kill -0 "$program" 2>/dev/null; do wait "$program"; code=$?; done',
+        'if [ "$code" -ne 0 ] && [ -z "$stopping" ] && [ "$hold_seconds" -gt 0 ]; then',
+        '  sleep "$hold_seconds" &',
+        "  sleeper=$!",
+        f'  echo "{HOLD_MARK} the program exited $code; holding this exit ${{hold_seconds}}s so that a '
+        + "disrupted TPU worker's Job, if any, fails the JobSet first\"",
+        '  [ -n "$stopping" ] || wait "$sleeper"',  # a stop that came before $! was known ends it too
+        '  kill "$sleeper" 2>/dev/null || true',
+        "fi",
+        'exit "$code"',
+    ]
 
 
 _INDEX_GATE = [

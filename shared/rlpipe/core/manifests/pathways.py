@@ -33,6 +33,12 @@ RM_PORT = 29001
 RM_AUX_PORT = 29002
 WORKER_PORTS = (29005, 29006, 8471, 8080)
 PIPE_TIMEOUT_FLAGS = "--pathways_pipe_unreachable_timeout=60s"
+GRACE_SECONDS = 30  # terminationGracePeriodSeconds of every pod (the Kubernetes default)
+# How long the head holds a failed exit (commands._held_exit): a disrupted worker's Job is Failed
+# at most the victim's grace period plus the other workers' after the disruption (k8s
+# job_controller.go: FailureTarget once the victim is Failed, Failed once no pod terminates), even
+# if the program gave up at the very moment; 30 s more cover the controllers' syncs.
+HEAD_EXIT_HOLD_SECONDS = 2 * GRACE_SECONDS + 30
 
 _COORDINATOR = "metadata.labels['jobset.sigs.k8s.io/coordinator']"
 _JOBSET_NAME = "metadata.annotations['jobset.sigs.k8s.io/jobset-name']"
@@ -114,7 +120,12 @@ def train_jobset(
     main = {
         "name": MAIN_CONTAINER,
         "image": req.image,
-        "command": ["/bin/bash", "-c", commands.train_script(req), commands.SCRIPT_NAME],
+        "command": [
+            "/bin/bash",
+            "-c",
+            commands.train_script(req, hold_seconds=HEAD_EXIT_HOLD_SECONDS),
+            commands.SCRIPT_NAME,
+        ],
         "args": list(args),
         "env": [
             _field_env("PATHWAYS_HEAD", _COORDINATOR),
@@ -150,7 +161,7 @@ def train_jobset(
                         "hostNetwork": True,
                         "dnsPolicy": "ClusterFirstWithHostNet",
                         "restartPolicy": "Never",
-                        "terminationGracePeriodSeconds": 30,
+                        "terminationGracePeriodSeconds": GRACE_SECONDS,
                         "initContainers": [proxy, resource_manager],
                         "containers": [main],
                     },
@@ -209,7 +220,7 @@ def train_jobset(
                         # Never (not gcluster's OnFailure): required by the podFailurePolicy; a
                         # crashed worker is still replaced, up to backoffLimit, as a new pod.
                         "restartPolicy": "Never",
-                        "terminationGracePeriodSeconds": 30,
+                        "terminationGracePeriodSeconds": GRACE_SECONDS,
                         "containers": [worker],
                         "volumes": [
                             {"name": SHARED_TMP, "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}

@@ -14,15 +14,19 @@ The JobSet controller acts on the first child Job that is ``Failed``: with ``max
 fails the JobSet and deletes every Job still active (JobSet v0.10.1 failure_policy.go:220-226,
 jobset_controller.go:162-176, 589-612), the worker's Job at ``FailureTarget`` included. So when the
 victim and the other workers take their grace periods (``preempt@N:head-first``: 30 s each, then
-SIGKILL) the head's pipe timeout fires first, its Job fails first, and the worker's Job, its pods and
-the preemption evidence are deleted. With prompt exits (the default) the worker's Job fails first
-and, failed, is kept, with the evidence.
+SIGKILL) the head's pipe timeout fires first; had the head's container exited then, its Job would
+fail first and the worker's Job, its pods and the preemption evidence would be deleted. The head's
+script holds a failed exit (core/commands.held_exit, ``hold_seconds`` read from the script) for
+longer than the worker's Job can take, so the worker's Job fails first and, failed, is kept with the
+evidence; a script without the hold replays the lost-evidence order. With prompt exits (the
+default) the worker's Job fails first either way.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from rlpipe.core.commands import HOLD_MARK
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.jobs import JobSim
 from rlpipe.local.simulator.pods import SIGKILL_EXIT, SIGTERM_EXIT, PodSim
@@ -91,11 +95,20 @@ def disrupt(js: JobSetWorkload, fault: Fault, head: PodSim) -> Outcome:
     others_exit = max((js.exit_after(p, slow=slow) for p in others), default=0.0)
     # The race. At equal times the head wins: the worker's Job is Failed only after its pods'
     # removal has been observed (finalizers removed, then another Job sync), one step more.
-    if give_up <= victim_exit + others_exit:
+    hold = js.program.exit_hold if js.program else 0.0
+    worker_failed_at = victim_exit + others_exit
+    if give_up + hold <= worker_failed_at:
         js.pacer.pause(give_up - victim_exit)
         js.record("phase", f"{head.name} gives up before {worker_job.name} is Failed (head first)")
-        return _head_gives_up(head, victim)
-    js.stop_pods(others, slow=slow)
+        return _head_gives_up(head, victim, hold=hold, pacer=js.pacer)
+    if give_up <= worker_failed_at:  # the program gives up; its container holds the exit
+        js.pacer.pause(give_up - victim_exit)
+        _program_gives_up(head, victim)
+        hold_exit(head, 1, hold)
+        js.record("phase", f"{head.name}'s program gave up; its exit is held while {worker_job.name} fails")
+        js.stop_pods(others, slow=slow, waited=give_up - victim_exit)
+    else:
+        js.stop_pods(others, slow=slow)
     worker_job.terminated(others)
     worker_job.fail_final()
     raise JobFailed(worker_job)
@@ -106,11 +119,28 @@ def _program_container(js: JobSetWorkload, head: PodSim) -> dict[str, object] | 
     return next((c for c in head.main if c["name"] == name), None)
 
 
-def _head_gives_up(head: PodSim, victim: PodSim) -> Outcome:
-    """The head's program exits 1 on the unreachable worker (its Job then decides)."""
+def _program_gives_up(head: PodSim, victim: PodSim) -> None:
     head.log(
         f"ERROR: Pathways worker {victim.name} unreachable for longer than the pipe timeout; "
         "the training program cannot continue"
     )
+
+
+def hold_exit(pod: PodSim, code: int, hold: float) -> None:
+    """The script's held exit begins (core/commands.held_exit): SIGTERM now ends it with ``code``."""
+    if hold > 0 and code != 0:
+        pod.log(
+            f"{HOLD_MARK} the program exited {code}; holding this exit {hold:g}s so that a disrupted "
+            "TPU worker's Job, if any, fails the JobSet first"
+        )
+        pod.held_exit = code
+
+
+def _head_gives_up(head: PodSim, victim: PodSim, *, hold: float, pacer: Pacer) -> Outcome:
+    """The head's program exits 1 on the unreachable worker; after the script's hold, so does the
+    container (its Job then decides)."""
+    _program_gives_up(head, victim)
+    hold_exit(head, 1, hold)
+    pacer.pause(hold)
     head.terminate(1, "Error")
     return Outcome(1, "Error", "Pathways worker unreachable")

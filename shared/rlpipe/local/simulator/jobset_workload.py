@@ -212,6 +212,9 @@ class JobSetWorkload(WorkloadSim):
             elif outcome.disruption is not None:
                 outcome = disruption.disrupt(self, outcome.disruption, pod)
             else:
+                hold = self.program.exit_hold if self.program and outcome.code else 0.0
+                disruption.hold_exit(pod, outcome.code, hold)
+                self.pacer.pause(hold)
                 pod.terminate(outcome.code, outcome.reason)
             if outcome.code == 0:
                 leader_job.pod_succeeded(LEADER)

@@ -62,6 +62,7 @@ class PodSim:
         self.started: dict[str, float] = {}
         self.lines: list[str] = []
         self.phase = "Pending"
+        self.held_exit: int | None = None  # a failed exit the script holds: SIGTERM ends it so
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -399,6 +400,7 @@ class PodSim:
         if self.phase in ("Succeeded", "Failed") or not self.exists:
             self.phase = self.phase if self.phase in ("Succeeded", "Failed") else "Failed"
             return
+        code = code if self.held_exit is None else self.held_exit
         now = self.env.now()
         self.phase = "Failed"
 

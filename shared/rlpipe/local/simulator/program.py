@@ -115,6 +115,8 @@ _INDEX_GATE = re.compile(r"JOB_COMPLETION_INDEX[^\n]*\n(?:[^\n]*\n){0,3}?\s*exit
 
 # rlpipe's own script steps before the program (core/pinning.py), recognised by what they print.
 _SCRIPT_STEPS = {"pin": "rlpipe-pin:", "fetch": "rlpipe-fetch:"}
+# A script that holds the program's failed exit (core/commands.held_exit), and for how long.
+_EXIT_HOLD = re.compile(r"^hold_seconds=(\d+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Program:
     module: str
     args: Arguments
     index_gated: bool = False
+    exit_hold: float = 0.0  # seconds the container holds the program's failed exit
 
     @property
     def stage(self) -> str | None:
@@ -143,7 +146,15 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
             env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
             steps = tuple(step for step, mark in _SCRIPT_STEPS.items() if mark in script)
             args = replace(Arguments.parse(rest), env=env, steps=steps)
-            return Program(container.get("name", ""), container.get("image", ""), module, args, gated)
+            hold = _EXIT_HOLD.search(script)
+            return Program(
+                container.get("name", ""),
+                container.get("image", ""),
+                module,
+                args,
+                gated,
+                exit_hold=float(hold.group(1)) if hold else 0.0,
+            )
     return None
 
 

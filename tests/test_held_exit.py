@@ -1,0 +1,92 @@
+"""The head's held failed exit, run by a real bash with a stand-in ``python3`` on PATH.
+
+The hold closes the preemption race (docs/simulator.md): it must hold only a failed exit, pass
+SIGTERM to the program at once, and never keep a pod that is being stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from rlpipe.core.commands import HOLD_MARK, SCRIPT_NAME, held_exit
+
+FAKE_PYTHON = """#!/bin/bash
+# Stand-in for `python3 -m <module> "$@"`: behaves as FAKE_MODE says.
+echo "args: $*" > "$FAKE_DIR/args"
+case "$FAKE_MODE" in
+  exit:*) exit "${FAKE_MODE#exit:}" ;;
+  serve) trap 'echo term > "$FAKE_DIR/got-term"; exit 143' TERM; echo up > "$FAKE_DIR/up"
+         while true; do sleep 0.05; done ;;
+esac
+"""
+
+
+def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    script = "set -eu\n" + "\n".join(held_exit("some.module", hold)) + "\n"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_MODE": mode,
+        "FAKE_DIR": str(tmp_path),
+    }
+    return subprocess.Popen(
+        ["/bin/bash", "-c", script, SCRIPT_NAME, "--flag", "a b"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(path: Path, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_a_failed_exit_is_held_then_passed_on(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = start(tmp_path, "exit:3", hold=1)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3
+    assert f"{HOLD_MARK} the program exited 3; holding this exit 1s" in out
+    assert time.monotonic() - started >= 1.0
+    assert (tmp_path / "args").read_text() == "args: -m some.module --flag a b\n"  # "$@" intact
+
+
+def test_a_success_is_never_held(tmp_path: Path) -> None:
+    proc = start(tmp_path, "exit:0", hold=600)
+    out, _ = proc.communicate(timeout=30)  # a held success would outlast this
+    assert proc.returncode == 0 and HOLD_MARK not in out
+
+
+def test_sigterm_reaches_the_program_and_skips_the_hold(tmp_path: Path) -> None:
+    proc = start(tmp_path, "serve", hold=600)
+    wait_for(tmp_path / "up")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert (tmp_path / "got-term").exists()
+    assert proc.returncode == 143 and HOLD_MARK not in out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_during_the_hold_ends_it_with_the_programs_code(tmp_path: Path, signum: int) -> None:
+    proc = start(tmp_path, "exit:1", hold=600)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith(HOLD_MARK), line
+    proc.send_signal(signum)
+    proc.communicate(timeout=30)  # a hold that ignored the signal would run for 600 s
+    assert proc.returncode == 1
