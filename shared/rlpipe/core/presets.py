@@ -71,7 +71,21 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "notify": None,
         "labels": {},
         "maxtext_overrides": {},
+        "gate": None,
+        "publish": None,
     }
+
+
+# Defaults of optional sections, merged under a request's section when it sets one.
+SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gate": {"min_post_mean_reward": None, "min_reward_gain": None, "min_post_accuracy": None},
+    # Private until a person decides otherwise; a write token's own Secret, never the read one's.
+    "publish": {
+        "private": True,
+        "branch": "main",
+        "token_secret": {"name": "hf-write-token", "key": "token"},
+    },
+}
 
 
 _PRESETS: dict[str, dict[str, Any]] = {

@@ -103,6 +103,34 @@ class TrainLog:
             out["post_accuracy"] = _json_number(self.post.accuracy)
         return out
 
+    def results(self) -> dict[str, Any]:
+        """Every evaluation, JSON-ready, for the run's ledger ``results`` (the gate reads these)."""
+        return {
+            "pre": _eval_dict(self.pre),
+            "post": _eval_dict(self.post),
+            "intermediate": [
+                {
+                    "step": e.step,
+                    "mean_reward": _json_number(e.mean_reward),
+                    "accuracy": _json_number(e.accuracy),
+                }
+                for e in self.intermediate
+            ],
+        }
+
+
+def _eval_dict(e: Eval | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {
+        "corr": _json_number(e.corr),
+        "total": e.total,
+        "accuracy": _json_number(e.accuracy),
+        "partial_accuracy": _json_number(e.partial_accuracy),
+        "format_accuracy": _json_number(e.format_accuracy),
+        "mean_reward": _json_number(e.mean_reward),
+    }
+
 
 def _json_number(value: float | None) -> float | None:
     """JSON has no nan or inf: such values are reported as missing."""

@@ -7,12 +7,14 @@ check returns ``Problem``s instead of raising.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from rlpipe.core import identity, steps, tpu
 from rlpipe.core.problems import Problem
+from rlpipe.core.request import outcome_checks
 from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -41,7 +43,10 @@ def _get(doc: Any, path: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def _number(doc: Any, path: str) -> float:
-    return float(_get(doc, path, (int, float)))
+    value = float(_get(doc, path, (int, float)))
+    if not math.isfinite(value):
+        raise _Missing(path)  # pydantic reports inf/nan on the field itself
+    return value
 
 
 def cross_field_problems(doc: dict[str, Any]) -> list[Problem]:
@@ -74,6 +79,8 @@ def _parallelism(doc: dict[str, Any]) -> Iterator[Problem]:
     chips = shape.chips * slices
     f_train = _number(doc, "training.trainer_devices_fraction")
     f_sample = _number(doc, "training.sampler_devices_fraction")
+    if not (0 < f_train <= 1 and 0 < f_sample <= 1):
+        return  # pydantic reports a fraction outside (0, 1] on the field itself
     bad = False
     if f_train + f_sample > 1.0 + 1e-9:
         bad = True
@@ -252,4 +259,6 @@ _CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _model_label,
     _labels,
     _attempt_names,
+    outcome_checks.gate_problems,
+    outcome_checks.publish_problems,
 )

@@ -278,6 +278,41 @@ class Timeouts(_Strict):
     )
 
 
+class GateSpec(_Strict):
+    """Thresholds a trained model must meet before it is exported and published (docs/outcomes.md).
+
+    Each compares a number train_rl printed (``Pre/Post RL Training: …``); accuracy is in percent,
+    as train_rl prints it. A run that misses one ends ``gated``; ``rlpipe promote`` overrides it."""
+
+    min_post_mean_reward: float | None = Field(
+        default=None, description="post-training mean_reward at least this"
+    )
+    min_reward_gain: float | None = Field(
+        default=None, description="post mean_reward minus pre mean_reward at least this"
+    )
+    min_post_accuracy: Annotated[float, Field(ge=0, le=100)] | None = Field(
+        default=None, description="post-training accuracy (percent) at least this"
+    )
+
+
+class PublishSpec(_Strict):
+    """Where the exported model goes on the Hugging Face Hub (docs/outcomes.md)."""
+
+    repo: Annotated[str, Field(pattern=HF_REPO_PATTERN.pattern)] = Field(description="target owner/name")
+    private: bool = Field(description="create the repository private (if it does not exist)")
+    branch: str = Field(description="target branch")
+    token_secret: SecretRef = Field(
+        description="Kubernetes Secret with a *write* token (never the read token's Secret)"
+    )
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str) -> str:
+        if BRANCH_PATTERN.match(value):
+            return value
+        raise _custom(f"{value!r} is not a branch name", "use a branch such as 'main' or 'rlpipe/tuned'")
+
+
 class Request(_Strict):
     """A complete, normalized request: what the ledger stores and the manifests are built from."""
 
@@ -309,6 +344,8 @@ class Request(_Strict):
         description="Pub/Sub topic for status messages"
     )
     labels: dict[str, str]
+    gate: GateSpec | None = Field(description="quality gate evaluated after train")
+    publish: PublishSpec | None = Field(description="publish the export to the Hugging Face Hub")
 
     @field_validator("hf_revision")
     @classmethod

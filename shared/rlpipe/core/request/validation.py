@@ -6,6 +6,7 @@ the cross-field checks are gathered into one ``RequestInvalid``.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -73,7 +74,10 @@ def _merge(base: Any, override: Any, path: tuple[str, ...]) -> tuple[Any, list[P
             where = ".".join(path)
             problems.append(Problem(where, f"key {key!r} is not a string", "quote the key"))
             continue
-        if (
+        if not path and base.get(key) is None and key in presets.SECTION_DEFAULTS and isinstance(value, dict):
+            out[key], sub = _merge(copy.deepcopy(presets.SECTION_DEFAULTS[key]), value, (key,))
+            problems.extend(sub)
+        elif (
             key in base
             and isinstance(base[key], dict)
             and isinstance(value, dict)
@@ -88,6 +92,14 @@ def _merge(base: Any, override: Any, path: tuple[str, ...]) -> tuple[Any, list[P
 
 # Maps a request replaces wholesale rather than merging into the preset's.
 _REPLACED_MAPS = frozenset({"labels"})
+
+
+# Fields that name a Kubernetes Secret (name and key), never hold one.
+_SECRET_REFERENCES = (("hf_token_secret",), ("publish", "token_secret"))
+
+
+def _names_a_secret(path: tuple[str, ...]) -> bool:
+    return any(path[: len(ref)] == ref for ref in _SECRET_REFERENCES)
 
 
 def _secret_problems(doc: Any, path: tuple[str, ...] = ()) -> list[Problem]:
@@ -107,12 +119,7 @@ def _secret_problems(doc: Any, path: tuple[str, ...] = ()) -> list[Problem]:
                 )
                 continue
             sub = (*path, str(key))
-            if (
-                isinstance(key, str)
-                and _SECRET_KEY.search(key)
-                and sub != ("hf_token_secret",)
-                and path[:1] != ("hf_token_secret",)
-            ):
+            if isinstance(key, str) and _SECRET_KEY.search(key) and not _names_a_secret(sub):
                 found.append(
                     Problem(
                         ".".join(sub),

@@ -1,0 +1,60 @@
+"""TPU chip-hours a workload's pods actually held, from the pods' own start and end times.
+
+Why from pods and not from the attempt's launch and finish: an attempt may wait in Kueue's queue
+for hours holding nothing, and a TPU host holds its chips from the moment its pod starts until its
+containers have exited. Per pod: ``google.com/tpu`` chips (the largest container request or limit)
+× (end − ``status.startTime``), where end is the latest container ``finishedAt`` of a finished pod,
+its ``deletionTimestamp`` if it is being deleted, else ``now``. Pure: pod documents in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from rlpipe.core.timestamps import parse_rfc3339
+
+TPU_RESOURCE = "google.com/tpu"
+
+
+def _chips(pod: Mapping[str, Any]) -> int:
+    best = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for kind in ("limits", "requests"):
+            raw = (resources.get(kind) or {}).get(TPU_RESOURCE)
+            try:
+                best = max(best, int(str(raw))) if raw is not None else best
+            except ValueError:
+                continue
+    return best
+
+
+def _end(pod: Mapping[str, Any], now: datetime) -> datetime:
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        finished = [
+            ts
+            for cs in status.get("containerStatuses") or []
+            if (ts := parse_rfc3339(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+        ]
+        if finished:
+            return max(finished)
+    deleting = parse_rfc3339((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return min(deleting, now) if deleting else now
+
+
+def chip_seconds(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
+    """Chip-seconds held by these pods so far (0 for CPU-only pods and pods never started)."""
+    total = 0.0
+    for pod in pods:
+        chips = _chips(pod)
+        started = parse_rfc3339((pod.get("status") or {}).get("startTime"))
+        if chips and started:
+            total += chips * max(0.0, (_end(pod, now) - started).total_seconds())
+    return total
+
+
+def chip_hours(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
+    return chip_seconds(pods, now) / 3600.0
