@@ -299,7 +299,8 @@ class BenchStack:
         self.settings = Settings.from_env()
         self.client = make_client(self.settings.project)
         self.artifacts = BlobStore(self.client, self.settings.artifacts_bucket)
-        self.ledger = Ledger(self.artifacts)
+        self.state_store = BlobStore(self.client, self.settings.state_bucket)
+        self.ledger = Ledger(self.state_store)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -147,17 +147,19 @@ def run(args: argparse.Namespace) -> Section:
         client = make_client("rlpipe-bench")
         requests_bucket = client.create_bucket("bench-requests").name
         artifacts_bucket = client.create_bucket("bench-artifacts").name
+        state_bucket = client.create_bucket("bench-state").name
         env = {
             "STORAGE_EMULATOR_HOST": url,
             "RLPIPE_PROJECT": "rlpipe-bench",
             "RLPIPE_REQUESTS_BUCKET": requests_bucket,
             "RLPIPE_ARTIFACTS_BUCKET": artifacts_bucket,
+            "RLPIPE_STATE_BUCKET": state_bucket,
             "RLPIPE_WORKFLOWS_ENDPOINT": executions.target,
         }
         for old in workdir.glob("intake_object-*.log"):
             old.unlink()
         function = FunctionServer("intake_object", "cloudevent", env, workdir).start()
-        ledger = Ledger(BlobStore(client, artifacts_bucket))
+        ledger = Ledger(BlobStore(client, state_bucket))
         threads = os.environ.get("THREADS") or f"{(os.cpu_count() or 1) * 4} (functions-framework default)"
         # A warm-up delivery of another request: no row below pays the function's first-call imports.
         warm = client.bucket(requests_bucket).blob("requests/warm-up.json")

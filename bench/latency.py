@@ -165,7 +165,7 @@ def _one_run(
     accepted = next(
         (
             b
-            for b in s.client.list_blobs(s.settings.artifacts_bucket, prefix=f"runs/{run_id}/events/")
+            for b in s.client.list_blobs(s.settings.state_bucket, prefix=f"runs/{run_id}/events/")
             if b.name.endswith("-accepted.json")
         ),
         None,

@@ -101,14 +101,15 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 client = make_client("rlpipe-bench")
                 suffix = uuid.uuid4().hex[:8]
                 artifacts = client.create_bucket(f"bench-artifacts-{suffix}").name
+                state = client.create_bucket(f"bench-state-{suffix}").name
                 requests = client.create_bucket(f"bench-requests-{suffix}").name
                 from rlpipe.control.blobstore import BlobStore
 
                 chain = Chain(
-                    BlobStore(client, artifacts),
+                    BlobStore(client, state),
                     kube,
                     workflows,
-                    chain_settings(artifacts, requests, kube, workflows),
+                    chain_settings(artifacts, requests, kube, workflows, state=state),
                 )
                 specs, mix = world(n)
                 out["mix"] = mix
@@ -141,7 +142,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 out["dry_run"] = dry
                 slow_client = make_client("rlpipe-bench")
                 slow_storage(slow_client, latency_ms / 1000)
-                slow = Chain(BlobStore(slow_client, artifacts), kube, workflows, chain.settings)
+                slow = Chain(BlobStore(slow_client, state), kube, workflows, chain.settings)
                 out["latency_ms"] = latency_ms
                 out["dry_run_latency"] = {}
                 for concurrency in (1, 8):

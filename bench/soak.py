@@ -201,7 +201,7 @@ def _validate_ledger(s: BenchStack, run_id: str) -> tuple[bool, str]:
     from rlpipe.control.ledger import RunRecord
 
     try:
-        raw = s.client.bucket(s.settings.artifacts_bucket).blob(f"runs/{run_id}/run.json").download_as_bytes()
+        raw = s.client.bucket(s.settings.state_bucket).blob(f"runs/{run_id}/run.json").download_as_bytes()
         RunRecord.model_validate(json.loads(raw))
         events = [e["event"] for e in s.ledger.history(run_id)]
     except Exception as exc:  # report, do not crash the soak

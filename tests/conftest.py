@@ -46,12 +46,21 @@ class Buckets:
     client: Any
     requests: str
     artifacts: str
+    state: str
     emulator: str
 
     def store(self, which: str) -> Any:
+        """``requests``, ``artifacts`` (what workloads write) or ``state`` (ledgers, READY.json, ...)."""
         from rlpipe.control.blobstore import BlobStore
 
-        return BlobStore(self.client, self.requests if which == "requests" else self.artifacts)
+        names = {"requests": self.requests, "artifacts": self.artifacts, "state": self.state}
+        return BlobStore(self.client, names[which])
+
+    def ledger(self) -> Any:
+        """The ledger, where production keeps it: in the state bucket."""
+        from rlpipe.control.ledger import Ledger
+
+        return Ledger(self.store("state"))
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
@@ -59,13 +68,15 @@ class Buckets:
             "RLPIPE_PROJECT": "rlpipe-test",
             "RLPIPE_REQUESTS_BUCKET": self.requests,
             "RLPIPE_ARTIFACTS_BUCKET": self.artifacts,
+            "RLPIPE_STATE_BUCKET": self.state,
             **extra,
         }
 
 
 @pytest.fixture
 def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
-    """A fresh pair of buckets on the shared fake-gcs-server, reached by the real storage client."""
+    """Fresh requests, artifacts and state buckets on the shared fake-gcs-server, reached by the
+    real storage client."""
     from rlpipe.control.blobstore import make_client
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
@@ -73,7 +84,8 @@ def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
     suffix = uuid.uuid4().hex[:10]
     requests_bucket = client.create_bucket(f"requests-{suffix}").name
     artifacts_bucket = client.create_bucket(f"artifacts-{suffix}").name
-    return Buckets(client, requests_bucket, artifacts_bucket, fake_gcs.url)
+    state_bucket = client.create_bucket(f"state-{suffix}").name
+    return Buckets(client, requests_bucket, artifacts_bucket, state_bucket, fake_gcs.url)
 
 
 @pytest.fixture
@@ -102,10 +114,11 @@ def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
         workflows_endpoint=executions.target,
         requests_bucket=buckets.requests,
         artifacts_bucket=buckets.artifacts,
+        state_bucket=buckets.state,
     )
     return Intake(
         requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("artifacts")),
+        ledger=Ledger(buckets.store("state")),
         orchestrator=Orchestrator(settings),
         log=Logger("test"),
         **kwargs,

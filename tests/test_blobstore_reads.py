@@ -69,7 +69,7 @@ def test_a_read_returns_bytes_and_the_generation_they_belong_to_while_a_writer_r
 
 
 def test_a_ledger_read_during_updates_never_reports_a_missing_ledger(buckets: Buckets) -> None:
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = Ledger(buckets.store("state"))
     ledger.claim(RunRecord(run_id="rtear0000001", key="k", source=Source(kind="cli"), request={}))
     done = threading.Event()
 

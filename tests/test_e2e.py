@@ -23,9 +23,10 @@ from rlpipe.cli import runs
 from rlpipe.control.blobstore import BlobStore, make_client
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.settings import Settings
+from rlpipe.core import identity, layout
 from rlpipe.local import pubsub
 from rlpipe.local.stack import LocalStack, StackConfig
-from tests.conftest import minimal_request
+from tests.conftest import ROOT, minimal_request
 from tests.harness.functions import gcs_event, post
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ class Local:
         os.environ.update(self.state.env)
         self.settings = Settings.from_env()
         self.client = make_client(self.settings.project)
-        self.ledger = Ledger(BlobStore(self.client, self.settings.artifacts_bucket))
+        self.ledger = Ledger(BlobStore(self.client, self.settings.state_bucket))
 
     def request(self, *, fresh_cache: bool = False, **fields: Any) -> Path:
         """A request file; ``fresh_cache`` gives it its own conversion-cache key (an image tag only
@@ -265,6 +266,62 @@ def test_cancel_mid_train(local: Local, faults: Any) -> None:
     assert result["execution_cancelled"] is True and f"{run_id}-train-a1" in result["deleted"]
     record = local.wait(run_id)
     local.assert_consistent(record, "cancelled")
+
+
+def _is_control_plane_state(name: str) -> bool:
+    """Objects only the control plane may write (the state bucket's; layout.py says which)."""
+    parts = name.split("/")
+    return (
+        (parts[0] == "runs" and len(parts) >= 3 and (parts[2] in ("run.json", "error.json", "events")))
+        or (name.startswith(layout.CACHE_PREFIX) and name.endswith("/READY.json"))
+        or name.startswith((layout.UPSTREAM_PREFIX, layout.RECONCILE_PREFIX))
+    )
+
+
+def test_the_control_planes_state_is_never_in_the_artifacts_bucket(local: Local, faults: Any) -> None:
+    """Ledgers, events, error records, READY.json and the upstream state are written to the state
+    bucket, which no workload can write; the artifacts bucket holds only what workloads write."""
+    faults([])
+    run_id = local.submit(local.request(fresh_cache=True))  # a real conversion: READY.json is written
+    record = local.wait(run_id)
+    assert record.state == "succeeded" and record.lineage.conversion_cache_hit is False
+    # A rejected request leaves an error record.
+    bad = local.client.bucket(local.settings.requests_bucket).blob(
+        f"requests/bad-{uuid.uuid4().hex[:8]}.yaml"
+    )
+    bad.upload_from_string(b"model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\nbatchsize: 3\n")
+    rejected = identity.run_id_for(identity.key_for_object(bad.bucket.name, bad.name, bad.generation))
+    state = BlobStore(local.client, local.settings.state_bucket)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not state.exists(f"runs/{rejected}/error.json"):
+        time.sleep(0.2)
+    # The upstream watcher's first poll records its baseline.
+    watch = yaml.safe_load((ROOT / "examples" / "upstream" / "watch.yaml").read_text())
+    watch_list = local.client.bucket(local.settings.requests_bucket).blob("config/watch.yaml")
+    watch_list.upload_from_string(yaml.safe_dump(watch))
+    try:
+        assert local.stack.upstream_tick() == 200
+    finally:
+        watch_list.delete()
+
+    in_state = set(state.list(""))
+    cache = layout.ConversionCache(local.settings.artifacts_bucket, record.lineage.conversion_key or "")
+    for name in (
+        f"runs/{run_id}/run.json",
+        f"runs/{rejected}/error.json",
+        cache.ready,
+        layout.upstream_state(watch["watch"][0]["hf_repo"]),
+    ):
+        assert name in in_state, f"{name} is not in the state bucket"
+    assert any(n.startswith(f"runs/{run_id}/events/") for n in in_state)
+    assert all(_is_control_plane_state(n) for n in in_state), sorted(
+        n for n in in_state if not _is_control_plane_state(n)
+    )[:5]
+    in_artifacts = [b.name for b in local.client.list_blobs(local.settings.artifacts_bucket)]
+    assert any(n.startswith(f"runs/{run_id}/hf/") for n in in_artifacts), "the outputs are artifacts"
+    assert any(n.startswith(cache.attempt_dir(run_id, 1)) for n in in_artifacts)
+    leaked = [n for n in in_artifacts if _is_control_plane_state(n)]
+    assert not leaked, f"control-plane state in the artifacts bucket: {leaked[:5]}"
 
 
 def test_second_request_for_the_same_sha_skips_convert(local: Local, faults: Any) -> None:

@@ -15,7 +15,7 @@ from functions_framework import create_app
 
 from rlpipe.control import services
 from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.core import layout
 from tests.conftest import ROOT, Buckets
 from tests.harness.functions import gcs_event, pubsub_event
@@ -145,7 +145,7 @@ def test_completion_signal_sends_the_stage_callback(
     for key, value in buckets.env(RLPIPE_KUBE_URL="http://127.0.0.1:1").items():
         monkeypatch.setenv(key, value)
     services.reset()
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = buckets.ledger()
     record = RunRecord(run_id="rcallback001", key="k", source=Source(kind="cli"), request={})
     execution = f"/v1/{services.settings().workflow_path}/executions/e1"
     record.callbacks = {
@@ -164,6 +164,7 @@ def test_completion_signal_sends_the_stage_callback(
         f"{execution}/callbacks/export-1",
     ], "step 50 is not final"
     assert received[0]["body"]["signal"] == "checkpoint" and received[0]["auth"] is None
+    assert received[0]["body"]["object"] == layout.gs(buckets.artifacts, run.step_commit(100))
     services.reset()
 
 
@@ -183,7 +184,7 @@ def test_a_callback_url_outside_this_workflow_is_never_posted_to(
     for key, value in buckets.env(RLPIPE_KUBE_URL="http://127.0.0.1:1").items():
         monkeypatch.setenv(key, value)
     services.reset()
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = buckets.ledger()
     record = RunRecord(run_id="rforeign0001", key="k", source=Source(kind="cli"), request={})
     record.callbacks = {"export": url.format(base=base, workflow=services.settings().workflow_path)}
     ledger.claim(record)

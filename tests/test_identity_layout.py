@@ -62,6 +62,25 @@ def test_run_paths_follow_the_design_layout() -> None:
     assert layout.converted_items(cache.attempt_dir("rabc", 2)) == "cache/maxtext/ckey/rabc-a2/0/items/"
 
 
+def test_each_object_lives_under_its_buckets_prefixes() -> None:
+    """The state bucket's names under STATE_PREFIXES, the workloads' under WORKLOAD_PREFIXES
+    (Terraform's IAM conditions grant exactly these; tests/test_infra.py checks that side)."""
+    run, cache = layout.RunLayout("b", "rabc"), layout.ConversionCache("b", "k")
+    state = [run.ledger, run.event(1, "x"), run.error, cache.ready, layout.upstream_state("org/m")]
+    state.append(layout.RECONCILE_CURSOR)
+    workloads = [
+        run.step_commit(50),
+        run.hf_dir + layout.HF_INDEX,
+        layout.converted_step_commit(cache.attempt_dir("rabc", 1)),
+        layout.pinned_manifest(cache.attempt_dir("rabc", 1)),
+        layout.PATHWAYS_PREFIX + "tmp/x",
+    ]
+    assert all(name.startswith(layout.STATE_PREFIXES) for name in state)
+    assert all(name.startswith(layout.WORKLOAD_PREFIXES) for name in workloads)
+    assert layout.upstream_state("org/m") == "upstream/org/m/state.json"
+    assert layout.RECONCILE_CURSOR == "reconcile/cursor.json"
+
+
 def test_nothing_the_pipeline_writes_triggers_intake() -> None:
     run, cache = layout.RunLayout("b", "rabc"), layout.ConversionCache("b", "k")
     written = [

@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
+from rlpipe.core import layout
+
 ROOT = Path(__file__).resolve().parent.parent
 TF_DIR = ROOT / "infra" / "terraform"
 K8S_DIR = ROOT / "infra" / "cluster" / "k8s"
@@ -413,9 +415,13 @@ def test_ingress(tf: dict[str, Any]) -> None:
 
 def test_function_environment(tf: dict[str, Any]) -> None:
     code_names = code_env_names()
-    assert {"RLPIPE_PROJECT", "RLPIPE_ARTIFACTS_BUCKET", "RLPIPE_HF_TOKEN", "RLPIPE_GKE_ENDPOINT"} <= set(
-        code_names
-    ), "the scan of the code's environment reads found too little"
+    assert {
+        "RLPIPE_PROJECT",
+        "RLPIPE_ARTIFACTS_BUCKET",
+        "RLPIPE_STATE_BUCKET",
+        "RLPIPE_HF_TOKEN",
+        "RLPIPE_GKE_ENDPOINT",
+    } <= set(code_names), "the scan of the code's environment reads found too little"
     required = required_function_env()
     for entry, (fn,) in functions_by_entry_point(tf).items():
         env = resolve(tf, fn["service_config"].get("environment_variables"))
@@ -436,6 +442,11 @@ def test_function_environment(tf: dict[str, Any]) -> None:
         wanted = {name for name, users in SECRET_ENV.items() if entry in users}
         assert secrets == wanted, f"{entry}: secret env {sorted(secrets)}, expected {sorted(wanted)}"
         assert env.get("RLPIPE_PROJECT") == TEST_PROJECT
+        assert (
+            env.get("RLPIPE_STATE_BUCKET")
+            == f"{TEST_PROJECT}-rlpipe-state"
+            != env.get("RLPIPE_ARTIFACTS_BUCKET")
+        )
         assert env.get("RLPIPE_NAMESPACE") == "rlpipe"
         assert env.get("RLPIPE_WORKLOAD_SERVICE_ACCOUNT") == "rlpipe-workload"
 
@@ -548,39 +559,108 @@ def test_no_service_account_is_owner_editor_or_admin_of_the_project(tf: dict[str
                 )
 
 
-def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
-    grants = by_path(tf, "google_storage_bucket_iam_member")
-    artifacts = {
-        p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.artifacts[")
-    }
-    prefixes = {
-        "intake-object": ["runs/"],
-        "intake-message": ["runs/"],
-        "artifact-event": ["runs/"],
-        "reconcile": ["runs/", "reconcile/"],
-        "upstream-poll": ["runs/", "upstream/"],
-        "upstream-webhook": ["runs/", "upstream/"],
-    }
-    for key, allowed in prefixes.items():
-        expression = (
-            artifacts[f'google_storage_bucket_iam_member.artifacts["{key}"]'].get("condition") or {}
-        ).get("expression", "")
-        for prefix in allowed:  # objects under the prefix, and listings of it
-            assert f'/objects/{prefix}")' in expression, (key, prefix)
-            assert f'objectListPrefix", "").startsWith("{prefix}")' in expression, (key, prefix)
-        assert len(re.findall(r"/objects/", expression)) == len(allowed), (key, expression)
-    assert (
-        artifacts['google_storage_bucket_iam_member.artifacts["artifact-event"]']["role"]
-        == "roles/storage.objectViewer"
+def _condition(grant: dict[str, Any]) -> str:
+    return str((grant.get("condition") or {}).get("expression", ""))
+
+
+def _prefixes_allowed(expression: str, bucket: str) -> set[str]:
+    """The object prefixes a condition allows (resource.name), each also allowed as a listing prefix."""
+    objects = set(
+        re.findall(
+            rf'resource\.name\.startsWith\("projects/_/buckets/{re.escape(bucket)}/objects/([^"]*)"\)',
+            expression,
+        )
     )
-    requests = {p: g for p, g in grants.items() if p.startswith("google_storage_bucket_iam_member.requests[")}
-    assert {p.split('"')[1] for p in requests} == {"intake-object", "upstream-poll", "upstream-webhook"}
-    for path, grant in requests.items():
-        assert grant["role"] == "roles/storage.objectViewer", path
+    listings = set(re.findall(r'objectListPrefix", ""\)\.startsWith\("([^"]*)"\)', expression))
+    assert objects == listings, (expression, objects, listings)
+    assert len(re.findall(r"/objects/", expression)) == len(objects), expression  # no other bucket
+    return objects
+
+
+def _bucket_grants(tf: dict[str, Any], resource: str) -> dict[str, dict[str, Any]]:
+    """google_storage_bucket_iam_member.<resource>["key"] → grant, by key."""
+    head = f"google_storage_bucket_iam_member.{resource}["
+    return {
+        p[len(head) :].strip('[]"'): g
+        for p, g in by_path(tf, "google_storage_bucket_iam_member").items()
+        if p.startswith(head)
+    }
+
+
+def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
+    state_bucket = by_path(tf, "google_storage_bucket")["google_storage_bucket.state"]["name"]
+    artifacts_bucket = by_path(tf, "google_storage_bucket")["google_storage_bucket.artifacts"]["name"]
+    # The control plane's records (core.layout), each only to the functions that need it.
+    expected_state = {
+        "intake-object": ("roles/storage.objectUser", {"runs/"}),
+        "intake-message": ("roles/storage.objectUser", {"runs/"}),
+        "artifact-event": ("roles/storage.objectViewer", {"runs/"}),
+        "stage": ("roles/storage.objectUser", {"runs/", "cache/maxtext/"}),  # READY.json
+        "reconcile": ("roles/storage.objectUser", {"runs/", "reconcile/"}),
+        "upstream-poll": ("roles/storage.objectUser", {"runs/", "upstream/"}),
+        "upstream-webhook": ("roles/storage.objectUser", {"runs/", "upstream/"}),
+    }
+    state = _bucket_grants(tf, "state")
+    assert set(state) == set(expected_state)
+    for key, (role, prefixes) in expected_state.items():
+        assert state[key]["role"] == role, key
+        assert _prefixes_allowed(_condition(state[key]), state_bucket) == prefixes, key
+    assert {p for _, allowed in expected_state.values() for p in allowed} == set(layout.STATE_PREFIXES)
+    # What workloads write is read by the functions that decide completeness, written by nobody else.
+    artifacts = _bucket_grants(tf, "artifacts")
+    assert set(artifacts) == {"stage", "reconcile", "workload", "workload/bucket"}
+    assert artifacts["stage"]["role"] == artifacts["reconcile"]["role"] == "roles/storage.objectViewer"
+    assert _prefixes_allowed(_condition(artifacts["stage"]), artifacts_bucket) == {"runs/", "cache/maxtext/"}
+    assert _prefixes_allowed(_condition(artifacts["reconcile"]), artifacts_bucket) == {"runs/"}
+
+    requests = _bucket_grants(tf, "requests")
+    assert set(requests) == {"intake-object", "upstream-poll", "upstream-webhook"}
+    for key, grant in requests.items():
+        assert grant["role"] == "roles/storage.objectViewer", key
         assert (
             "/objects/requests/" in grant["condition"]["expression"]
             or "/objects/config/" in grant["condition"]["expression"]
-        ), path
+        ), key
+
+
+def test_workloads_cannot_touch_the_control_planes_state(tf: dict[str, Any]) -> None:
+    """The workload identity has no grant on the state bucket (nor on the project's storage), and on
+    the artifacts bucket may write only where workloads write: runs/, cache/maxtext/, pathways/."""
+    workload = f"serviceAccount:rlpipe-workload@{TEST_PROJECT}.iam.gserviceaccount.com"
+    buckets = {b["__tfmeta"]["path"]: b["name"] for b in resources(tf, "google_storage_bucket")}
+    state_bucket, artifacts_bucket = (
+        buckets["google_storage_bucket.state"],
+        buckets["google_storage_bucket.artifacts"],
+    )
+    mine = [(rtype, g) for rtype, g in iam_grants(tf) if workload in members_of(tf, g)]
+    assert mine, "the workload identity's grants were not found"
+    for rtype, grant in mine:
+        path = grant["__tfmeta"]["path"]
+        assert rtype != "google_project_iam_member" or "storage" not in grant["role"], path
+        if rtype != "google_storage_bucket_iam_member":
+            continue
+        assert grant["bucket"] != state_bucket, f"{path}: the workload identity may touch the state bucket"
+        assert grant["bucket"] == artifacts_bucket, path
+        if grant["role"] == "roles/storage.bucketViewer":  # bucket metadata, no object
+            continue
+        expression = _condition(grant)
+        assert expression, f"{path}: {grant['role']} on the whole artifacts bucket"
+        assert _prefixes_allowed(expression, artifacts_bucket) == set(layout.WORKLOAD_PREFIXES), path
+    objects = [
+        g
+        for rtype, g in mine
+        if rtype == "google_storage_bucket_iam_member" and g["role"] != "roles/storage.bucketViewer"
+    ]
+    assert [g["role"] for g in objects] == ["roles/storage.objectUser"]
+    expression = _condition(objects[0])
+    for prefix in ("runs/", "cache/maxtext/"):
+        assert (
+            f'resource.name.startsWith("projects/_/buckets/{artifacts_bucket}/objects/{prefix}")'
+            in expression
+        )
+    # No identity with a grant on the state bucket is one a workload runs as.
+    for grant in _bucket_grants(tf, "state").values():
+        assert workload not in members_of(tf, grant)
 
 
 # ------------------------------------------------------------------------------ terraform: the rest
@@ -591,14 +671,30 @@ def test_buckets(tf: dict[str, Any]) -> None:
     requests = buckets["google_storage_bucket.requests"]
     assert (requests.get("versioning") or {}).get("enabled") is True
     assert buckets["google_storage_bucket.artifacts"]["location"] == "US-EAST5"
-    rules = {v["__tfmeta"]["label"]: v for v in tf["variable"]}["artifact_lifecycle_rules"]["default"]
+    state = buckets["google_storage_bucket.state"]
+    assert state["name"] == f"{TEST_PROJECT}-rlpipe-state" and state["location"] == "US-EAST5"
+    assert (state.get("versioning") or {}).get("enabled") is True, (
+        "the control plane's records keep old versions"
+    )
+    variables = {v["__tfmeta"]["label"]: v for v in tf["variable"]}
+    rules = variables["artifact_lifecycle_rules"]["default"]
     assert {"cache/maxtext/"} <= {p for r in rules for p in r["prefixes"]}
-    assert any(
-        r.get("suffixes") == ["/READY.json"]
-        and r["age_days"]
-        < min(x["age_days"] for x in rules if x["prefixes"] == ["cache/maxtext/"] and not x.get("suffixes"))
-        for r in rules
-    ), "cache markers must expire before the attempt directories they name"
+    attempts_age = min(
+        x["age_days"] for x in rules if x["prefixes"] == ["cache/maxtext/"] and not x.get("suffixes")
+    )
+    ready_rules = [
+        r["condition"]
+        for r in as_list(state.get("lifecycle_rule"))
+        if r["condition"].get("matches_suffix") == ["/READY.json"]
+        and r["condition"].get("matches_prefix") == ["cache/maxtext/"]
+        and (r.get("action") or {}).get("type") == "Delete"
+    ]
+    assert [r["age"] for r in ready_rules] == [variables["conversion_ready_days"]["default"]]
+    assert ready_rules[0]["age"] < attempts_age, (
+        "cache markers must expire before the attempt directories they name"
+    )
+    for name in ("state_bucket", "artifacts_bucket"):  # what an operator needs after apply
+        assert any(o["__tfmeta"]["label"] == name for o in tf["output"]), name
 
 
 def test_topics_scheduler_and_dead_letters(tf: dict[str, Any]) -> None:

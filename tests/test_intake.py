@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
@@ -44,11 +43,11 @@ def _upload(buckets: Buckets, name: str, data: bytes) -> tuple[int, int]:
 
 
 def _runs(buckets: Buckets) -> list[str]:
-    return Ledger(buckets.store("artifacts")).list_run_ids()
+    return buckets.ledger().list_run_ids()
 
 
 def _error_records(buckets: Buckets) -> list[dict[str, Any]]:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     return [store.read(n).json() for n in store.list("runs/") if n.endswith("/error.json")]
 
 
@@ -68,7 +67,7 @@ def test_request_file_starts_one_execution(
     assert response.status_code == 200, functions["object"].logs()
     [run_id] = _runs(buckets)
     assert executions.creates() == [{"run_id": run_id}]
-    record, _ = Ledger(buckets.store("artifacts")).load(run_id)
+    record, _ = buckets.ledger().load(run_id)
     assert record.execution.name and record.execution.name.endswith("/executions/exec-1")
     assert record.source.kind == "gcs" and record.source.generation == str(generation)
     assert record.request["preset"] == "v6e-32" and record.request["training"]["batch_size"] == 4
@@ -84,7 +83,7 @@ def test_duplicate_burst_gives_one_claim_one_execution_one_accepted_event(
     assert set(codes) == {200}, functions["object"].logs()[-3000:]
     [run_id] = _runs(buckets)
     assert len(executions.creates()) == 1
-    history = Ledger(buckets.store("artifacts")).history(run_id)
+    history = buckets.ledger().history(run_id)
     assert [e["event"] for e in history].count("accepted") == 1
 
 
@@ -98,7 +97,7 @@ def test_same_request_id_twice_makes_one_run_and_different_ids_two(
     other = json.dumps(minimal_request(request_id="nightly-2")).encode()
     assert post(functions["message"].url, pubsub_event(TOPIC, other, "m-3")).status_code == 200
     assert len(_runs(buckets)) == 2 and len(executions.creates()) == 2
-    record = Ledger(buckets.store("artifacts")).get(_runs(buckets)[0])
+    record = buckets.ledger().get(_runs(buckets)[0])
     assert record is not None and record.source.kind == "pubsub"
 
 
@@ -149,11 +148,11 @@ def test_bad_input_gives_a_readable_error_record_and_2xx(
     [error] = _error_records(buckets)
     assert fragment in error["message"] and error["source"]["name"] == name
     assert all(p["fix"] for p in error["problems"])
-    assert not any(n.endswith("/run.json") for n in buckets.store("artifacts").list("runs/")), (
+    assert not any(n.endswith("/run.json") for n in buckets.store("state").list("runs/")), (
         "nothing half-written"
     )
     assert executions.creates() == []
-    assert [e["event"] for e in Ledger(buckets.store("artifacts")).history(error["run_id"])] == ["rejected"]
+    assert [e["event"] for e in buckets.ledger().history(error["run_id"])] == ["rejected"]
     logs = [json.loads(line) for line in functions["object"].logs().splitlines() if line.startswith("{")]
     assert any(rec.get("message") == "request rejected" and name in rec.get("object", "") for rec in logs)
 
@@ -200,7 +199,7 @@ def test_objects_outside_requests_prefix_are_ignored(
         ).status_code
         == 200
     )
-    assert all_objects(buckets.store("artifacts")) == {}
+    assert all_objects(buckets.store("state")) == {} and all_objects(buckets.store("artifacts")) == {}
 
 
 def test_no_secret_in_ledger_error_records_or_logs(
@@ -212,7 +211,9 @@ def test_no_secret_in_ledger_error_records_or_logs(
     ):
         generation, size = _upload(buckets, name, data)
         post(functions["object"].url, gcs_event(buckets.requests, name, generation, size))
-    for name, data in all_objects(buckets.store("artifacts")).items():
+    stored = {**all_objects(buckets.store("state")), **all_objects(buckets.store("artifacts"))}
+    assert any(n.endswith("/run.json") for n in stored), "the check reads where the ledgers are"
+    for name, data in stored.items():
         assert PLANTED.encode() not in data, name
     for server in functions.values():
         assert PLANTED not in server.logs()

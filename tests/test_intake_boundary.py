@@ -49,7 +49,7 @@ def _post(client: Any, event: Any) -> int:
 
 
 def _error(buckets: Buckets, run_id: str) -> dict[str, Any] | None:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     try:
         return store.read(f"runs/{run_id}/error.json").json()
     except Exception:

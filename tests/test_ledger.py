@@ -19,7 +19,7 @@ def _record(run_id: str = "rledger00001") -> RunRecord:
 
 
 def test_claim_succeeds_exactly_once_under_concurrency(buckets: Buckets) -> None:
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = Ledger(buckets.store("state"))
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda _: ledger.claim(_record()), range(32)))
     assert results.count(True) == 1
@@ -28,7 +28,7 @@ def test_claim_succeeds_exactly_once_under_concurrency(buckets: Buckets) -> None
 
 
 def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
-    ledger = Ledger(buckets.store("artifacts"), sleep=lambda s: None)
+    ledger = Ledger(buckets.store("state"), sleep=lambda s: None)
     ledger.claim(_record())
     barrier = threading.Barrier(6)
 
@@ -46,7 +46,7 @@ def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
 
 
 def test_a_stale_generation_is_refused(buckets: Buckets) -> None:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     ledger = Ledger(store)
     ledger.claim(_record())
     _, generation = ledger.load("rledger00001")
@@ -68,7 +68,7 @@ def test_illegal_transitions_raise() -> None:
 
 
 def test_history_objects_are_never_rewritten(buckets: Buckets) -> None:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     ledger = Ledger(store)
     ledger.claim(_record())
     first = store.read(ledger.layout("rledger00001").event(1, "accepted"))
@@ -78,7 +78,7 @@ def test_history_objects_are_never_rewritten(buckets: Buckets) -> None:
 
 
 def test_error_record_is_written_once(buckets: Buckets) -> None:
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = Ledger(buckets.store("state"))
     assert ledger.write_error("rerror000001", {"problems": [{"path": "model"}], "message": "bad"})
     assert not ledger.write_error("rerror000001", {"problems": [], "message": "other"})
-    assert buckets.store("artifacts").read("runs/rerror000001/error.json").json()["message"] == "bad"
+    assert buckets.store("state").read("runs/rerror000001/error.json").json()["message"] == "bad"

@@ -30,7 +30,7 @@ def _claim(ledger: Ledger, run_id: str) -> None:
 def test_listing_costs_the_same_requests_with_or_without_thousands_of_checkpoint_objects(
     buckets: Buckets,
 ) -> None:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     ledger = Ledger(store)
     for run_id in ("rlist0000001", "rlist0000002", "rlist0000003"):
         _claim(ledger, run_id)
@@ -49,7 +49,7 @@ def test_listing_costs_the_same_requests_with_or_without_thousands_of_checkpoint
 
 
 def test_a_rejected_requests_prefix_without_a_ledger_is_skipped(buckets: Buckets) -> None:
-    store = buckets.store("artifacts")
+    store = buckets.store("state")
     ledger = Ledger(store)
     _claim(ledger, "rlist0000009")
     store.put("runs/rrejected0001/error.json", b"{}")

@@ -63,7 +63,9 @@ def test_a_request_whose_end_cannot_be_verified_is_refused(tmp_path: Path) -> No
 
 
 def test_the_json_form_is_stable_and_complete() -> None:
-    plan = _plan("examples/gemma4-26b-v6e-32.yaml", "--bucket", "art", "--hf-revision", SHA)
+    plan = _plan(
+        "examples/gemma4-26b-v6e-32.yaml", "--bucket", "art", "--state-bucket", "st", "--hf-revision", SHA
+    )
     assert set(plan) == TOP_LEVEL and plan["plan_version"] == 1
     assert [s["stage"] for s in plan["stages"]] == ["convert", "train", "export"]
     for stage in plan["stages"]:
@@ -73,10 +75,14 @@ def test_the_json_form_is_stable_and_complete() -> None:
     key = plan["conversion"]["cache_key"]
     assert (
         re.fullmatch(r"c[0-9a-f]{24}", key)
-        and plan["conversion"]["ready"] == f"gs://art/cache/maxtext/{key}/READY.json"
+        and plan["conversion"]["ready"] == f"gs://st/cache/maxtext/{key}/READY.json"
     )
+    # The control plane's records are in the state bucket; everything a workload reads or writes in
+    # the artifacts bucket.
+    state = {plan["conversion"]["ready"], *(plan["paths"][k] for k in ("ledger", "events", "error"))}
+    assert all(u.startswith(f"gs://st/runs/{plan['run_id']}/") for u in state - {plan["conversion"]["ready"]})
     uris = re.findall(r"gs://[^\s\"()]+", json.dumps(plan))
-    assert uris and all(u.startswith("gs://art/") for u in uris)
+    assert uris and all(u.startswith("gs://art/") for u in set(uris) - state)
     assert set(plan["budgets"]) >= {
         "preempted",
         "capacity",

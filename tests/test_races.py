@@ -19,7 +19,6 @@ import yaml
 from rlpipe.control import interleave
 from rlpipe.control.events import ObjectEvent
 from rlpipe.control.intake import MAX_START_ATTEMPTS, Intake
-from rlpipe.control.ledger import Ledger
 from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 from tests.conftest import Buckets, minimal_request, real_intake
@@ -191,7 +190,7 @@ def test_lease_takeover_while_the_first_holder_is_still_alive_leaves_one_executi
     assert first.result.execution == second.execution
     names = [c[1].name for c in executions.calls if c[0] == "cancel"]
     assert len(executions.creates()) == 2 and len(names) == 1 and names[0] != second.execution
-    assert Ledger(buckets.store("artifacts")).get(second.run_id).execution.name == second.execution
+    assert buckets.ledger().get(second.run_id).execution.name == second.execution
 
 
 def test_an_execution_started_but_never_recorded_is_adopted_by_its_plan(
@@ -230,7 +229,7 @@ def test_a_start_that_workflows_refuses_ends_the_run_and_is_acknowledged(
         _event(buckets, "requests/refused.yaml")
     )
     assert result.outcome == "start-failed" and "could not be started" in result.detail
-    record = Ledger(buckets.store("artifacts")).get(result.run_id)
+    record = buckets.ledger().get(result.run_id)
     assert record.state == "failed" and record.failure.stage == "start"
     assert [r.run_id for r in notified] == [result.run_id]
 
@@ -245,4 +244,4 @@ def test_transient_start_failures_are_capped(buckets: Buckets, executions: Any) 
         clock[0] += 31
     result = _intake(buckets, executions, clock).from_object(event)
     assert result.outcome == "start-failed" and f"{MAX_START_ATTEMPTS} tries" in result.detail
-    assert Ledger(buckets.store("artifacts")).get(result.run_id).state == "failed"
+    assert buckets.ledger().get(result.run_id).state == "failed"

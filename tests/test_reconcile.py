@@ -118,10 +118,10 @@ def test_a_succeeded_execution_finishes_the_run_from_the_export(chain: Chain) ->
     for run_id, name in (("rdone0000002", complete), ("rdone0000003", partial)):
         chain.run(run_id, "exporting", execution=name, attempts=(("export", 1, 60),))
         assert chain.settled(name) == "SUCCEEDED"
-    hf = "runs/rdone0000002/hf/"
-    chain.store.put(hf + "model.safetensors.index.json", b'{"weight_map": {"a": "model-1.safetensors"}}')
-    chain.store.put(hf + "model-1.safetensors", b"w")
-    chain.store.put(
+    hf = "runs/rdone0000002/hf/"  # the export Job writes to the artifacts bucket, not beside the ledger
+    chain.artifacts.put(hf + "model.safetensors.index.json", b'{"weight_map": {"a": "model-1.safetensors"}}')
+    chain.artifacts.put(hf + "model-1.safetensors", b"w")
+    chain.artifacts.put(
         "runs/rdone0000003/hf/model.safetensors.index.json",
         b'{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}',
     )
@@ -242,11 +242,13 @@ def test_dry_run_changes_nothing_and_prints_the_plan(chain: Chain) -> None:
     chain.workload("rdrystuck001", "convert", 1)
     chain.workload("rdrystuck001", "convert", 2)
     bucket_before, cluster_before = all_objects(chain.store), chain.objects()
+    artifacts_before = all_objects(chain.artifacts)
     executions_before = len(chain.workflows.engine.executions())
 
     report = chain.reconciler().run_pass(dry_run=True)
 
     assert all_objects(chain.store) == bucket_before and CURSOR_OBJECT not in bucket_before
+    assert all_objects(chain.artifacts) == artifacts_before
     assert chain.objects() == cluster_before
     assert len(chain.workflows.engine.executions()) == executions_before and chain.published == []
     planned = {(o.action.kind, o.run_id) for o in report.outcomes if o.status == "planned"}
@@ -395,3 +397,5 @@ def test_the_tick_entry_point_runs_a_pass_on_the_deployments_clients(
         services.reset()
     assert [o.run_id for o in report.outcomes if o.status == "done"] == ["rtickgone001"]
     assert chain.ledger.get("rtickgone001").state == "failed" and report.cursor_saved
+    assert chain.store.exists(CURSOR_OBJECT), "the cursor is the control plane's: in the state bucket"
+    assert list(chain.artifacts.list("")) == [], "a pass writes nothing where workloads write"

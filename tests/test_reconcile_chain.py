@@ -79,7 +79,7 @@ def stamp(epoch: float) -> str:
 
 @dataclass
 class Chain:
-    store: blobstore.BlobStore
+    store: blobstore.BlobStore  # the state bucket: ledgers and the cursor
     kube: KubeApiServer
     workflows: LocalWorkflows
     settings: Settings
@@ -87,6 +87,8 @@ class Chain:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.store)
+        # What workloads write (exports), on the same client as the state bucket.
+        self.artifacts = blobstore.BlobStore(self.store.client, self.settings.artifacts_bucket)
         self.orchestrator = Orchestrator(self.settings)
         self.cluster = ClusterClient.from_settings(self.settings, sleep=lambda s: None)
 
@@ -108,6 +110,7 @@ class Chain:
         return Reconciler(
             settings=self.settings,
             ledger=self.ledger,
+            artifacts=self.artifacts,
             orchestrator=orchestrator,
             cluster=self.cluster,
             intake=intake,
@@ -210,13 +213,16 @@ class Chain:
             )
 
 
-def chain_settings(artifacts: str, requests: str, kube: KubeApiServer, workflows: LocalWorkflows) -> Settings:
+def chain_settings(
+    artifacts: str, requests: str, kube: KubeApiServer, workflows: LocalWorkflows, *, state: str
+) -> Settings:
     return Settings(
         project=PROJECT,
         location=LOCATION,
         workflow=WORKFLOW,
         workflows_endpoint=workflows.grpc_target,
         artifacts_bucket=artifacts,
+        state_bucket=state,
         requests_bucket=requests,
         namespace=NS,
         kube_url=kube.url,
@@ -242,10 +248,10 @@ def local_workflows() -> Iterator[LocalWorkflows]:
 @pytest.fixture(name="chain")
 def chain_fixture(buckets: Any, kube: KubeApiServer, workflows: LocalWorkflows) -> Chain:
     made = Chain(
-        buckets.store("artifacts"),
+        buckets.store("state"),
         kube,
         workflows,
-        chain_settings(buckets.artifacts, buckets.requests, kube, workflows),
+        chain_settings(buckets.artifacts, buckets.requests, kube, workflows, state=buckets.state),
     )
     made.clear_cluster()
     return made

@@ -12,7 +12,7 @@ import pytest
 
 from rlpipe.cluster import ClusterClient
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.control.stage import StageService
@@ -56,16 +56,18 @@ def env(
     settings = Settings(
         project="p",
         artifacts_bucket=buckets.artifacts,
+        state_bucket=buckets.state,
         namespace=NS,
         kube_url=kube.url,
         status_topic="rlpipe-status",
     )
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = buckets.ledger()
     cluster = ClusterClient.from_settings(settings, sleep=lambda s: None)
     service = StageService(
         settings=settings,
         ledger=ledger,
         artifacts=buckets.store("artifacts"),
+        state=buckets.store("state"),
         cluster=cluster,
         log=Logger("test"),
         publish=lambda topic, msg: published.append((topic, msg)),
@@ -88,7 +90,8 @@ def env(
         "claim": claim,
         "published": published,
         "kube": kube,
-        "store": buckets.store("artifacts"),
+        "store": buckets.store("artifacts"),  # what workloads write
+        "state": buckets.store("state"),  # the control plane's: ledgers, READY.json
     }
 
 
@@ -126,11 +129,33 @@ def test_plan_skips_convert_when_the_cache_is_ready(env: dict[str, Any], hub: Hu
             run_id="x", bucket=env["store"].bucket_name, hf_revision=hub.repos[REPO].branches["main"]
         ),
     )
-    env["store"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
+    env["state"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
     plan = env["service"].plan("rcache000001")
     assert plan["stages"] == ["train", "export"] and plan["cache_hit"] is True
     record = env["ledger"].get("rcache000001")
     assert record.lineage.converted_uri == layout.gs(cache.bucket, cache.attempt_dir("rother000001", 1))
+    assert cache.bucket == env["store"].bucket_name, "the converted checkpoint is an artifact"
+
+
+def test_a_ready_marker_a_workload_could_write_is_not_a_cache_hit(
+    env: dict[str, Any], hub: HubDouble
+) -> None:
+    """A workload may write under cache/maxtext/ in the artifacts bucket; a READY.json there names
+    nothing: only the state bucket's, written by the stage function, makes a cache hit."""
+    env["claim"]("rforged00001")
+    req = validate_request(minimal_request())
+    cache = conversion_cache(
+        req,
+        RenderContext(
+            run_id="x", bucket=env["store"].bucket_name, hf_revision=hub.repos[REPO].branches["main"]
+        ),
+    )
+    forged = cache.attempt_dir("rattacker001", 1)
+    env["store"].put(forged + "0/commit_success.txt", b"ok")
+    env["store"].create(cache.ready, blobstore.dumps({"attempt_dir": forged}))
+    plan = env["service"].plan("rforged00001")
+    assert plan["stages"] == ["convert", "train", "export"] and plan["cache_hit"] is False
+    assert env["ledger"].get("rforged00001").lineage.converted_uri is None
 
 
 def test_plan_of_a_second_execution_is_skipped(env: dict[str, Any]) -> None:
@@ -223,13 +248,11 @@ def test_artifact_complete_but_job_running_waits(env: dict[str, Any]) -> None:
     )
     assert env["service"].status("rwait0000001", "convert", 1)["phase"] == "succeeded"
     record = env["ledger"].get("rwait0000001")
-    ready = json.loads(
-        env["store"]
-        .read(layout.ConversionCache(env["store"].bucket_name, record.lineage.conversion_key).ready)
-        .data
-    )
+    marker = layout.ConversionCache(env["store"].bucket_name, record.lineage.conversion_key).ready
+    ready = json.loads(env["state"].read(marker).data)
     assert ready["attempt_dir"].endswith("/rwait0000001-a1/")
-    assert record.lineage.converted_uri.endswith("/rwait0000001-a1/")
+    assert not env["store"].exists(marker), "READY.json is the control plane's, never in the artifacts bucket"
+    assert record.lineage.converted_uri == f"gs://{env['store'].bucket_name}/{ready['attempt_dir']}"
 
 
 def test_class_budget_turns_the_next_failure_permanent(env: dict[str, Any]) -> None:

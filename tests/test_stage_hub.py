@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.control.stage import StageService
@@ -43,7 +43,7 @@ def _closed_port() -> int:
 
 
 def _service(buckets: Buckets, run_id: str) -> StageService:
-    ledger = Ledger(buckets.store("artifacts"))
+    ledger = buckets.ledger()
     request = validate_request(minimal_request())
     record = RunRecord(
         run_id=run_id, key=f"k:{run_id}", source=Source(kind="cli"), request=request.model_dump(mode="json")
@@ -51,9 +51,10 @@ def _service(buckets: Buckets, run_id: str) -> StageService:
     record.execution.name = f"projects/p/locations/l/workflows/w/executions/{run_id}-exec"
     ledger.claim(record)
     return StageService(
-        settings=Settings(project="p", artifacts_bucket=buckets.artifacts),
+        settings=Settings(project="p", artifacts_bucket=buckets.artifacts, state_bucket=buckets.state),
         ledger=ledger,
         artifacts=buckets.store("artifacts"),
+        state=buckets.store("state"),
         cluster=None,  # type: ignore[arg-type]  # plan never reaches the cluster when the Hub fails
         log=Logger("test"),
         publish=lambda topic, message: None,
@@ -82,7 +83,7 @@ def test_a_connect_error_in_plan_is_a_retryable_503_not_a_500(
     assert response.status_code == 503
     error = response.get_json()["error"]
     assert error["tag"] == "transient" and "ConnectError" in error["message"]
-    run = Ledger(buckets.store("artifacts")).get("rhubdown0001")
+    run = buckets.ledger().get("rhubdown0001")
     assert run is not None and not run.terminal  # the run waits for the workflow's retry
 
 

@@ -95,7 +95,7 @@ def test_a_planted_token_never_reaches_a_stored_object(
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(submit, range(len(PLANTINGS))))
-    stored = all_objects(buckets.store("artifacts"))
+    stored = {**all_objects(buckets.store("state")), **all_objects(buckets.store("artifacts"))}
     assert stored, "intake wrote nothing to search"
     leaked = {name for name, body in stored.items() if SECRET.encode() in body}
     assert not leaked
@@ -108,7 +108,8 @@ def test_a_token_as_a_yaml_binary_label_value_is_refused(intake: Intake, buckets
     data = yaml.safe_dump(minimal_request()).encode() + f"labels: {{team: !!binary {encoded}}}\n".encode()
     result = intake.submit(data, Source(kind="cli"), "cli:binary")
     assert result.outcome == "rejected"
-    assert not [n for n, body in all_objects(buckets.store("artifacts")).items() if SECRET.encode() in body]
+    for which in ("state", "artifacts"):
+        assert not [n for n, body in all_objects(buckets.store(which)).items() if SECRET.encode() in body]
 
 
 def test_stored_json_masks_tokens_in_keys_values_and_bytes() -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake, IntakeResult
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.settings import Settings
@@ -62,7 +62,7 @@ class Chain:
     def intake(self, **kwargs: Any) -> Intake:
         return Intake(
             requests=self.buckets.store("requests"),
-            ledger=Ledger(self.buckets.store("artifacts")),
+            ledger=self.buckets.ledger(),
             orchestrator=Orchestrator(self.settings),
             log=Logger("test-intake"),
             **kwargs,
@@ -96,10 +96,10 @@ class Chain:
         self.buckets.client.bucket(self.buckets.requests).blob(WATCH_LIST).upload_from_string(data)
 
     def state(self, repo: str) -> dict[str, Any]:
-        return self.buckets.store("artifacts").read(state_path(repo)).json()
+        return self.buckets.store("state").read(state_path(repo)).json()
 
     def runs(self) -> list[RunRecord]:
-        ledger = Ledger(self.buckets.store("artifacts"))
+        ledger = self.buckets.ledger()
         return [r for r in (ledger.get(i) for i in ledger.list_run_ids()) if r is not None]
 
     def new_repo(self, **kwargs: Any) -> str:
@@ -128,6 +128,7 @@ def chain(buckets: Buckets, executions: Any, hub: HubDouble, monkeypatch: pytest
         workflows_endpoint=executions.target,
         requests_bucket=buckets.requests,
         artifacts_bucket=buckets.artifacts,
+        state_bucket=buckets.state,
         status_topic="rlpipe-status",
     )
     return Chain(buckets, executions, hub, settings)
@@ -168,6 +169,9 @@ def test_first_poll_is_a_baseline_then_a_new_release_starts_one_pinned_run(chain
     again = only(chain.poll())
     assert (again.outcome, again.reason) == ("ignored", "unchanged") and run.run_id in again.detail
     assert len(chain.executions.creates()) == 1
+    # The watcher's state and the run's ledger are the control plane's: none in the artifacts bucket.
+    assert list(chain.buckets.store("artifacts").list("")) == []
+    assert chain.buckets.store("state").exists(state_path(repo))
 
 
 def test_readme_only_commit_is_ignored_and_recorded(chain: Chain) -> None:
@@ -493,7 +497,7 @@ def test_dry_run_check_reports_what_it_would_do_and_changes_nothing(chain: Chain
     chain.watch(entry(repo))
     chain.poll()
     sha = chain.release(repo, "v2")
-    before = chain.buckets.store("artifacts").read(state_path(repo))
+    before = chain.buckets.store("state").read(state_path(repo))
     report = check(
         chain.settings, client=chain.buckets.client, token=TOKEN, clock=chain.clock, sleep=chain.sleeps.append
     )
@@ -501,7 +505,7 @@ def test_dry_run_check_reports_what_it_would_do_and_changes_nothing(chain: Chain
     assert report.dry_run and would.outcome == "released" and would.sha == sha
     assert would.detail.startswith(f"would start run {would.run_id}: new release {sha[:7]}")
     assert chain.executions.creates() == [] and chain.runs() == []
-    after = chain.buckets.store("artifacts").read(state_path(repo))
+    after = chain.buckets.store("state").read(state_path(repo))
     assert after.generation == before.generation
     assert only(chain.poll()).run_id == would.run_id  # the real poll starts exactly the announced run
 
@@ -523,7 +527,7 @@ def test_cli_upstream_check_is_a_dry_run(
     report = json.loads(capsys.readouterr().out)
     assert report["dry_run"] is True
     assert [(e["repo"], e["reason"]) for e in report["entries"]] == [(repo, "baseline")]
-    assert not chain.buckets.store("artifacts").exists(state_path(repo))  # even the baseline is not written
+    assert not chain.buckets.store("state").exists(state_path(repo))  # even the baseline is not written
 
 
 def test_a_missing_repo_or_branch_is_an_error_for_that_entry_only(chain: Chain) -> None:

@@ -105,6 +105,7 @@ locals {
     RLPIPE_LOCATION                 = var.region
     RLPIPE_REQUESTS_BUCKET          = google_storage_bucket.requests.name
     RLPIPE_ARTIFACTS_BUCKET         = google_storage_bucket.artifacts.name
+    RLPIPE_STATE_BUCKET             = google_storage_bucket.state.name
     RLPIPE_WORKFLOW                 = var.workflow_name
     RLPIPE_STATUS_TOPIC             = google_pubsub_topic.status.name
     RLPIPE_REQUESTS_TOPIC           = google_pubsub_topic.requests.name

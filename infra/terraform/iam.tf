@@ -100,25 +100,50 @@ resource "google_project_iam_member" "project" {
 
 # ------------------------------------------------------------------------------ buckets
 #
-# Functions that only touch ledgers get the artifacts bucket limited to runs/ (and upstream/ for
-# the upstream poll's state) by an IAM condition; objects.list is allowed only for those prefixes.
+# Every grant on the artifacts and state buckets is limited by an IAM condition to the object
+# name prefixes its identity needs (resource.name), and listings to those prefixes
+# (storage.googleapis.com/objectListPrefix). core/layout.py names which object lives where:
+#
+#   state bucket      runs/<id>/run.json, events/, error.json    intake, artifact_event (read), stage, reconcile, upstream
+#                     cache/maxtext/<key>/READY.json              stage (it checks the commit marker, then names the winner)
+#                     upstream/<repo>/state.json                  upstream poll and webhook
+#                     reconcile/cursor.json                       reconcile
+#   artifacts bucket  runs/<id>/trained/, runs/<id>/hf/           workloads write; stage and reconcile read
+#                     cache/maxtext/<key>/<run>-a<N>/             workloads write; stage reads
+#                     pathways/                                   workloads (Pathways scratch)
+#
+# The workload identity has no grant at all on the state bucket: a training container cannot
+# rewrite a ledger, point a conversion cache key at a checkpoint of its own or forge an upstream
+# decision.
 
 locals {
-  runs_only      = "resource.name.startsWith(\"${local.storage_condition}runs/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"runs/\")"
-  runs_reconcile = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}reconcile/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"reconcile/\")"
-  runs_upstream  = "${local.runs_only} || resource.name.startsWith(\"${local.storage_condition}upstream/\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"upstream/\")"
+  # "<prefix>" → the condition clause allowing the objects under it and listings of it.
+  state_prefix = {
+    for p in ["runs/", "cache/maxtext/", "upstream/", "reconcile/"] :
+    p => "resource.name.startsWith(\"${local.state_condition}${p}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${p}\")"
+  }
+  artifacts_prefix = {
+    for p in ["runs/", "cache/maxtext/", "pathways/"] :
+    p => "resource.name.startsWith(\"${local.storage_condition}${p}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${p}\")"
+  }
+
+  state_grants = {
+    "intake-object"    = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.state_prefix["runs/"] }
+    "intake-message"   = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.state_prefix["runs/"] }
+    "artifact-event"   = { member = local.sa_member["artifact-event"], role = "roles/storage.objectViewer", condition = local.state_prefix["runs/"] }
+    "stage"            = { member = local.sa_member["stage"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["cache/maxtext/"]}" }
+    "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["reconcile/"]}" }
+    "upstream-poll"    = { member = local.sa_member["upstream-poll"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["upstream/"]}" }
+    "upstream-webhook" = { member = local.sa_member["upstream-webhook"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["upstream/"]}" }
+  }
 
   artifact_grants = {
-    "intake-object"    = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.runs_only }
-    "intake-message"   = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.runs_only }
-    "artifact-event"   = { member = local.sa_member["artifact-event"], role = "roles/storage.objectViewer", condition = local.runs_only }
-    "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = local.runs_reconcile }
-    "upstream-poll"    = { member = local.sa_member["upstream-poll"], role = "roles/storage.objectUser", condition = local.runs_upstream }
-    "upstream-webhook" = { member = local.sa_member["upstream-webhook"], role = "roles/storage.objectUser", condition = local.runs_upstream }
-    # stage plans, checks completeness of every stage's output and writes cache markers.
-    "stage" = { member = local.sa_member["stage"], role = "roles/storage.objectUser", condition = "" }
-    # The pods write conversion attempts, checkpoints, exports and Pathways scratch.
-    "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "" }
+    # stage reads every stage's output to decide completeness (and where training resumes).
+    "stage" = { member = local.sa_member["stage"], role = "roles/storage.objectViewer", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]}" }
+    # reconcile reads a finished run's export (runs/<id>/hf/) before it calls the run succeeded.
+    "reconcile" = { member = local.sa_member["reconcile"], role = "roles/storage.objectViewer", condition = local.artifacts_prefix["runs/"] }
+    # The pods write conversion attempts, checkpoints, exports and Pathways scratch: only there.
+    "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]} || ${local.artifacts_prefix["pathways/"]}" }
     "workload/bucket" = { member = local.sa_member["workload"], role = "roles/storage.bucketViewer", condition = "" }
   }
 }
@@ -134,12 +159,28 @@ resource "google_storage_bucket_iam_member" "artifacts" {
     for_each = each.value.condition == "" ? [] : [each.value.condition]
     content {
       title       = "rlpipe-${replace(each.key, "/", "-")}-prefixes"
-      description = "Only the objects (and listings) this function needs."
+      description = "Only the objects (and listings) this identity needs."
       expression  = condition.value
     }
   }
 
   depends_on = [google_service_account.fn, google_service_account.workload]
+}
+
+resource "google_storage_bucket_iam_member" "state" {
+  for_each = local.state_grants
+
+  bucket = google_storage_bucket.state.name
+  role   = each.value.role
+  member = each.value.member
+
+  condition {
+    title       = "rlpipe-${each.key}-state-prefixes"
+    description = "Only the control-plane records (and listings) this function needs."
+    expression  = each.value.condition
+  }
+
+  depends_on = [google_service_account.fn]
 }
 
 # The requests bucket: intake reads request files (requests/), the upstream poll (tick or webhook)
@@ -197,7 +238,7 @@ resource "google_service_account_iam_member" "pubsub_token_creator" {
 #
 # What the CLI needs, per command (docs/deploy.md §7): submit = objectCreator on the requests bucket
 # (or publisher on the requests topic for --via pubsub); status/list/watch = objectViewer on the
-# artifacts bucket (ledgers); cancel = workflows.executions.cancel (roles/workflows.invoker; Workflows
+# state bucket (ledgers), and on the artifacts bucket to download what runs produced; cancel = workflows.executions.cancel (roles/workflows.invoker; Workflows
 # has no per-workflow IAM) and an ID token for the stage function. User credentials cannot mint that
 # token, so operators impersonate rlpipe-operator (RLPIPE_IMPERSONATE_SERVICE_ACCOUNT, in cli_env),
 # the one identity besides the workflow that may invoke stage.
@@ -224,6 +265,14 @@ resource "google_storage_bucket_iam_member" "operators_artifacts" {
   for_each = toset(var.operators)
 
   bucket = google_storage_bucket.artifacts.name
+  role   = "roles/storage.objectViewer"
+  member = each.value
+}
+
+resource "google_storage_bucket_iam_member" "operators_state" {
+  for_each = toset(var.operators)
+
+  bucket = google_storage_bucket.state.name
   role   = "roles/storage.objectViewer"
   member = each.value
 }

@@ -21,6 +21,7 @@ locals {
 
   requests_bucket  = coalesce(var.requests_bucket_name, "${var.project_id}-${var.name_prefix}-requests")
   artifacts_bucket = coalesce(var.artifacts_bucket_name, "${var.project_id}-${var.name_prefix}-artifacts")
+  state_bucket     = coalesce(var.state_bucket_name, "${var.project_id}-${var.name_prefix}-state")
   source_bucket    = "${var.project_id}-${var.name_prefix}-functions-source"
   source_zip       = coalesce(var.source_zip, "${path.module}/../../build/functions-source.zip")
 
@@ -44,13 +45,15 @@ locals {
   gcs_agent    = data.google_storage_project_service_account.gcs.email_address
 
   # Workload Identity principals.
-  workload_pool     = "${var.project_id}.svc.id.goog"
-  workload_ksa      = "serviceAccount:${local.workload_pool}[${var.k8s_namespace}/${var.k8s_workload_service_account}]"
-  secret_sync_ksa   = "principal://iam.googleapis.com/projects/${local.project_number}/locations/global/workloadIdentityPools/${local.workload_pool}/subject/ns/${var.k8s_namespace}/sa/${var.k8s_secret_sync_service_account}"
-  gke_dns_endpoint  = try(data.google_container_cluster.gke.control_plane_endpoints_config[0].dns_endpoint_config[0].endpoint, "")
-  gke_endpoint      = var.gke_use_dns_endpoint ? local.gke_dns_endpoint : data.google_container_cluster.gke.endpoint
-  gke_ca_cert       = var.gke_use_dns_endpoint ? "" : data.google_container_cluster.gke.master_auth[0].cluster_ca_certificate
+  workload_pool    = "${var.project_id}.svc.id.goog"
+  workload_ksa     = "serviceAccount:${local.workload_pool}[${var.k8s_namespace}/${var.k8s_workload_service_account}]"
+  secret_sync_ksa  = "principal://iam.googleapis.com/projects/${local.project_number}/locations/global/workloadIdentityPools/${local.workload_pool}/subject/ns/${var.k8s_namespace}/sa/${var.k8s_secret_sync_service_account}"
+  gke_dns_endpoint = try(data.google_container_cluster.gke.control_plane_endpoints_config[0].dns_endpoint_config[0].endpoint, "")
+  gke_endpoint     = var.gke_use_dns_endpoint ? local.gke_dns_endpoint : data.google_container_cluster.gke.endpoint
+  gke_ca_cert      = var.gke_use_dns_endpoint ? "" : data.google_container_cluster.gke.master_auth[0].cluster_ca_certificate
+  # IAM conditions name objects as projects/_/buckets/<bucket>/objects/<name> (iam.tf).
   storage_condition = "projects/_/buckets/${local.artifacts_bucket}/objects/"
+  state_condition   = "projects/_/buckets/${local.state_bucket}/objects/"
 }
 
 resource "google_project_service" "apis" {

@@ -4,8 +4,13 @@ output "requests_bucket" {
 }
 
 output "artifacts_bucket" {
-  description = "Ledgers, conversion cache, checkpoints, exported models."
+  description = "What workloads write: conversion cache attempts, checkpoints, exported models (RLPIPE_ARTIFACTS_BUCKET)."
   value       = google_storage_bucket.artifacts.name
+}
+
+output "state_bucket" {
+  description = "The control plane's records: ledgers, events, error records, READY.json, upstream state, reconcile cursor (RLPIPE_STATE_BUCKET)."
+  value       = google_storage_bucket.state.name
 }
 
 output "source_bucket" {

@@ -1,4 +1,7 @@
-# The two buckets of DESIGN §5 and the bucket that holds the functions' source archive.
+# The buckets of DESIGN §5 and the bucket that holds the functions' source archive. The artifacts
+# bucket holds what workloads write; the state bucket the control plane's own records (ledgers,
+# events, error records, READY.json, upstream state, the reconcile cursor), which no workload may
+# touch (iam.tf; core/layout.py names which object lives where).
 
 resource "google_storage_bucket" "requests" {
   #checkov:skip=CKV_GCP_62:Access is audited with Cloud Audit Logs (enable Data Access logs for storage.googleapis.com if needed); legacy usage logs would need a log bucket of their own.
@@ -39,7 +42,7 @@ resource "google_storage_bucket" "requests" {
 
 resource "google_storage_bucket" "artifacts" {
   #checkov:skip=CKV_GCP_62:Access is audited with Cloud Audit Logs (enable Data Access logs for storage.googleapis.com if needed); legacy usage logs would need a log bucket of their own.
-  #checkov:skip=CKV_GCP_78:Checkpoints of hundreds of GB are written once and deleted by lifecycle rules; versioning would keep every deleted one. Ledger writes are protected by generation preconditions instead.
+  #checkov:skip=CKV_GCP_78:Checkpoints of hundreds of GB are written once and deleted by lifecycle rules; versioning would keep every deleted one. The control plane's records are in the versioned state bucket.
   project                     = var.project_id
   name                        = local.artifacts_bucket
   location                    = upper(var.region)
@@ -63,6 +66,69 @@ resource "google_storage_bucket" "artifacts" {
       action {
         type = "Delete"
       }
+    }
+  }
+
+  dynamic "lifecycle_rule" {
+    for_each = var.runs_retention_days == null ? [] : [var.runs_retention_days]
+    content {
+      condition {
+        age            = lifecycle_rule.value
+        matches_prefix = ["runs/"]
+      }
+      action {
+        type = "Delete"
+      }
+    }
+  }
+
+  lifecycle_rule {
+    condition {
+      age = 1
+    }
+    action {
+      type = "AbortIncompleteMultipartUpload"
+    }
+  }
+
+  depends_on = [google_project_service.apis]
+}
+
+resource "google_storage_bucket" "state" {
+  #checkov:skip=CKV_GCP_62:Access is audited with Cloud Audit Logs (enable Data Access logs for storage.googleapis.com if needed); legacy usage logs would need a log bucket of their own.
+  project                     = var.project_id
+  name                        = local.state_bucket
+  location                    = upper(var.region)
+  storage_class               = "STANDARD"
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = var.force_destroy_buckets
+
+  # Small JSON records written with generation preconditions; every overwrite or delete keeps the
+  # old version for state_noncurrent_days, so a bad write by the control plane can be undone.
+  versioning {
+    enabled = true
+  }
+
+  lifecycle_rule {
+    condition {
+      days_since_noncurrent_time = var.state_noncurrent_days
+      with_state                 = "ARCHIVED"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  # A conversion cache marker expires before the attempt directory it names (artifacts bucket).
+  lifecycle_rule {
+    condition {
+      age            = var.conversion_ready_days
+      matches_prefix = ["cache/maxtext/"]
+      matches_suffix = ["/READY.json"]
+    }
+    action {
+      type = "Delete"
     }
   }
 

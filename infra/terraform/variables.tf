@@ -48,7 +48,13 @@ variable "requests_bucket_name" {
 }
 
 variable "artifacts_bucket_name" {
-  description = "Artifacts bucket (ledgers, checkpoints, exports). Default: <project>-<prefix>-artifacts."
+  description = "Artifacts bucket: what the workloads write (converted checkpoints, trained checkpoints, exported models, Pathways scratch). Default: <project>-<prefix>-artifacts."
+  type        = string
+  default     = null
+}
+
+variable "state_bucket_name" {
+  description = "State bucket: the control plane's own records (run ledgers and events, error records, the conversion cache's READY.json, the upstream watcher's state, the reconcile cursor); workloads have no access to it. Default: <project>-<prefix>-state."
   type        = string
   default     = null
 }
@@ -60,7 +66,7 @@ variable "workflow_name" {
 }
 
 variable "force_destroy_buckets" {
-  description = "Let `terraform destroy` delete the requests and artifacts buckets with their objects (checkpoints, models, ledgers)."
+  description = "Let `terraform destroy` delete the requests, artifacts and state buckets with their objects (checkpoints, models, ledgers)."
   type        = bool
   default     = false
 }
@@ -246,9 +252,8 @@ variable "artifact_lifecycle_rules" {
     Delete rules for the artifacts bucket: objects whose name starts with one of `prefixes` (and,
     if given, ends with one of `suffixes`) are deleted `age_days` after they were written.
     GCS matches name prefixes literally, so a rule cannot say runs/*/trained/: see runs_retention_days.
-    The defaults expire conversion cache markers (READY.json) two days before the attempt
-    directories they name, so no run is pointed at a checkpoint that is being deleted, and drop
-    Pathways scratch after a week.
+    The defaults delete conversion attempt directories after 30 days (their READY.json markers, in
+    the state bucket, expire earlier: conversion_ready_days) and Pathways scratch after a week.
   EOT
   type = list(object({
     prefixes = list(string)
@@ -256,14 +261,25 @@ variable "artifact_lifecycle_rules" {
     age_days = number
   }))
   default = [
-    { prefixes = ["cache/maxtext/"], suffixes = ["/READY.json"], age_days = 28 },
     { prefixes = ["cache/maxtext/"], age_days = 30 },
     { prefixes = ["pathways/"], age_days = 7 },
   ]
 }
 
+variable "conversion_ready_days" {
+  description = "Days after which a conversion cache marker (cache/maxtext/<key>/READY.json, state bucket) is deleted. Keep it below the age of the artifacts bucket's cache/maxtext/ rule (30 days by default), so no run is pointed at a checkpoint that is being deleted; the next run of the key then converts again."
+  type        = number
+  default     = 28
+}
+
+variable "state_noncurrent_days" {
+  description = "Days a replaced or deleted object of the state bucket (a ledger's earlier version, say) is kept as a noncurrent version."
+  type        = number
+  default     = 30
+}
+
 variable "runs_retention_days" {
-  description = "If set, delete everything under runs/ (ledgers, trained checkpoints, exported models) this many days after it was written. Off by default."
+  description = "If set, delete everything under runs/ (trained checkpoints and exported models in the artifacts bucket, ledgers, events and error records in the state bucket) this many days after it was written. Off by default."
   type        = number
   default     = null
 }
@@ -286,7 +302,7 @@ variable "api_propagation_wait" {
 }
 
 variable "operators" {
-  description = "People or groups who operate rlpipe with the CLI (\"user:alice@example.com\", \"group:ml-platform@example.com\"): submit (objectCreator on the requests bucket, publisher on the requests topic), status/list/watch (objectViewer on the artifacts bucket), cancel (workflows.invoker on the project: workflows.executions.cancel) and an ID token for the stage function by impersonating the operator service account (serviceAccountTokenCreator on it; it may invoke stage)."
+  description = "People or groups who operate rlpipe with the CLI (\"user:alice@example.com\", \"group:ml-platform@example.com\"): submit (objectCreator on the requests bucket, publisher on the requests topic), status/list/watch (objectViewer on the state bucket, where the ledgers are, and on the artifacts bucket, to download models), cancel (workflows.invoker on the project: workflows.executions.cancel) and an ID token for the stage function by impersonating the operator service account (serviceAccountTokenCreator on it; it may invoke stage)."
   type        = list(string)
   default     = []
 

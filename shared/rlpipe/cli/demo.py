@@ -61,7 +61,7 @@ def run_demo(
         print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
         os.environ.update(state.env)
         settings = Settings.from_env()
-        ledger = Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
+        ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:

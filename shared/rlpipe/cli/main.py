@@ -102,7 +102,7 @@ def _ledger(settings: Any) -> Any:
     from rlpipe.control.blobstore import BlobStore, make_client
     from rlpipe.control.ledger import Ledger
 
-    return Ledger(BlobStore(make_client(settings.project), settings.artifacts_bucket))
+    return Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -31,7 +31,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )
     plan = build_plan(
-        req, run_id=run_id, bucket=args.bucket, hf_sha=args.hf_revision, namespace=args.namespace
+        req,
+        run_id=run_id,
+        bucket=args.bucket,
+        state_bucket=args.state_bucket,
+        hf_sha=args.hf_revision,
+        namespace=args.namespace,
     )
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
@@ -45,6 +50,9 @@ def register(sub: Any) -> None:
     p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
     p.add_argument("--json", action="store_true", help="the stable JSON form (docs/plan.md)")
     p.add_argument("--bucket", default="ARTIFACTS_BUCKET", help="artifacts bucket name")
+    p.add_argument(
+        "--state-bucket", default="STATE_BUCKET", help="state bucket name (ledger, events, READY.json)"
+    )
     p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
     p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
     p.add_argument("--hf-revision", help="resolved commit sha (default: the request's, if it is a sha)")

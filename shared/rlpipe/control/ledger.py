@@ -1,5 +1,8 @@
 """The run ledger: a run's durable record in GCS, written only with generation preconditions.
 
+It lives in the state bucket (``Settings.state_bucket``), apart from the artifacts the workloads
+write: the workload identity has no access there, so no training container can rewrite a ledger.
+
 ``runs/<run_id>/run.json`` is created once with ``if_generation_match=0`` (the claim); every
 later write is a compare-and-swap on the generation that was read, retried a bounded number of
 times on 412 by re-reading and re-applying the change. Each successful write also leaves a small,
@@ -160,7 +163,7 @@ class RunRecord(_Model):
 
 
 class Ledger:
-    """Reads and writes run records in the artifacts bucket."""
+    """Reads and writes run records in the state bucket (``store``), which no workload can write."""
 
     def __init__(self, store: blobstore.BlobStore, *, sleep: Callable[[float], None] = time.sleep):
         self.store = store

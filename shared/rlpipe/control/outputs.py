@@ -1,8 +1,13 @@
-"""What the bucket holds for a stage: its completeness, and the shared conversion cache.
+"""What the buckets hold for a stage: its completeness, and the shared conversion cache.
 
 Why apart from ``stage``: these are the artifact half of every status answer (the cluster's
 verdict is the other half), and the conversion cache is shared between runs; both read the
-bucket only through ``core.layout``'s rules.
+buckets only through ``core.layout``'s rules.
+
+Completeness is read from the artifacts bucket, where the workloads write. The conversion cache's
+``READY.json`` lives in the state bucket, which no workload can write: only this module (in the
+stage function, after the attempt's commit marker was seen) names the attempt every later run of
+the key loads, so a workload cannot point a cache key at a checkpoint of its own.
 """
 
 from __future__ import annotations
@@ -14,10 +19,10 @@ from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import Request
 
 
-def ready_conversion(artifacts: blobstore.BlobStore, cache: layout.ConversionCache) -> str | None:
-    """The finished conversion attempt directory named by READY.json, if any."""
+def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) -> str | None:
+    """The finished conversion attempt directory named by READY.json (state bucket), if any."""
     try:
-        data, _ = artifacts.read_json(cache.ready)
+        data, _ = state.read_json(cache.ready)
     except blobstore.NotFound:
         return None
     directory = data.get("attempt_dir") if isinstance(data, dict) else None
@@ -46,15 +51,18 @@ def stage_complete(
 
 
 def publish_conversion(
-    artifacts: blobstore.BlobStore, ledger: Ledger, req: Request, ctx: RenderContext, attempt: int
+    state: blobstore.BlobStore, ledger: Ledger, req: Request, ctx: RenderContext, attempt: int
 ) -> None:
-    """First finished conversion of a key wins READY.json; everyone then loads the winner's."""
+    """First finished conversion of a key wins READY.json; everyone then loads the winner's.
+
+    ``state`` is the state bucket's store; the attempt directory it names (and the converted URI
+    recorded in the ledger) is in the artifacts bucket, ``ctx.bucket``."""
     cache = conversion_cache(req, ctx)
     mine = cache.attempt_dir(ctx.run_id, attempt)
-    artifacts.create(
+    state.create(
         cache.ready, blobstore.dumps({"attempt_dir": mine, "run_id": ctx.run_id, "written_at": now()})
     )
-    winner = ready_conversion(artifacts, cache) or mine
+    winner = ready_conversion(state, cache) or mine
     uri = layout.gs(cache.bucket, winner)
 
     def set_converted(r: RunRecord) -> str | None:

@@ -32,7 +32,13 @@ def storage_client() -> Any:  # a google.cloud.storage.Client (the library ships
 
 
 def artifacts() -> blobstore.BlobStore:
+    """What workloads write: completeness checks read here; the control plane writes nothing here."""
     return blobstore.BlobStore(storage_client(), settings().artifacts_bucket)
+
+
+def state() -> blobstore.BlobStore:
+    """The control plane's records (ledgers, events, READY.json, upstream state, the cursor)."""
+    return blobstore.BlobStore(storage_client(), settings().state_bucket)
 
 
 def requests_store() -> blobstore.BlobStore:
@@ -40,7 +46,7 @@ def requests_store() -> blobstore.BlobStore:
 
 
 def ledger() -> Ledger:
-    return Ledger(artifacts())
+    return Ledger(state())
 
 
 @cache
@@ -88,6 +94,7 @@ def stage_service(log: Logger) -> StageService:
         settings=settings(),
         ledger=ledger(),
         artifacts=artifacts(),
+        state=state(),
         cluster=cluster(),
         log=log,
         publish=notify.publish,

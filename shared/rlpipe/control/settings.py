@@ -45,7 +45,12 @@ class Settings:
     project: str = "rlpipe-local"
     location: str = "us-central1"
     requests_bucket: str = "rlpipe-requests"
+    # What workloads write (checkpoints, exports, conversion attempts, Pathways scratch): the
+    # workload identity may write here, under runs/, cache/maxtext/ and pathways/ only.
     artifacts_bucket: str = "rlpipe-artifacts"
+    # The control plane's own state (ledgers, events, error records, the conversion cache's
+    # READY.json, the upstream watcher's state, the reconcile cursor): workloads cannot touch it.
+    state_bucket: str = "rlpipe-state"
     workflow: str = "rlpipe-pipeline"
     workflows_endpoint: str = ""  # host:port of a local Executions gRPC server; empty = Google's
     status_topic: str = ""  # default notification topic (a request's `notify` overrides it)
@@ -76,6 +81,7 @@ class Settings:
             location=_env("LOCATION", cls.location),
             requests_bucket=_env("REQUESTS_BUCKET", cls.requests_bucket),
             artifacts_bucket=_env("ARTIFACTS_BUCKET", cls.artifacts_bucket),
+            state_bucket=_env("STATE_BUCKET", cls.state_bucket),
             workflow=_env("WORKFLOW", cls.workflow),
             workflows_endpoint=_env("WORKFLOWS_ENDPOINT"),
             status_topic=_env("STATUS_TOPIC"),

@@ -51,7 +51,8 @@ class Cluster(Protocol):
 class StageService:
     settings: Settings
     ledger: Ledger
-    artifacts: blobstore.BlobStore
+    artifacts: blobstore.BlobStore  # what workloads write: every completeness check reads here
+    state: blobstore.BlobStore  # the control plane's: the conversion cache's READY.json
     cluster: Cluster
     log: Logger
     resolve_revision: Callable[[str, str], str] = field(
@@ -125,7 +126,7 @@ class StageService:
             raise
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
-        ready = outputs.ready_conversion(self.artifacts, cache)
+        ready = outputs.ready_conversion(self.state, cache)
         stages = [s for s in STAGES if not (s == "convert" and ready)]
 
         def record_plan(r: RunRecord) -> str | None:
@@ -317,7 +318,7 @@ class StageService:
                     },
                 )
         if phase == "succeeded" and stage == "convert":
-            outputs.publish_conversion(self.artifacts, self.ledger, req, self._context(record), attempt)
+            outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
         progress = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
             progress = train_log.training_progress(self.cluster.log_tail(name))

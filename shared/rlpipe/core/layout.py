@@ -4,6 +4,20 @@ This module is the only place that spells an object name (DESIGN §5). The compl
 follow what MaxText and Orbax actually write (DESIGN §4): Orbax writes a step directory in place
 under its final name and marks it complete with ``commit_success.txt`` last; the HF export has
 no marker, so completeness is the index plus every shard it names.
+
+Two buckets hold what the pipeline writes, and each name below says which (docs/security.md):
+
+- the **artifacts** bucket holds what workloads write: ``runs/<id>/trained/``, ``runs/<id>/hf/``,
+  the conversion attempts ``cache/maxtext/<key>/<run>-a<N>/`` and Pathways scratch. The workload
+  identity may write there, under :data:`WORKLOAD_PREFIXES` only; completeness is read there.
+- the **state** bucket holds the control plane's own records: each run's ledger, events and error
+  record (``runs/<id>/run.json``, ``events/``, ``error.json``), the conversion cache's
+  ``cache/maxtext/<key>/READY.json``, the upstream watcher's ``upstream/<repo>/state.json`` and the
+  reconcile cursor. Only the functions reach it (:data:`STATE_PREFIXES`); no workload can rewrite a
+  ledger, point a cache key at its own checkpoint or forge an upstream decision.
+
+Both buckets use the same name scheme (a run's objects under ``runs/<id>/`` in each), so a run is
+found by the same prefix wherever it lives.
 """
 
 from __future__ import annotations
@@ -26,6 +40,12 @@ RUNS_PREFIX = "runs/"
 CACHE_PREFIX = "cache/maxtext/"
 PATHWAYS_PREFIX = "pathways/"
 UPSTREAM_PREFIX = "upstream/"
+RECONCILE_PREFIX = "reconcile/"
+RECONCILE_CURSOR = f"{RECONCILE_PREFIX}cursor.json"  # state bucket
+
+# Where each bucket's objects live (Terraform's IAM conditions grant exactly these prefixes).
+STATE_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, UPSTREAM_PREFIX, RECONCILE_PREFIX)
+WORKLOAD_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, PATHWAYS_PREFIX)
 
 COMMIT_MARKER = "commit_success.txt"
 TRAIN_RUN_NAME = "rl"
@@ -55,9 +75,16 @@ def is_request_object(name: str) -> bool:
     return name.startswith(REQUESTS_PREFIX) and name.lower().endswith(REQUEST_SUFFIXES) and "/." not in name
 
 
+def upstream_state(repo: str) -> str:
+    """What the upstream watcher decided about ``repo`` (state bucket)."""
+    return f"{UPSTREAM_PREFIX}{repo}/state.json"
+
+
 @dataclass(frozen=True)
 class RunLayout:
-    """Object names of one run in the artifacts bucket."""
+    """Object names of one run: its ledger, events and error record in the state bucket, its
+    outputs (trained checkpoints, exported model) in the artifacts bucket. ``bucket`` is the bucket
+    whose URIs ``uri`` spells; the names are the same in either."""
 
     bucket: str
     run_id: str
@@ -68,10 +95,12 @@ class RunLayout:
 
     @property
     def ledger(self) -> str:
+        """State bucket."""
         return f"{self.prefix}run.json"
 
     @property
     def events_prefix(self) -> str:
+        """State bucket."""
         return f"{self.prefix}events/"
 
     def event(self, seq: int, what: str) -> str:
@@ -79,11 +108,12 @@ class RunLayout:
 
     @property
     def error(self) -> str:
+        """State bucket."""
         return f"{self.prefix}error.json"
 
     @property
     def trained_base(self) -> str:
-        """train_rl ``base_output_directory`` (run_name ``rl`` is appended by MaxText)."""
+        """train_rl ``base_output_directory`` (run_name ``rl`` is appended by MaxText); artifacts bucket."""
         return f"{self.prefix}trained/"
 
     @property
@@ -101,6 +131,7 @@ class RunLayout:
 
     @property
     def hf_dir(self) -> str:
+        """Artifacts bucket."""
         return f"{self.prefix}hf/"
 
     def uri(self, name: str) -> str:
@@ -109,7 +140,10 @@ class RunLayout:
 
 @dataclass(frozen=True)
 class ConversionCache:
-    """Converted checkpoints, shared by every run of the same (repo, sha, flags, image)."""
+    """Converted checkpoints, shared by every run of the same (repo, sha, flags, image).
+
+    The attempt directories are in the artifacts bucket (``bucket``: the convert Job writes them);
+    ``ready`` is in the state bucket (only the control plane names the winner)."""
 
     bucket: str
     key: str
@@ -120,11 +154,12 @@ class ConversionCache:
 
     @property
     def ready(self) -> str:
-        """Written once, with if_generation_match=0, naming the attempt directory that finished."""
+        """Written once, with if_generation_match=0, naming the attempt directory that finished;
+        state bucket (the stage function writes it after checking the attempt's commit marker)."""
         return f"{self.prefix}READY.json"
 
     def attempt_dir(self, run_id: str, attempt: int) -> str:
-        """Each conversion attempt writes its own directory: no two writers share one."""
+        """Each conversion attempt writes its own directory: no two writers share one (artifacts bucket)."""
         return f"{self.prefix}{run_id}-a{attempt}/"
 
     def uri(self, name: str) -> str:

@@ -35,13 +35,21 @@ def pinned_sha(req: Request, hf_sha: str | None = None) -> str | None:
 
 
 def build_plan(
-    req: Request, *, run_id: str, bucket: str, hf_sha: str | None = None, namespace: str = "rlpipe"
+    req: Request,
+    *,
+    run_id: str,
+    bucket: str,
+    state_bucket: str = "STATE_BUCKET",
+    hf_sha: str | None = None,
+    namespace: str = "rlpipe",
 ) -> dict[str, Any]:
     """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
-    request that skipped validation: validation refuses those)."""
+    request that skipped validation: validation refuses those). ``bucket`` is the artifacts
+    bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json)."""
     sha = pinned_sha(req, hf_sha)
     ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
     run = layout.RunLayout(bucket, run_id)
+    state = layout.RunLayout(state_bucket, run_id)
     training = steps.training_steps(req)
     final = training.final_step
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
@@ -107,7 +115,7 @@ def build_plan(
             "cache_key": cache.key if cache else None,
             "cache_key_note": None if cache else "resolved at run time (the key hashes the commit sha)",
             "recipe": commands.CONVERSION_RECIPE,
-            "ready": cache.uri(cache.ready) if cache else None,
+            "ready": layout.gs(state_bucket, cache.ready) if cache else None,
             "attempt_dir": convert_out,
             "pinned_source": pinned_source_uri(req, ctx, "convert", 1),
         },
@@ -130,9 +138,9 @@ def build_plan(
             },
         },
         "paths": {
-            "ledger": layout.gs(bucket, run.ledger),
-            "events": layout.gs(bucket, run.events_prefix),
-            "error": layout.gs(bucket, run.error),
+            "ledger": state.uri(state.ledger),
+            "events": state.uri(state.events_prefix),
+            "error": state.uri(state.error),
             "trained": run.uri(run.trained_base),
             "checkpoints": run.uri(run.checkpoints),
             "final_step_commit": run.uri(run.step_commit(final)),

@@ -149,6 +149,8 @@ def run(config: dict[str, Any]) -> None:
     def dropped(bucket: str, name: str) -> bool:
         return bool(simulator.drops_event(name, bucket))
 
+    # As in production: the requests and artifacts buckets trigger functions; the state bucket
+    # (ledgers, READY.json, upstream state) has no trigger, the control plane's writes wake nothing.
     routes = Routes(
         buckets={
             config["requests_bucket"]: config["functions"]["intake_object"],

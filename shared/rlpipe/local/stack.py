@@ -45,6 +45,7 @@ class StackConfig:
     workflow: str = "rlpipe-pipeline"
     requests_bucket: str = "rlpipe-requests"
     artifacts_bucket: str = "rlpipe-artifacts"
+    state_bucket: str = "rlpipe-state"  # the control plane's; no events are routed from it
     requests_topic: str = "rlpipe-requests"
     status_topic: str = "rlpipe-status"
     gcs_topic: str = "rlpipe-gcs-events"
@@ -291,7 +292,7 @@ class LocalStack:
 
     def _create_buckets(self) -> None:
         assert self.gcs is not None
-        for bucket in (self.config.requests_bucket, self.config.artifacts_bucket):
+        for bucket in (self.config.requests_bucket, self.config.artifacts_bucket, self.config.state_bucket):
             response = requests.post(
                 f"{self.gcs.url}/storage/v1/b",
                 params={"project": self.config.project},
@@ -313,6 +314,7 @@ class LocalStack:
             "RLPIPE_WORKFLOW": c.workflow,
             "RLPIPE_REQUESTS_BUCKET": c.requests_bucket,
             "RLPIPE_ARTIFACTS_BUCKET": c.artifacts_bucket,
+            "RLPIPE_STATE_BUCKET": c.state_bucket,
             "RLPIPE_WORKFLOWS_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
             "RLPIPE_KUBE_URL": f"http://127.0.0.1:{ports['kube']}",
             "RLPIPE_CALLBACK_TIMEOUT_SECONDS": str(c.poll_seconds),

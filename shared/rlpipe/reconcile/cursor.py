@@ -1,4 +1,4 @@
-"""Where the reconciler stopped: one small JSON object in the artifacts bucket, written with CAS.
+"""Where the reconciler stopped: one small JSON object in the state bucket, written with CAS.
 
 A pass stops at its time budget and the next tick (another process, minutes later) must resume
 where it stopped, so the position lives in the bucket, not in memory. It is written with the
@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlpipe.control import blobstore
+from rlpipe.core import layout
 
-CURSOR_OBJECT = "reconcile/cursor.json"
+CURSOR_OBJECT = layout.RECONCILE_CURSOR
 VERSION = 1
 
 

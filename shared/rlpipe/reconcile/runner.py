@@ -16,6 +16,9 @@ A pass stops cleanly at its time budget: it finishes the ledgers in flight, neve
 and saves the position (the last run id below which everything was handled) in
 ``reconcile/cursor.json`` with compare-and-swap; the next tick resumes there. ``dry_run`` does all
 the reading and none of the writing: no ledger, cluster, execution, message or cursor changes.
+
+Ledgers and the cursor are read and written in the state bucket (``ledger.store``); an export's
+completeness is read in the artifacts bucket (``artifacts``), where the export Job writes it.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ __all__ = ["DEFAULT_BUDGET_SECONDS", "PassReport", "Reconciler", "build", "from_
 @dataclass
 class Reconciler:
     settings: Settings
-    ledger: Ledger
+    ledger: Ledger  # on the state bucket, like the cursor
+    artifacts: blobstore.BlobStore  # what workloads write: the export's completeness
     orchestrator: Orchestrator
     cluster: Cluster
     intake: Intake
@@ -78,7 +82,8 @@ class Reconciler:
         )
 
     @property
-    def store(self) -> blobstore.BlobStore:
+    def state(self) -> blobstore.BlobStore:
+        """The state bucket: ledgers and the cursor."""
         return self.ledger.store
 
     # ---- the pass -------------------------------------------------------------------------------
@@ -86,7 +91,7 @@ class Reconciler:
     def run_pass(self, *, dry_run: bool = False) -> PassReport:
         started = self.clock()
         deadline = started + self.budget_seconds
-        cursors = CursorStore(self.store, self.cursor_name)
+        cursors = CursorStore(self.state, self.cursor_name)
         cursor, generation = cursors.load()
         report = PassReport(dry_run=dry_run, cursor_before=cursor)
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="reconcile") as pool:
@@ -228,12 +233,12 @@ class Reconciler:
 
     def _export(self, run_id: str) -> layout.Completeness:
         """The export's completeness by the layout's rule (index + every shard it names)."""
-        run = layout.RunLayout(self.store.bucket_name, run_id)
-        names = list(self.store.list(run.hf_dir))
+        run = layout.RunLayout(self.artifacts.bucket_name, run_id)
+        names = list(self.artifacts.list(run.hf_dir))
         index = None
         if run.hf_dir + layout.HF_INDEX in names:
             try:
-                index = self.store.read(run.hf_dir + layout.HF_INDEX).json()
+                index = self.artifacts.read(run.hf_dir + layout.HF_INDEX).json()
             except (ValueError, blobstore.NotFound):
                 index = {}
         return layout.export_complete(names, run.hf_dir, index)
@@ -249,6 +254,7 @@ def from_services(log: Logger, **overrides: Any) -> Reconciler:
     return Reconciler(
         settings=services.settings(),
         ledger=services.ledger(),
+        artifacts=services.artifacts(),
         orchestrator=services.orchestrator(),
         cluster=services.cluster(),
         intake=services.intake(log),
@@ -264,7 +270,7 @@ def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
     from rlpipe.control import notify
 
     client = blobstore.make_client(settings.project)
-    ledger = Ledger(blobstore.BlobStore(client, settings.artifacts_bucket))
+    ledger = Ledger(blobstore.BlobStore(client, settings.state_bucket))
     orchestrator = Orchestrator(settings)
     intake = Intake(
         requests=blobstore.BlobStore(client, settings.requests_bucket),
@@ -276,6 +282,7 @@ def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
     return Reconciler(
         settings=settings,
         ledger=ledger,
+        artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
         orchestrator=orchestrator,
         cluster=ClusterClient.from_settings(settings),
         intake=intake,

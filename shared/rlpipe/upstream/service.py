@@ -92,7 +92,7 @@ def build_poller(
     budget: RateLimitBudget | None = None,
     publish: Callable[[str, dict[str, Any]], Any] | None = None,
 ) -> Poller:
-    """A Poller on the deployment named by ``settings`` (state in the artifacts bucket)."""
+    """A Poller on the deployment named by ``settings`` (state in the state bucket)."""
     from rlpipe.control import hub, notify
 
     client = client or blobstore.make_client(settings.project)
@@ -105,7 +105,7 @@ def build_poller(
     )
     return Poller(
         hub=reader,
-        state=StateStore(blobstore.BlobStore(client, settings.artifacts_bucket)),
+        state=StateStore(blobstore.BlobStore(client, settings.state_bucket)),
         log=log,
         intake=intake,
         settings=settings,

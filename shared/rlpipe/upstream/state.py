@@ -1,4 +1,4 @@
-"""What the poller has already decided about a repo: ``upstream/<repo>/state.json`` (artifacts bucket).
+"""What the poller has already decided about a repo: ``upstream/<repo>/state.json`` (state bucket).
 
 The state is what makes polling cheap and quiet: a commit already examined (released, ignored,
 or taken as the baseline) is not examined again, and a gated repo's "accept the license"
@@ -26,8 +26,8 @@ CAS_ATTEMPTS = 8
 
 
 def state_path(repo: str) -> str:
-    """Belongs in layout.py (``layout.upstream_state``): every object name in one place."""
-    return f"{layout.UPSTREAM_PREFIX}{repo}/state.json"
+    """The repo's state object: ``layout.upstream_state`` (every object name in one place)."""
+    return layout.upstream_state(repo)
 
 
 class _Model(BaseModel):
