@@ -216,3 +216,22 @@ def test_a_failed_cleanup_still_finishes_the_run(monkeypatch: pytest.MonkeyPatch
     result = runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=ok)
     assert calls == ["cleanup", "finish"] and result["state"] == "cancelled"
     assert result["execution_cancelled"] is True and "503" in result["cleanup_error"]
+
+
+def test_the_cli_prints_why_the_execution_was_not_cancelled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlpipe.cli import main as cli
+
+    result = {
+        "state": "cancelled",
+        "execution_cancelled": False,
+        "deleted": ["r1-train-a1"],
+        "execution_error": "PermissionDenied: denied (needs roles/workflows.invoker)",
+    }
+    monkeypatch.setattr(runs, "cancel", lambda settings, ledger, run_id: result)
+    monkeypatch.setattr(cli, "_ledger", lambda settings: None)
+    assert cli.main(["cancel", "r1"]) == 0
+    out, err = capsys.readouterr()
+    assert "run r1: cancelled" in out
+    assert "the execution was not cancelled: PermissionDenied" in err and "roles/workflows.invoker" in err

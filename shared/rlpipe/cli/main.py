@@ -171,6 +171,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
         f"deleted: {', '.join(result['deleted']) or 'nothing'}"
     )
+    # Reported, not fatal: the run is finished as cancelled either way (runs.cancel).
+    for key, what in (
+        ("execution_error", "the execution was not cancelled"),
+        ("cleanup_error", "cleanup failed"),
+    ):
+        if result.get(key):
+            print(f"warning: {what}: {result[key]}", file=sys.stderr)
     return 0
 
 
