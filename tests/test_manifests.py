@@ -123,7 +123,7 @@ def test_pathways_essentials(name: str, req: Any) -> None:
 
 @pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
 def test_labels_names_and_queue_on_every_object(name: str, req: Any) -> None:
-    for stage, obj in zip(identity.STAGES, render_all(req, CTX, attempt=3), strict=True):
+    for stage, obj in zip(identity.MAXTEXT_STAGES, render_all(req, CTX, attempt=3), strict=True):
         meta = obj["metadata"]
         assert meta["name"] == f"rexample0001-{stage}-a3" and len(meta["name"]) <= 28
         assert meta["labels"][identity.LABEL_RUN] == "rexample0001"
@@ -291,7 +291,7 @@ def test_every_read_of_the_repo_uses_the_pinned_sha(placement: str) -> None:
     sha = "0123456789abcdef0123456789abcdef01234567"
     req = validate_request(minimal_request(placement=placement))
     ctx = RenderContext(run_id="r1", bucket="b", hf_revision=sha)
-    convert, train, export = (_main(render(req, s, 1, ctx)) for s in identity.STAGES)
+    convert, train, export = (_main(render(req, s, 1, ctx)) for s in identity.MAXTEXT_STAGES)
     env = _env(convert)
     assert (env["RLPIPE_HF_REPO"], env["RLPIPE_HF_REVISION"]) == (req.hf_repo, sha)
     out = next(a for a in convert["args"] if a.startswith("base_output_directory=")).split("=", 1)[1]
@@ -393,7 +393,7 @@ def test_the_pin_and_fetch_programs_copy_the_repo_at_the_sha(buckets: Any, tmp_p
     sha = "0123456789abcdef0123456789abcdef01234567"
     req = validate_request(minimal_request(hf_revision=sha))
     ctx = RenderContext(run_id="rpin00000001", bucket=buckets.artifacts, hf_revision=sha)
-    convert, _, export = (_main(render(req, s, 1, ctx)) for s in identity.STAGES)
+    convert, _, export = (_main(render(req, s, 1, ctx)) for s in identity.MAXTEXT_STAGES)
     base = {
         **os.environ,
         "STORAGE_EMULATOR_HOST": buckets.emulator,

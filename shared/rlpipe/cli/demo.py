@@ -25,7 +25,13 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     "preempt": ("examples/gemma4-26b-v6e-32x2.yaml", ["train:1:preempt@70"]),
     # A new upstream release on the Hub double becomes a run, with nobody submitting anything.
     "upstream": (None, []),
+    # The quality gate holds the model back: the run ends `gated`, naming the threshold it missed.
+    "gate": ("examples/gemma4-26b-v6e-32-gate.yaml", []),
+    # Train, pass the gate, export, then publish to the local Hub double with a model card.
+    "publish": ("examples/gemma4-26b-v6e-32-publish.yaml", []),
 }
+# The outcome each scenario is meant to show (anything else is a failed demo).
+EXPECTED_STATE = {"gate": "gated"}
 WATCH_LIST = Path("examples/upstream/watch.yaml")
 DEMO_TIMEOUT_SECONDS = 150
 
@@ -78,12 +84,29 @@ def run_demo(
         if not record.terminal:
             console.print(f"[red]run did not finish within {DEMO_TIMEOUT_SECONDS}s; see {stack.logs}[/red]")
             return 1
-        return 0 if record.state == "succeeded" else 1
+        if scenario == "publish" and record.state == "succeeded":
+            _show_published(settings, record)
+        return 0 if record.state == EXPECTED_STATE.get(scenario, "succeeded") else 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; stopping the local stack[/yellow]")
         return 130
     finally:
         stack.stop()
+
+
+def _show_published(settings: Any, record: Any) -> None:
+    """What the real client sees on the local Hub: the files, and the card's first lines."""
+    from huggingface_hub import HfApi
+
+    req = record.request["publish"]
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    files = api.list_repo_files(req["repo"], revision=req["branch"])
+    print(
+        f"  hub         {req['repo']}@{req['branch']}: {len(files)} files ({', '.join(sorted(files)[:4])}, ...)"
+    )
+    card = api.hf_hub_download(req["repo"], "README.md", revision=req["branch"])
+    names_sha = record.lineage.hf_sha and record.lineage.hf_sha in Path(card).read_text()
+    print(f"  card        README.md names the base sha {record.lineage.hf_sha[:12]}: {bool(names_sha)}")
 
 
 def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:

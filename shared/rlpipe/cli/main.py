@@ -71,10 +71,21 @@ def cmd_render(args: argparse.Namespace) -> int:
     run_id = args.run_id or identity.run_id_for(
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )
+    from rlpipe.control.publishing import UNRENDERED_CARD, publisher_program
+    from rlpipe.core.manifests import request_stages
+
     ctx = RenderContext(
-        run_id=run_id, bucket=args.bucket, namespace=args.namespace, hf_revision=args.hf_revision
+        run_id=run_id,
+        bucket=args.bucket,
+        namespace=args.namespace,
+        hf_revision=args.hf_revision,
+        model_card=UNRENDERED_CARD,
+        publisher_program=publisher_program(),
     )
-    stages = [args.stage] if args.stage else list(identity.STAGES)
+    if args.stage == "publish" and req.publish is None:
+        print("the request has no publish section, so it has no publish stage", file=sys.stderr)
+        return 1
+    stages = [args.stage] if args.stage else list(request_stages(req))
     objects = [render(req, stage, args.attempt, ctx) for stage in stages]
     sys.stdout.write(dump_yaml(objects))
     return 0
@@ -150,10 +161,15 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not records:
         print("no runs")
         return 0
-    print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'CREATED':<28}MODEL")
+    from rlpipe.control.outcomes import reward_summary
+
+    print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'REWARD':<18}{'CREATED':<28}MODEL")
     for r in records:
+        post, gain = reward_summary(r.results or {})
+        reward = "-" if post is None else f"{post:.4f}" + (f" ({gain:+.4f})" if gain is not None else "")
         print(
-            f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.created_at:<28}{r.request.get('model')}"
+            f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{reward:<18}{r.created_at:<28}"
+            f"{r.request.get('model')}"
         )
     return 0
 
@@ -270,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("render", help="print the Kubernetes objects of a request (dry run)")
     p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
-    p.add_argument("--stage", choices=identity.STAGES, help="only this stage (default: all three)")
+    p.add_argument(
+        "--stage", choices=identity.STAGES, help="only this stage (default: every stage the request has)"
+    )
     p.add_argument("--attempt", type=int, default=1, help="attempt number (default 1)")
     p.add_argument("--bucket", default="ARTIFACTS_BUCKET", help="artifacts bucket name")
     p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
@@ -330,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import reconcile as reconcile_cli
 
     reconcile_cli.register(sub, settings=_settings)
+    from rlpipe.cli import report as report_cli
+
+    report_cli.register(sub, settings=_settings, ledger=_ledger)
     return parser
 
 

@@ -102,7 +102,8 @@ def list_runs(ledger: Ledger, *, page_size: int = 500, workers: int = 16) -> lis
 def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
     """Per stage: attempts, phase, duration (first launch → last finish), failure if any."""
     rows = []
-    for stage in identity.STAGES:
+    wanted = identity.STAGES if record.request.get("publish") else identity.MAXTEXT_STAGES
+    for stage in wanted:
         attempts = [a for a in record.attempts if a.stage == stage]
         if not attempts:
             skipped = stage == "convert" and record.lineage.conversion_cache_hit
@@ -127,6 +128,8 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
                 "seconds": round((end - start).total_seconds(), 1),
                 "failure": f"[{last.failure_class}] {last.reason}" if last.failure_class else None,
                 "resume_step": last.resume_step,
+                "chip_hours": round(sum(a.chip_hours or 0.0 for a in attempts), 3),
+                "chip_hours_per_attempt": {a.attempt: a.chip_hours for a in attempts if a.chip_hours},
             }
         )
     return rows
@@ -144,6 +147,9 @@ def describe(record: RunRecord) -> dict[str, Any]:
         "failure": record.failure.model_dump() if record.failure else None,
         "execution": record.execution.name,
         "progress": record.progress,
+        "results": record.results,
+        "gate": record.gate.model_dump() if record.gate else None,
+        "chip_hours": round(sum(a.chip_hours or 0.0 for a in record.attempts), 3),
         "stages": stage_summary(record),
         "lineage": record.lineage.model_dump(exclude_none=True),
         "terminal": record.state in TERMINAL,

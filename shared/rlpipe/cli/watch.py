@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -107,6 +108,25 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
         lines.append(f"  export      {lineage.export_uri}")
     if record.progress:
         lines.append(f"  rewards     {_reward_text(record.progress)}")
+    evals = (record.results or {}).get("intermediate") or []
+    if evals:
+        points = ", ".join(
+            f"{e['step']}: {e['mean_reward']:.4f}" for e in evals[-5:] if e.get("mean_reward") is not None
+        )
+        lines.append(f"  evals       mean_reward by step: {points}" + (" (last 5)" if len(evals) > 5 else ""))
+    if info["chip_hours"]:
+        per = ", ".join(f"{r['stage']} {r['chip_hours']:.2f}" for r in info["stages"] if r.get("chip_hours"))
+        lines.append(f"  chip-hours  {info['chip_hours']:.2f} TPU chip-hours held ({per})")
+    if record.gate is not None and record.gate.reasons != ["no gate requested"]:
+        verdict = {True: "passed", False: "FAILED", None: "not evaluated"}[record.gate.passed]
+        lines.append(f"  gate        {verdict}: {'; '.join(record.gate.reasons)}")
+        if record.gate.override:
+            o = record.gate.override
+            lines.append(f"              overridden by {o.by} at {o.at}: {o.reason}")
+    publish = record.request.get("publish")
+    if publish and any(a.stage == "publish" and a.phase == "succeeded" for a in record.attempts):
+        hub = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+        lines.append(f"  published   {hub}/{publish['repo']} (branch {publish['branch']})")
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
     if simulated:

@@ -72,7 +72,7 @@ from rlpipe.cluster.kinds import (
     _true,
     _ts,
 )
-from rlpipe.core import identity
+from rlpipe.core import chip_hours, identity
 from rlpipe.core.failures import FailureClass, PipelineFailure, failure_for
 
 # --------------------------------------------------------------------------- results
@@ -96,6 +96,7 @@ class WorkloadStatus:
     exists: bool = True
     pods: Mapping[str, int] = field(default_factory=dict)  # pod phase → count
     details: tuple[str, ...] = ()  # further evidence, strongest first
+    chip_hours: float = 0.0  # TPU chip-hours its current pods have held (core.chip_hours)
 
     @property
     def done(self) -> bool:
@@ -128,6 +129,7 @@ class WorkloadStatus:
             "exists": self.exists,
             "pods": dict(self.pods),
             "details": list(self.details),
+            "chip_hours": self.chip_hours,
         }
 
 
@@ -196,6 +198,7 @@ def summarize(
         "admitted": not suspended,
         "queue": queue,
         "pods": counts,
+        "chip_hours": chip_hours.chip_hours(pods, now),
     }
     what = f"{kind} {name}"
 

@@ -147,6 +147,10 @@ class BlobStore:
         for blob in self.client.list_blobs(self.bucket_name, prefix=prefix):
             yield blob.name
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """Every object under ``prefix`` with its size in bytes (one listing)."""
+        return {b.name: int(b.size or 0) for b in self.client.list_blobs(self.bucket_name, prefix=prefix)}
+
     def exists(self, name: str) -> bool:
         return self._bucket.blob(name).exists()
 

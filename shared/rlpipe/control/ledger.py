@@ -10,10 +10,12 @@ never-rewritten history object ``runs/<run_id>/events/<seq>-<what>.json``.
 
 State machine (illegal transitions raise ``IllegalTransition``)::
 
-    accepted → converting → training → exporting → succeeded
-        │           │           │           │
-        └───────────┴───────────┴───────────┴──→ failed | cancelled
+    accepted → converting → training → exporting → [publishing →] succeeded
+        │           │           │           │              │
+        └───────────┴───────────┴───────────┴──────────────┴──→ failed | cancelled
     accepted → training            (conversion cache hit)
+    training → gated               (the quality gate held the model back; terminal)
+    gated → training               (``rlpipe promote``: a person overrides the gate; the run goes on)
 """
 
 from __future__ import annotations
@@ -31,18 +33,35 @@ from rlpipe.control import blobstore, interleave
 from rlpipe.core import layout
 from rlpipe.core.identity import Stage
 
-State = Literal["accepted", "converting", "training", "exporting", "succeeded", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-STAGE_STATE: dict[str, State] = {"convert": "converting", "train": "training", "export": "exporting"}
+State = Literal[
+    "accepted",
+    "converting",
+    "training",
+    "exporting",
+    "publishing",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "gated",
+]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "gated"})
+STAGE_STATE: dict[str, State] = {
+    "convert": "converting",
+    "train": "training",
+    "export": "exporting",
+    "publish": "publishing",
+}
 
 _ALLOWED: dict[str, frozenset[str]] = {
     "accepted": frozenset({"converting", "training", "failed", "cancelled"}),
     "converting": frozenset({"training", "failed", "cancelled"}),
-    "training": frozenset({"exporting", "failed", "cancelled"}),
-    "exporting": frozenset({"succeeded", "failed", "cancelled"}),
+    "training": frozenset({"exporting", "failed", "cancelled", "gated"}),
+    "exporting": frozenset({"publishing", "succeeded", "failed", "cancelled"}),
+    "publishing": frozenset({"succeeded", "failed", "cancelled"}),
     "succeeded": frozenset(),
     "failed": frozenset(),
     "cancelled": frozenset(),
+    "gated": frozenset({"training"}),  # promote
 }
 
 CAS_ATTEMPTS = 8
@@ -94,6 +113,7 @@ class Attempt(_Model):
     failure_class: str | None = None
     reason: str | None = None
     resume_step: int | None = None
+    chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
 
 
 class Execution(_Model):
@@ -118,6 +138,21 @@ class Lineage(_Model):
     pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
 
 
+class GateOverride(_Model):
+    by: str
+    at: str
+    reason: str
+
+
+class GateRecord(_Model):
+    """The quality gate's verdict (``core.gate``), and a person's override (``rlpipe promote``)."""
+
+    passed: bool | None = None  # None: could not be evaluated
+    reasons: list[str] = Field(default_factory=list)
+    evaluated_at: str | None = None
+    override: GateOverride | None = None
+
+
 class Failure(_Model):
     tag: str
     message: str
@@ -139,6 +174,9 @@ class RunRecord(_Model):
     lineage: Lineage = Field(default_factory=Lineage)
     failure: Failure | None = None
     progress: dict[str, Any] = Field(default_factory=dict)  # e.g. {"step": 40, "mean_reward": 0.61}
+    # Every evaluation train_rl printed (train_log.TrainLog.results) and the final step.
+    results: dict[str, Any] = Field(default_factory=dict)
+    gate: GateRecord | None = None
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1

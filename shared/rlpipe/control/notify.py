@@ -31,6 +31,15 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         )
     elif record.state == "succeeded" and record.lineage.export_uri:
         text += f"; model at {record.lineage.export_uri}"
+    results = record.results or {}
+    pre = (results.get("pre") or {}).get("mean_reward")
+    post = (results.get("post") or {}).get("mean_reward")
+    if isinstance(post, int | float):
+        change = f" ({post - pre:+.4f} over pre {pre:.4f})" if isinstance(pre, int | float) else ""
+        text += f"; post mean_reward {post:.4f}{change}"
+    publish = record.request.get("publish")
+    if record.state == "succeeded" and publish:
+        text += f"; published to {publish['repo']}@{publish['branch']}"
     return {
         "run_id": record.run_id,
         "state": record.state,
@@ -41,4 +50,7 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         "request_id": record.request.get("request_id"),
         "model": record.request.get("model"),
         "hf_repo": record.request.get("hf_repo"),
+        "results": results,
+        "gate": record.gate.model_dump() if record.gate else None,
+        "chip_hours": round(sum(a.chip_hours or 0.0 for a in record.attempts), 3),
     }

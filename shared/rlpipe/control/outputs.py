@@ -40,6 +40,16 @@ def stage_complete(
     if stage == "train":
         final = layout.final_step_for(req)
         return layout.train_complete_for(artifacts.list(run.step_dir(final)), run, req)
+    if stage == "publish":
+        if req.publish is None:
+            return layout.Completeness(False, "the request has no publish section")
+        try:
+            receipt = artifacts.read(run.publish_receipt).json()
+        except (ValueError, blobstore.NotFound):
+            receipt = None
+        return layout.publish_complete(
+            artifacts.sizes(run.hf_dir), run.hf_dir, receipt, req.publish.repo, req.publish.branch, ctx.run_id
+        )
     names = list(artifacts.list(run.hf_dir))
     index = None
     if run.hf_dir + layout.HF_INDEX in names:
@@ -72,3 +82,20 @@ def publish_conversion(
         return "conversion-published"
 
     ledger.update(ctx.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
+
+
+def done_stages(
+    artifacts: blobstore.BlobStore, record: RunRecord, req: Request, ctx: RenderContext
+) -> set[str]:
+    """Stages an earlier execution of this run finished, by their done rules (the bucket), not by
+    the ledger's word: a promoted or retried run must not train, export or publish twice."""
+    done: set[str] = set()
+    for stage in ("train", "export", "publish"):
+        a = record.current_attempt(stage)
+        if (
+            a is not None
+            and a.phase == "succeeded"
+            and stage_complete(artifacts, req, ctx, stage, a.attempt).complete
+        ):
+            done.add(stage)
+    return done

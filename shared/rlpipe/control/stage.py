@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, callbacks, hub, interleave, outputs
+from rlpipe.control import blobstore, callbacks, hub, interleave, outcomes, outputs, publishing
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
@@ -24,10 +24,19 @@ from rlpipe.control.settings import Settings
 from rlpipe.core import layout, steps, train_log
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
-from rlpipe.core.manifests import RenderContext, conversion_cache, pinning_lineage, render
+from rlpipe.core.manifests import (
+    RenderContext,
+    conversion_cache,
+    pinning_lineage,
+    render,
+    request_stages,
+    stage_paths,
+)
+from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
 
-KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job"}
+GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
+KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
 
 
 class Cluster(Protocol):
@@ -76,7 +85,7 @@ class StageService:
             namespace=self.settings.namespace,
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
-            converted_dir=_dir_of(record.lineage.converted_uri),
+            converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
         )
 
     # ---- plan ---------------------------------------------------------------------------------
@@ -127,7 +136,14 @@ class StageService:
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
         ready = outputs.ready_conversion(self.state, cache)
-        stages = [s for s in STAGES if not (s == "convert" and ready)]
+        done = outputs.done_stages(self.artifacts, record, req, self._context(record))
+        stages: list[str] = [
+            s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
+        ]
+        if req.gate is not None and "export" not in done:
+            # The gate (a step, not a workload) sits between train and export; a promoted run
+            # passes it by its recorded override.
+            stages.insert(stages.index("export") if "export" in stages else len(stages), GATE_STEP)
 
         def record_plan(r: RunRecord) -> str | None:
             if r.terminal or not owns(r, execution_id):
@@ -191,6 +207,8 @@ class StageService:
                 f"{stage} attempt {newer.attempt} exists; attempt {attempt} is not launched"
             )
         ctx = self._context(record)
+        if stage == "publish":
+            ctx = publishing.publish_context(self.artifacts, record, req, ctx)
         obj = render(req, stage, attempt, ctx)
         resume = None
         if stage == "train" and attempt > 1:
@@ -203,7 +221,7 @@ class StageService:
         created = self.cluster.apply(obj)
         uid = (created.get("metadata") or {}).get("uid")
         name = obj["metadata"]["name"]
-        paths_uri = _lineage_uri(ctx, req, stage, attempt)
+        paths_uri = stage_paths(req, ctx, stage, attempt).output
         interleave.point("stage.launch:applied")
         refused: dict[str, PipelineFailure] = {}
 
@@ -288,7 +306,9 @@ class StageService:
         ws = self.cluster.status(
             name,
             kind=KIND[stage],
-            retryable_exit_codes=req.retry.retryable_exit_codes,
+            retryable_exit_codes=TRANSIENT_EXIT_CODES
+            if stage == "publish"
+            else req.retry.retryable_exit_codes,
             queued_deadline_seconds=float(req.timeouts.queued),
         )
         complete = outputs.stage_complete(self.artifacts, req, self._context(record), stage, attempt)
@@ -319,10 +339,14 @@ class StageService:
                 )
         if phase == "succeeded" and stage == "convert":
             outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
-        progress = None
+        progress = seen = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
-            progress = train_log.training_progress(self.cluster.log_tail(name))
-        self._record_phase(run_id, stage, attempt, phase, failure, log, progress)
+            parsed = train_log.parse(self.cluster.log_tail(name))
+            progress, seen = parsed.progress(), parsed.results()
+        final = layout.final_step_for(req) if stage == "train" else None
+        self._record_phase(
+            run_id, stage, attempt, phase, failure, log, progress, seen=seen, final=final, chips=ws.chip_hours
+        )
         return {
             "phase": phase,
             "failure": failure,
@@ -366,23 +390,34 @@ class StageService:
         failure: dict[str, str] | None,
         log: Logger,
         progress: dict[str, Any] | None = None,
+        *,
+        seen: dict[str, Any] | None = None,
+        final: int | None = None,
+        chips: float = 0.0,
     ) -> None:
+        ended: list[Attempt] = []
+
         def change(r: RunRecord) -> str | None:
+            ended.clear()  # a compare-and-swap may run this again on a newer record
             a = r.attempt_record(stage, attempt)
             if a is None:
                 return None
+            results = outcomes.merge_results(r.results, seen, final) if seen is not None else r.results
+            # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
+            held = max(a.chip_hours or 0.0, chips) if chips else a.chip_hours
             if a.phase == phase:
-                if progress and progress != r.progress:
-                    r.progress = progress
+                if (progress and progress != r.progress) or results != r.results or held != a.chip_hours:
+                    r.progress = progress or r.progress
+                    r.results, a.chip_hours = results, held
                     return "progress"
                 return None
-            if progress:
-                r.progress = progress
-            a.phase = phase
-            if phase in ("succeeded", "failed"):
-                a.finished_at = now()
+            r.progress = progress or r.progress
+            r.results, a.chip_hours, a.phase = results, held, phase
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]
+            if phase in ("succeeded", "failed"):
+                a.finished_at = now()
+                ended[:] = [a.model_copy()]
             return phase
 
         self.ledger.update(
@@ -392,6 +427,8 @@ class StageService:
         )
         if failure:
             log.warning("attempt failed", failure=failure)
+        for a in ended:
+            outcomes.log_stage_ended(self.log, run_id, a, self.clock())
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
@@ -404,7 +441,9 @@ class StageService:
     ) -> dict[str, Any]:
         """End the run once. The status message goes out only from the call that ended it: a late
         duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing."""
-        if outcome not in ("succeeded", "failed", "cancelled"):
+        if outcome == "failed" and (failure or {}).get("tag") == outcomes.GATED:
+            outcome = outcomes.GATED  # the workflow reports the gate's failure like any other
+        if outcome not in ("succeeded", "failed", "cancelled", outcomes.GATED):
             raise PermanentFailure(f"unknown outcome {outcome!r}")
         record, req = self._load(run_id)
         require_owner(record, execution_id)
@@ -416,11 +455,9 @@ class StageService:
             r.set_state(outcome)  # type: ignore[arg-type]
             ended.append(outcome)
             if failure:
+                tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
                 r.failure = Failure(
-                    tag=str(failure.get("tag", "permanent")),
-                    message=str(failure.get("message", "")),
-                    stage=failure.get("stage"),
-                    attempt=failure.get("attempt"),
+                    tag=tag, message=message, stage=failure.get("stage"), attempt=failure.get("attempt")
                 )
             return outcome
 
@@ -437,7 +474,18 @@ class StageService:
             except Exception as exc:  # a status message must never turn a finished run into a failed call
                 self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
+        if ended:
+            outcomes.log_run_ended(self.log, updated)
         return message
+
+    # ---- gate ---------------------------------------------------------------------------------
+
+    def gate(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        """After train: does the model meet the request's thresholds? The verdict (or a person's
+        override) is recorded in the ledger; the workflow raises the answer's ``tag`` when not passed."""
+        record, req = self._load(run_id)
+        require_owner(record, execution_id)
+        return outcomes.gate(self.ledger, self.log, run_id, req)
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)
@@ -448,18 +496,6 @@ class StageService:
             self.ledger.note(run_id, "cleanup", {"deleted": deleted})
         self.log.bind(run_id=run_id).info("cleaned up", deleted=deleted)
         return {"deleted": deleted}
-
-
-def _dir_of(uri: str | None) -> str | None:
-    if not uri:
-        return None
-    return layout.parse_gs(uri)[1]
-
-
-def _lineage_uri(ctx: RenderContext, req: Request, stage: Stage, attempt: int) -> str:
-    from rlpipe.core.manifests import stage_paths
-
-    return stage_paths(req, ctx, stage, attempt).output
 
 
 def _age_seconds(timestamp: str, now_epoch: float) -> float:

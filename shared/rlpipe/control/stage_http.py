@@ -71,7 +71,7 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(run_id, str) or not run_id:
         raise BadCall("run_id is required")
     execution_id = _opt_str(body, "execution_id")
-    if op in ("plan", "launch", "status") and execution_id is None:
+    if op in ("plan", "launch", "status", "gate") and execution_id is None:
         raise BadCall(f"{op} needs the calling execution's execution_id")
     if op == "plan":
         return service.plan(run_id, execution_id)
@@ -85,7 +85,9 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
         return service.finish(run_id, str(body.get("outcome")), _failure(body), execution_id)
     if op == "cleanup":
         return service.cleanup(run_id, execution_id)
-    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, finish, cleanup")
+    if op == "gate":
+        return service.gate(run_id, execution_id)
+    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, finish, cleanup")
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:

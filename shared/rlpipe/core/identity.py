@@ -11,8 +11,10 @@ import base64
 import hashlib
 from typing import Literal
 
-Stage = Literal["convert", "train", "export"]
-STAGES: tuple[Stage, ...] = ("convert", "train", "export")
+Stage = Literal["convert", "train", "export", "publish"]
+# Every stage a run can have, in order; ``publish`` only when the request asks for it.
+STAGES: tuple[Stage, ...] = ("convert", "train", "export", "publish")
+MAXTEXT_STAGES: tuple[Stage, ...] = ("convert", "train", "export")
 
 LABEL_RUN = "rlpipe.dev/run"
 LABEL_STAGE = "rlpipe.dev/stage"

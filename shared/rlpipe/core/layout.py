@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +133,11 @@ class RunLayout:
     def hf_dir(self) -> str:
         """Artifacts bucket."""
         return f"{self.prefix}hf/"
+
+    @property
+    def publish_receipt(self) -> str:
+        """Artifacts bucket: what the publish Job pushed (repo, branch, commit, every file's size)."""
+        return f"{self.prefix}publish/receipt.json"
 
     def uri(self, name: str) -> str:
         return gs(self.bucket, name)
@@ -291,3 +296,34 @@ def export_complete(names: Iterable[str], hf_dir: str, index: dict[str, Any] | N
     if missing:
         return Completeness(False, "no index and no complete single-file model", missing)
     return Completeness(True, "single-file model and config present")
+
+
+def publish_complete(
+    exported: Mapping[str, int],
+    hf_dir: str,
+    receipt: Mapping[str, Any] | None,
+    repo: str,
+    branch: str,
+    run_id: str,
+) -> Completeness:
+    """Publish is done when the Job's receipt says this run pushed to this repo and branch, and
+    lists every exported file (names relative to ``hf_dir``) with the size the bucket holds."""
+    if not receipt:
+        return Completeness(False, "no publish receipt yet")
+    if receipt.get("outcome") != "done" or not receipt.get("commit"):
+        return Completeness(False, f"the publish receipt says {receipt.get('outcome')!r}, not done")
+    if (receipt.get("repo"), receipt.get("branch"), receipt.get("run_id")) != (repo, branch, run_id):
+        return Completeness(False, "the publish receipt is for another repo, branch or run")
+    files = receipt.get("files") or {}
+    wrong = tuple(
+        name[len(hf_dir) :] for name, size in exported.items() if files.get(name[len(hf_dir) :]) != size
+    )
+    if not exported:
+        return Completeness(False, "no exported file to compare with")
+    if wrong:
+        return Completeness(
+            False, f"{len(wrong)} exported file(s) missing or of another size on the Hub", wrong
+        )
+    return Completeness(
+        True, f"commit {receipt['commit']} on {repo}@{branch} holds all {len(exported)} files"
+    )

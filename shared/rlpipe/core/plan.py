@@ -18,6 +18,7 @@ from rlpipe.core.manifests import (
     conversion_cache,
     pinned_source_uri,
     pinning_lineage,
+    request_stages,
     stage_paths,
 )
 from rlpipe.core.request import Request
@@ -154,7 +155,7 @@ def build_plan(
             "retryable_exit_codes": list(req.retry.retryable_exit_codes),
         },
         "deadlines": {
-            **{stage: getattr(req.timeouts, stage) for stage in identity.STAGES},
+            **{stage: getattr(req.timeouts, stage) for stage in request_stages(req)},
             "queued": req.timeouts.queued,
         },
     }

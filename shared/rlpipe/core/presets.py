@@ -45,7 +45,13 @@ _RETRY = {
     "retryable_exit_codes": [],
 }
 
-_TIMEOUTS = {"convert": 4 * 3600, "train": 24 * 3600, "export": 4 * 3600, "queued": 2 * 3600}
+_TIMEOUTS = {
+    "convert": 4 * 3600,
+    "train": 24 * 3600,
+    "export": 4 * 3600,
+    "publish": 4 * 3600,
+    "queued": 2 * 3600,
+}
 
 _VLLM_HF_OVERRIDES_32 = '{"architectures": ["MaxTextForCausalLM"]}'
 _VLLM_HF_OVERRIDES_64 = '{architectures: ["MaxTextForCausalLM"]}'

@@ -108,6 +108,30 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
     return server
 
 
+# The Secrets an operator creates before the first run (docs/deploy.md): the read token every stage
+# uses, and the publish stage's own write token. The Hub double accepts any token it has not
+# revoked or marked read-only.
+LOCAL_HUB_SECRETS = {"hf-token": "local-read-token", "hf-write-token": "local-write-token"}
+
+
+def _create_hub_secrets(kube: Any, config: dict[str, Any]) -> None:
+    import base64
+
+    for name, value in LOCAL_HUB_SECRETS.items():
+        data = {"token": base64.b64encode(value.encode()).decode()}
+        kube.create(
+            "secrets",
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name},
+                "type": "Opaque",
+                "data": data,
+            },
+            namespace=config.get("namespace", "rlpipe"),
+        )
+
+
 def run(config: dict[str, Any]) -> None:
     from rlpipe.control.blobstore import make_client
     from rlpipe.local.hub import HubDouble
@@ -128,9 +152,14 @@ def run(config: dict[str, Any]) -> None:
 
     kube = KubeApiServer(port=config["kube_port"])
     kube.start()
+    _create_hub_secrets(kube, config)
     scenario = _load_scenario(config)
     simulator = ClusterSimulator(
-        kube, storage, scenario=scenario, timing=_timing(config.get("timing", "demo"))
+        kube,
+        storage,
+        scenario=scenario,
+        timing=_timing(config.get("timing", "demo")),
+        hub_url=f"http://127.0.0.1:{config['hub_port']}",
     )
     simulator.start()
 

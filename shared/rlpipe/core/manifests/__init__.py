@@ -9,6 +9,7 @@ from rlpipe.core import commands, identity, layout, pinning, steps
 from rlpipe.core.identity import Stage
 from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
+from rlpipe.core.manifests.publish import publish_args, publish_job
 from rlpipe.core.request import Request
 
 DEFAULT_NAMESPACE = "rlpipe"
@@ -30,6 +31,8 @@ class RenderContext:
     service_account: str = DEFAULT_SERVICE_ACCOUNT
     hf_revision: str | None = None
     converted_dir: str | None = None
+    model_card: str = ""  # publish: the card the control plane rendered (rlpipe.publisher.card)
+    publisher_program: str = ""  # publish: the program's source (rlpipe.publisher.program)
 
     @property
     def pathways_scratch_uri(self) -> str:
@@ -59,8 +62,15 @@ def converted_dir(req: Request, ctx: RenderContext) -> str:
     return ctx.converted_dir or conversion_cache(req, ctx).attempt_dir(ctx.run_id, 1)
 
 
+def request_stages(req: Request) -> tuple[Stage, ...]:
+    """The stages this request runs, in order."""
+    return identity.STAGES if req.publish is not None else identity.MAXTEXT_STAGES
+
+
 def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> StagePaths:
     run = layout.RunLayout(ctx.bucket, ctx.run_id)
+    if stage == "publish":
+        return StagePaths(inputs=run.uri(run.hf_dir), output=run.uri(run.publish_receipt))
     if stage == "convert":
         out = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
         return StagePaths(inputs=None, output=layout.gs(ctx.bucket, out))
@@ -114,8 +124,12 @@ def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict
         assert paths.inputs is not None
         args = commands.export_args(req, paths.inputs, paths.output)
         return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned)
+    if stage == "publish":
+        assert paths.inputs is not None
+        args = publish_args(req, ctx, paths.inputs, paths.output)
+        return publish_job(req, ctx, attempt, args, card=ctx.model_card, program=ctx.publisher_program)
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
 
 
 def render_all(req: Request, ctx: RenderContext, attempt: int = 1) -> list[dict[str, Any]]:
-    return [render(req, stage, attempt, ctx) for stage in identity.STAGES]
+    return [render(req, stage, attempt, ctx) for stage in request_stages(req)]

@@ -273,6 +273,7 @@ class Timeouts(_Strict):
     convert: Seconds
     train: Seconds
     export: Seconds
+    publish: Seconds = Field(description="the upload to the Hugging Face Hub (with publish only)")
     queued: Seconds = Field(
         description="how long a workload may wait for admission before it counts as `capacity`"
     )

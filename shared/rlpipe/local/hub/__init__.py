@@ -1,14 +1,21 @@
 """A Hugging Face Hub double: the routes ``huggingface_hub`` calls, reached through HF_ENDPOINT.
 
 The client library stays real; only the server is ours. Repositories live in memory: each has
-branches pointing at commits, and each commit has files (LFS files carry a sha256). How each
-route answers, and where that behaviour is documented, is in ``rlpipe.local.hub.routes``. In short:
+branches pointing at commits, and each commit has files (LFS files carry a sha256); uploaded bytes
+live on disk, in a temporary directory of the double (``rlpipe.local.hub.store``). How each route
+answers, and where that behaviour is documented, is in ``rlpipe.local.hub.routes`` (reads),
+``rlpipe.local.hub.listing`` (tree, paths-info, refs) and ``rlpipe.local.hub.writes`` (uploads). In short:
 
 - ``GET /api/models/{repo}[/revision/{rev}]``  ``model_info`` (``?blobs=true`` adds sizes, blob ids, LFS)
 - ``GET /api/models/{repo}/auth-check``        ``auth_check``
 - ``GET /api/models/{repo}/commits/{rev}``     ``list_repo_commits``: newest first, in pages
   linked by ``Link: <…>; rel="next"``
 - ``HEAD|GET /{repo}/resolve/{rev}/{path}``    files (``X-Repo-Commit``, ``ETag``, ``X-Linked-*``)
+- ``GET /api/models/{repo}/tree/{rev}[/{path}]``, ``POST …/paths-info/{rev}``, ``GET …/refs``  listings
+- ``POST /api/repos/create``, ``…/branch/{name}``, ``…/preupload/{rev}``, ``/{repo}.git/info/lfs/
+  objects/batch`` (+ a signed PUT URL and ``verify``), ``…/commit/{rev}`` (NDJSON),
+  ``/api/validate-yaml``: ``create_repo``, ``create_branch``, ``preupload_lfs_files``,
+  ``create_commit`` over the LFS basic transfer (not Xet: run the client with HF_HUB_DISABLE_XET=1)
 
 Behaviours, each the Hub's unless labelled otherwise:
 
@@ -20,18 +27,26 @@ Behaviours, each the Hub's unless labelled otherwise:
 - Every answer carries ``RateLimit``/``RateLimit-Policy`` for its bucket (``api``, or
   ``resolvers`` for ``/resolve/``), counted per caller over a fixed window; an exhausted bucket
   answers 429 with ``r=0``. :meth:`HubDouble.rate_limit` forces 429s; :meth:`HubDouble.stall`
-  makes requests hang without an answer, for timeout tests.
+  makes requests hang without an answer, for timeout tests; :meth:`HubDouble.fail` answers a status
+  (e.g. 500 to the 2nd LFS PUT) to chosen requests.
+- Writes need a token with write access: none is 401, one named with :meth:`HubDouble.read_only_token` 403.
 """
 
 from __future__ import annotations
 
+import secrets
+import shutil
+import tempfile
 import threading
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+from rlpipe.local.hub import listing, routes, writes
 from rlpipe.local.hub.data import (
     INDEX,
+    ForcedFailure,
     ForcedLimit,
     HubCommit,
     HubFile,
@@ -45,7 +60,7 @@ from rlpipe.local.hub.data import (
     shard_names,
     stamp,
 )
-from rlpipe.local.hub.routes import handle
+from rlpipe.local.hub.store import BlobStore
 
 __all__ = [
     "INDEX",
@@ -61,10 +76,28 @@ __all__ = [
 ]
 
 
-class HubDouble:
-    """In-memory repositories served over HTTP on a loopback port."""
+def handle(hub: HubDouble, req: BaseHTTPRequestHandler, method: str) -> None:
+    started = routes.prelude(hub, req, method)
+    if started is None:
+        return
+    x, token = started
+    for answer in (writes.answer, listing.answer):
+        if answer(hub, x, token, method):
+            return
+    routes.answer(hub, x, token, method)
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, commits_page_size: int = 50):
+
+class HubDouble:
+    """In-memory repositories (uploaded bytes on disk) served over HTTP on a loopback port."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        commits_page_size: int = 50,
+        store_dir: Path | None = None,
+    ):
         self.repos: dict[str, HubRepo] = {}
         self.requests: list[tuple[str, str]] = []
         self.lock = threading.Lock()
@@ -74,6 +107,11 @@ class HubDouble:
         self.quota = Quota()
         self.used: dict[tuple[str, str, int], int] = {}  # (caller, bucket, window start) → requests
         self.commits_page_size = commits_page_size
+        self.failures: list[ForcedFailure] = []
+        self.read_only: set[str] = set()
+        self.secret = secrets.token_bytes(32)  # signs the LFS upload URLs
+        self._own_store = store_dir is None
+        self.store = BlobStore(store_dir or Path(tempfile.mkdtemp(prefix="rlpipe-hub-double-")))
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -82,6 +120,12 @@ class HubDouble:
 
             def do_HEAD(self) -> None:
                 handle(hub, self, "HEAD")
+
+            def do_POST(self) -> None:
+                handle(hub, self, "POST")
+
+            def do_PUT(self) -> None:
+                handle(hub, self, "PUT")
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -92,7 +136,7 @@ class HubDouble:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def client_constants(self) -> dict[str, str]:
         """``huggingface_hub.constants`` to patch in-process so the real client talks to this double.
@@ -113,6 +157,8 @@ class HubDouble:
         self.release_stalls()  # a held request would keep its handler thread (and socket) alive
         self._server.shutdown()
         self._server.server_close()
+        if self._own_store:
+            shutil.rmtree(self.store.root, ignore_errors=True)
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -210,6 +256,33 @@ class HubDouble:
         (or ``stop``) closes them without an answer."""
         with self.lock:
             self.stalls.append(Stall(path_prefix))
+
+    def fail(
+        self,
+        path_prefix: str,
+        status: int = 500,
+        *,
+        times: int = 1,
+        after: int = 0,
+        method: str | None = None,
+    ) -> None:
+        """After ``after`` requests under ``path_prefix`` (of ``method``, or any) pass, the next
+        ``times`` answer ``status``. LFS uploads go to ``/lfs-storage/``: ``fail("/lfs-storage/",
+        after=1, times=6)`` fails the 2nd PUT through all of the client's 5 retries."""
+        with self.lock:
+            self.failures.append(ForcedFailure(path_prefix, status, times, after, method))
+
+    def read_only_token(self, token: str) -> None:
+        """The token may read but not write: uploads answer 403."""
+        with self.lock:
+            self.read_only.add(token)
+
+    def file_bytes(self, repo_id: str, path: str, revision: str = "main") -> bytes:
+        """The bytes of a file at a revision, as ``/resolve`` serves them (for assertions)."""
+        with self.lock:
+            repo = self.repos[repo_id]
+            item = repo.commits[repo.branches.get(revision, revision)].files[path]
+        return self.store.read(item.blob) if item.blob is not None else item.body()
 
     def release_stalls(self) -> None:
         with self.lock:

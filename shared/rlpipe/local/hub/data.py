@@ -1,10 +1,12 @@
 """The Hub double's data: repositories, commits, files, and the knobs that make it misbehave.
 
-Plain data, no I/O; ``rlpipe.local.hub`` serves it and ``rlpipe.local.hub.routes`` answers requests.
+Plain data, no I/O; ``rlpipe.local.hub`` serves it, ``rlpipe.local.hub.routes`` (reads) and
+``rlpipe.local.hub.writes`` (uploads) answer requests, ``rlpipe.local.hub.store`` keeps uploaded bytes.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import threading
@@ -25,6 +27,8 @@ class HubFile:
     size: int
     sha256: str | None = None  # LFS files only
     content: bytes | None = None  # served by /resolve; None = a small placeholder body
+    blob: str | None = None  # uploaded files: the sha256 naming their bytes in ``rlpipe.local.hub.store``
+    oid: str | None = None  # uploaded files: git's blob id, computed when the bytes were stored
 
     @classmethod
     def of(cls, name: str, data: bytes | str) -> HubFile:
@@ -34,9 +38,19 @@ class HubFile:
 
     def blob_id(self) -> str:
         """Git's blob id when the content is known (as the Hub reports it), else a stable stand-in."""
+        if self.oid is not None:
+            return self.oid
         if self.content is not None:
             return hashlib.sha1(b"blob %d\x00" % len(self.content) + self.content).hexdigest()
         return hashlib.sha1(f"{self.name}{self.size}{self.sha256}".encode()).hexdigest()
+
+    @property
+    def is_lfs(self) -> bool:
+        return self.sha256 is not None
+
+    def has_bytes(self) -> bool:
+        """/resolve serves the real bytes (content in memory or uploaded), not a placeholder."""
+        return self.content is not None or self.blob is not None
 
     def body(self) -> bytes:
         if self.content is not None:
@@ -61,6 +75,11 @@ class HubCommit:
     created_at: str = field(default_factory=stamp)
     parent: str | None = None
 
+    @property
+    def title(self) -> str:
+        """The summary line (``list_repo_commits`` reports it as ``title``, the whole text as ``message``)."""
+        return self.message.split("\n", 1)[0]
+
 
 @dataclass
 class HubRepo:
@@ -77,6 +96,8 @@ class HubRepo:
     # What ``lastModified`` means for a revision is not documented; set this (an ISO time) to make
     # model_info report it instead of the revision's commit date, e.g. a repo-wide last change.
     last_modified: str | None = None
+    private: bool = False  # created with visibility "private": anonymous callers get 401 RepoNotFound
+    lfs_objects: dict[str, int] = field(default_factory=dict)  # LFS oid → size uploaded to this repo
 
 
 @dataclass
@@ -90,6 +111,20 @@ class ForcedLimit:
     path_prefix: str
     left: int = 0  # the ``r=`` the 429 reports: 0 = the rate limit is the reason for the 429
     retry_after: int | None = None
+
+
+@dataclass
+class ForcedFailure:
+    """After ``after`` matching requests pass, the next ``times`` answer ``status`` (body drained)."""
+
+    path_prefix: str
+    status: int
+    times: int
+    after: int = 0
+    method: str | None = None  # None = any method
+
+    def matches(self, method: str, path: str) -> bool:
+        return path.startswith(self.path_prefix) and self.method in (None, method)
 
 
 @dataclass
@@ -112,6 +147,29 @@ class Quota:
     anonymous_resolvers: int = 3000
     anonymous_pages: int = 100
     window: int = 300  # "All quotas are calculated over 5-minute fixed windows" (line 76)
+
+
+# The .gitattributes of a new model repo on the Hub (the LFS patterns, abridged to the ones a
+# checkpoint can contain); ``preupload`` answers "lfs" for paths it matches.
+GITATTRIBUTES = "".join(
+    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
+    for pattern in (
+        "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib", "*.lfs.*",
+        "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot", "*.parquet", "*.pb",
+        "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors", "saved_model/**/*", "*.tar.*",
+        "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst", "*tfevents*",
+    )
+)  # fmt: skip
+
+
+def lfs_patterns(gitattributes: str) -> list[str]:
+    return [line.split()[0] for line in gitattributes.splitlines() if "filter=lfs" in line.split()[1:]]
+
+
+def matches_any(path: str, patterns: list[str]) -> bool:
+    """git's rule, simplified: a pattern without a slash matches the file name at any depth."""
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(path if "/" in p else name, p) for p in patterns)
 
 
 def commit_sha(*parts: str) -> str:

@@ -28,6 +28,12 @@ Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs
   ``HubDouble.commits_page_size``, and it honours ``?limit=``.
 - A stall (``HubDouble.stall``) is a server that accepts the connection and never answers: the
   client's shared session has no timeout (``utils/_http.py:348``), so only the caller's bounds it.
+- ``HubDouble.fail`` answers a status (e.g. 500) to chosen requests, after draining their body so a
+  client still sending sees the answer, not a reset socket. The client retries 429 and 5xx itself,
+  5 times with waits of 1-8 s (``utils/_http.py:556-566,572-582``).
+- A private repo (``create_repo(private=True)``) answers anonymous callers as if missing (401
+  RepoNotFound, as above); any valid token may read it (the double has no accounts).
+- Uploaded files (``rlpipe.local.hub.writes``) are served by ``/resolve`` from disk, streamed.
 """
 
 from __future__ import annotations
@@ -41,11 +47,13 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
-from rlpipe.local.hub.data import ForcedLimit, HubCommit, HubRepo, Quota, Stall
+from rlpipe.local.hub.data import ForcedFailure, ForcedLimit, HubCommit, HubRepo, Quota, Stall
+from rlpipe.local.hub.store import BlobStore, body_chunks, drain
 
 STALL_MAX_SECONDS = 600.0  # a stalled request is closed after this even if nobody releases it
 BAD_TOKEN = "Invalid credentials in Authorization header"  # the message the client special-cases
 MAX_PAGE = 1000
+STORAGE = "/lfs-storage/"  # where LFS uploads go (the Hub's S3): no Hub rate limit, no Hub auth
 
 
 class HubState(Protocol):
@@ -60,18 +68,40 @@ class HubState(Protocol):
     quota: Quota
     used: dict[tuple[str, str, int], int]
     commits_page_size: int
+    failures: list[ForcedFailure]
+    read_only: set[str]
+    store: BlobStore
+    secret: bytes
 
     @property
     def url(self) -> str: ...
 
 
 @dataclass(frozen=True)
-class _Exchange:
+class Exchange:
     """One request being answered: the handler, whether it is a HEAD, the headers every answer gets."""
 
     req: BaseHTTPRequestHandler
     head: bool
     common: dict[str, str]
+
+    def headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.req.headers.items()}
+
+    def body(self, limit: int = 64 << 20) -> bytes:
+        """The whole (small) request body; larger bodies are read with ``chunks``."""
+        data = bytearray()
+        for chunk in self.chunks():
+            data += chunk
+            if len(data) > limit:
+                raise ValueError(f"request body over {limit} bytes")
+        return bytes(data)
+
+    def chunks(self) -> Any:
+        return body_chunks(self.req.rfile, self.headers())
+
+    def drain(self) -> None:
+        drain(self.req.rfile, self.headers())
 
     def send(
         self,
@@ -99,6 +129,19 @@ class _Exchange:
         req.end_headers()
         if not self.head:
             req.wfile.write(data)
+
+    def send_stream(self, size: int, chunks: Any, content_type: str, headers: dict[str, str]) -> None:
+        """A body of ``size`` bytes written chunk by chunk (an uploaded file, never held in memory)."""
+        req = self.req
+        req.send_response(200)
+        req.send_header("Content-Type", content_type)
+        req.send_header("Content-Length", str(size))
+        for name, value in {**self.common, **headers}.items():
+            req.send_header(name, value)
+        req.end_headers()
+        if not self.head:
+            for data in chunks:
+                req.wfile.write(data)
 
 
 def bucket_of(path: str) -> str:
@@ -128,9 +171,10 @@ def _count(hub: HubState, token: str, bucket: str) -> tuple[int, int, int, int]:
     return limit, limit - hub.used[key], reset, quota.window
 
 
-def handle(hub: HubState, req: BaseHTTPRequestHandler, method: str) -> None:
-    url = urlparse(req.path)
-    path = url.path
+def prelude(hub: HubState, req: BaseHTTPRequestHandler, method: str) -> tuple[Exchange, str] | None:
+    """What every request goes through: recorded, stalled, forced failures and limits, counted,
+    revoked tokens refused. Returns the exchange and the token, or None when already answered."""
+    path = urlparse(req.path).path
     token = (req.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
     bucket = bucket_of(path)
     with hub.lock:
@@ -139,52 +183,85 @@ def handle(hub: HubState, req: BaseHTTPRequestHandler, method: str) -> None:
     if stall is not None:
         stall.release.wait(STALL_MAX_SECONDS)
         req.close_connection = True  # closed without a status line: the client saw nothing at all
-        return
+        return None
     with hub.lock:
+        failure = _forced_failure(hub, method, path)
         forced = next((f for f in hub.limits if path.startswith(f.path_prefix)), None)
         if forced is not None:
             forced.remaining_times -= 1
             if forced.remaining_times <= 0:
                 hub.limits.remove(forced)
-        limit, remaining, reset, window = _count(hub, token, bucket)
-    x = _Exchange(req, method == "HEAD", _rate_headers(bucket, remaining, reset, limit, window))
+        storage = path.startswith(STORAGE)
+        limit, remaining, reset, window = (0, 1, 0, 0) if storage else _count(hub, token, bucket)
+    common = {} if storage else _rate_headers(bucket, remaining, reset, limit, window)
+    x = Exchange(req, method == "HEAD", common)
+    if failure is not None:
+        x.drain()
+        x.send(failure, {"error": f"forced failure {failure} (HubDouble.fail)"})
+        return None
     if forced is not None:
         headers = _rate_headers(bucket, forced.left, forced.reset, forced.limit, forced.window)
         if forced.retry_after is not None:
             headers["Retry-After"] = str(forced.retry_after)
+        x.drain()
         x.send(429, {"error": "You have exceeded our rate limit"}, headers=headers)
-        return
+        return None
     if remaining < 0:
+        x.drain()
         x.send(429, {"error": f"You have exceeded the '{bucket}' rate limit"})
-        return
+        return None
     if token and token in hub.revoked:
+        x.drain()
         x.send(401, {"error": BAD_TOKEN})
-        return
-    parts = [unquote(p) for p in path.strip("/").split("/")]
+        return None
+    return x, token
+
+
+def _forced_failure(hub: HubState, method: str, path: str) -> int | None:
+    """The status a ``HubDouble.fail`` forces on this request, if any. Caller holds the lock."""
+    for item in hub.failures:
+        if item.matches(method, path):
+            if item.after > 0:
+                item.after -= 1
+                return None
+            item.times -= 1
+            if item.times <= 0:
+                hub.failures.remove(item)
+            return item.status
+    return None
+
+
+def answer(hub: HubState, x: Exchange, token: str, method: str) -> None:
+    """The first read routes, then 404 (``rlpipe.local.hub.writes`` and ``.listing`` go first)."""
+    url = urlparse(x.req.path)
+    query = parse_qs(url.query or "")
+    parts = [unquote(p) for p in url.path.strip("/").split("/")]
     if len(parts) >= 4 and parts[:2] == ["api", "models"]:
         repo_id, rest = f"{parts[2]}/{parts[3]}", parts[4:]
-        if not rest or (rest[0] == "revision" and len(rest) == 2):
-            _model_info(hub, x, token, repo_id, rest[1] if rest else "main", "blobs=" in (url.query or ""))
-            return
-        if rest == ["auth-check"]:
-            with hub.lock:
-                found = _lookup(hub, x, token, repo_id, metadata=False)
-            if found is not None:
-                x.send(200, {"access": "read"})
-            return
-        if rest[0] == "commits" and len(rest) == 2:
-            _commits(hub, x, token, repo_id, rest[1], parse_qs(url.query or ""))
-            return
-    if len(parts) >= 5 and parts[2] == "resolve":
+        if method in ("GET", "HEAD"):
+            if not rest or (rest[0] == "revision" and len(rest) == 2):
+                _model_info(hub, x, token, repo_id, rest[1] if rest else "main", "blobs" in query)
+                return
+            if rest == ["auth-check"]:
+                with hub.lock:
+                    found = lookup(hub, x, token, repo_id, metadata=False)
+                if found is not None:
+                    x.send(200, {"access": "read"})
+                return
+            if rest[0] == "commits" and len(rest) == 2:
+                _commits(hub, x, token, repo_id, rest[1], query)
+                return
+    if method in ("GET", "HEAD") and len(parts) >= 5 and parts[2] == "resolve":
         _resolve(hub, x, token, f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
         return
+    x.drain()
     x.send(404, {"error": "not found"}, error_code="EntryNotFound")
 
 
-def _lookup(hub: HubState, x: _Exchange, token: str, repo_id: str, *, metadata: bool) -> HubRepo | None:
+def lookup(hub: HubState, x: Exchange, token: str, repo_id: str, *, metadata: bool) -> HubRepo | None:
     """The repository, or None after refusing the way the Hub does. Caller holds the lock."""
     repo = hub.repos.get(repo_id)
-    if repo is None:
+    if repo is None or (repo.private and not token):
         x.send(401 if not token else 404, {"error": "Repository not found"}, error_code="RepoNotFound")
         return None
     if repo.gated and token not in repo.authorized_tokens and not (metadata and repo.public_metadata):
@@ -197,7 +274,7 @@ def _lookup(hub: HubState, x: _Exchange, token: str, repo_id: str, *, metadata: 
     return repo
 
 
-def _commit(x: _Exchange, repo: HubRepo, revision: str) -> HubCommit | None:
+def revision_commit(x: Exchange, repo: HubRepo, revision: str) -> HubCommit | None:
     sha = repo.branches.get(revision) or (revision if revision in repo.commits else None)
     if sha is None:
         x.send(404, {"error": f"Invalid rev id: {revision}"}, error_code="RevisionNotFound")
@@ -205,10 +282,10 @@ def _commit(x: _Exchange, repo: HubRepo, revision: str) -> HubCommit | None:
     return repo.commits[sha]
 
 
-def _model_info(hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, blobs: bool) -> None:
+def _model_info(hub: HubState, x: Exchange, token: str, repo_id: str, revision: str, blobs: bool) -> None:
     with hub.lock:
-        repo = _lookup(hub, x, token, repo_id, metadata=True)
-        commit = _commit(x, repo, revision) if repo else None
+        repo = lookup(hub, x, token, repo_id, metadata=True)
+        commit = revision_commit(x, repo, revision) if repo else None
         if repo is None or commit is None:
             return
         body = {
@@ -216,7 +293,7 @@ def _model_info(hub: HubState, x: _Exchange, token: str, repo_id: str, revision:
             "id": repo_id,
             "modelId": repo_id,
             "sha": commit.sha,
-            "private": False,
+            "private": repo.private,
             "gated": "manual" if repo.gated else False,
             "disabled": False,
             "tags": ["safetensors"],
@@ -228,11 +305,11 @@ def _model_info(hub: HubState, x: _Exchange, token: str, repo_id: str, revision:
 
 
 def _commits(
-    hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, query: dict[str, list[str]]
+    hub: HubState, x: Exchange, token: str, repo_id: str, revision: str, query: dict[str, list[str]]
 ) -> None:
     with hub.lock:
-        repo = _lookup(hub, x, token, repo_id, metadata=True)
-        commit = _commit(x, repo, revision) if repo else None
+        repo = lookup(hub, x, token, repo_id, metadata=True)
+        commit = revision_commit(x, repo, revision) if repo else None
         if repo is None or commit is None:
             return
         history: list[HubCommit] = []
@@ -240,12 +317,12 @@ def _commits(
             history.append(commit)
             commit = repo.commits.get(commit.parent) if commit.parent else None
         history.sort(key=lambda c: c.created_at, reverse=True)  # by date; ties keep history order
-        size = _int(query.get("limit"), hub.commits_page_size, 1, MAX_PAGE)
-        page = _int(query.get("p"), 0, 0, len(history))
+        size = bounded_int(query.get("limit"), hub.commits_page_size, 1, MAX_PAGE)
+        page = bounded_int(query.get("p"), 0, 0, len(history))
         items = [
             {
                 "id": c.sha,
-                "title": c.message,
+                "title": c.title,
                 "message": c.message,
                 "authors": [{"user": "uploader"}],
                 "date": c.created_at,
@@ -261,7 +338,7 @@ def _commits(
     x.send(200, items, headers=headers)
 
 
-def _int(values: list[str] | None, default: int, low: int, high: int) -> int:
+def bounded_int(values: list[str] | None, default: int, low: int, high: int) -> int:
     try:
         value = int(values[0]) if values else default
     except ValueError:
@@ -269,10 +346,10 @@ def _int(values: list[str] | None, default: int, low: int, high: int) -> int:
     return min(max(value, low), high)
 
 
-def _resolve(hub: HubState, x: _Exchange, token: str, repo_id: str, revision: str, path: str) -> None:
+def _resolve(hub: HubState, x: Exchange, token: str, repo_id: str, revision: str, path: str) -> None:
     with hub.lock:
-        repo = _lookup(hub, x, token, repo_id, metadata=False)
-        commit = _commit(x, repo, revision) if repo else None
+        repo = lookup(hub, x, token, repo_id, metadata=False)
+        commit = revision_commit(x, repo, revision) if repo else None
         if repo is None or commit is None:
             return
         item = commit.files.get(path)
@@ -284,8 +361,12 @@ def _resolve(hub: HubState, x: _Exchange, token: str, repo_id: str, revision: st
                 headers={"X-Repo-Commit": commit.sha},
             )
             return
-        data = item.body()
         headers = {"X-Repo-Commit": commit.sha, "ETag": f'"{item.blob_id()}"'}
-        if item.sha256 and item.content is not None:  # served bytes are the real LFS object
-            headers.update({"X-Linked-Etag": f'"{item.sha256}"', "X-Linked-Size": str(len(data))})
+        if item.sha256 and item.has_bytes():  # served bytes are the real LFS object
+            headers.update({"X-Linked-Etag": f'"{item.sha256}"', "X-Linked-Size": str(item.size)})
+        blob = item.blob
+        data = item.body() if blob is None else b""
+    if blob is not None:
+        x.send_stream(item.size, hub.store.read_chunks(blob), "application/octet-stream", headers)
+        return
     x.send_bytes(200, data, "application/octet-stream", headers)

@@ -140,7 +140,12 @@ WORKLOADS = Resource(
     has_status=True,
     strategic_merge=False,
 )
-RESOURCES: tuple[Resource, ...] = (JOBS, JOBSETS, PODS, EVENTS, WORKLOADS)
+# Secrets: created by the operator (here the local stack), read by the kubelet (the simulator)
+# for secretKeyRef env values; the pipeline never writes or reads one over HTTP.
+SECRETS = Resource(
+    "", "v1", "secrets", "Secret", "secret", http_writable=False, validated=False, has_status=False
+)
+RESOURCES: tuple[Resource, ...] = (JOBS, JOBSETS, PODS, EVENTS, WORKLOADS, SECRETS)
 # The finalizer the garbage collector holds an owner with while its dependents are deleted first
 # (propagationPolicy Foreground).
 FOREGROUND_FINALIZER = "foregroundDeletion"

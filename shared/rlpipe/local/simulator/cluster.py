@@ -48,6 +48,7 @@ class ClusterSimulator:
         export_shards: int = 3,
         seed: int | None = None,
         namespace: str | None = None,
+        hub_url: str = "",
     ) -> None:
         if export_shards < 1:
             raise ValueError("export_shards must be >= 1 (1 writes a single model.safetensors)")
@@ -64,6 +65,7 @@ class ClusterSimulator:
             sleep=sleep,
             export_shards=export_shards,
             seed=seed,
+            hub_url=hub_url,
         )
         self._lock = threading.Lock()
         self._sims: dict[str, WorkloadSim] = {}  # by uid

@@ -73,6 +73,7 @@ class SimEnv:
     sleep: Sleep | None = None
     export_shards: int = 3
     seed: int | None = None
+    hub_url: str = ""  # the Hub double the publish Job's program talks to (HF_ENDPOINT)
     history: History = field(default_factory=History)
     objects: dict[str, tuple[str, str | None, int | None]] = field(default_factory=dict)
     rng: random.Random = field(init=False)

@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+PUBLISHER = "rlpipe.publisher.program"  # shipped as `python3 -c <source>` (core/manifests/publish.py)
+PUBLISHER_MARK = "# rlpipe-publisher"
 MODULES = {
     "maxtext.checkpoint_conversion.to_maxtext": "convert",
     "maxtext.trainers.post_train.rl.train_rl": "train",
     "maxtext.checkpoint_conversion.to_huggingface": "export",
+    PUBLISHER: "publish",
 }
 
 
@@ -129,6 +132,9 @@ class Program:
     args: Arguments
     index_gated: bool = False
     exit_hold: float = 0.0  # seconds the container holds the program's failed exit
+    source: str = ""  # `python3 -c <source>`: the program's own text (the publisher runs it for real)
+    argv: tuple[str, ...] = ()  # the program's arguments exactly as passed
+    secret_env: tuple[tuple[str, str, str], ...] = ()  # (variable, Secret name, key) from secretKeyRef
 
     @property
     def stage(self) -> str | None:
@@ -147,6 +153,11 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
             steps = tuple(step for step, mark in _SCRIPT_STEPS.items() if mark in script)
             args = replace(Arguments.parse(rest), env=env, steps=steps)
             hold = _EXIT_HOLD.search(script)
+            secrets = tuple(
+                (e["name"], ref["name"], ref["key"])
+                for e in container.get("env") or []
+                if (ref := (e.get("valueFrom") or {}).get("secretKeyRef"))
+            )
             return Program(
                 container.get("name", ""),
                 container.get("image", ""),
@@ -154,14 +165,19 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
                 args,
                 gated,
                 exit_hold=float(hold.group(1)) if hold else 0.0,
+                source=script if module == PUBLISHER else "",
+                argv=tuple(rest),
+                secret_env=secrets,
             )
     return None
 
 
 def parse_argv(argv: list[str]) -> tuple[str, list[str], bool] | None:
-    """(module, its arguments, index-gated) for the two rendered shapes, else None."""
+    """(module, its arguments, index-gated) for the rendered shapes, else None."""
     if len(argv) >= 3 and posixpath.basename(argv[0]).startswith("python") and argv[1] == "-m":
         return argv[2], argv[3:], False
+    if len(argv) >= 3 and posixpath.basename(argv[0]).startswith("python") and argv[1] == "-c":
+        return (PUBLISHER, argv[3:], False) if argv[2].startswith(PUBLISHER_MARK) else None
     if len(argv) >= 3 and posixpath.basename(argv[0]) in _SHELLS and argv[1] == "-c":
         script = argv[2]
         matches = _SCRIPT_MODULE.findall(script)

@@ -14,6 +14,7 @@ from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.maxtext import PROGRAMS, Arguments, ProgramExit
 from rlpipe.local.simulator.pods import PodSim
 from rlpipe.local.simulator.program import Program
+from rlpipe.local.simulator.publisher import run_publish
 from rlpipe.local.simulator.scenario import Fault
 from rlpipe.local.simulator.timing import Pacer
 
@@ -109,7 +110,7 @@ class ProgramRun:
         args: Arguments = program.args
         self.env.log.info("%s/%s runs %s (%s)", self.pod.namespace, self.pod.name, program.module, stage)
         try:
-            code = PROGRAMS[stage](self, args)
+            code = run_publish(self, args) if stage == "publish" else PROGRAMS[stage](self, args)
         except ProgramExit as exc:
             if exc.message:
                 self.log(f"ERROR: {exc.message}")

@@ -1,0 +1,137 @@
+"""What a run achieved: its evaluations, the chips it held, and the quality gate's verdict.
+
+Kept apart from the stage operations (which decide what is *true* about a workload) because these
+are about the *result*: they fold what the head's log printed into the ledger's ``results``, keep
+each attempt's chip-hours, evaluate the gate after train, and describe a run's end for the
+metrics (``run_metrics``). All of it is written in the same compare-and-swap as the phase, so a
+status read never loses an evaluation another read recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlpipe.control import run_metrics
+from rlpipe.control.ledger import Attempt, GateRecord, Ledger, RunRecord, now, parse_time
+from rlpipe.control.logs import Logger
+from rlpipe.core import gate as quality_gate
+from rlpipe.core.request import Request
+
+GATED = "gated"  # the failure tag, and the run's terminal state, when the gate holds a model back
+
+
+def merge_results(
+    recorded: dict[str, Any], seen: dict[str, Any] | None, final_step: int | None
+) -> dict[str, Any]:
+    """Recorded evaluations plus those in a new log tail: the tail may have scrolled past ``pre``
+    or early intermediate evaluations, so nothing recorded is ever dropped; a newer value of the
+    same evaluation wins."""
+    out = dict(recorded)
+    seen = seen or {}
+    for key in ("pre", "post"):
+        if seen.get(key) is not None:
+            out[key] = seen[key]
+        out.setdefault(key, None)
+    by_step = {e["step"]: e for e in recorded.get("intermediate") or []}
+    by_step.update({e["step"]: e for e in seen.get("intermediate") or []})
+    out["intermediate"] = [by_step[s] for s in sorted(by_step)]
+    if final_step is not None:
+        out["final_step"] = final_step
+    return out
+
+
+def reward_summary(results: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(post mean_reward, post − pre), each None when a number is missing."""
+    post = (results.get("post") or {}).get("mean_reward")
+    pre = (results.get("pre") or {}).get("mean_reward")
+    gain = post - pre if isinstance(post, int | float) and isinstance(pre, int | float) else None
+    return (post if isinstance(post, int | float) else None), gain
+
+
+def evaluate_gate(record: RunRecord, req: Request) -> tuple[GateRecord, quality_gate.GateVerdict | None]:
+    """The gate's record for this run: an override stands; no gate passes; else the verdict."""
+    if record.gate is not None and record.gate.override is not None:
+        return record.gate, None
+    if req.gate is None:
+        return GateRecord(passed=True, reasons=["no gate requested"], evaluated_at=now()), None
+    verdict = quality_gate.evaluate(req.gate, record.results)
+    return GateRecord(passed=verdict.passed, reasons=list(verdict.reasons), evaluated_at=now()), verdict
+
+
+def gate_answer(gate: GateRecord) -> dict[str, Any]:
+    """What the workflow reads: pass, or the failure to raise (``gated``, or ``permanent`` when the
+    gate could not be evaluated, since a missing number must never pass silently)."""
+    if gate.override is not None:
+        o = gate.override
+        return {"passed": True, "reason": f"gate overridden by {o.by} at {o.at}: {o.reason}", "tags": []}
+    if gate.passed:
+        return {"passed": True, "reason": "; ".join(gate.reasons), "tags": []}
+    if gate.passed is None:
+        return {
+            "passed": False,
+            "tags": ["permanent"],
+            "reason": "gate not evaluated: " + "; ".join(gate.reasons),
+        }
+    missed = [r for r in gate.reasons if " below " in r] or gate.reasons
+    return {"passed": False, "tags": [GATED], "reason": "gate failed: " + "; ".join(missed)}
+
+
+def gate(ledger: Ledger, log: Logger, run_id: str, req: Request) -> dict[str, Any]:
+    """The gate op: record the verdict (or keep a person's override) in the ledger, and answer."""
+    verdict: dict[str, Any] = {}
+
+    def change(r: RunRecord) -> str | None:
+        recorded, judged = evaluate_gate(r, req)
+        verdict.update(judged=judged is not None, record=recorded)
+        if r.gate == recorded or (judged is None and r.gate is not None):
+            return None
+        r.gate = recorded
+        return "gate"
+
+    ledger.update(run_id, change, detail=lambda r: r.gate.model_dump() if r.gate else {})
+    recorded = verdict["record"]
+    if verdict["judged"]:
+        run_metrics.gate_evaluated(log, run_id=run_id, passed=recorded.passed, reasons=recorded.reasons)
+    return gate_answer(recorded)
+
+
+def gate_label(record: RunRecord) -> str:
+    """The gate as the metrics name it: passed, failed, overridden, or none (not evaluated)."""
+    gate = record.gate
+    if gate is None or gate.reasons == ["no gate requested"]:
+        return "none"
+    if gate.override is not None:
+        return "overridden"
+    return {True: "passed", False: "failed"}.get(gate.passed, "none")  # type: ignore[arg-type]
+
+
+def log_stage_ended(log: Logger, run_id: str, a: Attempt, now_epoch: float) -> None:
+    """The ``stage_ended`` line of an attempt that just finished (once: the phase change's writer)."""
+    tag = a.failure_class
+    run_metrics.stage_ended(
+        log,
+        run_id=run_id,
+        stage=a.stage,
+        attempt=a.attempt,
+        phase=a.phase,
+        failure_class=tag if tag in run_metrics.FAILURE_CLASSES else None,
+        duration_seconds=max(0.0, now_epoch - parse_time(a.launched_at).timestamp()),
+        chip_hours=a.chip_hours,
+    )
+
+
+def log_run_ended(log: Logger, record: RunRecord) -> None:
+    """The one ``run_ended`` line of a run (called only by the call that ended it)."""
+    failure = record.failure
+    tag = failure.tag if failure else None
+    post, gain = reward_summary(record.results)
+    run_metrics.run_ended(
+        log,
+        run_id=record.run_id,
+        outcome=record.state,
+        failure_class=tag if tag in run_metrics.FAILURE_CLASSES else None,
+        stage=failure.stage if failure else record.stage,
+        post_mean_reward=post,
+        reward_gain=gain,
+        gate=gate_label(record),
+    )
