@@ -35,3 +35,33 @@ def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
         golden.write_text(text)
     assert golden.exists(), f"missing golden {golden}; run with UPDATE_GOLDENS=1 and review it"
     assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"
+
+
+def test_the_publish_job_matches_its_golden() -> None:
+    """The publish Job of the publish example: CPU pool, its own write-token Secret, the program
+    shipped in the manifest, LFS uploads (no Xet), the card in an env value."""
+    from rlpipe.control.publishing import UNRENDERED_CARD, publisher_program
+
+    example = next(p for p in EXAMPLES if p.stem.endswith("-publish"))
+    req = load_request(example.read_bytes(), source=str(example))
+    assert req.request_id and req.publish is not None
+    ctx = RenderContext(
+        run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)),
+        bucket=BUCKET,
+        model_card=UNRENDERED_CARD,
+        publisher_program=publisher_program(),
+    )
+    obj = render(req, "publish", 1, ctx)
+    container = obj["spec"]["template"]["spec"]["containers"][0]
+    token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+    assert (
+        token["valueFrom"]["secretKeyRef"]["name"]
+        == req.publish.token_secret.name
+        != req.hf_token_secret.name
+    )
+    assert container["command"][:2] == ["python3", "-c"] and container["command"][2] == publisher_program()
+    text = dump_yaml([obj])
+    golden = GOLDEN / example.stem / "publish.yaml"
+    if os.environ.get("UPDATE_GOLDENS") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"

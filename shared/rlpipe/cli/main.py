@@ -351,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import report as report_cli
 
     report_cli.register(sub, settings=_settings, ledger=_ledger)
+    from rlpipe.cli import promote as promote_cli
+
+    promote_cli.register(sub, settings=_settings, ledger=_ledger)
     return parser
 
 

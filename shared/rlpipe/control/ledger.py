@@ -124,6 +124,12 @@ class Execution(_Model):
     start_attempts: int = 0  # leases taken to start an execution; capped (intake.MAX_START_ATTEMPTS)
 
 
+class GateOverride(_Model):
+    by: str
+    at: str
+    reason: str
+
+
 class Lineage(_Model):
     hf_repo: str | None = None
     hf_revision: str | None = None
@@ -135,13 +141,9 @@ class Lineage(_Model):
     checkpoint_uri: str | None = None
     final_step: int | None = None
     export_uri: str | None = None
+    published_to: str | None = None  # repo@branch on the Hugging Face Hub (the publish stage)
+    promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
     pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
-
-
-class GateOverride(_Model):
-    by: str
-    at: str
-    reason: str
 
 
 class GateRecord(_Model):

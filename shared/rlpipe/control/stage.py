@@ -268,8 +268,10 @@ class StageService:
                 r.lineage.checkpoint_uri = paths_uri
                 r.lineage.final_step = layout.final_step_for(req)
                 r.lineage.pinning = pinning_lineage(req, ctx)
-            else:
+            elif stage == "export":
                 r.lineage.export_uri = paths_uri
+            elif req.publish is not None:
+                r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
             return "launched"
 
         self.ledger.update(

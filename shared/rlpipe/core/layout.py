@@ -298,6 +298,11 @@ def export_complete(names: Iterable[str], hf_dir: str, index: dict[str, Any] | N
     return Completeness(True, "single-file model and config present")
 
 
+# What the publisher program writes in its receipt once the commit is on the Hub (a new commit, or
+# the one an earlier attempt made: rlpipe.publisher.program).
+PUBLISHED_OUTCOMES = frozenset({"published", "already-published"})
+
+
 def publish_complete(
     exported: Mapping[str, int],
     hf_dir: str,
@@ -310,8 +315,8 @@ def publish_complete(
     lists every exported file (names relative to ``hf_dir``) with the size the bucket holds."""
     if not receipt:
         return Completeness(False, "no publish receipt yet")
-    if receipt.get("outcome") != "done" or not receipt.get("commit"):
-        return Completeness(False, f"the publish receipt says {receipt.get('outcome')!r}, not done")
+    if receipt.get("outcome") not in PUBLISHED_OUTCOMES or not receipt.get("commit"):
+        return Completeness(False, f"the publish receipt says {receipt.get('outcome')!r}, not published")
     if (receipt.get("repo"), receipt.get("branch"), receipt.get("run_id")) != (repo, branch, run_id):
         return Completeness(False, "the publish receipt is for another repo, branch or run")
     files = receipt.get("files") or {}

@@ -199,7 +199,13 @@ def model_files(shards: int = 2, seed: str = "v1") -> dict[str, HubFile]:
     """A plausible safetensors checkpoint: index, shards, config, tokenizer, README."""
     names = shard_names(shards)
     files = {
-        "README.md": HubFile("README.md", 1200),
+        # A model card with the metadata header real cards carry (hub-docs model-cards.md): the
+        # publish stage takes the base model's license from it.
+        "README.md": HubFile.of(
+            "README.md",
+            "---\nlicense: gemma\nlibrary_name: transformers\npipeline_tag: image-text-to-text\n---\n\n"
+            "# A model on the Hub double\n\nPlaceholder card of a simulated checkpoint.\n",
+        ),
         "config.json": HubFile("config.json", 900),
         "generation_config.json": HubFile("generation_config.json", 200),
         "tokenizer.json": HubFile(

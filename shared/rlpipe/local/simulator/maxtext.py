@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
+from rlpipe.local.simulator.publisher import hub_file
 
 __all__ = [
     "PROGRAMS",
@@ -241,6 +242,9 @@ def _pinned_steps(ctx: ProgramContext, args: Arguments) -> None:
         for name in PINNED_REPO_FILES:
             ctx.write(join(dest, name), _json({"_simulated": SIMULATED_NOTE}))
         files = [{"path": n, "copied": True} for n in PINNED_REPO_FILES]
+        if (card := hub_file(ctx, repo, rev, "README.md")) is not None:  # type: ignore[arg-type]
+            ctx.write(join(dest, "README.md"), card)
+            files.append({"path": "README.md", "copied": True})
         files.append({"path": HF_SINGLE, "size": 0})
         ctx.write(join(dest, PINNED_MANIFEST), _json({"hf_repo": repo, "revision": rev, "files": files}))
         ctx.log(f"{PIN_MARK} copied {len(PINNED_REPO_FILES)} files and {PINNED_MANIFEST} to {dest}")

@@ -80,3 +80,15 @@ def run_publish(ctx: Context, args: Arguments) -> int:
     for line in (done.stdout + done.stderr).splitlines():
         ctx.log(line)
     return done.returncode
+
+
+def hub_file(ctx: Context, repo: str, revision: str, name: str) -> bytes | None:
+    """One small file of ``repo`` at ``revision`` from the Hub double (the simulated pin copies the
+    model card as the real one copies every non-weight file), or None without a Hub double."""
+    import requests
+
+    hub_url = getattr(ctx.env, "hub_url", "")
+    if not hub_url:
+        return None
+    answer = requests.get(f"{hub_url}/{repo}/resolve/{revision}/{name}", timeout=10)
+    return answer.content if answer.ok else None

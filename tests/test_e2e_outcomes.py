@@ -1,0 +1,101 @@
+"""Outcomes end to end on the local stack: the quality gate, a person's promote, and publishing
+to the Hub double, with the real ``huggingface_hub`` client reading what was pushed."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from huggingface_hub import HfApi
+
+from rlpipe.cli.promote import NotPromotable, promote
+from rlpipe.control.blobstore import BlobStore
+from rlpipe.control.intake import Intake
+from rlpipe.control.logs import Logger
+from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.core import layout
+from tests.test_e2e import Local, faults, local  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def intake_for(local: Local) -> Intake:
+    s = local.settings
+    return Intake(
+        requests=BlobStore(local.client, s.requests_bucket),
+        ledger=local.ledger,
+        orchestrator=Orchestrator(s),
+        log=Logger("test-promote"),
+        lease_seconds=s.start_lease_seconds,
+        notify=lambda record: None,
+        allowed_image_prefixes=s.allowed_image_prefixes,
+    )
+
+
+def test_a_gated_run_keeps_its_checkpoints_and_a_promote_ships_it_without_training_again(
+    local: Local, faults: Any
+) -> None:
+    faults([])
+    run_id = local.submit(local.request(gate={"min_post_mean_reward": 0.99}))
+    record = local.wait(run_id)
+    assert record.state == "gated", record.failure
+    assert record.failure is not None and record.failure.tag == "gated"
+    assert (
+        "min_post_mean_reward 0.99" in record.failure.message
+        and "post mean_reward 0.5627" in record.failure.message
+    )
+    assert [a.stage for a in record.attempts] == ["convert", "train"]  # export skipped
+    assert record.gate is not None and record.gate.passed is False
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    final = record.lineage.final_step
+    assert final and local.client.bucket(run.bucket).blob(run.step_commit(final)).exists(), "checkpoints kept"
+
+    with pytest.raises(NotPromotable, match="reason"):
+        promote(local.ledger, run_id, by="alice", reason=" ", start=intake_for(local).start_claimed)
+    promote(
+        local.ledger,
+        run_id,
+        by="alice",
+        reason="reviewed the samples by hand",
+        start=intake_for(local).start_claimed,
+    )
+    record = local.wait(run_id)
+    assert record.state == "succeeded", record.failure
+    assert [(a.stage, a.attempt) for a in record.attempts] == [("convert", 1), ("train", 1), ("export", 1)]
+    assert record.lineage.promoted is not None
+    assert (record.lineage.promoted.by, record.lineage.promoted.reason) == (
+        "alice",
+        "reviewed the samples by hand",
+    )
+    assert record.gate is not None and record.gate.override == record.lineage.promoted
+    with pytest.raises(NotPromotable, match="succeeded; only a gated run"):
+        promote(local.ledger, run_id, by="bob", reason="again", start=intake_for(local).start_claimed)
+
+
+def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_base_sha(
+    local: Local, faults: Any
+) -> None:
+    faults([])
+    repo = f"e2e/{os.urandom(4).hex()}"
+    run_id = local.submit(local.request(gate={"min_reward_gain": 0.1}, publish={"repo": repo}))
+    record = local.wait(run_id, timeout=120)
+    assert record.state == "succeeded", record.failure
+    assert record.gate is not None and record.gate.passed is True
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    commits = [c for c in api.list_repo_commits(repo, revision="main") if f"rlpipe run {run_id}" in c.title]
+    assert len(commits) == 1
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    exported = {
+        b.name[len(run.hf_dir) :]: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)
+    }
+    on_hub = {
+        f.path: f.size
+        for f in api.list_repo_tree(repo, revision="main", recursive=True)
+        if hasattr(f, "size") and f.path != ".gitattributes"
+    }
+    assert {k: v for k, v in on_hub.items() if k != "README.md"} == exported
+    card = open(api.hf_hub_download(repo, "README.md", revision="main")).read()
+    assert record.lineage.hf_sha and record.lineage.hf_sha in card
+    assert "license: gemma" in card and f"base_model: {record.request['hf_repo']}" in card
+    assert "local-write-token" not in card
