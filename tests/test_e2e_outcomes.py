@@ -4,6 +4,7 @@ to the Hub double, with the real ``huggingface_hub`` client reading what was pus
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,7 +96,7 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
         if hasattr(f, "size") and f.path != ".gitattributes"
     }
     assert {k: v for k, v in on_hub.items() if k != "README.md"} == exported
-    card = open(api.hf_hub_download(repo, "README.md", revision="main")).read()
+    card = Path(api.hf_hub_download(repo, "README.md", revision="main")).read_text()
     assert record.lineage.hf_sha and record.lineage.hf_sha in card
     assert "license: gemma" in card and f"base_model: {record.request['hf_repo']}" in card
     assert "local-write-token" not in card
