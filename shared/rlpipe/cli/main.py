@@ -139,12 +139,26 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"no run {args.run}", file=sys.stderr)
         return 1
     info = runs.describe(record)
+    links: dict[str, str] = {}
+    if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
+        from rlpipe.cli.console_links import run_links
+
+        links = run_links(
+            project=settings.project,
+            run_id=record.run_id,
+            artifacts_bucket=settings.artifacts_bucket,
+            namespace=settings.namespace,
+            execution_name=record.execution.name,
+        )
+        info["links"] = links
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     from rlpipe.cli.watch import summary
 
     print(summary(record, simulated=settings.local))
+    for what, url in links.items():
+        print(f"  {what:<19} {url}")
     if not record.terminal:
         print(
             f"  now         {record.stage or '-'} attempt {record.attempt}: "

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlpipe.control import blobstore, interleave
+from rlpipe.control import blobstore, interleave, run_metrics
 from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
@@ -226,12 +226,13 @@ class Intake:
             r.execution = Execution(name=name, started_at=now())
             return "execution-started"
 
-        self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
+        record = self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
         if "lost" in outcome:  # our lease expired and someone else started one meanwhile
             self.orchestrator.cancel(name)
             log.warning("started a second execution after the lease expired; cancelled it", execution=name)
             return IntakeResult("duplicate", run_id, execution=outcome["lost"])
         log.info("execution started", execution=name)
+        run_metrics.run_started(self.log, run_id=run_id, source_kind=record.source.kind)
         return IntakeResult("started", run_id, execution=name)
 
     def _start_failed(self, run_id: str, reason: str, log: Logger) -> IntakeResult:

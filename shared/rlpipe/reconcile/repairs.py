@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from rlpipe.control import run_metrics
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Failure, Ledger, RunRecord
 from rlpipe.control.logs import Logger
@@ -181,5 +182,11 @@ class Repairs:
             "stuck workload",
             workload=action.workload.name if action.workload else None,
             detail=action.message["message"],
+        )
+        run_metrics.run_stuck(
+            log,
+            run_id=action.run_id,
+            stage=record.stage if record else None,
+            reason=action.message["message"],
         )
         return Outcome(action.run_id, action, "done", done)
