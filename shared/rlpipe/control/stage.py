@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, callbacks, hub, interleave, outcomes, outputs, publishing
+from rlpipe.control import blobstore, budgets, callbacks, hub, interleave, outcomes, outputs, publishing
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
@@ -325,7 +325,7 @@ class StageService:
                 message = steps.train_outcome("succeeded", committed, layout.final_step_for(req)).reason
             phase, failure = "failed", {"tag": "permanent", "message": message}
         elif ws.phase == "failed":
-            failure = self._classify_with_budget(
+            failure = budgets.classify(
                 record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
             )
         elif ws.phase in ("queued", "running"):
@@ -356,32 +356,6 @@ class StageService:
             "artifact": complete.reason,
             "progress": progress,
         }
-
-    def _classify_with_budget(
-        self, record: RunRecord, req: Request, stage: str, attempt: int, cls: FailureClass, reason: str
-    ) -> dict[str, str]:
-        if cls == FailureClass.PERMANENT:
-            return {"tag": cls.value, "message": reason}
-        budget = getattr(req.retry.budgets, cls.value)
-        used = sum(
-            1
-            for a in record.attempts
-            if a.stage == stage and a.failure_class == cls.value and a.attempt != attempt
-        )
-        total = sum(
-            1 for a in record.attempts if a.stage == stage and a.failure_class and a.attempt != attempt
-        )
-        if used + 1 > budget:
-            return {
-                "tag": "permanent",
-                "message": f"{cls.value} budget of {budget} exhausted for {stage}: {reason}",
-            }
-        if total + 1 > req.retry.max_retries:
-            return {
-                "tag": "permanent",
-                "message": f"retry cap of {req.retry.max_retries} reached for {stage}: {cls.value}: {reason}",
-            }
-        return {"tag": cls.value, "message": reason}
 
     def _record_phase(
         self,
