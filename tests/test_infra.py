@@ -77,6 +77,9 @@ LOCAL_ONLY_ENV = {
     "RLPIPE_TARGET",
     "RLPIPE_IMPERSONATE_SERVICE_ACCOUNT",  # the CLI's ID token for stage (cli_env sets it)
 }
+# Programs that run in a workload's container, whose environment its manifest sets (the publish
+# Job's RLPIPE_MODEL_CARD: tests/golden/*-publish/publish.yaml), never a function's.
+WORKLOAD_PROGRAMS = {Path("publisher/program.py")}
 # Set on the workflow (user_env_vars), not on the functions: only the workflow calls stage.
 WORKFLOW_ONLY_ENV = {"RLPIPE_STAGE_URL"}
 # Secret values come from Secret Manager, only to the functions that need them.
@@ -151,7 +154,11 @@ def code_env_names() -> dict[str, set[str]]:
     """
     files = [
         MAIN_PY,
-        *sorted(p for p in LIBRARY.rglob("*.py") if "local" not in p.relative_to(LIBRARY).parts),
+        *sorted(
+            p
+            for p in LIBRARY.rglob("*.py")
+            if "local" not in p.relative_to(LIBRARY).parts and p.relative_to(LIBRARY) not in WORKLOAD_PROGRAMS
+        ),
     ]
     names: dict[str, set[str]] = {}
     for path in files:

@@ -13,14 +13,17 @@ from typing import Any
 
 import pytest
 
+from rlpipe.control.publishing import publisher_program
 from rlpipe.core import identity, tpu
 from rlpipe.core.k8s_validation import validate_object
-from rlpipe.core.manifests import RenderContext, render, render_all
+from rlpipe.core.manifests import RenderContext, render, render_all, request_stages
 from rlpipe.core.request import load_request, validate_request
 from tests.conftest import EXAMPLES, minimal_request
 
 PLANTED_TOKEN = "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0123"
-CTX = RenderContext(run_id="rexample0001", bucket="art")
+CTX = RenderContext(
+    run_id="rexample0001", bucket="art", model_card="# a card", publisher_program=publisher_program()
+)
 
 
 def _requests() -> list[tuple[str, Any]]:
@@ -123,7 +126,7 @@ def test_pathways_essentials(name: str, req: Any) -> None:
 
 @pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
 def test_labels_names_and_queue_on_every_object(name: str, req: Any) -> None:
-    for stage, obj in zip(identity.MAXTEXT_STAGES, render_all(req, CTX, attempt=3), strict=True):
+    for stage, obj in zip(request_stages(req), render_all(req, CTX, attempt=3), strict=True):
         meta = obj["metadata"]
         assert meta["name"] == f"rexample0001-{stage}-a3" and len(meta["name"]) <= 28
         assert meta["labels"][identity.LABEL_RUN] == "rexample0001"
@@ -132,6 +135,10 @@ def test_labels_names_and_queue_on_every_object(name: str, req: Any) -> None:
         assert meta["labels"]["kueue.x-k8s.io/queue-name"] == req.tpu.queue
         for pod_template in _pod_templates(obj):
             assert pod_template["metadata"]["labels"][identity.LABEL_RUN] == "rexample0001"
+
+
+def obj_stage(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["labels"][identity.LABEL_STAGE])
 
 
 def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -190,10 +197,14 @@ def test_no_secret_value_in_any_manifest(monkeypatch: pytest.MonkeyPatch) -> Non
                     for e in c.get("env", []):
                         if e["name"] == "HF_TOKEN":
                             assert set(e) == {"name", "valueFrom"}
-                            assert e["valueFrom"]["secretKeyRef"] == {
-                                "name": req.hf_token_secret.name,
-                                "key": req.hf_token_secret.key,
-                            }
+                            # The publish Job alone holds the write token, from its own Secret.
+                            secret = (
+                                req.publish.token_secret
+                                if obj_stage(obj) == "publish"
+                                else req.hf_token_secret
+                            )
+                            assert req.publish is None or req.publish.token_secret != req.hf_token_secret
+                            assert e["valueFrom"]["secretKeyRef"] == {"name": secret.name, "key": secret.key}
                     assert not any("HF_TOKEN" in a or "hf_access_token" in a for a in c.get("args", []))
 
 

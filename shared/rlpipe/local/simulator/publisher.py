@@ -87,7 +87,7 @@ def hub_file(ctx: Context, repo: str, revision: str, name: str) -> bytes | None:
     model card as the real one copies every non-weight file), or None without a Hub double."""
     import requests
 
-    hub_url = getattr(ctx.env, "hub_url", "")
+    hub_url = getattr(getattr(ctx, "env", None), "hub_url", "")
     if not hub_url:
         return None
     answer = requests.get(f"{hub_url}/{repo}/resolve/{revision}/{name}", timeout=10)
