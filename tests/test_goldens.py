@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlpipe.cli.main import dump_yaml
 from rlpipe.core import identity
@@ -63,5 +64,28 @@ def test_the_publish_job_matches_its_golden() -> None:
     text = dump_yaml([obj])
     golden = GOLDEN / example.stem / "publish.yaml"
     if os.environ.get("UPDATE_GOLDENS") == "1":
+        golden.write_text(text)
+    assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"
+
+
+@pytest.mark.parametrize("mode", ["reservation", "on-demand", "spot", "flex-start"])
+def test_each_provisioning_mode_matches_its_golden(mode: str) -> None:
+    """The training JobSet of the v6e-32 example in each tpu.provisioning mode (docs/provisioning.md
+    cites what each renders: reservation selectors, the gke-spot label and taint, the gke-queued
+    taint and the flex-start queue, and the spot checkpoint period rule)."""
+    from rlpipe.core.request import validate_request
+
+    example = next(p for p in EXAMPLES if p.stem == "gemma4-26b-v6e-32")
+    doc = yaml.safe_load(example.read_text())
+    doc["tpu"] = {"provisioning": mode, **({"reservation": "tpu-v6e-res"} if mode == "reservation" else {})}
+    req = validate_request(doc)
+    assert req.request_id
+    ctx = RenderContext(
+        run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET
+    )
+    text = dump_yaml([render(req, "train", 1, ctx)])
+    golden = GOLDEN / "provisioning" / mode / "train.yaml"
+    if os.environ.get("UPDATE_GOLDENS") == "1":
+        golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)
     assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"

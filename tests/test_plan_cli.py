@@ -21,6 +21,7 @@ TOP_LEVEL = {
     "conversion",
     "stages",
     "training",
+    "capacity",
     "paths",
     "budgets",
     "deadlines",

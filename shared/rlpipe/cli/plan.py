@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from rlpipe.core.problems import RequestInvalid
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text
     from rlpipe.core.request import load_request
 
@@ -37,6 +39,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         state_bucket=args.state_bucket,
         hf_sha=args.hf_revision,
         namespace=args.namespace,
+        step_seconds=args.step_seconds,
+        prices=cost.parse_override(os.environ.get("RLPIPE_PRICES", "")),
     )
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
@@ -56,4 +60,9 @@ def register(sub: Any) -> None:
     p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
     p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
     p.add_argument("--hf-revision", help="resolved commit sha (default: the request's, if it is a sha)")
+    p.add_argument(
+        "--step-seconds",
+        type=float,
+        help="seconds per training step, to estimate chip-hours and cost (e.g. from an earlier run)",
+    )
     p.set_defaults(func=cmd_plan)

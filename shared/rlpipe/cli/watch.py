@@ -117,6 +117,10 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
     if info["chip_hours"]:
         per = ", ".join(f"{r['stage']} {r['chip_hours']:.2f}" for r in info["stages"] if r.get("chip_hours"))
         lines.append(f"  chip-hours  {info['chip_hours']:.2f} TPU chip-hours held ({per})")
+        estimate = info.get("cost_estimate") or {}
+        if estimate:
+            amount = f"${estimate['amount']:,.2f}" if estimate["amount"] is not None else "unset"
+            lines.append(f"  cost        {amount} at {estimate['mode']} list price: {estimate['price']}")
     if record.gate is not None and record.gate.reasons != ["no gate requested"]:
         verdict = {True: "passed", False: "FAILED", None: "not evaluated"}[record.gate.passed]
         lines.append(f"  gate        {verdict}: {'; '.join(record.gate.reasons)}")

@@ -251,6 +251,12 @@ def _strongest(findings: Iterable[_Finding]) -> list[_Finding]:
 # what it means for the pipeline. Deactivated carries its cause ("DeactivatedDueTo<cause>",
 # pkg/workload/workload.go:1306-1307). AdmissionCheck (a ProvisioningRequest to retry) is not a
 # failure: Kueue requeues the workload itself after a backoff (workload_controller.go:553-556).
+# A workload deactivated because an admission check was Rejected: for flex-start, Kueue's
+# ProvisioningRequest failed past its retries (or its capacity was revoked), i.e. no TPU capacity
+# to be had now (Kueue pkg/controller/admissionchecks/provisioning/controller.go:617-679,
+# core/workload_controller.go:905-936: Evicted reason DeactivatedDueToAdmissionCheck). A new
+# attempt makes a new ProvisioningRequest, so it is `capacity`, not the request's fault.
+DEACTIVATED_BY_ADMISSION_CHECK = "DeactivatedDueToAdmissionCheck"
 EVICTION_CLASSES: dict[str, FailureClass | None] = {
     "Preempted": FailureClass.PREEMPTED,  # L673: another workload needed the quota
     "NodeFailures": FailureClass.PREEMPTED,  # L693: TAS nodes failed under it
@@ -258,6 +264,7 @@ EVICTION_CLASSES: dict[str, FailureClass | None] = {
     "LocalQueueStopped": FailureClass.PERMANENT,  # L689: a person stopped the queue
     "ClusterQueueStopped": FailureClass.PERMANENT,  # L685
     "Deactivated": FailureClass.PERMANENT,  # L705: spec.active=false; nothing resumes it by itself
+    DEACTIVATED_BY_ADMISSION_CHECK: FailureClass.CAPACITY,
     "AdmissionCheck": None,  # L681: requeued by Kueue with a backoff
 }
 # The Stopped event's message is the Evicted condition's message (jobframework/reconciler.go:542,
@@ -267,6 +274,12 @@ _STOPPED_MESSAGES = (
     (re.compile(r"^Exceeded the PodsReady timeout"), "PodsReadyTimeout"),  # workload_controller.go:703
     (re.compile(r"^The LocalQueue is stopped"), "LocalQueueStopped"),  # workload_controller.go:588
     (re.compile(r"^The ClusterQueue is stopped"), "ClusterQueueStopped"),  # workload_controller.go:629
+    # evict.go:180-183: "The workload is deactivated due to <what>"; an admission check's rejection
+    # names it (workload_controller.go:905-936, patching.go:302-304).
+    (
+        re.compile(r"^The workload is deactivated due to (AdmissionCheck|Admission Check)"),
+        DEACTIVATED_BY_ADMISSION_CHECK,
+    ),
     (re.compile(r"^The workload is deactivated"), "Deactivated"),  # workload_controller.go:313-318
     (re.compile(r"^At least one admission check is false"), "AdmissionCheck"),  # workload_controller.go:554
     # tas/node_failure_controller.go:57, scheduler/scheduler.go:583
@@ -277,6 +290,8 @@ _STOPPED_MESSAGES = (
 def eviction_class(reason: str) -> FailureClass | None:
     """The failure class of a Kueue eviction reason; an unknown reason is a preemption (Kueue took
     the admission back; the next attempt resumes from the last checkpoint)."""
+    if reason == DEACTIVATED_BY_ADMISSION_CHECK:
+        return FailureClass.CAPACITY
     if reason.startswith("Deactivated"):
         return FailureClass.PERMANENT
     return EVICTION_CLASSES.get(reason, FailureClass.PREEMPTED)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlpipe.core import commands, identity, layout, steps
+from rlpipe.core import commands, cost, identity, layout, presets, steps, tpu
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
@@ -21,7 +21,7 @@ from rlpipe.core.manifests import (
     request_stages,
     stage_paths,
 )
-from rlpipe.core.request import Request
+from rlpipe.core.request import Request, provisioning
 
 PLAN_VERSION = 1
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -43,6 +43,8 @@ def build_plan(
     state_bucket: str = "STATE_BUCKET",
     hf_sha: str | None = None,
     namespace: str = "rlpipe",
+    step_seconds: float | None = None,
+    prices: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
     request that skipped validation: validation refuses those). ``bucket`` is the artifacts
@@ -138,6 +140,7 @@ def build_plan(
                 "intermediate_steps": training.eval_steps(),
             },
         },
+        "capacity": capacity_plan(req, final, step_seconds=step_seconds, prices=prices),
         "paths": {
             "ledger": state.uri(state.ledger),
             "events": state.uri(state.events_prefix),
@@ -218,6 +221,59 @@ def render_text(plan: dict[str, Any]) -> str:
         f"budgets: preempted {b['preempted']}, capacity {b['capacity']}, resources {b['resources']}, "
         f"transient {b['transient']}; at most {b['max_retries']} retries per stage"
     )
+    c = plan["capacity"]
+    lines.append(
+        f"capacity: {c['provisioning']}, {c['chips']} chips; a preemption loses at most "
+        f"{c['steps_at_risk_per_preemption']} of {final_of(plan)} steps ({c['steps_at_risk_rule']})"
+    )
+    hours = c["expected_hours"]
+    lines.append(
+        f"  expected {hours:g} h × {c['chips']} chips = {c['expected_chip_hours']:g} chip-hours of training"
+        " (before any preemption)"
+        if hours is not None
+        else "  expected chip-hours: pass --step-seconds to estimate them"
+    )
+    for mode, row in c["per_mode"].items():
+        cost = f"${row['expected_cost']:,.2f}" if row["expected_cost"] is not None else "unset"
+        lines.append(f"  {mode:<12} cost {cost}; price {row['price']}")
+    lines += [f"  warning: {w}" for w in c["warnings"]]
     d = plan["deadlines"]
     lines.append(", ".join(f"{k} {v} s" for k, v in d.items()).join(("deadlines: ", "")))
     return "\n".join(lines) + "\n"
+
+
+def final_of(plan: dict[str, Any]) -> int:
+    return int(plan["training"]["final_step"])
+
+
+def capacity_plan(
+    req: Request, final: int, *, step_seconds: float | None, prices: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Chips, steps at risk per preemption, and expected chip-hours and cost per provisioning mode.
+
+    Hours are an estimate only when the caller gives the seconds per step (``--step-seconds``):
+    nothing in a request says how fast a model trains. A price nobody published is unset."""
+    doc = req.model_dump(mode="python")
+    chips = tpu.SHAPES[req.tpu.type].chips * req.tpu.slices
+    hours = round(final * step_seconds / 3600, 3) if step_seconds else None
+    chip_hours = round(hours * chips, 2) if hours is not None else None
+    per_mode = {}
+    for mode in cost.MODES:
+        price = cost.price(req.tpu.type, mode, prices)
+        per_mode[mode] = {
+            "price": price.describe(),
+            "price_per_chip_hour": price.per_chip_hour,
+            "expected_cost": price.cost(chip_hours) if chip_hours is not None else None,
+        }
+    return {
+        "provisioning": req.tpu.provisioning,
+        "chips": chips,
+        "steps_at_risk_per_preemption": provisioning.steps_at_risk(doc),
+        "steps_at_risk_rule": "the steps since the last committed checkpoint: at most checkpoint_period, "
+        "the whole run when nothing is committed before the final step; spot's default period keeps it "
+        f"within {presets.SPOT_MAX_STEPS_AT_RISK:.0%} of the run",
+        "warnings": provisioning.warnings(doc),
+        "expected_hours": hours,
+        "expected_chip_hours": chip_hours,
+        "per_mode": per_mode,
+    }

@@ -66,6 +66,7 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
             "slices": 1,
             "reservation": None,
             "queue": "user-queue",
+            "provisioning": "reservation",  # the tutorials' capacity
         },
         "image": MAXTEXT_IMAGE,
         "placement": "cpu",
@@ -81,6 +82,13 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "publish": None,
     }
 
+
+# Defaults that follow from tpu.provisioning when the request leaves them unset (docs/provisioning.md):
+# flex-start is queued provisioning, admitted by Kueue's ProvisioningRequest check on this queue.
+FLEX_START_QUEUE = "flex-queue"
+# Spot capacity is reclaimed: the checkpoint period is chosen so that one reclaim loses at most
+# this fraction of the run's steps (the rule `rlpipe plan` states).
+SPOT_MAX_STEPS_AT_RISK = 0.10
 
 # Defaults of optional sections, merged under a request's section when it sets one.
 SECTION_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -42,16 +42,35 @@ def plain_env(values: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def tpu_node_selector(req: Request) -> dict[str, str]:
+    """TPU type and topology, then the capacity ``tpu.provisioning`` names (docs/provisioning.md):
+    a specific reservation by name; Spot nodes by the label GKE puts on them; on-demand and
+    flex-start by nothing more (flex-start nodes come from the ProvisioningRequest Kueue makes)."""
     selector = {
         "cloud.google.com/gke-tpu-accelerator": tpu.GKE_ACCELERATOR,
         "cloud.google.com/gke-tpu-topology": req.tpu.topology,
     }
-    if req.tpu.reservation:
+    mode = req.tpu.provisioning
+    if mode == "reservation" and req.tpu.reservation:
         selector["cloud.google.com/reservation-name"] = req.tpu.reservation
         selector["cloud.google.com/reservation-affinity"] = "specific"
+    if mode == "spot":
+        selector[SPOT_LABEL] = "true"
     return selector
 
 
+def tpu_tolerations(req: Request) -> list[dict[str, str]]:
+    """The TPU taint always; Spot nodes' taint (where the pool carries it: Autopilot, NAP, or
+    ``--node-taints``; harmless otherwise); queued-provisioning nodes' ``gke-queued`` taint."""
+    tolerations = [dict(t) for t in TPU_TOLERATIONS]
+    if req.tpu.provisioning == "spot":
+        tolerations.append({"key": SPOT_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"})
+    if req.tpu.provisioning == "flex-start":
+        tolerations.append({"key": QUEUED_TAINT, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+SPOT_LABEL = "cloud.google.com/gke-spot"
+QUEUED_TAINT = "cloud.google.com/gke-queued"
 TPU_TOLERATIONS = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
 TPU_CHIPS_PER_POD = {"google.com/tpu": str(tpu.CHIPS_PER_HOST)}
 

@@ -18,11 +18,11 @@ from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
-    TPU_TOLERATIONS,
     hf_token_env,
     labels,
     metadata,
     tpu_node_selector,
+    tpu_tolerations,
 )
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def stage_job(
                 "hostNetwork": True,
                 "dnsPolicy": "ClusterFirstWithHostNet",
                 "nodeSelector": tpu_node_selector(req),
-                "tolerations": [dict(t) for t in TPU_TOLERATIONS],
+                "tolerations": tpu_tolerations(req),
             }
         )
         spec.update({"completionMode": "Indexed", "parallelism": hosts, "completions": hosts})

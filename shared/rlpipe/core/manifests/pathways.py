@@ -13,12 +13,12 @@ from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
-    TPU_TOLERATIONS,
     hf_token_env,
     labels,
     metadata,
     plain_env,
     tpu_node_selector,
+    tpu_tolerations,
 )
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def train_jobset(
                     "spec": {
                         "serviceAccountName": ctx.service_account,
                         "nodeSelector": tpu_node_selector(req),
-                        "tolerations": [dict(t) for t in TPU_TOLERATIONS],
+                        "tolerations": tpu_tolerations(req),
                         "hostNetwork": True,
                         "dnsPolicy": "ClusterFirstWithHostNet",
                         # Never (not gcluster's OnFailure): required by the podFailurePolicy; a

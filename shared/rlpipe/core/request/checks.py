@@ -14,7 +14,7 @@ from typing import Any
 
 from rlpipe.core import identity, steps, tpu
 from rlpipe.core.problems import Problem
-from rlpipe.core.request import outcome_checks
+from rlpipe.core.request import outcome_checks, provisioning
 from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -261,4 +261,5 @@ _CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _attempt_names,
     outcome_checks.gate_problems,
     outcome_checks.publish_problems,
+    provisioning.problems,
 )

@@ -105,6 +105,9 @@ class TpuSpec(_Strict):
     slices: Annotated[int, Field(ge=1, le=64)]
     reservation: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] | None
     queue: DnsLabel = Field(description="Kueue LocalQueue name in the workload namespace")
+    provisioning: Literal["reservation", "on-demand", "spot", "flex-start"] = Field(
+        description="where the TPU capacity comes from (docs/provisioning.md)"
+    )
 
 
 class CpuJobSpec(_Strict):

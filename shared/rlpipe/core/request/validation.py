@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import checks, safety
+from rlpipe.core.request import checks, provisioning, safety
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 
@@ -43,6 +43,7 @@ def validate_request(doc: Any) -> Request:
         preset = presets.DEFAULT_PRESET
     merged, merge_problems = _merge(presets.preset_defaults(preset), doc, ())
     problems.extend(merge_problems)
+    provisioning.apply_defaults(merged, doc)
     try:
         request = Request.model_validate(merged)
     except ValidationError as exc:

@@ -52,6 +52,12 @@ CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
     ``Preempted``) conditions and ``EvictedDueTo<reason>`` (and ``Preempted``) events, the job
     suspended with Kueue's ``Stopped`` event, its pods deleted (exit 143); then it waits in its
     queue until deleted.
+``provision-fail``
+    flex-start's queued provisioning gets no capacity: Kueue's ProvisioningRequest admission check
+    is Rejected and the Workload deactivated (Evicted ``DeactivatedDueToAdmissionCheck``, events
+    ``EvictedDueToDeactivatedDueToAdmissionCheck`` and ``AdmissionCheckRejected``); the workload
+    is never admitted and stays suspended (Kueue provisioning/controller.go:617-679,
+    core/workload_controller.go:905-936).
 ``unschedulable:<seconds>``
     Pods (a JobSet's TPU pods) stay Pending, ``PodScheduled`` False ``Unschedulable``, with a
     ``FailedScheduling`` event, for that many simulated seconds.

@@ -77,6 +77,16 @@ EVICTIONS: dict[str, tuple[str, str, str | None, bool]] = {
         None,
         False,
     ),
+    # flex-start: the ProvisioningRequest failed past its retries, so the admission check is
+    # Rejected and Kueue deactivates the workload (provisioning/controller.go:617-679,
+    # core/workload_controller.go:905-936, evict.go:180-183, :291-295); not requeued.
+    "provisioning-rejected": (
+        "DeactivatedDueToAdmissionCheck",
+        'The workload is deactivated due to AdmissionCheck in Rejected state: "rlpipe-provisioning" '
+        "(ResourcePoolExhausted: Expected time is indefinite)",
+        None,
+        False,
+    ),
     "local-queue-stopped": ("LocalQueueStopped", "The LocalQueue is stopped", None, False),
     "cluster-queue-stopped": ("ClusterQueueStopped", "The ClusterQueue is stopped", None, False),
 }

@@ -26,6 +26,7 @@ FAULT_KINDS = (
     "api-5xx",
     "drop-events",
     "stall",
+    "provision-fail",
 )
 FAULT_SYNTAX = (
     "preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]",
@@ -38,6 +39,7 @@ FAULT_SYNTAX = (
     "api-5xx:<n>",
     "drop-events",
     "stall",
+    "provision-fail",
 )
 ENTRY_KEYS = ("stage", "attempt", "fault", "run")
 # A Kubernetes label value (the ``rlpipe.dev/run`` label a fault's ``run`` is matched against).
@@ -277,7 +279,7 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     if kind == "api-5xx":
         count = int(_number(arg, where, "api-5xx:<n>", minimum=1, integer=True))
         return Fault("api-5xx", stage, attempt, count=count)
-    if arg:  # oom, image-pull, stall, drop-events
+    if arg:  # oom, image-pull, stall, drop-events, provision-fail
         raise ScenarioError(f"{where}: {kind} takes no argument (got {arg!r}); write just '{kind}'")
     return Fault(kind, stage, attempt)
 

@@ -217,6 +217,8 @@ class WorkloadSim:
         waits until that someone resumes it (as the real controllers do)."""
         if self.queued:
             self.pacer.pause(self.env.timing.admission_delay)
+            if self.once("provision-fail"):
+                self._provisioning_rejected()
             now = self.env.now()
 
             def mutate(obj: Obj) -> None:
@@ -323,6 +325,15 @@ class WorkloadSim:
         self.stop_for_kueue(message)
         self.kueue.requeued(why, message)
         self.record("phase", f"evicted by Kueue ({reason}); suspended in its queue")
+        with self.parked():
+            self.pacer.forever()
+
+    def _provisioning_rejected(self) -> None:
+        """flex-start (``provision-fail``): the ProvisioningRequest never gets capacity; Kueue
+        rejects the admission check and deactivates the Workload, which stays suspended."""
+        reason, message = self.kueue.evict("provisioning-rejected")
+        self.kueue._event("AdmissionCheckRejected", f"Deactivated due to {message}", warning=True)
+        self.record("phase", f"not admitted: {reason}")
         with self.parked():
             self.pacer.forever()
 

@@ -1,0 +1,93 @@
+"""What ``tpu.provisioning`` implies for the rest of a request (docs/provisioning.md).
+
+* Defaults that follow from the mode when the request leaves them unset: flex-start runs through
+  the queue whose ClusterQueue has Kueue's ProvisioningRequest admission check; spot gets a
+  checkpoint period that bounds the steps one reclaim can lose (``presets.SPOT_MAX_STEPS_AT_RISK``
+  of the run, the rule ``rlpipe plan`` states).
+* Problems: a reservation name only means something in reservation mode.
+* Warnings (``warnings``): a preemptible mode with no checkpoint before the final step loses the
+  whole run to one reclaim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+from rlpipe.core import presets, steps
+from rlpipe.core.problems import Problem
+
+PREEMPTIBLE = frozenset({"spot"})
+
+
+def _effective(doc: dict[str, Any], period: int | None) -> steps.TrainingSteps | None:
+    training, overrides = doc.get("training"), doc.get("maxtext_overrides")
+    if not isinstance(training, dict) or not isinstance(overrides, dict):
+        return None
+    num_batches = training.get("num_batches")
+    if not isinstance(num_batches, int) or isinstance(num_batches, bool) or num_batches < 1:
+        return None
+    try:
+        return steps.effective_steps(num_batches, period, overrides)
+    except steps.ConfigProblem:
+        return None  # reported by the training-steps check
+
+
+def spot_checkpoint_period(final_step: int) -> int:
+    """The largest period that keeps one reclaim's loss within ``SPOT_MAX_STEPS_AT_RISK`` of the run."""
+    return max(1, math.floor(final_step * presets.SPOT_MAX_STEPS_AT_RISK))
+
+
+def apply_defaults(merged: dict[str, Any], doc: dict[str, Any]) -> None:
+    """Fill the mode's defaults into ``merged`` where the request itself (``doc``) set nothing."""
+    tpu, asked = merged.get("tpu"), doc.get("tpu")
+    asked = asked if isinstance(asked, dict) else {}
+    if not isinstance(tpu, dict):
+        return
+    mode = tpu.get("provisioning")
+    if mode == "flex-start" and "queue" not in asked:
+        tpu["queue"] = presets.FLEX_START_QUEUE
+    training, asked_training = merged.get("training"), doc.get("training")
+    asked_training = asked_training if isinstance(asked_training, dict) else {}
+    if mode == "spot" and isinstance(training, dict) and "checkpoint_period" not in asked_training:
+        effective = _effective(merged, None)
+        if effective is not None:
+            training["checkpoint_period"] = spot_checkpoint_period(effective.final_step)
+
+
+def problems(doc: dict[str, Any]) -> Iterator[Problem]:
+    tpu = doc.get("tpu")
+    if not isinstance(tpu, dict):
+        return
+    mode = tpu.get("provisioning")
+    if tpu.get("reservation") and mode != "reservation":
+        yield Problem(
+            "tpu.reservation",
+            f"a reservation is named but tpu.provisioning is {mode!r}, which does not use it",
+            "remove tpu.reservation, or set tpu.provisioning: reservation",
+        )
+
+
+def steps_at_risk(doc: dict[str, Any]) -> int | None:
+    """Steps one preemption can lose: from the last committed checkpoint to the next one (at most
+    the period; the whole run when nothing is committed before the final step)."""
+    period = (doc.get("training") or {}).get("checkpoint_period")
+    effective = _effective(doc, period if isinstance(period, int) and not isinstance(period, bool) else None)
+    if effective is None:
+        return None
+    committed = [s for s in effective.checkpoint_steps() if s < effective.final_step]
+    return min(effective.checkpoint_period, effective.final_step) if committed else effective.final_step
+
+
+def warnings(doc: dict[str, Any]) -> list[str]:
+    mode = (doc.get("tpu") or {}).get("provisioning")
+    at_risk = steps_at_risk(doc)
+    effective = _effective(doc, (doc.get("training") or {}).get("checkpoint_period"))
+    if mode in PREEMPTIBLE and effective is not None and at_risk == effective.final_step:
+        return [
+            f"tpu.provisioning {mode} is preemptible, but no checkpoint is committed before the final step "
+            f"{effective.final_step}: one reclaim restarts training from step 0; lower "
+            "training.checkpoint_period"
+        ]
+    return []
