@@ -145,3 +145,17 @@ def test_chip_hours_count_tpu_pods_from_start_to_end_only() -> None:
         pod(4, None),  # never started (queued): nothing held
     ]
     assert chip_hours.chip_hours(pods, T + timedelta(hours=2)) == pytest.approx(4 + 6 + 1)
+
+
+def test_the_baseline_is_the_first_attempts_pre_not_a_resumed_attempts() -> None:
+    from rlpipe.control.outcomes import merge_results, with_baseline
+
+    first = merge_results({}, results(), 50)
+    resumed_log = LOG.replace("mean_reward=0.1200", "mean_reward=0.4411")  # the partly trained model
+    after = merge_results(first, train_log.parse(resumed_log).results(), 50, resumed=True)
+    assert after["pre"]["mean_reward"] == 0.12 and after["post"]["mean_reward"] == 0.5627
+    progress = train_log.parse(resumed_log).progress()
+    assert progress and progress["pre_mean_reward"] == 0.4411
+    assert with_baseline(progress, after)["pre_mean_reward"] == 0.12  # type: ignore[index]
+    # Evaluations a later tail no longer shows are kept.
+    assert merge_results(first, {"intermediate": []}, 50)["intermediate"] == first["intermediate"]

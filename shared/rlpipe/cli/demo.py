@@ -29,6 +29,9 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     "gate": ("examples/gemma4-26b-v6e-32-gate.yaml", []),
     # Train, pass the gate, export, then publish to the local Hub double with a model card.
     "publish": ("examples/gemma4-26b-v6e-32-publish.yaml", []),
+    # Spot capacity: the node is reclaimed at step 33 (graceful node shutdown); the run resumes from
+    # the step-30 checkpoint that spot's checkpoint period committed.
+    "spot": ("examples/gemma4-26b-v6e-32-spot.yaml", ["train:1:preempt@33:worker:kubelet"]),
 }
 # The outcome each scenario is meant to show (anything else is a failed demo).
 EXPECTED_STATE = {"gate": "gated"}
