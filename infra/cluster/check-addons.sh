@@ -10,7 +10,12 @@
 #   - Kueue serves kueue.x-k8s.io/v1beta2 and rlpipe's ClusterQueue is active, LocalQueue present;
 #   - GKE secret synchronisation is on (SecretSync CRD) and the Secret rlpipe/hf-token has key token;
 #   - the rlpipe-workload ServiceAccount carries its Workload Identity annotation;
-#   - the cpu-np node pool exists (its nodes may be scaled to zero: then only a warning).
+#   - the cpu-np node pool exists (its nodes may be scaled to zero: then only a warning);
+#   - provisioning modes (docs/provisioning.md): the spot flavor rlpipe-tpu-v6e-spot exists (Spot
+#     v6e nodes: only a warning, the pool scales from zero and is optional); when flex-start is set
+#     up (ClusterQueue rlpipe-flex, infra/cluster/k8s/flex-start): the ProvisioningRequest API is
+#     served, the admission check rlpipe-flex-prov and the ClusterQueue are active, the LocalQueue
+#     flex-queue exists. Without flex-start only a warning.
 set -uo pipefail
 
 NS="${RLPIPE_NAMESPACE:-rlpipe}"
@@ -76,6 +81,41 @@ if kubectl get nodes -l cloud.google.com/gke-nodepool=cpu-np -o name 2>/dev/null
   ok "cpu-np nodes: $(kubectl get nodes -l cloud.google.com/gke-nodepool=cpu-np -o jsonpath='{.items[0].metadata.labels.node\.kubernetes\.io/instance-type}')"
 else
   warn "no cpu-np node right now (fine if the pool is scaled to zero; check: gcloud container node-pools list --cluster CLUSTER)"
+fi
+
+echo "Provisioning modes"
+if kubectl get resourceflavors.kueue.x-k8s.io rlpipe-tpu-v6e-spot >/dev/null 2>&1; then
+  ok "ResourceFlavor rlpipe-tpu-v6e-spot (tpu.provisioning: spot)"
+else
+  bad "ResourceFlavor rlpipe-tpu-v6e-spot missing: kubectl apply -k infra/cluster/k8s"
+fi
+if kubectl get nodes -l cloud.google.com/gke-spot=true,cloud.google.com/gke-tpu-accelerator=tpu-v6e-slice -o name 2>/dev/null | grep -q .; then
+  ok "Spot v6e nodes present"
+else
+  warn "no Spot v6e node right now (fine if the Spot pool is scaled to zero; it exists only if apply-blueprint-changes.sh ran with SPOT_POOL=1)"
+fi
+if kubectl get clusterqueues.kueue.x-k8s.io rlpipe-flex >/dev/null 2>&1; then
+  if kubectl get crd provisioningrequests.autoscaling.x-k8s.io >/dev/null 2>&1; then
+    ok "the ProvisioningRequest API (autoscaling.x-k8s.io) is served"
+  else
+    bad "CRD provisioningrequests.autoscaling.x-k8s.io missing: flex-start with queued provisioning cannot work on this cluster"
+  fi
+  ac="$(kubectl get admissionchecks.kueue.x-k8s.io rlpipe-flex-prov -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)"
+  if [[ "$ac" == "True" ]]; then
+    ok "AdmissionCheck rlpipe-flex-prov is active"
+  else
+    bad "AdmissionCheck rlpipe-flex-prov is not active (${ac:-missing}): kubectl describe admissioncheck rlpipe-flex-prov (Kueue starts its ProvisioningRequest controller only if the API was served when Kueue started: restart Kueue's controller manager after enabling it)"
+  fi
+  active="$(kubectl get clusterqueues.kueue.x-k8s.io rlpipe-flex -o jsonpath='{.status.conditions[?(@.type=="Active")].status}' 2>/dev/null)"
+  if [[ "$active" == "True" ]]; then ok "ClusterQueue rlpipe-flex is active"; else bad "ClusterQueue rlpipe-flex is not active (${active:-unknown}): kubectl describe clusterqueue rlpipe-flex"; fi
+  if kubectl -n "$NS" get localqueues.kueue.x-k8s.io flex-queue >/dev/null 2>&1; then ok "LocalQueue $NS/flex-queue"; else bad "LocalQueue $NS/flex-queue missing: kubectl apply -k infra/cluster/k8s/flex-start"; fi
+  if kubectl get nodes -l cloud.google.com/gke-queued=true -o name 2>/dev/null | grep -q .; then
+    ok "queued-provisioning nodes present"
+  else
+    warn "no queued-provisioning node right now (expected: the flex-start pool has nodes only while a ProvisioningRequest holds them)"
+  fi
+else
+  warn "flex-start is not set up (no ClusterQueue rlpipe-flex): tpu.provisioning: flex-start workloads stay suspended; see docs/provisioning.md"
 fi
 
 if (( failures )); then
