@@ -117,6 +117,7 @@ locals {
     RLPIPE_CALLBACK_TIMEOUT_SECONDS = tostring(var.callback_timeout_seconds)
     RLPIPE_HUB_TIMEOUT_SECONDS      = "10" # one Hub request; plan makes a few, within stage's 60 s
     RLPIPE_ALLOWED_IMAGE_PREFIXES   = join(",", var.allowed_image_prefixes)
+    RLPIPE_PRICES                   = var.tpu_prices_json
   }
 }
 

@@ -317,3 +317,9 @@ variable "allowed_image_prefixes" {
   type        = list(string)
   default     = ["us-docker.pkg.dev/cloud-tpu-images/", "us-docker.pkg.dev/cloud-tpu-v2-images/"]
 }
+
+variable "tpu_prices_json" {
+  description = "RLPIPE_PRICES: the deployment's TPU list prices per chip-hour, overriding shared/rlpipe/core/prices.json (which has no published v6e price): JSON {family: {mode: {price, source, read}}}, e.g. {\"v6e\": {\"spot\": {\"price\": 1.2, \"source\": \"our contract\", \"read\": \"2026-11-30\"}}}. Empty: costs are reported as unset."
+  type        = string
+  default     = ""
+}

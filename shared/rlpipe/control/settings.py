@@ -71,6 +71,9 @@ class Settings:
     # Image prefixes a request may run (RLPIPE_ALLOWED_IMAGE_PREFIXES, comma-separated). Default:
     # the registries of the tutorials' images (rlpipe.core.presets).
     allowed_image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
+    # The deployment's TPU prices per chip-hour (RLPIPE_PRICES, JSON; rlpipe.core.cost): overrides
+    # the shipped list, which has no published v6e price.
+    prices_json: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -95,6 +98,7 @@ class Settings:
             start_lease_seconds=float(_env("START_LEASE_SECONDS", str(cls.start_lease_seconds))),
             callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
             hub_timeout_seconds=_positive(_env("HUB_TIMEOUT_SECONDS"), cls.hub_timeout_seconds),
+            prices_json=_env("PRICES"),
             allowed_image_prefixes=tuple(
                 p.strip()
                 for p in _env("ALLOWED_IMAGE_PREFIXES", ",".join(cls.allowed_image_prefixes)).split(",")
