@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from rlpipe.core.problems import RequestInvalid
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from rlpipe.control.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text
     from rlpipe.core.request import load_request
@@ -40,7 +40,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         hf_sha=args.hf_revision,
         namespace=args.namespace,
         step_seconds=args.step_seconds,
-        prices=cost.parse_override(os.environ.get("RLPIPE_PRICES", "")),
+        prices=cost.parse_override(Settings.from_env().prices_json),
     )
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
