@@ -37,6 +37,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(
         f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices})"
     )
+    from rlpipe.core.request import provisioning
+
+    for warning in provisioning.warnings(req.model_dump(mode="python")):
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -368,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import promote as promote_cli
 
     promote_cli.register(sub, settings=_settings, ledger=_ledger)
+    from rlpipe.cli import retry as retry_cli
+
+    retry_cli.register(sub, settings=_settings, ledger=_ledger)
     return parser
 
 

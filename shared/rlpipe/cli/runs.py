@@ -128,6 +128,8 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
                 "seconds": round((end - start).total_seconds(), 1),
                 "failure": f"[{last.failure_class}] {last.reason}" if last.failure_class else None,
                 "resume_step": last.resume_step,
+                "round": last.round,
+                "attempts_this_round": sum(1 for a in attempts if a.round == record.round),
                 "chip_hours": round(sum(a.chip_hours or 0.0 for a in attempts), 3),
                 "chip_hours_per_attempt": {a.attempt: a.chip_hours for a in attempts if a.chip_hours},
             }
@@ -138,7 +140,41 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
 _parse = parse_time
 
 
+def cost_estimate(record: RunRecord) -> dict[str, Any] | None:
+    """The TPU chip-hours the run held, at its provisioning mode's list price (``core.cost``;
+    ``RLPIPE_PRICES`` overrides); unset when no price is published."""
+    from rlpipe.core import cost
+
+    tpu = record.request.get("tpu") or {}
+    held = sum(a.chip_hours or 0.0 for a in record.attempts)
+    if not tpu.get("type"):
+        return None
+    mode = str(tpu.get("provisioning") or "reservation")
+    price = cost.price(str(tpu["type"]), mode, cost.parse_override(Settings.from_env().prices_json))
+    return {"mode": mode, "chip_hours": round(held, 3), "amount": price.cost(held), "price": price.describe()}
+
+
 def describe(record: RunRecord) -> dict[str, Any]:
+    # Round 1 (the request) and each retry: who, when, from which stage, why the one before ended.
+    rounds: list[dict[str, Any]] = [
+        {"round": 1, "by": record.source.kind, "at": record.created_at, "from_stage": None, "reason": None}
+    ]
+    for r in record.rounds:
+        ended = r.previous_failure or {}
+        where = f" ({ended.get('stage')} attempt {ended.get('attempt')})" if ended.get("stage") else ""
+        rounds.append(
+            {
+                "round": r.round,
+                "by": r.by,
+                "at": r.at,
+                "from_stage": r.from_stage,
+                "reason": r.reason,
+                "previous_state": r.previous_state,
+                "previous_ended": f"{r.previous_state}: [{ended.get('tag')}] {ended.get('message')}{where}"
+                if ended
+                else r.previous_state,
+            }
+        )
     return {
         "run_id": record.run_id,
         "state": record.state,
@@ -150,7 +186,10 @@ def describe(record: RunRecord) -> dict[str, Any]:
         "results": record.results,
         "gate": record.gate.model_dump() if record.gate else None,
         "chip_hours": round(sum(a.chip_hours or 0.0 for a in record.attempts), 3),
+        "cost_estimate": cost_estimate(record),
         "stages": stage_summary(record),
+        "round": record.round,
+        "rounds": rounds,
         "lineage": record.lineage.model_dump(exclude_none=True),
         "terminal": record.state in TERMINAL,
     }

@@ -2,6 +2,9 @@
 
 A failure class the workflow would retry becomes ``permanent`` once its own budget, or the request's
 overall retry cap, is used up for the stage; the message then says which one ran out.
+
+Budgets are per round: a retried run (``control.retry``) starts its new round with every budget
+whole, so only the attempts launched in the record's current round are counted.
 """
 
 from __future__ import annotations
@@ -17,12 +20,11 @@ def classify(
     if cls == FailureClass.PERMANENT:
         return {"tag": cls.value, "message": reason}
     budget = getattr(req.retry.budgets, cls.value)
-    used = sum(
-        1
-        for a in record.attempts
-        if a.stage == stage and a.failure_class == cls.value and a.attempt != attempt
-    )
-    total = sum(1 for a in record.attempts if a.stage == stage and a.failure_class and a.attempt != attempt)
+    earlier = [
+        a for a in record.attempts if a.stage == stage and a.attempt != attempt and a.round == record.round
+    ]
+    used = sum(1 for a in earlier if a.failure_class == cls.value)
+    total = sum(1 for a in earlier if a.failure_class)
     if used + 1 > budget:
         return {
             "tag": "permanent",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlpipe.control import blobstore, interleave, run_metrics
+from rlpipe.control import blobstore, interleave, retry, run_metrics
 from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
@@ -24,7 +24,7 @@ from rlpipe.control.settings import TUTORIAL_IMAGE_PREFIXES
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, load_request, safety
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, parse_document, safety, validate_request
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
@@ -36,7 +36,9 @@ MAX_START_ATTEMPTS = 5
 
 @dataclass(frozen=True)
 class IntakeResult:
-    outcome: str  # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed
+    # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed, and for
+    # a retry document: retry-started | retry-duplicate | retry-refused | retry-malformed
+    outcome: str
     run_id: str | None = None
     detail: str = ""
     execution: str | None = None
@@ -141,7 +143,10 @@ class Intake:
         log = log or self.log
         if request is None:
             try:
-                request = load_request(data, source=source_name)
+                doc = parse_document(data, source=source_name)
+                if retry.is_retry_document(doc):  # a control document: a new round of a run
+                    return self._retry(doc, source_key, source, log)
+                request = validate_request(doc)
             except RequestInvalid as exc:
                 return self._reject(source_key, source, exc.problems, log)
         refused = list(safety.image_problems(request.model_dump(), self.allowed_image_prefixes))
@@ -172,6 +177,23 @@ class Intake:
         if existing.request != record.request:
             return self._conflict(existing, source_key, source, log)
         return self._start(run_id, holder, log, already_leased=False)
+
+    def _retry(self, doc: dict[str, Any], source_key: str, source: Source, log: Logger) -> IntakeResult:
+        """A retry document: one round per delivery key (control/retry.py), then the same
+        exactly-once start as a request's. A refused or malformed retry is logged and recorded,
+        and the delivery acknowledged: a redelivery could not change the answer."""
+        decision = retry.from_document(self.ledger, doc, key=source_key, source=source, log=log)
+        if decision.outcome not in ("started", "duplicate") or decision.run_id is None:
+            return IntakeResult(f"retry-{decision.outcome}", decision.run_id, detail=decision.reason)
+        started = self.start_claimed(decision.run_id)
+        if started.outcome == "start-failed":
+            return started
+        return IntakeResult(
+            f"retry-{decision.outcome}",
+            decision.run_id,
+            detail=f"round {decision.round}",
+            execution=started.execution,
+        )
 
     # ---- starting the execution exactly once ----------------------------------------------------
 

@@ -16,6 +16,11 @@ State machine (illegal transitions raise ``IllegalTransition``)::
     accepted → training            (conversion cache hit)
     training → gated               (the quality gate held the model back; terminal)
     gated → training               (``rlpipe promote``: a person overrides the gate; the run goes on)
+    accepted → exporting | publishing | succeeded  (a retried round whose earlier, or all, stages are done)
+    failed | cancelled → accepted  (only ``RunRecord.reopen``: ``rlpipe retry`` starts a new round)
+
+A run's rounds: round 1 is the original request; each retry (``control.retry``) appends a
+``Round`` and continues the same run (same run id, attempt numbers going on, same checkpoints).
 """
 
 from __future__ import annotations
@@ -53,7 +58,10 @@ STAGE_STATE: dict[str, State] = {
 }
 
 _ALLOWED: dict[str, frozenset[str]] = {
-    "accepted": frozenset({"converting", "training", "failed", "cancelled"}),
+    # exporting, publishing, succeeded: a retried round whose earlier (or all) stages are done
+    "accepted": frozenset(
+        {"converting", "training", "exporting", "publishing", "succeeded", "failed", "cancelled"}
+    ),
     "converting": frozenset({"training", "failed", "cancelled"}),
     "training": frozenset({"exporting", "failed", "cancelled", "gated"}),
     "exporting": frozenset({"publishing", "succeeded", "failed", "cancelled"}),
@@ -63,6 +71,8 @@ _ALLOWED: dict[str, frozenset[str]] = {
     "cancelled": frozenset(),
     "gated": frozenset({"training"}),  # promote
 }
+# The states a retry may reopen (``RunRecord.reopen``); never through ``set_state``.
+RETRYABLE: frozenset[str] = frozenset({"failed", "cancelled"})
 
 CAS_ATTEMPTS = 8
 # The character right after "/" in byte order: "runs/<id>0" sorts after every "runs/<id>/...".
@@ -114,6 +124,7 @@ class Attempt(_Model):
     reason: str | None = None
     resume_step: int | None = None
     chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
+    round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)
 
 
 class Execution(_Model):
@@ -162,6 +173,19 @@ class Failure(_Model):
     attempt: int | None = None
 
 
+class Round(_Model):
+    """One retry of the run (``rlpipe retry`` or a retry control document): round 2 onwards."""
+
+    round: int
+    by: str
+    at: str
+    from_stage: Stage | None = None  # stages at or after it run again even if done
+    reason: str
+    key: str  # the idempotency key of the delivery that asked for it (one round per delivery)
+    previous_state: str  # failed or cancelled
+    previous_failure: dict[str, Any] | None = None  # the Failure that ended the previous round
+
+
 class RunRecord(_Model):
     run_id: str
     key: str
@@ -179,6 +203,8 @@ class RunRecord(_Model):
     # Every evaluation train_rl printed (train_log.TrainLog.results) and the final step.
     results: dict[str, Any] = Field(default_factory=dict)
     gate: GateRecord | None = None
+    round: int = 1  # 1 for the original request; +1 for each retry
+    rounds: list[Round] = Field(default_factory=list)  # the retries, oldest first
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1
@@ -193,6 +219,16 @@ class RunRecord(_Model):
         if new not in _ALLOWED[self.state]:
             raise IllegalTransition(f"run {self.run_id}: {self.state} → {new} is not allowed")
         self.state = new
+
+    def reopen(self) -> None:
+        """failed | cancelled → accepted, for a new round (``control.retry.start_round`` only)."""
+        if self.state not in RETRYABLE:
+            raise IllegalTransition(f"run {self.run_id}: {self.state} cannot be retried")
+        self.state = "accepted"
+
+    def current_round(self) -> Round | None:
+        """The retry that started the current round; None in round 1."""
+        return next((r for r in reversed(self.rounds) if r.round == self.round), None)
 
     def current_attempt(self, stage: str) -> Attempt | None:
         found = [a for a in self.attempts if a.stage == stage]

@@ -21,22 +21,38 @@ GATED = "gated"  # the failure tag, and the run's terminal state, when the gate 
 
 
 def merge_results(
-    recorded: dict[str, Any], seen: dict[str, Any] | None, final_step: int | None
+    recorded: dict[str, Any], seen: dict[str, Any] | None, final_step: int | None, *, resumed: bool = False
 ) -> dict[str, Any]:
     """Recorded evaluations plus those in a new log tail: the tail may have scrolled past ``pre``
     or early intermediate evaluations, so nothing recorded is ever dropped; a newer value of the
-    same evaluation wins."""
+    same evaluation wins. ``pre`` is the base model's: train_rl prints a ``Pre RL Training`` line
+    on every start, but an attempt that ``resumed`` from a checkpoint evaluates the partly trained
+    model, which is not the baseline, so only an attempt from step 0 records it."""
     out = dict(recorded)
     seen = seen or {}
-    for key in ("pre", "post"):
-        if seen.get(key) is not None:
-            out[key] = seen[key]
-        out.setdefault(key, None)
+    if seen.get("pre") is not None and not resumed:
+        out["pre"] = seen["pre"]
+    if seen.get("post") is not None:
+        out["post"] = seen["post"]
+    out.setdefault("pre", None)
+    out.setdefault("post", None)
     by_step = {e["step"]: e for e in recorded.get("intermediate") or []}
     by_step.update({e["step"]: e for e in seen.get("intermediate") or []})
     out["intermediate"] = [by_step[s] for s in sorted(by_step)]
     if final_step is not None:
         out["final_step"] = final_step
+    return out
+
+
+def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> dict[str, Any] | None:
+    """The live progress with ``pre`` taken from the run's baseline (``results``), not from a
+    resumed attempt's own ``Pre RL Training`` line."""
+    if not progress:
+        return progress
+    pre = results.get("pre") or {}
+    out = {k: v for k, v in progress.items() if k not in ("pre_mean_reward", "pre_accuracy")}
+    if pre:
+        out["pre_mean_reward"], out["pre_accuracy"] = pre.get("mean_reward"), pre.get("accuracy")
     return out
 
 

@@ -20,6 +20,7 @@ from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunReco
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
+from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout, steps, train_log
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
@@ -136,7 +137,9 @@ class StageService:
         rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
         cache = conversion_cache(req, rev_ctx)
         ready = outputs.ready_conversion(self.state, cache)
+        # A retry's `from` stage and those after it run again even if done (control/retry.py).
         done = outputs.done_stages(self.artifacts, record, req, self._context(record))
+        done -= forced_stages(record)
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
@@ -180,6 +183,7 @@ class StageService:
             "budgets": req.retry.budgets.model_dump(),
             "max_retries": req.retry.max_retries,
             "poll_seconds": self.settings.callback_timeout_seconds,
+            "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
 
     # ---- launch -------------------------------------------------------------------------------
@@ -260,6 +264,7 @@ class StageService:
                         uid=uid,
                         launched_at=now(),
                         resume_step=resume,
+                        round=r.round,
                     )
                 )
             if stage == "convert":
@@ -329,7 +334,8 @@ class StageService:
                 record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
             )
         elif ws.phase in ("queued", "running"):
-            first = min((a.launched_at for a in record.attempts if a.stage == stage), default=None)
+            # The deadline counts from the stage's first launch in this round (a retry starts afresh).
+            first = min((a.launched_at for a in this_round(record, stage)), default=None)
             if first and _age_seconds(first, self.clock()) > getattr(req.timeouts, stage):
                 phase, failure = (
                     "failed",
@@ -378,16 +384,21 @@ class StageService:
             a = r.attempt_record(stage, attempt)
             if a is None:
                 return None
-            results = outcomes.merge_results(r.results, seen, final) if seen is not None else r.results
+            results = (
+                outcomes.merge_results(r.results, seen, final, resumed=bool(a.resume_step))
+                if seen is not None
+                else r.results
+            )
             # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
             held = max(a.chip_hours or 0.0, chips) if chips else a.chip_hours
+            live = outcomes.with_baseline(progress, results)
             if a.phase == phase:
-                if (progress and progress != r.progress) or results != r.results or held != a.chip_hours:
-                    r.progress = progress or r.progress
+                if (live and live != r.progress) or results != r.results or held != a.chip_hours:
+                    r.progress = live or r.progress
                     r.results, a.chip_hours = results, held
                     return "progress"
                 return None
-            r.progress = progress or r.progress
+            r.progress = live or r.progress
             r.results, a.chip_hours, a.phase = results, held, phase
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]

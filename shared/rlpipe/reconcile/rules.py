@@ -253,7 +253,8 @@ def workload_action(obj: RunObject, record: RunRecord | None) -> Action | None:
 
 def stuck_action(obj: RunObject, record: RunRecord, now: float, deadline: float | None) -> Action | None:
     """A current workload queued or running past its stage deadline (measured from the stage's
-    first launch, as the ``stage`` function measures it): reported, never touched."""
+    first launch in the run's current round, as the ``stage`` function measures it: a retried
+    run's deadline starts afresh): reported, never touched."""
     if (
         obj.deleting
         or record.terminal
@@ -262,7 +263,9 @@ def stuck_action(obj: RunObject, record: RunRecord, now: float, deadline: float 
         or not deadline
     ):
         return None
-    launches = [epoch(a.launched_at) for a in record.attempts if a.stage == obj.stage]
+    launches = [
+        epoch(a.launched_at) for a in record.attempts if a.stage == obj.stage and a.round == record.round
+    ]
     since = min(launches) if launches else (obj.created_at.timestamp() if obj.created_at else None)
     if since is None or now - since <= deadline:
         return None
