@@ -62,3 +62,13 @@ def test_no_price_is_invented_and_an_override_needs_its_source() -> None:
         cost.parse_override(json.dumps({"v6e": {"spot": {"price": 1.5}}}))
     with pytest.raises(ValueError, match="unknown mode"):
         cost.parse_override(json.dumps({"v6e": {"cheap": {"price": 1, "source": "x", "read": "y"}}}))
+
+
+def test_the_ledger_costs_what_an_attempt_held_only_at_a_price_someone_published() -> None:
+    from rlpipe.control.outcomes import cost_estimate
+
+    request = validate_request(minimal_request(tpu={"provisioning": "spot"})).model_dump(mode="json")
+    assert cost_estimate(request, 12.5, "") is None  # no published v6e price: unset, not guessed
+    prices = json.dumps({"v6e": {"spot": {"price": 1.2, "source": "our contract", "read": "2026-11-30"}}})
+    assert cost_estimate(request, 12.5, prices) == 15.0
+    assert cost_estimate(request, 0.0, prices) is None

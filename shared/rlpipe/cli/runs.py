@@ -132,6 +132,9 @@ def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
                 "attempts_this_round": sum(1 for a in attempts if a.round == record.round),
                 "chip_hours": round(sum(a.chip_hours or 0.0 for a in attempts), 3),
                 "chip_hours_per_attempt": {a.attempt: a.chip_hours for a in attempts if a.chip_hours},
+                "cost_per_attempt": {
+                    a.attempt: a.cost_estimate for a in attempts if a.cost_estimate is not None
+                },
             }
         )
     return rows
@@ -151,7 +154,10 @@ def cost_estimate(record: RunRecord) -> dict[str, Any] | None:
         return None
     mode = str(tpu.get("provisioning") or "reservation")
     price = cost.price(str(tpu["type"]), mode, cost.parse_override(Settings.from_env().prices_json))
-    return {"mode": mode, "chip_hours": round(held, 3), "amount": price.cost(held), "price": price.describe()}
+    # What the ledger accumulated per attempt (at the price of the time), else today's list price.
+    recorded = [a.cost_estimate for a in record.attempts if a.chip_hours]
+    amount = round(sum(recorded), 2) if recorded and None not in recorded else price.cost(held)  # type: ignore[arg-type]
+    return {"mode": mode, "chip_hours": round(held, 3), "amount": amount, "price": price.describe()}
 
 
 def describe(record: RunRecord) -> dict[str, Any]:

@@ -124,6 +124,7 @@ class Attempt(_Model):
     reason: str | None = None
     resume_step: int | None = None
     chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
+    cost_estimate: float | None = None  # chip_hours at the mode's list price (core.cost); None: no price
     round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)
 
 

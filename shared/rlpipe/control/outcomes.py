@@ -14,6 +14,7 @@ from typing import Any
 from rlpipe.control import run_metrics
 from rlpipe.control.ledger import Attempt, GateRecord, Ledger, RunRecord, now, parse_time
 from rlpipe.control.logs import Logger
+from rlpipe.core import cost
 from rlpipe.core import gate as quality_gate
 from rlpipe.core.request import Request
 
@@ -54,6 +55,17 @@ def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> d
     if pre:
         out["pre_mean_reward"], out["pre_accuracy"] = pre.get("mean_reward"), pre.get("accuracy")
     return out
+
+
+def cost_estimate(request: dict[str, Any], chip_hours: float | None, prices_json: str) -> float | None:
+    """What ``chip_hours`` cost at the run's provisioning mode's list price (None when unpublished)."""
+    tpu = request.get("tpu") or {}
+    if not chip_hours or not tpu.get("type"):
+        return None
+    override = cost.parse_override(prices_json) if prices_json else None
+    return cost.price(str(tpu["type"]), str(tpu.get("provisioning") or "reservation"), override).cost(
+        chip_hours
+    )
 
 
 def reward_summary(results: dict[str, Any]) -> tuple[float | None, float | None]:

@@ -396,10 +396,12 @@ class StageService:
                 if (live and live != r.progress) or results != r.results or held != a.chip_hours:
                     r.progress = live or r.progress
                     r.results, a.chip_hours = results, held
+                    a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
                     return "progress"
                 return None
             r.progress = live or r.progress
             r.results, a.chip_hours, a.phase = results, held, phase
+            a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]
             if phase in ("succeeded", "failed"):
