@@ -738,6 +738,10 @@ def test_fault_injection_then_recovery_and_request_log(
             codes.append(exc.status)
             assert status_of(exc)["reason"] == "ServiceUnavailable"
     assert codes == [503, 503, 200]
+    # The server logs a request after it has answered it: give the last answer's log line a moment.
+    deadline = time.monotonic() + 5
+    while len(server.requests) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert [(r.method, r.status) for r in server.requests] == [("GET", 503), ("GET", 503), ("GET", 200)]
     assert server.requests[0].path == f"/apis/batch/v1/namespaces/{NS}/jobs"
     assert server.requests[0].query == {"labelSelector": "a=b"}
