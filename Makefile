@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two workers, a test file per worker: the end-to-end files mostly wait on simulated time, so the
+# suite takes about 6 minutes instead of 11 on the 2-core machine (PYTEST_WORKERS=0: one process).
+PYTEST_WORKERS ?= 2
 
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
@@ -45,7 +48,7 @@ check: $(STAMP)
 	$(BIN)/deptry shared functions
 
 test: check $(TOOLS_STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 SCENARIO ?=
 EVENTS ?= auto
