@@ -31,6 +31,13 @@ def promote(ledger: Ledger, run_id: str, *, by: str, reason: str, start: Callabl
 
     def change(r: RunRecord) -> str | None:
         refused.clear()
+        if (
+            r.state == "training"
+            and not r.execution.name
+            and r.gate is not None
+            and r.gate.override is not None
+        ):
+            return None  # promoted already (a lost write response, or a start that never happened): start it
         if r.state != "gated":
             refused.append(f"run {run_id} is {r.state}; only a gated run can be promoted")
             return None

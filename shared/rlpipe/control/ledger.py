@@ -58,9 +58,9 @@ STAGE_STATE: dict[str, State] = {
 }
 
 _ALLOWED: dict[str, frozenset[str]] = {
-    # exporting, publishing, succeeded: a retried round whose earlier (or all) stages are done
+    # exporting, publishing, succeeded, gated: a retried round whose earlier (or all) stages are done
     "accepted": frozenset(
-        {"converting", "training", "exporting", "publishing", "succeeded", "failed", "cancelled"}
+        {"converting", "training", "exporting", "publishing", "succeeded", "failed", "cancelled", "gated"}
     ),
     "converting": frozenset({"training", "failed", "cancelled"}),
     "training": frozenset({"exporting", "failed", "cancelled", "gated"}),

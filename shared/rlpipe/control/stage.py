@@ -439,6 +439,7 @@ class StageService:
         ended: list[str] = []
 
         def change(r: RunRecord) -> str | None:
+            ended.clear()  # a compare-and-swap may run this again on a newer record
             if r.terminal:
                 return None
             r.set_state(outcome)  # type: ignore[arg-type]

@@ -28,7 +28,9 @@ from rlpipe.core.layout import Completeness
 
 ActionKind = Literal["start", "finish", "delete", "report"]
 MAX_REASON = 1000
-_CLASSES = frozenset(c.value for c in FailureClass)
+# The failure tags a workflow error may carry: the failure classes, and the gate's `gated` (a run the
+# quality gate held back ends `gated`, not `failed`, whoever finishes it).
+_CLASSES = frozenset(c.value for c in FailureClass) | {"gated"}
 
 
 @dataclass(frozen=True)
