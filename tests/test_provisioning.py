@@ -42,6 +42,8 @@ def test_flex_start_runs_through_the_provisioning_request_queue_unless_one_is_na
         == "mine"
     )
     assert validate_request(minimal_request()).tpu.queue == "user-queue"
+    mine = validate_request(minimal_request(tpu={"provisioning": "flex-start", "queue": "mine"}))
+    assert "ProvisioningRequest admission check" in provisioning.warnings(mine.model_dump(mode="python"))[0]
 
 
 def test_a_reservation_name_outside_reservation_mode_is_refused() -> None:

@@ -81,13 +81,21 @@ def steps_at_risk(doc: dict[str, Any]) -> int | None:
 
 
 def warnings(doc: dict[str, Any]) -> list[str]:
-    mode = (doc.get("tpu") or {}).get("provisioning")
+    tpu = doc.get("tpu") or {}
+    mode = tpu.get("provisioning")
+    found: list[str] = []
+    if mode == "flex-start" and tpu.get("queue") != presets.FLEX_START_QUEUE:
+        found.append(
+            f"tpu.provisioning flex-start with tpu.queue {tpu.get('queue')!r}: that queue's ClusterQueue must "
+            "have the ProvisioningRequest admission check (infra/cluster/k8s/flex-start), or the slice "
+            f"is never provisioned; the default is {presets.FLEX_START_QUEUE!r}"
+        )
     at_risk = steps_at_risk(doc)
     effective = _effective(doc, (doc.get("training") or {}).get("checkpoint_period"))
     if mode in PREEMPTIBLE and effective is not None and at_risk == effective.final_step:
-        return [
+        return found + [
             f"tpu.provisioning {mode} is preemptible, but no checkpoint is committed before the final step "
             f"{effective.final_step}: one reclaim restarts training from step 0; lower "
             "training.checkpoint_period"
         ]
-    return []
+    return found
