@@ -93,9 +93,9 @@ def warnings(doc: dict[str, Any]) -> list[str]:
     at_risk = steps_at_risk(doc)
     effective = _effective(doc, (doc.get("training") or {}).get("checkpoint_period"))
     if mode in PREEMPTIBLE and effective is not None and at_risk == effective.final_step:
-        return found + [
+        found.append(
             f"tpu.provisioning {mode} is preemptible, but no checkpoint is committed before the final step "
             f"{effective.final_step}: one reclaim restarts training from step 0; lower "
             "training.checkpoint_period"
-        ]
+        )
     return found
