@@ -146,14 +146,13 @@ _parse = parse_time
 def cost_estimate(record: RunRecord) -> dict[str, Any] | None:
     """The TPU chip-hours the run held, at its provisioning mode's list price (``core.cost``;
     ``RLPIPE_PRICES`` overrides); unset when no price is published."""
-    from rlpipe.core import cost
+    from rlpipe.control.outcomes import run_price
 
-    tpu = record.request.get("tpu") or {}
-    held = sum(a.chip_hours or 0.0 for a in record.attempts)
-    if not tpu.get("type"):
+    priced = run_price(record.request, Settings.from_env().prices_json)
+    if priced is None:
         return None
-    mode = str(tpu.get("provisioning") or "reservation")
-    price = cost.price(str(tpu["type"]), mode, cost.parse_override(Settings.from_env().prices_json))
+    mode, price = priced
+    held = sum(a.chip_hours or 0.0 for a in record.attempts)
     # What the ledger accumulated per attempt (at the price of the time), else today's list price.
     recorded = [a.cost_estimate for a in record.attempts if a.chip_hours]
     amount = round(sum(recorded), 2) if recorded and None not in recorded else price.cost(held)  # type: ignore[arg-type]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from rlpipe.control.outcomes import reward_summary
+
 if TYPE_CHECKING:
     from rlpipe.control.ledger import RunRecord
 
@@ -32,10 +34,9 @@ def status_message(record: RunRecord) -> dict[str, Any]:
     elif record.state == "succeeded" and record.lineage.export_uri:
         text += f"; model at {record.lineage.export_uri}"
     results = record.results or {}
-    pre = (results.get("pre") or {}).get("mean_reward")
-    post = (results.get("post") or {}).get("mean_reward")
-    if isinstance(post, int | float):
-        change = f" ({post - pre:+.4f} over pre {pre:.4f})" if isinstance(pre, int | float) else ""
+    post, gain = reward_summary(results)
+    if post is not None:
+        change = f" ({gain:+.4f} over pre {post - gain:.4f})" if gain is not None else ""
         text += f"; post mean_reward {post:.4f}{change}"
     publish = record.request.get("publish")
     if record.state == "succeeded" and publish:

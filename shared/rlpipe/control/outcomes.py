@@ -57,15 +57,20 @@ def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> d
     return out
 
 
+def run_price(request: dict[str, Any], prices_json: str) -> tuple[str, cost.Price] | None:
+    """The run's provisioning mode and its list price per chip-hour (None without a TPU type)."""
+    tpu = request.get("tpu") or {}
+    if not tpu.get("type"):
+        return None
+    mode = str(tpu.get("provisioning") or "reservation")
+    override = cost.parse_override(prices_json) if prices_json else None
+    return mode, cost.price(str(tpu["type"]), mode, override)
+
+
 def cost_estimate(request: dict[str, Any], chip_hours: float | None, prices_json: str) -> float | None:
     """What ``chip_hours`` cost at the run's provisioning mode's list price (None when unpublished)."""
-    tpu = request.get("tpu") or {}
-    if not chip_hours or not tpu.get("type"):
-        return None
-    override = cost.parse_override(prices_json) if prices_json else None
-    return cost.price(str(tpu["type"]), str(tpu.get("provisioning") or "reservation"), override).cost(
-        chip_hours
-    )
+    priced = run_price(request, prices_json)
+    return priced[1].cost(chip_hours) if priced and chip_hours else None
 
 
 def reward_summary(results: dict[str, Any]) -> tuple[float | None, float | None]:
