@@ -81,7 +81,8 @@ def _bare_server_roots(workdir: Path) -> set[str]:
     from cloudevents.conversion import to_binary
     from cloudevents.http import CloudEvent
 
-    from rlpipe.local.procs import Child, free_port, http_ready
+    from rlpipe.local.ports import free_port
+    from rlpipe.local.procs import Child, http_ready
 
     source = workdir / "bare_server" / "main.py"
     source.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +132,8 @@ def _drive_extra(s: BenchStack, entry: str, kind: str, workdir: Path) -> tuple[s
     events) or an empty JSON POST (http). Returns (its log, how it was driven)."""
     import requests
 
-    from rlpipe.local.procs import Child, free_port, http_ready
+    from rlpipe.local.ports import free_port
+    from rlpipe.local.procs import Child, http_ready
     from rlpipe.local.shim import deliver, message_published
 
     port = free_port()

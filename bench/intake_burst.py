@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> Section:
     from rlpipe.control.ledger import Ledger
     from rlpipe.core.identity import key_for_object, run_id_for
     from rlpipe.local.gcs import binary_path
-    from rlpipe.local.procs import Child, free_port, http_ready
+    from rlpipe.local.ports import free_port
+    from rlpipe.local.procs import Child, http_ready
     from tests.harness.executions import RecordingExecutions
     from tests.harness.functions import FunctionServer, gcs_event
 

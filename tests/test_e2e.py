@@ -28,6 +28,7 @@ from rlpipe.local import pubsub
 from rlpipe.local.stack import LocalStack, StackConfig
 from tests.conftest import ROOT, minimal_request
 from tests.harness.functions import gcs_event, post
+from tests.harness.patience import ceiling, wait_until
 
 pytestmark = pytest.mark.slow
 PUBSUB_MISSING = pubsub.unavailable_reason()
@@ -60,7 +61,8 @@ class Local:
     def submit(self, path: Path, via: str = "gcs") -> str:
         return runs.submit(self.settings, path, via=via, storage_client=self.client).run_id
 
-    def wait(self, run_id: str, timeout: float = 90, until: Any = None) -> RunRecord:
+    def wait(self, run_id: str, expected: float = 15, until: Any = None) -> RunRecord:
+        timeout = ceiling(expected)
         deadline = time.monotonic() + timeout
         record = None
         while time.monotonic() < deadline:
@@ -100,7 +102,7 @@ class Local:
         ), "every attempt is recorded once"
         assert all(a.uid for a in record.attempts)
         # Cleanup runs on every terminal path (the workflow's, or `rlpipe cancel`).
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + ceiling(2)
         while time.monotonic() < deadline and [w for w in self.workloads() if w.startswith(record.run_id)]:
             time.sleep(0.2)
         assert not [w for w in self.workloads() if w.startswith(record.run_id)], "objects left in the cluster"
@@ -110,7 +112,7 @@ class Local:
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     root = tmp_path_factory.mktemp("local-stack")
     saved = dict(os.environ)
-    stack = LocalStack(StackConfig(root=root, poll_seconds=2, timing="demo"), say=lambda text: None)
+    stack = LocalStack(StackConfig(root=root, poll_seconds=1, timing="fast"), say=lambda text: None)
     stack.start()
     try:
         yield Local(stack, root)
@@ -122,8 +124,16 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
 
 @pytest.fixture
 def faults(local: Local) -> Iterator[Any]:
-    yield local.stack.set_faults
+    """Sets the simulator's faults, and its timing: ``fast`` unless the test is about time (a
+    disruption that must land mid-training, a state that must be seen while it lasts)."""
+
+    def apply(specs: list[Any], *, timing: str = "fast") -> dict[str, Any]:
+        local.stack.set_timing(timing)
+        return local.stack.set_faults(specs)
+
+    yield apply
     local.stack.set_faults([])
+    local.stack.set_timing("fast")
 
 
 def test_happy_path_by_file_drop(local: Local, faults: Any) -> None:
@@ -173,9 +183,9 @@ def test_executions_are_listed_by_the_real_client(local: Local) -> None:
 
 
 def test_preempted_training_resumes_from_the_last_committed_step(local: Local, faults: Any) -> None:
-    faults(["train:1:preempt@70"])
+    faults(["train:1:preempt@70"], timing="demo")
     run_id = local.submit(local.request(training={"num_batches": 120}))
-    record = local.wait(run_id, timeout=120)
+    record = local.wait(run_id, expected=30)
     local.assert_consistent(record, "succeeded")
     train = [a for a in record.attempts if a.stage == "train"]
     assert [(a.attempt, a.failure_class) for a in train] == [(1, "preempted"), (2, None)]
@@ -186,9 +196,9 @@ def test_kueue_eviction_mid_train_resumes_from_the_last_committed_step(local: Lo
     """Kueue preempts the running training JobSet at step 70 (suspends it, EvictedDueToPreempted on
     its Workload, Stopped on the JobSet): attempt 1 is ``preempted``, not "never admitted", and
     attempt 2 resumes from the step-50 checkpoint."""
-    faults(["train:1:evict@70"])
+    faults(["train:1:evict@70"], timing="demo")
     run_id = local.submit(local.request(training={"num_batches": 120}))
-    record = local.wait(run_id, timeout=120)
+    record = local.wait(run_id, expected=30)
     local.assert_consistent(record, "succeeded")
     train = [a for a in record.attempts if a.stage == "train"]
     assert [(a.attempt, a.failure_class) for a in train] == [(1, "preempted"), (2, None)]
@@ -197,7 +207,7 @@ def test_kueue_eviction_mid_train_resumes_from_the_last_committed_step(local: Lo
 
 
 def test_unschedulable_then_admitted_is_visible_as_queued(local: Local, faults: Any) -> None:
-    faults(["convert:1:unschedulable:3000"])
+    faults(["convert:1:unschedulable:3000"], timing="demo")
     run_id = local.submit(local.request(fresh_cache=True))
     queued = local.wait(
         run_id, until=lambda r: any(a.stage == "convert" and a.phase == "queued" for a in r.attempts)
@@ -292,9 +302,9 @@ def test_the_control_planes_state_is_never_in_the_artifacts_bucket(local: Local,
     bad.upload_from_string(b"model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\nbatchsize: 3\n")
     rejected = identity.run_id_for(identity.key_for_object(bad.bucket.name, bad.name, bad.generation))
     state = BlobStore(local.client, local.settings.state_bucket)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not state.exists(f"runs/{rejected}/error.json"):
-        time.sleep(0.2)
+    wait_until(
+        lambda: state.exists(f"runs/{rejected}/error.json"), 3, what="the rejected request's error record"
+    )
     # The upstream watcher's first poll records its baseline.
     watch = yaml.safe_load((ROOT / "examples" / "upstream" / "watch.yaml").read_text())
     watch_list = local.client.bucket(local.settings.requests_bucket).blob("config/watch.yaml")

@@ -16,9 +16,9 @@ def test_a_spot_reclaim_is_preempted_and_resumes_from_the_last_committed_step(
     local: Local, faults: Any
 ) -> None:
     # Spot's checkpoint period rule: 10% of the 50 steps, so a reclaim at step 33 resumes from 30.
-    faults(["train:1:preempt@33:worker:kubelet"])
+    faults(["train:1:preempt@33:worker:kubelet"], timing="demo")
     run_id = local.submit(local.request(tpu={"provisioning": "spot"}))
-    record = local.wait(run_id, timeout=120)
+    record = local.wait(run_id, expected=30)
     local.assert_consistent(record, "succeeded")
     train = [a for a in record.attempts if a.stage == "train"]
     assert [a.failure_class for a in train] == ["preempted", None]
@@ -31,7 +31,7 @@ def test_a_flex_start_request_without_capacity_is_capacity_and_the_next_attempt_
 ) -> None:
     faults(["train:1:provision-fail"])
     run_id = local.submit(local.request(tpu={"provisioning": "flex-start"}))
-    record = local.wait(run_id, timeout=120)
+    record = local.wait(run_id, expected=30)
     local.assert_consistent(record, "succeeded")
     train = [a for a in record.attempts if a.stage == "train"]
     assert [a.failure_class for a in train] == ["capacity", None]

@@ -80,7 +80,7 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     faults([])
     repo = f"e2e/{os.urandom(4).hex()}"
     run_id = local.submit(local.request(gate={"min_reward_gain": 0.1}, publish={"repo": repo}))
-    record = local.wait(run_id, timeout=120)
+    record = local.wait(run_id, expected=30)
     assert record.state == "succeeded", record.failure
     assert record.gate is not None and record.gate.passed is True
     api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")

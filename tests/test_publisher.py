@@ -353,7 +353,7 @@ def test_an_unreachable_hub_is_transient(
     monkeypatch: pytest.MonkeyPatch,
     no_sleep: list[float],
 ) -> None:
-    from rlpipe.local.procs import free_port
+    from rlpipe.local.ports import free_port
 
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     code, output = _main(_export(buckets, "offline").argv, tmp_path, capsys)

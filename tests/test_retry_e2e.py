@@ -39,11 +39,14 @@ def test_a_run_failed_at_train_attempt_3_is_retried_and_resumes_from_its_checkpo
     """Round 1: preempted at step 70 three times with a preemption budget of 2, so attempt 3
     fails the run. Round 2: attempt 4 resumes from step 50 and is preempted too (the budget is
     whole again, so it is retried), attempt 5 resumes from step 50 and finishes."""
-    faults(["train:1:preempt@70", "train:2:preempt@70", "train:3:preempt@70", "train:4:preempt@90"])
+    faults(
+        ["train:1:preempt@70", "train:2:preempt@70", "train:3:preempt@70", "train:4:preempt@90"],
+        timing="demo",
+    )
     run_id = local.submit(
         local.request(training={"num_batches": 120}, retry={"budgets": {"preempted": 2}, **FAST_RETRY})
     )
-    failed = local.wait(run_id, timeout=180)
+    failed = local.wait(run_id, expected=45)
     assert failed.state == "failed", runs.describe(failed)
     assert failed.failure is not None and "preempted budget of 2 exhausted" in failed.failure.message
     assert (failed.failure.stage, failed.failure.attempt) == ("train", 3)
@@ -51,7 +54,7 @@ def test_a_run_failed_at_train_attempt_3_is_retried_and_resumes_from_its_checkpo
 
     done = _retry(local, run_id, reason="spot capacity is back")
     assert done.round is not None and done.round.round == 2 and done.round.previous_state == "failed"
-    record = local.wait(run_id, timeout=180)
+    record = local.wait(run_id, expected=45)
     local.assert_consistent(record, "succeeded")
     assert _train(record) == [
         (1, 1, "preempted", None),

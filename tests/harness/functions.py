@@ -12,7 +12,8 @@ import requests
 from cloudevents.conversion import to_binary, to_structured
 from cloudevents.http import CloudEvent
 
-from rlpipe.local.procs import Child, free_port
+from rlpipe.local.ports import free_port
+from rlpipe.local.procs import Child
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from rlpipe.local.procs import free_port
+from rlpipe.local.ports import free_port
 
 # /storage/v1/b/<bucket>/o/<object> and /download/storage/v1/b/<bucket>/o/<object>
 _OBJECT = re.compile(r"^(?:/download)?/storage/v1/b/([^/]+)/o/([^?]+)$")

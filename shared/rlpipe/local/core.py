@@ -31,6 +31,9 @@ def _load_scenario(config: dict[str, Any]) -> Any:
     return scenario
 
 
+TIMINGS = ("demo", "fast", "zero")
+
+
 def _timing(name: str) -> Any:
     from rlpipe.local.simulator import Timing
 
@@ -53,6 +56,9 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
             self.wfile.write(data)
 
         def do_PUT(self) -> None:
+            if self.path == "/timing":
+                self._put_timing()
+                return
             if self.path != "/scenario":
                 self._reply(404, {"error": "unknown path"})
                 return
@@ -65,6 +71,18 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
                 self._reply(400, {"error": str(exc)})
                 return
             self._reply(200, simulator.scenario.to_document())
+
+        def _put_timing(self) -> None:
+            """Switch the simulated durations for workloads created from now on: one long-lived
+            stack runs most tests at ``fast`` and those about timing at ``demo``."""
+            name = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}").get(
+                "timing"
+            )
+            if name not in TIMINGS:
+                self._reply(400, {"error": f"timing must be one of {sorted(TIMINGS)}, not {name!r}"})
+                return
+            simulator.env.timing = _timing(name)
+            self._reply(200, {"timing": name, "scale": simulator.env.timing.scale})
 
         def do_POST(self) -> None:
             if self.path != "/hub/release":

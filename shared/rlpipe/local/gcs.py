@@ -9,7 +9,8 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from rlpipe.local.procs import Child, free_port, http_ready
+from rlpipe.local.ports import free_port
+from rlpipe.local.procs import Child, http_ready
 
 
 def binary_path() -> Path:

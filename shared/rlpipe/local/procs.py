@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_ready(url: str, expect: Callable[[int, bytes], bool] | None = None) -> Callable[[], bool]:
@@ -114,13 +107,30 @@ class Child:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, grace: float = 5.0) -> None:
+        stop_all([self], grace)
+
+    def _signal_group(self, signum: int) -> None:
+        """Signal this child's own process group; never one that could include the caller."""
         if self.proc is None or self.proc.poll() is not None:
             return
+        pgid = self.proc.pid  # start_new_session: the child leads its own group
+        if pgid == os.getpgrp():
+            raise RuntimeError(f"{self.name} shares this process's group; refusing to signal it")
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(pgid, signum)
+
+
+def stop_all(children: Sequence[Child], grace: float = 5.0) -> None:
+    """SIGTERM every child's group at once, then SIGKILL whatever outlives ``grace``: stopping a
+    stack of nine processes costs one grace period at most, not nine."""
+    running = [c for c in children if c.proc is not None and c.proc.poll() is None]
+    for child in running:
+        child._signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for child in running:
+        assert child.proc is not None
         try:
-            self.proc.wait(timeout=grace)
+            child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=grace)
+            child._signal_group(signal.SIGKILL)
+            child.proc.wait(timeout=grace)

@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rlpipe.local.procs import Child, free_port, http_ready
+from rlpipe.local.ports import free_port
+from rlpipe.local.procs import Child, http_ready
 
 
 def find_launcher() -> Path | None:

@@ -23,7 +23,8 @@ import requests
 
 from rlpipe.local import pubsub
 from rlpipe.local.gcs import FakeGcs
-from rlpipe.local.procs import Child, free_port, http_ready
+from rlpipe.local.ports import free_port
+from rlpipe.local.procs import Child, http_ready, stop_all
 
 ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS: dict[str, str] = {
@@ -224,6 +225,14 @@ class LocalStack:
             raise ValueError(response.json().get("error", response.text))
         return dict(response.json())
 
+    def set_timing(self, timing: str) -> None:
+        """Simulated durations for workloads created from now on: ``demo``, ``fast`` or ``zero``."""
+        assert self.state is not None
+        url = self.state.endpoints["simulator control"] + "/timing"
+        response = requests.put(url, json={"timing": timing}, timeout=10)
+        if response.status_code != 200:
+            raise ValueError(response.json().get("error", response.text))
+
     def hub_release(self, repo: str) -> dict[str, Any]:
         """Push new weights to a repo of the Hub double (an upstream release)."""
         assert self.state is not None
@@ -249,8 +258,7 @@ class LocalStack:
         return 200 if deliver(self.state.endpoints["function upstream_poll"], event) else 500
 
     def stop(self) -> None:
-        for name in reversed(list(self.children)):
-            self.children[name].stop()
+        stop_all(list(reversed(self.children.values())))
         self.children.clear()
         state_path(self.root).unlink(missing_ok=True)
 
