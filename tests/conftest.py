@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import signal
+import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,3 +128,72 @@ def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
         log=Logger("test"),
         **kwargs,
     )
+
+
+# ---- xdist workers: isolated from each other's signals, and a post-mortem when one is lost -----
+
+
+def _worker_fault_log(controller_pid: int, worker: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"rlpipe-xdist-{controller_pid}" / f"{worker}.faults"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    # Its own process group: a test that signals a group (a shell's `kill 0`, a killpg of the
+    # wrong id) can take down its own worker at worst, never the other workers or the controller.
+    os.setpgrp()
+    path = _worker_fault_log(os.getppid(), worker)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.open("w")
+    config.stash[_FAULT_LOG] = log
+    faulthandler.enable(file=log, all_threads=True)  # a crash (SIGSEGV, SIGABRT) leaves its stacks
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        faulthandler.register(signum, file=log, all_threads=True, chain=True)
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """The worker's fault log names the test it was running, so a lost worker points at it."""
+    log = _current_fault_log()
+    if log is not None:
+        log.write(f"running {nodeid}\n")
+        log.flush()
+
+
+def _current_fault_log() -> Any:
+    config = _CONFIG.get("config")
+    return config.stash.get(_FAULT_LOG, None) if config is not None else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _CONFIG["config"] = session.config
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller's side: when a worker is lost, print what it was running and how it died."""
+    if not error:
+        return
+    worker = node.gateway.id
+    path = _worker_fault_log(os.getpid(), worker)
+    text = path.read_text(errors="replace") if path.exists() else "(no fault log)"
+    lines = text.splitlines()
+    sys.stderr.write(f"\n[rlpipe] worker {worker} lost ({error}); its fault log {path}:\n")
+    sys.stderr.write("\n".join(lines[-60:]) + "\n")
+
+
+_FAULT_LOG = pytest.StashKey[Any]()
+_CONFIG: dict[str, pytest.Config] = {}
+
+
+# ---- tiers: `make test-fast` runs what needs no local server --------------------------------------
+
+# Fixtures that start a real local server (fake-gcs-server, the local stack, a recording Workflows
+# servicer): a test that uses one, directly or through another fixture, is an integration test.
+SERVER_FIXTURES = frozenset({"fake_gcs", "local", "executions"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlpipe.core.commands import HOLD_MARK, SCRIPT_NAME, held_exit
+from tests.harness.patience import ceiling
 
 FAKE_PYTHON = """#!/bin/bash
 # Stand-in for `python3 -m <module> "$@"`: behaves as FAKE_MODE says.
@@ -27,12 +28,19 @@ esac
 """
 
 
+# Stand-in for `sleep`: records how long it was asked to sleep, then really sleeps.
+RECORDING_SLEEP = """#!/bin/bash
+echo "$1" >> "$FAKE_DIR/sleeps"
+exec /bin/sleep "$@"
+"""
+
+
 def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    fake = bin_dir / "python3"
-    fake.write_text(FAKE_PYTHON)
-    fake.chmod(0o755)
+    for name, text in (("python3", FAKE_PYTHON), ("sleep", RECORDING_SLEEP)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     script = "set -eu\n" + "\n".join(held_exit("some.module", hold)) + "\n"
     env = {
         **os.environ,
@@ -49,7 +57,7 @@ def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(path: Path, timeout: float = 10.0) -> None:
+def wait_for(path: Path, timeout: float = ceiling(10)) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path.name} never appeared"
@@ -57,18 +65,17 @@ def wait_for(path: Path, timeout: float = 10.0) -> None:
 
 
 def test_a_failed_exit_is_held_then_passed_on(tmp_path: Path) -> None:
-    started = time.monotonic()
     proc = start(tmp_path, "exit:3", hold=1)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=ceiling(30))
     assert proc.returncode == 3
     assert f"{HOLD_MARK} the program exited 3; holding this exit 1s" in out
-    assert time.monotonic() - started >= 1.0
+    assert (tmp_path / "sleeps").read_text() == "1\n"  # the hold slept its whole length, once
     assert (tmp_path / "args").read_text() == "args: -m some.module --flag a b\n"  # "$@" intact
 
 
 def test_a_success_is_never_held(tmp_path: Path) -> None:
     proc = start(tmp_path, "exit:0", hold=600)
-    out, _ = proc.communicate(timeout=30)  # a held success would outlast this
+    out, _ = proc.communicate(timeout=ceiling(30))  # a held success would outlast this
     assert proc.returncode == 0 and HOLD_MARK not in out
 
 
@@ -76,7 +83,7 @@ def test_sigterm_reaches_the_program_and_skips_the_hold(tmp_path: Path) -> None:
     proc = start(tmp_path, "serve", hold=600)
     wait_for(tmp_path / "up")
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=30)
+    out, _ = proc.communicate(timeout=ceiling(30))
     assert (tmp_path / "got-term").exists()
     assert proc.returncode == 143 and HOLD_MARK not in out
 
@@ -88,5 +95,5 @@ def test_a_stop_during_the_hold_ends_it_with_the_programs_code(tmp_path: Path, s
     line = proc.stdout.readline()
     assert line.startswith(HOLD_MARK), line
     proc.send_signal(signum)
-    proc.communicate(timeout=30)  # a hold that ignored the signal would run for 600 s
+    proc.communicate(timeout=ceiling(30))  # a hold that ignored the signal would run for 600 s
     assert proc.returncode == 1

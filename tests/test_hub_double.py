@@ -8,7 +8,6 @@ or hub-docs (https://huggingface.co/docs/hub/<page>, lines at 242f4a1e). See
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -152,10 +151,8 @@ def test_a_stalled_route_never_answers_until_released(hub: HubDouble) -> None:
 
     hub.stall("/api/models/org/open/auth-check")
     try:
-        started = time.monotonic()
-        with pytest.raises(httpx.ReadTimeout):
+        with pytest.raises(httpx.ReadTimeout):  # the stall lasts until released: only our timeout ends it
             _get(f"{hub.url}/api/models/org/open/auth-check", timeout=0.5)
-        assert 0.4 < time.monotonic() - started < 3
         assert _get(f"{hub.url}/api/models/org/open").status_code == 200  # other routes answer
     finally:
         hub.release_stalls()

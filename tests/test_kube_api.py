@@ -30,6 +30,7 @@ from rlpipe.local.kube_api import (
     merge_patch,
     no_validation,
 )
+from tests.harness.patience import ceiling
 
 try:
     from rlpipe.core.k8s_validation import validate_object as real_validator
@@ -535,7 +536,6 @@ def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(
 ) -> None:
     since = str(server.resource_version)
     seen: list[tuple[str, str]] = []
-    started = time.monotonic()
     watcher = threading.Thread(
         target=lambda: seen.extend(
             collect(
@@ -555,10 +555,9 @@ def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(
     batch.patch_namespaced_job_status("mine", NS, {"status": {"active": 1}})
     batch.patch_namespaced_job_status("theirs", NS, {"status": {"active": 1}})
     batch.delete_namespaced_job("mine", NS)
-    watcher.join(timeout=5)
+    watcher.join(timeout=ceiling(1))
 
-    assert not watcher.is_alive()
-    assert 0.9 < time.monotonic() - started < 3
+    assert not watcher.is_alive(), "the watch did not end at its timeoutSeconds"
     assert seen == [("ADDED", "mine"), ("MODIFIED", "mine"), ("DELETED", "mine")]
 
 
@@ -622,10 +621,8 @@ def test_watch_ends_cleanly_when_the_server_stops() -> None:
     srv.create("jobs", job("j1"))
     first = json.loads(resp.readline())
     threading.Timer(0.2, srv.stop).start()
-    started = time.monotonic()
-    rest = resp.read()  # returns only once the chunked stream is terminated
+    rest = resp.read()  # returns only once the chunked stream is terminated (else: socket timeout)
     assert first["type"] == "ADDED" and rest == b""
-    assert time.monotonic() - started < 3
 
 
 # --------------------------------------------------------------------------- delete
@@ -739,7 +736,7 @@ def test_fault_injection_then_recovery_and_request_log(
             assert status_of(exc)["reason"] == "ServiceUnavailable"
     assert codes == [503, 503, 200]
     # The server logs a request after it has answered it: give the last answer's log line a moment.
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + ceiling(5)
     while len(server.requests) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [(r.method, r.status) for r in server.requests] == [("GET", 503), ("GET", 503), ("GET", 200)]
@@ -790,7 +787,7 @@ def test_concurrent_creates_of_one_name_yield_one_201(server: KubeApiServer) -> 
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=10)
+        t.join(timeout=ceiling(10))
     assert sorted(codes) == [201] + [409] * 19
     assert len(server.list("jobs")) == 1
 

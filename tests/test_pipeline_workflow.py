@@ -30,6 +30,7 @@ from google.cloud.workflows.executions_v1.types import Execution as ApiExecution
 
 from rlpipe.local.workflows import Execution, FakeClock, LocalWorkflows, State, load_workflow
 from rlpipe.local.workflows.yaml_source import load_yaml
+from tests.harness.patience import ceiling
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITION = (ROOT / "workflows" / "pipeline.yaml").read_text()
@@ -212,7 +213,7 @@ class Pipeline:
 
     def run(self, run_id: str = "r1") -> Execution:
         started = self.workflows.engine.start({"run_id": run_id})
-        return self.workflows.engine.wait(started.name, timeout=10)
+        return self.workflows.engine.wait(started.name, timeout=ceiling(10))
 
 
 @pytest.fixture
@@ -603,7 +604,7 @@ def test_cancel_mid_train_ends_cancelled_and_rlpipe_cancel_cleans_up(pipeline: A
         # What `rlpipe cancel` does: cancel the execution, then ask `stage` to clean up and to
         # record the outcome (Workflows runs no except block on cancellation).
         assert client.cancel_execution(name=created.name).state == ApiExecution.State.CANCELLED
-        execution = p.workflows.engine.wait(created.name, timeout=5)
+        execution = p.workflows.engine.wait(created.name, timeout=ceiling(5))
         by_workflow = p.script.keys()
         cleaned = requests.post(p.stage.url, json={"op": "cleanup", "run_id": "r1"}, timeout=5)
         finished = requests.post(

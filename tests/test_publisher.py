@@ -27,6 +27,7 @@ from rlpipe.local.hub import HubDouble, HubFile
 from rlpipe.publisher import program
 from rlpipe.publisher.card import render_card
 from tests.conftest import Buckets
+from tests.harness.patience import ceiling
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = (ROOT / "shared" / "rlpipe" / "publisher" / "program.py").read_text()
@@ -261,13 +262,13 @@ def test_a_job_stopped_mid_upload_then_rerun_is_still_one_commit(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + ceiling(60)
         while not hub.paths(held) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert hub.paths(held), "the 2nd shard's upload never started"
     finally:
         child.send_signal(stop)
-        output, _ = child.communicate(timeout=30)
+        output, _ = child.communicate(timeout=ceiling(30))
         hub.release_stalls()
     if stop == signal.SIGTERM:
         assert child.returncode == 75, output

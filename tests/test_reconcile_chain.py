@@ -32,6 +32,7 @@ from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.workflows import LocalWorkflows, RealClock
 from rlpipe.reconcile.cursor import Cursor, CursorStore
 from rlpipe.reconcile.runner import Reconciler
+from tests.harness.patience import ceiling
 
 NS = "rlpipe"
 PROJECT, LOCATION, WORKFLOW = "p1", "us-central1", "pipeline"
@@ -175,7 +176,7 @@ class Chain:
     def start(self, run_id: str) -> str:
         return self.orchestrator.start(run_id)
 
-    def settled(self, name: str, timeout: float = 5.0) -> str:
+    def settled(self, name: str, timeout: float = ceiling(5)) -> str:
         """Wait until the execution left ACTIVE; its final state."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

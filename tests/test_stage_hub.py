@@ -10,7 +10,6 @@ session has none (``utils/_http.py:348``): the bound is ``RLPIPE_HUB_TIMEOUT_SEC
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,14 +98,11 @@ def test_a_stalled_hub_makes_plan_fail_fast_as_transient(
     run_id = f"rstall{'info' if route.startswith('rev') else 'auth'}01"
     service = _service(buckets, run_id)
     hub.stall(f"/api/models/{REPO}/{route}")
-    try:
-        started = time.monotonic()
+    try:  # the stall lasts until released: only our timeout can end plan
         with pytest.raises(TransientFailure, match="within 1 s"):
             service.plan(run_id, f"{run_id}-exec")
-        elapsed = time.monotonic() - started
     finally:
         hub.release_stalls()
-    assert elapsed < 5, f"plan took {elapsed:.1f} s against a 1 s Hub timeout"
     assert hub.paths(f"/api/models/{REPO}/{route}")
     assert service.plan(run_id, f"{run_id}-exec")["stages"][0] == "convert"  # the retry, Hub back
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,12 +152,12 @@ def test_a_429_on_the_commit_log_is_waited_by_our_budget_not_by_the_client(api: 
     sha = hub.repos["org/open"].branches["main"]
     prefix = "/api/models/org/open/commits/"
     sleeps: list[float] = []
-    before, started = len(hub.paths(prefix)), time.monotonic()
+    before = len(hub.paths(prefix))
     hub.rate_limit(1, reset=3, path_prefix=prefix)  # the client would sleep 4 s and try again
     with pytest.raises(RateLimited):
         _reader(sleeps, seconds=0, retries=0).commit_time("org/open", sha)  # the webhook's budget
-    assert time.monotonic() - started < 3 and sleeps == []
-    assert len(hub.paths(prefix)) - before == 1
+    assert sleeps == []
+    assert len(hub.paths(prefix)) - before == 1  # no second request: nobody slept and retried
 
     hub.rate_limit(1, reset=3, path_prefix=prefix)
     assert _reader(sleeps, seconds=30, retries=3).commit_time("org/open", sha) == T0 + timedelta(hours=1)
@@ -169,11 +168,11 @@ def test_a_429_on_resolve_is_waited_by_our_budget_not_by_the_client(api: Any, hu
     sha = hub.repos["org/open"].branches["main"]
     prefix = f"/org/open/resolve/{sha}/"
     sleeps: list[float] = []
-    before, started = len(hub.paths(prefix)), time.monotonic()
+    before = len(hub.paths(prefix))
     hub.rate_limit(2, reset=3, path_prefix=prefix)
     with pytest.raises(RateLimited):
         _reader(sleeps, seconds=0, retries=0).read_index("org/open", sha)
-    assert time.monotonic() - started < 3 and sleeps == []
+    assert sleeps == []
     assert len(hub.paths(prefix)) - before == 1  # no second request behind our back
 
     index = _reader(sleeps, seconds=30, retries=3).read_index("org/open", sha)  # one 429 left
@@ -225,12 +224,10 @@ def test_a_stalled_or_unreachable_hub_fails_the_reader_fast_as_unavailable(
         "/api/models/org/open/revision/": lambda: reader.head("org/open", "main"),
     }
     for prefix, call in calls.items():
-        hub.stall(prefix)
+        hub.stall(prefix)  # until released: returning at all proves our timeout ended the call
         try:
-            started = time.monotonic()
             with pytest.raises(Unavailable, match="could not reach"):
                 call()
-            assert time.monotonic() - started < 3, prefix
         finally:
             hub.release_stalls()
     with socket.socket() as closed:

@@ -9,6 +9,7 @@ import requests
 from test_workflows_engine_support import result_of
 
 from rlpipe.local.workflows import Engine, FakeClock, LocalWorkflows, State
+from tests.harness.patience import ceiling
 
 AWAIT_AND_RETURN = """
 main:
@@ -35,7 +36,7 @@ main:
 
 
 def _wait_for_url(workflows: LocalWorkflows, name: str) -> str:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + ceiling(5)
     while time.monotonic() < deadline:
         logs = workflows.engine.get(name).logs
         if logs:

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from rlpipe.local.workflows import Engine, Execution, FakeClock, State
+from tests.harness.patience import ceiling
 
 
 def run(
@@ -27,7 +28,7 @@ def run(
     """Run ``definition`` to completion on a fake clock and return the final snapshot."""
     engine = Engine(textwrap.dedent(definition), clock=clock or FakeClock(), **engine_args)
     try:
-        return engine.run(argument, timeout=10)
+        return engine.run(argument, timeout=ceiling(10))
     finally:
         engine.shutdown()
 
