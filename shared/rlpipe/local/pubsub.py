@@ -7,6 +7,7 @@ CLI or Java get ``None`` from ``find_launcher`` and the local stack falls back t
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,9 @@ from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready
 
 
+@functools.cache
 def find_launcher() -> Path | None:
+    """The emulator's launcher script (asking ``gcloud info`` costs a second and a half: once per process)."""
     if shutil.which("java") is None:
         return None
     gcloud = shutil.which("gcloud")
