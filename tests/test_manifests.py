@@ -98,7 +98,11 @@ def test_pathways_essentials(name: str, req: Any) -> None:
     assert spec["coordinator"] == {"replicatedJob": "pathways-head"}
     assert spec["startupPolicy"] == {"startupPolicyOrder": "InOrder"}
     assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["pathways-head"]}
-    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    assert spec["network"] == {
+        "enableDNSHostnames": True,
+        "publishNotReadyAddresses": True,
+        "subdomain": f"{CTX.run_id}-a1",  # short: the coordinator label must fit 63 characters
+    }
     head = _rjob({"spec": spec}, "pathways-head")["template"]["spec"]["template"]["spec"]
     assert head["hostNetwork"] is True and head["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert all(c["restartPolicy"] == "Always" for c in head["initContainers"]), "native sidecars"
@@ -445,3 +449,41 @@ def test_examples_exist() -> None:
     names = {Path(p).name for p in EXAMPLES}
     assert {"gemma4-26b-v6e-32.yaml", "gemma4-26b-v6e-64.yaml"} <= names
     assert any(load_request(p.read_bytes()).tpu.slices > 1 for p in EXAMPLES)
+
+
+# The coordinator endpoint JobSet stamps into a label on every child Job and pod
+# (v0.10.1 pkg/controllers/jobset_controller.go coordinatorEndpoint, GetSubdomain).
+def _coordinator_endpoint(js: dict[str, Any]) -> str:
+    subdomain = js["spec"].get("network", {}).get("subdomain") or js["metadata"]["name"]
+    return f"{js['metadata']['name']}-{js['spec']['coordinator']['replicatedJob']}-0-0.{subdomain}"
+
+
+@pytest.mark.parametrize("attempt", [*range(1, 100), 100, 1000, 99_999])
+def test_the_coordinator_label_fits_63_characters_at_every_attempt(attempt: int) -> None:
+    """Attempt numbers go on across retry rounds; from attempt 100 a JobSet named after itself
+    would stamp a 65-character coordinator label, and every child Job create would fail."""
+    (train,) = (o for o in render_all(REQUESTS[0][1], CTX, attempt=attempt) if o["kind"] == "JobSet")
+    endpoint = _coordinator_endpoint(train)
+    assert len(endpoint) <= 63, endpoint
+    assert validate_object(train) == []
+
+
+def test_a_jobset_named_after_itself_past_attempt_99_is_refused_offline() -> None:
+    """The reproduction: the default subdomain (the JobSet's name) at attempt 100."""
+    (train,) = (o for o in render_all(REQUESTS[0][1], CTX, attempt=100) if o["kind"] == "JobSet")
+    del train["spec"]["network"]["subdomain"]
+    assert len(_coordinator_endpoint(train)) == 65
+    (problem,) = validate_object(train)
+    assert problem.startswith("$.spec.coordinator: the coordinator endpoint") and "63" in problem
+
+
+def test_each_attempt_has_its_own_network_subdomain() -> None:
+    """The JobSet creates a headless Service named after the subdomain and deletes it with
+    itself: two attempts sharing one would lose each other's DNS."""
+    subdomains = {
+        o["spec"]["network"]["subdomain"]
+        for attempt in (1, 2, 3)
+        for o in render_all(REQUESTS[0][1], CTX, attempt=attempt)
+        if o["kind"] == "JobSet"
+    }
+    assert len(subdomains) == 3

@@ -53,6 +53,21 @@ def workload_name(run_id: str, stage: Stage, attempt: int) -> str:
     return name
 
 
+def network_subdomain(run_id: str, attempt: int) -> str:
+    """A train JobSet's network subdomain: short, and unique per attempt.
+
+    JobSet stamps ``<jobset>-pathways-head-0-0.<subdomain>`` into the label
+    ``jobset.sigs.k8s.io/coordinator`` on every child Job and pod (v0.10.1
+    ``pkg/controllers/jobset_controller.go`` ``coordinatorEndpoint``/``GetSubdomain``), and a label
+    value has at most 63 characters. With the default subdomain (the JobSet's own name) that is
+    twice the name plus 19: over 63 from attempt 100 on, and v0.10.1 never validates it: every
+    Job create fails, logged only, while Kueue holds the quota. With this subdomain the endpoint
+    stays within 63 characters up to attempt 99,999. Each attempt has its own, because the JobSet
+    creates (and its deletion removes) a headless Service of that name.
+    """
+    return f"{run_id}-a{attempt}"
+
+
 def run_labels(run_id: str, stage: Stage, attempt: int) -> dict[str, str]:
     """Labels on every object of a run, so cleanup and reconciliation work by selector."""
     return {

@@ -39,6 +39,8 @@ JOBSET_SCHEMA_FILE = "jobset-v1alpha2.schema.json"
 
 _MAX_INT32 = 2**31 - 1
 _DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# A label value (apimachinery validation.IsValidLabelValue): empty, or alphanumeric at both ends.
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The name the JobSet webhook gives a failure policy rule that has none.
 _DEFAULT_RULE_NAME = "failurePolicyRule{}"
@@ -212,7 +214,29 @@ def _admission_problems(js: dict[str, Any]) -> list[str]:
     problems += _failure_policy_problems(spec.get("failurePolicy", {}), by_name)
     if "coordinator" in spec:
         problems += _coordinator_problems(spec["coordinator"], by_name)
+        if not problems:
+            problems += _coordinator_label_problems(name, spec)
     return problems
+
+
+def _coordinator_label_problems(jobset: str, spec: dict[str, Any]) -> list[str]:
+    """The coordinator endpoint becomes a label value on every child Job and pod; over 63
+    characters every Job create fails. JobSet v0.10.1 never checks it (its controller only logs
+    the failed creates while Kueue holds the quota); v0.11 refuses such a JobSet at creation
+    (``pkg/webhooks/jobset_webhook.go``, kubernetes-sigs/jobset#1079). We refuse it offline."""
+    coordinator = spec["coordinator"]
+    subdomain = (spec.get("network") or {}).get("subdomain") or jobset
+    endpoint = (
+        f"{jobset}-{coordinator['replicatedJob']}-{coordinator.get('jobIndex', 0)}"
+        f"-{coordinator.get('podIndex', 0)}.{subdomain}"
+    )
+    if len(endpoint) <= 63 and _LABEL_VALUE.match(endpoint):
+        return []
+    return [
+        f"$.spec.coordinator: the coordinator endpoint {endpoint!r} ({len(endpoint)} characters) is "
+        "stamped into the label jobset.sigs.k8s.io/coordinator, whose values have at most 63; "
+        "set a shorter spec.network.subdomain or JobSet name"
+    ]
 
 
 def _generated_name_problems(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.core import commands, pinning, tpu
+from rlpipe.core import commands, identity, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
     TPU_CHIPS_PER_POD,
@@ -236,7 +236,11 @@ def train_jobset(
         "metadata": metadata(req, ctx.run_id, "train", attempt, ctx.namespace),
         "spec": {
             "ttlSecondsAfterFinished": p.ttl_seconds_after_finished,
-            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "network": {
+                "enableDNSHostnames": True,
+                "publishNotReadyAddresses": True,
+                "subdomain": identity.network_subdomain(ctx.run_id, attempt),
+            },
             "coordinator": {"replicatedJob": HEAD},
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [HEAD]},
