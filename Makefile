@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 4
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: install test test-fast lint check demo render schema clean tools bundle bench
+.PHONY: components components-if-go install test test-fast lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,17 @@ $(STAMP): $(BIN)/python requirements.txt requirements-cli.txt requirements-dev.t
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The real control plane's components (etcd, the Kubernetes API server, controller manager and
+# scheduler, JobSet, Kueue, Google's Pub/Sub fake), built from their Go modules into .cache/components
+# (git-ignored); about 16 minutes cold, seconds when nothing changed. See docs/real-cluster.md.
+components:
+	components/build.sh
+
+# `make test` builds them where Go is installed; elsewhere their tests skip, naming `make components`.
+components-if-go:
+	@if command -v go >/dev/null 2>&1; then components/build.sh; \
+	else echo "no Go toolchain: the real-control-plane tests will skip (see make components)"; fi
 
 # Static infrastructure checkers, isolated: checkov pins many packages of its own.
 $(TOOLS_STAMP):
@@ -48,7 +59,7 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/deptry shared functions
 
-test: check $(TOOLS_STAMP)
+test: check $(TOOLS_STAMP) components-if-go
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The edit loop: unit and contract tests, none that starts a local server (under a minute).

@@ -1,0 +1,98 @@
+"""The real components' versions are named once (components/versions.env) and the Go modules we
+build them from agree with it; the release manifests are made to fit a process-only cluster."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from rlpipe.local.controlplane import addons, components
+
+COMPONENTS = Path(__file__).resolve().parents[1] / "components"
+
+
+def _requires(module_dir: str) -> dict[str, str]:
+    text = (COMPONENTS / module_dir / "go.mod").read_text()
+    return dict(
+        re.findall(r"^(?:require)?\s*([\w./-]+) (v[\w.+-]+)(?: // indirect)?$", text, flags=re.MULTILINE)
+    )
+
+
+def _replaces(module_dir: str) -> dict[str, str]:
+    text = (COMPONENTS / module_dir / "go.mod").read_text()
+    return dict(re.findall(r"^\s*([\w./-]+) => [\w./-]+ (v[\w.+-]+)$", text, flags=re.MULTILINE))
+
+
+@pytest.mark.parametrize(
+    ("module_dir", "module", "key"),
+    [
+        ("kube", "k8s.io/kubernetes", "KUBERNETES_VERSION"),
+        ("etcd", "go.etcd.io/etcd/server/v3", "ETCD_VERSION"),
+        ("jobset", "sigs.k8s.io/jobset", "JOBSET_VERSION"),
+        ("pstest", "cloud.google.com/go/pubsub/v2", "PUBSUB_PSTEST_VERSION"),
+    ],
+)
+def test_each_module_builds_the_version_versions_env_names(module_dir: str, module: str, key: str) -> None:
+    assert _requires(module_dir)[module] == components.versions()[key]
+
+
+def test_every_kubernetes_staging_module_is_pinned_to_the_same_release() -> None:
+    """k8s.io/kubernetes requires its staging modules at v0.0.0 with `replace => ./staging/...`;
+    an importer must pin each one itself, all to v0.<minor>.<patch> of the same release."""
+    staging = "v0." + components.versions()["KUBERNETES_VERSION"].removeprefix("v1.")
+    replaces = _replaces("kube")
+    assert len(replaces) >= 30
+    assert {m for m, v in replaces.items() if v != staging} == set()
+    assert {"k8s.io/api", "k8s.io/apimachinery", "k8s.io/client-go", "k8s.io/component-base"} <= set(replaces)
+
+
+def test_the_release_is_cut_down_to_crds_and_webhooks_pointing_at_loopback() -> None:
+    documents = [
+        {"kind": "Namespace", "metadata": {"name": "kueue-system"}},
+        {"kind": "Deployment", "metadata": {"name": "kueue-controller-manager"}},
+        {"kind": "Service", "metadata": {"name": "kueue-webhook-service"}},
+        {
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": "workloads.kueue.x-k8s.io",
+                "annotations": {"cert-manager.io/inject-ca-from": "x"},
+            },
+            "spec": {
+                "conversion": {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {"service": {"name": "kueue-webhook-service", "path": "/convert"}}
+                    },
+                }
+            },
+        },
+        {
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "kueue-validating-webhook-configuration"},
+            "webhooks": [
+                {"name": "vjob.kb.io", "clientConfig": {"service": {"path": "/validate-batch-v1-job"}}}
+            ],
+        },
+    ]
+    kept = addons.localize(documents, "https://127.0.0.1:9443", b"PEM")
+    assert [d["kind"] for d in kept] == [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ValidatingWebhookConfiguration",
+    ]
+    conversion = kept[1]["spec"]["conversion"]["webhook"]["clientConfig"]
+    assert conversion == {
+        "url": "https://127.0.0.1:9443/convert",
+        "caBundle": base64.b64encode(b"PEM").decode(),
+    }
+    assert kept[1]["metadata"]["annotations"] == {}
+    assert kept[2]["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:9443/validate-batch-v1-job"
+
+
+def test_a_missing_binary_names_the_make_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("COMPONENTS_BIN", str(tmp_path))
+    reason = components.missing_reason()
+    assert reason is not None and "make components" in reason and "kube-apiserver" in reason
