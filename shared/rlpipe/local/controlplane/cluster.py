@@ -100,6 +100,34 @@ class ControlPlane:
         )
         return self._write_kubeconfig(name, pair)
 
+    def add_nodes(self, nodes: list[tuple[dict[str, Any], dict[str, str]]]) -> set[str]:
+        """Register nodes (``rlpipe.local.controlplane.nodes``) as Ready; their names."""
+        from rlpipe.local.controlplane.nodes import node_status
+
+        self.apply([node for node, _ in nodes])
+        for node, capacity in nodes:
+            self.kubectl(
+                "patch",
+                "node",
+                node["metadata"]["name"],
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(node_status(capacity)),
+            )
+            # The API server taints a new Node not-ready (admission plugin TaintNodesByCondition);
+            # the node lifecycle controller, off here, would lift it once the node is Ready.
+            taints = node.get("spec", {}).get("taints", [])
+            self.kubectl(
+                "patch",
+                "node",
+                node["metadata"]["name"],
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"taints": taints or None}}),
+            )
+        return {node["metadata"]["name"] for node, _ in nodes}
+
     # ---- pieces ---------------------------------------------------------------------------------
 
     def _start(self) -> None:
@@ -225,6 +253,9 @@ class ControlPlane:
                 f"--cluster-signing-key-file={self.ca.pair.key}",
                 "--leader-elect=false",
                 "--profiling=false",
+                # Nodes here have no kubelet to renew their Leases; the node lifecycle controller
+                # would mark them unreachable and evict everything after its grace period.
+                "--controllers=*,-node-lifecycle-controller",
             ],
             _https_ok(f"https://127.0.0.1:{self.ports['kcm']}/healthz", None, None),
             120,
