@@ -18,6 +18,7 @@ import pytest
 
 from rlpipe.cluster.client import ClusterClient
 from rlpipe.cluster.status import WorkloadStatus
+from rlpipe.core.failures import FailureClass
 from rlpipe.local.controlplane import ControlPlane
 from rlpipe.local.controlplane.kubelet import Outcome, PodPlayer
 from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
@@ -26,7 +27,7 @@ from rlpipe.local.simulator import ClusterSimulator
 from tests.conftest import Buckets
 from tests.harness.patience import wait_until
 from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
-from tests.test_simulator import NS, create, finish, kube, render, simulate  # noqa: F401
+from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 STAGE_USER = PARAMS["STAGE_GSA"]
 
@@ -67,9 +68,8 @@ def _settled(read: Callable[[], WorkloadStatus]) -> WorkloadStatus:
 def _on_double(
     kube: KubeApiServer, simulate: Callable[..., ClusterSimulator], obj: dict[str, Any], fault: str
 ) -> WorkloadStatus:
-    sim = simulate(*([fault] if fault else []))
+    simulate(*([fault] if fault else []))
     create(kube, obj)
-    finish(sim, obj)
     client = ClusterClient(kube.api_client(), NS, sleep=lambda s: None)
     return _settled(lambda: client.status(obj["metadata"]["name"], kind=obj["kind"]))
 
@@ -87,21 +87,29 @@ def _on_real(
             client.delete(obj["kind"], obj["metadata"]["name"])
 
 
-# (scenario, the double's fault for the convert Job, what the real pods' containers do)
+# (scenario, the double's fault for the convert Job, what the real pods' containers do, and the
+# verdict DESIGN §6 gives it: both clusters must reach it, not merely agree)
 CONVERT_SCENARIOS = [
-    ("success", "", Outcome(exit_code=0, seconds=0.5)),
-    ("exit-1", "convert:exit:1", Outcome(exit_code=1, seconds=0.5)),
-    ("oom", "convert:oom", Outcome(exit_code=137, seconds=0.5, reason="OOMKilled")),
+    ("success", "", Outcome(exit_code=0, seconds=0.5), ("succeeded", None)),
+    ("exit-1", "convert:exit:1", Outcome(exit_code=1, seconds=0.5), ("failed", FailureClass.PERMANENT)),
+    (
+        "oom",
+        "convert:oom",
+        Outcome(exit_code=137, seconds=0.5, reason="OOMKilled"),
+        ("failed", FailureClass.RESOURCES),
+    ),
+    ("image-pull", "convert:image-pull", Outcome(image_pull=True), ("failed", FailureClass.PERMANENT)),
 ]
 
 
 @pytest.mark.parametrize(
-    ("scenario", "fault", "outcome"), CONVERT_SCENARIOS, ids=[s[0] for s in CONVERT_SCENARIOS]
+    ("scenario", "fault", "outcome", "verdict"), CONVERT_SCENARIOS, ids=[s[0] for s in CONVERT_SCENARIOS]
 )
 def test_the_convert_job_is_judged_alike_on_both_clusters(
     scenario: str,
     fault: str,
     outcome: Outcome,
+    verdict: tuple[str, FailureClass | None],
     real_cluster: ControlPlane,
     play: Callable[[Outcome], PodPlayer],
     kube: KubeApiServer,
@@ -113,3 +121,49 @@ def test_the_convert_job_is_judged_alike_on_both_clusters(
     assert (on_real.phase, on_real.failure_class) == (on_double.phase, on_double.failure_class), (
         f"double: {on_double.reason}\nreal: {on_real.reason}"
     )
+    assert (on_real.phase, on_real.failure_class) == verdict, on_real.reason
+
+
+def _disrupt_worker_0(reason: str) -> Callable[[dict[str, Any]], Outcome]:
+    """Worker 0 of the slice is disrupted a moment after it starts; every other container runs."""
+
+    def script(pod: dict[str, Any]) -> Outcome:
+        labels = pod["metadata"]["labels"]
+        worker_0 = (
+            labels.get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
+            and labels.get("batch.kubernetes.io/job-completion-index") == "0"
+        )
+        return Outcome(exit_code=None, seconds=1.0, disruption=reason if worker_0 else None)
+
+    return script
+
+
+@pytest.mark.parametrize("reason", ["PreemptionByScheduler", "TerminationByKubelet"])
+def test_a_disrupted_tpu_worker_fails_the_train_jobset_as_preempted_on_both_clusters(
+    reason: str,
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    from tests.test_simulator import program_args, seed
+
+    how = {"PreemptionByScheduler": "scheduler", "TerminationByKubelet": "kubelet"}[reason]
+    double_train = render(buckets, "train", run_id="rdblpreempt", training={"num_batches": 10})
+    seed(buckets, program_args(double_train)["load_parameters_path"])
+    on_double = _on_double(kube, simulate, double_train, f"train:preempt@3:worker:{how}")
+
+    real_train = render(buckets, "train", run_id=f"rrealp{how[:5]}", training={"num_batches": 10})
+    client = _real_client(real_cluster)
+    with PodPlayer(real_cluster.kubeconfig(), nodes, _disrupt_worker_0(reason)):
+        client.apply(real_train)
+        try:
+            on_real = _settled(lambda: client.status(real_train["metadata"]["name"], kind="JobSet"))
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete("JobSet", real_train["metadata"]["name"])
+    assert (on_real.phase, on_real.failure_class) == (on_double.phase, on_double.failure_class), (
+        f"double: {on_double.reason}\nreal: {on_real.reason}"
+    )
+    assert on_real.failure_class == FailureClass.PREEMPTED, on_real.reason

@@ -30,6 +30,10 @@ class Outcome:
     seconds: float = 0.0
     reason: str | None = None
     image_pull: bool = False
+    # After ``seconds``, disrupted instead: the ``DisruptionTarget`` condition with this reason
+    # (PreemptionByScheduler, TerminationByKubelet, EvictionByEvictionAPI), then a graceful
+    # deletion, as the scheduler, the kubelet or the eviction API does.
+    disruption: str | None = None
 
 
 Script = Callable[[dict[str, Any]], Outcome]
@@ -117,6 +121,9 @@ class PodPlayer:
                 self._running(pod)
             return
         outcome = self._outcomes[uid]
+        if outcome.disruption and now - self._started[uid] >= outcome.seconds:
+            self._disrupt(pod, outcome.disruption)
+            return
         if outcome.image_pull or outcome.exit_code is None:
             return
         if now - self._started[uid] >= outcome.seconds:
@@ -156,6 +163,18 @@ class PodPlayer:
                 **_statuses(pod, terminated, ready=False),
             },
         )
+
+    def _disrupt(self, pod: dict[str, Any], reason: str) -> None:
+        at = _now()
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": reason,
+            "message": f"{reason}: played by rlpipe",
+            "lastTransitionTime": at,
+        }
+        self._patch(pod, {"conditions": [condition]})
+        self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"])
 
     def _remove(self, pod: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
