@@ -30,7 +30,7 @@ from rlpipe.local.kube_api import (
     merge_patch,
     no_validation,
 )
-from tests.harness.patience import ceiling
+from tests.harness.patience import ceiling, wait_until
 
 try:
     from rlpipe.core.k8s_validation import validate_object as real_validator
@@ -755,6 +755,8 @@ def test_429_carries_retry_after(server: KubeApiServer, batch: client.BatchV1Api
     # GET answered 429/503 + Retry-After by itself, so the caller never sees it.
     server.inject_fault(429, retry_after=0)
     batch.list_namespaced_job(NS)
+    # The server logs a request after it has answered it: wait for the GET's two log lines.
+    wait_until(lambda: len(server.requests) >= 3, 0.5, what="the GET's log lines")
     assert [r.status for r in server.requests[-2:]] == [429, 200]
 
 

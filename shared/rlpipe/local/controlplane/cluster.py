@@ -234,50 +234,44 @@ class ControlPlane:
             180,
         )
 
-    def _controller_manager(self, pairs: dict[str, KeyPair]) -> None:
-        assert self.ca is not None
-        kubeconfig = self.kubeconfig("kube-controller-manager")
+    def _kube_component(self, name: str, port_key: str, *extra: str) -> None:
+        """The controller manager or the scheduler: its own identity's kubeconfig for the API and
+        for delegated authentication and authorization, loopback only, one instance."""
+        kubeconfig = self.kubeconfig(name)
         self._child(
-            "kube-controller-manager",
+            name,
             [
-                str(components.binary("kube-controller-manager")),
+                str(components.binary(name)),
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--secure-port={self.ports['kcm']}",
-                f"--service-account-private-key-file={pairs['sa'].key}",
-                f"--root-ca-file={self.ca.pair.cert}",
-                "--use-service-account-credentials=true",
-                f"--cluster-signing-cert-file={self.ca.pair.cert}",
-                f"--cluster-signing-key-file={self.ca.pair.key}",
+                f"--secure-port={self.ports[port_key]}",
                 "--leader-elect=false",
                 "--profiling=false",
-                # Nodes here have no kubelet to renew their Leases; the node lifecycle controller
-                # would mark them unreachable and evict everything after its grace period.
-                "--controllers=*,-node-lifecycle-controller",
+                *extra,
             ],
-            _https_ok(f"https://127.0.0.1:{self.ports['kcm']}/healthz", None, None),
+            _https_ok(f"https://127.0.0.1:{self.ports[port_key]}/healthz", None, None),
             120,
         )
 
-    def _scheduler(self) -> None:
-        kubeconfig = self.kubeconfig("kube-scheduler")
-        self._child(
-            "kube-scheduler",
-            [
-                str(components.binary("kube-scheduler")),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.ports['scheduler']}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
-            _https_ok(f"https://127.0.0.1:{self.ports['scheduler']}/healthz", None, None),
-            120,
+    def _controller_manager(self, pairs: dict[str, KeyPair]) -> None:
+        assert self.ca is not None
+        self._kube_component(
+            "kube-controller-manager",
+            "kcm",
+            f"--service-account-private-key-file={pairs['sa'].key}",
+            f"--root-ca-file={self.ca.pair.cert}",
+            "--use-service-account-credentials=true",
+            f"--cluster-signing-cert-file={self.ca.pair.cert}",
+            f"--cluster-signing-key-file={self.ca.pair.key}",
+            # Nodes here have no kubelet to renew their Leases; the node lifecycle controller
+            # would mark them unreachable and evict everything after its grace period.
+            "--controllers=*,-node-lifecycle-controller",
         )
+
+    def _scheduler(self) -> None:
+        self._kube_component("kube-scheduler", "scheduler")
 
     def _install_release(self, module: str, version: str, webhook_port: int) -> None:
         assert self.ca is not None
