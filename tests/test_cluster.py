@@ -1706,6 +1706,30 @@ def test_delete_run_does_not_repeat_a_deletion_held_by_finalizers(server: KubeAp
     assert h.client.list_run_objects(RUN) == []
 
 
+def test_delete_run_leaves_a_child_job_whose_jobset_is_gone_to_the_garbage_collector(
+    server: KubeApiServer, h: Harness
+) -> None:
+    """Found on the real control plane (tests/test_real_conformance.py): Background propagation
+    removes the JobSet at once and its child Jobs later, so a second `delete_run` can still list
+    them. They are the garbage collector's; deleting them again is not ours, and the second call
+    must report nothing deleted."""
+    child = rendered("convert")
+    child["metadata"]["name"] = f"{RUN}-train-a1-worker-0"
+    child["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "name": f"{RUN}-train-a1",
+            "uid": "00000000-0000-0000-0000-000000000001",
+            "controller": True,
+        }
+    ]
+    server.create("jobs", child, namespace=NS)
+
+    assert h.client.delete_run(RUN) == []
+    assert server.find("jobs", child["metadata"]["name"], namespace=NS) is not None
+
+
 def test_delete_one_ignores_404(server: KubeApiServer, h: Harness) -> None:
     js = h.client.apply(rendered("train"))
     assert h.client.delete("JobSet", js["metadata"]["name"]) is True

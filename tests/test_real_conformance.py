@@ -167,3 +167,55 @@ def test_a_disrupted_tpu_worker_fails_the_train_jobset_as_preempted_on_both_clus
         f"double: {on_double.reason}\nreal: {on_real.reason}"
     )
     assert on_real.failure_class == FailureClass.PREEMPTED, on_real.reason
+
+
+def _left_behind(kubectl: Callable[..., str], run_id: str) -> list[str]:
+    """Every object of the run still in the namespace: Jobs (a JobSet's children included),
+    JobSets, pods and Kueue Workloads, by the run's label or its workloads' owner."""
+    names = kubectl(
+        "get", "jobsets,jobs,pods", "-n", NS, "-l", f"rlpipe.dev/run={run_id}", "-o", "name"
+    ).split()
+    workloads = kubectl("get", "workloads.kueue.x-k8s.io", "-n", NS, "-o", "name").split()
+    return names + [w for w in workloads if run_id in w]
+
+
+def test_a_cancelled_run_leaves_nothing_behind_on_both_clusters(
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """`rlpipe cancel` deletes the run's JobSet (Background propagation); garbage collection
+    removes its child Jobs, their pods and Kueue's Workload. On the real plane that is the real
+    garbage collector, Job controller and Kueue."""
+    from tests.test_simulator import program_args, seed
+
+    double_train = render(buckets, "train", run_id="rdblcancel", training={"num_batches": 400})
+    seed(buckets, program_args(double_train)["load_parameters_path"])
+    simulate()
+    create(kube, double_train)
+    double = ClusterClient(kube.api_client(), NS, sleep=lambda s: None)
+    wait_until(
+        lambda: double.status(double_train["metadata"]["name"], kind="JobSet").phase == "running",
+        5,
+        what="running",
+    )
+    assert double.delete_run("rdblcancel") == [double_train["metadata"]["name"]]
+    wait_until(lambda: not double.list_run_objects("rdblcancel"), 5, what="the double's objects gone")
+
+    real_train = render(buckets, "train", run_id="rrealcancel", training={"num_batches": 400})
+    client = _real_client(real_cluster)
+    with PodPlayer(real_cluster.kubeconfig(), nodes, lambda pod: Outcome(exit_code=None)):
+        client.apply(real_train)
+        wait_until(
+            lambda: client.status(real_train["metadata"]["name"], kind="JobSet").phase == "running",
+            10,
+            what="running",
+        )
+        assert client.delete_run("rrealcancel") == [real_train["metadata"]["name"]]
+        assert client.delete_run("rrealcancel") == []  # idempotent, as the cancel path relies on
+        wait_until(
+            lambda: not _left_behind(real_cluster.kubectl, "rrealcancel"), 10, what="everything collected"
+        )
+    assert client.list_run_objects("rrealcancel") == double.list_run_objects("rdblcancel") == []

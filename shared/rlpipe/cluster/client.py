@@ -244,15 +244,17 @@ class ClusterClient(KubeTransport):
             jobs = self._list_kind("Job", selector)
         except ApiException as exc:
             raise _api_failure(exc, f"list the objects of run {run_id}") from exc
-        jobset_names = {js["metadata"]["name"] for js in jobsets}
         deleted = [
             js["metadata"]["name"]
             for js in jobsets
             if not _deleting(js) and self._delete_one("JobSet", js["metadata"]["name"])
         ]
         for job in jobs:
-            if _is_jobset_child(job) in jobset_names or _deleting(job):
-                continue  # goes with its JobSet, or its deletion is already under way
+            # A JobSet's child Job goes with its JobSet: the garbage collector removes it, even
+            # after the JobSet itself is gone (Background propagation deletes the owner first and
+            # the children later, so a second call can still list them).
+            if _is_jobset_child(job) or _deleting(job):
+                continue
             if self._delete_one("Job", job["metadata"]["name"]):
                 deleted.append(job["metadata"]["name"])
         return deleted
