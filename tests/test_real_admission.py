@@ -160,3 +160,30 @@ def test_a_jobset_past_attempt_99_gets_its_child_jobs_only_with_the_short_subdom
         assert _child_jobs(real_cluster, theirs["metadata"]["name"]) == []
     finally:
         real_cluster.kubectl("delete", "jobsets", "--all", "-n", NAMESPACE, "--wait=false")
+
+
+@pytest.mark.parametrize(
+    ("user", "allowed"),
+    [
+        (PARAMS["STAGE_GSA"], True),  # launch, status, cleanup: the stage function
+        (PARAMS["RECONCILE_GSA"], True),  # deletes orphaned workloads
+        # `rlpipe cancel` reaches the cluster only through the stage function: an operator, and
+        # the operators' impersonated account (infra/terraform/iam.tf), hold nothing in it.
+        ("rlpipe-operator@rlpipe-test.iam.gserviceaccount.com", False),
+        ("alice@example.com", False),
+    ],
+)
+def test_only_the_pipelines_identities_may_delete_a_run(
+    real_cluster: ControlPlane, user: str, allowed: bool
+) -> None:
+    real_cluster.add_user(user)
+    answer = real_cluster.kubectl(
+        "auth", "can-i", "delete", "jobsets.jobset.x-k8s.io", "-n", NAMESPACE, user=user, check=False
+    ).strip()
+    assert answer == ("yes" if allowed else "no")
+    assert (
+        real_cluster.kubectl(
+            "auth", "can-i", "get", "secrets", "-n", NAMESPACE, user=user, check=False
+        ).strip()
+        == "no"
+    )
