@@ -187,3 +187,28 @@ def test_only_the_pipelines_identities_may_delete_a_run(
         ).strip()
         == "no"
     )
+
+
+def test_the_deployed_queues_are_active_in_the_real_kueue(real_cluster: ControlPlane) -> None:
+    """infra/cluster/k8s's flavors, ClusterQueue and LocalQueues, as a deploy applies them: Kueue
+    marks a queue inactive when a flavor or admission check it names is missing or invalid."""
+    import json
+
+    from tests.harness.patience import wait_until
+
+    def inactive() -> list[str]:
+        queues = json.loads(real_cluster.kubectl("get", "clusterqueues,localqueues", "-A", "-o", "json"))[
+            "items"
+        ]
+        if not queues:
+            return ["(none yet)"]
+        return [
+            f"{q['kind']} {q['metadata']['name']}"
+            for q in queues
+            if not any(
+                c["type"] == "Active" and c["status"] == "True"
+                for c in (q.get("status") or {}).get("conditions", [])
+            )
+        ]
+
+    assert wait_until(lambda: inactive() == [] or None, 5, what=f"active queues (inactive: {inactive()})")
