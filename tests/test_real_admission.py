@@ -48,21 +48,23 @@ def _rendered(req: Any, attempt: int, run_id: str = "rzzzzzzzzzzz") -> list[dict
     return render_all(req, ctx, attempt=attempt)
 
 
+def _dry_run_create(plane: ControlPlane, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create with dryRun=All as the pipeline's identity: the whole admission chain, nothing kept."""
+    from kubernetes import dynamic
+
+    client = dynamic.DynamicClient(plane.api_client(STAGE_USER))
+    resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    return dict(resource.create(body=obj, namespace=NAMESPACE, query_params=[("dryRun", "All")]).to_dict())
+
+
 def _refusals(plane: ControlPlane, objects: list[dict[str, Any]]) -> list[str]:
-    """Create each object with dryRun=All as the pipeline's identity; the refusals, by object."""
-    from kubernetes import config, dynamic
+    """The objects the admission chain refuses, with the API server's answer."""
     from kubernetes.client.exceptions import ApiException
 
-    client = dynamic.DynamicClient(
-        config.new_client_from_config(config_file=str(plane.kubeconfig(STAGE_USER)))
-    )
     problems = []
     for obj in objects:
-        resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         try:
-            resource.create(
-                body=obj, namespace=obj["metadata"].get("namespace"), query_params=[("dryRun", "All")]
-            )
+            _dry_run_create(plane, obj)
         except ApiException as exc:
             problems.append(f"{obj['kind']} {obj['metadata']['name']}: {exc.status} {exc.body}")
     return problems
@@ -88,12 +90,10 @@ def test_the_train_jobset_is_admitted_at_every_attempt_from_1_to_99(real_cluster
 
 def test_a_call_the_role_does_not_allow_is_refused(real_cluster: ControlPlane) -> None:
     """The pipeline's identity holds exactly our Role: reading Secrets is not in it."""
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    core = client.CoreV1Api(
-        config.new_client_from_config(config_file=str(real_cluster.kubeconfig(STAGE_USER)))
-    )
+    core = client.CoreV1Api(real_cluster.api_client(STAGE_USER))
     with pytest.raises(ApiException) as refused:
         core.list_namespaced_secret(NAMESPACE)
     assert refused.value.status == 403
@@ -103,16 +103,6 @@ def test_a_call_the_role_does_not_allow_is_refused(real_cluster: ControlPlane) -
         ).strip()
         == "yes"
     )
-
-
-def _dry_run_create(plane: ControlPlane, obj: dict[str, Any]) -> dict[str, Any]:
-    from kubernetes import config, dynamic
-
-    client = dynamic.DynamicClient(
-        config.new_client_from_config(config_file=str(plane.kubeconfig(STAGE_USER)))
-    )
-    resource = client.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-    return dict(resource.create(body=obj, namespace=NAMESPACE, query_params=[("dryRun", "All")]).to_dict())
 
 
 def test_the_webhooks_are_in_the_path(real_cluster: ControlPlane) -> None:

@@ -52,9 +52,7 @@ def play(real_cluster: ControlPlane, nodes: set[str]) -> Iterator[Callable[[Outc
 
 
 def _real_client(plane: ControlPlane) -> ClusterClient:
-    from kubernetes import config
-
-    return ClusterClient(config.new_client_from_config(config_file=str(plane.kubeconfig(STAGE_USER))), NS)
+    return ClusterClient(plane.api_client(STAGE_USER), NS)
 
 
 def _settled(read: Callable[[], WorkloadStatus]) -> WorkloadStatus:

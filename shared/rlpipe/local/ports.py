@@ -11,7 +11,6 @@ gone round, and is skipped while anything is still bound to it.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import socket
@@ -67,6 +66,6 @@ def free_port(counter: Path | None = None) -> int:
         port = _next(path, FIRST_PORT, last)
         if _bindable(port):
             return port
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:  # range exhausted
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as fallback:  # the range is exhausted
+        fallback.bind(("127.0.0.1", 0))
+        return int(fallback.getsockname()[1])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -64,8 +63,3 @@ def localize(documents: list[dict[str, Any]], url: str, ca_pem: bytes) -> list[d
                 point(webhook["clientConfig"])
         kept.append(doc)
     return kept
-
-
-def write(documents: list[dict[str, Any]], path: Path) -> Path:
-    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
-    return path

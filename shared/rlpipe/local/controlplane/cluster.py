@@ -21,7 +21,7 @@ import yaml
 from rlpipe.local.controlplane import addons, components
 from rlpipe.local.controlplane.pki import CertificateAuthority, KeyPair, service_account_keys
 from rlpipe.local.ports import free_port
-from rlpipe.local.procs import Child, stop_all
+from rlpipe.local.procs import Child, http_ready, stop_all
 
 # Kueue reads its metrics certificate from this fixed path whenever its internal certificate
 # management is off (kueue v0.17.1 cmd/kueue/main.go, metricsCertPath), even with metrics off.
@@ -88,17 +88,19 @@ class ControlPlane:
         text = documents if isinstance(documents, str) else yaml.safe_dump_all(documents, sort_keys=False)
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", user=user, stdin=text)
 
-    def add_user(self, name: str, *, groups: tuple[str, ...] = ()) -> Path:
-        """A kubeconfig for a client-certificate identity: ``name`` as the user, ``groups`` as its
-        organizations. How the pipeline's identities reach a GKE cluster (a Google account
-        bound by RoleBinding as a User) is played by a certificate with the same user name."""
+    def add_user(self, name: str) -> Path:
+        """A kubeconfig for a client-certificate identity named ``name``. How the pipeline's
+        identities reach a GKE cluster (a Google account bound by RoleBinding as a User) is played
+        by a certificate with the same user name."""
         assert self.ca is not None
-        pair = self.ca.issue(
-            f"user-{name.replace('@', '_').replace(':', '_')}",
-            name,
-            organization=",".join(groups) or None,
-        )
+        pair = self.ca.issue(f"user-{name.replace('@', '_').replace(':', '_')}", name)
         return self._write_kubeconfig(name, pair)
+
+    def api_client(self, user: str = "admin") -> Any:
+        """A ``kubernetes`` ApiClient authenticated as ``user`` (see :meth:`add_user`)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig(user)))
 
     def add_nodes(self, nodes: list[tuple[dict[str, Any], dict[str, str]]]) -> set[str]:
         """Register nodes (``rlpipe.local.controlplane.nodes``) as Ready; their names."""
@@ -147,7 +149,7 @@ class ControlPlane:
             self._write_kubeconfig(user, pair)
         self._controller_manager(pairs)
         self._scheduler()
-        self._jobset()
+        self._jobset(pairs["webhook"])
         self._kueue(pairs["webhook"])
         self.started_in["total"] = time.monotonic() - began
         self.say(f"[controlplane] up in {self.started_in['total']:.1f}s on {self.url}")
@@ -196,7 +198,7 @@ class ControlPlane:
                 "--unsafe-no-fsync=true",  # a test cluster: durability is not the point
                 "--log-level=warn",
             ],
-            _http_ok(f"{client}/health"),
+            _ok_200(f"{client}/health"),
             60,
         )
 
@@ -300,11 +302,10 @@ class ControlPlane:
         (directory / "tls.key").write_bytes(pair.key.read_bytes())
         return directory
 
-    def _jobset(self) -> None:
+    def _jobset(self, webhook: KeyPair) -> None:
         v = components.versions()
-        assert self.ca is not None
         self._install_release("sigs.k8s.io/jobset", v["JOBSET_VERSION"], self.ports["jobset-webhook"])
-        certs = self._webhook_cert_dir("jobset-webhook", self._webhook_pair())
+        certs = self._webhook_cert_dir("jobset-webhook", webhook)
         config = {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
             "kind": "Configuration",
@@ -319,12 +320,9 @@ class ControlPlane:
         self._child(
             "jobset",
             [str(components.binary("jobset")), f"--config={path}", f"--kubeconfig={self.kubeconfig()}"],
-            _http_ok(f"http://127.0.0.1:{self.ports['jobset-probe']}/readyz"),
+            _ok_200(f"http://127.0.0.1:{self.ports['jobset-probe']}/readyz"),
             120,
         )
-
-    def _webhook_pair(self) -> KeyPair:
-        return KeyPair(self.pki_dir / "webhook.crt", self.pki_dir / "webhook.key")
 
     def _kueue(self, webhook: KeyPair) -> None:
         v = components.versions()
@@ -352,7 +350,7 @@ class ControlPlane:
                 f"--kubeconfig={self.kubeconfig()}",
                 "--feature-gates=VisibilityOnDemand=false",  # its own API server on a fixed port
             ],
-            _http_ok(f"http://127.0.0.1:{self.ports['kueue-probe']}/readyz"),
+            _ok_200(f"http://127.0.0.1:{self.ports['kueue-probe']}/readyz"),
             180,
         )
 
@@ -396,17 +394,8 @@ def _install_kueue_metrics_cert(pair: KeyPair) -> None:
         ) from exc
 
 
-def _http_ok(url: str) -> Any:
-    import urllib.request
-
-    def check() -> bool:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except Exception:
-            return False
-
-    return check
+def _ok_200(url: str) -> Any:
+    return http_ready(url, lambda status, body: status == 200)
 
 
 def _https_ok(url: str, ca: Path | None, client: KeyPair | None) -> Any:
@@ -430,11 +419,3 @@ def _https_ok(url: str, ca: Path | None, client: KeyPair | None) -> Any:
             return False
 
     return check
-
-
-def environment_note() -> str:
-    v = components.versions()
-    return (
-        f"real control plane: Kubernetes {v['KUBERNETES_VERSION']}, etcd {v['ETCD_VERSION']}, "
-        f"JobSet {v['JOBSET_VERSION']}, Kueue {v['KUEUE_VERSION']} (binaries in {components.bin_dir()})"
-    )
