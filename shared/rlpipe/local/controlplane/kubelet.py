@@ -13,27 +13,41 @@ from __future__ import annotations
 import datetime
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SIGTERM_EXIT = 143
+# What the kubelet's graceful node shutdown writes (k8s pkg/kubelet/nodeshutdown, the pod status
+# mutator: phase Failed, reason Terminated, and a DisruptionTarget condition TerminationByKubelet).
+NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+# A played program: runs in its own thread while its pod runs; the event is set when the pod is
+# deleted (SIGTERM). It returns the exit code and the kubelet's reason (Completed, Error, OOMKilled).
+Program = Callable[[threading.Event], tuple[int, str]]
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What a pod's containers do once started: run for ``seconds``, then exit with ``exit_code``
     (``reason`` as the kubelet words it: Completed, Error, OOMKilled). ``exit_code=None``: run
-    until deleted. ``image_pull``: never start (``ErrImagePull``)."""
+    until deleted. ``image_pull``: never start (``ErrImagePull``). ``program``: instead of a fixed
+    exit, a played program decides (the demo's MaxText player)."""
 
     exit_code: int | None = 0
     seconds: float = 0.0
     reason: str | None = None
     image_pull: bool = False
-    # After ``seconds``, disrupted instead: the ``DisruptionTarget`` condition with this reason
-    # (PreemptionByScheduler, TerminationByKubelet, EvictionByEvictionAPI), then a graceful
-    # deletion, as the scheduler, the kubelet or the eviction API does.
+    # After ``seconds``, disrupted instead: the ``DisruptionTarget`` condition with this reason.
+    # TerminationByKubelet is the node's graceful shutdown (a Spot reclaim): the kubelet fails the
+    # pod and does not delete it. The others (PreemptionByScheduler, EvictionByEvictionAPI,
+    # DeletionByTaintManager) delete it gracefully, as the scheduler, the eviction API or the taint
+    # manager does.
     disruption: str | None = None
+    # How long the containers take to exit after SIGTERM (a deletion, a node shutdown): the part
+    # of the grace period the program uses. Until then the pod stays Running with a
+    # deletionTimestamp, as on a real node.
+    terminating_seconds: float = 0.0
+    program: Program | None = None
 
 
 Script = Callable[[dict[str, Any]], Outcome]
@@ -63,6 +77,18 @@ def _statuses(pod: dict[str, Any], state: dict[str, Any], *, ready: bool) -> dic
     }
 
 
+@dataclass
+class _Played:
+    """One pod's played life: its outcome, when it started, when SIGTERM came, its program."""
+
+    outcome: Outcome
+    started: float
+    sigterm_at: float | None = None
+    sigterm: threading.Event = field(default_factory=threading.Event)
+    ended: tuple[int, str] | None = None  # the program's (exit code, reason) once it returns
+    disrupted: bool = False
+
+
 class PodPlayer:
     """Plays every pod bound to one of ``nodes``; ``script`` decides each pod's outcome."""
 
@@ -74,8 +100,7 @@ class PodPlayer:
         self.script = script
         self.interval = interval
         self._stop = threading.Event()
-        self._started: dict[str, float] = {}  # pod uid -> monotonic start
-        self._outcomes: dict[str, Outcome] = {}
+        self._pods: dict[str, _Played] = {}  # pod uid -> its played life
         self._thread = threading.Thread(target=self._loop, name="pod-player", daemon=True)
         self.errors: list[str] = []
 
@@ -85,6 +110,8 @@ class PodPlayer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        for played in self._pods.values():
+            played.sigterm.set()
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
@@ -103,32 +130,57 @@ class PodPlayer:
         if spec.get("node_name") not in self.nodes:
             return
         uid, phase = meta["uid"], status.get("phase")
+        played = self._pods.get(uid)
         if meta.get("deletion_timestamp"):
             if phase not in ("Succeeded", "Failed"):
+                if played is not None and played.sigterm_at is None:
+                    played.sigterm_at = now
+                    played.sigterm.set()
+                if (
+                    played is not None
+                    and now - (played.sigterm_at or now) < played.outcome.terminating_seconds
+                ):
+                    return  # still in its SIGTERM handler
                 self._finish(pod, SIGTERM_EXIT, "Error")
             self._remove(pod)
             return
         if phase in ("Succeeded", "Failed"):
             return
-        api_pod = _camel(pod)
-        if uid not in self._outcomes:
-            self._outcomes[uid] = self.script(api_pod)
-            self._started[uid] = now
-            outcome = self._outcomes[uid]
-            if outcome.image_pull:
+        if played is None:
+            played = self._pods[uid] = _Played(self.script(_camel(pod)), now)
+            if played.outcome.image_pull:
                 self._waiting(pod, "ErrImagePull", "failed to pull image: played by rlpipe")
             else:
                 self._running(pod)
+                if played.outcome.program is not None:
+                    self._start_program(played)
             return
-        outcome = self._outcomes[uid]
-        if outcome.disruption and now - self._started[uid] >= outcome.seconds:
-            self._disrupt(pod, outcome.disruption)
+        outcome = played.outcome
+        if outcome.disruption and now - played.started >= outcome.seconds:
+            self._disrupt(pod, played, now)
             return
-        if outcome.image_pull or outcome.exit_code is None:
+        if played.ended is not None:
+            self._finish(pod, *played.ended)
             return
-        if now - self._started[uid] >= outcome.seconds:
-            reason = outcome.reason or ("Completed" if outcome.exit_code == 0 else "Error")
-            self._finish(pod, outcome.exit_code, reason)
+        if outcome.image_pull or outcome.exit_code is None or outcome.program is not None:
+            return
+        if now - played.started >= outcome.seconds:
+            self._finish(
+                pod, outcome.exit_code, outcome.reason or ("Completed" if outcome.exit_code == 0 else "Error")
+            )
+
+    def _start_program(self, played: _Played) -> None:
+        program = played.outcome.program
+        assert program is not None
+
+        def run() -> None:
+            try:
+                played.ended = program(played.sigterm)
+            except Exception as exc:  # a crash of the played program is the container's failure
+                self.errors.append(f"played program: {exc!r}")
+                played.ended = (1, "Error")
+
+        threading.Thread(target=run, name="played-program", daemon=True).start()
 
     # ---- status writes ------------------------------------------------------------------------
 
@@ -150,31 +202,57 @@ class PodPlayer:
         waiting = {"waiting": {"reason": reason, "message": message}}
         self._patch(pod, {"phase": "Pending", **_statuses(pod, waiting, ready=False)})
 
-    def _finish(self, pod: dict[str, Any], exit_code: int, reason: str) -> None:
+    def _finish(
+        self,
+        pod: dict[str, Any],
+        exit_code: int,
+        reason: str,
+        *,
+        conditions: tuple[dict[str, Any], ...] = (),
+        pod_reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
         at = _now()
         terminated = {
             "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": at, "finishedAt": at}
         }
+        why = {"reason": pod_reason, "message": message} if pod_reason else {}
         self._patch(
             pod,
             {
                 "phase": "Succeeded" if exit_code == 0 else "Failed",
-                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": at}],
+                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": at}, *conditions],
                 **_statuses(pod, terminated, ready=False),
+                **why,
             },
         )
 
-    def _disrupt(self, pod: dict[str, Any], reason: str) -> None:
-        at = _now()
+    def _disrupt(self, pod: dict[str, Any], played: _Played, now: float) -> None:
+        reason = played.outcome.disruption
+        assert reason is not None
+        message = NODE_SHUTDOWN_MESSAGE if reason == "TerminationByKubelet" else f"{reason}: played by rlpipe"
         condition = {
             "type": "DisruptionTarget",
             "status": "True",
             "reason": reason,
-            "message": f"{reason}: played by rlpipe",
-            "lastTransitionTime": at,
+            "message": message,
+            "lastTransitionTime": _now(),
         }
-        self._patch(pod, {"conditions": [condition]})
-        self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"])
+        if reason != "TerminationByKubelet":
+            if not played.disrupted:
+                played.disrupted = True
+                self._patch(pod, {"conditions": [condition]})
+                self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"])
+            return
+        # The node shuts down: the kubelet stops the containers within the grace period, then
+        # reports the pod Failed; the pod object stays for its controller to count.
+        if played.sigterm_at is None:
+            played.sigterm_at = now
+            played.sigterm.set()
+        if now - played.sigterm_at >= played.outcome.terminating_seconds:
+            self._finish(
+                pod, SIGTERM_EXIT, "Error", conditions=(condition,), pod_reason="Terminated", message=message
+            )
 
     def _remove(self, pod: dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
