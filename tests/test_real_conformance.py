@@ -25,7 +25,7 @@ from rlpipe.local.controlplane import ControlPlane
 from rlpipe.local.controlplane.kubelet import SIGTERM_EXIT, Outcome, PodPlayer
 from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
 from rlpipe.local.kube_api import KubeApiServer
-from rlpipe.local.simulator import ClusterSimulator
+from rlpipe.local.simulator import ClusterSimulator, Timing
 from tests.conftest import Buckets
 from tests.harness.patience import wait_until
 from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
@@ -33,6 +33,7 @@ from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F40
 
 STAGE_USER = PARAMS["STAGE_GSA"]
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+TPU = "google.com/tpu"
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +383,125 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
         f"double: {late_double.reason}\nreal: {late_real.reason}"
     )
     assert late_real.failure_class is late_class, late_real.reason
+
+
+# ---- capacity: unschedulable pods, and a workload Kueue does not admit ------------------------
+
+
+def _phases(client: ClusterClient, name: str, kind: str) -> tuple[WorkloadStatus, WorkloadStatus]:
+    """The verdict without a queued deadline, then with one of a second that has passed."""
+    waiting = wait_until(
+        lambda: (s := client.status(name, kind=kind)).phase == "queued" and "for 0s" not in s.reason and s,
+        10,
+        what=f"{kind} {name} waiting a second",
+    )
+    return waiting, client.status(name, kind=kind, queued_deadline_seconds=0.5)
+
+
+@contextlib.contextmanager
+def _cordoned(plane: ControlPlane, nodes: set[str], pool: str) -> Iterator[None]:
+    """The pool's nodes marked unschedulable, as an exhausted or scaled-down pool leaves pods."""
+    names = sorted(n for n in nodes if f"-{pool}-" in n)
+    for name in names:
+        plane.kubectl("cordon", name)
+    try:
+        yield
+    finally:
+        for name in names:
+            plane.kubectl("uncordon", name)
+
+
+@contextlib.contextmanager
+def _tpu_quota_taken(plane: ControlPlane) -> Iterator[None]:
+    """Another workload of the queue holds all its TPU quota (PARAMS TPU_CHIPS): a suspended
+    Job Kueue admits, whose one pod asks for every chip and never schedules."""
+    chips = PARAMS["TPU_CHIPS"]
+    blocker = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "quota-holder",
+            "namespace": NS,
+            "labels": {"kueue.x-k8s.io/queue-name": "user-queue"},
+        },
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "hold",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {TPU: chips}, "limits": {TPU: chips}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    plane.apply([blocker])
+    try:
+        wait_until(
+            lambda: (
+                "false"
+                in plane.kubectl("get", "job", "quota-holder", "-n", NS, "-o", "jsonpath={.spec.suspend}")
+            ),
+            10,
+            what="the quota holder admitted",
+        )
+        yield
+    finally:
+        plane.kubectl("delete", "job", "quota-holder", "-n", NS, "--cascade=foreground", "--wait=true")
+
+
+CAPACITY = [
+    # (scenario, stage, the double's fault, how the real plane lacks the capacity, the words the
+    # waiting verdict must hold on both)
+    ("unschedulable", "convert", "convert:unschedulable:100000", "cordon", "waiting for capacity"),
+    ("not-admitted", "train", "train:no-quota", "quota", "insufficient unused quota for google.com/tpu"),
+]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "stage", "fault", "lack", "words"), CAPACITY, ids=[c[0] for c in CAPACITY]
+)
+def test_a_workload_waiting_for_capacity_is_queued_then_capacity_after_the_deadline_on_both_clusters(
+    scenario: str,
+    stage: str,
+    fault: str,
+    lack: str,
+    words: str,
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """Pods the scheduler cannot place, and a workload Kueue cannot admit, wait as ``queued``
+    until the queued deadline, then fail as ``capacity`` (DESIGN §6): on the double from its
+    fault, on the real plane from the real scheduler's and Kueue's own conditions and events."""
+    kind = "Job" if stage == "convert" else "JobSet"
+    dbl = render(buckets, stage, run_id=f"rdbl{scenario[:8]}")
+    simulate(fault, timing=Timing(admission_delay=0.0, schedule_delay=0.0))
+    create(kube, dbl)
+    double = ClusterClient(kube.api_client(), NS, sleep=lambda s: None)
+    on_double = _phases(double, dbl["metadata"]["name"], kind)
+
+    real = render(buckets, stage, run_id=f"rreal{scenario[:8]}")
+    client = _real_client(real_cluster)
+    lacking = _cordoned(real_cluster, nodes, "cpu-np") if lack == "cordon" else _tpu_quota_taken(real_cluster)
+    with lacking, PodPlayer(real_cluster.kubeconfig(), nodes, lambda pod: Outcome(exit_code=None)):
+        client.apply(real)
+        try:
+            on_real = _phases(client, real["metadata"]["name"], kind)
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete(kind, real["metadata"]["name"])
+    for waiting, late in (on_double, on_real):
+        assert waiting.phase == "queued" and words in waiting.reason, waiting.reason
+        assert (late.phase, late.failure_class) == ("failed", FailureClass.CAPACITY), late.reason
+    assert on_double[0].admitted is on_real[0].admitted is (scenario == "unschedulable")
+    if scenario == "not-admitted":  # the double's Kueue words it as the real one does, up to the
+        # flavors it goes on to list
+        assert on_double[0].reason.split("Kueue: ")[1] in on_real[0].reason, on_real[0].reason

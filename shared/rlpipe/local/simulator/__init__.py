@@ -58,6 +58,11 @@ CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
     ``EvictedDueToDeactivatedDueToAdmissionCheck`` and ``AdmissionCheckRejected``); the workload
     is never admitted and stays suspended (Kueue provisioning/controller.go:617-679,
     core/workload_controller.go:905-936).
+``no-quota``
+    The ClusterQueue's quota is all in use by other workloads: Kueue never admits this one. Its
+    Workload's ``QuotaReserved`` is False ``Pending`` with the flavor assigner's message, also the
+    Workload event ``Pending``; the job stays suspended until deleted (the real Kueue, holding the
+    same state, in tests/test_real_conformance.py).
 ``unschedulable:<seconds>``
     Pods (a JobSet's TPU pods) stay Pending, ``PodScheduled`` False ``Unschedulable``, with a
     ``FailedScheduling`` event, for that many simulated seconds.

@@ -43,7 +43,15 @@ class Queued(Protocol):
 
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
-CLUSTER_QUEUE = "cluster-queue"
+# The deploy's ClusterQueue and flavors (infra/cluster/k8s/kueue.yaml), as the real Kueue names them
+# in its messages ("Admitted by clusterQueue rlpipe", seen on the real plane: docs/real-cluster.md).
+CLUSTER_QUEUE = "rlpipe"
+TPU_FLAVOR = "rlpipe-tpu-v6e-slice"
+CPU_FLAVOR = "rlpipe-cpu-np"
+TPU = "google.com/tpu"
+# flex-start's ClusterQueue and admission check (infra/cluster/k8s/flex-start/kueue-flex-start.yaml).
+FLEX_CLUSTER_QUEUE = "rlpipe-flex"
+FLEX_CHECK = "rlpipe-flex-prov"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 COMPONENT = "kueue-admission"  # the event source is approximated
 # evict@<step>:<why> → (Evicted reason, message template, Preempted reason or None, Requeued).
@@ -78,12 +86,12 @@ EVICTIONS: dict[str, tuple[str, str, str | None, bool]] = {
         False,
     ),
     # flex-start: the ProvisioningRequest failed past its retries, so the admission check is
-    # Rejected and Kueue deactivates the workload (provisioning/controller.go:617-679,
-    # core/workload_controller.go:905-936, evict.go:180-183, :291-295); not requeued.
+    # Rejected and Kueue deactivates the workload; not requeued. Message as Kueue v0.17.1 words it
+    # (core/workload_controller.go:463-468 around :737), seen on the real plane
+    # (tests/test_real_flex_start.py).
     "provisioning-rejected": (
         "DeactivatedDueToAdmissionCheck",
-        'The workload is deactivated due to AdmissionCheck in Rejected state: "rlpipe-provisioning" '
-        "(ResourcePoolExhausted: Expected time is indefinite)",
+        "The workload is deactivated due to Admission check(s): {check}, were rejected",
         None,
         False,
     ),
@@ -169,6 +177,7 @@ class KueueWorkload:
             namespace=self.sim.namespace,
             name=self.name,
             node=node or "?",
+            check=FLEX_CHECK,
         )
         now = self.env.now()
         conditions = [ko.meta_condition("Evicted", True, now, reason, message)]
@@ -178,6 +187,55 @@ class KueueWorkload:
         self._conditions(*conditions, active=False if reason.startswith("Deactivated") else None)
         self._event(f"EvictedDueTo{reason}", message)
         return reason, message
+
+    def provisioning_rejected(self, failed: str) -> tuple[str, str]:
+        """flex-start's ProvisioningRequest ``Failed`` past its retries, as the real Kueue v0.17.1
+        plays it (tests/test_real_flex_start.py): quota reserved in the flex ClusterQueue, the
+        request created, the check Rejected with the request's ``Failed`` message
+        (provisioning/controller.go:323, 555-559, 605-622), the Workload deactivated
+        (core/workload_controller.go:729-745, 389-394, 461-503; event
+        ``EvictedDueToDeactivatedDueToAdmissionCheck``, workload.go:1769-1773), then its quota
+        released without a requeue (jobframework/reconciler.go:586-597). Returns the eviction's
+        (reason, message)."""
+        now = self.env.now()
+        self._conditions(
+            ko.meta_condition(
+                "QuotaReserved",
+                True,
+                now,
+                "QuotaReserved",
+                f"Quota reserved in ClusterQueue {FLEX_CLUSTER_QUEUE}",
+            )
+        )
+        self._event(
+            "QuotaReserved",
+            f"Quota reserved in ClusterQueue {FLEX_CLUSTER_QUEUE}, wait time since queued was 0s",
+        )
+        self._event(
+            "ProvisioningRequestCreated", f'Created ProvisioningRequest: "{self.name}-{FLEX_CHECK}-1"'
+        )
+        self._event(
+            "AdmissionCheckUpdated",
+            f"Admission check {FLEX_CHECK} updated state from Pending to Rejected with message: {failed}",
+        )
+        self._event(
+            "AdmissionCheckRejected",
+            f"Deactivating workload because AdmissionCheck for {FLEX_CHECK} was Rejected: {failed}",
+            warning=True,
+        )
+        reason, message = self.evict("provisioning-rejected")
+        self._conditions(
+            ko.meta_condition("QuotaReserved", False, now, "Pending", message),
+            ko.meta_condition("Requeued", False, now, reason, message),
+        )
+        return reason, message
+
+    def pending(self, message: str) -> None:
+        """No flavor has the unused quota: the Workload's ``QuotaReserved`` is False ``Pending``
+        with the flavor assigner's message, repeated as the Workload event ``Pending`` (Kueue
+        scheduler.go requeueAndUpdate; the same text on the real plane, docs/real-cluster.md)."""
+        self._conditions(ko.meta_condition("QuotaReserved", False, self.env.now(), "Pending", message))
+        self._event("Pending", message)
 
     def requeued(self, why: str, message: str) -> None:
         """The job is no longer active: the quota goes back and the Workload waits in its queue."""
@@ -193,3 +251,45 @@ class KueueWorkload:
 def _uid(rng: Any) -> str:
     hexes = "".join(rng.choice("0123456789abcdef") for _ in range(32))
     return f"{hexes[:8]}-{hexes[8:12]}-{hexes[12:16]}-{hexes[16:20]}-{hexes[20:]}"
+
+
+def insufficient_quota(job: Obj) -> str:
+    """The flavor assigner's message when the queue's quota is all in use: the first pod set that
+    asks for TPUs (else the first), short of its whole request. The real message goes on to list
+    every flavor it tried (the Spot flavor's untolerated taint, for a reservation workload); this
+    names the first, which is the one a reservation or on-demand workload is given."""
+    pod_sets = _pod_templates(job)
+    tpu_sets = [(name, n, requests) for name, n, requests in pod_sets if TPU in requests]
+    name, count, requests = (tpu_sets or pod_sets)[0]
+    resource, flavor = (TPU, TPU_FLAVOR) if tpu_sets else ("cpu", CPU_FLAVOR)
+    needed = _quantity(requests.get(resource, "0")) * count
+    return (
+        f"couldn't assign flavors to pod set {name}: insufficient unused quota for {resource} "
+        f"in flavor {flavor}, {needed:g} more needed"
+    )
+
+
+def _pod_templates(job: Obj) -> list[tuple[str, int, dict[str, str]]]:
+    """(pod set name, pod count, the main container's requests) as Kueue's Workload lists them."""
+    spec = job.get("spec") or {}
+    if job.get("kind") == "JobSet":
+        out = []
+        for rjob in spec.get("replicatedJobs") or []:
+            jspec = (rjob.get("template") or {}).get("spec") or {}
+            count = int(rjob.get("replicas", 1)) * int(jspec.get("parallelism") or 1)
+            out.append((rjob["name"], count, _requests(jspec)))
+        return out
+    return [("main", int(spec.get("parallelism") or 1), _requests(spec))]
+
+
+def _requests(job_spec: Obj) -> dict[str, str]:
+    """The main container's requests; a resource given only as a limit is requested at the limit
+    (the API server's defaulting, which is how a TPU container states its chips)."""
+    containers = ((job_spec.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    resources = containers[0].get("resources") or {}
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def _quantity(text: str) -> float:
+    """A CPU or device count (``32``, ``500m``); memory is never the resource named here."""
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)

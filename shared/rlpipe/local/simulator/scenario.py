@@ -27,6 +27,7 @@ FAULT_KINDS = (
     "drop-events",
     "stall",
     "provision-fail",
+    "no-quota",
 )
 FAULT_SYNTAX = (
     "preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]",
@@ -40,6 +41,7 @@ FAULT_SYNTAX = (
     "drop-events",
     "stall",
     "provision-fail",
+    "no-quota",
 )
 ENTRY_KEYS = ("stage", "attempt", "fault", "run")
 # A Kubernetes label value (the ``rlpipe.dev/run`` label a fault's ``run`` is matched against).
@@ -279,7 +281,7 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     if kind == "api-5xx":
         count = int(_number(arg, where, "api-5xx:<n>", minimum=1, integer=True))
         return Fault("api-5xx", stage, attempt, count=count)
-    if arg:  # oom, image-pull, stall, drop-events, provision-fail
+    if arg:  # oom, image-pull, stall, drop-events, provision-fail, no-quota
         raise ScenarioError(f"{where}: {kind} takes no argument (got {arg!r}); write just '{kind}'")
     return Fault(kind, stage, attempt)
 

@@ -18,7 +18,7 @@ from rlpipe.local.kube_api import KubeApiError
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.jobs import JobSim
-from rlpipe.local.simulator.kueue import KueueWorkload
+from rlpipe.local.simulator.kueue import CLUSTER_QUEUE, KueueWorkload, insufficient_quota
 from rlpipe.local.simulator.maxtext import ProgramExit
 from rlpipe.local.simulator.pods import JOB_TRACKING_FINALIZER, SIGKILL_EXIT, SIGTERM_EXIT, PodSim
 from rlpipe.local.simulator.program import Program
@@ -30,7 +30,9 @@ Obj = dict[str, Any]
 
 ATTEMPT_LABEL = "rlpipe.dev/attempt"
 RUN_LABEL = "rlpipe.dev/run"  # a scenario fault's optional ``run`` is matched against it
-CLUSTER_QUEUE = "cluster-queue"
+# The ProvisioningRequest's Failed message, which Kueue copies into the check (provisioning/
+# controller.go:558). What GKE's queued-provisioning class writes there is not public: played.
+PROVISIONING_FAILED = "the ProvisioningRequest failed: no capacity for the slice (played by the simulator)"
 
 
 class WorkloadSim:
@@ -219,6 +221,8 @@ class WorkloadSim:
             self.pacer.pause(self.env.timing.admission_delay)
             if self.once("provision-fail"):
                 self._provisioning_rejected()
+            if self.once("no-quota"):
+                self._not_admitted()
             now = self.env.now()
 
             def mutate(obj: Obj) -> None:
@@ -328,11 +332,18 @@ class WorkloadSim:
         with self.parked():
             self.pacer.forever()
 
+    def _not_admitted(self) -> None:
+        """``no-quota``: the ClusterQueue's quota is all in use by other workloads, so Kueue
+        keeps this one suspended with the flavor assigner's reason, for as long as it exists."""
+        self.kueue.pending(insufficient_quota(self.obj))
+        self.record("phase", "not admitted: no unused quota")
+        with self.parked():
+            self.pacer.forever()
+
     def _provisioning_rejected(self) -> None:
         """flex-start (``provision-fail``): the ProvisioningRequest never gets capacity; Kueue
         rejects the admission check and deactivates the Workload, which stays suspended."""
-        reason, message = self.kueue.evict("provisioning-rejected")
-        self.kueue._event("AdmissionCheckRejected", f"Deactivated due to {message}", warning=True)
+        reason, _ = self.kueue.provisioning_rejected(PROVISIONING_FAILED)
         self.record("phase", f"not admitted: {reason}")
         with self.parked():
             self.pacer.forever()
