@@ -34,11 +34,12 @@ from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F40
 STAGE_USER = PARAMS["STAGE_GSA"]
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 TPU = "google.com/tpu"
+SPOT_POOL = "tpu-v6e-spot"
 
 
 @pytest.fixture(scope="module")
 def nodes(real_cluster: ControlPlane) -> set[str]:
-    return real_cluster.add_nodes([*cpu_pool(), *tpu_slice("4x8")])
+    return real_cluster.add_nodes([*cpu_pool(), *tpu_slice("4x8"), *tpu_slice("4x8", SPOT_POOL, spot=True)])
 
 
 @pytest.fixture
@@ -412,17 +413,20 @@ def _cordoned(plane: ControlPlane, nodes: set[str], pool: str) -> Iterator[None]
 
 
 @contextlib.contextmanager
-def _tpu_quota_taken(plane: ControlPlane) -> Iterator[None]:
+def _tpu_quota_taken(plane: ControlPlane, priority_class: str | None = None) -> Iterator[None]:
     """Another workload of the queue holds all its TPU quota (PARAMS TPU_CHIPS): a suspended
     Job Kueue admits, whose one pod asks for every chip and never schedules."""
     chips = PARAMS["TPU_CHIPS"]
+    labels = {"kueue.x-k8s.io/queue-name": "user-queue"}
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
     blocker = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": "quota-holder",
             "namespace": NS,
-            "labels": {"kueue.x-k8s.io/queue-name": "user-queue"},
+            "labels": labels,
         },
         "spec": {
             "suspend": True,
@@ -505,3 +509,132 @@ def test_a_workload_waiting_for_capacity_is_queued_then_capacity_after_the_deadl
     if scenario == "not-admitted":  # the double's Kueue words it as the real one does, up to the
         # flavors it goes on to list
         assert on_double[0].reason.split("Kueue: ")[1] in on_real[0].reason, on_real[0].reason
+
+
+# ---- Kueue preemption by a higher priority, and a Spot reclaim ---------------------------------
+
+URGENT = "rlpipe-test-urgent"
+
+
+@contextlib.contextmanager
+def _preemption_within_the_queue(plane: ControlPlane) -> Iterator[None]:
+    """The deploy's ClusterQueue never preempts (infra/cluster/k8s/kueue.yaml); an operator who
+    shares it with urgent work sets ``withinClusterQueue: LowerPriority``. A Kueue
+    WorkloadPriorityClass gives that work its priority (our workloads have none: 0)."""
+    plane.apply(
+        [
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": URGENT},
+                "value": 1000,
+                "description": "a test's urgent work",
+            }
+        ]
+    )
+    patch = '{"spec":{"preemption":{"withinClusterQueue":"%s"}}}'
+    plane.kubectl("patch", "clusterqueue", "rlpipe", "--type=merge", "-p", patch % "LowerPriority")
+    try:
+        yield
+    finally:
+        plane.kubectl("patch", "clusterqueue", "rlpipe", "--type=merge", "-p", patch % "Never")
+
+
+def test_kueue_preempting_a_running_jobset_for_higher_priority_work_is_preempted_on_both_clusters(
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """Kueue evicts the running JobSet's Workload (``Preempted``), suspends the JobSet again and
+    its controller removes the pods; the classifier reads the eviction from the Workload's events
+    and says ``preempted`` (DESIGN §6). On the real plane the JobSet, once the urgent work is gone,
+    is admitted again, and the classifier then says ``running``: the eviction is history."""
+    from tests.test_simulator import program_args, seed
+
+    dbl = render(buckets, "train", run_id="rdblkueuepre", training={"num_batches": 10})
+    seed(buckets, program_args(dbl)["load_parameters_path"])
+    on_double = _on_double(kube, simulate, dbl, "train:evict@3:preempted")
+
+    real = render(buckets, "train", run_id="rrealkueuepre", training={"num_batches": 10})
+    name = real["metadata"]["name"]
+    client = _real_client(real_cluster)
+    with (
+        _preemption_within_the_queue(real_cluster),
+        PodPlayer(real_cluster.kubeconfig(), nodes, lambda pod: Outcome(exit_code=None)),
+    ):
+        client.apply(real)
+        try:
+            wait_until(lambda: client.status(name, kind="JobSet").phase == "running", 10, what="running")
+            with _tpu_quota_taken(real_cluster, URGENT):
+                on_real = _settled(lambda: client.status(name, kind="JobSet"))
+                jobset = json.loads(real_cluster.kubectl("get", "jobset", name, "-n", NS, "-o", "json"))
+                wait_until(
+                    lambda: (
+                        not real_cluster.kubectl(
+                            "get", "pods", "-n", NS, "-l", f"{JOBSET_LABEL}={name}", "-o", "name"
+                        )
+                    ),
+                    10,
+                    what="the preempted JobSet's pods gone",
+                )
+            again = wait_until(
+                lambda: (s := client.status(name, kind="JobSet")).phase == "running" and s,
+                15,
+                what="admitted again once the urgent work is gone",
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete("JobSet", name)
+    assert jobset["spec"]["suspend"] is True  # suspended again, not failed
+    assert not any(
+        c["type"] == "Failed" and c["status"] == "True" for c in jobset["status"].get("conditions", [])
+    )
+    for verdict in (on_double, on_real):
+        assert (verdict.phase, verdict.failure_class) == ("failed", FailureClass.PREEMPTED), verdict.reason
+        assert "Preempted to accommodate a workload" in verdict.reason, verdict.reason
+    assert again.admitted and not again.failure_class, again.reason
+
+
+def test_a_spot_reclaim_runs_on_spot_nodes_and_is_preempted_on_both_clusters(
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """A Spot run is admitted to the Spot flavor and its workers land on the Spot pool only; GCE
+    reclaims a Spot VM with a shutdown the kubelet turns into ``TerminationByKubelet`` on the
+    node's pods (failed, not deleted), the worker's Job fails by its ``podFailurePolicy`` and the
+    JobSet with it: ``preempted``."""
+    from tests.test_simulator import program_args, seed
+
+    spot = {"tpu": {"provisioning": "spot"}, "training": {"num_batches": 10}}
+    dbl = render(buckets, "train", run_id="rdblspot", **spot)
+    seed(buckets, program_args(dbl)["load_parameters_path"])
+    on_double = _on_double(kube, simulate, dbl, "train:preempt@3:worker:kubelet")
+
+    real = render(buckets, "train", run_id="rrealspot", **spot)
+    name = real["metadata"]["name"]
+    client = _real_client(real_cluster)
+    with PodPlayer(real_cluster.kubeconfig(), nodes, _disrupt_worker_0("TerminationByKubelet")):
+        client.apply(real)
+        try:
+            on_real = _settled(lambda: client.status(name, kind="JobSet"))
+            pods = json.loads(
+                real_cluster.kubectl("get", "pods", "-n", NS, "-l", f"{JOBSET_LABEL}={name}", "-o", "json")
+            )["items"]
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete("JobSet", name)
+    workers = [
+        p for p in pods if p["metadata"]["labels"].get("jobset.sigs.k8s.io/replicatedjob-name") == "worker"
+    ]
+    assert workers and all(f"-{SPOT_POOL}-" in p["spec"]["nodeName"] for p in workers), [
+        p["spec"].get("nodeName") for p in workers
+    ]
+    reclaimed = [p for p in workers if p["status"].get("reason") == "Terminated"]
+    assert reclaimed and reclaimed[0]["status"]["phase"] == "Failed"  # failed in place, not deleted
+    for verdict in (on_double, on_real):
+        assert (verdict.phase, verdict.failure_class) == ("failed", FailureClass.PREEMPTED), verdict.reason
