@@ -71,6 +71,7 @@ PUBLIC_FUNCTIONS = {"upstream_webhook"}
 # local stack's emulators (anonymous credentials) or only steer the CLI.
 LOCAL_ONLY_ENV = {
     "RLPIPE_KUBE_URL",
+    "RLPIPE_KUBECONFIG",  # the local stack's real control plane (a client certificate)
     "RLPIPE_WORKFLOWS_ENDPOINT",
     "RLPIPE_LOCAL",
     "RLPIPE_INTAKE_MESSAGE_URL",
@@ -1076,6 +1077,7 @@ def test_every_rendered_workload_is_admissible(manifests: list[dict[str, Any]]) 
         "TPU_CHIPS": params["TPU_CHIPS"],
         "CPU_NP_CPU": params["CPU_NP_CPU"],
         "CPU_NP_MEMORY": params["CPU_NP_MEMORY"],
+        "CPU_NP_EPHEMERAL_STORAGE": params["CPU_NP_EPHEMERAL_STORAGE"],
     }
     goldens = sorted((ROOT / "tests" / "golden").glob("*/*.yaml"))
     assert goldens

@@ -86,6 +86,7 @@ output "k8s_params_env" {
     "TPU_CHIPS=${var.kueue_tpu_chips}",
     "CPU_NP_CPU=${var.kueue_cpu_np_cpu}",
     "CPU_NP_MEMORY=${var.kueue_cpu_np_memory}",
+    "CPU_NP_EPHEMERAL_STORAGE=${var.kueue_cpu_np_ephemeral_storage}",
     "",
   ])
 }

@@ -125,6 +125,12 @@ variable "kueue_cpu_np_memory" {
   default     = "640Gi"
 }
 
+variable "kueue_cpu_np_ephemeral_storage" {
+  description = "Kueue ephemeral-storage quota on the cpu-np pool: the nodes' allocatable local disk (boot disks, CPU_NP_DISK_SIZE_GB of apply-blueprint-changes.sh, less GKE's reserve) at the pool's autoscaling maximum. A conversion asks for its scratch.convert."
+  type        = string
+  default     = "800Gi"
+}
+
 # ---------------------------------------------------------------------------------------- functions
 
 variable "python_runtime" {

@@ -33,11 +33,12 @@ if TYPE_CHECKING:
 CONTAINER_NAME = "workload-container"
 JOB_TTL_SECONDS = 3600
 # An ephemeral-storage request equal to the volume's sizeLimit lets the scheduler place the pod
-# only where the disk fits. Kueue refuses to admit a workload that requests a resource its
-# ClusterQueue does not cover ("resource ephemeral-storage unavailable in ClusterQueue",
-# kubernetes-sigs/kueue#4848), and infra/cluster/k8s/kueue.yaml covers only cpu, memory and
-# google.com/tpu: turn this on together with an ephemeral-storage quota there.
-REQUEST_EPHEMERAL_STORAGE = False
+# only where the disk fits. Kueue admits only resources its ClusterQueue covers ("resource
+# ephemeral-storage unavailable in ClusterQueue", kubernetes-sigs/kueue#4848, and the real Kueue
+# v0.17.1 in tests/test_real_conformance.py): infra/cluster/k8s/kueue.yaml covers it on cpu-np
+# (CPU_NP_EPHEMERAL_STORAGE). A resource belongs to one resource group, and the TPU group's flavors
+# are the TPU pools, so a TPU-placed Job does not request it.
+REQUEST_EPHEMERAL_STORAGE = True
 
 
 def stage_env(req: Request, stage: Stage, revision: str, pinned_uri: str) -> list[dict[str, Any]]:
@@ -105,8 +106,6 @@ def stage_job(
     else:
         hosts = tpu.SHAPES[req.tpu.type].hosts
         container["resources"] = {"limits": dict(TPU_CHIPS_PER_POD)}
-        if disk_request:
-            container["resources"]["requests"] = disk_request
         pod_spec.update(
             {
                 "hostNetwork": True,
