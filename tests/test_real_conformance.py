@@ -26,6 +26,7 @@ from rlpipe.local.controlplane.kubelet import SIGTERM_EXIT, Outcome, PodPlayer
 from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator, Timing
+from rlpipe.local.simulator.pods import DISRUPTIONS
 from tests.conftest import Buckets
 from tests.harness.patience import wait_until
 from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
@@ -636,5 +637,99 @@ def test_a_spot_reclaim_runs_on_spot_nodes_and_is_preempted_on_both_clusters(
     ]
     reclaimed = [p for p in workers if p["status"].get("reason") == "Terminated"]
     assert reclaimed and reclaimed[0]["status"]["phase"] == "Failed"  # failed in place, not deleted
+    for verdict in (on_double, on_real):
+        assert (verdict.phase, verdict.failure_class) == ("failed", FailureClass.PREEMPTED), verdict.reason
+
+
+# ---- disruptions the real control plane itself writes -------------------------------------------
+
+
+def _evict(plane: ControlPlane, pod: str) -> None:
+    """The Eviction API (what `kubectl drain` and the cluster autoscaler call): the API server
+    writes the DisruptionTarget condition itself, then deletes the pod gracefully."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(plane.api_client())
+    core.create_namespaced_pod_eviction(
+        pod, NS, {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NS}}
+    )
+
+
+@contextlib.contextmanager
+def _no_execute(plane: ControlPlane, node: str) -> Iterator[None]:
+    """A NoExecute taint on the pod's node (a node being repaired or drained by GKE): the real
+    taint-eviction controller deletes the pods that do not tolerate it."""
+    plane.kubectl("taint", "node", node, "rlpipe.dev/test-repair=true:NoExecute")
+    try:
+        yield
+    finally:
+        plane.kubectl("taint", "node", node, "rlpipe.dev/test-repair=true:NoExecute-")
+
+
+@pytest.mark.parametrize(
+    ("by", "reason"), [("eviction-api", "EvictionByEvictionAPI"), ("taint", "DeletionByTaintManager")]
+)
+def test_a_disruption_the_real_control_plane_writes_is_preempted_as_the_double_plays_it(
+    by: str,
+    reason: str,
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """Here the pod player writes no condition: the API server's eviction subresource or the
+    controller manager's taint-eviction controller does, and deletes the pod; the container's
+    SIGTERM exit and the Job's ``podFailurePolicy`` follow. The double plays the same reason from
+    its fault; both must say ``preempted``, and the real pod must carry the reason the double
+    writes."""
+    on_double = _on_double(
+        kube, simulate, render(buckets, "convert", run_id=f"rdbl{by[:6]}"), f"convert:preempt:{by}"
+    )
+
+    real = render(buckets, "convert", run_id=f"rreal{by[:6]}")
+    name = real["metadata"]["name"]
+    client = _real_client(real_cluster)
+    with PodPlayer(
+        real_cluster.kubeconfig(), nodes, lambda pod: Outcome(exit_code=None, terminating_seconds=1.0)
+    ):
+        client.apply(real)
+        try:
+
+            def running_pod() -> dict[str, Any] | None:
+                pods = json.loads(
+                    real_cluster.kubectl("get", "pods", "-n", NS, "-l", f"job-name={name}", "-o", "json")
+                )["items"]
+                return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+
+            pod = wait_until(running_pod, 10, what="the conversion pod running")
+            disrupt = (
+                _no_execute(real_cluster, pod["spec"]["nodeName"])
+                if by == "taint"
+                else contextlib.nullcontext(_evict(real_cluster, pod["metadata"]["name"]))
+            )
+            with disrupt:
+
+                def conditioned() -> dict[str, Any] | None:
+                    got = json.loads(
+                        real_cluster.kubectl("get", "pods", "-n", NS, "-l", f"job-name={name}", "-o", "json")
+                    )["items"]
+                    return next(
+                        (
+                            c
+                            for p in got
+                            for c in p["status"].get("conditions", [])
+                            if c["type"] == "DisruptionTarget"
+                        ),
+                        None,
+                    )
+
+                condition = wait_until(conditioned, 10, what="a DisruptionTarget condition")
+                on_real = _settled(lambda: client.status(name, kind="Job"))
+        finally:
+            with contextlib.suppress(Exception):
+                client.delete("Job", name)
+    assert condition["reason"] == reason, condition
+    assert condition["message"] == DISRUPTIONS[reason][0]  # the double words it as the real one
     for verdict in (on_double, on_real):
         assert (verdict.phase, verdict.failure_class) == ("failed", FailureClass.PREEMPTED), verdict.reason
