@@ -34,7 +34,7 @@ components:
 # `make test` builds them where Go is installed; elsewhere their tests skip, naming `make components`.
 components-if-go:
 	@if command -v go >/dev/null 2>&1; then components/build.sh; \
-	else echo "no Go toolchain: the real-control-plane tests will skip (see make components)"; fi
+	else echo "no Go toolchain: the real control plane cannot be built here; its tests skip (see make components)"; fi
 
 # Static infrastructure checkers, isolated: checkov pins many packages of its own.
 $(TOOLS_STAMP):
@@ -69,10 +69,13 @@ test-fast: $(STAMP) $(TOOLS_STAMP)
 
 SCENARIO ?=
 EVENTS ?= auto
+CLUSTER ?= double
 
-# The whole pipeline on this machine (simulated cluster): `make demo SCENARIO=preempt` shows a resume.
-demo: $(STAMP)
-	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)"
+# The whole pipeline on this machine: `make demo SCENARIO=preempt` shows a resume (simulated cluster);
+# `make demo CLUSTER=real` runs it on the real control plane, built first where Go is installed
+# (without Go or the binaries it stops at once, naming `make components`).
+demo: $(STAMP) $(if $(filter real,$(CLUSTER)),components-if-go)
+	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)" --cluster "$(CLUSTER)"
 
 # Benchmarks (figures next to same-run baselines) → bench/RESULTS.md; see bench/README.md.
 BENCH_ARGS ?=

@@ -1781,6 +1781,55 @@ def test_from_settings_with_a_plain_kube_url(server: KubeApiServer) -> None:
     assert "authorization" not in {k.lower() for k in cc.api_client.default_headers}
 
 
+def _kubeconfig(tmp_path: Any, server: str) -> tuple[Any, dict[str, Any]]:
+    """A kubeconfig as the real control plane writes one for the pipeline's identity."""
+    files = {name: tmp_path / name for name in ("ca.crt", "user.crt", "user.key")}
+    for path in files.values():
+        path.write_text(PEM)
+    path = tmp_path / "stage.kubeconfig"
+    cluster_entry = {"server": server, "certificate-authority": str(files["ca.crt"])}
+    user = {"client-certificate": str(files["user.crt"]), "client-key": str(files["user.key"])}
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": cluster_entry}],
+                "users": [{"name": "stage", "user": user}],
+                "contexts": [{"name": "local", "context": {"cluster": "local", "user": "stage"}}],
+                "current-context": "local",
+            }
+        )
+    )
+    return path, files
+
+
+def test_from_settings_with_a_kubeconfig_takes_its_server_ca_and_client_certificate(tmp_path: Any) -> None:
+    """The local stack's real control plane: TLS with the plane's CA and the pipeline identity's
+    client certificate, all from the kubeconfig, and no bearer token."""
+    path, files = _kubeconfig(tmp_path, "https://127.0.0.1:6443")
+    cc = ClusterClient.from_settings(Settings(kubeconfig=str(path), namespace=NS))
+    config = cc.api_client.configuration
+    assert config.host == "https://127.0.0.1:6443" and config.verify_ssl and cc.namespace == NS
+    assert (config.ssl_ca_cert, config.cert_file, config.key_file) == tuple(str(p) for p in files.values())
+    assert "authorization" not in {k.lower() for k in cc.api_client.default_headers}
+    assert not config.api_key
+
+
+def test_a_kubeconfig_wins_over_a_plain_url(server: KubeApiServer, tmp_path: Any) -> None:
+    path, _files = _kubeconfig(tmp_path, server.url)
+    settings = Settings(kubeconfig=str(path), kube_url="http://127.0.0.1:1", namespace=NS)
+    cc = ClusterClient.from_settings(settings, sleep=lambda _s: None)
+    assert cc.api_client.configuration.host == server.url
+    created = cc.apply(rendered("convert"))
+    assert cc.status(created["metadata"]["name"], kind="Job").uid == created["metadata"]["uid"]
+
+
+def test_the_kubeconfig_comes_from_rlpipe_kubeconfig(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLPIPE_KUBECONFIG", "/stack/controlplane/stage.kubeconfig")
+    assert Settings.from_env().kubeconfig == "/stack/controlplane/stage.kubeconfig"
+
+
 class FakeCredentials:
     """google.auth credentials that count refreshes instead of calling Google."""
 

@@ -98,6 +98,13 @@ def cmd_render(args: argparse.Namespace) -> int:
 # ---- commands that talk to a deployment (GCP, or the local stack when it is up) -------------------
 
 LOCAL_ROOT = Path(".rlpipe/local")
+CLUSTER_ARGUMENT: dict[str, Any] = {
+    "choices": ["double", "real"],
+    "default": "double",
+    "help": "double: the Kubernetes API double + cluster simulator (default); real: the real control "
+    "plane built by `make components` (kube-apiserver, controllers, scheduler, JobSet, Kueue) with "
+    "played nodes and programs",
+}
 
 
 def _settings() -> Any:
@@ -111,6 +118,11 @@ def _settings() -> Any:
     if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():
         os.environ.update(StackState.load(path).env)
     return Settings.from_env()
+
+
+def _local_cluster(settings: Any) -> str:
+    """Which cluster a local stack runs on: only the real control plane is reached by kubeconfig."""
+    return "real" if settings.kubeconfig else "double"
 
 
 def _ledger(settings: Any) -> Any:
@@ -160,7 +172,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from rlpipe.cli.watch import summary
 
-    print(summary(record, simulated=settings.local))
+    print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
     for what, url in links.items():
         print(f"  {what:<19} {url}")
     if not record.terminal:
@@ -219,11 +231,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from rlpipe.cli.watch import summary, watch
 
     settings = _settings()
-    record = watch(_ledger(settings), args.run, timeout=args.timeout, simulated=settings.local)
+    record = watch(
+        _ledger(settings),
+        args.run,
+        timeout=args.timeout,
+        simulated=settings.local,
+        cluster=_local_cluster(settings),
+    )
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
         return 1
-    print(summary(record, simulated=settings.local))
+    print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
     return 0 if record.state == "succeeded" else 1
 
 
@@ -242,8 +260,9 @@ def cmd_local(args: argparse.Namespace) -> int:
             return 1
         state = stack.StackState.load(path)
         alive = stack.health(state)
+        width = max(map(len, alive), default=0) + 2
         for name, ok in alive.items():
-            print(f"{name:<24}{'up' if ok else 'DOWN'}")
+            print(f"{name:<{width}}{'up' if ok else 'DOWN'}")
         _print_endpoints(state)
         return 0 if all(alive.values()) else 1
     config = stack.StackConfig(
@@ -254,12 +273,17 @@ def cmd_local(args: argparse.Namespace) -> int:
         scenario_file=args.scenario,
         faults=list(args.fault or []),
         detached=not args.foreground,
+        cluster=args.cluster,
     )
     if stack.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
         return 1
     local = stack.LocalStack(config)
-    state = local.start()
+    try:
+        state = local.start()
+    except (RuntimeError, ValueError) as exc:
+        print(f"rlpipe local up: {exc}", file=sys.stderr)
+        return 1
     _print_endpoints(state)
     print(f"logs: {local.logs}   stop with: rlpipe local down")
     if not args.foreground:
@@ -288,7 +312,9 @@ def _print_endpoints(state: Any) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rlpipe.cli.demo import run_demo
 
-    return run_demo(scenario=args.scenario, events=args.events, example=Path(args.example))
+    return run_demo(
+        scenario=args.scenario, events=args.events, example=Path(args.example), cluster=args.cluster
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -340,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=24 * 3600)
     p.set_defaults(func=cmd_watch)
 
-    p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated cluster)")
+    p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated or real cluster)")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--root", default=str(LOCAL_ROOT), help="state and logs directory (default .rlpipe/local)")
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
@@ -349,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", help="fault scenario file (YAML/JSON)")
     p.add_argument("--fault", action="append", help="fault as stage[:attempt]:fault, e.g. train:1:preempt@30")
     p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
+    p.add_argument("--cluster", **CLUSTER_ARGUMENT)
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser(
@@ -357,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="", help="'' (happy path), preempt, or a scenario file")
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
     p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
+    p.add_argument("--cluster", **CLUSTER_ARGUMENT)
     p.set_defaults(func=cmd_demo)
 
     from rlpipe.cli import upstream as cli_upstream

@@ -31,7 +31,7 @@ def _fmt_seconds(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
 
 
-def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
+def render_view(record: RunRecord, *, simulated: bool = False, cluster: str | None = None) -> Group:
     info = describe(record)
     title = Text.assemble(
         ("run ", "bold"),
@@ -63,7 +63,14 @@ def render_view(record: RunRecord, *, simulated: bool = False) -> Group:
                 style="red",
             )
         )
-    if simulated:
+    if simulated and cluster == "real":
+        parts.append(
+            Text(
+                "REAL Kubernetes control plane; nodes, containers and the TPU are PLAYED (local stack)",
+                style="dim",
+            )
+        )
+    elif simulated:
         parts.append(Text("cluster and TPU are SIMULATED (local stack)", style="dim"))
     return Group(*parts)
 
@@ -82,7 +89,9 @@ def _reward_text(progress: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def summary(record: RunRecord, *, simulated: bool = False) -> str:
+def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None = None) -> str:
+    """What a finished run did; on the local stack (``simulated``) also which cluster ran it:
+    ``double`` (the default) or ``real`` (the real control plane)."""
     info = describe(record)
     lines = [f"run {record.run_id}: {record.state}"]
     for row in info["stages"]:
@@ -134,9 +143,17 @@ def summary(record: RunRecord, *, simulated: bool = False) -> str:
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
     if simulated:
+        from rlpipe.local.stack import describe_cluster
+
+        lines.append(f"  cluster     {describe_cluster(cluster or 'double')}")
+        what = (
+            "the Kubernetes control plane, JobSet and Kueue were REAL; the nodes, the containers and the "
+            "TPU slice were PLAYED"
+            if cluster == "real"
+            else "the cluster and the TPU slice were SIMULATED"
+        )
         lines.append(
-            "  note        the cluster and the TPU slice were SIMULATED; GCS, events, functions and "
-            "the workflow engine ran for real on this machine"
+            f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine"
         )
     return "\n".join(lines)
 
@@ -148,6 +165,7 @@ def watch(
     timeout: float = 3600,
     interval: float = 0.5,
     simulated: bool = False,
+    cluster: str | None = None,
     console: Console | None = None,
     on_tick: Callable[[RunRecord | None], None] | None = None,
 ) -> RunRecord | None:
@@ -163,7 +181,7 @@ def watch(
             if record is None:
                 live.update(Text(f"waiting for run {run_id} to be accepted…", style="dim"))
             else:
-                live.update(render_view(record, simulated=simulated))
+                live.update(render_view(record, simulated=simulated, cluster=cluster))
                 if record.terminal:
                     break
             time.sleep(interval)

@@ -58,6 +58,8 @@ class ConnectionSettings(Protocol):
     @property
     def kube_url(self) -> str: ...
     @property
+    def kubeconfig(self) -> str: ...
+    @property
     def gke_endpoint(self) -> str: ...
     @property
     def gke_ca_cert(self) -> str: ...
@@ -152,16 +154,22 @@ class KubeTransport:
 
     @classmethod
     def from_settings(cls, settings: ConnectionSettings, **kwargs: Any) -> Self:
-        """The local stack's plain URL (no auth), else GKE: ``https://<gke_endpoint>``, the cluster
+        """A kubeconfig file (the local stack's real control plane: its CA and a client certificate),
+        else the local stack's plain URL (no auth), else GKE: ``https://<gke_endpoint>``, the cluster
         CA, and a Google access token (Application Default Credentials) refreshed as it expires."""
         from kubernetes import client
 
+        if settings.kubeconfig:
+            from kubernetes import config as kube_config
+
+            api_client = kube_config.new_client_from_config(config_file=settings.kubeconfig)
+            return cls(api_client, settings.namespace, **kwargs)
         if settings.kube_url:
             config = client.Configuration(host=settings.kube_url.rstrip("/"))
             return cls(client.ApiClient(config), settings.namespace, **kwargs)
         if not settings.gke_endpoint:
             raise PermanentFailure(
-                "no cluster configured: set RLPIPE_KUBE_URL (local) or "
+                "no cluster configured: set RLPIPE_KUBECONFIG or RLPIPE_KUBE_URL (local) or "
                 "RLPIPE_GKE_ENDPOINT and RLPIPE_GKE_CA_CERT (GKE)"
             )
         import google.auth

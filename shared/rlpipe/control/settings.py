@@ -56,6 +56,9 @@ class Settings:
     status_topic: str = ""  # default notification topic (a request's `notify` overrides it)
     requests_topic: str = "rlpipe-requests"
     kube_url: str = ""  # plain URL of a local API server; empty = GKE from gke_endpoint
+    # A kubeconfig file (the local stack's real control plane: TLS, and the pipeline identity's
+    # client certificate); it takes precedence over kube_url and the GKE endpoint.
+    kubeconfig: str = ""
     gke_endpoint: str = ""
     gke_ca_cert: str = ""  # path to the cluster CA (PEM)
     namespace: str = "rlpipe"
@@ -90,6 +93,7 @@ class Settings:
             status_topic=_env("STATUS_TOPIC"),
             requests_topic=_env("REQUESTS_TOPIC", cls.requests_topic),
             kube_url=_env("KUBE_URL"),
+            kubeconfig=_env("KUBECONFIG"),
             gke_endpoint=_env("GKE_ENDPOINT"),
             gke_ca_cert=_env("GKE_CA_CERT"),
             namespace=_env("NAMESPACE", cls.namespace),

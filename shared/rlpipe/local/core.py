@@ -1,5 +1,6 @@
-"""The local stack's Python-side stand-ins, in one process: Kubernetes API double + cluster simulator,
-the Workflows engine (Executions gRPC + callback HTTP), the Hub double, and the Eventarc shim.
+"""The local stack's Python-side stand-ins, in one process: the cluster (the Kubernetes API double +
+cluster simulator, or the real control plane with its pod player: ``rlpipe.local.clusters``), the
+Workflows engine (Executions gRPC + callback HTTP), the Hub double, and the Eventarc shim.
 
 Started by ``LocalStack`` as ``python -m rlpipe.local.core CONFIG.json``; runs until SIGTERM.
 """
@@ -19,32 +20,13 @@ from rlpipe.control.logs import Logger
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _load_scenario(config: dict[str, Any]) -> Any:
-    from rlpipe.local.simulator import Scenario
-
-    scenario = Scenario.load(config["scenario_file"]) if config.get("scenario_file") else Scenario()
-    if config.get("faults"):
-        extra = Scenario.from_strings(config["faults"])
-        scenario = Scenario.from_document(
-            {"faults": [*scenario.to_document()["faults"], *extra.to_document()["faults"]]}
-        )
-    return scenario
-
-
-TIMINGS = ("demo", "fast", "zero")
-
-
-def _timing(name: str) -> Any:
-    from rlpipe.local.simulator import Timing
-
-    return {"zero": Timing.zero, "fast": Timing.fast}.get(name, Timing)()
-
-
-def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
-    """Loopback control API for tests and benchmarks: swap the fault scenario, list workloads."""
+def _control_server(port: int, cluster: Any, hub: Any) -> Any:
+    """Loopback control API for tests and benchmarks: swap the fault scenario (the double's), switch
+    the programs' timing, push a release to the Hub double, list workloads."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from rlpipe.local.simulator import Scenario, ScenarioError
+    from rlpipe.local.clusters import TIMINGS, timing
+    from rlpipe.local.simulator import ScenarioError
 
     class Handler(BaseHTTPRequestHandler):
         def _reply(self, status: int, body: Any) -> None:
@@ -55,6 +37,9 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
             self.end_headers()
             self.wfile.write(data)
 
+        def _body(self) -> Any:
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+
         def do_PUT(self) -> None:
             if self.path == "/timing":
                 self._put_timing()
@@ -62,27 +47,21 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
             if self.path != "/scenario":
                 self._reply(404, {"error": "unknown path"})
                 return
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             try:
-                simulator.set_scenario(
-                    Scenario.from_document(json.loads(body or b"{}"), source="PUT /scenario")
-                )
+                self._reply(200, cluster.set_scenario(self._body(), "PUT /scenario"))
             except (ScenarioError, ValueError) as exc:
                 self._reply(400, {"error": str(exc)})
-                return
-            self._reply(200, simulator.scenario.to_document())
 
         def _put_timing(self) -> None:
-            """Switch the simulated durations for workloads created from now on: one long-lived
+            """Switch the programs' durations for workloads created from now on: one long-lived
             stack runs most tests at ``fast`` and those about timing at ``demo``."""
-            name = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}").get(
-                "timing"
-            )
+            name = self._body().get("timing")
             if name not in TIMINGS:
                 self._reply(400, {"error": f"timing must be one of {sorted(TIMINGS)}, not {name!r}"})
                 return
-            simulator.env.timing = _timing(name)
-            self._reply(200, {"timing": name, "scale": simulator.env.timing.scale})
+            value = timing(name)
+            cluster.set_timing(value)
+            self._reply(200, {"timing": name, "scale": value.scale})
 
         def do_POST(self) -> None:
             if self.path != "/hub/release":
@@ -92,7 +71,7 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
 
             from rlpipe.local.hub import model_files
 
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            body = self._body()
             repo = body.get("repo", "")
             if repo not in hub.repos:
                 self._reply(404, {"error": f"no repo {repo!r} in the Hub double"})
@@ -106,15 +85,9 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
 
         def do_GET(self) -> None:
             if self.path == "/scenario":
-                self._reply(200, simulator.scenario.to_document())
+                self._reply(200, cluster.scenario())
             elif self.path == "/workloads":
-                names = [
-                    o["metadata"]["name"]
-                    for r in ("jobs", "jobsets")
-                    for o in kube.list(r)
-                    if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})
-                ]
-                self._reply(200, {"workloads": names})
+                self._reply(200, {"workloads": cluster.workloads()})
             else:
                 self._reply(404, {"error": "unknown path"})
 
@@ -126,36 +99,11 @@ def _control_server(port: int, simulator: Any, kube: Any, hub: Any) -> Any:
     return server
 
 
-# The Secrets an operator creates before the first run (docs/deploy.md): the read token every stage
-# uses, and the publish stage's own write token. The Hub double accepts any token it has not
-# revoked or marked read-only.
-LOCAL_HUB_SECRETS = {"hf-token": "local-read-token", "hf-write-token": "local-write-token"}
-
-
-def _create_hub_secrets(kube: Any, config: dict[str, Any]) -> None:
-    import base64
-
-    for name, value in LOCAL_HUB_SECRETS.items():
-        data = {"token": base64.b64encode(value.encode()).decode()}
-        kube.create(
-            "secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name},
-                "type": "Opaque",
-                "data": data,
-            },
-            namespace=config.get("namespace", "rlpipe"),
-        )
-
-
 def run(config: dict[str, Any]) -> None:
     from rlpipe.control.blobstore import make_client
+    from rlpipe.local import clusters
     from rlpipe.local.hub import HubDouble
-    from rlpipe.local.kube_api import KubeApiServer
     from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes
-    from rlpipe.local.simulator import ClusterSimulator
     from rlpipe.local.workflows import LocalWorkflows
 
     log = Logger("local-core")
@@ -168,18 +116,11 @@ def run(config: dict[str, Any]) -> None:
     for repo in config.get("hub_repos", []):
         hub.add_repo(repo)
 
-    kube = KubeApiServer(port=config["kube_port"])
-    kube.start()
-    _create_hub_secrets(kube, config)
-    scenario = _load_scenario(config)
-    simulator = ClusterSimulator(
-        kube,
-        storage,
-        scenario=scenario,
-        timing=_timing(config.get("timing", "demo")),
-        hub_url=f"http://127.0.0.1:{config['hub_port']}",
-    )
-    simulator.start()
+    try:
+        cluster = clusters.start(config, storage, hub.url)
+    except BaseException:
+        hub.stop()
+        raise
 
     workflow = Path(config.get("workflow_file") or ROOT / "workflows" / "pipeline.yaml").read_text()
     env = {"RLPIPE_STAGE_URL": config["stage_url"]}
@@ -194,7 +135,7 @@ def run(config: dict[str, Any]) -> None:
     ).start()
 
     def dropped(bucket: str, name: str) -> bool:
-        return bool(simulator.drops_event(name, bucket))
+        return cluster.drops_event(bucket, name)
 
     # As in production: the requests and artifacts buckets trigger functions; the state bucket
     # (ledgers, READY.json, upstream state) has no trigger, the control plane's writes wake nothing.
@@ -213,31 +154,34 @@ def run(config: dict[str, Any]) -> None:
     else:
         shim = BucketWatcher(storage, routes, log).start()
 
-    control = _control_server(config["control_port"], simulator, kube, hub)
+    control = _control_server(config["control_port"], cluster, hub)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    Path(config["ready_file"]).write_text(
+    # Written whole, then renamed: the stack reads it as soon as the name exists.
+    ready = Path(config["ready_file"])
+    ready.with_suffix(".tmp").write_text(
         json.dumps(
             {
-                "kube": kube.url,
+                **cluster.ready(),
                 "grpc": workflows.grpc_target,
                 "callbacks": workflows.callback_base_url,
                 "hub": hub.url,
             }
         )
     )
+    ready.with_suffix(".tmp").replace(ready)
     log.info(
         "local core ready",
-        kube=kube.url,
+        cluster=cluster.name,
         workflows=workflows.grpc_target,
         hub=hub.url,
         events="pubsub-emulator" if config.get("pubsub_host") else "bucket-watcher",
     )
     stop.wait()
     control.shutdown()
-    for component in (shim, workflows, simulator, kube, hub):
+    for component in (shim, workflows, cluster, hub):
         try:
             component.stop()
         except Exception as exc:  # keep stopping the rest

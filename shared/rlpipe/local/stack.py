@@ -4,7 +4,12 @@ Every component listens on a free loopback port and is its own process group, so
 health-checked and stopped reliably (``down`` works from another shell through the state file):
 
     fake-gcs-server ─(notifications)→ Pub/Sub emulator ─→ shim ─(CloudEvents)→ functions-framework × 4
-    functions → Workflows engine (gRPC) → stage → Kubernetes API double + simulator (TPU simulated)
+    functions → Workflows engine (gRPC) → stage → the cluster
+
+The cluster is the Kubernetes API double + simulator (``cluster="double"``, the default: TPU
+simulated), or the real control plane (``cluster="real"``: kube-apiserver, controllers, scheduler,
+JobSet and Kueue built by ``make components``, with played nodes, containers and programs), which
+the functions reach as the pipeline's identity through ``RLPIPE_KUBECONFIG``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import requests
 
 from rlpipe.local import pubsub
+from rlpipe.local.clusters import CLUSTERS, NO_FAULTS
 from rlpipe.local.gcs import FakeGcs
 from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready, stop_all
@@ -36,6 +42,11 @@ FUNCTIONS: dict[str, str] = {
     "upstream_webhook": "http",
 }
 DEMO_REPOS = ("google/gemma-4-26b-a4b-it",)
+# How long the core may take to be ready: the double starts in seconds; the real plane installs
+# its CRDs and webhooks, the deploy's objects and the nodes (about 30 s idle, minutes under load).
+CORE_READY_SECONDS = {"double": 60.0, "real": 600.0}
+# The core's control API (timing, Hub releases, workloads; faults on the double only), by cluster.
+CONTROL = {"double": "simulator control", "real": "stack control"}
 
 
 @dataclass
@@ -56,6 +67,7 @@ class StackConfig:
     scenario_file: str | None = None
     faults: list[str] = field(default_factory=list)
     detached: bool = False  # `rlpipe local up`: the components outlive the command that started them
+    cluster: str = "double"  # double (API double + simulator) | real (the real control plane)
 
 
 @dataclass
@@ -68,6 +80,7 @@ class StackState:
     env: dict[str, str]
     events: str
     events_note: str
+    cluster: str = "double"
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
@@ -79,6 +92,20 @@ class StackState:
 
 def state_path(root: Path) -> Path:
     return root / "state.json"
+
+
+def describe_cluster(cluster: str) -> str:
+    """Which cluster a stack runs on, in one line: every demo and local summary prints it."""
+    if cluster == "real":
+        from rlpipe.local.controlplane import components
+
+        v = components.versions()
+        return (
+            f"real: Kubernetes {v['KUBERNETES_VERSION']} (kube-apiserver, etcd {v['ETCD_VERSION']}, "
+            f"controller manager, scheduler), JobSet {v['JOBSET_VERSION']}, Kueue {v['KUEUE_VERSION']}, "
+            "built by `make components`; nodes, containers, MaxText and the TPU are PLAYED"
+        )
+    return "double: the Kubernetes API double + cluster simulator (controllers, Kueue, nodes and the TPU SIMULATED)"
 
 
 class LocalStack:
@@ -103,7 +130,9 @@ class LocalStack:
 
     def _start(self) -> StackState:
         c = self.config
+        self._check_cluster()
         self.logs.mkdir(parents=True, exist_ok=True)
+        self.say(f"[local] cluster: {describe_cluster(c.cluster)}")
         use_pubsub, note = self._events_mode()
         self.say(f"[local] events: {note}")
         if use_pubsub:
@@ -147,6 +176,9 @@ class LocalStack:
             "scenario_file": c.scenario_file,
             "faults": list(c.faults),
             "ready_file": str(self.root / "core.ready"),
+            "cluster": c.cluster,
+            "cluster_root": str(self.root / "controlplane"),
+            "logs": str(self.logs),
         }
         (self.root / "core.ready").unlink(missing_ok=True)
         (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
@@ -159,10 +191,9 @@ class LocalStack:
             die_with_parent=not c.detached,
         ).start()
         self.children["core"] = core
-        core.wait_ready(lambda: (self.root / "core.ready").exists(), timeout=60)
-        self.say(
-            f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on 127.0.0.1:{ports['kube']}"
-        )
+        core.wait_ready(lambda: (self.root / "core.ready").exists(), timeout=CORE_READY_SECONDS[c.cluster])
+        ready = json.loads((self.root / "core.ready").read_text())
+        cluster_endpoints = self._cluster_endpoints(ready, env)
         self.say(f"[local] Workflows engine on 127.0.0.1:{ports['grpc']}")
 
         for name, signature in FUNCTIONS.items():
@@ -198,20 +229,22 @@ class LocalStack:
         endpoints = {
             "fake-gcs-server": self.gcs.url,
             "pubsub-emulator": self.pubsub.host if self.pubsub else "(none: bucket watcher)",
-            "kubernetes-api (simulated cluster)": f"http://127.0.0.1:{ports['kube']}",
+            **cluster_endpoints,
             "workflows (gRPC)": f"127.0.0.1:{ports['grpc']}",
             "workflows callbacks": f"http://127.0.0.1:{ports['callback']}",
             "hub double": f"http://127.0.0.1:{ports['hub']}",
-            "simulator control": f"http://127.0.0.1:{ports['control']}",
+            CONTROL[c.cluster]: f"http://127.0.0.1:{ports['control']}",
             **{f"function {n}": u for n, u in function_urls.items()},
         }
+        pids = {name: child.proc.pid for name, child in self.children.items() if child.proc}
         self.state = StackState(
             root=str(self.root),
-            pids={name: child.proc.pid for name, child in self.children.items() if child.proc},
+            pids={**pids, **ready.get("pids", {})},
             endpoints=endpoints,
             env=env,
             events="pubsub" if use_pubsub else "watcher",
             events_note=note,
+            cluster=c.cluster,
         )
         self.state.save(state_path(self.root))
         return self.state
@@ -219,7 +252,7 @@ class LocalStack:
     def set_faults(self, faults: list[str | dict[str, Any]]) -> dict[str, Any]:
         """Replace the simulator's faults for workloads created from now on."""
         assert self.state is not None
-        url = self.state.endpoints["simulator control"] + "/scenario"
+        url = self._control() + "/scenario"
         response = requests.put(url, json={"faults": faults}, timeout=10)
         if response.status_code != 200:
             raise ValueError(response.json().get("error", response.text))
@@ -228,7 +261,7 @@ class LocalStack:
     def set_timing(self, timing: str) -> None:
         """Simulated durations for workloads created from now on: ``demo``, ``fast`` or ``zero``."""
         assert self.state is not None
-        url = self.state.endpoints["simulator control"] + "/timing"
+        url = self._control() + "/timing"
         response = requests.put(url, json={"timing": timing}, timeout=10)
         if response.status_code != 200:
             raise ValueError(response.json().get("error", response.text))
@@ -236,11 +269,19 @@ class LocalStack:
     def hub_release(self, repo: str) -> dict[str, Any]:
         """Push new weights to a repo of the Hub double (an upstream release)."""
         assert self.state is not None
-        response = requests.post(
-            self.state.endpoints["simulator control"] + "/hub/release", json={"repo": repo}, timeout=10
-        )
+        response = requests.post(self._control() + "/hub/release", json={"repo": repo}, timeout=10)
         response.raise_for_status()
         return dict(response.json())
+
+    def workloads(self) -> list[str]:
+        """The pipeline's Jobs and JobSets in the cluster, by name."""
+        response = requests.get(self._control() + "/workloads", timeout=30)
+        response.raise_for_status()
+        return list(response.json()["workloads"])
+
+    def _control(self) -> str:
+        assert self.state is not None
+        return self.state.endpoints[CONTROL[self.state.cluster]]
 
     def upstream_tick(self) -> int:
         """What Cloud Scheduler does every 10 minutes: a Pub/Sub tick to ``upstream_poll``."""
@@ -270,6 +311,37 @@ class LocalStack:
         self.stop()
 
     # ---- pieces ---------------------------------------------------------------------------------
+
+    def _check_cluster(self) -> None:
+        """Refuse what cannot work before anything starts, with what to do about it."""
+        c = self.config
+        if c.cluster not in CLUSTERS:
+            raise ValueError(f"cluster must be one of {CLUSTERS}, not {c.cluster!r}")
+        if c.cluster != "real":
+            return
+        from rlpipe.local.controlplane import missing_reason
+
+        reason = missing_reason()
+        if reason:
+            raise RuntimeError(f"the real control plane cannot start: {reason}")
+        if c.faults or c.scenario_file:
+            raise ValueError(NO_FAULTS)
+
+    def _cluster_endpoints(self, ready: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+        """The functions' way into the cluster, and the endpoints to show: plain HTTP to the double;
+        on the real plane the pipeline's identity's kubeconfig (TLS and a client certificate)."""
+        if ready.get("cluster") != "real":
+            self.say(f"[local] Kubernetes API double + cluster simulator (SIMULATED TPU) on {ready['kube']}")
+            return {"kubernetes-api (simulated cluster)": ready["kube"]}
+        env.update(RLPIPE_KUBE_URL="", RLPIPE_KUBECONFIG=ready["kubeconfig"])
+        self.say(
+            f"[local] real Kubernetes control plane on {ready['kube']} (nodes, containers and MaxText PLAYED)"
+        )
+        return {
+            "kubernetes-api (real control plane)": ready["kube"],
+            "kubeconfig (pipeline identity)": ready["kubeconfig"],
+            "kubeconfig (admin)": ready["admin_kubeconfig"],
+        }
 
     def _events_mode(self) -> tuple[bool, str]:
         reason = pubsub.unavailable_reason()
@@ -325,6 +397,7 @@ class LocalStack:
             "RLPIPE_STATE_BUCKET": c.state_bucket,
             "RLPIPE_WORKFLOWS_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
             "RLPIPE_KUBE_URL": f"http://127.0.0.1:{ports['kube']}",
+            "RLPIPE_KUBECONFIG": "",  # the real plane's way in (set once it is up); never inherited
             "RLPIPE_CALLBACK_TIMEOUT_SECONDS": str(c.poll_seconds),
             "RLPIPE_REQUESTS_TOPIC": c.requests_topic,
             "RLPIPE_LOCAL": "1",

@@ -1,0 +1,183 @@
+"""The two clusters the local stack runs on, behind the few calls its core and control API make.
+
+``double`` (the default): the Kubernetes API double and the cluster simulator, in the core's own
+process; it plays the controllers, Kueue, the nodes and the programs, and injects faults.
+``real``: the real control plane (``rlpipe.local.controlplane.local_cluster``): the real API
+server, controllers, scheduler, JobSet and Kueue; only nodes, containers and programs are played,
+and it injects no faults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlpipe.local.simulator.timing import Timing
+
+CLUSTERS = ("double", "real")
+TIMINGS = ("demo", "fast", "zero")
+# The Secrets an operator creates before the first run (docs/deploy.md): the read token every stage
+# uses, and the publish stage's own write token. The Hub double accepts any token it has not
+# revoked or marked read-only.
+LOCAL_HUB_SECRETS = {"hf-token": "local-read-token", "hf-write-token": "local-write-token"}
+
+
+def timing(name: str) -> Timing:
+    """Durations by name: ``demo`` (a run in seconds), ``fast`` (tests), ``zero`` (benchmarks)."""
+    if name not in TIMINGS:
+        raise ValueError(f"timing must be one of {sorted(TIMINGS)}, not {name!r}")
+    return {"zero": Timing.zero, "fast": Timing.fast}.get(name, Timing)()
+
+
+class NoFaults(ValueError):
+    """Faults are the simulator's: the real control plane plays none."""
+
+
+class StackCluster(Protocol):
+    """What the core and its control API need of a cluster."""
+
+    name: str
+
+    def ready(self) -> dict[str, Any]: ...
+    def workloads(self) -> list[str]: ...
+    def set_timing(self, timing: Timing) -> None: ...
+    def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]: ...
+    def scenario(self) -> dict[str, Any]: ...
+    def drops_event(self, bucket: str, name: str) -> bool: ...
+    def stop(self) -> None: ...
+
+
+class DoubleCluster:
+    """The Kubernetes API double and the cluster simulator (everything simulated, and labelled so)."""
+
+    name = "double"
+
+    def __init__(self, config: dict[str, Any], storage: Any, hub_url: str) -> None:
+        from rlpipe.local.controlplane.deploy import secret_documents
+        from rlpipe.local.kube_api import KubeApiServer
+        from rlpipe.local.simulator import ClusterSimulator
+
+        self.kube = KubeApiServer(port=config["kube_port"])
+        self.kube.start()
+        for secret in secret_documents(LOCAL_HUB_SECRETS, config.get("namespace", "rlpipe")):
+            self.kube.create("secrets", secret, namespace=secret["metadata"]["namespace"])
+        self.simulator = ClusterSimulator(
+            self.kube,
+            storage,
+            scenario=_scenario(config),
+            timing=timing(config.get("timing", "demo")),
+            hub_url=hub_url,
+        )
+        self.simulator.start()
+
+    def ready(self) -> dict[str, Any]:
+        return {"cluster": self.name, "kube": self.kube.url}
+
+    def workloads(self) -> list[str]:
+        return [
+            o["metadata"]["name"]
+            for r in ("jobs", "jobsets")
+            for o in self.kube.list(r)
+            if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})
+        ]
+
+    def set_timing(self, value: Timing) -> None:
+        self.simulator.env.timing = value
+
+    def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]:
+        from rlpipe.local.simulator import Scenario
+
+        self.simulator.set_scenario(Scenario.from_document(document, source=source))
+        return self.scenario()
+
+    def scenario(self) -> dict[str, Any]:
+        return dict(self.simulator.scenario.to_document())
+
+    def drops_event(self, bucket: str, name: str) -> bool:
+        return bool(self.simulator.drops_event(name, bucket))
+
+    def stop(self) -> None:
+        self.simulator.stop()
+        self.kube.stop()
+
+
+class RealStackCluster:
+    """The real control plane, deployed, with played nodes and programs (no faults)."""
+
+    name = "real"
+
+    def __init__(self, config: dict[str, Any], storage: Any, hub_url: str) -> None:
+        from rlpipe.local.controlplane.local_cluster import RealCluster
+
+        if config.get("faults") or config.get("scenario_file"):
+            raise NoFaults(NO_FAULTS)
+        self.cluster = RealCluster(
+            Path(config["cluster_root"]),
+            Path(config["logs"]),
+            storage_client=storage,
+            timing=timing(config.get("timing", "demo")),
+            hub_url=hub_url,
+            secrets=LOCAL_HUB_SECRETS,
+            say=lambda text: print(text, flush=True),
+        ).start()
+
+    def ready(self) -> dict[str, Any]:
+        plane = self.cluster.plane
+        assert plane is not None
+        pids = {f"controlplane {n}": c.proc.pid for n, c in plane.children.items() if c.proc is not None}
+        return {
+            "cluster": self.name,
+            "kube": self.cluster.url,
+            "kubeconfig": str(self.cluster.stage_kubeconfig),
+            "admin_kubeconfig": str(plane.kubeconfig()),
+            "pids": pids,
+        }
+
+    def workloads(self) -> list[str]:
+        return self.cluster.workloads()
+
+    def set_timing(self, value: Timing) -> None:
+        self.cluster.set_timing(value)
+
+    def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]:
+        if document.get("faults"):
+            raise NoFaults(NO_FAULTS)
+        return self.scenario()
+
+    def scenario(self) -> dict[str, Any]:
+        return {"faults": []}
+
+    def drops_event(self, bucket: str, name: str) -> bool:
+        return False
+
+    def stop(self) -> None:
+        for error in self.cluster.errors[-20:]:  # what the pod player could not do, for the core's log
+            print(f"[controlplane] pod player: {error}", flush=True)
+        self.cluster.stop()
+
+
+NO_FAULTS = (
+    "faults are played by the cluster simulator, on the double only; the real control plane "
+    "injects none (use --cluster double)"
+)
+
+
+def start(config: dict[str, Any], storage: Any, hub_url: str) -> StackCluster:
+    kind = config.get("cluster", "double")
+    if kind == "real":
+        return RealStackCluster(config, storage, hub_url)
+    if kind == "double":
+        return DoubleCluster(config, storage, hub_url)
+    raise ValueError(f"cluster must be one of {CLUSTERS}, not {kind!r}")
+
+
+def _scenario(config: dict[str, Any]) -> Any:
+    from rlpipe.local.simulator import Scenario
+
+    scenario = Scenario.load(config["scenario_file"]) if config.get("scenario_file") else Scenario()
+    if config.get("faults"):
+        extra = Scenario.from_strings(config["faults"])
+        scenario = Scenario.from_document(
+            {"faults": [*scenario.to_document()["faults"], *extra.to_document()["faults"]]}
+        )
+    return scenario
