@@ -11,6 +11,7 @@ real ones: they react to these statuses as they would to a kubelet's.
 from __future__ import annotations
 
 import datetime
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,10 +59,10 @@ def _now() -> str:
 
 
 def _containers(pod: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
-    """Status field -> (name, image) of its containers (the client's to_dict is snake_case)."""
+    """Status field -> (name, image) of its containers."""
     spec = pod["spec"]
     return {
-        "initContainerStatuses": [(c["name"], c.get("image", "")) for c in spec.get("init_containers") or []],
+        "initContainerStatuses": [(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []],
         "containerStatuses": [(c["name"], c.get("image", "")) for c in spec.get("containers") or []],
     }
 
@@ -119,7 +120,9 @@ class PodPlayer:
 
         while not self._stop.is_set():
             try:
-                for pod in self.core.list_pod_for_all_namespaces().to_dict()["items"]:
+                # Raw JSON, in the API's own spelling: the script reads the pod as stored.
+                listed = self.core.list_pod_for_all_namespaces(_preload_content=False)
+                for pod in json.loads(listed.data)["items"]:
                     self._step(pod, time.monotonic())
             except Exception as exc:  # the API server stopping under us, a race with a deletion
                 self.errors.append(repr(exc))
@@ -127,11 +130,11 @@ class PodPlayer:
 
     def _step(self, pod: dict[str, Any], now: float) -> None:
         meta, spec, status = pod["metadata"], pod["spec"], pod.get("status") or {}
-        if spec.get("node_name") not in self.nodes:
+        if spec.get("nodeName") not in self.nodes:
             return
         uid, phase = meta["uid"], status.get("phase")
         played = self._pods.get(uid)
-        if meta.get("deletion_timestamp"):
+        if meta.get("deletionTimestamp"):
             if phase not in ("Succeeded", "Failed"):
                 if played is not None and played.sigterm_at is None:
                     played.sigterm_at = now
@@ -147,7 +150,7 @@ class PodPlayer:
         if phase in ("Succeeded", "Failed"):
             return
         if played is None:
-            played = self._pods[uid] = _Played(self.script(_camel(pod)), now)
+            played = self._pods[uid] = _Played(self.script(pod), now)
             if played.outcome.image_pull:
                 self._waiting(pod, "ErrImagePull", "failed to pull image: played by rlpipe")
             else:
@@ -264,16 +267,3 @@ class PodPlayer:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-
-
-def _camel(pod: dict[str, Any]) -> dict[str, Any]:
-    """The few fields a script reads, in the API's spelling (the client's to_dict is snake_case)."""
-    meta = pod["metadata"]
-    return {
-        "metadata": {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "labels": meta.get("labels") or {},
-        },
-        "spec": {"nodeName": pod["spec"].get("node_name")},
-    }

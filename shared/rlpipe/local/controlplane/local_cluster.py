@@ -88,7 +88,7 @@ class RealCluster:
         for name in sorted(nodes):
             core.patch_node_status(name, node_endpoint(self.endpoint.port))
         services = Services(GcsIO(self.storage_client), pod_logs, self.hub_url, SecretReader(core))
-        self.script = ProgramScript(core, services, self.initial_timing)
+        self.script = ProgramScript(services, self.initial_timing)
         self.player = PodPlayer(plane.kubeconfig(), nodes, self.script).__enter__()
         self.say(f"[controlplane] {len(nodes)} nodes (cpu-np, v6e {self.topology}); pods played")
 
