@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,31 @@ def test_the_release_is_cut_down_to_crds_and_webhooks_pointing_at_loopback() -> 
     }
     assert kept[1]["metadata"]["annotations"] == {}
     assert kept[2]["webhooks"][0]["clientConfig"]["url"] == "https://127.0.0.1:9443/validate-batch-v1-job"
+
+
+def test_the_provisioning_request_api_is_read_at_the_version_kueues_go_mod_requires() -> None:
+    """The version is not named in versions.env: Kueue's go.mod names it, so it cannot drift from
+    the API Kueue's client was built against."""
+    go_mod = (
+        "module sigs.k8s.io/kueue\n\nrequire (\n\tk8s.io/api v0.35.0\n"
+        "\tk8s.io/autoscaler/cluster-autoscaler/apis v0.0.0-20240830133931-adfbe7e45277\n)\n\n"
+        "require k8s.io/klog/v2 v2.130.1 // indirect\n"
+    )
+    module = addons.PROVISIONING_REQUEST_MODULE
+    assert addons.required_version(go_mod, module) == "v0.0.0-20240830133931-adfbe7e45277"
+    assert addons.required_version(go_mod, "k8s.io/klog/v2") == "v2.130.1"
+    with pytest.raises(LookupError):
+        addons.required_version(go_mod, "k8s.io/autoscaler")
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="reads Go's module cache: needs Go (make components)")
+def test_the_plane_serves_the_provisioning_request_crd_kueue_is_built_against() -> None:
+    """GKE serves the ProvisioningRequest API; Kueue runs its provisioning admission check only
+    when the API is there at its start (addons module docstring)."""
+    (crd,) = addons.provisioning_request_crd(components.versions()["KUEUE_VERSION"])
+    assert crd["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
+    served = {v["name"]: v["storage"] for v in crd["spec"]["versions"] if v["served"]}
+    assert served["v1"] is True  # the version Kueue's client uses (autoscaling.x-k8s.io/v1)
 
 
 def test_a_missing_binary_names_the_make_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

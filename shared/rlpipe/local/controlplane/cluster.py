@@ -4,8 +4,9 @@ scheduler, JobSet and Kueue, each its own supervised process, built from their G
 What runs is upstream code unchanged (``components/``); what is ours is the wiring: free ports,
 one CA, kubeconfigs, RBAC authorization and service-account tokens as on GKE, the JobSet and Kueue
 webhooks served over TLS on loopback and reached by URL (a process-only cluster has no Service
-networking), and logs in ``<root>/logs``. There is no kubelet: pods are bound by the real scheduler
-to nodes that nothing runs, and whoever plays the containers writes their status.
+networking), the ProvisioningRequest API GKE serves (no autoscaler acts on it: a test plays the
+autoscaler's conditions), and logs in ``<root>/logs``. There is no kubelet: pods are bound by the
+real scheduler to nodes that nothing runs, and whoever plays the containers writes their status.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class ControlPlane:
         self._controller_manager(pairs)
         self._scheduler()
         self._jobset(pairs["webhook"])
+        self._provisioning_request_api()
         self._kueue(pairs["webhook"])
         self.started_in["total"] = time.monotonic() - began
         self.say(f"[controlplane] up in {self.started_in['total']:.1f}s on {self.url}")
@@ -323,6 +325,15 @@ class ControlPlane:
             _ok_200(f"http://127.0.0.1:{self.ports['jobset-probe']}/readyz"),
             120,
         )
+
+    def _provisioning_request_api(self) -> None:
+        """Serve ``autoscaling.x-k8s.io`` ProvisioningRequests before Kueue starts, as GKE does:
+        Kueue decides once, at its start, whether to run its provisioning admission check
+        (``addons`` module docstring). Every plane serves it; only flex-start's objects use it."""
+        started = time.monotonic()
+        self.apply(addons.provisioning_request_crd(components.versions()["KUEUE_VERSION"]))
+        self._wait_crds_established()
+        self.started_in["provisioning-request-api"] = time.monotonic() - started
 
     def _kueue(self, webhook: KeyPair) -> None:
         v = components.versions()

@@ -5,10 +5,10 @@ Labels, taints and capacities are GKE's (GKE "Plan TPUs" and "About TPUs in GKE"
 four chips each, labelled ``cloud.google.com/gke-tpu-accelerator: tpu-v6e-slice`` and
 ``cloud.google.com/gke-tpu-topology``, with ``google.com/tpu`` capacity and the
 ``google.com/tpu=present:NoSchedule`` taint GKE puts on every TPU node. Spot and flex-start pools
-add ``cloud.google.com/gke-spot`` and ``cloud.google.com/gke-queued``. The CPU pool ``cpu-np`` is
-c4d-standard-96 (96 vCPU, 360 GB), as ``infra/cluster/k8s/kueue.yaml`` sizes it: a conversion pod
-asks for 32 CPU and 256Gi. Nothing runs on these nodes: they are data the real scheduler binds
-pods to, and the pod player (``kubelet.py``) plays their containers.
+add ``cloud.google.com/gke-spot`` and ``cloud.google.com/gke-queued``, each as label and taint.
+The CPU pool ``cpu-np`` is c4d-standard-96 (96 vCPU, 360 GB), as ``infra/cluster/k8s/kueue.yaml``
+sizes it: a conversion pod asks for 32 CPU and 256Gi. Nothing runs on these nodes: they are data
+the real scheduler binds pods to, and the pod player (``kubelet.py``) plays their containers.
 """
 
 from __future__ import annotations
@@ -73,5 +73,11 @@ def tpu_slice(
         labels["cloud.google.com/gke-spot"] = "true"
         taints.append({"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"})
     if queued:
+        # A queued-provisioning (flex-start) pool: GKE taints its nodes cloud.google.com/gke-queued
+        # (GKE how-to "provisioningrequest"; Cluster Toolkit modules/compute/gke-node-pool/main.tf
+        # 69-75 adds only the label, saying GKE applies the taint itself), so only workloads that
+        # tolerate it land there. Value and effect as infra/cluster/k8s/flex-start's ResourceFlavor
+        # declares them (nodeTaints).
         labels["cloud.google.com/gke-queued"] = "true"
+        taints.append({"key": "cloud.google.com/gke-queued", "value": "true", "effect": "NoSchedule"})
     return [(_node(f"gke-{pool}-{i}", labels, capacity, taints), capacity) for i in range(hosts)]
