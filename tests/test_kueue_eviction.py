@@ -248,8 +248,10 @@ def test_the_stopped_event_alone_names_the_reason() -> None:
         (PREEMPTED_MSG, FailureClass.PREEMPTED),
         (f"Exceeded the PodsReady timeout {NS}/{WL}", FailureClass.CAPACITY),
         (
+            # Kueue v0.17.1's wording (workload_controller.go:463-468, :737): a rejected
+            # ProvisioningRequest is no capacity, as with the Workload's events
             "The workload is deactivated due to Admission check(s): prov, were rejected",
-            FailureClass.PERMANENT,
+            FailureClass.CAPACITY,
         ),
         ("The LocalQueue is stopped", FailureClass.PERMANENT),
     ):
