@@ -24,11 +24,14 @@ from rlpipe.control.settings import TUTORIAL_IMAGE_PREFIXES
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, parse_document, safety, validate_request
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, safety, validate_request
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
 MAX_PROBLEMS_RECORDED = 50
+# Each problem's path, message and fix is cut to this many characters in the record (a path can
+# name a long key; a message can quote a long value).
+MAX_PROBLEM_PART_CHARS = 400
 # Leases taken to start one run's execution before the run is failed instead of tried again:
 # each try is a delivery (or a reconcile pass) whose start failed transiently.
 MAX_START_ATTEMPTS = 5
@@ -282,7 +285,12 @@ class Intake:
 
     def _reject(self, source_key: str, source: Source, problems: list[Problem], log: Logger) -> IntakeResult:
         run_id = identity.run_id_for(source_key)
-        shown = problems[:MAX_PROBLEMS_RECORDED]
+        # Bounded by construction: at most MAX_PROBLEMS_RECORDED problems, each part cut to
+        # MAX_PROBLEM_PART_CHARS and escaped to valid Unicode, so the record is always writable.
+        shown = [
+            Problem(*(bounds.shown(part, MAX_PROBLEM_PART_CHARS) for part in (p.path, p.message, p.fix)))
+            for p in problems[:MAX_PROBLEMS_RECORDED]
+        ]
         message = RequestInvalid(shown).render()
         if len(problems) > len(shown):
             message += f"\n  … and {len(problems) - len(shown)} more (fix these first)"

@@ -56,12 +56,16 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
     return doc
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object that names one key twice."""
+
+
 def _parse_json(text: str, source: str) -> Any:
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
-                raise ValueError(f"duplicate key {key!r}")
+                raise _DuplicateKey(f"duplicate key {key!r}")
             out[key] = value
         return out
 
@@ -77,8 +81,12 @@ def _parse_json(text: str, source: str) -> Any:
                 )
             ]
         ) from None
-    except ValueError as exc:
+    except _DuplicateKey as exc:
         raise RequestInvalid([Problem("", f"{source}: {exc}", "keep one value per key")]) from None
+    except ValueError as exc:  # an integer past Python's digit limit for text (4,300 digits)
+        raise RequestInvalid(
+            [Problem("", f"{source} has a value JSON cannot read: {str(exc)[:200]}", "use a smaller number")]
+        ) from None
     except RecursionError:
         raise RequestInvalid(
             [Problem("", f"{source} is nested too deeply", "flatten the document")]

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import checks, provisioning, safety
+from rlpipe.core.request import bounds, checks, provisioning, safety
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 
@@ -34,6 +34,11 @@ def validate_request(doc: Any) -> Request:
     """Validate a decoded document (from a file, a message or a watch template)."""
     if not isinstance(doc, dict):
         raise RequestInvalid([Problem("", "the request is not a mapping", "write a mapping: `model: ...`")])
+    # Unbounded values first, and alone: every later step (the schema's cross-field checks, step
+    # arithmetic, the ledger's encoder) may assume bounded numbers, strings and nesting.
+    unbounded = bounds.bound_problems(doc)
+    if unbounded:
+        raise RequestInvalid(unbounded)
     problems = list(_secret_problems(doc))
     preset = doc.get("preset", presets.DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in presets.PRESET_NAMES:
