@@ -22,7 +22,12 @@ def test_a_spot_reclaim_is_preempted_and_resumes_from_the_last_committed_step(
     local.assert_consistent(record, "succeeded")
     train = [a for a in record.attempts if a.stage == "train"]
     assert [a.failure_class for a in train] == ["preempted", None]
-    assert "TerminationByKubelet" in (train[0].reason or "") or "node shutdown" in (train[0].reason or "")
+    # The pod's condition, or the Job's FailJob message naming it, depending on which the classifier
+    # read first (the Job controller fails the Job a moment after the pod fails)
+    reason = train[0].reason or ""
+    assert any(word in reason for word in ("TerminationByKubelet", "node shutdown", "DisruptionTarget")), (
+        reason
+    )
     assert train[1].resume_step == 30
 
 
