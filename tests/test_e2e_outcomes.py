@@ -30,7 +30,7 @@ def intake_for(local: Local) -> Intake:
         log=Logger("test-promote"),
         lease_seconds=s.start_lease_seconds,
         notify=lambda record: None,
-        allowed_image_prefixes=s.allowed_image_prefixes,
+        policy=s.policy(),
     )
 
 

@@ -117,6 +117,11 @@ locals {
     RLPIPE_CALLBACK_TIMEOUT_SECONDS = tostring(var.callback_timeout_seconds)
     RLPIPE_HUB_TIMEOUT_SECONDS      = "10" # one Hub request; plan makes a few, within stage's 60 s
     RLPIPE_ALLOWED_IMAGE_PREFIXES   = join(",", var.allowed_image_prefixes)
+    RLPIPE_ALLOWED_ENV              = join(",", var.allowed_env)
+    RLPIPE_READ_TOKEN_SECRETS       = join(",", var.read_token_secrets)
+    RLPIPE_WRITE_TOKEN_SECRETS      = join(",", var.write_token_secrets)
+    RLPIPE_READ_ONLY_GCS_PREFIXES   = join(",", var.read_only_gcs_prefixes)
+    RLPIPE_NOTIFY_TOPICS            = join(",", var.notify_topics)
     RLPIPE_PRICES                   = var.tpu_prices_json
   }
 }

@@ -324,6 +324,40 @@ variable "allowed_image_prefixes" {
   default     = ["us-docker.pkg.dev/cloud-tpu-images/", "us-docker.pkg.dev/cloud-tpu-v2-images/"]
 }
 
+variable "allowed_env" {
+  description = "RLPIPE_ALLOWED_ENV: environment variables a request may set beyond the built-in allowlist (shared/rlpipe/core/request/env_allowlist.py), as NAME or PREFIX*. Names the pipeline sets, proxies, endpoints and loader or interpreter start-up variables stay refused whatever is listed."
+  type        = list(string)
+  default     = []
+}
+
+variable "read_token_secrets" {
+  description = "RLPIPE_READ_TOKEN_SECRETS: the Kubernetes Secrets (name:key) a request may name as hf_token_secret."
+  type        = list(string)
+  default     = ["hf-token:token"]
+}
+
+variable "write_token_secrets" {
+  description = "RLPIPE_WRITE_TOKEN_SECRETS: the Kubernetes Secrets (name:key) a request may name as publish.token_secret."
+  type        = list(string)
+  default     = ["hf-write-token:token"]
+}
+
+variable "read_only_gcs_prefixes" {
+  description = "RLPIPE_READ_ONLY_GCS_PREFIXES: gs:// prefixes of shared data every request may read; any other gs:// value must be under the run's own prefix (docs/security.md)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for p in var.read_only_gcs_prefixes : startswith(p, "gs://") && endswith(p, "/")])
+    error_message = "each read-only prefix is gs://bucket/path/ (ending in /)."
+  }
+}
+
+variable "notify_topics" {
+  description = "RLPIPE_NOTIFY_TOPICS: Pub/Sub topics outside this project (projects/P/topics/T) a request's notify may name; topics of this project are always allowed."
+  type        = list(string)
+  default     = []
+}
+
 variable "tpu_prices_json" {
   description = "RLPIPE_PRICES: the deployment's TPU list prices per chip-hour, overriding shared/rlpipe/core/prices.json (which has no published v6e price): JSON {family: {mode: {price, source, read}}}, e.g. {\"v6e\": {\"spot\": {\"price\": 1.2, \"source\": \"our contract\", \"read\": \"2026-11-30\"}}}. Empty: costs are reported as unset."
   type        = string

@@ -18,7 +18,33 @@ def _read_request(path: str) -> Any:
     from rlpipe.core.request import load_request
 
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return load_request(data, source=path)
+    return load_request(data, source=path, policy=_policy())
+
+
+# Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env
+# exports them): with any of them set, the CLI checks requests as this deployment's intake would.
+_POLICY_SETTINGS = (
+    "RLPIPE_PROJECT",
+    "RLPIPE_ALLOWED_IMAGE_PREFIXES",
+    "RLPIPE_ALLOWED_ENV",
+    "RLPIPE_READ_TOKEN_SECRETS",
+    "RLPIPE_WRITE_TOKEN_SECRETS",
+    "RLPIPE_READ_ONLY_GCS_PREFIXES",
+    "RLPIPE_NOTIFY_TOPICS",
+)
+
+
+def _policy() -> Any:
+    """The deployment's allowlists when its settings are in the environment, else the defaults."""
+    import os
+
+    from rlpipe.control.settings import Settings
+    from rlpipe.core.request.policy import Policy
+
+    present = [name for name in _POLICY_SETTINGS if name in os.environ]
+    if not present:
+        return Policy(source="the built-in defaults (no RLPIPE_* deployment settings in the environment)")
+    return Settings.from_env().policy(f"this deployment's settings ({', '.join(present)})")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -29,13 +55,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    checked = f"checked against {_policy().source}"
     try:
         req = _read_request(args.request)
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
+        print(checked, file=sys.stderr)
         return 1
     print(
-        f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices})"
+        f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices}); "
+        + checked
     )
     from rlpipe.core.request import provisioning
 

@@ -20,11 +20,11 @@ from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import TUTORIAL_IMAGE_PREFIXES
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, safety, validate_request
+from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
+from rlpipe.core.request.policy import Policy
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
@@ -57,7 +57,7 @@ class Intake:
     clock: Callable[[], float] = time.time
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
     notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
-    allowed_image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
+    policy: Policy = field(default_factory=Policy)  # the deployment's allowlists
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -149,10 +149,10 @@ class Intake:
                 doc = parse_document(data, source=source_name)
                 if retry.is_retry_document(doc):  # a control document: a new round of a run
                     return self._retry(doc, source_key, source, log)
-                request = validate_request(doc)
+                request = validate_request(doc, self.policy)
             except RequestInvalid as exc:
                 return self._reject(source_key, source, exc.problems, log)
-        refused = list(safety.image_problems(request.model_dump(), self.allowed_image_prefixes))
+        refused = self.policy.problems(request)  # a request handed over already parsed, too
         if refused:
             return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id) if request.request_id else source_key

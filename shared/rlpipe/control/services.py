@@ -73,7 +73,7 @@ def intake(log: Logger) -> Intake:
         log=log,
         lease_seconds=settings().start_lease_seconds,
         notify=notify_status,
-        allowed_image_prefixes=settings().allowed_image_prefixes,
+        policy=settings().policy(),
     )
 
 

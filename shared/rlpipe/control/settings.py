@@ -9,25 +9,26 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from rlpipe.core import presets
+from rlpipe.core.request.policy import (
+    DEFAULT_READ_SECRETS,
+    DEFAULT_WRITE_SECRETS,
+    TUTORIAL_IMAGE_PREFIXES,
+    Policy,
+)
 
 ENV_PREFIX = "RLPIPE_"
 
 
-def _repository_of(image: str) -> str:
-    """``host/project/`` of an image reference: the registry project a deployment trusts."""
-    host, project = image.split("/")[:2]
-    return f"{host}/{project}/"
-
-
-# The registries of the tutorials' images: MaxText's and the Pathways servers'.
-TUTORIAL_IMAGE_PREFIXES: tuple[str, ...] = tuple(
-    dict.fromkeys(_repository_of(i) for i in (presets.MAXTEXT_IMAGE, presets.PATHWAYS_IMAGE_REPO))
-)
-
-
 def _env(name: str, default: str = "") -> str:
     return os.environ.get(ENV_PREFIX + name, default).strip()
+
+
+def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated setting; unset keeps the default, set-but-empty means none."""
+    raw = os.environ.get(ENV_PREFIX + name)
+    if raw is None:
+        return default
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
 def _positive(raw: str, default: float) -> float:
@@ -77,6 +78,16 @@ class Settings:
     # The deployment's TPU prices per chip-hour (RLPIPE_PRICES, JSON; rlpipe.core.cost): overrides
     # the shipped list, which has no published v6e price.
     prices_json: str = ""
+    # The rest of the deployment's allowlists (rlpipe.core.request.policy; docs/security.md), each a
+    # comma-separated RLPIPE_ variable: variables a request may set beyond the built-in list
+    # (ALLOWED_ENV: NAME or PREFIX*), the Secrets it may name (READ_TOKEN_SECRETS,
+    # WRITE_TOKEN_SECRETS: name:key), shared data it may read (READ_ONLY_GCS_PREFIXES) and topics
+    # outside the project it may notify (NOTIFY_TOPICS).
+    allowed_env: tuple[str, ...] = ()
+    read_token_secrets: tuple[str, ...] = DEFAULT_READ_SECRETS
+    write_token_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS
+    read_only_gcs_prefixes: tuple[str, ...] = ()
+    notify_topics: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -103,11 +114,26 @@ class Settings:
             callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
             hub_timeout_seconds=_positive(_env("HUB_TIMEOUT_SECONDS"), cls.hub_timeout_seconds),
             prices_json=_env("PRICES"),
-            allowed_image_prefixes=tuple(
-                p.strip()
-                for p in _env("ALLOWED_IMAGE_PREFIXES", ",".join(cls.allowed_image_prefixes)).split(",")
-                if p.strip()
-            ),
+            allowed_image_prefixes=_list("ALLOWED_IMAGE_PREFIXES", cls.allowed_image_prefixes),
+            allowed_env=_list("ALLOWED_ENV", cls.allowed_env),
+            read_token_secrets=_list("READ_TOKEN_SECRETS", cls.read_token_secrets),
+            write_token_secrets=_list("WRITE_TOKEN_SECRETS", cls.write_token_secrets),
+            read_only_gcs_prefixes=_list("READ_ONLY_GCS_PREFIXES", cls.read_only_gcs_prefixes),
+            notify_topics=_list("NOTIFY_TOPICS", cls.notify_topics),
+        )
+
+    def policy(self, source: str = "this deployment's settings") -> Policy:
+        """The allowlists a request is checked against."""
+        return Policy(
+            project=self.project,
+            artifacts_bucket=self.artifacts_bucket,
+            image_prefixes=self.allowed_image_prefixes,
+            extra_env=self.allowed_env,
+            read_secrets=self.read_token_secrets,
+            write_secrets=self.write_token_secrets,
+            read_only_gcs=self.read_only_gcs_prefixes,
+            notify_topics=self.notify_topics,
+            source=source,
         )
 
     @property

@@ -32,7 +32,8 @@ from rlpipe.core import presets
 from rlpipe.core import steps as step_rules
 
 if TYPE_CHECKING:
-    from rlpipe.core.request import Request
+    # What the step rules read of a request (a Protocol): the request package imports this module.
+    from rlpipe.core.steps import Request
 
 REQUESTS_PREFIX = "requests/"
 REQUEST_SUFFIXES = (".json", ".yaml", ".yml")

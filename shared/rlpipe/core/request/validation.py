@@ -14,9 +14,10 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import bounds, checks, provisioning, safety
+from rlpipe.core.request import bounds, checks, provisioning
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
+from rlpipe.core.request.policy import Policy
 
 # No word boundary: `hf_<token>_prod` is a token too, and `_` is a word character.
 _TOKEN_LIKE = re.compile(r"(?i:hf_)[A-Za-z0-9]{30,}")
@@ -25,13 +26,14 @@ _SECRET_KEY = re.compile(
 )
 
 
-def load_request(data: bytes | str, *, source: str = "request") -> Request:
+def load_request(data: bytes | str, *, source: str = "request", policy: Policy | None = None) -> Request:
     """Parse, merge onto the preset, validate. Raises only ``RequestInvalid``."""
-    return validate_request(parse_document(data, source=source))
+    return validate_request(parse_document(data, source=source), policy)
 
 
-def validate_request(doc: Any) -> Request:
-    """Validate a decoded document (from a file, a message or a watch template)."""
+def validate_request(doc: Any, policy: Policy | None = None) -> Request:
+    """Validate a decoded document (from a file, a message or a watch template) against the
+    schema and a deployment's allowlists (``policy``; the built-in defaults when None)."""
     if not isinstance(doc, dict):
         raise RequestInvalid([Problem("", "the request is not a mapping", "write a mapping: `model: ...`")])
     # Unbounded values first, and alone: every later step (the schema's cross-field checks, step
@@ -59,7 +61,7 @@ def validate_request(doc: Any) -> Request:
         raise RequestInvalid(_dedupe(problems)) from None
     dumped = request.model_dump(mode="python")
     problems.extend(checks.cross_field_problems(dumped))
-    problems.extend(safety.env_problems(dumped))
+    problems.extend((policy or Policy()).problems(request))
     if problems:
         raise RequestInvalid(_dedupe(problems))
     return request

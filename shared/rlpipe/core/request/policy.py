@@ -1,0 +1,199 @@
+"""What a deployment lets a request reach: its images, variables, Secrets, data and topics.
+
+Why allowlists the deployment declares: every check written as a list of what not to accept had a
+way around it (a dotted spelling of a protected key, another team's Secret, another run's
+checkpoints). Here each thing a request can name is checked against what the deployment lists, so
+what is not listed is refused, and the problem names the setting an operator would change. The
+same checks run at intake and in ``rlpipe validate``; both say which policy they used.
+
+A run's trust domain (docs/security.md): it may read and write under its own prefix
+``runs/<run_id>/`` of the artifacts bucket, and read under the prefixes the deployment lists as
+shared and read-only. The workload identity may write under ``runs/`` and ``cache/maxtext/`` for
+every run, so a ``gs://`` value is the only way one run could reach another's data, and it is
+checked here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rlpipe.core import identity, layout, presets
+from rlpipe.core.problems import Problem
+from rlpipe.core.request import env_allowlist
+from rlpipe.core.request.model import CONTROLLED_ARGS, Request
+
+
+def _repository_of(image: str) -> str:
+    """``host/project/`` of an image reference: the registry project a deployment trusts."""
+    host, project = image.split("/")[:2]
+    return f"{host}/{project}/"
+
+
+# The registries of the tutorials' images: MaxText's and the Pathways servers'.
+TUTORIAL_IMAGE_PREFIXES: tuple[str, ...] = tuple(
+    dict.fromkeys(_repository_of(i) for i in (presets.MAXTEXT_IMAGE, presets.PATHWAYS_IMAGE_REPO))
+)
+# The Secrets the presets name (presets.py): the read token, and the publish step's write token.
+DEFAULT_READ_SECRETS = ("hf-token:token",)
+DEFAULT_WRITE_SECRETS = ("hf-write-token:token",)
+
+# Setting names, as the problems quote them (rlpipe.control.settings reads them).
+SETTINGS = {
+    "images": "RLPIPE_ALLOWED_IMAGE_PREFIXES",
+    "env": env_allowlist.SETTING,
+    "read_secrets": "RLPIPE_READ_TOKEN_SECRETS",
+    "write_secrets": "RLPIPE_WRITE_TOKEN_SECRETS",
+    "gcs": "RLPIPE_READ_ONLY_GCS_PREFIXES",
+    "topics": "RLPIPE_NOTIFY_TOPICS",
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A deployment's allowlists. ``source`` says where they came from, for the user to read."""
+
+    project: str = ""  # the deployment's project; unknown (no topic check) in the defaults
+    artifacts_bucket: str = "rlpipe-artifacts"
+    image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
+    extra_env: tuple[str, ...] = ()  # NAME or PREFIX*, added to env_allowlist's names
+    read_secrets: tuple[str, ...] = DEFAULT_READ_SECRETS  # name:key
+    write_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS  # name:key
+    read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
+    notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
+    source: str = "the built-in defaults"
+
+    def problems(self, request: Request, run_id: str | None = None) -> list[Problem]:
+        """Everything in ``request`` this policy does not allow. ``run_id`` (when the run is known)
+        lets ``gs://`` values name the run's own prefix."""
+        doc = request.model_dump(mode="python")
+        return [
+            *self._images(doc),
+            *env_allowlist.env_problems(_env_maps(doc), self.extra_env),
+            *self._secrets(request),
+            *self._gcs(doc, run_id if run_id is not None else _run_id_of(request)),
+            *override_key_problems(request.maxtext_overrides),
+            *self._notify(request.notify),
+        ]
+
+    def _images(self, doc: Mapping[str, Any]) -> Iterator[Problem]:
+        allowed = tuple(p for p in self.image_prefixes if p)
+        for path in ("image", "pathways.proxy_image", "pathways.server_image", "pathways.worker_image"):
+            image = _at(doc, tuple(path.split(".")))
+            if isinstance(image, str) and not image.startswith(allowed):
+                yield Problem(
+                    path,
+                    f"{image} is not from a registry this deployment runs",
+                    f"use an image under {' or '.join(allowed) or '(no registry is allowed)'}, "
+                    f"or ask the operator to add its registry to {SETTINGS['images']}",
+                )
+
+    def _secrets(self, request: Request) -> Iterator[Problem]:
+        uses = [("hf_token_secret", request.hf_token_secret, self.read_secrets, "read_secrets")]
+        if request.publish is not None:
+            uses.append(
+                ("publish.token_secret", request.publish.token_secret, self.write_secrets, "write_secrets")
+            )
+        for path, ref, allowed, setting in uses:
+            if f"{ref.name}:{ref.key}" not in allowed:
+                yield Problem(
+                    path,
+                    f"Secret {ref.name} (key {ref.key}) is not one this deployment lets requests use here",
+                    f"use one of: {', '.join(allowed) or '(none)'} (name:key); an operator lists them in "
+                    f"{SETTINGS[setting]}",
+                )
+
+    def _gcs(self, doc: Any, run_id: str | None) -> Iterator[Problem]:
+        own = (
+            layout.gs(self.artifacts_bucket, layout.RunLayout(self.artifacts_bucket, run_id).prefix)
+            if run_id
+            else None
+        )
+        allowed = tuple(p for p in (own, *self.read_only_gcs) if p)
+        for path, value in _strings(doc, ()):
+            if not value.lower().startswith("gs://"):
+                continue
+            normal = _normalize(value)
+            if normal is None or not any(_as_dir(normal).startswith(_as_dir(p)) for p in allowed):
+                yield Problem(
+                    path,
+                    f"{value[:200]} is outside this run's own prefix and the deployment's read-only data",
+                    "use data under "
+                    + (" or ".join(allowed) if allowed else "a prefix the deployment lists")
+                    + f"; an operator lists shared read-only prefixes in {SETTINGS['gcs']}",
+                )
+
+    def _notify(self, topic: str | None) -> Iterator[Problem]:
+        if topic is None or "/" not in topic or not self.project:
+            return  # a bare name is a topic of the deployment's project; no project, no check
+        if topic.startswith(f"projects/{self.project}/topics/") or topic in self.notify_topics:
+            return
+        yield Problem(
+            "notify",
+            f"{topic} is not a topic of this deployment's project ({self.project})",
+            f"use a topic of {self.project}, or ask the operator to list it in {SETTINGS['topics']}",
+        )
+
+
+def override_key_problems(overrides: Mapping[str, Any]) -> Iterator[Problem]:
+    """Protected keys under any spelling: MaxText resolves a dotted key to its last part in a
+    nested config (``rl.run_name``), so every dotted part is compared with the keys the pipeline
+    sets itself, case and ``-``/``_`` folded."""
+    for key in overrides:
+        parts = [p.strip().lower().replace("-", "_") for p in key.split(".")]
+        hit = next((p for p in parts if p in CONTROLLED_ARGS), None)
+        if hit is not None and key not in CONTROLLED_ARGS:  # the plain spelling: checks._overrides
+            yield Problem(
+                f"maxtext_overrides.{key}",
+                f"{key} names {hit}, which the pipeline sets",
+                "remove this override",
+            )
+
+
+def _run_id_of(request: Request) -> str | None:
+    """The run a request with a request_id will become (intake derives it the same way)."""
+    if not request.request_id:
+        return None
+    return identity.run_id_for(identity.key_for_request_id(request.request_id))
+
+
+def _env_maps(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, object], Mapping[str, Any]]]:
+    for path, where, allowed in env_allowlist.ENV_FIELDS:
+        env = _at(doc, where)
+        if isinstance(env, Mapping):
+            yield path, env, allowed
+
+
+def _strings(value: Any, path: tuple[str, ...]) -> Iterator[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(item, (*path, str(key)))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _strings(item, (*path, str(i)))
+    elif isinstance(value, str):
+        yield ".".join(path), value
+
+
+def _normalize(uri: str) -> str | None:
+    """``gs://bucket/a/b`` with no ``.``/``..`` or empty segments, or None: a path GCS would store
+    under another name than it reads as is refused, not resolved."""
+    rest = uri[len("gs://") :]
+    parts = rest.split("/")
+    if any(p in (".", "..") for p in parts) or "" in parts[:-1] or "\\" in rest or "%" in rest:
+        return None
+    return "gs://" + rest
+
+
+def _as_dir(prefix: str) -> str:
+    return prefix if prefix.endswith("/") else prefix + "/"
+
+
+def _at(doc: Mapping[str, Any], where: tuple[str, ...]) -> Any:
+    node: Any = doc
+    for key in where:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
