@@ -25,6 +25,37 @@ if callable(getattr(functions_framework, "errorhandler", None)):
         return {"error": "bad request: the body is not an event this function accepts"}, 400
 
 
+def _refuse_a_body_that_is_no_event() -> tuple[dict[str, str], int] | None:
+    """A structured body that is JSON but not an object (``[1]``, ``"x"``) is no CloudEvent; the
+    framework then tries it as a legacy background event and fails with a TypeError, a 500 that
+    Eventarc and Pub/Sub redeliver forever. Refuse it with a 400 first. Binary-mode events carry
+    their attributes in ``ce-*`` headers, and their data may be any JSON: they pass."""
+    import json
+
+    import flask
+
+    request = flask.request
+    if request.method != "POST" or request.headers.get("ce-specversion"):
+        return None
+    try:
+        body = json.loads(request.get_data(cache=True) or b"null")
+    except ValueError:
+        return None  # not JSON: the framework's own 400
+    if body is None or isinstance(body, dict):
+        return None
+    return {"error": "bad request: the body is not an event this function accepts"}, 400
+
+
+def _register_request_checks() -> None:
+    import flask
+
+    if flask.has_app_context():  # loaded by the framework, which builds the app around this module
+        flask.current_app.before_request(_refuse_a_body_that_is_no_event)
+
+
+_register_request_checks()
+
+
 def _attributes(cloud_event: Any) -> dict[str, Any]:
     return dict(cloud_event.get_attributes())
 

@@ -16,8 +16,6 @@ import pytest
 import yaml
 from cloudevents.conversion import to_binary
 from functions_framework import create_app
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from rlpipe.control import services
 from rlpipe.control.intake import MAX_PROBLEMS_RECORDED
@@ -153,100 +151,6 @@ def test_a_non_cloudevent_post_is_refused_without_echoing_the_body(intake: dict[
     )
     assert response.status_code == 400
     assert token not in response.get_data(as_text=True)
-
-
-# ---- properties: generated documents and envelopes ------------------------------------------------
-
-_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20)
-)
-_json = st.recursive(
-    _scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=8,
-)
-_yaml_lines = st.lists(
-    st.sampled_from(
-        [
-            "model: m",
-            "hf_repo: a/b",
-            "hf_revision: 2024-13-01",
-            "d: 2024-02-30",
-            "t: 2001-12-14 21:59:43 +99:00",
-            "x: !!binary aGVsbG8=",
-            "y: !!python/object:os.system ls",
-            "&a x: 1",
-            "z: *a",
-            "n: 1e999999",
-            "big: " + "7" * 400,
-            "- a",
-            "{",
-            "preset: v6e-99",
-            "training: {num_batches: -1}",
-            "\ufeffmodel: m",
-            "labels: {hf_token: hf_" + "A" * 34 + "}",
-            "a: b: c",
-            "\t- x",
-        ]
-    ),
-    max_size=6,
-)
-# Documents that can never be a valid request: `hf_repo` is required and never generated.
-_documents = st.one_of(
-    _yaml_lines.map(lambda lines: "\n".join(lines).encode()),
-    _json.map(lambda v: json.dumps(v).encode()),
-    st.binary(max_size=64),
-)
-_PROPERTY = settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-
-
-@_PROPERTY
-@given(document=_documents, generation=st.one_of(st.none(), st.text(max_size=6), st.integers()))
-def test_property_intake_object_never_answers_5xx_and_records_every_rejection(
-    intake: dict[str, Any], buckets: Buckets, executions: Any, document: bytes, generation: Any
-) -> None:
-    real = _upload(buckets, "requests/p.yaml", document)
-    event = gcs_event(buckets.requests, "requests/p.yaml", real, len(document))
-    if generation is not None:
-        event.data["generation"] = generation
-    status = _post(intake["object"], event)
-    assert status < 500
-    if generation is None:  # a well-formed event: the rejection is written for the person to read
-        run_id = identity.run_id_for(identity.key_for_object(buckets.requests, "requests/p.yaml", real))
-        assert _error(buckets, run_id) is not None
-    assert executions.creates() == []
-
-
-_message_ids = iter(range(10**9))
-
-
-@_PROPERTY
-@given(
-    document=_documents,
-    envelope=st.one_of(
-        st.none(),  # the real envelope
-        _json,  # anything in place of `message`
-        st.fixed_dictionaries({"data": _json, "messageId": _json, "attributes": _json}),
-    ),
-)
-def test_property_intake_message_never_answers_5xx_and_records_every_rejection(
-    intake: dict[str, Any], buckets: Buckets, executions: Any, document: bytes, envelope: Any
-) -> None:
-    message_id = f"prop-{next(_message_ids)}"
-    event = pubsub_event(TOPIC, document, message_id=message_id)
-    if envelope is not None:
-        event.data["message"] = envelope
-    status = _post(intake["message"], event)
-    assert status < 500
-    if envelope is None:  # a well-formed envelope: the rejection is written for the person to read
-        run_id = identity.run_id_for(identity.key_for_message(TOPIC, message_id))
-        assert _error(buckets, run_id) is not None
-    assert executions.creates() == []
 
 
 @pytest.mark.parametrize("name", ["requests/upper.YAML", "requests/upper.Yml", "requests/upper.JSON"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.control import retry
+from rlpipe.control import blobstore, retry
 from rlpipe.control.ledger import Ledger, Round, RunRecord
 from rlpipe.core import identity, layout
 
@@ -42,7 +41,7 @@ def submit_document(
     settings: Any, doc: dict[str, Any], run_id: str, *, via: str = "gcs", storage_client: Any = None
 ) -> tuple[str, str]:
     """Hand the control document to intake as ``rlpipe submit`` hands a request; → (where, key)."""
-    data = json.dumps(doc).encode()
+    data = blobstore.dumps(doc)  # the one writer: tokens in a reason or `by` are masked
     if via == "gcs":
         from rlpipe.control.blobstore import make_client
 

@@ -20,6 +20,7 @@ from rlpipe.control.client_errors import classify_exception
 from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
 from rlpipe.control.ownership import NotOwner, SupersededAttempt
+from rlpipe.core import identity
 from rlpipe.core.failures import FailureClass, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage
 
@@ -37,8 +38,12 @@ class BadCall(PipelineFailure):
 def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
     if not isinstance(body, dict):
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
+    # Only a well-formed run id is logged or used; anything else is refused without echoing it.
+    run_id = body.get("run_id")
     log = log.bind(
-        run_id=body.get("run_id"), stage=body.get("stage"), attempt=body.get("attempt"), op=body.get("op")
+        run_id=run_id if identity.is_run_id(run_id) else "(malformed)",
+        stage=body.get("stage") if body.get("stage") in STAGES else None,
+        op=body.get("op") if isinstance(body.get("op"), str) and len(body["op"]) <= 32 else None,
     )
     try:
         return dispatch(services.stage_service(log), body), 200
@@ -68,8 +73,8 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     """Validate the body's fields, then call the operation it names."""
     op = body.get("op")
     run_id = body.get("run_id")
-    if not isinstance(run_id, str) or not run_id:
-        raise BadCall("run_id is required")
+    if not identity.is_run_id(run_id):
+        raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
     execution_id = _opt_str(body, "execution_id")
     if op in ("plan", "launch", "status", "gate") and execution_id is None:
         raise BadCall(f"{op} needs the calling execution's execution_id")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from typing import Literal
 
 Stage = Literal["convert", "train", "export", "publish"]
@@ -36,6 +37,16 @@ def key_for_object(bucket: str, name: str, generation: int | str) -> str:
 
 def key_for_message(topic: str, message_id: str) -> str:
     return f"pubsub:{topic}/{message_id}"
+
+
+# Every id run_id_for makes matches, and so does any DNS-label-like id a test or tool picks; a
+# caller's text outside it is refused without being echoed.
+RUN_ID_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+
+
+def is_run_id(value: object) -> bool:
+    """Shaped like a run id: lowercase letters, digits and '-', at most 40 characters."""
+    return isinstance(value, str) and RUN_ID_PATTERN.match(value) is not None
 
 
 def run_id_for(key: str) -> str:

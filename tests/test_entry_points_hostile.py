@@ -1,0 +1,261 @@
+"""Every public entry point, fed hostile documents and envelopes (hypothesis): no 5xx, a bounded
+readable record for a refusal, and never a ledger that cannot be read back.
+
+The generators produce what the attacks of the allowlists issue used: huge and odd numbers (400
+digits, YAML ``0x…`` and base-60), lone surrogates, deep and wide maps, long emoji keys, wrong types
+and shapes, planted tokens, and requests that are valid but for one hostile field. Each entry point
+runs in the real functions-framework app (its Flask test client) against the real fake-gcs-server.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from cloudevents.conversion import to_binary, to_structured
+from functions_framework import create_app
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlpipe.control import blobstore, services
+from rlpipe.core import identity
+from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV
+from tests.conftest import ROOT, Buckets, minimal_request
+from tests.harness.functions import gcs_event, pubsub_event
+
+TOPIC = "projects/rlpipe-test/topics/requests"
+MAX_RECORD_BYTES = 64 * 1024
+
+_PROPERTY = settings(
+    max_examples=int(__import__("os").environ.get("HOSTILE_EXAMPLES", "300")),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+# ---- hostile values -----------------------------------------------------------------------------
+
+_odd_numbers = st.one_of(
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.sampled_from([2**63, -(2**63), 2**63 - 1, 10**18, int("9" * 400), float("1e308")]),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+_odd_text = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(["\ud800", "a\udfffb", "😀" * 3000, "x" * 9000, "$(id)", "`id`", "gs://other/runs/r1/x"]),
+    st.just("hf_" + "Q" * 36),
+)
+_scalars = st.one_of(st.none(), st.booleans(), _odd_numbers, _odd_text)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_odd_text, inner, max_size=4),
+    max_leaves=12,
+)
+_deep = st.integers(min_value=10, max_value=40).map(lambda n: json.loads("[" * n + "]" * n))
+_wide = st.integers(min_value=500, max_value=700).map(lambda n: {f"k{i}": i for i in range(n)})
+
+# (path into a valid request, a hostile value): valid but for that one field
+_FIELDS = [
+    ("tpu.slices",),
+    ("training.num_batches",),
+    ("maxtext_overrides.num_epoch",),
+    ("maxtext_overrides.x.base_output_directory",),
+    ("maxtext_overrides.load_full_state_path",),
+    ("training.command_env.HF_ENDPOINT",),
+    ("training.command_env.JAX_PLATFORMS",),
+    ("pathways.env.worker.LIBTPU_INIT_ARGS",),
+    ("hf_token_secret.name",),
+    ("notify",),
+    ("labels.team",),
+    ("request_id",),
+    ("image",),
+]
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    """A valid request with ``value`` at ``path`` (an override key keeps its dots: one key)."""
+    doc = minimal_request()
+    parents, leaf = (
+        (["maxtext_overrides"], path.split(".", 1)[1])
+        if path.startswith("maxtext_overrides.")
+        else (path.split(".")[:-1], path.split(".")[-1])
+    )
+    node = doc
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return doc
+
+
+_yaml_specials = st.sampled_from(
+    [
+        "maxtext_overrides:\n  num_epoch: 0x" + "f" * 4000,
+        "maxtext_overrides:\n  num_epoch: " + ":".join(["59"] * 300),
+        "maxtext_overrides:\n  lr: .inf",
+        "tpu:\n  slices: " + "9" * 400,
+        "labels:\n  team: !!binary " + "aGVsbG8=" * 10,
+    ]
+)
+# YAML oddities: impossible dates, tags, aliases, non-finite and huge numbers, a BOM, bad syntax.
+_yaml_lines = st.lists(
+    st.sampled_from(
+        [
+            "model: m",
+            "hf_repo: a/b",
+            "hf_revision: 2024-13-01",
+            "d: 2024-02-30",
+            "t: 2001-12-14 21:59:43 +99:00",
+            "x: !!binary aGVsbG8=",
+            "y: !!python/object:os.system ls",
+            "&a x: 1",
+            "z: *a",
+            "n: 1e999999",
+            "big: " + "7" * 400,
+            "- a",
+            "{",
+            "preset: v6e-99",
+            "training: {num_batches: -1}",
+            "\ufeffmodel: m",
+            "labels: {hf_token: hf_" + "A" * 34 + "}",
+            "a: b: c",
+            "\t- x",
+        ]
+    ),
+    max_size=6,
+)
+_requests = st.one_of(
+    _yaml_lines.map(lambda lines: "\n".join(lines).encode()),
+    st.tuples(st.sampled_from(_FIELDS), st.one_of(_json, _deep, _wide)).map(
+        lambda pv: json.dumps(_with(pv[0][0], pv[1])).encode()
+    ),
+    _yaml_specials.map(lambda extra: (yaml.safe_dump(minimal_request()) + extra + "\n").encode()),
+    _json.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=64),
+)
+
+
+# ---- the apps -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def apps(buckets: Buckets, executions: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for key, value in buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(WEBHOOK_SECRET_ENV, "s3cret")
+    services.reset()
+    source = str(ROOT / "functions" / "main.py")
+    targets = {
+        "intake_object": "cloudevent",
+        "intake_message": "cloudevent",
+        "artifact_event": "cloudevent",
+        "stage": "http",
+        "upstream_webhook": "http",
+    }
+    yield {t: create_app(target=t, source=source, signature_type=s).test_client() for t, s in targets.items()}
+    services.reset()
+
+
+def _records_read_back(buckets: Buckets, key: str, document: bytes) -> None:
+    """The run's ledger or error record parses, and a refusal's record is small. The run is the
+    delivery's, or the request_id's when the document names one (intake keys it so)."""
+    run_ids = [identity.run_id_for(key)]
+    try:
+        request_id = json.loads(document).get("request_id")
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        request_id = None
+    if isinstance(request_id, str):
+        run_ids.append(identity.run_id_for(identity.key_for_request_id(request_id)))
+    store = buckets.store("state")
+    found = 0
+    for run_id in run_ids:
+        for name in (f"runs/{run_id}/error.json", f"runs/{run_id}/run.json"):
+            try:
+                blob = store.read(name)
+            except blobstore.NotFound:
+                continue
+            found += 1
+            if name.endswith("error.json"):
+                assert len(blob.data) <= MAX_RECORD_BYTES, (name, len(blob.data))
+                assert blob.json()["problem_count"] >= 1
+            else:
+                assert buckets.ledger().get(run_id) is not None
+    assert found, f"no record for {run_ids}"
+
+
+# ---- one property per entry point ---------------------------------------------------------------
+
+_ids = iter(range(10**9))
+
+
+@_PROPERTY
+@given(document=_requests, mode=st.sampled_from(["binary", "structured"]))
+def test_intake_message_answers_every_hostile_request_and_every_record_reads_back(
+    apps: Any, buckets: Buckets, document: bytes, mode: str
+) -> None:
+    message_id = f"h-{next(_ids)}"
+    event = pubsub_event(TOPIC, document, message_id=message_id)
+    headers, body = (to_binary if mode == "binary" else to_structured)(event)
+    assert apps["intake_message"].post("/", headers=headers, data=body).status_code < 500
+    _records_read_back(buckets, identity.key_for_message(TOPIC, message_id), document)
+
+
+@_PROPERTY
+@given(document=_requests, suffix=st.sampled_from([".json", ".yaml"]))
+def test_intake_object_answers_every_hostile_request_and_every_record_reads_back(
+    apps: Any, buckets: Buckets, document: bytes, suffix: str
+) -> None:
+    name = f"requests/h-{next(_ids)}{suffix}"
+    blob = buckets.client.bucket(buckets.requests).blob(name)
+    blob.upload_from_string(document)
+    headers, body = to_binary(gcs_event(buckets.requests, name, int(blob.generation), len(document)))
+    assert apps["intake_object"].post("/", headers=headers, data=body).status_code < 500
+    key = identity.key_for_object(buckets.requests, name, int(blob.generation))
+    _records_read_back(buckets, key, document)
+
+
+@_PROPERTY
+@given(data=st.one_of(_json, st.fixed_dictionaries({"name": _odd_text, "bucket": _odd_text})), raw=_json)
+def test_artifact_event_answers_every_hostile_event(apps: Any, data: Any, raw: Any) -> None:
+    event = gcs_event("rlpipe-artifacts", "runs/r1/x", 1, 1)
+    event.data = data
+    headers, body = to_binary(event)
+    assert apps["artifact_event"].post("/", headers=headers, data=body).status_code < 500
+    structured = apps["artifact_event"].post(
+        "/", data=json.dumps(raw), headers={"Content-Type": "application/cloudevents+json"}
+    )
+    assert structured.status_code < 500
+
+
+@_PROPERTY
+@given(
+    body=st.one_of(
+        _json,
+        st.fixed_dictionaries(
+            {
+                "op": st.sampled_from(["plan", "launch", "status", "finish", "cleanup", "gate", "?"]),
+                "run_id": _scalars,
+            },
+            optional={"stage": _scalars, "attempt": _scalars, "execution_id": _scalars, "outcome": _scalars},
+        ),
+    )
+)
+def test_stage_answers_every_hostile_call_without_5xx_or_echo(apps: Any, body: Any) -> None:
+    response = apps["stage"].post("/", data=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert response.status_code < 500
+    text = response.get_data(as_text=True)
+    assert "hf_" + "Q" * 36 not in text
+
+
+@_PROPERTY
+@given(body=st.one_of(_json.map(lambda v: json.dumps(v).encode()), st.binary(max_size=256)), secret=_odd_text)
+def test_upstream_webhook_answers_every_hostile_payload(apps: Any, body: bytes, secret: str) -> None:
+    # HTTP carries no line break in a header value (the client refuses one before sending)
+    sent_secret = secret.encode("utf-8", "replace").decode("latin-1").replace("\r", " ").replace("\n", " ")
+    headers = {"X-Webhook-Secret": sent_secret[:200]}
+    for sent in (headers, {"X-Webhook-Secret": "s3cret"}):
+        response = apps["upstream_webhook"].post(
+            "/", data=body, headers={**sent, "Content-Type": "application/json"}
+        )
+        assert response.status_code < 500
