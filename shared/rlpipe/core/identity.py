@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from typing import Literal
+from typing import Literal, TypeGuard
 
 Stage = Literal["convert", "train", "export", "publish"]
 # Every stage a run can have, in order; ``publish`` only when the request asks for it.
@@ -44,7 +44,7 @@ def key_for_message(topic: str, message_id: str) -> str:
 RUN_ID_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 
 
-def is_run_id(value: object) -> bool:
+def is_run_id(value: object) -> TypeGuard[str]:
     """Shaped like a run id: lowercase letters, digits and '-', at most 40 characters."""
     return isinstance(value, str) and RUN_ID_PATTERN.match(value) is not None
 
