@@ -109,7 +109,17 @@ def _tpu_quota_taken(plane: ControlPlane, priority_class: str | None = None) -> 
         )
         yield
     finally:
-        plane.kubectl("delete", "job", "quota-holder", "-n", NS, "--cascade=foreground", "--wait=true")
+        plane.kubectl(  # never masks the test's own failure
+            "delete",
+            "job",
+            "quota-holder",
+            "-n",
+            NS,
+            "--cascade=foreground",
+            "--wait=true",
+            "--ignore-not-found",
+            check=False,
+        )
 
 
 CAPACITY = [
@@ -186,11 +196,14 @@ def _preemption_within_the_queue(plane: ControlPlane) -> Iterator[None]:
         ]
     )
     patch = '{"spec":{"preemption":{"withinClusterQueue":"%s"}}}'
+    jsonpath = "jsonpath={.spec.preemption.withinClusterQueue}"
+    before = plane.kubectl("get", "clusterqueue", "rlpipe", "-o", jsonpath) or "Never"
     plane.kubectl("patch", "clusterqueue", "rlpipe", "--type=merge", "-p", patch % "LowerPriority")
     try:
         yield
-    finally:
-        plane.kubectl("patch", "clusterqueue", "rlpipe", "--type=merge", "-p", patch % "Never")
+    finally:  # as the deploy left it, for the other tests on this plane
+        plane.kubectl("patch", "clusterqueue", "rlpipe", "--type=merge", "-p", patch % before, check=False)
+        plane.kubectl("delete", "workloadpriorityclass", URGENT, "--ignore-not-found", check=False)
 
 
 def test_kueue_preempting_a_running_jobset_for_higher_priority_work_is_preempted_on_both_clusters(

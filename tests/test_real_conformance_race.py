@@ -33,10 +33,14 @@ from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F40
 
 # ---- the head/worker race, in both orders -------------------------------------------------------
 
+# How long worker 0 takes in its SIGTERM handler: wide enough that the order of the two Jobs'
+# failures does not depend on how fast a loaded machine runs the Job and JobSet controllers.
+WORKER_SIGTERM_SECONDS = 6.0
+
 
 def _race_script(head_gives_up_after: float) -> Callable[[dict[str, Any]], Outcome]:
-    """Worker 0 is preempted by the scheduler a moment after it starts and takes 3 s in its SIGTERM
-    handler; the Pathways head loses it and exits 1 ``head_gives_up_after`` seconds later (its
+    """Worker 0 is preempted by the scheduler a moment after it starts and takes ``WORKER_SIGTERM_SECONDS`` in its
+    SIGTERM handler; the Pathways head loses it and exits 1 ``head_gives_up_after`` seconds later (its
     pipe timeout, plus the hold of ``commands.held_exit`` when that outlasts the worker's grace)."""
     worker_lost = threading.Event()
 
@@ -59,7 +63,7 @@ def _race_script(head_gives_up_after: float) -> Callable[[dict[str, Any]], Outco
                 exit_code=None,
                 seconds=1.0,
                 disruption="PreemptionByScheduler",
-                terminating_seconds=3.0,
+                terminating_seconds=WORKER_SIGTERM_SECONDS,
                 program=worker_0,
             )
         if job == "pathways-head":
@@ -102,14 +106,14 @@ RACE_ORDERS = [
     (
         "head-first-held",
         ("preempt@3:worker:scheduler:head-first", True),
-        6.0,
+        3 * WORKER_SIGTERM_SECONDS,  # the hold outlasts the worker's grace by a wide margin
         "worker",
         FailureClass.PREEMPTED,
     ),
     (
         "head-first-unheld",
         ("preempt@3:worker:scheduler:head-first", False),
-        1.0,
+        0.5,  # long before the worker's SIGTERM handler ends
         "head",
         FailureClass.PERMANENT,
     ),
@@ -165,7 +169,7 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
                     "items"
                 ],
                 name,
-                20,
+                40,
             )
             jobset = json.loads(real_cluster.kubectl("get", "jobset", name, "-n", NS, "-o", "json"))
             left = set(

@@ -26,7 +26,7 @@ from rlpipe.cli.main import main
 from rlpipe.control.blobstore import BlobStore, make_client
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.settings import Settings
-from rlpipe.local.stack import LocalStack, StackConfig
+from rlpipe.local.stack import LocalStack, StackConfig, describe_cluster
 from tests.conftest import ROOT
 from tests.harness.patience import ceiling, wait_until
 from tests.harness.real_cluster import require_real_cluster
@@ -109,7 +109,7 @@ def test_the_demo_request_runs_end_to_end_on_the_real_control_plane(
     monkeypatch.chdir(tmp_path)  # no .rlpipe/local here: the CLI reads the environment set above
     assert main(["status", record.run_id]) == 0
     printed = capsys.readouterr().out
-    assert "cluster     real: Kubernetes v1.34" in printed and "were SIMULATED" not in printed, printed
+    assert describe_cluster("real") in printed and "were SIMULATED" not in printed, printed
 
     # The same request on the double writes the same objects.
     os.environ.update(RLPIPE_KUBECONFIG="")

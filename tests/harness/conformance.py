@@ -36,13 +36,17 @@ def play(real_cluster: ControlPlane, nodes: set[str]) -> Iterator[Callable[[Outc
     players: list[PodPlayer] = []
 
     def start(outcome: Outcome) -> PodPlayer:
-        player = PodPlayer(real_cluster.kubeconfig(), nodes, lambda pod: outcome)
-        players.append(player.__enter__())
+        player = PodPlayer(real_cluster.kubeconfig(), nodes, lambda pod: outcome).start()
+        players.append(player)
         return player
 
     yield start
     for player in players:
-        player.__exit__(None, None, None)
+        player.stop()
+    # A player that failed (a rejected patch, a wrong key) says so here, not as a timeout elsewhere.
+    assert not [e for p in players for e in p.errors if "listing pods" not in e], [
+        list(p.errors) for p in players
+    ]
 
 
 def real_client(plane: ControlPlane) -> ClusterClient:
@@ -79,7 +83,6 @@ def verdict_on_real(
             client.delete(obj["kind"], obj["metadata"]["name"])
 
 
-# (scenario, the double's fault for the convert Job, what the real pods' containers do, and the
 def disrupt_worker_0(reason: str) -> Callable[[dict[str, Any]], Outcome]:
     """Worker 0 of the slice is disrupted a moment after it starts; every other container runs."""
 

@@ -10,6 +10,7 @@ real ones: they react to these statuses as they would to a kubelet's.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import threading
@@ -58,24 +59,42 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _containers(pod: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
-    """Status field -> (name, image) of its containers."""
-    spec = pod["spec"]
-    return {
-        "initContainerStatuses": [(c["name"], c.get("image", "")) for c in spec.get("initContainers") or []],
-        "containerStatuses": [(c["name"], c.get("image", "")) for c in spec.get("containers") or []],
-    }
-
-
 def _statuses(pod: dict[str, Any], state: dict[str, Any], *, ready: bool) -> dict[str, Any]:
-    return {
-        field: [
-            {"name": name, "image": image, "imageID": "", "ready": ready, "restartCount": 0, "state": state}
-            for name, image in containers
-        ]
-        for field, containers in _containers(pod).items()
-        if containers
-    }
+    """Container statuses with the main containers in ``state``. Init containers ran before them:
+    a regular one completed (exit 0); a native sidecar (``restartPolicy: Always``, the Pathways
+    head's proxy and resource manager) runs beside them and, once they have ended, is stopped by
+    the kubelet with SIGTERM (143), never given the main container's exit."""
+    spec = pod["spec"]
+    at = _now()
+    main_ended = "terminated" in state
+
+    def entry(c: dict[str, Any], st: dict[str, Any], is_ready: bool) -> dict[str, Any]:
+        return {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": is_ready,
+            "restartCount": 0,
+            "state": st,
+        }
+
+    def init_state(c: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        if c.get("restartPolicy") != "Always":
+            return {
+                "terminated": {"exitCode": 0, "reason": "Completed", "startedAt": at, "finishedAt": at}
+            }, False
+        if main_ended:
+            return {
+                "terminated": {"exitCode": SIGTERM_EXIT, "reason": "Error", "startedAt": at, "finishedAt": at}
+            }, False
+        return {"running": {"startedAt": at}}, True
+
+    out: dict[str, Any] = {}
+    inits = spec.get("initContainers") or []
+    if inits:
+        out["initContainerStatuses"] = [entry(c, *init_state(c)) for c in inits]
+    out["containerStatuses"] = [entry(c, state, ready) for c in spec.get("containers") or []]
+    return out
 
 
 @dataclass
@@ -103,17 +122,29 @@ class PodPlayer:
         self._stop = threading.Event()
         self._pods: dict[str, _Played] = {}  # pod uid -> its played life
         self._thread = threading.Thread(target=self._loop, name="pod-player", daemon=True)
-        self.errors: list[str] = []
+        self._programs: list[threading.Thread] = []
+        # The newest failures only: a long-lived stack must not grow a list every tick.
+        self.errors: collections.deque[str] = collections.deque(maxlen=100)
 
-    def __enter__(self) -> PodPlayer:
+    def start(self) -> PodPlayer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop playing: the loop first (it may still add pods), then SIGTERM every program and
+        wait a moment for them, so none writes after the player is gone."""
         self._stop.set()
-        for played in self._pods.values():
-            played.sigterm.set()
         self._thread.join(timeout=10)
+        for played in list(self._pods.values()):
+            played.sigterm.set()
+        for thread in self._programs:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> PodPlayer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def _loop(self) -> None:
         import time
@@ -121,11 +152,16 @@ class PodPlayer:
         while not self._stop.is_set():
             try:
                 # Raw JSON, in the API's own spelling: the script reads the pod as stored.
-                listed = self.core.list_pod_for_all_namespaces(_preload_content=False)
-                for pod in json.loads(listed.data)["items"]:
+                listed = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5)
+                pods = json.loads(listed.data)["items"]
+            except Exception as exc:  # the API server stopping under us
+                self.errors.append(f"listing pods: {exc!r}")
+                pods = []
+            for pod in pods:  # one pod's failure (a race with its deletion) never stalls the rest
+                try:
                     self._step(pod, time.monotonic())
-            except Exception as exc:  # the API server stopping under us, a race with a deletion
-                self.errors.append(repr(exc))
+                except Exception as exc:
+                    self.errors.append(f"pod {pod['metadata'].get('name')}: {exc!r}")
             self._stop.wait(self.interval)
 
     def _step(self, pod: dict[str, Any], now: float) -> None:
@@ -136,21 +172,25 @@ class PodPlayer:
         played = self._pods.get(uid)
         if meta.get("deletionTimestamp"):
             if phase not in ("Succeeded", "Failed"):
-                if played is not None and played.sigterm_at is None:
-                    played.sigterm_at = now
-                    played.sigterm.set()
-                if (
-                    played is not None
-                    and now - (played.sigterm_at or now) < played.outcome.terminating_seconds
-                ):
-                    return  # still in its SIGTERM handler
+                if played is not None:
+                    if played.sigterm_at is None:
+                        played.sigterm_at = now
+                        played.sigterm.set()
+                    if now - played.sigterm_at < played.outcome.terminating_seconds:
+                        return  # still in its SIGTERM handler
                 self._finish(pod, SIGTERM_EXIT, "Error")
             self._remove(pod)
+            self._pods.pop(uid, None)
             return
         if phase in ("Succeeded", "Failed"):
             return
         if played is None:
-            played = self._pods[uid] = _Played(self.script(pod), now)
+            try:
+                outcome = self.script(pod)
+            except Exception as exc:  # a broken script fails its pod once, not every tick
+                self.errors.append(f"script for {meta['name']}: {exc!r}")
+                outcome = Outcome(exit_code=1, reason="Error")
+            played = self._pods[uid] = _Played(outcome, now)
             if played.outcome.image_pull:
                 self._waiting(pod, "ErrImagePull", "failed to pull image: played by rlpipe")
             else:
@@ -183,7 +223,9 @@ class PodPlayer:
                 self.errors.append(f"played program: {exc!r}")
                 played.ended = (1, "Error")
 
-        threading.Thread(target=run, name="played-program", daemon=True).start()
+        thread = threading.Thread(target=run, name="played-program", daemon=True)
+        self._programs.append(thread)
+        thread.start()
 
     # ---- status writes ------------------------------------------------------------------------
 
@@ -243,9 +285,9 @@ class PodPlayer:
         }
         if reason != "TerminationByKubelet":
             if not played.disrupted:
-                played.disrupted = True
                 self._patch(pod, {"conditions": [condition]})
                 self.core.delete_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"])
+                played.disrupted = True  # only once the delete went through; else tried again
             return
         # The node shuts down: the kubelet stops the containers within the grace period, then
         # reports the pod Failed; the pod object stays for its controller to count.

@@ -89,12 +89,12 @@ class RealCluster:
             core.patch_node_status(name, node_endpoint(self.endpoint.port))
         services = Services(GcsIO(self.storage_client), pod_logs, self.hub_url, SecretReader(core))
         self.script = ProgramScript(services, self.initial_timing)
-        self.player = PodPlayer(plane.kubeconfig(), nodes, self.script).__enter__()
+        self.player = PodPlayer(plane.kubeconfig(), nodes, self.script).start()
         self.say(f"[controlplane] {len(nodes)} nodes (cpu-np, v6e {self.topology}); pods played")
 
     def stop(self) -> None:
         if self.player is not None:
-            self.player.__exit__(None, None, None)
+            self.player.stop()
             self.player = None
         if self.endpoint is not None:
             self.endpoint.stop()

@@ -74,7 +74,8 @@ class PodLogs:
             lines = self.path(namespace, pod, container).read_text().splitlines(keepends=True)
         except FileNotFoundError:
             return ""
-        return "".join(lines[-tail:] if tail is not None and tail >= 0 else lines)
+        # tailLines=0 is no line, not every line (lines[-0:] would be all of them)
+        return "".join(lines[len(lines) - tail :] if tail is not None and 0 <= tail <= len(lines) else lines)
 
 
 @dataclass(frozen=True)
