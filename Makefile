@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Four workers on two cores: most of the suite waits on local servers, not on the CPU (about 3
-# minutes instead of 11 in one process). A file runs whole on one worker (--dist loadfile), so its
+# minutes instead of 11 in one process). A file runs whole on one worker (--dist loadgroup), so its
 # module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 4
 
@@ -60,12 +60,12 @@ check: $(STAMP)
 	$(BIN)/deptry shared functions
 
 test: check $(TOOLS_STAMP) components-if-go
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The edit loop: unit and contract tests, none that starts a local server (under a minute).
 # `make test` runs these and everything else; CI runs `make test`.
 test-fast: $(STAMP) $(TOOLS_STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not integration and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not integration and not slow" $(PYTEST_ARGS)
 
 SCENARIO ?=
 EVENTS ?= auto

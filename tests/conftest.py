@@ -193,7 +193,33 @@ _CONFIG: dict[str, pytest.Config] = {}
 SERVER_FIXTURES = frozenset({"fake_gcs", "local", "executions"})
 
 
+# ---- scheduling across xdist workers (`--dist loadgroup`) ----------------------------------------
+
+# Files that share one real control plane (started once per worker, ~15 s of both cores and
+# ~850 MiB): two groups, so two planes serve them all instead of one per worker.
+REAL_PLANE_GROUPS = {
+    "test_real_conformance.py": "real-plane-1",
+    "test_real_conformance_race.py": "real-plane-1",
+    "test_real_admission.py": "real-plane-1",
+    "test_real_conformance_capacity.py": "real-plane-2",
+    "test_real_flex_start.py": "real-plane-2",
+}
+# The longest files start first, so that none is left running alone at the end.
+LONG_FIRST = ("test_real_", "test_entry_points_hostile", "test_e2e")
+
+
+def _schedule(items: list[pytest.Item]) -> None:
+    """Each file is one group (a module-scoped stack starts once), except the real-plane files,
+    which share theirs; long groups are queued first."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group(REAL_PLANE_GROUPS.get(name, name)))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (not item.path.name.startswith(LONG_FIRST), order[id(item)]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
+    _schedule(items)
