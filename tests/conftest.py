@@ -186,6 +186,10 @@ _FAULT_LOG = pytest.StashKey[Any]()
 _CONFIG: dict[str, pytest.Config] = {}
 
 
+# The real control plane, one per worker: registered here, once, because a fixture imported into
+# several test modules is a separate fixture in each (a plane per module, all alive to the end).
+from tests.harness.real_cluster import real_cluster  # noqa: E402, F401
+
 # ---- tiers: `make test-fast` runs what needs no local server --------------------------------------
 
 # Fixtures that start a real local server (fake-gcs-server, the local stack, a recording Workflows

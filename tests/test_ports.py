@@ -53,5 +53,8 @@ def test_the_counter_wraps_round_the_range(tmp_path: Path) -> None:
     low, _ = ports._ephemeral_range()
     last = min(ports.LAST_PORT, low - 1)
     counter.write_text(str(last))
-    assert ports.free_port(counter) in (last, ports.FIRST_PORT)
-    assert ports.free_port(counter) in (ports.FIRST_PORT, ports.FIRST_PORT + 1)
+    # Other workers' servers hold ports near the bottom of the range while this runs: a bound port
+    # is skipped, so the exact numbers vary; that the counter wraps to the bottom does not.
+    first, second = ports.free_port(counter), ports.free_port(counter)
+    assert ports.FIRST_PORT <= min(first, second) < max(first, second) <= last or first == last
+    assert second < last and int(counter.read_text()) < last  # wrapped round, not past the top

@@ -17,7 +17,7 @@ from rlpipe.core.manifests import RenderContext, render_all
 from rlpipe.core.request import load_request, validate_request
 from rlpipe.local.controlplane import ControlPlane
 from tests.conftest import EXAMPLES, minimal_request
-from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
+from tests.harness.real_cluster import PARAMS
 
 NAMESPACE = "rlpipe"
 STAGE_USER = PARAMS["STAGE_GSA"]

@@ -35,7 +35,6 @@ from tests.harness.conformance import (
     verdict_on_real,
 )
 from tests.harness.patience import wait_until
-from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 # (scenario, the double's fault for the convert Job, what the real pods' containers do, and the

@@ -30,7 +30,7 @@ from tests.harness.conformance import (
     verdict_on_double,
 )
 from tests.harness.patience import wait_until
-from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
+from tests.harness.real_cluster import PARAMS
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 # ---- capacity: unschedulable pods, and a workload Kueue does not admit ------------------------

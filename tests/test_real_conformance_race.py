@@ -28,7 +28,6 @@ from tests.harness.conformance import (
     real_client,
 )
 from tests.harness.patience import wait_until
-from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 # ---- the head/worker race, in both orders -------------------------------------------------------

@@ -62,7 +62,7 @@ from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator
 from tests.conftest import Buckets
 from tests.harness.patience import ceiling, wait_until
-from tests.harness.real_cluster import K8S_DIR, PARAMS, deploy_documents, real_cluster  # noqa: F401
+from tests.harness.real_cluster import K8S_DIR, PARAMS, deploy_documents
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 STAGE_USER = PARAMS["STAGE_GSA"]

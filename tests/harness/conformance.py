@@ -17,7 +17,7 @@ from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator
 from tests.harness.patience import wait_until
-from tests.harness.real_cluster import PARAMS, real_cluster  # noqa: F401
+from tests.harness.real_cluster import PARAMS
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 STAGE_USER = PARAMS["STAGE_GSA"]
