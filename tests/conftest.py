@@ -208,6 +208,8 @@ REAL_PLANE_GROUPS = {
     "test_real_conformance_capacity.py": "real-plane-2",
     "test_real_flex_start.py": "real-plane-2",
 }
+# Files with no module-scoped fixture whose tests are long each: a group per test function.
+PER_TEST_GROUPS = frozenset({"test_entry_points_hostile.py"})
 # The longest files start first, so that none is left running alone at the end.
 LONG_FIRST = ("test_real_", "test_entry_points_hostile", "test_e2e")
 
@@ -217,7 +219,8 @@ def _schedule(items: list[pytest.Item]) -> None:
     which share theirs; long groups are queued first."""
     for item in items:
         name = item.path.name
-        item.add_marker(pytest.mark.xdist_group(REAL_PLANE_GROUPS.get(name, name)))
+        group = f"{name}::{getattr(item, 'originalname', item.name)}" if name in PER_TEST_GROUPS else name
+        item.add_marker(pytest.mark.xdist_group(REAL_PLANE_GROUPS.get(name, group)))
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (not item.path.name.startswith(LONG_FIRST), order[id(item)]))
 

@@ -112,7 +112,7 @@ class _Played:
 class PodPlayer:
     """Plays every pod bound to one of ``nodes``; ``script`` decides each pod's outcome."""
 
-    def __init__(self, kubeconfig: Path, nodes: set[str], script: Script, *, interval: float = 0.1):
+    def __init__(self, kubeconfig: Path, nodes: set[str], script: Script, *, interval: float = 0.2):
         from kubernetes import client, config
 
         self.core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
