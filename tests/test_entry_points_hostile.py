@@ -134,7 +134,22 @@ _yaml_lines = st.lists(
     ),
     max_size=6,
 )
+# The reproductions, aimed at the field each one used
+_TARGETED = [
+    ("training.command_env.HF_ENDPOINT", "https://collector.example"),
+    ("training.command_env.HTTPS_PROXY", "http://proxy.example:3128"),
+    ("training.command_env.PYTHONUSERBASE", "/root/.cache/huggingface/hub"),
+    ("training.command_env.M_LOAD_PARAMETERS_PATH", "gs://rlpipe-artifacts/runs/rother/x"),
+    ("pathways.env.worker.LIBTPU_INIT_ARGS", "--xla_dump_to=/tmp/x"),
+    ("hf_token_secret.name", "team-b-write"),
+    ("maxtext_overrides.load_full_state_path", "gs://rlpipe-artifacts/runs/rother/checkpoints/30"),
+    ("maxtext_overrides.jax_cache_dir", "gs://rlpipe-artifacts/cache/maxtext/"),
+    ("maxtext_overrides.rl.run_name", "someone-else"),
+    ("notify", "projects/another-project/topics/leak"),
+    ("image", "docker.io/library/busybox:1.36"),
+]
 _requests = st.one_of(
+    st.sampled_from(_TARGETED).map(lambda fv: json.dumps(_with(*fv)).encode()),
     _yaml_lines.map(lambda lines: "\n".join(lines).encode()),
     st.tuples(st.sampled_from(_FIELDS), st.one_of(_json, _deep, _wide)).map(
         lambda pv: json.dumps(_with(pv[0][0], pv[1])).encode()
