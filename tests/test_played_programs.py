@@ -160,6 +160,11 @@ def test_the_log_endpoint_serves_a_containers_tail_over_tls(tmp_path: Path) -> N
             assert answer.read().decode() == "[played] line 3\n[played] line 4\n"
         with urllib.request.urlopen(f"{base}/other-container", context=context) as answer:
             assert answer.read() == b""
+        with urllib.request.urlopen(f"{base}/workload-container?tailLines=0", context=context) as answer:
+            assert answer.read() == b""  # no line, not every line
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/workload-container?tailLines=two", context=context)
+        assert refused.value.code == 400
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"https://127.0.0.1:{endpoint.port}/pods", context=context)
     finally:

@@ -50,7 +50,12 @@ class LogEndpoint:
                     self.send_error(404)
                     return
                 tail = parse_qs(url.query).get("tailLines")
-                body = logs.read(parts[1], parts[2], parts[3], int(tail[0]) if tail else None).encode()
+                try:
+                    lines = int(tail[0]) if tail else None
+                except ValueError:  # the kubelet, too, refuses a tailLines that is no number
+                    self.send_error(400, "tailLines must be a whole number")
+                    return
+                body = logs.read(parts[1], parts[2], parts[3], lines).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
