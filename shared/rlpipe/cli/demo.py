@@ -55,7 +55,7 @@ def run_demo(
     from rlpipe.control.blobstore import BlobStore, make_client
     from rlpipe.control.ledger import Ledger
     from rlpipe.control.settings import Settings
-    from rlpipe.local.clusters import NO_FAULTS
+    from rlpipe.local.clusters import NoFaults, refuse_faults
 
     console = Console()
     if scenario in SCENARIOS:
@@ -64,8 +64,10 @@ def run_demo(
         example = Path(override) if override else example
     else:
         faults, scenario_file = [], scenario
-    if cluster == "real" and (faults or scenario_file):
-        console.print(f"[red]scenario {scenario!r} needs faults: {NO_FAULTS}[/red]")
+    try:
+        refuse_faults(cluster, faults, scenario_file)
+    except NoFaults as refused:
+        console.print(f"[red]scenario {scenario!r} needs faults: {refused}[/red]")
         return 2
     started = time.monotonic()
     timeout = DEMO_TIMEOUT_SECONDS.get(cluster, DEMO_TIMEOUT_SECONDS["double"])

@@ -33,6 +33,12 @@ class NoFaults(ValueError):
     """Faults are the simulator's: the real control plane plays none."""
 
 
+def refuse_faults(cluster: str, faults: Any, scenario_file: Any) -> None:
+    """The one rule, checked by the demo, the stack and the core alike: faults need the double."""
+    if cluster == "real" and (faults or scenario_file):
+        raise NoFaults(NO_FAULTS)
+
+
 class StackCluster(Protocol):
     """What the core and its control API need of a cluster."""
 
@@ -109,8 +115,7 @@ class RealStackCluster:
     def __init__(self, config: dict[str, Any], storage: Any, hub_url: str) -> None:
         from rlpipe.local.controlplane.local_cluster import RealCluster
 
-        if config.get("faults") or config.get("scenario_file"):
-            raise NoFaults(NO_FAULTS)
+        refuse_faults(self.name, config.get("faults"), config.get("scenario_file"))
         self.cluster = RealCluster(
             Path(config["cluster_root"]),
             Path(config["logs"]),

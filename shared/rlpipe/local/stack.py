@@ -27,7 +27,7 @@ from typing import Any
 import requests
 
 from rlpipe.local import pubsub
-from rlpipe.local.clusters import CLUSTERS, NO_FAULTS
+from rlpipe.local.clusters import CLUSTERS, refuse_faults
 from rlpipe.local.gcs import FakeGcs
 from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready, stop_all
@@ -324,8 +324,7 @@ class LocalStack:
         reason = missing_reason()
         if reason:
             raise RuntimeError(f"the real control plane cannot start: {reason}")
-        if c.faults or c.scenario_file:
-            raise ValueError(NO_FAULTS)
+        refuse_faults(c.cluster, c.faults, c.scenario_file)
 
     def _cluster_endpoints(self, ready: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
         """The functions' way into the cluster, and the endpoints to show: plain HTTP to the double;
