@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from huggingface_hub import HfApi
 
-from rlpipe.cli.promote import NotPromotable, promote
 from rlpipe.control.blobstore import BlobStore
 from rlpipe.control.intake import Intake
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.promotion import NotPromotable, promote
 from rlpipe.core import layout
 from tests.test_e2e import Local, faults, local  # noqa: F401
 
@@ -52,15 +52,17 @@ def test_a_gated_run_keeps_its_checkpoints_and_a_promote_ships_it_without_traini
     final = record.lineage.final_step
     assert final and local.client.bucket(run.bucket).blob(run.step_commit(final)).exists(), "checkpoints kept"
 
-    with pytest.raises(NotPromotable, match="reason"):
-        promote(local.ledger, run_id, by="alice", reason=" ", start=intake_for(local).start_claimed)
-    promote(
-        local.ledger,
-        run_id,
-        by="alice",
-        reason="reviewed the samples by hand",
-        start=intake_for(local).start_claimed,
+    # As `rlpipe promote` does: through the stage function, which may write the ledger
+    from rlpipe.cli.runs import call_stage
+
+    assert local.settings.stage_url, "the stack gives the CLI the stage function's URL"
+    with pytest.raises(RuntimeError, match="reason"):
+        call_stage(local.settings, {"op": "promote", "run_id": run_id, "by": "alice", "reason": " "})
+    answer = call_stage(
+        local.settings,
+        {"op": "promote", "run_id": run_id, "by": "alice", "reason": "reviewed the samples by hand"},
     )
+    assert (answer["by"], answer["state"]) == ("alice", "training")
     record = local.wait(run_id)
     assert record.state == "succeeded", record.failure
     assert [(a.stage, a.attempt) for a in record.attempts] == [("convert", 1), ("train", 1), ("export", 1)]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from rlpipe.cli.promote import NotPromotable, promote
 from rlpipe.control.ledger import GateRecord, RunRecord, Source
 from rlpipe.control.orchestrator import ExecutionInfo
+from rlpipe.control.promotion import NotPromotable, promote
 from rlpipe.reconcile.rules import execution_failure
 from tests.conftest import Buckets
 
@@ -65,3 +65,51 @@ def test_a_promote_whose_start_failed_can_be_repeated_and_starts_once(buckets: B
     ledger.update(r.run_id, set_execution)
     with pytest.raises(NotPromotable, match="training"):
         promote(ledger, r.run_id, by="bob", reason="again", start=started.append)
+
+
+@pytest.fixture
+def stage_app(buckets: Buckets, executions: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from functions_framework import create_app
+
+    from rlpipe.control import services
+    from tests.conftest import ROOT
+
+    for key, value in buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target).items():
+        monkeypatch.setenv(key, value)
+    services.reset()
+    yield create_app(
+        target="stage", source=str(ROOT / "functions" / "main.py"), signature_type="http"
+    ).test_client()
+    services.reset()
+
+
+def test_promote_is_decided_by_the_stage_function_not_by_a_ledger_write_from_the_cli(
+    buckets: Buckets, executions: Any, stage_app: Any
+) -> None:
+    """Operators hold only read access to the state bucket (iam.tf); `rlpipe promote` asks the
+    stage function, which records the override and starts the run's next execution once."""
+    from rlpipe.core.request import validate_request
+    from tests.conftest import minimal_request
+
+    ledger = buckets.ledger()
+    r = gated_record("rgated000002")
+    r.request = validate_request(minimal_request()).model_dump(mode="json")
+    r.state = "gated"
+    r.gate = GateRecord(passed=False, reasons=["post mean_reward 0.4000 below min_post_mean_reward 0.5"])
+    assert ledger.claim(r)
+
+    def call(**body: Any) -> Any:
+        return stage_app.post("/", json={"op": "promote", "run_id": "rgated000002", **body})
+
+    assert call(by="", reason="reviewed").status_code == 400
+    assert call(by="alice", reason="x" * 5000).status_code == 400
+    answer = call(by="alice", reason="reviewed by the team")
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json()["by"] == "alice" and answer.get_json()["state"] == "training"
+    record = ledger.get("rgated000002")
+    assert record is not None and record.lineage.promoted is not None
+    assert record.lineage.promoted.reason == "reviewed by the team"
+    assert len(executions.creates()) == 1
+    refused = call(by="bob", reason="again")  # started, no longer gated: refused with the reason
+    assert refused.status_code == 422 and "only a gated run" in json.dumps(refused.get_json())
+    assert len(executions.creates()) == 1

@@ -21,7 +21,7 @@ from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
 from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core import identity
-from rlpipe.core.failures import FailureClass, PipelineFailure
+from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
         op=body.get("op") if isinstance(body.get("op"), str) and len(body["op"]) <= 32 else None,
     )
     try:
+        if body.get("op") == "promote":  # an operator's: needs no cluster, only the ledger
+            return promote(body, log), 200
         return dispatch(services.stage_service(log), body), 200
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
@@ -93,6 +95,33 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     if op == "gate":
         return service.gate(run_id, execution_id)
     raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, finish, cleanup")
+
+
+def promote(body: dict[str, Any], log: Logger) -> dict[str, Any]:
+    """``rlpipe promote``: the gate override, decided here where ledgers may be written."""
+    from rlpipe.control import promotion
+
+    run_id, by, reason = body.get("run_id"), body.get("by"), body.get("reason")
+    if not identity.is_run_id(run_id):
+        raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
+    if not isinstance(by, str) or not by.strip() or len(by) > promotion.MAX_BY_CHARS:
+        raise BadCall(f"by must name who decides, in at most {promotion.MAX_BY_CHARS} characters")
+    if not isinstance(reason, str) or len(reason) > promotion.MAX_REASON_CHARS:
+        raise BadCall(f"reason must be text of at most {promotion.MAX_REASON_CHARS} characters")
+    try:
+        record = promotion.promote(
+            services.ledger(), run_id, by=by.strip(), reason=reason, start=services.intake(log).start_claimed
+        )
+    except promotion.NotPromotable as exc:
+        raise PermanentFailure(str(exc)) from None
+    log.info("promoted", by=by.strip())
+    promoted = record.lineage.promoted
+    return {
+        "run_id": record.run_id,
+        "by": promoted.by if promoted else by.strip(),
+        "state": record.state,
+        "execution": record.execution.name,
+    }
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
