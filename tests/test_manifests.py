@@ -489,3 +489,28 @@ def test_each_attempt_has_its_own_network_subdomain() -> None:
         if o["kind"] == "JobSet"
     }
     assert len(subdomains) == 3
+
+
+def test_the_pipelines_own_variables_come_after_the_requests_so_none_can_be_overridden() -> None:
+    """Of two env entries with one name the later wins (kubernetes/kubernetes#58477): whatever an
+    allowlist lets through, a request's entry comes first in every container."""
+    req = validate_request(minimal_request())
+    train = render(req, "train", 1, CTX)
+    asked = {
+        *req.training.command_env,
+        *req.pathways.env.workload,
+        *req.pathways.env.proxy,
+        *req.pathways.env.resource_manager,
+        *req.pathways.env.worker,
+    }
+    checked = 0
+    for rjob in train["spec"]["replicatedJobs"]:
+        pod = rjob["template"]["spec"]["template"]["spec"]
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
+            names = [e["name"] for e in container.get("env", [])]
+            requested = [i for i, n in enumerate(names) if n in asked]
+            owned = [i for i, n in enumerate(names) if n not in asked]
+            if requested and owned:
+                checked += 1
+                assert max(requested) < min(owned), (container["name"], names)
+    assert checked >= 4  # the head, its two sidecars and the TPU worker

@@ -88,9 +88,11 @@ def train_jobset(
             f"--gcs_scratch_location={scratch}",
         ],
         "env": [
+            *plain_env(p.env.proxy),
+            # then the pipeline's own: of two entries with one name the later wins (k8s#58477),
+            # so no request variable can override one, whatever an allowlist lets through
             _field_env("PATHWAYS_HEAD", _COORDINATOR),
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
-            *plain_env(p.env.proxy),
         ],
         "ports": _ports(PROXY_PORT),
         "resources": {"limits": {"cpu": "16", "memory": "100Gi"}},
@@ -107,12 +109,14 @@ def train_jobset(
             f"--instance_type={shape.pathways_instance_type}",
         ],
         "env": [
+            *plain_env(p.env.resource_manager),
+            # then the pipeline's own: of two entries with one name the later wins (k8s#58477),
+            # so no request variable can override one, whatever an allowlist lets through
             _field_env("REPLICATED_JOB_NAME", _RJOB_NAME),
             _field_env("JOBSET_NAME", _JOBSET_NAME),
             _field_env("HOST_ADDRESS", _COORDINATOR),
             {"name": "TPU_SKIP_MDS_QUERY", "value": "true"},
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
-            *plain_env(p.env.resource_manager),
         ],
         "ports": _ports(RM_PORT, RM_AUX_PORT),
         "resources": {"limits": {"cpu": "8", "memory": "32Gi"}},
@@ -128,12 +132,14 @@ def train_jobset(
         ],
         "args": list(args),
         "env": [
+            *plain_env(req.training.command_env),
+            *plain_env(p.env.workload),
+            # then the pipeline's own: of two entries with one name the later wins (k8s#58477),
+            # so no request variable can override one, whatever an allowlist lets through
             _field_env("PATHWAYS_HEAD", _COORDINATOR),
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PROXY_PORT}"},
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
-            *plain_env(req.training.command_env),
-            *plain_env(p.env.workload),
             *_pinned_env(req, pinned_uri),
             hf_token_env(req),
         ],
@@ -178,6 +184,8 @@ def train_jobset(
             f"--gcs_scratch_location={scratch}",
         ],
         "env": [
+            *plain_env(p.env.worker),
+            # then the pipeline's own (the later of two entries with one name wins)
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": "false"},
             _field_env("MEGASCALE_NUM_SLICES", _RJOB_REPLICAS),
@@ -187,7 +195,6 @@ def train_jobset(
             _field_env("PATHWAYS_HEAD", _COORDINATOR),
             _field_env("MEGASCALE_COORDINATOR_ADDRESS", _COORDINATOR),
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
-            *plain_env(p.env.worker),
         ],
         "ports": _ports(*WORKER_PORTS),
         "resources": {"limits": dict(TPU_CHIPS_PER_POD)},
