@@ -184,9 +184,12 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
     assert failed["message"].endswith(f"(first failed job: {first_job})"), failed
     # The worker's Job is kept when it failed first; deleted with its evidence when the head's did.
     assert (f"job.batch/{name}-worker-0" in left) is (first == "worker"), left
-    for seen in (on_double, on_real):
-        first_failed = next(v for v in seen if v.phase == "failed")
-        assert first_failed.failure_class is FailureClass.PREEMPTED, first_failed.reason
+    # While the race runs, the disrupted worker is still readable and the verdict is `preempted`.
+    # Polled here on the real plane, where the worker's SIGTERM time makes that window seconds long;
+    # the double plays it in simulated time, so tests/test_preemption_race.py holds its first
+    # verdict with a listener that sees every write instead (a poll can miss that short window).
+    first_failed = next(v for v in on_real if v.phase == "failed")
+    assert first_failed.failure_class is FailureClass.PREEMPTED, first_failed.reason
     late_double, late_real = on_double[-1], on_real[-1]
     assert (late_real.phase, late_real.failure_class) == (late_double.phase, late_double.failure_class), (
         f"double: {late_double.reason}\nreal: {late_real.reason}"
