@@ -100,3 +100,17 @@ def test_a_forbidden_import_breaks_a_contract(
 def test_the_unchanged_copy_keeps_every_contract(library_copy: Path) -> None:
     result = _lint_imports(library_copy)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_the_artifact_events_hot_path_loads_no_request_models() -> None:
+    """artifact_event scales out during every checkpoint write; its cold start must not build the
+    request's pydantic models (the deployment's allowlists are read only where a request is)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path.insert(0, 'shared'); import rlpipe.control.artifacts, rlpipe.control.settings; "
+        "print('rlpipe.core.request' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rlpipe.core.request.policy import (
-    DEFAULT_READ_SECRETS,
-    DEFAULT_WRITE_SECRETS,
-    TUTORIAL_IMAGE_PREFIXES,
-    Policy,
-)
+from rlpipe.core.presets import DEFAULT_READ_SECRETS, DEFAULT_WRITE_SECRETS, TUTORIAL_IMAGE_PREFIXES
+
+if TYPE_CHECKING:  # the request models load only where a request is checked, not on every cold start
+    from rlpipe.core.request.policy import Policy
 
 ENV_PREFIX = "RLPIPE_"
 
@@ -124,6 +123,8 @@ class Settings:
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
         """The allowlists a request is checked against."""
+        from rlpipe.core.request.policy import Policy
+
         return Policy(
             project=self.project,
             artifacts_bucket=self.artifacts_bucket,

@@ -18,6 +18,9 @@ PresetName = Literal["v6e-32", "v6e-64"]
 PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
 DEFAULT_PRESET: PresetName = "v6e-32"
 
+# The Kubernetes Secrets the presets name (the deployment creates them: infra/cluster/k8s).
+_READ_TOKEN_SECRET = {"name": "hf-token", "key": "token"}
+_WRITE_TOKEN_SECRET = {"name": "hf-write-token", "key": "token"}
 MAXTEXT_IMAGE = "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:0.2.4"
 PATHWAYS_IMAGE_REPO = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
 # Pathways server and proxy must match the JAX inside the MaxText image, so they are pinned by
@@ -72,7 +75,7 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "placement": "cpu",
         "cpu_job": dict(_CPU_JOB),
         "scratch": dict(_SCRATCH),
-        "hf_token_secret": {"name": "hf-token", "key": "token"},
+        "hf_token_secret": dict(_READ_TOKEN_SECRET),
         "retry": copy.deepcopy(_RETRY),
         "timeouts": dict(_TIMEOUTS),
         "notify": None,
@@ -97,7 +100,7 @@ SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "publish": {
         "private": True,
         "branch": "main",
-        "token_secret": {"name": "hf-write-token", "key": "token"},
+        "token_secret": dict(_WRITE_TOKEN_SECRET),
     },
 }
 
@@ -252,3 +255,21 @@ MAXTEXT_MAX_CHECKPOINTS_TO_KEEP = 10
 def preset_defaults(name: str) -> dict[str, Any]:
     """A fresh, deep copy of one preset's field values (callers merge requests into it)."""
     return copy.deepcopy(_PRESETS[name])
+
+
+# ---- what a deployment allows by default (rlpipe.core.request.policy; control.settings) ----------
+
+
+def _repository_of(image: str) -> str:
+    """``host/project/`` of an image reference: the registry project a deployment trusts."""
+    host, project = image.split("/")[:2]
+    return f"{host}/{project}/"
+
+
+# The registries of the tutorials' images: MaxText's and the Pathways servers'.
+TUTORIAL_IMAGE_PREFIXES: tuple[str, ...] = tuple(
+    dict.fromkeys(_repository_of(i) for i in (MAXTEXT_IMAGE, PATHWAYS_IMAGE_REPO))
+)
+# The Secrets the presets name, as name:key: the read token, and the publish step's write token.
+DEFAULT_READ_SECRETS = ("{name}:{key}".format(**_READ_TOKEN_SECRET),)
+DEFAULT_WRITE_SECRETS = ("{name}:{key}".format(**_WRITE_TOKEN_SECRET),)

@@ -19,25 +19,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import identity, layout, presets
+from rlpipe.core import identity, layout
+from rlpipe.core.presets import DEFAULT_READ_SECRETS, DEFAULT_WRITE_SECRETS, TUTORIAL_IMAGE_PREFIXES
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import env_allowlist
 from rlpipe.core.request.model import CONTROLLED_ARGS, Request
-
-
-def _repository_of(image: str) -> str:
-    """``host/project/`` of an image reference: the registry project a deployment trusts."""
-    host, project = image.split("/")[:2]
-    return f"{host}/{project}/"
-
-
-# The registries of the tutorials' images: MaxText's and the Pathways servers'.
-TUTORIAL_IMAGE_PREFIXES: tuple[str, ...] = tuple(
-    dict.fromkeys(_repository_of(i) for i in (presets.MAXTEXT_IMAGE, presets.PATHWAYS_IMAGE_REPO))
-)
-# The Secrets the presets name (presets.py): the read token, and the publish step's write token.
-DEFAULT_READ_SECRETS = ("hf-token:token",)
-DEFAULT_WRITE_SECRETS = ("hf-write-token:token",)
 
 # Setting names, as the problems quote them (rlpipe.control.settings reads them).
 SETTINGS = {
