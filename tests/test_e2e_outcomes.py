@@ -62,7 +62,9 @@ def test_a_gated_run_keeps_its_checkpoints_and_a_promote_ships_it_without_traini
         local.settings,
         {"op": "promote", "run_id": run_id, "by": "alice", "reason": "reviewed the samples by hand"},
     )
-    assert (answer["by"], answer["state"]) == ("alice", "training")
+    assert answer["by"] == "alice"
+    # A snapshot read after the new execution started: it may already be past train
+    assert answer["state"] in ("training", "exporting", "succeeded"), answer
     record = local.wait(run_id)
     assert record.state == "succeeded", record.failure
     assert [(a.stage, a.attempt) for a in record.attempts] == [("convert", 1), ("train", 1), ("export", 1)]
