@@ -103,9 +103,10 @@ def artifact_event(cloud_event: Any) -> None:
 @functions_framework.http
 def stage(request: Any) -> tuple[dict[str, Any], int]:
     """The workflow's only door into the pipeline: plan, launch, status, finish, cleanup."""
+    from rlpipe.control.callers import caller_of
     from rlpipe.control.stage_http import handle
 
-    return handle(request.get_json(silent=True), Logger("stage"))
+    return handle(request.get_json(silent=True), Logger("stage"), caller=caller_of(request.headers))
 
 
 @functions_framework.cloud_event

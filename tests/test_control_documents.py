@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
 from rlpipe.control.stage_http import handle
 from rlpipe.core import identity
 from tests.conftest import Buckets
@@ -17,18 +16,36 @@ from tests.conftest import Buckets
 PLANTED = "hf_PLANTEDsecretTOKENvalue0123456789abcd"
 
 
-def test_a_retry_document_is_written_through_the_one_redacting_writer(buckets: Buckets) -> None:
-    """`rlpipe retry --reason/--by` once wrote a token into the requests bucket unmasked."""
-    from rlpipe.cli.retry import submit_document
+def test_a_rounds_reason_and_by_are_written_through_the_one_redacting_writer(buckets: Buckets) -> None:
+    """`rlpipe retry --reason/--by` once wrote a token into the requests bucket unmasked; a retry
+    now goes to the stage function, and what it records lands in the ledger, masked."""
     from rlpipe.control import retry
+    from rlpipe.control.ledger import Failure, RunRecord, Source
+    from rlpipe.core.request import validate_request
+    from tests.conftest import minimal_request
 
-    settings = Settings(requests_bucket=buckets.requests, project="rlpipe-test")
-    doc = retry.document("rabcdefghijk", reason=f"token is {PLANTED}", from_stage=None, by=PLANTED)
-    where, _key = submit_document(settings, doc, "rabcdefghijk", storage_client=buckets.client)
-    name = where.split("/", 3)[3]
-    stored = buckets.client.bucket(buckets.requests).blob(name).download_as_bytes().decode()
+    ledger = buckets.ledger()
+    record = RunRecord(
+        run_id="rabcdefghijk",
+        key="request:rabcdefghijk",
+        source=Source(kind="cli"),
+        request=validate_request(minimal_request()).model_dump(mode="json"),
+        state="failed",
+        failure=Failure(tag="permanent", message="exit code 1"),
+    )
+    assert ledger.claim(record)
+    decision = retry.start_round(
+        ledger, "rabcdefghijk", by=PLANTED, reason=f"token is {PLANTED}", from_stage=None, key="call:k"
+    )
+    assert decision.outcome == "started"
+    stored = buckets.store("state").read(ledger.layout("rabcdefghijk").ledger).data.decode()
     assert PLANTED not in stored and "[REDACTED]" in stored
-    json.loads(stored)  # still a document intake can read
+    events = [
+        buckets.store("state").read(n).data.decode()
+        for n in buckets.store("state").list("runs/rabcdefghijk/")
+    ]
+    assert not any(PLANTED in e for e in events)
+    json.loads(stored)  # still a ledger that reads back
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from rlpipe.control.orchestrator import ExecutionInfo
 from rlpipe.control.promotion import NotPromotable, promote
 from rlpipe.reconcile.rules import execution_failure
 from tests.conftest import Buckets
+from tests.harness.functions import cloud_run_token
 
 
 def gated_record(run_id: str = "rgated000001") -> RunRecord:
@@ -99,7 +100,12 @@ def test_promote_is_decided_by_the_stage_function_not_by_a_ledger_write_from_the
     assert ledger.claim(r)
 
     def call(**body: Any) -> Any:
-        return stage_app.post("/", json={"op": "promote", "run_id": "rgated000002", **body})
+        token = cloud_run_token("alice@example.com")  # her own account, listed in var.stage_invokers
+        return stage_app.post(
+            "/",
+            json={"op": "promote", "run_id": "rgated000002", **body},
+            headers={"X-Serverless-Authorization": f"Bearer {token}"},
+        )
 
     assert call(by="", reason="reviewed").status_code == 400
     assert call(by="alice", reason="x" * 5000).status_code == 400
@@ -109,6 +115,7 @@ def test_promote_is_decided_by_the_stage_function_not_by_a_ledger_write_from_the
     record = ledger.get("rgated000002")
     assert record is not None and record.lineage.promoted is not None
     assert record.lineage.promoted.reason == "reviewed by the team"
+    assert record.lineage.promoted.caller == "alice@example.com", "who Google says called"
     assert len(executions.creates()) == 1
     refused = call(by="bob", reason="again")  # started, no longer gated: refused with the reason
     assert refused.status_code == 422 and "only a gated run" in json.dumps(refused.get_json())

@@ -68,7 +68,7 @@ def _claim(ledger: Ledger, record: RunRecord) -> str:
 def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000001"))
     decision = retry.start_round(
-        ledger, run_id, by="alice", reason=" flaky host fixed ", from_stage="train", key=KEY
+        ledger, run_id, by="alice", reason=" flaky host fixed ", from_stage="train", key=KEY, caller="op@sa"
     )
     assert (decision.outcome, decision.round) == ("started", 2)
     record = ledger.get(run_id)
@@ -85,6 +85,7 @@ def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
     assert round_.model_dump(exclude={"at"}) == {
         "round": 2,
         "by": "alice",
+        "caller": "op@sa",
         "from_stage": "train",
         "reason": "flaky host fixed",
         "key": KEY,
@@ -252,23 +253,27 @@ def test_a_retried_runs_old_attempts_do_not_make_its_new_one_stuck() -> None:
     assert action is not None and action.kind == "delete", "a leftover of round 1 is deleted"
 
 
-# ---- the control document --------------------------------------------------------------------
+# ---- the call ------------------------------------------------------------------------------------
+
+CALL_KEY = "0123456789abcdef0123456789abcdef"
 
 
-def test_retry_documents_are_told_from_requests() -> None:
+def test_retry_documents_are_told_from_requests_and_calls_are_parsed() -> None:
     assert retry.is_retry_document({"retry": {"run_id": "rabc"}})
     assert not retry.is_retry_document(minimal_request(retry={"max_retries": 3}))
-    order = retry.parse_order(retry.document("rabc123def45", reason=" why ", from_stage="train", by="bob"))
-    assert order == retry.RetryOrder("rabc123def45", "why", "train", "bob")
-    assert retry.parse_order({"retry": {"run_id": "rabc123def45", "reason": "r"}}).from_stage is None
+    body = retry.call_body("rabc123def45", reason=" why ", key=CALL_KEY, from_stage="train", by="bob")
+    order = retry.parse_order(body)
+    assert order == retry.RetryOrder("rabc123def45", "why", f"call:{CALL_KEY}", "train", "bob")
+    assert retry.parse_order({"run_id": "rabc123def45", "reason": "r", "key": CALL_KEY}).from_stage is None
 
 
 @pytest.mark.parametrize(
     ("body", "words"),
     [
-        ("train", "must be a mapping"),
         ({"reason": "r"}, "run_id must be a run id"),
         ({"run_id": "../etc", "reason": "r"}, "run_id must be a run id"),
+        ({"run_id": "rabc123def45", "reason": "r", "key": "k"}, "key must be 16 to 64"),
+        ({"run_id": "rabc123def45", "reason": "r", "key": "../" * 8}, "key must be 16 to 64"),
         ({"run_id": "rabc123def45"}, "reason is required"),
         ({"run_id": "rabc123def45", "reason": "r", "from": "gate"}, "from must be one of"),
         ({"run_id": "rabc123def45", "reason": "r", "by": 3}, "by must be"),
@@ -276,33 +281,10 @@ def test_retry_documents_are_told_from_requests() -> None:
         ({"run_id": "rabc123def45", "reason": "x" * 1001}, "keep it under 1000"),
     ],
 )
-def test_malformed_retry_documents_say_what_to_fix(body: Any, words: str) -> None:
+def test_malformed_retry_calls_say_what_to_fix(body: Any, words: str) -> None:
     with pytest.raises(retry.BadRetry) as caught:
-        retry.parse_order({"retry": body})
+        retry.parse_order({"key": CALL_KEY, **body})
     assert words in str(caught.value)
-
-
-def test_a_refused_document_is_noted_on_its_run_and_logged_without_secrets(
-    ledger: Ledger, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from rlpipe.control.logs import Logger
-
-    run_id = _claim(ledger, _record("rretry000011", state="training"))
-    doc = retry.document(run_id, reason="token hf_AAAAAAAAAAAAAAAAAAAAAAAAAAAA leaked?")
-    source = Source(kind="gcs", bucket="b", name="requests/r.json", generation="1")
-    decision = retry.from_document(ledger, doc, key=KEY, source=source, log=Logger("t"))
-    assert decision.outcome == "refused"
-    [note] = [e for e in ledger.history(run_id) if e["event"] == "retry-refused"]
-    assert note["key"] == KEY and "still running" in note["reason"] and note["by"] == "gs://b/requests/r.json"
-    malformed = retry.from_document(
-        ledger, {"retry": {"run_id": run_id}}, key=KEY + "x", source=source, log=Logger("t")
-    )
-    assert malformed.outcome == "malformed" and "reason is required" in malformed.reason
-    assert len([e for e in ledger.history(run_id) if e["event"] == "retry-refused"]) == 2
-    out = capsys.readouterr().out
-    assert "hf_AAAA" not in out
-    lines = [json.loads(line) for line in out.splitlines()]
-    assert [line["message"] for line in lines] == ["retry refused", "retry document malformed; ignored"]
 
 
 # ---- what `rlpipe status` shows --------------------------------------------------------------
@@ -339,13 +321,7 @@ def test_rlpipe_retry_refuses_at_once_with_the_reason(
     args = cli_main.build_parser().parse_args(
         ["retry", run_id, "--from", "train", "--reason", "node fixed", "--by", "bob"]
     )
-    assert (args.run, args.from_stage, args.reason, args.by, args.via) == (
-        run_id,
-        "train",
-        "node fixed",
-        "bob",
-        "gcs",
-    )
+    assert (args.run, args.from_stage, args.reason, args.by) == (run_id, "train", "node fixed", "bob")
     assert retry_cli.cmd_retry(args, lambda: None, lambda settings: ledger) == 1
     assert "still running (state training); cancel it first" in capsys.readouterr().err
     assert ledger.get(run_id).rounds == []  # type: ignore[union-attr]

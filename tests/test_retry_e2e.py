@@ -4,16 +4,13 @@ committed step, attempt numbers go on, and budgets start afresh."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
 from rlpipe.cli import runs
 from rlpipe.cli.retry import NotRetried, Retried, request_retry
-from rlpipe.control import retry
-from tests.harness.functions import gcs_event, post, pubsub_event
-from tests.test_e2e import FAST_RETRY, PUBSUB_MISSING, Local, faults, local  # noqa: F401
+from tests.test_e2e import FAST_RETRY, Local, faults, local  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +18,7 @@ pytestmark = pytest.mark.slow
 def _retry(local: Local, run_id: str, **kwargs: Any) -> Retried:
     kwargs.setdefault("reason", "the cause is fixed")
     kwargs.setdefault("by", "alice")
-    done = request_retry(local.settings, local.ledger, run_id, storage_client=local.client, **kwargs)
-    assert done.round is not None, f"the round did not appear: {done}"
-    return done
+    return request_retry(local.settings, local.ledger, run_id, **kwargs)
 
 
 def _train(record: Any) -> list[tuple[int, int, str | None, int | None]]:
@@ -53,7 +48,7 @@ def test_a_run_failed_at_train_attempt_3_is_retried_and_resumes_from_its_checkpo
     round_one_execution = failed.execution.name
 
     done = _retry(local, run_id, reason="spot capacity is back")
-    assert done.round is not None and done.round.round == 2 and done.round.previous_state == "failed"
+    assert (done.outcome, done.round) == ("started", 2)
     record = local.wait(run_id, expected=45)
     local.assert_consistent(record, "succeeded")
     assert _train(record) == [
@@ -75,35 +70,23 @@ def test_a_run_failed_at_train_attempt_3_is_retried_and_resumes_from_its_checkpo
     assert (
         info["rounds"][1]["by"] == "alice" and "budget of 2 exhausted" in info["rounds"][1]["previous_ended"]
     )
+    assert record.rounds[0].previous_state == "failed"
 
 
-@pytest.mark.parametrize("via", ["gcs", "pubsub"])
-def test_the_same_retry_delivered_twice_makes_one_round_and_one_execution(
-    via: str,
+def test_the_same_retry_sent_twice_after_a_lost_answer_makes_one_round_and_one_execution(
     local: Local,
     faults: Any,
 ) -> None:
-    if via == "pubsub" and PUBSUB_MISSING is not None:
-        pytest.skip(f"Pub/Sub emulator unavailable: {PUBSUB_MISSING}")
     faults(["train:1:exit:1"])
     run_id = local.submit(local.request())
     assert local.wait(run_id).state == "failed"
-    done = _retry(local, run_id, via=via)
-    if via == "gcs":
-        bucket, name = done.where.removeprefix("gs://").split("/", 1)
-        blob = local.client.bucket(bucket).get_blob(name)
-        again = gcs_event(bucket, name, blob.generation, blob.size)
-        url = local.state.endpoints["function intake_object"]
-    else:
-        topic, message_id = done.key.removeprefix("pubsub:").rsplit("/", 1)
-        data = retry.document(run_id, reason="the cause is fixed", by="alice")
-        again = pubsub_event(topic, json.dumps(data).encode(), message_id)
-        url = local.state.endpoints["function intake_message"]
-    assert post(url, again).status_code == 200
-    assert post(url, again).status_code == 200
+    key = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
+    first = _retry(local, run_id, key=key)
+    again = _retry(local, run_id, key=key)  # as the CLI does when the first answer was lost
+    assert (first.outcome, again.outcome, first.round, again.round) == ("started", "duplicate", 2, 2)
     record = local.wait(run_id)
     local.assert_consistent(record, "succeeded")
-    assert record.round == 2 and [r.key for r in record.rounds] == [done.key]
+    assert record.round == 2 and [r.key for r in record.rounds] == [f"call:{key}"]
     assert [e["event"] for e in local.ledger.history(run_id)].count("retried") == 1
     assert local.executions_of(run_id) == 2, "one execution per round"
     assert _train(record) == [(1, 1, "permanent", None), (2, 2, None, None)]
@@ -116,12 +99,11 @@ def test_retry_refuses_a_running_run_continues_a_cancelled_one_and_refuses_a_suc
     faults(["train:1:exit:1", "train:2:stall"])
     run_id = local.submit(local.request())
     assert local.wait(run_id).state == "failed"
-    second = _retry(local, run_id, from_stage="train")
-    assert second.round is not None and second.round.from_stage == "train"
+    assert _retry(local, run_id, from_stage="train").round == 2
     running = local.wait(run_id, until=lambda r: r.state == "training" and r.attempts[-1].phase == "running")
     assert (running.attempts[-1].attempt, running.attempts[-1].round) == (2, 2)
     with pytest.raises(NotRetried, match="still running \\(state training\\); cancel it first"):
-        request_retry(local.settings, local.ledger, run_id, reason="again", storage_client=local.client)
+        request_retry(local.settings, local.ledger, run_id, reason="again")
 
     # Cancel stops the current round: its own execution, and its workload.
     result = runs.cancel(local.settings, local.ledger, run_id)
@@ -130,11 +112,14 @@ def test_retry_refuses_a_running_run_continues_a_cancelled_one_and_refuses_a_suc
     local.assert_consistent(cancelled, "cancelled")
 
     faults([])
-    third = _retry(local, run_id, reason="resume after the cancel")
-    assert third.round is not None and (third.round.round, third.round.previous_state) == (3, "cancelled")
+    assert _retry(local, run_id, reason="resume after the cancel").round == 3
     record = local.wait(run_id)
     local.assert_consistent(record, "succeeded")
     assert [(a.attempt, a.round) for a in record.attempts if a.stage == "train"] == [(1, 1), (2, 2), (3, 3)]
+    assert [(r.from_stage, r.previous_state) for r in record.rounds] == [
+        ("train", "failed"),
+        (None, "cancelled"),
+    ]
     assert local.executions_of(run_id) == 3
     with pytest.raises(NotRetried, match="succeeded; there is nothing to retry"):
-        request_retry(local.settings, local.ledger, run_id, reason="more", storage_client=local.client)
+        request_retry(local.settings, local.ledger, run_id, reason="more")

@@ -239,7 +239,8 @@ resource "google_service_account_iam_member" "pubsub_token_creator" {
 # What the CLI needs, per command (docs/deploy.md §7): submit = objectCreator on the requests bucket
 # (or publisher on the requests topic for --via pubsub); status/list/watch = objectViewer on the
 # state bucket (ledgers), and on the artifacts bucket to download what runs produced; cancel = workflows.executions.cancel (roles/workflows.invoker; Workflows
-# has no per-workflow IAM) and an ID token for the stage function. User credentials cannot mint that
+# has no per-workflow IAM) and an ID token for the stage function; retry and promote = that ID token
+# only (the stage function writes the ledger; operators never get write on the state bucket). User credentials cannot mint that
 # token, so operators impersonate rlpipe-operator (RLPIPE_IMPERSONATE_SERVICE_ACCOUNT, in cli_env),
 # the one identity besides the workflow that may invoke stage.
 

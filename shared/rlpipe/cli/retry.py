@@ -1,10 +1,10 @@
 """``rlpipe retry RUN [--from STAGE] --reason …``: a failed or cancelled run goes on as a new round.
 
 The ledger is checked first, so a run that cannot be retried (running, succeeded, gated) is
-refused at once with the reason. Otherwise the retry control document goes through the same door
-as a request (a file in the requests bucket, or a message on the requests topic), where intake
-opens the round once per delivery and starts its execution (``control/retry.py``); this command
-then polls the ledger until the round appears and prints it. docs/retry.md explains the rest.
+refused at once with the reason. Then the stage function is called (``op: retry``, with the same
+ID token as ``rlpipe cancel``): it checks the caller, opens the round once per key and starts its
+execution (``control/retry.py``). The key is made once here, so a call repeated after a lost
+answer opens no second round. docs/retry.md explains the rest.
 """
 
 from __future__ import annotations
@@ -13,52 +13,30 @@ import argparse
 import getpass
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.control import blobstore, retry
-from rlpipe.control.ledger import Ledger, Round, RunRecord
-from rlpipe.core import identity, layout
+from rlpipe.control import retry
+from rlpipe.control.ledger import Ledger
+from rlpipe.core import identity
+
+CALL_TRIES = 3  # a lost answer is asked again with the same key: still one round
 
 
 class NotRetried(Exception):
-    """The run cannot be retried (or the retry was refused by intake): the message says why."""
+    """The run cannot be retried (or the stage function refused): the message says why."""
 
 
 @dataclass(frozen=True)
 class Retried:
     run_id: str
-    via: str
-    where: str
-    key: str
-    round: Round | None  # None: not seen in the ledger within the wait
-    record: RunRecord | None
-
-
-def submit_document(
-    settings: Any, doc: dict[str, Any], run_id: str, *, via: str = "gcs", storage_client: Any = None
-) -> tuple[str, str]:
-    """Hand the control document to intake as ``rlpipe submit`` hands a request; → (where, key)."""
-    data = blobstore.dumps(doc)  # the one writer: tokens in a reason or `by` are masked
-    if via == "gcs":
-        from rlpipe.control.blobstore import make_client
-
-        client = storage_client or make_client(settings.project)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        name = f"{layout.REQUESTS_PREFIX}retry-{run_id}-{stamp}.json"
-        blob = client.bucket(settings.requests_bucket).blob(name)
-        blob.upload_from_string(data, if_generation_match=0)
-        where = f"gs://{settings.requests_bucket}/{name}"
-        return where, identity.key_for_object(settings.requests_bucket, name, blob.generation)
-    if via == "pubsub":
-        from rlpipe.cli.runs import _publish
-
-        topic = settings.topic_path(settings.requests_topic)
-        message_id = _publish(settings, topic, data)
-        return f"{topic} message {message_id}", identity.key_for_message(topic, message_id)
-    raise ValueError(f"unknown --via {via!r}; use gcs or pubsub")
+    outcome: str  # started | duplicate (the key's round existed: an earlier call got through)
+    round: int
+    by: str | None
+    state: str | None
+    execution: str | None
 
 
 def request_retry(
@@ -69,12 +47,13 @@ def request_retry(
     reason: str,
     from_stage: str | None = None,
     by: str | None = None,
-    via: str = "gcs",
-    wait: float = 30.0,
-    storage_client: Any = None,
+    key: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Retried:
-    """Check, submit, and wait for the round (and its execution) to appear in the ledger."""
+    """Check the ledger, then ask the stage function for the round (again, with the same key,
+    when the answer is lost on the way)."""
+    from rlpipe.cli.runs import StageUnreachable, call_stage
+
     if not reason.strip():
         raise NotRetried("--reason is required: say why the run should go on")
     record = ledger.get(run_id)
@@ -83,31 +62,25 @@ def request_retry(
     why = retry.refusal(record, from_stage)
     if why is not None:
         raise NotRetried(why)
-    doc = retry.document(run_id, reason=reason.strip(), from_stage=from_stage, by=by)
-    where, key = submit_document(settings, doc, run_id, via=via, storage_client=storage_client)
-    deadline = time.monotonic() + wait
-    seen: Round | None = None
-    while True:
-        record = ledger.get(run_id)
-        seen = next((r for r in record.rounds if r.key == key), None) if record else None
-        if seen is not None and record is not None and (record.execution.name or record.round != seen.round):
+    body = retry.call_body(
+        run_id, reason=reason.strip(), key=key or uuid.uuid4().hex, from_stage=from_stage, by=by
+    )
+    for tries in range(1, CALL_TRIES + 1):
+        try:
+            answer = call_stage(settings, body)
             break
-        if seen is None and (refused := _refusal_of(ledger, run_id, key)):
-            raise NotRetried(f"intake refused the retry: {refused}")
-        if time.monotonic() >= deadline:
-            break
-        sleep(0.25)
-    return Retried(run_id, via, where, key, seen, record)
-
-
-def _refusal_of(ledger: Ledger, run_id: str, key: str) -> str | None:
-    """The reason intake noted for refusing the delivery ``key``, if it did."""
-    for name in ledger.store.list(ledger.layout(run_id).events_prefix):
-        if name.endswith("-retry-refused.json"):
-            event = ledger.store.read(name).json()
-            if event.get("key") == key:
-                return str(event.get("reason"))
-    return None
+        except StageUnreachable:
+            if tries == CALL_TRIES:
+                raise NotRetried(
+                    f"the stage function did not answer {CALL_TRIES} times; the round may exist: "
+                    f"rlpipe status {run_id}"
+                ) from None
+            sleep(2.0 * tries)
+        except RuntimeError as exc:  # the stage function's refusal, with its reason
+            raise NotRetried(str(exc)) from None
+    return Retried(
+        run_id, answer["outcome"], answer["round"], by, answer.get("state"), answer.get("execution")
+    )
 
 
 def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Ledger]) -> None:
@@ -123,9 +96,9 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
         help="run this stage and every later one again, even if done (default: only what is not done)",
     )
     p.add_argument("--reason", required=True, help="why the run should go on (recorded in its rounds)")
-    p.add_argument("--by", default=None, help="who asks (default: your user name)")
-    p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
-    p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the round to appear")
+    p.add_argument(
+        "--by", default=None, help="who asks (default: your user name; the verified caller is recorded too)"
+    )
     p.set_defaults(func=lambda args: cmd_retry(args, settings, ledger))
 
 
@@ -139,24 +112,14 @@ def cmd_retry(args: argparse.Namespace, settings: Callable[[], Any], ledger: Cal
             reason=args.reason,
             from_stage=args.from_stage,
             by=args.by or getpass.getuser(),
-            via=args.via,
-            wait=args.wait,
         )
     except NotRetried as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    if done.round is None:
-        print(
-            f"submitted the retry of {done.run_id} via {done.via} ({done.where}), but its round has not "
-            f"appeared in the ledger within {args.wait:g} s; follow it with: rlpipe status {done.run_id}",
-            file=sys.stderr,
-        )
-        return 1
-    execution = done.record.execution.name if done.record else None
-    start = f" from {done.round.from_stage}" if done.round.from_stage else ""
+    start = f" from {args.from_stage}" if args.from_stage else ""
     print(
-        f"run {done.run_id}: round {done.round.round}{start} started by {done.round.by}; "
-        f"execution {execution or '(starting)'}"
+        f"run {done.run_id}: round {done.round}{start} started by {done.by}; "
+        f"execution {done.execution or '(starting)'}"
     )
     print(f"follow it with: rlpipe watch {done.run_id}")
     return 0

@@ -312,6 +312,11 @@ def id_token(
     return str(token_credentials.token)
 
 
+class StageUnreachable(RuntimeError):
+    """No answer from the stage function (a network error, a timeout or a 503): asking again
+    with the same body is safe for the operations that carry a key (retry) or check state."""
+
+
 def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
     """POST to the ``stage`` function; in GCP with an identity token for its URL (see id_token)."""
     import os
@@ -324,7 +329,12 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
     if not settings.local:
         token = id_token(settings.stage_url, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
         headers["Authorization"] = f"Bearer {token}"
-    response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
+    try:
+        response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        raise StageUnreachable(f"stage {body.get('op')}: no answer ({type(exc).__name__})") from None
+    if response.status_code == 503:
+        raise StageUnreachable(f"stage {body.get('op')}: unavailable (503), {response.text[:300]}")
     payload = (
         response.json() if response.headers.get("Content-Type", "").startswith("application/json") else {}
     )

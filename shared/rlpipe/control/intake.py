@@ -39,8 +39,7 @@ MAX_START_ATTEMPTS = 5
 
 @dataclass(frozen=True)
 class IntakeResult:
-    # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed, and for
-    # a retry document: retry-started | retry-duplicate | retry-refused | retry-malformed
+    # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed
     outcome: str
     run_id: str | None = None
     detail: str = ""
@@ -147,8 +146,10 @@ class Intake:
         if request is None:
             try:
                 doc = parse_document(data, source=source_name)
-                if retry.is_retry_document(doc):  # a control document: a new round of a run
-                    return self._retry(doc, source_key, source, log)
+                if retry.is_retry_document(doc):  # control goes through the stage function
+                    raise RequestInvalid(
+                        [Problem("retry", retry.REFUSED_DOCUMENT, "run `rlpipe retry RUN --reason ...`")]
+                    )
                 request = validate_request(doc, self.policy)
             except RequestInvalid as exc:
                 return self._reject(source_key, source, exc.problems, log)
@@ -180,23 +181,6 @@ class Intake:
         if existing.request != record.request:
             return self._conflict(existing, source_key, source, log)
         return self._start(run_id, holder, log, already_leased=False)
-
-    def _retry(self, doc: dict[str, Any], source_key: str, source: Source, log: Logger) -> IntakeResult:
-        """A retry document: one round per delivery key (control/retry.py), then the same
-        exactly-once start as a request's. A refused or malformed retry is logged and recorded,
-        and the delivery acknowledged: a redelivery could not change the answer."""
-        decision = retry.from_document(self.ledger, doc, key=source_key, source=source, log=log)
-        if decision.outcome not in ("started", "duplicate") or decision.run_id is None:
-            return IntakeResult(f"retry-{decision.outcome}", decision.run_id, detail=decision.reason)
-        started = self.start_claimed(decision.run_id)
-        if started.outcome == "start-failed":
-            return started
-        return IntakeResult(
-            f"retry-{decision.outcome}",
-            decision.run_id,
-            detail=f"round {decision.round}",
-            execution=started.execution,
-        )
 
     # ---- starting the execution exactly once ----------------------------------------------------
 

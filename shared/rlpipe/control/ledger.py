@@ -137,9 +137,10 @@ class Execution(_Model):
 
 
 class GateOverride(_Model):
-    by: str
+    by: str  # the name the person gave
     at: str
     reason: str
+    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
 
 
 class Lineage(_Model):
@@ -175,14 +176,15 @@ class Failure(_Model):
 
 
 class Round(_Model):
-    """One retry of the run (``rlpipe retry`` or a retry control document): round 2 onwards."""
+    """One retry of the run (``rlpipe retry``, through the stage function): round 2 onwards."""
 
     round: int
-    by: str
+    by: str  # the name the person gave
+    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
     at: str
     from_stage: Stage | None = None  # stages at or after it run again even if done
     reason: str
-    key: str  # the idempotency key of the delivery that asked for it (one round per delivery)
+    key: str  # the caller's idempotency key (one round per key, however often it is sent)
     previous_state: str  # failed or cancelled
     previous_failure: dict[str, Any] | None = None  # the Failure that ended the previous round
 

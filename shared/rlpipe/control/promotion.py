@@ -23,7 +23,15 @@ class NotPromotable(Exception):
     """The run is not ``gated`` (or does not exist): the reason says what it is."""
 
 
-def promote(ledger: Ledger, run_id: str, *, by: str, reason: str, start: Callable[[str], Any]) -> RunRecord:
+def promote(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    by: str,
+    reason: str,
+    start: Callable[[str], Any],
+    caller: str | None = None,
+) -> RunRecord:
     """Record the override and start the run's next execution (``start``: ``Intake.start_claimed``)."""
     if not reason.strip():
         raise NotPromotable("--reason is required: say why this model should ship despite the gate")
@@ -43,7 +51,7 @@ def promote(ledger: Ledger, run_id: str, *, by: str, reason: str, start: Callabl
         if r.state != "gated":
             refused.append(f"run {run_id} is {r.state}; only a gated run can be promoted")
             return None
-        override = GateOverride(by=by, at=now(), reason=reason.strip())
+        override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)
         r.gate = (r.gate or GateRecord()).model_copy(update={"override": override})
         r.lineage.promoted = override
         r.set_state("training")  # after train: the next execution skips it by its done rule

@@ -6,14 +6,15 @@ workload name stays unique and an older attempt can never be mistaken for the cu
 What starts afresh is what limits one round: the retry budgets, the workflow's retry cap and the
 stage deadlines.
 
-A retry arrives like a request (``rlpipe retry``, a control document dropped in the requests
-bucket or published on the requests topic)::
-
-    {"retry": {"run_id": "r…", "from": "train", "reason": "…", "by": "…"}}
-
-and is idempotent on the delivery's own key: ``start_round`` appends at most one ``Round`` per
-key, in one compare-and-swap, and the execution is then started by intake's exactly-once start
-(``Intake.start_claimed``), so the same retry delivered twice makes one round and one execution.
+Who may retry: whoever may invoke the stage function (the operators, through their service
+account or their own accounts in ``var.stage_invokers``), not whoever may drop a request. So a
+retry is a stage operation (``rlpipe retry`` → ``{"op": "retry", ...}``), the identity Google
+verified on the call is recorded beside the ``by`` a person gives (control/callers.py), and a
+retry document dropped in the requests bucket or published on the requests topic is refused by
+intake. The call carries a key the CLI makes once: ``start_round`` appends at most one ``Round``
+per key, in one compare-and-swap, and the execution is then started by intake's exactly-once
+start (``Intake.start_claimed``), so a call repeated after a lost answer makes one round and one
+execution.
 """
 
 from __future__ import annotations
@@ -23,42 +24,47 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Attempt, Execution, Ledger, Round, RunRecord, Source, now
-from rlpipe.control.logs import Logger
+from rlpipe.control.ledger import Attempt, Execution, Ledger, Round, RunRecord, now
 from rlpipe.core import identity
 from rlpipe.core.identity import STAGES, Stage
 
-DOCUMENT_KEY = "retry"  # a document whose only key is this is a retry, not a request
-FIELDS = ("run_id", "from", "reason", "by")
+DOCUMENT_KEY = "retry"  # a document whose only key is this is a retry document, which intake refuses
+FIELDS = ("run_id", "from", "reason", "by", "key")
 MAX_REASON = 1000
 MAX_BY = 200
-_RUN_ID = re.compile(r"[a-z][a-z0-9]{1,40}")  # what a run id may look like (a path component)
+CLIENT_KEY = re.compile(r"[A-Za-z0-9_-]{16,64}")  # what the CLI makes: a uuid4's hex
+KEY_PREFIX = "call:"  # a round's key: the caller's key in its own namespace
 ACTIVE = frozenset({"accepted", "converting", "training", "exporting", "publishing"})
+REFUSED_DOCUMENT = (
+    "a retry is not a request: it goes through the stage function, where the caller is checked "
+    "(`rlpipe retry RUN --reason ...`, for those allowed to invoke it); this document started nothing"
+)
 
-Outcome = Literal["started", "duplicate", "refused", "malformed"]
+Outcome = Literal["started", "duplicate", "refused"]
 
 
 @dataclass(frozen=True)
 class RetryDecision:
     outcome: Outcome
     run_id: str | None
-    reason: str = ""  # why it was refused (or what is malformed)
-    round: int | None = None  # the round started, or the one the duplicate delivery started
+    reason: str = ""  # why it was refused
+    round: int | None = None  # the round started, or the one the repeated call started
     record: RunRecord | None = None
 
 
 @dataclass(frozen=True)
 class RetryOrder:
-    """A parsed retry control document."""
+    """A checked retry call."""
 
     run_id: str
     reason: str
+    key: str
     from_stage: Stage | None = None
     by: str | None = None
 
 
 class BadRetry(ValueError):
-    """The retry document is malformed; the message says what to fix."""
+    """The retry call is malformed; the message says what to fix."""
 
 
 # ---- deciding ---------------------------------------------------------------------------------
@@ -89,11 +95,18 @@ def refusal(record: RunRecord, from_stage: str | None = None) -> str | None:
 
 
 def start_round(
-    ledger: Ledger, run_id: str, *, by: str, reason: str, from_stage: str | None, key: str
+    ledger: Ledger,
+    run_id: str,
+    *,
+    by: str,
+    reason: str,
+    from_stage: str | None,
+    key: str,
+    caller: str | None = None,
 ) -> RetryDecision:
     """Open the run's next round in ONE compare-and-swap; the caller then starts its execution
-    (``Intake.start_claimed``). A round with the same ``key`` already existing is a duplicate
-    delivery: nothing changes, and starting again finds the execution (or the lease) in place."""
+    (``Intake.start_claimed``). A round with the same ``key`` already existing is a repeated
+    call: nothing changes, and starting again finds the execution (or the lease) in place."""
     if not reason.strip():
         return RetryDecision("refused", run_id, "a reason is required: say why the run should go on")
     if from_stage is not None and from_stage not in STAGES:
@@ -116,6 +129,7 @@ def start_round(
             Round(
                 round=r.round + 1,
                 by=by,
+                caller=caller,
                 at=now(),
                 from_stage=from_stage,
                 reason=reason.strip(),
@@ -140,109 +154,52 @@ def start_round(
     )
 
 
-# ---- the control document ---------------------------------------------------------------------
+# ---- the call ----------------------------------------------------------------------------------
 
 
 def is_retry_document(doc: Any) -> bool:
     """A mapping whose only key is ``retry`` (a request's own ``retry`` section sits beside
-    ``model`` and ``hf_repo``, so the two cannot be confused)."""
+    ``model`` and ``hf_repo``, so the two cannot be confused): intake refuses it."""
     return isinstance(doc, dict) and set(doc) == {DOCUMENT_KEY}
 
 
-def document(
-    run_id: str, *, reason: str, from_stage: str | None = None, by: str | None = None
+def call_body(
+    run_id: str, *, reason: str, key: str, from_stage: str | None = None, by: str | None = None
 ) -> dict[str, Any]:
-    """The control document ``rlpipe retry`` submits."""
-    body: dict[str, Any] = {"run_id": run_id, "reason": reason}
+    """The stage call ``rlpipe retry`` makes."""
+    body: dict[str, Any] = {"op": "retry", "run_id": run_id, "reason": reason, "key": key}
     if from_stage is not None:
         body["from"] = from_stage
     if by is not None:
         body["by"] = by
-    return {DOCUMENT_KEY: body}
+    return body
 
 
-def parse_order(doc: dict[str, Any]) -> RetryOrder:
-    """The document's fields, checked; ``BadRetry`` names the first problem."""
-    body = doc.get(DOCUMENT_KEY)
-    if not isinstance(body, dict):
-        raise BadRetry("`retry` must be a mapping with run_id and reason (and optionally from, by)")
-    unknown = sorted(str(k)[:40] for k in body if k not in FIELDS)
+def parse_order(body: dict[str, Any]) -> RetryOrder:
+    """The call's fields, checked; ``BadRetry`` names the first problem (and never echoes a value)."""
+    unknown = sorted(str(k)[:40] for k in body if k not in (*FIELDS, "op"))
     if unknown:
         raise BadRetry(f"unknown field(s) in retry: {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
     run_id = body.get("run_id")
-    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
-        raise BadRetry("retry.run_id must be a run id (as `rlpipe list` shows it, e.g. rabc123def45)")
+    if not identity.is_run_id(run_id):
+        raise BadRetry("run_id must be a run id (as `rlpipe list` shows it, e.g. rabc123def45)")
+    key = body.get("key")
+    if not isinstance(key, str) or not CLIENT_KEY.fullmatch(key):
+        raise BadRetry("key must be 16 to 64 letters, digits, - or _, made once per retry by the caller")
     reason = body.get("reason")
     if not isinstance(reason, str) or not reason.strip():
-        raise BadRetry("retry.reason is required: say why the run should go on")
+        raise BadRetry("reason is required: say why the run should go on")
     if len(reason) > MAX_REASON:
-        raise BadRetry(f"retry.reason is {len(reason)} characters; keep it under {MAX_REASON}")
+        raise BadRetry(f"reason is {len(reason)} characters; keep it under {MAX_REASON}")
     stage = body.get("from")
     if stage is not None and stage not in STAGES:
-        raise BadRetry(f"retry.from must be one of {', '.join(STAGES)} (or absent)")
+        raise BadRetry(f"from must be one of {', '.join(STAGES)} (or absent)")
     by = body.get("by")
     if by is not None and (not isinstance(by, str) or not by.strip() or len(by) > MAX_BY):
-        raise BadRetry(f"retry.by must be a non-empty name under {MAX_BY} characters (or absent)")
-    return RetryOrder(run_id, reason.strip(), cast(Stage | None, stage), by.strip() if by else None)
-
-
-def describe_source(source: Source) -> str:
-    """Who asked, when the document does not say: where it came from."""
-    if source.kind == "gcs":
-        return f"gs://{source.bucket}/{source.name}"
-    if source.kind == "pubsub":
-        return f"{source.topic} message {source.message_id}"
-    return source.kind
-
-
-def from_document(
-    ledger: Ledger, doc: dict[str, Any], *, key: str, source: Source, log: Logger
-) -> RetryDecision:
-    """A retry control document → a round (or a recorded refusal). Never raises for a refusal or
-    a malformed document: those are logged (and noted on the run when it exists), never retried."""
-    try:
-        order = parse_order(doc)
-    except BadRetry as exc:
-        body = doc.get(DOCUMENT_KEY)
-        named = body.get("run_id") if isinstance(body, dict) else None
-        run_id = named if isinstance(named, str) and _RUN_ID.fullmatch(named) else None
-        _refused(ledger, log, run_id, str(exc), key, malformed=True)
-        return RetryDecision("malformed", run_id, str(exc))
-    by = order.by or describe_source(source)
-    decision = start_round(
-        ledger, order.run_id, by=by, reason=order.reason, from_stage=order.from_stage, key=key
+        raise BadRetry(f"by must be a non-empty name under {MAX_BY} characters (or absent)")
+    return RetryOrder(
+        run_id, reason.strip(), KEY_PREFIX + key, cast(Stage | None, stage), by.strip() if by else None
     )
-    log = log.bind(run_id=order.run_id)
-    if decision.outcome == "refused":
-        _refused(ledger, log, order.run_id, decision.reason, key, by=by, from_stage=order.from_stage)
-    elif decision.outcome == "duplicate":
-        log.info("duplicate retry delivery: its round exists", round=decision.round, key=key)
-    else:
-        log.info("retry: new round", round=decision.round, by=by, from_stage=order.from_stage, key=key)
-    return decision
-
-
-def _refused(
-    ledger: Ledger,
-    log: Logger,
-    run_id: str | None,
-    reason: str,
-    key: str,
-    *,
-    malformed: bool = False,
-    by: str | None = None,
-    from_stage: str | None = None,
-) -> None:
-    log.bind(run_id=run_id).warning(
-        "retry document malformed; ignored" if malformed else "retry refused", reason=reason, key=key
-    )
-    if run_id is None:
-        return
-    try:
-        if ledger.get(run_id) is not None:
-            ledger.note(run_id, "retry-refused", {"reason": reason, "key": key, "by": by, "from": from_stage})
-    except blobstore.NotFound:
-        pass
 
 
 # ---- what the current round runs ----------------------------------------------------------------

@@ -35,7 +35,8 @@ class BadCall(PipelineFailure):
     """The workflow sent a malformed call: a bug, never retried."""
 
 
-def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
+def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[str, Any], int]:
+    """``caller``: the identity Google verified on the call (control/callers.py), None locally."""
     if not isinstance(body, dict):
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
     # Only a well-formed run id is logged or used; anything else is refused without echoing it.
@@ -47,7 +48,9 @@ def handle(body: Any, log: Logger) -> tuple[dict[str, Any], int]:
     )
     try:
         if body.get("op") == "promote":  # an operator's: needs no cluster, only the ledger
-            return promote(body, log), 200
+            return promote(body, log, caller), 200
+        if body.get("op") == "retry":  # an operator's, too
+            return retry_run(body, log, caller), 200
         return dispatch(services.stage_service(log), body), 200
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
@@ -97,7 +100,7 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, finish, cleanup")
 
 
-def promote(body: dict[str, Any], log: Logger) -> dict[str, Any]:
+def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
     """``rlpipe promote``: the gate override, decided here where ledgers may be written."""
     from rlpipe.control import promotion
 
@@ -110,17 +113,61 @@ def promote(body: dict[str, Any], log: Logger) -> dict[str, Any]:
         raise BadCall(f"reason must be text of at most {promotion.MAX_REASON_CHARS} characters")
     try:
         record = promotion.promote(
-            services.ledger(), run_id, by=by.strip(), reason=reason, start=services.intake(log).start_claimed
+            services.ledger(),
+            run_id,
+            by=by.strip(),
+            reason=reason,
+            caller=caller,
+            start=services.intake(log).start_claimed,
         )
     except promotion.NotPromotable as exc:
         raise PermanentFailure(str(exc)) from None
-    log.info("promoted", by=by.strip())
+    log.info("promoted", by=by.strip(), caller=caller)
     promoted = record.lineage.promoted
     return {
         "run_id": record.run_id,
         "by": promoted.by if promoted else by.strip(),
         "state": record.state,
         "execution": record.execution.name,
+    }
+
+
+def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
+    """``rlpipe retry``: a new round of a failed or cancelled run, once per caller-made key."""
+    from rlpipe.control import retry
+
+    try:
+        order = retry.parse_order(body)
+    except retry.BadRetry as exc:
+        raise BadCall(str(exc)) from None
+    decision = retry.start_round(
+        services.ledger(),
+        order.run_id,
+        by=order.by or caller or "unknown",
+        reason=order.reason,
+        from_stage=order.from_stage,
+        key=order.key,
+        caller=caller,
+    )
+    if decision.outcome == "refused":
+        raise PermanentFailure(decision.reason)
+    started = services.intake(log).start_claimed(order.run_id)
+    if started.outcome == "start-failed":
+        raise PermanentFailure(f"round {decision.round} was opened but its execution could not start")
+    log.info(
+        "retry: new round" if decision.outcome == "started" else "retry repeated: its round exists",
+        round=decision.round,
+        by=order.by,
+        caller=caller,
+        from_stage=order.from_stage,
+    )
+    record = services.ledger().get(order.run_id)
+    return {
+        "run_id": order.run_id,
+        "outcome": decision.outcome,
+        "round": decision.round,
+        "state": record.state if record else None,
+        "execution": record.execution.name if record else None,
     }
 
 
