@@ -206,3 +206,37 @@ def test_a_finished_head_is_done_only_at_the_final_step(
     assert outcome.verdict == verdict
     if verdict == steps.TrainVerdict.DATA_RAN_OUT:
         assert "step 75 of 100" in outcome.reason and "ran out" in outcome.reason
+
+
+def test_request_namespaces_are_the_first_folder_and_keep_the_default_key() -> None:
+    assert layout.request_namespace("requests/team-a/x.yaml") == "team-a"
+    assert layout.request_namespace("requests/team-a/deeper/x.yaml") == "team-a"
+    assert layout.request_namespace("requests/x.yaml") == ""
+    assert layout.request_namespace("elsewhere/team-a/x.yaml") == ""
+    # Runs submitted before namespaces keep their ids; namespaced ones differ per team.
+    assert identity.key_for_request_id("nightly") == "request:nightly"
+    keys = {identity.key_for_request_id("nightly", ns) for ns in ("", "team-a", "team-b")}
+    assert len({identity.run_id_for(k) for k in keys}) == 3
+    # Upstream releases have keys of their own that no request_id can spell.
+    from rlpipe.upstream.release import release_key
+
+    assert not release_key("org/m", "a" * 40, "h").startswith("request:")
+
+
+def test_a_runs_own_prefix_follows_its_namespace() -> None:
+    """gs:// values under the run's own prefix pass only for the namespace that makes that run."""
+    from rlpipe.core.request import validate_request
+    from rlpipe.core.request.policy import Policy
+    from tests.conftest import minimal_request
+
+    run_id = identity.run_id_for(identity.key_for_request_id("nightly", "team-a"))
+    doc = minimal_request(
+        request_id="nightly",
+        maxtext_overrides={"dump_hlo_gcs_dir": f"gs://rlpipe-artifacts/runs/{run_id}/hlo/"},
+    )
+    assert (
+        Policy().for_namespace("team-a").problems(validate_request(doc, Policy().for_namespace("team-a")))
+        == []
+    )
+    refused = Policy().problems(validate_request(doc, Policy().for_namespace("team-a")))
+    assert [p.path for p in refused] == ["maxtext_overrides.dump_hlo_gcs_dir"]

@@ -1350,3 +1350,20 @@ def test_deploy_doc_gives_roles_first_apply_and_credentials() -> None:
         "--impersonate-service-account",
     ):
         assert needle in doc, needle
+
+
+def test_a_team_namespace_may_create_requests_only_under_its_own_folder(tmp_path: Path) -> None:
+    """request_id is scoped by the folder (core/layout.request_namespace): the grant must hold
+    the team to it, or any member could drop into another team's folder and take its ids."""
+    team = "group:team-a@example.com"
+    tf = _tfparse(tmp_path, TEST_TFVARS + f'request_namespaces = {{ "team-a" = ["{team}"] }}\n')
+    grants = [(rtype, g) for rtype, g in iam_grants(tf) if team in members_of(tf, g)]
+    assert [(rtype, g["role"]) for rtype, g in grants] == [
+        ("google_storage_bucket_iam_member", "roles/storage.objectCreator")
+    ]
+    (_, grant) = grants[0]
+    requests_bucket = by_path(tf, "google_storage_bucket")["google_storage_bucket.requests"]["name"]
+    assert grant["bucket"] == requests_bucket
+    assert _condition(grant) == (
+        f'resource.name.startsWith("projects/_/buckets/{requests_bucket}/objects/requests/team-a/")'
+    )

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake
+from rlpipe.core import identity
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
@@ -99,6 +100,38 @@ def test_same_request_id_twice_makes_one_run_and_different_ids_two(
     assert len(_runs(buckets)) == 2 and len(executions.creates()) == 2
     record = buckets.ledger().get(_runs(buckets)[0])
     assert record is not None and record.source.kind == "pubsub"
+
+
+def test_a_request_id_is_scoped_to_its_teams_folder_so_no_team_can_take_anothers(
+    buckets: Buckets, executions: Any, functions: dict[str, FunctionServer]
+) -> None:
+    """Team b drops its own request under a request_id team a published: two runs, no conflict.
+    The same id at the top of requests/ and on the topic share the default namespace."""
+    theirs = json.dumps(minimal_request(request_id="nightly")).encode()
+    ours = json.dumps(minimal_request(request_id="nightly", training={"num_batches": 7})).encode()
+    for name, body in [
+        ("requests/team-b/first.json", ours),  # b gets there first
+        ("requests/team-a/nightly.json", theirs),
+        ("requests/team-a/again.json", theirs),  # a's own resubmission: the same run
+    ]:
+        generation, size = _upload(buckets, name, body)
+        assert (
+            post(functions["object"].url, gcs_event(buckets.requests, name, generation, size)).status_code
+            == 200
+        )
+    assert _error_records(buckets) == [], "no conflict across namespaces"
+    assert len(executions.creates()) == 2
+    runs = {buckets.ledger().get(r).key: r for r in _runs(buckets)}  # type: ignore[union-attr]
+    assert set(runs) == {"request:team-a/nightly", "request:team-b/nightly"}
+    assert runs["request:team-a/nightly"] == identity.run_id_for(
+        identity.key_for_request_id("nightly", "team-a")
+    )
+
+    generation, size = _upload(buckets, "requests/top.json", theirs)
+    post(functions["object"].url, gcs_event(buckets.requests, "requests/top.json", generation, size))
+    post(functions["message"].url, pubsub_event(TOPIC, theirs, "m-default"))
+    assert len(executions.creates()) == 3, "the top of requests/ and the topic: one default namespace"
+    assert "request:nightly" in {buckets.ledger().get(r).key for r in _runs(buckets)}  # type: ignore[union-attr]
 
 
 def test_reused_request_id_with_different_content_is_reported_not_lost(

@@ -210,6 +210,28 @@ resource "google_storage_bucket_iam_member" "requests" {
   depends_on = [google_service_account.fn]
 }
 
+# Team namespaces: each member may create objects only under its own folder of requests/, so a
+# request_id names a run only within the team that owns the folder (core/layout.request_namespace).
+locals {
+  namespace_grants = merge([
+    for ns, members in var.request_namespaces : { for m in members : "${ns}/${m}" => { ns = ns, member = m } }
+  ]...)
+}
+
+resource "google_storage_bucket_iam_member" "request_namespaces" {
+  for_each = local.namespace_grants
+
+  bucket = google_storage_bucket.requests.name
+  role   = "roles/storage.objectCreator"
+  member = each.value.member
+
+  condition {
+    title       = "rlpipe-namespace-${each.value.ns}"
+    description = "Requests under requests/${each.value.ns}/ only."
+    expression  = "resource.name.startsWith(\"${local.requests_object}requests/${each.value.ns}/\")"
+  }
+}
+
 resource "google_storage_bucket_iam_member" "source_build" {
   bucket = google_storage_bucket.source.name
   role   = "roles/storage.objectViewer"

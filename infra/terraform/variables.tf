@@ -318,6 +318,21 @@ variable "operators" {
   }
 }
 
+variable "request_namespaces" {
+  description = "Teams that submit under their own folder, requests/<namespace>/, with the members who may (\"user:…\", \"group:…\"). A request_id names a run only within its namespace, so one team cannot take an id another published; files directly in requests/ and messages on the requests topic share the default namespace (var.operators). Each member gets objectCreator on the requests bucket for its folder only."
+  type        = map(list(string))
+  default     = {}
+
+  validation {
+    condition     = alltrue([for ns in keys(var.request_namespaces) : can(regex("^[a-z0-9][a-z0-9-]{0,39}$", ns))])
+    error_message = "A namespace is a folder name of lowercase letters, digits and - (at most 40), as `rlpipe submit --namespace` takes."
+  }
+  validation {
+    condition     = alltrue(flatten([for ms in values(var.request_namespaces) : [for m in ms : !contains(["allUsers", "allAuthenticatedUsers"], m)]]))
+    error_message = "Namespace members must name people, groups or service accounts, never everyone."
+  }
+}
+
 variable "allowed_image_prefixes" {
   description = "RLPIPE_ALLOWED_IMAGE_PREFIXES: image prefixes a request may run; any other image is refused at intake. Default: the registries of the tutorials' images."
   type        = list(string)

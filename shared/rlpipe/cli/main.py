@@ -166,10 +166,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     settings = _settings()
     try:
-        submitted = runs.submit(settings, Path(args.file), via=args.via)
+        submitted = runs.submit(settings, Path(args.file), via=args.via, namespace=args.namespace)
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     print(f"submitted {args.file} via {submitted.via} ({submitted.where})")
     print(f"run id: {submitted.run_id}   follow it with: rlpipe watch {submitted.run_id}")
     return 0
@@ -376,6 +379,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a request (file drop or Pub/Sub message)")
     p.add_argument("file")
     p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
+    p.add_argument(
+        "--namespace",
+        default="",
+        help="drop under requests/NAMESPACE/: your team's folder, whose request_ids no other team can take",
+    )
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="a run's state, stages, attempts, failure and lineage")

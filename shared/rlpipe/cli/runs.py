@@ -25,20 +25,30 @@ class Submitted:
     where: str
 
 
-def submit(settings: Settings, path: Path, *, via: str = "gcs", storage_client: Any = None) -> Submitted:
-    """Validate locally first (fast feedback), then hand the file to the same intake users use."""
+def submit(
+    settings: Settings, path: Path, *, via: str = "gcs", storage_client: Any = None, namespace: str = ""
+) -> Submitted:
+    """Validate locally first (fast feedback), then hand the file to the same intake users use.
+    ``namespace``: the team folder under requests/ whose request_ids this one shares (gcs only)."""
     data = path.read_bytes()
-    request = load_request(data, source=str(path))
+    if namespace and (via != "gcs" or not identity.is_namespace(namespace)):
+        raise ValueError(
+            "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only"
+        )
+    from rlpipe.core.request.policy import Policy
+
+    request = load_request(data, source=str(path), policy=Policy().for_namespace(namespace))
     if via == "gcs":
         from rlpipe.control.blobstore import make_client
 
         client = storage_client or make_client(settings.project)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-        name = f"{layout.REQUESTS_PREFIX}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
+        folder = f"{layout.REQUESTS_PREFIX}{namespace}/" if namespace else layout.REQUESTS_PREFIX
+        name = f"{folder}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
         blob = client.bucket(settings.requests_bucket).blob(name)
         blob.upload_from_string(data, if_generation_match=0)
         key = (
-            identity.key_for_request_id(request.request_id)
+            identity.key_for_request_id(request.request_id, namespace)
             if request.request_id
             else identity.key_for_object(settings.requests_bucket, name, blob.generation)
         )

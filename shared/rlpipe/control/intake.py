@@ -143,6 +143,8 @@ class Intake:
         request: Request | None = None,
     ) -> IntakeResult:
         log = log or self.log
+        namespace = layout.request_namespace(source.name) if source.kind == "gcs" and source.name else ""
+        policy = self.policy.for_namespace(namespace)
         if request is None:
             try:
                 doc = parse_document(data, source=source_name)
@@ -150,13 +152,13 @@ class Intake:
                     raise RequestInvalid(
                         [Problem("retry", retry.REFUSED_DOCUMENT, "run `rlpipe retry RUN --reason ...`")]
                     )
-                request = validate_request(doc, self.policy)
+                request = validate_request(doc, policy)
             except RequestInvalid as exc:
                 return self._reject(source_key, source, exc.problems, log)
-        refused = self.policy.problems(request)  # a request handed over already parsed, too
+        refused = policy.problems(request)  # a request handed over already parsed, too
         if refused:
             return self._reject(source_key, source, refused, log)
-        key = identity.key_for_request_id(request.request_id) if request.request_id else source_key
+        key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
         run_id = identity.run_id_for(key)
         log = log.bind(run_id=run_id)
         holder = uuid.uuid4().hex

@@ -27,8 +27,12 @@ RUN_ID_LENGTH = 12
 MAX_WORKLOAD_NAME = 28  # Cluster Toolkit's limit for JobSets: pod names must stay within 63 characters
 
 
-def key_for_request_id(request_id: str) -> str:
-    return f"request:{request_id}"
+def key_for_request_id(request_id: str, namespace: str = "") -> str:
+    """A request_id names a run only within its submitter's namespace (``layout.request_namespace``):
+    one team's folder cannot take another's id. The default namespace keeps the key it always had,
+    so runs submitted before namespaces existed keep their run ids. Upstream releases have keys of
+    their own (``upstream.release.release_key``); their templates may not carry a request_id."""
+    return f"request:{namespace}/{request_id}" if namespace else f"request:{request_id}"
 
 
 def key_for_object(bucket: str, name: str, generation: int | str) -> str:
@@ -37,6 +41,14 @@ def key_for_object(bucket: str, name: str, generation: int | str) -> str:
 
 def key_for_message(topic: str, message_id: str) -> str:
     return f"pubsub:{topic}/{message_id}"
+
+
+NAMESPACE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
+def is_namespace(value: object) -> bool:
+    """A team folder name the CLI will drop under (``requests/<namespace>/``)."""
+    return isinstance(value, str) and NAMESPACE_PATTERN.fullmatch(value) is not None
 
 
 # Every id run_id_for makes matches, and so does any DNS-label-like id a test or tool picks; a

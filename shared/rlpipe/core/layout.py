@@ -76,6 +76,17 @@ def is_request_object(name: str) -> bool:
     return name.startswith(REQUESTS_PREFIX) and name.lower().endswith(REQUEST_SUFFIXES) and "/." not in name
 
 
+def request_namespace(name: str) -> str:
+    """The request_id namespace of a request object: its first folder below ``requests/``
+    (``requests/team-a/x.yaml`` → ``team-a``); "" for a file directly in ``requests/`` and for
+    Pub/Sub messages. A deployment grants each team object creation under its own folder only
+    (``var.request_namespaces``, an IAM condition on the name prefix), so the folder is as good
+    as the submitter's identity for scoping ids."""
+    rest = name.removeprefix(REQUESTS_PREFIX)
+    folder, slash, _ = rest.partition("/")
+    return folder if slash and name.startswith(REQUESTS_PREFIX) else ""
+
+
 def upstream_state(repo: str) -> str:
     """What the upstream watcher decided about ``repo`` (state bucket)."""
     return f"{UPSTREAM_PREFIX}{repo}/state.json"

@@ -15,6 +15,7 @@ checked here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,12 @@ class Policy:
     read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
     notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
     source: str = "the built-in defaults"
+    # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
+    # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).
+    namespace: str = ""
+
+    def for_namespace(self, namespace: str) -> Policy:
+        return dataclasses.replace(self, namespace=namespace)
 
     def problems(self, request: Request, run_id: str | None = None) -> list[Problem]:
         """Everything in ``request`` this policy does not allow. ``run_id`` (when the run is known)
@@ -58,7 +65,7 @@ class Policy:
             *self._images(doc),
             *env_allowlist.env_problems(_env_maps(doc), self.extra_env),
             *self._secrets(request),
-            *self._gcs(doc, run_id if run_id is not None else _run_id_of(request)),
+            *self._gcs(doc, run_id if run_id is not None else _run_id_of(request, self.namespace)),
             *override_key_problems(request.maxtext_overrides),
             *self._notify(request.notify),
         ]
@@ -137,11 +144,11 @@ def override_key_problems(overrides: Mapping[str, Any]) -> Iterator[Problem]:
             )
 
 
-def _run_id_of(request: Request) -> str | None:
+def _run_id_of(request: Request, namespace: str) -> str | None:
     """The run a request with a request_id will become (intake derives it the same way)."""
     if not request.request_id:
         return None
-    return identity.run_id_for(identity.key_for_request_id(request.request_id))
+    return identity.run_id_for(identity.key_for_request_id(request.request_id, namespace))
 
 
 def _env_maps(doc: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, object], Mapping[str, Any]]]:
