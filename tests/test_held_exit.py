@@ -69,7 +69,7 @@ def test_a_failed_exit_is_held_then_passed_on(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=ceiling(30))
     assert proc.returncode == 3
     assert f"{HOLD_MARK} the program exited 3; holding this exit 1s" in out
-    assert (tmp_path / "sleeps").read_text() == "1\n"  # the hold slept its whole length, once
+    assert (tmp_path / "sleeps").read_text() == "1\n"  # the hold slept its whole length
     assert (tmp_path / "args").read_text() == "args: -m some.module --flag a b\n"  # "$@" intact
 
 
@@ -97,3 +97,17 @@ def test_a_stop_during_the_hold_ends_it_with_the_programs_code(tmp_path: Path, s
     proc.send_signal(signum)
     proc.communicate(timeout=ceiling(30))  # a hold that ignored the signal would run for 600 s
     assert proc.returncode == 1
+
+
+def test_a_stop_that_lands_before_the_wait_blocks_still_ends_the_hold_in_seconds(tmp_path: Path) -> None:
+    """The race CI met once: the signal arrives while the hold is between commands, so its trap is
+    pending when `wait` blocks. Signals sent at many points of the hold's first moments; each stop
+    must end it well before the hold's 600 s."""
+    for delay in (0.0, 0.001, 0.003, 0.01, 0.03):
+        proc = start(tmp_path, "exit:1", hold=600)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith(HOLD_MARK)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=ceiling(10))
+        assert proc.returncode == 1

@@ -209,12 +209,17 @@ def held_exit(module: str, hold_seconds: int) -> list[str]:
         'wait "$program"; code=$?',
         'while kill -0 "$program" 2>/dev/null; do wait "$program"; code=$?; done',
         'if [ "$code" -ne 0 ] && [ -z "$stopping" ] && [ "$hold_seconds" -gt 0 ]; then',
-        '  sleep "$hold_seconds" &',
-        "  sleeper=$!",
         f'  echo "{HOLD_MARK} the program exited $code; holding this exit ${{hold_seconds}}s so that a '
         + "disrupted TPU worker's Job, if any, fails the JobSet first\"",
-        '  [ -n "$stopping" ] || wait "$sleeper"',  # a stop that came before $! was known ends it too
-        '  kill "$sleeper" 2>/dev/null || true',
+        # One-second sleeps, not one long one: a signal that lands just before `wait` blocks leaves
+        # its trap pending until that sleep ends, so a stop is honoured within a second, always.
+        "  held=0",
+        '  while [ -z "$stopping" ] && [ "$held" -lt "$hold_seconds" ]; do',
+        "    sleep 1 &",
+        "    sleeper=$!",
+        '    wait "$sleeper"',
+        "    held=$((held + 1))",
+        "  done",
         "fi",
         'exit "$code"',
     ]
