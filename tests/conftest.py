@@ -225,6 +225,7 @@ def _schedule(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (not item.path.name.startswith(LONG_FIRST), order[id(item)]))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):

@@ -327,3 +327,31 @@ def test_rlpipe_retry_refuses_at_once_with_the_reason(
     assert ledger.get(run_id).rounds == []  # type: ignore[union-attr]
     with pytest.raises(SystemExit):
         cli_main.build_parser().parse_args(["retry", run_id])  # --reason is required
+
+
+def test_rlpipe_retry_asks_again_with_the_same_key_when_an_answer_is_lost(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlpipe.cli import retry as retry_cli
+    from rlpipe.cli import runs as runs_cli
+
+    run_id = _claim(ledger, _record("rretry000014"))
+    bodies: list[dict[str, Any]] = []
+
+    def flaky(settings: Any, body: dict[str, Any]) -> dict[str, Any]:
+        bodies.append(body)
+        if len(bodies) < 3:
+            raise runs_cli.StageUnreachable("no answer (ConnectionError)")
+        return {"run_id": run_id, "outcome": "duplicate", "round": 2, "state": "accepted", "execution": "e"}
+
+    monkeypatch.setattr(runs_cli, "call_stage", flaky)
+    done = retry_cli.request_retry(None, ledger, run_id, reason="node fixed", by="bob", sleep=lambda s: None)
+    assert (done.outcome, done.round) == ("duplicate", 2)
+    assert len(bodies) == 3 and len({b["key"] for b in bodies}) == 1, "one key for every try"
+
+    def unreachable(settings: Any, body: dict[str, Any]) -> dict[str, Any]:
+        raise runs_cli.StageUnreachable("no answer (Timeout)")
+
+    monkeypatch.setattr(runs_cli, "call_stage", unreachable)
+    with pytest.raises(retry_cli.NotRetried, match="did not answer 3 times; the round may exist"):
+        retry_cli.request_retry(None, ledger, run_id, reason="node fixed", sleep=lambda s: None)
