@@ -114,7 +114,7 @@ def test_string_literals_may_contain_braces_quotes_and_escapes() -> None:
     # https://cloud.google.com/workflows/docs/reference/syntax/expressions (strings inside ${...})
     assert expr('"}" + "x"') == "}x"
     assert expr('json.decode("{\\"x\\": 1}")') == {"x": 1}
-    assert expr("'it\\'s'") == "it's"
+    assert expr('"it\'s"') == "it's"
     assert expr('"a\\tb"') == "a\tb"
 
 

@@ -333,3 +333,163 @@ def test_a_sibling_loop_cannot_read_another_loops_variable() -> None:
                 return: ${seen}
     """
     assert _rejects(definition).step == "read"
+
+
+def test_a_single_quoted_string_literal_is_refused_as_the_documentation_says() -> None:
+    """https://cloud.google.com/workflows/docs/reference/syntax/expressions lists `""` as the
+    string element and says string literals must be enclosed in double quotes. (Single quotes
+    around a whole `'${...}'` are YAML's, and stay fine.)"""
+    error = _rejects(
+        """
+        main:
+          steps:
+            - done:
+                return: ${'x'}
+        """
+    )
+    assert error.step == "done" and "must be enclosed in double quotes" in str(error)
+    load_workflow('main:\n  steps:\n    - done:\n        return: \'${"a: " + "b"}\'\n')
+
+
+@pytest.mark.parametrize(
+    "name", ["math.min", "uuid.generate", "hash.compute_checksum", "googleapis.run.v2.x"]
+)
+def test_a_real_function_this_engine_lacks_is_named_as_unsupported_not_unknown(name: str) -> None:
+    error = _rejects(
+        f"""
+        main:
+          steps:
+            - pick:
+                return: ${{{name}(1, 2)}}
+        """
+    )
+    assert f"{name} is a Workflows standard-library function that this engine does not support" in str(error)
+
+
+def test_a_name_no_one_defines_is_unknown() -> None:
+    error = _rejects(
+        """
+        main:
+          steps:
+            - pick:
+                return: ${math.minimum(1, 2)}
+        """
+    )
+    assert "unknown function 'math.minimum'" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("definition", "words"),
+    [
+        (  # assigned before the loop
+            """
+            main:
+              steps:
+                - init:
+                    assign:
+                      - item: 0
+                - loop:
+                    for:
+                      value: item
+                      in: [1, 2]
+                      steps:
+                        - noop:
+                            assign:
+                              - x: ${item}
+                - done:
+                    return: ${item}
+            """,
+            "a variable outside every loop",
+        ),
+        (  # assigned after it
+            """
+            main:
+              steps:
+                - loop:
+                    for:
+                      value: i
+                      index: n
+                      in: [1, 2]
+                      steps:
+                        - noop:
+                            return: ${i}
+                - later:
+                    assign:
+                      - n: 3
+                - done:
+                    return: ${n}
+            """,
+            "a variable outside every loop",
+        ),
+        (  # a parameter's name
+            """
+            main:
+              params: [item]
+              steps:
+                - loop:
+                    for:
+                      value: item
+                      in: [1, 2]
+                      steps:
+                        - noop:
+                            return: ${item}
+            """,
+            "a variable outside every loop",
+        ),
+        (  # nested loops, one name
+            """
+            main:
+              steps:
+                - outer:
+                    for:
+                      value: v
+                      in: [1, 2]
+                      steps:
+                        - inner:
+                            for:
+                              value: v
+                              in: [3, 4]
+                              steps:
+                                - noop:
+                                    return: ${v}
+            """,
+            "the loop 'outer' around it",
+        ),
+    ],
+    ids=["before", "after", "parameter", "nested"],
+)
+def test_a_loop_variable_named_like_a_variable_outside_it_is_refused(definition: str, words: str) -> None:
+    """https://cloud.google.com/workflows/docs/reference/syntax/iteration: the loop variable "must
+    not be used in assignments or expressions outside of the loop", and a name may serve several
+    loops "as long as they are not nested"."""
+    error = _rejects(definition)
+    assert words in str(error) and "syntax/iteration" in str(error)
+
+
+def test_one_loop_variable_name_in_two_loops_side_by_side_is_fine() -> None:
+    load_workflow(
+        textwrap.dedent(
+            """
+            main:
+              steps:
+                - first:
+                    for:
+                      value: v
+                      in: [1]
+                      steps:
+                        - a:
+                            assign:
+                              - x: ${v}
+                - second:
+                    for:
+                      value: v
+                      in: [2]
+                      steps:
+                        - b:
+                            assign:
+                              - y: ${v}
+                - done:
+                    return: 1
+            """
+        )
+    )

@@ -139,7 +139,7 @@ class LocalStack:
             self.pubsub = pubsub.PubSubEmulator(self.logs, die_with_parent=not c.detached).start()
             self.children["pubsub-emulator"] = self.pubsub.child
             self._create_topics()
-            self.say(f"[local] Pub/Sub emulator on {self.pubsub.host}")
+            self.say(f"[local] Pub/Sub: {self.pubsub.description} on {self.pubsub.host}")
         self.gcs = FakeGcs(
             self.logs,
             pubsub_project=c.project if use_pubsub else None,
@@ -343,14 +343,16 @@ class LocalStack:
         }
 
     def _events_mode(self) -> tuple[bool, str]:
+        if self.config.events != "watcher":
+            pubsub.build_pstest(self.say)
         reason = pubsub.unavailable_reason()
         if self.config.events == "watcher":
             return False, "bucket watcher (requested); GCS notifications are simulated by listing buckets"
         if reason is None:
-            return True, "fake-gcs-server notifications through the Pub/Sub emulator"
+            return True, "fake-gcs-server notifications through Pub/Sub"
         if self.config.events == "pubsub":
-            raise RuntimeError(f"Pub/Sub emulator requested but unavailable: {reason}")
-        return False, f"bucket watcher, because the Pub/Sub emulator is unavailable ({reason})"
+            raise RuntimeError(f"Pub/Sub requested but unavailable: {reason}")
+        return False, f"bucket watcher, a fallback: Pub/Sub is unavailable ({reason})"
 
     def _create_topics(self) -> None:
         from google.api_core import exceptions as gexc

@@ -357,7 +357,12 @@ class _ToAst(Transformer[Token, Node]):
         return Literal(unescape(str(token)[1:-1]))
 
     def sq_string(self, token: Token) -> Node:
-        return Literal(unescape(str(token)[1:-1]))
+        # Parsed only to say this clearly: the documentation lists `""` as the string element of
+        # an expression and says "String literals must be enclosed in double quotes"
+        # (https://cloud.google.com/workflows/docs/reference/syntax/expressions).
+        raise ExpressionSyntaxError(
+            f"string literals in expressions must be enclosed in double quotes, not single: {token}"
+        )
 
     def true_lit(self) -> Node:
         return Literal(True)

@@ -82,3 +82,36 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+# Every function of the Workflows standard library and expression helpers, implemented here or not
+# (https://cloud.google.com/workflows/docs/reference/stdlib/overview, its module pages, and
+# https://cloud.google.com/workflows/docs/reference/stdlib/expression-helpers). A name listed here
+# that REGISTRY lacks is real but "not supported by this engine"; any other name is "unknown".
+STANDARD_LIBRARY = frozenset(
+    {
+        *("bool", "default", "double", "get_type", "if", "int", "keys", "len", "string", "type"),
+        *("base64.decode", "base64.encode"),
+        *("events.await_callback", "events.create_callback_endpoint"),
+        *("experimental.executions.map", "experimental.executions.run"),
+        *("hash.compute_checksum", "hash.compute_hmac"),
+        *("http.delete", "http.get", "http.patch", "http.post", "http.put", "http.request"),
+        *("json.decode", "json.encode", "json.encode_to_string"),
+        *("list.concat", "list.prepend"),
+        *("map.delete", "map.get", "map.merge", "map.merge_nested"),
+        *("math.abs", "math.floor", "math.max", "math.min"),
+        *("sys.get_env", "sys.log", "sys.now", "sys.sleep", "sys.sleep_until"),
+        *("text.decode", "text.encode", "text.find_all", "text.find_all_regex", "text.match_regex"),
+        *("text.replace_all", "text.replace_all_regex", "text.split", "text.substring"),
+        *("text.to_lower", "text.to_upper", "text.url_decode", "text.url_encode", "text.url_encode_plus"),
+        *("time.format", "time.parse"),
+        "uuid.generate",
+    }
+)
+CONNECTOR_PREFIX = "googleapis."  # connectors: real calls to Google APIs, none implemented here
+
+
+def missing_function(name: str) -> str:
+    """Why ``name`` cannot be called: a real function this engine lacks, or no such function."""
+    if name in STANDARD_LIBRARY or name.startswith(CONNECTOR_PREFIX):
+        return f"{name} is a Workflows standard-library function that this engine does not support"
+    return f"unknown function {name!r}"

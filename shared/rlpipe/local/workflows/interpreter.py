@@ -35,7 +35,7 @@ from .errors import (
     raise_error,
 )
 from .expressions import Node, get_item
-from .functions import REGISTRY
+from .functions import REGISTRY, missing_function
 from .model import (
     AssignStep,
     AssignTarget,
@@ -166,7 +166,7 @@ class Interpreter:
     def call_function(self, name: str, args: list[Any]) -> Any:
         spec = REGISTRY.get(name)
         if spec is None:
-            raise raise_error(TYPE_ERROR, f"unknown function {name!r}")
+            raise raise_error(TYPE_ERROR, missing_function(name))
         problem = spec.check_arity(len(args))
         if problem:
             raise raise_error(TYPE_ERROR, problem)

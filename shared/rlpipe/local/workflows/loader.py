@@ -27,7 +27,7 @@ import yaml
 from . import blocking, stdlib  # noqa: F401 - importing registers the functions
 from .errors import LoadError
 from .expressions import Attr, Call, ExpressionSyntaxError, Index, Node, Var, parse_expression
-from .functions import REGISTRY, FunctionSpec
+from .functions import REGISTRY, FunctionSpec, missing_function
 from .http_client import auth_problem
 from .model import (
     AssignStep,
@@ -244,7 +244,7 @@ class _SubworkflowLoader(RetryLoading):
             raise self.error(f"calling subworkflow {node.name!r} inside an expression is not supported", step)
         spec = REGISTRY.get(node.name)
         if spec is None:
-            raise self.error(f"unknown function {node.name!r} in expression", step)
+            raise self.error(f"{missing_function(node.name)} (in an expression)", step)
         if spec.blocking:
             raise self.error(f"{node.name} blocks and may only be used in a call step", step)
         problem = spec.check_arity(len(node.args))

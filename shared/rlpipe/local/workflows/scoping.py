@@ -10,6 +10,13 @@ tests never reach cannot hide the mistake.
 A name counts as created by a loop when it is that loop's ``value``/``index``, or is assigned
 (``assign``, call ``result``, ``except as``) in the loop's body and never at the subworkflow's top
 level (outside every loop). A use of it anywhere outside that loop is refused.
+
+A loop's own ``value``/``index`` name is stricter still: the iteration reference says it "must not
+be used in assignments or expressions outside of the loop" and "can be used in multiple loops, as
+long as they are not nested" (ITERATION_DOC). So a loop variable named like a variable assigned
+outside every loop (before or after it), or like a parameter, or like the variable of a loop around
+it, is refused when the definition loads. The documentation does not say what the service does
+with such a definition; refusing it is the stricter reading.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from .model import (
 from .templates import Template
 
 DOC = "https://cloud.google.com/workflows/docs/samples/workflows-loop-scope"
+ITERATION_DOC = "https://cloud.google.com/workflows/docs/reference/syntax/iteration"
 
 
 @dataclass
@@ -50,6 +58,7 @@ class _Scan:
     top_level: set[str] = field(default_factory=set)  # defined outside every loop
     by_loop: dict[str, set[str]] = field(default_factory=dict)  # for step → names it creates
     uses: list[_Use] = field(default_factory=list)
+    loop_vars: list[_Use] = field(default_factory=list)  # each loop's value/index, with its loops
 
     def define(self, name: str, loops: tuple[str, ...]) -> None:
         if loops:
@@ -77,6 +86,16 @@ class _Scan:
 def check_loop_scopes(subworkflow: Subworkflow) -> None:
     scan = _Scan(top_level={p.name for p in subworkflow.params})
     _walk(subworkflow.body, scan, ())
+    for var in scan.loop_vars:
+        outer = [v for v in scan.loop_vars if v.name == var.name and v.step in var.loops[:-1]]
+        if var.name in scan.top_level or outer:
+            where = f"the loop {outer[0].step!r} around it" if outer else "a variable outside every loop"
+            raise LoadError(
+                f"the loop variable {var.name!r} has the name of {where}; a loop's value and index "
+                f"must not be used outside it, and nested loops need their own names ({ITERATION_DOC})",
+                subworkflow=subworkflow.name,
+                step=var.step,
+            )
     for use in scan.uses:
         if use.name in scan.top_level or any(use.name in scan.by_loop.get(loop, ()) for loop in use.loops):
             continue
@@ -120,9 +139,10 @@ def _walk(body: StepList | None, scan: _Scan, loops: tuple[str, ...]) -> None:
             for bound in step.range or ():
                 scan.use(bound, step.name, loops)
             inner = (*loops, step.name)
-            scan.define(step.value, inner)
-            if step.index:
-                scan.define(step.index, inner)
+            for name in (step.value, step.index):
+                if name:
+                    scan.define(name, inner)
+                    scan.loop_vars.append(_Use(name, step.name, inner))
             _walk(step.body, scan, inner)
         elif isinstance(step, StepsStep):
             _walk(step.body, scan, loops)
