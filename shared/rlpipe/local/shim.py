@@ -1,11 +1,18 @@
 """The local stand-in for Eventarc: notifications in, CloudEvents of the production types out.
 
-With the Pub/Sub emulator, fake-gcs-server publishes real GCS notifications (OBJECT_FINALIZE,
+With Pub/Sub (Google's pstest, local/pubsub.py), fake-gcs-server publishes real GCS notifications (OBJECT_FINALIZE,
 JSON_API_V1) to a topic; this shim pulls them, maps them to
 ``google.cloud.storage.object.v1.finalized`` CloudEvents and POSTs them, in binary mode, to the
 function that owns the bucket. Messages on the requests topic become
 ``google.cloud.pubsub.topic.v1.messagePublished`` events. A message is acked only after a 2xx,
 so a failing function gets the event again, as with Eventarc.
+
+The shim's subscriptions have production's shape (infra/terraform/functions.tf, the Eventarc
+subscription's dead-letter topic, delivery attempts and retry backoff), at local speed
+(``Redelivery``). pstest honours the dead-letter policy but redelivers a nacked message at once,
+whatever the retry policy says (docs/pubsub.md). So the shim does not nack: it sets the failed
+message's ack deadline to the backoff the retry policy gives for its delivery attempt and
+releases it, and Pub/Sub (pstest or real) delivers it again when that deadline lapses.
 
 Without the emulator, ``BucketWatcher`` lists the buckets by generation and emits the same
 CloudEvents; the local stack says so when it starts.
@@ -95,24 +102,53 @@ class Routes:
     drop: DropFilter = field(default=lambda bucket, name: False)
 
 
-class EmulatorShim:
-    """Pulls from the Pub/Sub emulator and delivers CloudEvents; requires PUBSUB_EMULATOR_HOST."""
+@dataclass(frozen=True)
+class Redelivery:
+    """Production's retry shape for event deliveries: exponential backoff from ``min_delay`` to
+    ``max_delay`` (Pub/Sub's retry policy), then the dead-letter topic after ``max_attempts``.
+    Production: 10 s, 600 s, 5 (infra/terraform/variables.tf); locally the delays are shorter."""
 
-    def __init__(self, project: str, gcs_topic: str, routes: Routes, log: Logger):
+    min_delay: float = 1.0
+    max_delay: float = 60.0
+    max_attempts: int = 5
+    dead_letter_topic: str = "rlpipe-dead-letter"
+
+    def backoff(self, attempt: int) -> int:
+        """Seconds until the next delivery after failed ``attempt`` (1-based), as an ack deadline."""
+        return max(1, round(min(self.max_delay, self.min_delay * 2 ** max(0, attempt - 1))))
+
+
+class EmulatorShim:
+    """Pulls from Pub/Sub and delivers CloudEvents; requires PUBSUB_EMULATOR_HOST."""
+
+    def __init__(
+        self, project: str, gcs_topic: str, routes: Routes, log: Logger, redelivery: Redelivery | None = None
+    ):
         self.project, self.gcs_topic, self.routes, self.log = (
             project,
             gcs_topic,
             routes,
             log.bind(simulated=False),
         )
+        self.redelivery = redelivery or Redelivery()
         self._futures: list[Any] = []
         self.delivered = 0
+        self.backed_off = 0
 
     def setup(self) -> None:
         from google.api_core import exceptions as gexc
         from google.cloud import pubsub_v1
+        from google.protobuf import duration_pb2
 
         publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        policy = self.redelivery
+        dead_letter = publisher.topic_path(self.project, policy.dead_letter_topic)
+        with contextlib.suppress(gexc.AlreadyExists):
+            publisher.create_topic(name=dead_letter)
+        with contextlib.suppress(gexc.AlreadyExists):  # where an operator would look, as in production
+            subscriber.create_subscription(
+                name=subscriber.subscription_path(self.project, policy.dead_letter_topic), topic=dead_letter
+            )
         topics = [self.gcs_topic] + ([self.routes.requests_topic] if self.routes.requests_topic else [])
         for topic in topics:
             path = publisher.topic_path(self.project, topic)
@@ -120,7 +156,21 @@ class EmulatorShim:
                 publisher.create_topic(name=path)
             sub = subscriber.subscription_path(self.project, f"{topic}-shim")
             with contextlib.suppress(gexc.AlreadyExists):
-                subscriber.create_subscription(name=sub, topic=path, ack_deadline_seconds=60)
+                subscriber.create_subscription(
+                    request={
+                        "name": sub,
+                        "topic": path,
+                        "ack_deadline_seconds": 60,
+                        "dead_letter_policy": {
+                            "dead_letter_topic": dead_letter,
+                            "max_delivery_attempts": policy.max_attempts,
+                        },
+                        "retry_policy": {
+                            "minimum_backoff": duration_pb2.Duration(seconds=int(policy.min_delay)),
+                            "maximum_backoff": duration_pb2.Duration(seconds=int(policy.max_delay)),
+                        },
+                    }
+                )
 
     def start(self) -> EmulatorShim:
         from google.cloud import pubsub_v1
@@ -156,7 +206,7 @@ class EmulatorShim:
             self.delivered += 1
             message.ack()
         else:
-            message.nack()
+            self._back_off(message)
 
     def _on_request(self, message: Any, topic_path: str, subscription: str) -> None:
         publish_time = message.publish_time.isoformat() if message.publish_time else _now()
@@ -167,7 +217,18 @@ class EmulatorShim:
             self.delivered += 1
             message.ack()
         else:
-            message.nack()
+            self._back_off(message)
+
+    def _back_off(self, message: Any) -> None:
+        """The retry policy's wait, which pstest does not keep for a nack: the failed message's
+        deadline becomes the backoff, and the client lets go of it (no lease extension)."""
+        delay = self.redelivery.backoff(message.delivery_attempt or 1)
+        self.backed_off += 1
+        self.log.warning(
+            "delivery failed; Pub/Sub delivers it again", attempt=message.delivery_attempt, after_s=delay
+        )
+        message.modify_ack_deadline(delay)
+        message.drop()
 
     def stop(self) -> None:
         for future in self._futures:
