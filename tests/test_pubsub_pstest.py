@@ -204,3 +204,11 @@ def test_a_delivery_that_keeps_failing_ends_on_the_dead_letter_topic(pstest: pub
     finally:
         shim.stop()
         function.server.shutdown()
+
+
+def test_a_redelivery_schedule_pstest_or_production_would_not_keep_is_refused() -> None:
+    with pytest.raises(ValueError, match="5 to 100"):
+        Redelivery(max_attempts=0)  # pstest would dead-letter every message before delivering it
+    with pytest.raises(ValueError, match="10 minutes"):
+        Redelivery(min_delay=60, max_delay=600, max_attempts=5)  # 60+120+240+480 s: pstest drops it
+    assert [Redelivery().backoff(n) for n in range(1, 6)] == [1, 2, 4, 8, 16]

@@ -102,6 +102,9 @@ class Routes:
     drop: DropFilter = field(default=lambda bucket, name: False)
 
 
+PSTEST_RETENTION_SECONDS = 600  # pstest/fake.go retentionDuration (docs/pubsub.md)
+
+
 @dataclass(frozen=True)
 class Redelivery:
     """Production's retry shape for event deliveries: exponential backoff from ``min_delay`` to
@@ -112,6 +115,16 @@ class Redelivery:
     max_delay: float = 60.0
     max_attempts: int = 5
     dead_letter_topic: str = "rlpipe-dead-letter"
+
+    def __post_init__(self) -> None:
+        # Production takes 5 to 100 attempts (0 means 5); pstest takes anything, and with 0 it
+        # dead-letters every message before its first delivery. pstest also deletes a message
+        # that waits 10 minutes past its publish time, skipping the dead-letter topic.
+        if not 5 <= self.max_attempts <= 100:
+            raise ValueError(f"max_attempts {self.max_attempts}: Pub/Sub takes 5 to 100")
+        total = sum(self.backoff(attempt) for attempt in range(1, self.max_attempts))
+        if total >= PSTEST_RETENTION_SECONDS:
+            raise ValueError(f"backoffs add up to {total} s; pstest drops a message after 10 minutes")
 
     def backoff(self, attempt: int) -> int:
         """Seconds until the next delivery after failed ``attempt`` (1-based), as an ack deadline."""
