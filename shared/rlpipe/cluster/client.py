@@ -12,6 +12,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
+from rlpipe.cluster import log_cursor
 from rlpipe.cluster.api_errors import (
     _api_failure,
     _check_same_workload,
@@ -30,6 +31,7 @@ from rlpipe.cluster.kinds import (
     _kind_of,
     _ts,
 )
+from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.cluster.status import RunObject, WorkloadStatus, _summary_phase, summarize
 from rlpipe.cluster.transport import KubeTransport
 from rlpipe.core import identity
@@ -182,17 +184,19 @@ class ClusterClient(KubeTransport):
         ]
         return own + kueue
 
-    def log_tail(
+    def read_log(
         self,
         jobset: str,
+        cursor: LogCursor | None,
         *,
         replicated_job: str = "pathways-head",
         container: str = "workload-container",
-        lines: int = 200,
-    ) -> str:
-        """The last lines the training program printed (for progress: step and mean_reward).
+        limit_bytes: int = log_cursor.READ_LIMIT_BYTES,
+    ) -> tuple[list[str], LogCursor | None]:
+        """The head's log lines not read before (``cluster/log_cursor.py``), and the new cursor.
 
-        Best effort: an empty string when the pod is not there yet or the log cannot be read.
+        Best effort: no lines (and the same cursor) when the pod is not there or its log cannot
+        be read; the next read starts where this one would have.
         """
         from kubernetes.client.exceptions import ApiException
 
@@ -200,32 +204,63 @@ class ClusterClient(KubeTransport):
             f"jobset.sigs.k8s.io/jobset-name={jobset},jobset.sigs.k8s.io/replicatedjob-name={replicated_job}"
         )
         try:
-            pods = self._list_pods(selector)
-            running = [
-                p for p in pods if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            pods = [
+                p
+                for p in self._list_pods(selector)
+                if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             ]
-            if not running:
-                return ""
-            name = sorted(running, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
-            pod_name = name["metadata"]["name"]
-            # With _preload_content=False this is the urllib3 response, not the str the client declares.
-            response: Any = self._call(
-                f"log of {pod_name}",
-                lambda: self._core.read_namespaced_pod_log(
-                    pod_name,
-                    self.namespace,
-                    container=container,
-                    tail_lines=lines,
-                    _preload_content=False,
-                    _request_timeout=self._timeout,
-                ),
+            if not pods:
+                return [], cursor
+            newest = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
+            meta = newest["metadata"]
+            pod_id = str(meta.get("uid") or meta["name"])
+            query: list[tuple[str, Any]] = [("container", container), ("timestamps", "true")]
+            since = log_cursor.since_time(cursor, pod_id)
+            if since is not None:
+                query.append(("sinceTime", since))
+            while True:
+                data = self._pod_log(meta["name"], [*query, ("limitBytes", limit_bytes)])
+                cut_short = len(data) >= limit_bytes
+                lines, moved = log_cursor.take_new(
+                    data.decode("utf-8", "replace"), cursor, pod_id, cut_short=cut_short
+                )
+                if lines or not cut_short or limit_bytes >= log_cursor.MAX_READ_LIMIT_BYTES:
+                    return lines, moved
+                limit_bytes *= 4  # one second held more than the limit: ask for more of it
+        except (ApiException, TransientFailure) as exc:
+            log.warning(
+                "reading the log of %s failed (the next read starts where this one would have): %s",
+                jobset,
+                exc,
             )
-            try:
-                return (response.data or b"").decode("utf-8", "replace")
-            finally:
-                response.release_conn()
-        except (ApiException, TransientFailure):
-            return ""
+            return [], cursor
+
+    def _pod_log(self, pod: str, query: list[tuple[str, Any]]) -> bytes:
+        """``GET pods/{pod}/log`` with ``query`` as given: the generated client has no ``sinceTime``
+        parameter, which the API (PodLogOptions) takes, so the request is built with the client's
+        own serializer and sent by its REST layer (same credentials, TLS and timeout)."""
+        from kubernetes.client.exceptions import ApiException
+
+        api = self._core.api_client
+        request = api.param_serialize(
+            method="GET",
+            resource_path="/api/v1/namespaces/{namespace}/pods/{name}/log",
+            path_params={"namespace": self.namespace, "name": pod},
+            query_params=query,
+            # As the generated client asks: the real API server refuses `Accept: text/plain` on
+            # pods/log with 406 (it answers the log as text whatever the Accept).
+            header_params={"Accept": api.select_header_accept(["text/plain", "application/json"])},
+            auth_settings=["BearerToken"],
+        )
+
+        def get() -> bytes:
+            response = api.call_api(*request, _request_timeout=self._timeout)
+            data = response.read() or b""
+            if not 200 <= response.status <= 299:
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return bytes(data)
+
+        return self._call(f"log of {pod}", get)
 
     def delete(self, kind: Kind, name: str) -> bool:
         """Delete one workload (Background propagation, so its pods go too); True if it existed."""

@@ -22,11 +22,18 @@ GATED = "gated"  # the failure tag, and the run's terminal state, when the gate 
 
 
 def merge_results(
-    recorded: dict[str, Any], seen: dict[str, Any] | None, final_step: int | None, *, resumed: bool = False
+    recorded: dict[str, Any],
+    seen: dict[str, Any] | None,
+    final_step: int | None,
+    *,
+    resumed: bool = False,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
-    """Recorded evaluations plus those in a new log tail: the tail may have scrolled past ``pre``
-    or early intermediate evaluations, so nothing recorded is ever dropped; a newer value of the
-    same evaluation wins. ``pre`` is the base model's: train_rl prints a ``Pre RL Training`` line
+    """Recorded evaluations plus those in the log lines just read; nothing recorded is dropped.
+
+    Every intermediate evaluation is kept with the ``attempt`` that printed it: a resumed attempt
+    evaluates again at steps an earlier one reached, and both are facts of the run (the curve is
+    drawn per attempt). ``pre`` is the base model's: train_rl prints a ``Pre RL Training`` line
     on every start, but an attempt that ``resumed`` from a checkpoint evaluates the partly trained
     model, which is not the baseline, so only an attempt from step 0 records it."""
     out = dict(recorded)
@@ -37,12 +44,21 @@ def merge_results(
         out["post"] = seen["post"]
     out.setdefault("pre", None)
     out.setdefault("post", None)
-    by_step = {e["step"]: e for e in recorded.get("intermediate") or []}
-    by_step.update({e["step"]: e for e in seen.get("intermediate") or []})
-    out["intermediate"] = [by_step[s] for s in sorted(by_step)]
+    fresh = [{**e, "attempt": attempt} if attempt is not None else e for e in seen.get("intermediate") or []]
+    keyed = {(e.get("attempt"), e["step"]): e for e in [*(recorded.get("intermediate") or []), *fresh]}
+    out["intermediate"] = [keyed[k] for k in sorted(keyed, key=lambda k: (k[1], k[0] or 0))]
     if final_step is not None:
         out["final_step"] = final_step
     return out
+
+
+def newer_progress(recorded: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run's progress after a read of new log lines: each value from the newest line that
+    printed it. A read with no ``Train step`` line keeps the step already known, so progress
+    never goes back to an older line's."""
+    if read is None:
+        return None
+    return {**recorded, **{k: v for k, v in read.items() if v is not None}}
 
 
 def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> dict[str, Any] | None:

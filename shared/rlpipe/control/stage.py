@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
+from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.cluster.status import WorkloadStatus
 from rlpipe.control import blobstore, budgets, callbacks, hub, interleave, outcomes, outputs, publishing
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
@@ -54,7 +55,7 @@ class Cluster(Protocol):
     ) -> WorkloadStatus: ...
     def delete_run(self, run_id: str) -> list[str]: ...
     def delete(self, kind: Kind, name: str) -> bool: ...
-    def log_tail(self, jobset: str) -> str: ...
+    def read_log(self, jobset: str, cursor: LogCursor | None) -> tuple[list[str], LogCursor | None]: ...
 
 
 @dataclass
@@ -347,13 +348,29 @@ class StageService:
                 )
         if phase == "succeeded" and stage == "convert":
             outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
-        progress = seen = None
+        progress = seen = cursor = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
-            parsed = train_log.parse(self.cluster.log_tail(name))
+            # Only the lines not read before: every evaluation is seen once, however fast the log
+            # scrolls between two polls (cluster/log_cursor.py).
+            known = record.attempt_record(stage, attempt)
+            lines, cursor = self.cluster.read_log(
+                name, LogCursor.from_json(known.log_cursor if known else None)
+            )
+            parsed = train_log.parse("\n".join(lines))
             progress, seen = parsed.progress(), parsed.results()
         final = layout.final_step_for(req) if stage == "train" else None
         self._record_phase(
-            run_id, stage, attempt, phase, failure, log, progress, seen=seen, final=final, chips=ws.chip_hours
+            run_id,
+            stage,
+            attempt,
+            phase,
+            failure,
+            log,
+            progress,
+            seen=seen,
+            final=final,
+            chips=ws.chip_hours,
+            cursor=cursor,
         )
         return {
             "phase": phase,
@@ -376,6 +393,7 @@ class StageService:
         seen: dict[str, Any] | None = None,
         final: int | None = None,
         chips: float = 0.0,
+        cursor: LogCursor | None = None,
     ) -> None:
         ended: list[Attempt] = []
 
@@ -385,22 +403,28 @@ class StageService:
             if a is None:
                 return None
             results = (
-                outcomes.merge_results(r.results, seen, final, resumed=bool(a.resume_step))
+                outcomes.merge_results(r.results, seen, final, resumed=bool(a.resume_step), attempt=attempt)
                 if seen is not None
                 else r.results
             )
             # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
             held = max(a.chip_hours or 0.0, chips) if chips else a.chip_hours
-            live = outcomes.with_baseline(progress, results)
+            live = outcomes.with_baseline(outcomes.newer_progress(r.progress, progress), results)
+            moved = cursor.to_json() if cursor is not None else a.log_cursor
             if a.phase == phase:
-                if (live and live != r.progress) or results != r.results or held != a.chip_hours:
+                if (
+                    (live and live != r.progress)
+                    or results != r.results
+                    or held != a.chip_hours
+                    or moved != a.log_cursor
+                ):
                     r.progress = live or r.progress
-                    r.results, a.chip_hours = results, held
+                    r.results, a.chip_hours, a.log_cursor = results, held, moved
                     a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
                     return "progress"
                 return None
             r.progress = live or r.progress
-            r.results, a.chip_hours, a.phase = results, held, phase
+            r.results, a.chip_hours, a.phase, a.log_cursor = results, held, phase, moved
             a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]

@@ -21,13 +21,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from rlpipe.local.controlplane.pki import KeyPair
 from rlpipe.local.controlplane.programs import PodLogs
+from rlpipe.local.pod_logs import BadLogOptions
 from rlpipe.local.ports import free_port
 
 HOST = "127.0.0.1"
 
 
 class LogEndpoint:
-    """HTTPS on loopback: ``GET /containerLogs/<namespace>/<pod>/<container>[?tailLines=N]``."""
+    """HTTPS on loopback: ``GET /containerLogs/<namespace>/<pod>/<container>`` with the kubelet's
+    log options (``timestamps``, ``sinceSeconds``, ``tailLines``, ``limitBytes``: local/pod_logs.py)."""
 
     def __init__(self, logs: PodLogs, certificate: KeyPair) -> None:
         self.logs = logs
@@ -49,13 +51,12 @@ class LogEndpoint:
                 if len(parts) != 4 or parts[0] != "containerLogs":
                     self.send_error(404)
                     return
-                tail = parse_qs(url.query).get("tailLines")
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 try:
-                    lines = int(tail[0]) if tail else None
-                except ValueError:  # the kubelet, too, refuses a tailLines that is no number
-                    self.send_error(400, "tailLines must be a whole number")
+                    body = logs.read(parts[1], parts[2], parts[3], query).encode()
+                except BadLogOptions as exc:  # the kubelet, too, refuses options out of range
+                    self.send_error(400, str(exc))
                     return
-                body = logs.read(parts[1], parts[2], parts[3], lines).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))

@@ -29,12 +29,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rlpipe.core.commands import HOLD_MARK
+from rlpipe.local import pod_logs
 from rlpipe.local.controlplane.kubelet import SIGTERM_EXIT, Outcome
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.maxtext import PROGRAMS
@@ -65,17 +67,27 @@ class PodLogs:
         return self.directory / f"{pod}_{namespace}_{container}.log"
 
     def append(self, namespace: str, pod: str, container: str, line: str) -> None:
-        text = "".join(f"{PLAYED}{part}\n" for part in line.splitlines() or [""])
+        """Each line with the time it was written first, as the container runtime's log files keep
+        it (the kubelet serves that time with ``timestamps=true`` and filters ``sinceSeconds`` on it)."""
+        stamp = pod_logs.rfc3339nano(datetime.now(UTC))
+        text = "".join(f"{stamp} {PLAYED}{part}\n" for part in line.splitlines() or [""])
         with self._lock, self.path(namespace, pod, container).open("a") as out:
             out.write(text)
 
-    def read(self, namespace: str, pod: str, container: str, tail: int | None = None) -> str:
+    def lines(self, namespace: str, pod: str, container: str) -> list[pod_logs.LogLine]:
         try:
-            lines = self.path(namespace, pod, container).read_text().splitlines(keepends=True)
+            raw = self.path(namespace, pod, container).read_text().splitlines()
         except FileNotFoundError:
-            return ""
-        # tailLines=0 is no line, not every line (lines[-0:] would be all of them)
-        return "".join(lines[len(lines) - tail :] if tail is not None and 0 <= tail <= len(lines) else lines)
+            return []
+        out = []
+        for entry in raw:
+            stamp, _, text = entry.partition(" ")
+            out.append(pod_logs.LogLine(datetime.fromisoformat(stamp), text))
+        return out
+
+    def read(self, namespace: str, pod: str, container: str, query: Mapping[str, str] | None = None) -> str:
+        """The body the kubelet answers for these log options (``pod_logs.render``)."""
+        return pod_logs.render(self.lines(namespace, pod, container), query or {}).decode()
 
 
 @dataclass(frozen=True)

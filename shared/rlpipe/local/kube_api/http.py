@@ -18,6 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
+from rlpipe.local import pod_logs
+from rlpipe.local.pod_logs import LogLine
+
 from .discovery import _discovery_paths
 from .errors import KubeApiError, _details, bad_request, conflict
 from .patch import MERGE_PATCH, apply_patch
@@ -52,7 +55,7 @@ class Api(Protocol):
     watch_lock: threading.Lock
     active_watches: int
 
-    def pod_log(self, name: str, *, namespace: str = "default") -> str: ...
+    def pod_log_lines(self, name: str, *, namespace: str = "default") -> list[LogLine]: ...
 
     def _take_fault(self, method: str, path: str) -> KubeApiError | None: ...
 
@@ -213,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise KubeApiError(404, "NotFound", "the server could not find the requested resource")
         res, store = route.resource, self.server.api.store
         if res is PODS and route.sub == "log" and route.name and self.command == "GET":
-            return self._pod_log(route.namespace or "default", route.name)
+            return self._pod_log(route.namespace or "default", route.name, query)
         if route.sub is not None and (route.sub != "status" or not res.has_status):
             raise KubeApiError(404, "NotFound", "the server could not find the requested resource")
         dry_run = query.get("dryRun") == "All"
@@ -338,9 +341,20 @@ class _Handler(BaseHTTPRequestHandler):
             options["propagationPolicy"] = "Orphan" if query["orphanDependents"] in _TRUE else "Background"
         return options
 
-    def _pod_log(self, namespace: str, name: str) -> int:
+    def _pod_log(self, namespace: str, name: str, query: dict[str, str]) -> int:
         self.server.api.store.get(PODS, namespace, name)  # 404 for an unknown pod
-        data = self.server.api.pod_log(name, namespace=namespace).encode()
+        if not _accepts_api_media(self.headers.get("Accept")):
+            # What the real API server (v1.34) answers, though the body it sends is plain text.
+            raise KubeApiError(
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted: application/json, application/yaml, "
+                "application/vnd.kubernetes.protobuf",
+            )
+        try:
+            data = pod_logs.render(self.server.api.pod_log_lines(name, namespace=namespace), query)
+        except pod_logs.BadLogOptions as exc:
+            raise KubeApiError(400, "BadRequest", str(exc)) from None
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(data)))
@@ -445,3 +459,14 @@ def _list_page(res: Resource, items: list[Obj], rv: int, query: dict[str, str]) 
     last = page[-1]["metadata"]
     token = base64.urlsafe_b64encode(json.dumps({"ns": last["namespace"], "name": last["name"]}).encode())
     return _list_body(res, page, rv, token.decode(), len(items) - start - limit)
+
+
+_API_MEDIA = ("application/json", "application/yaml", "application/vnd.kubernetes.protobuf")
+
+
+def _accepts_api_media(accept: str | None) -> bool:
+    """Whether an Accept header allows a media type the API server serves (absent: anything)."""
+    if not accept:
+        return True
+    ranges = [part.split(";")[0].strip().lower() for part in accept.split(",")]
+    return any(r in ("*/*", "application/*") or r in _API_MEDIA for r in ranges)

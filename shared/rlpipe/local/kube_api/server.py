@@ -10,9 +10,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
+
+from rlpipe.local.pod_logs import LogLine
 
 from .errors import KubeApiError, bad_request, conflict, reason_for
 from .http import RequestRecord, _HTTPServer
@@ -83,7 +86,7 @@ class KubeApiServer:
         self._faults: list[Fault] = []
         self._requests: deque[RequestRecord] = deque(maxlen=request_log_limit)
         self._lock = threading.Lock()
-        self._logs: dict[tuple[str, str], str] = {}
+        self._logs: dict[tuple[str, str], list[LogLine]] = {}
         self.stopping = False
         self.watch_lock = threading.Lock()
         self.active_watches = 0
@@ -286,14 +289,26 @@ class KubeApiServer:
         sel = Selection.build(resolve_resource(resource), namespace, label_selector, field_selector)
         return self.store.delete_collection(sel, propagation=propagation_policy)[0]
 
-    def set_pod_log(self, name: str, text: str, *, namespace: str = "default") -> None:
-        """What ``GET .../pods/{name}/log`` answers (the simulator writes a container's output)."""
+    def append_pod_log(self, name: str, lines: list[str], *, namespace: str = "default") -> None:
+        """Add lines to what ``GET .../pods/{name}/log`` answers, each stamped with the time it was
+        written, as the container runtime stamps it (the simulator writes a container's output)."""
+        stamped = datetime.now(UTC)
         with self._lock:
-            self._logs[(namespace, name)] = text
+            self._logs.setdefault((namespace, name), []).extend(LogLine(stamped, line) for line in lines)
+
+    def set_pod_log(self, name: str, text: str, *, namespace: str = "default") -> None:
+        """Replace a pod's log with ``text`` (its lines stamped now)."""
+        with self._lock:
+            self._logs.pop((namespace, name), None)
+        self.append_pod_log(name, text.splitlines(), namespace=namespace)
+
+    def pod_log_lines(self, name: str, *, namespace: str = "default") -> list[LogLine]:
+        with self._lock:
+            return list(self._logs.get((namespace, name), []))
 
     def pod_log(self, name: str, *, namespace: str = "default") -> str:
-        with self._lock:
-            return self._logs.get((namespace, name), "")
+        """The log's text, as ``kubectl logs`` shows it without options."""
+        return "".join(f"{line.text}\n" for line in self.pod_log_lines(name, namespace=namespace))
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(event)`` after every change (in the writer's thread, outside locks)."""

@@ -130,8 +130,9 @@ class PodSim:
 
     def log(self, line: str) -> None:
         """Append a line to what ``kubectl logs`` shows; every line says it is simulated."""
-        self.lines.extend(f"[simulated] {part}" for part in line.splitlines() or [""])
-        self.env.kube.set_pod_log(self.name, "\n".join(self.lines) + "\n", namespace=self.namespace)
+        new = [f"[simulated] {part}" for part in line.splitlines() or [""]]
+        self.lines.extend(new)
+        self.env.kube.append_pod_log(self.name, new, namespace=self.namespace)
 
     # -- scheduling ------------------------------------------------------------------------------
 
