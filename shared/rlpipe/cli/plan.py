@@ -23,6 +23,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rlpipe.core.plan import build_plan, render_text
     from rlpipe.core.request import load_request
 
+    try:  # the deployment's setting first: a bad one is named with its fix, not a traceback
+        prices = cost.parse_override(Settings.from_env().prices_json)
+    except cost.PricesInvalid as exc:
+        print(f"rlpipe plan: {exc}", file=sys.stderr)
+        return 2
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     try:
         req = load_request(data, source=args.request)
@@ -40,7 +45,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         hf_sha=args.hf_revision,
         namespace=args.namespace,
         step_seconds=args.step_seconds,
-        prices=cost.parse_override(Settings.from_env().prices_json),
+        prices=prices,
     )
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))

@@ -15,6 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from rlpipe.core import tpu
+
 MODES = ("reservation", "on-demand", "spot", "flex-start")
 
 
@@ -59,18 +61,59 @@ def price(tpu_type: str, mode: str, override: Mapping[str, Any] | None = None) -
     )
 
 
+SETTING = "RLPIPE_PRICES"
+SETTING_SHAPE = '{family: {mode: {"price": number or null, "source": "...", "read": "date"}}}'
+SETTING_EXAMPLE = '{"v6e": {"spot": {"price": 1.2, "source": "our contract", "read": "2026-11-30"}}}'
+# Where a deployment sets it: terraform's tpu_prices_json becomes the functions' and the CLI's
+# RLPIPE_PRICES (infra/terraform, docs/deploy.md).
+SETTING_FIX = f"set {SETTING} (terraform: tpu_prices_json) to {SETTING_SHAPE}, e.g. {SETTING_EXAMPLE}"
+
+
+class PricesInvalid(ValueError):
+    """A deployment's ``RLPIPE_PRICES`` that cannot be read. The message names the setting, the
+    entry and the fix, because the person who reads it set an environment variable (or a
+    terraform variable) and has no other way to find which part of the JSON is wrong."""
+
+
+def families() -> tuple[str, ...]:
+    """The TPU families a request can name (``tpu.SHAPES``): the only ones a price can apply to."""
+    return tuple(sorted({family(t) for t in tpu.SHAPES}))
+
+
 def parse_override(text: str) -> dict[str, Any]:
     """``RLPIPE_PRICES``: JSON ``{family: {mode: {price, source, read}}}``; every price needs its
-    source and date, so an override cannot slip in an unexplained number."""
+    source and date, so an override cannot slip in an unexplained number. Anything else raises
+    :class:`PricesInvalid` rather than being ignored: a price that silently reads as unset would
+    let a deployment believe its costs are reported when they are not."""
     if not text.strip():
         return {}
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PricesInvalid(
+            f"{SETTING} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); {SETTING_FIX}"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError("RLPIPE_PRICES must be a JSON object {family: {mode: {price, source, read}}}")
+        raise PricesInvalid(f"{SETTING} must be a JSON object, not {type(data).__name__}; {SETTING_FIX}")
     for fam, modes in data.items():
-        for mode, entry in (modes or {}).items():
+        if fam not in families():
+            raise PricesInvalid(
+                f"{SETTING}.{fam}: unknown TPU family; use one of {', '.join(families())} (as in v6e-32)"
+            )
+        if not isinstance(modes, dict):
+            raise PricesInvalid(
+                f"{SETTING}.{fam} must be an object of modes ({', '.join(MODES)}); {SETTING_FIX}"
+            )
+        for mode, entry in modes.items():
+            where = f"{SETTING}.{fam}.{mode}"
             if mode not in MODES:
-                raise ValueError(f"RLPIPE_PRICES.{fam}.{mode}: unknown mode; use one of {', '.join(MODES)}")
+                raise PricesInvalid(f"{where}: unknown mode; use one of {', '.join(MODES)}")
             if not isinstance(entry, dict) or not entry.get("source") or not entry.get("read"):
-                raise ValueError(f"RLPIPE_PRICES.{fam}.{mode}: give price, source and read (the date)")
+                raise PricesInvalid(f"{where}: give price, source and read (the date)")
+            raw = entry.get("price")
+            if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0):
+                raise PricesInvalid(
+                    f"{where}.price is {json.dumps(raw)}: give the price per chip-hour as a number "
+                    "of at least 0 (not a string), or null for no published price"
+                )
     return data
