@@ -189,17 +189,19 @@ def test_the_page_has_both_charts_drawing_the_runs_numbers(html: str) -> None:
     found = charts(html)
     assert set(found) == {"timeline", "reward"}
     reward = found["reward"]
-    # The intermediate curve is one path through every evaluation (path simplification is off).
-    path = by_id(reward, "reward-mean-reward").find(f"{SVG}path")
+    # The intermediate curve is one path through every evaluation (path simplification is off);
+    # this ledger did not record which attempt printed them, so they are one unlabelled series.
+    path = by_id(reward, "reward-mean-reward-unlabelled").find(f"{SVG}path")
     assert path is not None
     assert len(re.findall(r"[ML] ", path.get("d", ""))) == len(STEPS)
-    accuracy = by_id(reward, "reward-accuracy").find(f"{SVG}path")
+    accuracy = by_id(reward, "reward-accuracy-unlabelled").find(f"{SVG}path")
     assert accuracy is not None and len(re.findall(r"[ML] ", accuracy.get("d", ""))) == len(STEPS)
     # Pre and post are their own series, labelled with their values in the chart.
     for gid in ("reward-pre", "reward-post", "reward-pre-accuracy", "reward-post-accuracy"):
         by_id(reward, gid)
     assert "pre 0.1234" in texts(reward)
     assert "post 0.8765" in texts(reward)
+    assert "post 71.25%" in texts(reward)
     assert "accuracy (%)" in texts(reward)
     # The data table beside the chart holds every point, pre at step 0 and post at the final step.
     points = [
@@ -277,8 +279,16 @@ def test_gate_reasons_override_lineage_and_chip_hours(html: str) -> None:
     ):
         assert value in text
     hours = report.chip_hours(report.attempt_rows(record(), NOW))
-    assert hours["stages"] == {"convert": 0.0, "train": 171.5, "export": 0.0, "publish": 0.0}
-    assert hours["unknown"] == 2
+    assert {s.stage: s.hours for s in hours["stages"]} == {
+        "convert": 0.0,
+        "train": 171.5,
+        "export": 0.0,
+        "publish": 0.0,
+    }
+    # Train #5 recorded none; publish #1 recorded none either, but a publish Job holds no chip.
+    assert hours["unknown"] == 1 and hours["cpu"] == ["publish"]
+    # This request does not say its placement: conversion's 0.0 is shown as read, not as "no TPU".
+    assert [s.text for s in hours["stages"]] == ["0.00", "171.50", "0.00", "no TPU"]
     total = [a for tag, a in page.elements if tag == "tr" and a.get("id") == "chip-hours-total"]
     assert total and "total 171.50" in text
 
@@ -436,6 +446,8 @@ def test_a_long_curve_keeps_every_point() -> None:
     steps = list(range(1, 401))
     results = {"intermediate": [{"step": s, "mean_reward": s / 400, "accuracy": 50.0} for s in steps]}
     reward = charts(report.render_report(record(results=results), now=NOW))["reward"]
-    path = by_id(reward, "reward-mean-reward").find(f"{SVG}path")
+    path = by_id(reward, "reward-mean-reward-unlabelled").find(f"{SVG}path")
     assert path is not None and len(re.findall(r"[ML] ", path.get("d", ""))) == len(steps)
-    assert not list(by_id(reward, "reward-mean-reward").iter(f"{SVG}use"))  # no markers at this density
+    assert not list(
+        by_id(reward, "reward-mean-reward-unlabelled").iter(f"{SVG}use")
+    )  # no markers at this density

@@ -10,6 +10,12 @@ names an external DTD) are dropped, text stays text (``svg.fonttype: none``: sma
 no embedded glyphs), and every id matplotlib writes is prefixed with the chart's name so the ids
 of one chart cannot collide with the other's. An artist's ``gid`` becomes ``<prefix>-<gid>``,
 which is how tests and readers find a bar or a series in the markup.
+
+The reward chart draws mean_reward and accuracy in two panels over one step axis, not on twin
+axes: on twin axes a pre or post marker of one scale landed on the other's wherever the two scales
+happened to coincide, and two different numbers looked like one point. Each attempt's evaluations
+are a series of their own (a resumed attempt evaluates again at steps an earlier one reached), and
+every resume is a vertical line at its step.
 """
 
 from __future__ import annotations
@@ -39,6 +45,14 @@ FAILURE_CLASSES = ("preempted", "capacity", "resources", "transient", "permanent
 REWARD_COLOUR = "#1f77b4"
 ACCURACY_COLOUR = "#ff7f0e"
 POST_COLOUR = "#c62828"
+PRE_COLOUR = "#424242"
+RESUME_COLOUR = "#757575"
+ROUND_COLOUR = "#37474f"
+IDLE_COLOUR = "#eceff1"
+# One colour and marker per attempt's series, in order: told apart by shape as well as by colour,
+# so two attempts' evaluations at the same step stay two visible points.
+SERIES_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#ff7f0e")
+SERIES_MARKERS = ("o", "D", "^", "v", "P", "X", "h", "p")  # never pre's square or post's star
 MARKERS_UP_TO = 120  # points per series drawn with markers; above that, only the line
 
 _ID_REFERENCE = re.compile(r'(\sid="|url\(#|xlink:href="#)')
@@ -57,17 +71,46 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class RoundMark:
+    """Where a retry started on the timeline; the run had ended from ``idle_from`` until then."""
+
+    gid: str  # [A-Za-z0-9_-]+; the line is ``timeline-<gid>``, the idle span ``timeline-<gid>-idle``
+    at: datetime
+    label: str
+    idle_from: datetime | None
+
+
+@dataclass(frozen=True)
 class Point:
     step: int
     mean_reward: float | None
     accuracy: float | None  # percent, as train_rl prints it
+    attempt: int | None = None  # the train attempt that printed it; None: the ledger did not say
+
+
+@dataclass(frozen=True)
+class Series:
+    """One attempt's intermediate evaluations."""
+
+    gid: str  # [A-Za-z0-9_-]+; the lines are ``reward-mean-reward-<gid>`` and ``reward-accuracy-<gid>``
+    label: str
+    points: Sequence[Point]
+
+
+@dataclass(frozen=True)
+class Resume:
+    step: int
+    attempt: int
+    label: str
 
 
 @dataclass(frozen=True)
 class Curve:
-    intermediate: Sequence[Point]
+    intermediate: Sequence[Point]  # every evaluation, by step then attempt (the data table)
     pre: Point | None  # at step 0
     post: Point | None  # at the final step
+    series: Sequence[Series] = ()
+    resumes: Sequence[Resume] = ()
 
 
 def _style() -> AbstractContextManager[None]:
@@ -89,10 +132,12 @@ def legend_label(key: str) -> str:
     return f"failed: {key}" if key in FAILURE_CLASSES else key
 
 
-def timeline_svg(bars: Sequence[Bar], now: datetime) -> str:
-    """Every attempt as a horizontal bar from launch to finish (or ``now``), coloured by ``key``."""
+def timeline_svg(bars: Sequence[Bar], now: datetime, rounds: Sequence[RoundMark] = ()) -> str:
+    """Every attempt as a horizontal bar from launch to finish (or ``now``), coloured by ``key``;
+    each retry a labelled line where its round started, with the time the run stood ended shaded."""
     from matplotlib import dates as mdates
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     with _style():
@@ -100,6 +145,8 @@ def timeline_svg(bars: Sequence[Bar], now: datetime) -> str:
         ax = fig.add_subplot()
         first = min(b.start for b in bars)
         last = max(b.end for b in bars)
+        for mark in rounds:
+            first, last = min(first, mark.at), max(last, mark.at)
         span = max(last - first, timedelta(minutes=1))
         least = span * 0.004  # an attempt that ended at once still shows as a sliver
         for row, bar in enumerate(bars):
@@ -126,6 +173,23 @@ def timeline_svg(bars: Sequence[Bar], now: datetime) -> str:
                 textcoords="offset points",
                 color="#555555",
             )
+        for mark in rounds:
+            at = mdates.date2num(mark.at)
+            if mark.idle_from is not None and mark.idle_from < mark.at:
+                ax.axvspan(
+                    mdates.date2num(mark.idle_from), at, color=IDLE_COLOUR, zorder=0, gid=f"{mark.gid}-idle"
+                )
+            ax.axvline(at, color=ROUND_COLOUR, linestyle="--", linewidth=1, gid=mark.gid)
+            ax.annotate(
+                mark.label,
+                (at, 0.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, 3),
+                textcoords="offset points",
+                color=ROUND_COLOUR,
+                fontsize=8,
+                gid=f"{mark.gid}-label",
+            )
         ax.set_yticks(range(len(bars)), [b.label for b in bars])
         ax.set_ylim(len(bars) - 0.5, -0.5)  # first attempt on top
         locator = mdates.AutoDateLocator(tz=first.tzinfo)
@@ -135,8 +199,17 @@ def timeline_svg(bars: Sequence[Bar], now: datetime) -> str:
         ax.grid(axis="x", color="#e0e0e0", linewidth=0.6)
         ax.set_axisbelow(True)
         used = list(dict.fromkeys(b.key for b in bars))
+        handles: list[Any] = [
+            Patch(color=COLOURS.get(k, COLOURS["failed"]), label=legend_label(k)) for k in used
+        ]
+        if rounds:
+            handles.append(
+                Line2D([], [], color=ROUND_COLOUR, linestyle="--", linewidth=1, label="retry: a new round")
+            )
+        if any(m.idle_from is not None and m.idle_from < m.at for m in rounds):
+            handles.append(Patch(color=IDLE_COLOUR, label="run ended until the retry"))
         ax.legend(
-            handles=[Patch(color=COLOURS.get(k, COLOURS["failed"]), label=legend_label(k)) for k in used],
+            handles=handles,
             loc="upper left",
             bbox_to_anchor=(1.01, 1.0),
             frameon=False,
@@ -145,92 +218,111 @@ def timeline_svg(bars: Sequence[Bar], now: datetime) -> str:
 
 
 def reward_svg(curve: Curve) -> str:
-    """mean_reward per evaluation (left axis) and accuracy in % (right axis); pre and post marked."""
+    """mean_reward (top panel) and accuracy in % (bottom panel) over one step axis: a series per
+    attempt, pre and post marked and labelled with their values, every resume a vertical line."""
     from matplotlib.figure import Figure
 
+    series = list(curve.series) or [Series("intermediate", "intermediate", curve.intermediate)]
     with _style():
-        fig = Figure(figsize=(9.5, 4.2), layout="constrained")
-        ax = fig.add_subplot()
-        acc = ax.twinx()
-        ax.set_zorder(acc.get_zorder() + 1)  # rewards over accuracy: the twin is drawn after otherwise
-        ax.patch.set_visible(False)
-        rewards = [(p.step, p.mean_reward) for p in curve.intermediate if p.mean_reward is not None]
-        accuracies = [(p.step, p.accuracy) for p in curve.intermediate if p.accuracy is not None]
-        if rewards:
-            ax.plot(
-                *zip(*rewards, strict=True),
-                color=REWARD_COLOUR,
-                marker="o" if len(rewards) <= MARKERS_UP_TO else None,
-                markersize=3,
-                linewidth=1.4,
-                label="mean_reward (intermediate)",
-                gid="mean-reward",
+        panels = [
+            (name, title, colour)
+            for name, title, colour in (
+                ("mean_reward", "mean_reward", REWARD_COLOUR),
+                ("accuracy", "accuracy (%)", ACCURACY_COLOUR),
             )
-        if accuracies:
-            acc.plot(
-                *zip(*accuracies, strict=True),
-                color=ACCURACY_COLOUR,
-                linestyle="--",
-                marker="^" if len(accuracies) <= MARKERS_UP_TO else None,
-                markersize=3,
-                linewidth=1.1,
-                label="accuracy % (intermediate)",
-                gid="accuracy",
-            )
-        for name, point, marker, size, colour in (
-            ("pre", curve.pre, "s", 8, "#424242"),
-            ("post", curve.post, "*", 15, POST_COLOUR),
-        ):
-            if point is None:
-                continue
-            if point.mean_reward is not None:
+            if any(getattr(p, name) is not None for p in _every_point(curve))
+        ]
+        fig = Figure(figsize=(9.5, 2.0 + 2.1 * len(panels)), layout="constrained")
+        axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+        for ax, (name, title, colour) in zip(axes, panels, strict=True):
+            gid = name.replace("_", "-")
+            for i, s in enumerate(series):
+                xy = [(p.step, getattr(p, name)) for p in s.points if getattr(p, name) is not None]
+                if not xy:
+                    continue
+                ax.plot(
+                    *zip(*xy, strict=True),
+                    color=SERIES_COLOURS[i % len(SERIES_COLOURS)],
+                    marker=SERIES_MARKERS[i % len(SERIES_MARKERS)] if len(xy) <= MARKERS_UP_TO else None,
+                    markersize=4,
+                    markerfacecolor="none" if i % 2 else SERIES_COLOURS[i % len(SERIES_COLOURS)],
+                    linewidth=1.3,
+                    label=s.label,
+                    gid=f"{gid}-{s.gid}",
+                )
+            for mark, point, marker, size, edge in (
+                ("pre", curve.pre, "s", 8, PRE_COLOUR),
+                ("post", curve.post, "*", 15, POST_COLOUR),
+            ):
+                value = getattr(point, name) if point is not None else None
+                if point is None or value is None:
+                    continue
+                suffix = "" if name == "mean_reward" else "-accuracy"
                 ax.plot(
                     [point.step],
-                    [point.mean_reward],
+                    [value],
                     linestyle="none",
                     marker=marker,
                     markersize=size,
-                    color=colour,
-                    markeredgecolor="white" if name == "post" else colour,
-                    label=f"{name}: mean_reward at step {point.step}",
-                    gid=name,
+                    color=edge,
+                    markeredgecolor="white" if mark == "post" else edge,
+                    label=f"{mark} at step {point.step}",
+                    gid=f"{mark}{suffix}",
                     zorder=5,
                 )
                 ax.annotate(
-                    f"{name} {fmt_reward(point.mean_reward)}",
-                    (point.step, point.mean_reward),
-                    xytext=(7, 7) if name == "pre" else (-7, 7),
+                    f"{mark} {fmt_reward(value) if name == 'mean_reward' else fmt_accuracy(value)}",
+                    (point.step, value),
+                    xytext=(7, 7) if mark == "pre" else (-7, 7),
                     textcoords="offset points",
-                    ha="left" if name == "pre" else "right",
-                    color=colour,
+                    ha="left" if mark == "pre" else "right",
+                    color=edge,
                     fontweight="bold",
-                    gid=f"{name}-label",
+                    gid=f"{mark}{suffix}-label",
                 )
-            if point.accuracy is not None:
-                acc.plot(
-                    [point.step],
-                    [point.accuracy],
-                    linestyle="none",
-                    marker=marker,
-                    markersize=size * 0.8,
-                    markerfacecolor="white",
-                    markeredgecolor=ACCURACY_COLOUR,
-                    markeredgewidth=1.6,
-                    label=f"{name}: accuracy at step {point.step}",
-                    gid=f"{name}-accuracy",
-                    zorder=5,
-                )
-        ax.margins(x=0.04, y=0.14)  # room for the pre/post labels
-        acc.margins(x=0.04, y=0.14)
-        ax.set_xlabel("step")
-        ax.set_ylabel("mean_reward", color=REWARD_COLOUR)
-        acc.set_ylabel("accuracy (%)", color=ACCURACY_COLOUR)
-        ax.grid(color="#e0e0e0", linewidth=0.6)
-        ax.set_axisbelow(True)
-        handles = ax.get_legend_handles_labels()
-        more = acc.get_legend_handles_labels()
-        fig.legend(handles[0] + more[0], handles[1] + more[1], loc="outside lower center", ncols=3)
+            for row, (step, labels) in enumerate(_resumes(curve.resumes).items()):
+                ax.axvline(step, color=RESUME_COLOUR, linestyle=":", linewidth=1, zorder=1)
+                if ax is axes[0]:  # labelled once, in the top panel; the label's id is unique there
+                    ax.annotate(
+                        f"{' and '.join(labels)} from step {step}",
+                        (step, 1.0),
+                        xycoords=("data", "axes fraction"),
+                        xytext=(3, -10 - 11 * row),  # one row each: labels of near steps never overlap
+                        textcoords="offset points",
+                        color=RESUME_COLOUR,
+                        fontsize=7.5,
+                        bbox={
+                            "boxstyle": "square,pad=0.1",
+                            "facecolor": "white",
+                            "edgecolor": "none",
+                            "alpha": 0.8,
+                        },
+                        zorder=6,
+                        gid=f"resume-{step}",
+                    )
+            ax.margins(x=0.04, y=0.18)  # room for the pre/post labels
+            ax.set_ylabel(title, color=colour)
+            ax.grid(color="#e0e0e0", linewidth=0.6)
+            ax.set_axisbelow(True)
+        axes[-1].set_xlabel("step")
+        handles: dict[str, Any] = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, handle)  # an attempt's series is in both panels: once
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=4)
         return _svg(fig, "reward")
+
+
+def _every_point(curve: Curve) -> list[Point]:
+    return [*curve.intermediate, *(p for p in (curve.pre, curve.post) if p is not None)]
+
+
+def _resumes(resumes: Sequence[Resume]) -> dict[int, list[str]]:
+    """Resume labels by step: two attempts resumed from one checkpoint share a line."""
+    found: dict[int, list[str]] = {}
+    for r in sorted(resumes, key=lambda r: (r.step, r.attempt)):
+        found.setdefault(r.step, []).append(r.label)
+    return found
 
 
 def fmt_reward(value: float) -> str:
