@@ -72,3 +72,21 @@ def test_a_bad_prices_setting_is_named_with_its_fix_not_a_traceback(
     assert "Traceback" not in result.stderr
     assert names in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, "one line: the setting, what is wrong, the fix"
+
+
+def test_the_plan_says_once_which_prices_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four rows of "cost unset; price unset (not found: …)" become one line naming the modes
+    without a price and the setting; a mode the deployment priced keeps its own row."""
+    monkeypatch.setenv(
+        "RLPIPE_PRICES", json.dumps({"v6e": {"spot": {"price": 2.0, "source": "ours", "read": "2026-11-30"}}})
+    )
+    plan = _plan("gemma4-26b-v6e-32.yaml", 60.0)
+    text = rlpipe("plan", "examples/gemma4-26b-v6e-32.yaml", "--step-seconds", "60").stdout
+    assert "unset" not in text
+    (missing,) = [line for line in text.splitlines() if "RLPIPE_PRICES" in line]
+    unpriced = [m for m, row in plan["capacity"]["per_mode"].items() if row["price_per_chip_hour"] is None]
+    assert unpriced and "spot" not in unpriced
+    assert all(mode in missing for mode in unpriced) and "spot" not in missing
+    (spot,) = [line for line in text.splitlines() if line.strip().startswith("spot")]
+    exact = plan["training"]["final_step"] * 60 / 3600 * plan["capacity"]["chips"]
+    assert f"${exact * 2.0:,.2f}" in spot and "ours" in spot

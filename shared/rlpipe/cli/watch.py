@@ -14,6 +14,7 @@ from rich.text import Text
 
 from rlpipe.cli.runs import describe
 from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.core import cost
 
 _STYLE = {
     "succeeded": "green",
@@ -126,10 +127,7 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
     if info["chip_hours"]:
         per = ", ".join(f"{r['stage']} {r['chip_hours']:.2f}" for r in info["stages"] if r.get("chip_hours"))
         lines.append(f"  chip-hours  {info['chip_hours']:.2f} TPU chip-hours held ({per})")
-        estimate = info.get("cost_estimate") or {}
-        if estimate:
-            amount = f"${estimate['amount']:,.2f}" if estimate["amount"] is not None else "unset"
-            lines.append(f"  cost        {amount} at {estimate['mode']} list price: {estimate['price']}")
+        lines += _cost_lines(record, info.get("cost_estimate") or {})
     if record.gate is not None and record.gate.reasons != ["no gate requested"]:
         verdict = {True: "passed", False: "FAILED", None: "not evaluated"}[record.gate.passed]
         lines.append(f"  gate        {verdict}: {'; '.join(record.gate.reasons)}")
@@ -156,6 +154,18 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
             f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine"
         )
     return "\n".join(lines)
+
+
+def _cost_lines(record: RunRecord, estimate: dict[str, Any]) -> list[str]:
+    """What the chip-hours cost, or, once and plainly, that no price is published and where to set
+    one: "unset at reservation list price: unset (not found: …)" said the same thing three times."""
+    if not estimate:
+        return []
+    if estimate["amount"] is None:
+        return [f"  cost        {cost.unset_hint(str(record.request['tpu']['type']), [estimate['mode']])}"]
+    return [
+        f"  cost        ${estimate['amount']:,.2f} at the {estimate['mode']} list price, {estimate['price']}"
+    ]
 
 
 def watch(

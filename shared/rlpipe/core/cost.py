@@ -9,7 +9,7 @@ guessed. Pure: the file is package data, read once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -117,3 +117,13 @@ def parse_override(text: str) -> dict[str, Any]:
                     "of at least 0 (not a string), or null for no published price"
                 )
     return data
+
+
+def unset_hint(tpu_type: str, modes: Sequence[str]) -> str:
+    """The one sentence a person reads when no price is known: which prices are missing and where
+    to set them. Said once, plainly: the shipped list has no v6e price because nobody published
+    one, which is not worth repeating per mode (``prices.json`` keeps each source)."""
+    return (
+        f"no published {family(tpu_type)} price for {', '.join(modes)}; set one with {SETTING} "
+        "(terraform: tpu_prices_json; docs/deploy.md)"
+    )

@@ -233,9 +233,13 @@ def render_text(plan: dict[str, Any]) -> str:
         if hours is not None
         else "  expected chip-hours: pass --step-seconds to estimate them"
     )
+    unpriced = [mode for mode, row in c["per_mode"].items() if row["price_per_chip_hour"] is None]
     for mode, row in c["per_mode"].items():
-        cost = f"${row['expected_cost']:,.2f}" if row["expected_cost"] is not None else "unset"
-        lines.append(f"  {mode:<12} cost {cost}; price {row['price']}")
+        if mode not in unpriced:
+            amount = f"${row['expected_cost']:,.2f}" if row["expected_cost"] is not None else "-"
+            lines.append(f"  {mode:<12} cost {amount}; price {row['price']}")
+    if unpriced:  # once, plainly (the JSON form keeps each price's source and note)
+        lines.append(f"  cost: {cost.unset_hint(c['tpu_type'], unpriced)}")
     lines += [f"  warning: {w}" for w in c["warnings"]]
     d = plan["deadlines"]
     lines.append(", ".join(f"{k} {v} s" for k, v in d.items()).join(("deadlines: ", "")))
@@ -269,6 +273,8 @@ def capacity_plan(
         }
     return {
         "provisioning": req.tpu.provisioning,
+        "tpu_type": req.tpu.type,
+        "slices": req.tpu.slices,
         "chips": chips,
         "steps_at_risk_per_preemption": provisioning.steps_at_risk(doc),
         "steps_at_risk_rule": "the steps since the last committed checkpoint: at most checkpoint_period, "
