@@ -453,6 +453,17 @@ def test_examples_exist() -> None:
     assert any(load_request(p.read_bytes()).tpu.slices > 1 for p in EXAMPLES)
 
 
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_accepted_by_the_local_stacks_intake(example: Path) -> None:
+    """The demos submit these to the local stack, whose intake holds them to its own project's
+    allowlists (a `notify` topic of another project was refused, and `make demo SCENARIO=preempt`
+    ended "never accepted")."""
+    from rlpipe.core.request.policy import Policy
+    from rlpipe.local.stack import StackConfig
+
+    load_request(example.read_bytes(), policy=Policy(project=StackConfig(root=Path("unused")).project))
+
+
 # The coordinator endpoint JobSet stamps into a label on every child Job and pod
 # (v0.10.1 pkg/controllers/jobset_controller.go coordinatorEndpoint, GetSubdomain).
 def _coordinator_endpoint(js: dict[str, Any]) -> str:
