@@ -110,6 +110,9 @@ def run_demo(
             return 1
         print(summary(record, simulated=True, cluster=cluster))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
+        note = try_it_yourself(record, example)
+        if note:
+            print(note, flush=True)
         if not record.terminal:
             console.print(f"[red]run did not finish within {timeout}s; see {stack.logs}[/red]")
             return 1
@@ -121,6 +124,23 @@ def run_demo(
         return 130
     finally:
         stack.stop()
+
+
+def try_it_yourself(record: Any, example: Path) -> str | None:
+    """How to take the summary's next step (``rlpipe promote`` after the gate scenario) on this
+    machine: the demo stops its stack, and its run with it, so the command cannot be run on that
+    run; a stack the user keeps up can."""
+    from rlpipe.cli.watch import next_command
+
+    command = next_command(record, "RUN") if record.terminal else None
+    if command is None:
+        return None
+    indent = " " * 14  # under the summary's values
+    steps = ["rlpipe local up", f"rlpipe submit {example}", "rlpipe watch RUN", command, "rlpipe local down"]
+    return "\n".join(
+        ["  try it      this demo's stack stops now, and its run with it; to take the next step yourself:"]
+        + [indent + step for step in steps]
+    )
 
 
 def _show_published(settings: Any, record: Any) -> None:

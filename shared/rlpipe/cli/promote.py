@@ -1,13 +1,16 @@
 """``rlpipe promote RUN --reason …``: asks the stage function to override a gated run's gate.
 
 The decision is made in the control plane (``rlpipe.control.promotion``), which may write ledgers;
-the CLI only calls it, as ``rlpipe cancel`` does.
+the CLI only calls it, as ``rlpipe cancel`` does, and prints sentences: what happened and how to
+follow the run, or the stage function's reason for refusing (not its JSON answer).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import getpass
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,10 +39,32 @@ def cmd_promote(
     try:
         answer = call_stage(settings(), body)
     except RuntimeError as exc:  # the stage function's refusal, with its reason
-        print(str(exc), file=sys.stderr)
+        print(f"rlpipe promote: {refusal_text(str(exc))}", file=sys.stderr)
         return 1
     print(
         f"run {answer['run_id']}: promoted by {answer['by']}; state {answer['state']}, "
         f"execution {answer['execution'] or '(starting)'}"
     )
+    print(f"follow it with: rlpipe watch {answer['run_id']}")
     return 0
+
+
+# How rlpipe.cli.runs.call_stage words a refusal: "stage promote failed (422): {payload}", the
+# payload being the stage function's JSON answer as a Python dict.
+_REFUSED = re.compile(r"^stage \w+ failed \((?P<status>\d{3})\): (?P<payload>\{.*\})$", re.DOTALL)
+
+
+def refusal_text(raised: str) -> str:
+    """The stage function's own sentence ("run … is succeeded; only a gated run can be promoted")
+    instead of the dict it came in, which a person had to read through to find it. Anything not
+    in that shape is shown as it is."""
+    found = _REFUSED.match(raised)
+    if found is None:
+        return raised
+    try:
+        payload = ast.literal_eval(found["payload"])
+    except (ValueError, SyntaxError, RecursionError):
+        return raised
+    error = payload.get("error") if isinstance(payload, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else raised

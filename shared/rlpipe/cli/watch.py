@@ -140,6 +140,9 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
         lines.append(f"  published   {hub}/{publish['repo']} (branch {publish['branch']})")
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
+    step = next_step(record)
+    if step:
+        lines.append(f"  next        {step}")
     if simulated:
         from rlpipe.local.stack import describe_cluster
 
@@ -154,6 +157,33 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
             f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine"
         )
     return "\n".join(lines)
+
+
+def next_command(record: RunRecord, run: str | None = None) -> str | None:
+    """The command that takes a run that ended without shipping further (``run``: the id to show
+    in it, the record's own by default); None when there is nothing to do."""
+    from rlpipe.control import retry
+
+    run = run or record.run_id
+    if record.state == "gated":
+        return f'rlpipe promote {run} --reason "…"'
+    if record.state in ("failed", "cancelled") and retry.refusal(record) is None:
+        return f'rlpipe retry {run} --reason "…"'
+    return None
+
+
+def next_step(record: RunRecord) -> str | None:
+    """What a person can do about a run that ended without shipping: a summary that stops at
+    `gated` or `failed` leaves the reader to find the command in the docs."""
+    command = next_command(record)
+    if command is None:
+        return None
+    if record.state == "gated":
+        return (
+            f"the quality gate held the model back; to ship it anyway: {command} "
+            "(it goes on to export and publish, without training again)"
+        )
+    return f"to go on from where it stopped: {command} (training resumes from its last checkpoint)"
 
 
 def _cost_lines(record: RunRecord, estimate: dict[str, Any]) -> list[str]:
@@ -195,4 +225,8 @@ def watch(
                 if record.terminal:
                     break
             time.sleep(interval)
+    if not console.is_terminal:
+        # Rich ends a live display with a line break only on a terminal: piped or in a log, the
+        # view's last line ("... SIMULATED (local stack)") ran into whatever was printed next.
+        console.line()
     return record

@@ -1,0 +1,156 @@
+"""What the terminal shows at the end of a run and after a promote: the next step, plain sentences,
+and lines that end where they should.
+
+- the gate demo (and `rlpipe watch` of a gated run) names `rlpipe promote RUN --reason …`, and the
+  demo says how to take that step on this machine, since it stops its own stack;
+- `rlpipe promote` prints the stage function's own sentence when it refuses, not the payload;
+- `rlpipe watch`'s live view ends its last line when its output is not a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
+from rlpipe.core.request import validate_request
+from tests.conftest import ROOT, Buckets, minimal_request
+from tests.harness.functions import FunctionServer
+
+GATE_EXAMPLE = "examples/gemma4-26b-v6e-32-gate.yaml"
+
+
+def _record(run_id: str, state: str) -> RunRecord:
+    r = RunRecord(
+        run_id=run_id,
+        key=f"request:{run_id}",
+        source=Source(kind="cli"),
+        request=validate_request(minimal_request()).model_dump(mode="json"),
+        state=state,  # type: ignore[arg-type]
+    )
+    if state == "gated":
+        r.gate = GateRecord(passed=False, reasons=["post mean_reward 0.5627 below min_post_mean_reward 0.6"])
+        r.failure = Failure(tag="gated", message="gate failed", stage="gate")
+    return r
+
+
+# ------------------------------------------------------------------------- the gate demo's ending
+
+
+class _Stack:
+    """The local stack as run_demo uses it, without its servers: the run itself is played below."""
+
+    logs = Path("/nonexistent/logs")
+
+    def __init__(self, config: Any, say: Any) -> None:
+        self.stopped = False
+
+    def start(self) -> Any:
+        return SimpleNamespace(env={})
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlpipe.cli import demo, runs
+    from rlpipe.cli import watch as watch_module
+    from rlpipe.control import blobstore, ledger
+
+    gated = _record("rgatedemo001", "gated")
+    monkeypatch.setattr(demo, "LocalStack", _Stack)
+    monkeypatch.setattr(blobstore, "make_client", lambda project: None)
+    monkeypatch.setattr(blobstore, "BlobStore", lambda client, bucket: None)
+    monkeypatch.setattr(ledger, "Ledger", lambda store: None)
+    monkeypatch.setattr(
+        runs, "submit", lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x")
+    )
+    monkeypatch.setattr(watch_module, "watch", lambda *args, **kwargs: gated)
+
+    assert demo.run_demo(scenario="gate") == 0, "the gate scenario is meant to end gated"
+    out = capsys.readouterr().out
+    assert f"rlpipe promote {gated.run_id} --reason" in out
+    # The demo's stack is gone when the user reads this: it says how to take the step here.
+    assert "rlpipe local up" in out and f"rlpipe submit {GATE_EXAMPLE}" in out
+
+
+def test_a_finished_run_names_no_next_step_and_a_failed_one_names_retry() -> None:
+    from rlpipe.cli.watch import summary
+
+    assert "rlpipe promote" not in summary(_record("rdone0000001", "succeeded"))
+    assert "rlpipe retry" not in summary(_record("rdone0000001", "succeeded"))
+    assert "rlpipe retry rfail0000001 --reason" in summary(_record("rfail0000001", "failed"))
+
+
+# ------------------------------------------------------------------------- rlpipe promote
+
+
+@pytest.fixture
+def stage(
+    buckets: Buckets, executions: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """The real stage function; the CLI reaches it as on GCP (RLPIPE_TARGET=gcp: no local stack
+    state is read), without an ID token because the buckets are emulated."""
+    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target)
+    server = FunctionServer("stage", "http", env, tmp_path).start()
+    for key, value in {**env, "RLPIPE_STAGE_URL": server.url, "RLPIPE_TARGET": "gcp"}.items():
+        monkeypatch.setenv(key, value)
+    yield server
+    server.stop()
+
+
+def _promote(run_id: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rlpipe.cli.main", "promote", run_id, "--reason", "reviewed the samples"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_promote_prints_sentences_not_payloads(buckets: Buckets, stage: Any) -> None:
+    ledger = buckets.ledger()
+    assert ledger.claim(_record("rpromoted001", "gated"))
+    assert ledger.claim(_record("rsucceeded01", "succeeded"))
+
+    done = _promote("rpromoted001")
+    assert done.returncode == 0, done.stderr + stage.logs()[-2000:]
+    assert "rpromoted001" in done.stdout and "rlpipe watch rpromoted001" in done.stdout
+    assert "{" not in done.stdout + done.stderr
+
+    for run_id, why in (("rsucceeded01", "only a gated run"), ("rnosuchrun01", "no run rnosuchrun01")):
+        refused = _promote(run_id)
+        assert refused.returncode == 1 and refused.stdout == ""
+        (line,) = refused.stderr.strip().splitlines()
+        assert why in line and run_id in line
+        assert "{" not in line and "'error'" not in line, "the stage function's sentence, not its payload"
+
+
+# ------------------------------------------------------------------------- rlpipe watch's live view
+
+
+def test_the_live_view_ends_its_line_before_the_summary_when_piped() -> None:
+    from rlpipe.cli.watch import summary, watch
+
+    record = _record("rwatched0001", "gated")
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=100)
+    seen = watch(SimpleNamespace(get=lambda run_id: record), record.run_id, simulated=True, console=console)
+    assert seen is record
+    out.write(summary(record, simulated=True) + "\n")  # as `rlpipe watch` prints it
+    lines = out.getvalue().splitlines()
+    (simulated,) = [line for line in lines if "(local stack)" in line]
+    assert simulated.rstrip().endswith("(local stack)"), "the view's last line runs into the summary"
+    assert any(line.startswith(f"run {record.run_id}: gated") for line in lines)
