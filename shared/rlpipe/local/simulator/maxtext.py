@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
 from rlpipe.local.simulator.publisher import hub_file
+from rlpipe.local.simulator.rl_eval import eval_examples
 
 __all__ = [
     "PROGRAMS",
@@ -106,7 +107,7 @@ def absl_line(ctx: ProgramContext, level: str, source: str, message: str) -> str
 
 def _eval_line(step: int, total: int) -> str:
     """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4 places."""
-    reward = mean_reward(step)
+    reward = mean_reward(step) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
     corr = round(total * min(1.0, reward))
     accuracy = corr / total * 100 if total > 0 else 0
     partial = min(total, corr + 1) / total * 100 if total > 0 else 0
@@ -332,7 +333,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     enabled = args.boolean("enable_checkpointing", True)
     interval = args.integer("eval_interval", int(RL_DEFAULTS["eval_interval"]))
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
-    eval_total = test_batches * args.integer("batch_size", int(RL_DEFAULTS["batch_size"]))
+    eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
     if period < 1:
         raise ProgramExit(1, message=f"checkpoint_period={period} must be >= 1")
     _pinned_steps(ctx, args)
