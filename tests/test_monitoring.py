@@ -270,6 +270,21 @@ CALLS: list[tuple[str, Callable[[Logger], None]]] = [
         ),
     ),
     (
+        rm.ROUND_ENDED,
+        lambda log: rm.run_ended(
+            log,
+            run_id="rabc",
+            outcome="failed",
+            failure_class="preempted",
+            budget_exhausted=True,
+            stage="train",
+            post_mean_reward=None,
+            reward_gain=None,
+            gate="none",
+            round=2,
+        ),
+    ),
+    (
         rm.STAGE_ENDED,
         lambda log: rm.stage_ended(
             log,
@@ -464,3 +479,87 @@ def test_run_links_puts_the_project_on_every_link() -> None:
     assert "execution" not in console_links.run_links(
         project="p", run_id="r", artifacts_bucket="b", namespace="n", execution_name=None
     )
+
+
+def test_every_percentile_line_has_a_legend_naming_it_and_its_series(tf: dict[str, Any]) -> None:
+    """Two unnamed lines per chart could not be told apart: each says p50 or p95 and its labels."""
+    legends = []
+    for dashboard in tf.get("google_monitoring_dashboard") or []:
+        if _from_monitoring_tf(dashboard):
+            for node in _walk(json.loads(dashboard["dashboard_json"])):
+                for data_set in node.get("dataSets") or []:
+                    reducer = data_set["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"][
+                        "crossSeriesReducer"
+                    ]
+                    if reducer.startswith("REDUCE_PERCENTILE_"):
+                        groups = data_set["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"]["groupByFields"]
+                        labels = [re.sub(r'^metric\.label\."(.*)"$', r"\1", g) for g in groups]
+                        legends.append((reducer, data_set.get("legendTemplate"), labels))
+    assert legends, "the distribution charts have percentile lines"
+    for reducer, legend, labels in legends:
+        assert legend and legend.split()[0] == f"p{reducer.rsplit('_', 1)[1]}", (reducer, legend)
+        assert labels and all(f"${{metric.labels.{label}}}" in legend for label in labels), (legend, labels)
+
+
+def _ended(record: Any, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    from rlpipe.control import outcomes
+
+    outcomes.log_run_ended(Logger("stage"), record)
+    [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    return line
+
+
+def test_a_run_ends_once_in_the_runs_count_and_later_ends_are_rounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A promoted run ended `gated` and then `succeeded`: counted twice before. The first end is
+    `run_ended`; the end after the promotion (or after a retry) is `round_ended`."""
+    from rlpipe.control.ledger import GateOverride, GateRecord, RunRecord, Source
+
+    record = RunRecord(run_id="rgated", key="k", source=Source(kind="cli"), request={}, state="gated")
+    record.gate = GateRecord(passed=False, reasons=["post mean_reward 0.4 below 0.5"])
+    assert _ended(record, capsys)["event"] == rm.RUN_ENDED
+    override = GateOverride(by="alice", at="2026-12-04T00:00:00Z", reason="reviewed")
+    record.gate.override, record.lineage.promoted, record.state = override, override, "succeeded"
+    line = _ended(record, capsys)
+    assert (line["event"], line["outcome"], line["gate"], line["round"]) == (
+        rm.ROUND_ENDED,
+        "succeeded",
+        "overridden",
+        1,
+    )
+    retried = RunRecord(
+        run_id="rretried", key="k", source=Source(kind="cli"), request={}, state="succeeded", round=2
+    )
+    assert _ended(retried, capsys)["event"] == rm.ROUND_ENDED
+
+
+def test_a_run_failed_by_an_exhausted_budget_has_its_last_failures_class(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Lost capacity is not a bug: a run whose preemption budget ran out was logged `permanent`."""
+    from rlpipe.control import budgets
+    from rlpipe.control.ledger import Attempt, Failure, RunRecord, Source
+    from rlpipe.core.failures import FailureClass
+    from rlpipe.core.request import validate_request
+    from tests.conftest import minimal_request
+
+    req = validate_request(minimal_request(retry={"budgets": {"preempted": 1}}))
+    record = RunRecord(run_id="rbudget", key="k", source=Source(kind="cli"), request={}, state="failed")
+    record.attempts = [
+        Attempt(stage="train", attempt=n, workload=f"w{n}", launched_at="2026-12-04T00:00:00Z")
+        for n in (1, 2)
+    ]
+    record.attempts[0].failure_class = "preempted"
+    failure = budgets.classify(record, req, "train", 2, FailureClass.PREEMPTED, "node reclaimed")
+    assert (failure["tag"], failure["exhausted"]) == ("permanent", "preempted")
+    record.attempts[1].failure_class, record.attempts[1].budget_exhausted = (
+        failure["tag"],
+        failure["exhausted"],
+    )
+    record.failure = Failure(tag="permanent", message=failure["message"], stage="train", attempt=2)
+    line = _ended(record, capsys)
+    assert (line["failure_class"], line["budget_exhausted"]) == ("preempted", True)
+    record.attempts[1].budget_exhausted = None  # a real bug: permanent, and no budget involved
+    line = _ended(record, capsys)
+    assert (line["failure_class"], line["budget_exhausted"]) == ("permanent", False)

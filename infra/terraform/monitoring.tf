@@ -48,12 +48,27 @@ locals {
     }
     runs_ended = {
       display_name = "Runs ended"
-      description  = "Runs that reached their end, by outcome and failure class."
+      description  = "Runs that reached their end (the first end only: a later end after a retry or a promotion is counted in Rounds ended), by outcome and failure class. A run that failed because a retry budget ran out has the class of its last failure."
       event        = "run_ended"
       where        = ""
       labels = {
-        outcome       = "succeeded, failed, cancelled or gated."
-        failure_class = "preempted, capacity, transient, resources or permanent; empty when the run did not fail."
+        outcome          = "succeeded, failed, cancelled or gated."
+        failure_class    = "preempted, capacity, transient, resources or permanent; empty when the run did not fail."
+        budget_exhausted = "true when the run failed because a retry budget (or the retry cap) ran out."
+      }
+      value  = ""
+      unit   = "1"
+      bounds = []
+    }
+    rounds_ended = {
+      display_name = "Rounds ended"
+      description  = "Later ends of runs that had ended before: a retried round's, or a promoted run's after its gate."
+      event        = "round_ended"
+      where        = ""
+      labels = {
+        outcome          = "succeeded, failed, cancelled or gated."
+        failure_class    = "preempted, capacity, transient, resources or permanent; empty when the round did not fail."
+        budget_exhausted = "true when the round failed because a retry budget (or the retry cap) ran out."
       }
       value  = ""
       unit   = "1"
@@ -118,7 +133,7 @@ locals {
   }
 
   # What the alert policy fires on: a run that failed or was gated, or one that is stuck.
-  runs_needing_attention = "${local.control_plane_logs} AND ((jsonPayload.event=\"run_ended\" AND jsonPayload.outcome=(\"failed\" OR \"gated\")) OR jsonPayload.event=\"run_stuck\")"
+  runs_needing_attention = "${local.control_plane_logs} AND (((jsonPayload.event=\"run_ended\" OR jsonPayload.event=\"round_ended\") AND jsonPayload.outcome=(\"failed\" OR \"gated\")) OR jsonPayload.event=\"run_stuck\")"
 }
 
 resource "google_project_service" "monitoring" {
@@ -199,7 +214,10 @@ locals {
     for k, m in local.run_metrics : {
       title = "${m.display_name} (p50, p95)"
       xyChart = {
-        dataSets = [for reducer in ["REDUCE_PERCENTILE_50", "REDUCE_PERCENTILE_95"] : {
+        dataSets = [for reducer, name in { REDUCE_PERCENTILE_50 = "p50", REDUCE_PERCENTILE_95 = "p95" } : {
+          # "p50 train succeeded": which percentile, and the series' labels
+          # (https://cloud.google.com/monitoring/api/ref_v3/rest/v1/projects.dashboards#DataSet, legendTemplate)
+          legendTemplate = join(" ", concat([name], [for label in keys(m.labels) : "$${metric.labels.${label}}"]))
           timeSeriesQuery = {
             timeSeriesFilter = {
               filter = local.metric_filter[k]
@@ -249,7 +267,7 @@ resource "google_monitoring_alert_policy" "runs_need_attention" {
   notification_channels = var.alert_notification_channels # [] = incidents only, nobody notified
 
   conditions {
-    display_name = "run_ended (failed or gated) or run_stuck"
+    display_name = "run_ended or round_ended (failed or gated) or run_stuck"
     condition_matched_log {
       filter = local.runs_needing_attention
       label_extractors = {

@@ -29,10 +29,12 @@ def classify(
         return {
             "tag": "permanent",
             "message": f"{cls.value} budget of {budget} exhausted for {stage}: {reason}",
+            "exhausted": cls.value,  # the class whose budget ran out (metrics, the report)
         }
     if total + 1 > req.retry.max_retries:
         return {
             "tag": "permanent",
             "message": f"retry cap of {req.retry.max_retries} reached for {stage}: {cls.value}: {reason}",
+            "exhausted": cls.value,
         }
     return {"tag": cls.value, "message": reason}

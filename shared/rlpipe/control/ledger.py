@@ -126,6 +126,9 @@ class Attempt(_Model):
     chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
     cost_estimate: float | None = None  # chip_hours at the mode's list price (core.cost); None: no price
     round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)
+    # The failure class whose retry budget (or the retry cap) this failure used up: the attempt
+    # is then ``permanent``, but what happened was that class (control/budgets.py).
+    budget_exhausted: str | None = None
     # Where the next read of the head's log starts (cluster/log_cursor.py; train attempts only).
     log_cursor: dict[str, Any] | None = None
 

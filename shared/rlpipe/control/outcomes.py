@@ -170,17 +170,28 @@ def log_stage_ended(log: Logger, run_id: str, a: Attempt, now_epoch: float) -> N
 
 
 def log_run_ended(log: Logger, record: RunRecord) -> None:
-    """The one ``run_ended`` line of a run (called only by the call that ended it)."""
+    """The end line of a run (called only by the call that ended it): ``run_ended`` the first
+    time, ``round_ended`` when it had ended before (a retried round, or a promoted run that was
+    ``gated``), so that counts of ended runs hold one end per run."""
     failure = record.failure
     tag = failure.tag if failure else None
+    failed = (
+        record.attempt_record(failure.stage, failure.attempt)
+        if failure and failure.stage and failure.attempt
+        else None
+    )
+    exhausted = failed.budget_exhausted if failed else None
     post, gain = reward_summary(record.results)
+    ended_before = record.round > 1 or record.lineage.promoted is not None
     run_metrics.run_ended(
         log,
         run_id=record.run_id,
         outcome=record.state,
-        failure_class=tag if tag in run_metrics.FAILURE_CLASSES else None,
+        failure_class=exhausted or (tag if tag in run_metrics.FAILURE_CLASSES else None),
+        budget_exhausted=exhausted is not None,
         stage=failure.stage if failure else record.stage,
         post_mean_reward=post,
         reward_gain=gain,
         gate=gate_label(record),
+        round=record.round if ended_before else None,
     )

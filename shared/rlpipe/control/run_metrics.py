@@ -24,6 +24,9 @@ from rlpipe.core.failures import FailureClass
 
 RUN_STARTED = "run_started"
 RUN_ENDED = "run_ended"
+# A later end of a run that had ended before: a retried round's, or a promoted run's after its
+# gate. Its own event, so that the runs-ended counts hold one end per run.
+ROUND_ENDED = "round_ended"
 STAGE_ENDED = "stage_ended"
 GATE_EVALUATED = "gate_evaluated"
 RUN_STUCK = "run_stuck"
@@ -47,6 +50,8 @@ PASSED = "passed"
 VERDICT = "verdict"
 REASONS = "reasons"
 REASON = "reason"
+BUDGET_EXHAUSTED = "budget_exhausted"
+ROUND = "round"
 
 # Every Logger line carries these (rlpipe.control.logs.Logger.log), whatever the event.
 LINE_FIELDS: frozenset[str] = frozenset({"severity", "message", "component", "time", RUN_ID, STAGE, ATTEMPT})
@@ -73,7 +78,8 @@ LABEL_VALUES: Mapping[str, tuple[str, ...]] = {
 # event -> the fields its line adds to LINE_FIELDS and EVENT.
 EVENT_FIELDS: Mapping[str, tuple[str, ...]] = {
     RUN_STARTED: (SOURCE_KIND,),
-    RUN_ENDED: (OUTCOME, FAILURE_CLASS, POST_MEAN_REWARD, REWARD_GAIN, GATE),
+    RUN_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE),
+    ROUND_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE, ROUND),
     STAGE_ENDED: (PHASE, FAILURE_CLASS, DURATION_SECONDS, CHIP_HOURS),
     GATE_EVALUATED: (PASSED, VERDICT, REASONS),
     RUN_STUCK: (REASON,),
@@ -87,6 +93,7 @@ EMITTED_FIELDS: dict[str, frozenset[str]] = {
 _MESSAGES = {
     RUN_STARTED: "run started",
     RUN_ENDED: "run ended",
+    ROUND_ENDED: "run ended again",
     STAGE_ENDED: "stage ended",
     GATE_EVALUATED: "gate evaluated",
     RUN_STUCK: "run stuck",
@@ -150,26 +157,35 @@ def run_ended(
     post_mean_reward: float | None,
     reward_gain: float | None,
     gate: str,
+    budget_exhausted: bool = False,
+    round: int | None = None,
 ) -> None:
-    """A run reached its end, once. ``outcome``: succeeded, failed, cancelled or gated (the
-    quality gate stopped it); ``gate``: passed, failed, overridden or none (not evaluated)."""
+    """A run reached its end: ``run_ended`` the first time, ``round_ended`` (with ``round``) for
+    a later end, after a retry or a promotion. ``outcome``: succeeded, failed, cancelled or gated;
+    ``gate``: passed, failed, overridden or none. A run that failed because a retry budget ran
+    out has the class of its last failure (preempted, capacity, …) and ``budget_exhausted``, so
+    lost capacity is not counted as a bug."""
     _one_of(OUTCOME, outcome, OUTCOMES)
     _one_of(GATE, gate, GATE_RESULTS)
     _one_of(FAILURE_CLASS, failure_class, FAILURE_CLASSES, optional=True)
     severity = {"succeeded": "INFO", "cancelled": "WARNING", "gated": "WARNING"}.get(outcome, "ERROR")
+    fields: dict[str, Any] = {
+        OUTCOME: outcome,
+        FAILURE_CLASS: failure_class,
+        BUDGET_EXHAUSTED: bool(budget_exhausted),
+        POST_MEAN_REWARD: _number(POST_MEAN_REWARD, post_mean_reward),
+        REWARD_GAIN: _number(REWARD_GAIN, reward_gain),
+        GATE: gate,
+    }
+    if round is not None:
+        fields[ROUND] = round
     _emit(
         log,
-        RUN_ENDED,
+        ROUND_ENDED if round is not None else RUN_ENDED,
         severity,
         run_id=run_id,
         stage=stage,
-        fields={
-            OUTCOME: outcome,
-            FAILURE_CLASS: failure_class,
-            POST_MEAN_REWARD: _number(POST_MEAN_REWARD, post_mean_reward),
-            REWARD_GAIN: _number(REWARD_GAIN, reward_gain),
-            GATE: gate,
-        },
+        fields=fields,
     )
 
 

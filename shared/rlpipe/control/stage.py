@@ -428,6 +428,7 @@ class StageService:
             a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]
+                a.budget_exhausted = failure.get("exhausted")
             if phase in ("succeeded", "failed"):
                 a.finished_at = now()
                 ended[:] = [a.model_copy()]
