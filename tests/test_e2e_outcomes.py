@@ -90,6 +90,7 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
     commits = [c for c in api.list_repo_commits(repo, revision="main") if f"rlpipe run {run_id}" in c.title]
     assert len(commits) == 1
+    assert record.lineage.published_commit == commits[0].commit_id, "the ledger names the commit"
     run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
     exported = {
         b.name[len(run.hf_dir) :]: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)

@@ -160,6 +160,7 @@ class Lineage(_Model):
     final_step: int | None = None
     export_uri: str | None = None
     published_to: str | None = None  # repo@branch on the Hugging Face Hub (the publish stage)
+    published_commit: str | None = None  # the Hub commit that holds this run's model (its receipt's)
     promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
     pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
 

@@ -60,6 +60,16 @@ def stage_complete(
     return layout.export_complete(names, run.hf_dir, index)
 
 
+def published_commit(artifacts: blobstore.BlobStore, run_id: str) -> str | None:
+    """The Hub commit the publish Job's receipt names (read once its done rule holds)."""
+    try:
+        receipt = artifacts.read(layout.RunLayout(artifacts.bucket_name, run_id).publish_receipt).json()
+    except (ValueError, blobstore.NotFound):
+        return None
+    commit = receipt.get("commit") if isinstance(receipt, dict) else None
+    return commit if isinstance(commit, str) and commit else None
+
+
 def publish_conversion(
     state: blobstore.BlobStore, ledger: Ledger, req: Request, ctx: RenderContext, attempt: int
 ) -> None:

@@ -348,6 +348,11 @@ class StageService:
                 )
         if phase == "succeeded" and stage == "convert":
             outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
+        commit = (
+            outputs.published_commit(self.artifacts, run_id)
+            if phase == "succeeded" and stage == "publish"
+            else None
+        )
         progress = seen = cursor = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
             # Only the lines not read before: every evaluation is seen once, however fast the log
@@ -371,6 +376,7 @@ class StageService:
             final=final,
             chips=ws.chip_hours,
             cursor=cursor,
+            commit=commit,
         )
         return {
             "phase": phase,
@@ -394,6 +400,7 @@ class StageService:
         final: int | None = None,
         chips: float = 0.0,
         cursor: LogCursor | None = None,
+        commit: str | None = None,
     ) -> None:
         ended: list[Attempt] = []
 
@@ -425,6 +432,8 @@ class StageService:
                 return None
             r.progress = live or r.progress
             r.results, a.chip_hours, a.phase, a.log_cursor = results, held, phase, moved
+            if commit:
+                r.lineage.published_commit = commit
             a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
             if failure:
                 a.failure_class, a.reason = failure["tag"], failure["message"]
