@@ -159,6 +159,41 @@ def test_a_late_launch_of_an_older_attempt_never_comes_back(env: dict[str, Any],
     assert _jobs(env) == [f"{run_id}-convert-a2"]
 
 
+@pytest.mark.parametrize("order", ["old-whole-while-new-parked", "old-recorded-after-new"])
+def test_a_zombie_launch_of_attempt_1_during_launch_2_leaves_only_attempt_2(
+    env: dict[str, Any], order: str
+) -> None:
+    """Attempt 1 was launched; launch 2 deletes it, applies attempt 2 and records it. A late
+    retry of launch 1 that applies in between recreated attempt 1's workload, which then ran
+    beside attempt 2 until a reconcile pass."""
+    svc, run_id = env["service"], f"rzomb{order[4]}000001"
+    env["claim"](run_id)
+    owner = f"{run_id}-exec"
+    svc.plan(run_id, owner)
+    svc.launch(run_id, "convert", 1, execution_id=owner)
+    if order == "old-whole-while-new-parked":
+        with Parked(
+            "stage.launch:applied", lambda: svc.launch(run_id, "convert", 2, execution_id=owner)
+        ) as p:
+            svc.launch(run_id, "convert", 1, execution_id=owner)  # the zombie: applied and recorded
+            assert _jobs(env) == [f"{run_id}-convert-a1", f"{run_id}-convert-a2"]
+            p.release()
+        assert p.error is None
+    else:
+        with Parked(
+            "stage.launch:applied", lambda: svc.launch(run_id, "convert", 2, execution_id=owner)
+        ) as new:
+            with Parked(
+                "stage.launch:applied", lambda: svc.launch(run_id, "convert", 1, execution_id=owner)
+            ) as old:
+                new.release()
+            old.release()
+        assert new.error is None and isinstance(old.error, SupersededAttempt)
+    assert _jobs(env) == [f"{run_id}-convert-a2"]
+    record = env["ledger"].get(run_id)
+    assert record.attempt == 2 and {a.attempt: a.phase for a in record.attempts}[1] == "superseded"
+
+
 # ---- intake: lost executions, lease takeover, starts that cannot succeed ---------------------------
 
 

@@ -299,6 +299,13 @@ class StageService:
                 reason=refused["why"].reason,
             )
             raise refused["why"]
+        # Again after our record: a late launch of an older attempt (an HTTP retry of it) that
+        # applied between our delete and our record would otherwise run beside this one until a
+        # reconcile pass. From here on, such a launch is refused by the record (superseded).
+        recorded = self.ledger.get(run_id)
+        for old in recorded.attempts if recorded else []:
+            if old.stage == stage and old.attempt < attempt:
+                self.cluster.delete(KIND[stage], old.workload)
         log.info("launched", workload=name, uid=uid, resume_step=resume)
         return {"workload": name, "uid": uid, "resume_step": resume}
 
