@@ -3,6 +3,8 @@
 The stages and workload names, every GCS path, each stage's done rule (training's final step
 included), the checkpoints expected, the conversion cache key, the pinned sha (or "resolved at
 run time"), budgets and deadlines. ``--json`` prints the stable form documented in docs/plan.md.
+With the deployment's params files (``--params``, else where docs/deploy.md writes them), a
+request over its queue's TPU quota is warned about: Kueue would never admit it.
 """
 
 from __future__ import annotations
@@ -10,11 +12,94 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlpipe.core import identity
+from rlpipe.core import identity, presets
 from rlpipe.core.problems import RequestInvalid
+
+if TYPE_CHECKING:  # the plan's modules load when a plan is made, not when any command starts
+    from rlpipe.core.plan import Quota
+
+
+@dataclass(frozen=True)
+class QuotaParam:
+    """Where a deployment states a LocalQueue's TPU quota: a key of a kustomize params file,
+    at the place docs/deploy.md §5 writes it. The number itself lives only there (terraform's
+    kueue_tpu_chips writes TPU_CHIPS); plan reads it rather than keep a copy."""
+
+    path: Path
+    key: str
+    queue: str
+    fix: str
+
+
+# The LocalQueue each ClusterQueue's quota key caps (infra/cluster/k8s/kueue.yaml: user-queue →
+# rlpipe, both TPU flavors at TPU_CHIPS; flex-start/kueue-flex-start.yaml: flex-queue →
+# rlpipe-flex at FLEX_TPU_CHIPS). tests/test_plan_quota.py holds this table to those manifests.
+DEPLOYMENT_QUOTAS = (
+    QuotaParam(
+        Path("infra/cluster/k8s/params.env"),
+        "TPU_CHIPS",
+        str(presets.preset_defaults(presets.DEFAULT_PRESET)["tpu"]["queue"]),
+        "Raise terraform's kueue_tpu_chips to the chips of the cluster's slices, regenerate "
+        "params.env and kubectl apply -k infra/cluster/k8s",
+    ),
+    QuotaParam(
+        Path("infra/cluster/k8s/flex-start/params.env"),
+        "FLEX_TPU_CHIPS",
+        presets.FLEX_START_QUEUE,
+        "Raise FLEX_TPU_CHIPS (and the flex-start pool's FLEX_POOL_MAX_NODES) and kubectl apply -k "
+        "infra/cluster/k8s/flex-start",
+    ),
+)
+
+
+class ParamsInvalid(ValueError):
+    """A params file plan cannot read a quota from; the message names the file, key and fix."""
+
+
+def read_quotas(paths: list[Path] | None) -> dict[str, Quota]:
+    """The deployment's TPU quota by LocalQueue, from its params files: those given (``--params``),
+    else those at their docs/deploy.md places that exist. None found: nothing is known, and plan
+    checks nothing rather than guess a quota."""
+    from rlpipe.core.plan import Quota
+
+    explicit = paths is not None
+    files = paths if paths is not None else [q.path for q in DEPLOYMENT_QUOTAS if q.path.is_file()]
+    quotas: dict[str, Quota] = {}
+    for path in files:
+        values = _params(path)
+        found = [q for q in DEPLOYMENT_QUOTAS if q.key in values]
+        if explicit and not found:
+            keys = " or ".join(q.key for q in DEPLOYMENT_QUOTAS)
+            raise ParamsInvalid(
+                f"--params {path}: no {keys} in it; give the params.env the cluster was set up from"
+            )
+        for q in found:
+            raw = values[q.key]
+            if not raw.isdigit():
+                raise ParamsInvalid(
+                    f"{path}: {q.key}={raw!r} is not a whole number of chips; write the TPU chips of the "
+                    'cluster\'s slices (docs/deploy.md, "The TPU quota each request needs")'
+                )
+            quotas[q.queue] = Quota(q.queue, int(raw), f"{q.key} in {path}", q.fix)
+    return quotas
+
+
+def _params(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines as kustomize's ``envs`` reads them: blank lines and ``#`` lines skipped."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ParamsInvalid(f"{path}: cannot read it ({exc.strerror})") from None
+    values = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            values[key.strip()] = value.strip()
+    return values
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -23,9 +108,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rlpipe.core.plan import build_plan, render_text
     from rlpipe.core.request import load_request
 
-    try:  # the deployment's setting first: a bad one is named with its fix, not a traceback
+    try:  # the deployment's settings first: a bad one is named with its fix, not a traceback
         prices = cost.parse_override(Settings.from_env().prices_json)
-    except cost.PricesInvalid as exc:
+        quotas = read_quotas([Path(p) for p in args.params] if args.params else None)
+    except (cost.PricesInvalid, ParamsInvalid) as exc:
         print(f"rlpipe plan: {exc}", file=sys.stderr)
         return 2
     data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
@@ -46,6 +132,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         step_seconds=args.step_seconds,
         prices=prices,
+        quotas=quotas,
     )
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
@@ -69,5 +156,12 @@ def register(sub: Any) -> None:
         "--step-seconds",
         type=float,
         help="seconds per training step, to estimate chip-hours and cost (e.g. from an earlier run)",
+    )
+    p.add_argument(
+        "--params",
+        action="append",
+        metavar="FILE",
+        help="a deployment's params.env, to check the request against its TPU quota (repeatable; "
+        "default: infra/cluster/k8s/params.env and flex-start/params.env, where they exist)",
     )
     p.set_defaults(func=cmd_plan)

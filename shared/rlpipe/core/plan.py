@@ -10,6 +10,8 @@ within a version. Pure: a request and names in, a JSON-ready dict out.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.core import commands, cost, identity, layout, presets, steps, tpu
@@ -26,6 +28,32 @@ from rlpipe.core.request import Request, provisioning
 PLAN_VERSION = 1
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 KINDS = {"convert": "Job", "train": "JobSet", "export": "Job"}
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The TPU chips a deployment's Kueue admits at once through one LocalQueue, and where the
+    deployment says so. A request asking for more is never admitted: it waits past
+    ``timeouts.queued`` and ends ``capacity`` every attempt, so ``plan`` says it before it runs."""
+
+    queue: str  # the LocalQueue a request names (tpu.queue)
+    chips: int
+    source: str  # where the number comes from, e.g. "TPU_CHIPS in infra/cluster/k8s/params.env"
+    fix: str  # how the deployment raises it
+
+
+def quota_warning(req: Request, chips: int, quota: Quota | None) -> str | None:
+    """Why this request would never be admitted under ``quota``, with both ways out; None when it
+    fits or when the deployment's quota is not known here."""
+    if quota is None or chips <= quota.chips:
+        return None
+    slices = f"{req.tpu.slices} × {req.tpu.type}" if req.tpu.slices > 1 else f"one {req.tpu.type}"
+    return (
+        f"the request asks for {chips} TPU chips ({slices}) but queue {quota.queue} admits at most "
+        f"{quota.chips} ({quota.source}): Kueue never admits it, and each attempt ends `capacity` after "
+        f"timeouts.queued ({req.timeouts.queued} s). {quota.fix}, if the cluster has those chips; "
+        "else ask for fewer (preset, tpu.type, tpu.slices)"
+    )
 
 
 def pinned_sha(req: Request, hf_sha: str | None = None) -> str | None:
@@ -45,10 +73,12 @@ def build_plan(
     namespace: str = "rlpipe",
     step_seconds: float | None = None,
     prices: dict[str, Any] | None = None,
+    quotas: Mapping[str, Quota] | None = None,
 ) -> dict[str, Any]:
     """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
     request that skipped validation: validation refuses those). ``bucket`` is the artifacts
-    bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json)."""
+    bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json).
+    ``quotas``: the deployment's TPU quota by LocalQueue, where it is known."""
     sha = pinned_sha(req, hf_sha)
     ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
     run = layout.RunLayout(bucket, run_id)
@@ -140,7 +170,9 @@ def build_plan(
                 "intermediate_steps": training.eval_steps(),
             },
         },
-        "capacity": capacity_plan(req, final, step_seconds=step_seconds, prices=prices),
+        "capacity": capacity_plan(
+            req, final, step_seconds=step_seconds, prices=prices, quota=(quotas or {}).get(req.tpu.queue)
+        ),
         "paths": {
             "ledger": state.uri(state.ledger),
             "events": state.uri(state.events_prefix),
@@ -240,6 +272,11 @@ def render_text(plan: dict[str, Any]) -> str:
             lines.append(f"  {mode:<12} cost {amount}; price {row['price']}")
     if unpriced:  # once, plainly (the JSON form keeps each price's source and note)
         lines.append(f"  cost: {cost.unset_hint(c['tpu_type'], unpriced)}")
+    if c["quota"]:
+        q = c["quota"]
+        lines.append(
+            f"  quota: queue {q['queue']} has {q['chips']} TPU chips ({q['source']}), shared by the runs in it"
+        )
     lines += [f"  warning: {w}" for w in c["warnings"]]
     d = plan["deadlines"]
     lines.append(", ".join(f"{k} {v} s" for k, v in d.items()).join(("deadlines: ", "")))
@@ -251,12 +288,18 @@ def final_of(plan: dict[str, Any]) -> int:
 
 
 def capacity_plan(
-    req: Request, final: int, *, step_seconds: float | None, prices: dict[str, Any] | None
+    req: Request,
+    final: int,
+    *,
+    step_seconds: float | None,
+    prices: dict[str, Any] | None,
+    quota: Quota | None = None,
 ) -> dict[str, Any]:
     """Chips, steps at risk per preemption, and expected chip-hours and cost per provisioning mode.
 
     Hours are an estimate only when the caller gives the seconds per step (``--step-seconds``):
-    nothing in a request says how fast a model trains. A price nobody published is unset."""
+    nothing in a request says how fast a model trains. A price nobody published is unset. With
+    the deployment's ``quota`` for the request's queue, a request over it is warned about."""
     doc = req.model_dump(mode="python")
     chips = tpu.SHAPES[req.tpu.type].chips * req.tpu.slices
     # Chip-hours and costs come from the unrounded hours: rounding the hours first and multiplying
@@ -280,7 +323,8 @@ def capacity_plan(
         "steps_at_risk_rule": "the steps since the last committed checkpoint: at most checkpoint_period, "
         "the whole run when nothing is committed before the final step; spot's default period keeps it "
         f"within {presets.SPOT_MAX_STEPS_AT_RISK:.0%} of the run",
-        "warnings": provisioning.warnings(doc),
+        "warnings": [*provisioning.warnings(doc), *filter(None, [quota_warning(req, chips, quota)])],
+        "quota": {"queue": quota.queue, "chips": quota.chips, "source": quota.source} if quota else None,
         "expected_hours": round(hours, 3) if hours is not None else None,
         "expected_chip_hours": round(chip_hours, 2) if chip_hours is not None else None,
         "per_mode": per_mode,
