@@ -399,3 +399,25 @@ def test_the_tick_entry_point_runs_a_pass_on_the_deployments_clients(
     assert chain.ledger.get("rtickgone001").state == "failed" and report.cursor_saved
     assert chain.store.exists(CURSOR_OBJECT), "the cursor is the control plane's: in the state bucket"
     assert list(chain.artifacts.list("")) == [], "a pass writes nothing where workloads write"
+
+
+def test_a_start_the_clis_pass_cannot_make_ends_the_run_with_its_status_message(chain: Chain) -> None:
+    """The CLI's reconciler had no notifier: a run it ended because Workflows refused the start
+    sent no status message, while the function's did."""
+    import dataclasses
+
+    from rlpipe.control.logs import Logger
+    from rlpipe.reconcile import runner
+
+    chain.run("rrefused0001", "accepted", age=600, lease_until=time.time() - 300)
+    settings = dataclasses.replace(chain.settings, workflow="no-such-workflow", status_topic="rlpipe-status")
+    sent: list[tuple[str, dict[str, Any]]] = []
+    reconciler = runner.build(
+        settings, Logger("reconcile"), send=lambda topic, message: sent.append((topic, message))
+    )
+    reconciler.run_pass()
+    record = chain.ledger.get("rrefused0001")
+    assert record is not None and record.state == "failed" and record.failure.stage == "start"
+    assert [(topic, m["run_id"], m["state"]) for topic, m in sent] == [
+        (settings.topic_path("rlpipe-status"), "rrefused0001", "failed")
+    ]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control.outcomes import reward_summary
 
 if TYPE_CHECKING:
     from rlpipe.control.ledger import RunRecord
+    from rlpipe.control.settings import Settings
 
 
 def publish(topic_path: str, message: dict[str, Any]) -> str:
@@ -19,6 +21,21 @@ def publish(topic_path: str, message: dict[str, Any]) -> str:
     attributes = {k: str(message[k]) for k in ("run_id", "state") if message.get(k) is not None}
     future = publisher.publish(topic_path, json.dumps(message, default=str).encode(), **attributes)
     return str(future.result(timeout=30))
+
+
+def status_notifier(
+    settings: Settings, send: Callable[[str, dict[str, Any]], Any] = publish
+) -> Callable[[RunRecord], None]:
+    """The terminal status message of a run that ended outside the workflow (it could not start),
+    for ``settings``' deployment: to the request's ``notify`` topic, else the status topic. The
+    function's intake and the CLI's reconciler both use it, so neither ends a run in silence."""
+
+    def notify(record: RunRecord) -> None:
+        topic = record.request.get("notify") or settings.status_topic
+        if topic:
+            send(settings.topic_path(topic), status_message(record))
+
+    return notify
 
 
 def status_message(record: RunRecord) -> dict[str, Any]:

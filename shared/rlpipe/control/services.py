@@ -81,9 +81,7 @@ def notify_status(record: RunRecord) -> None:
     """The terminal status message of a run ended outside the workflow (it could not start)."""
     from rlpipe.control import notify
 
-    topic = record.request.get("notify") or settings().status_topic
-    if topic:
-        notify.publish(settings().topic_path(topic), notify.status_message(record))
+    notify.status_notifier(settings())(record)
 
 
 def stage_service(log: Logger) -> StageService:

@@ -264,8 +264,16 @@ def from_services(log: Logger, **overrides: Any) -> Reconciler:
     )
 
 
-def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
-    """A reconciler for exactly these settings (the CLI: a local stack or a GCP deployment)."""
+def build(
+    settings: Settings,
+    log: Logger,
+    *,
+    send: Callable[[str, dict[str, Any]], Any] | None = None,
+    **overrides: Any,
+) -> Reconciler:
+    """A reconciler for exactly these settings (the CLI: a local stack or a GCP deployment).
+    ``send`` publishes status messages (Pub/Sub by default): a run the pass ends because its
+    start was refused gets its message, as it does from the function's reconciler."""
     from rlpipe.cluster import ClusterClient
     from rlpipe.control import notify
 
@@ -278,6 +286,8 @@ def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
         orchestrator=orchestrator,
         log=log,
         lease_seconds=settings.start_lease_seconds,
+        notify=notify.status_notifier(settings, send or notify.publish),
+        policy=settings.policy(),
     )
     return Reconciler(
         settings=settings,
@@ -287,7 +297,7 @@ def build(settings: Settings, log: Logger, **overrides: Any) -> Reconciler:
         cluster=ClusterClient.from_settings(settings),
         intake=intake,
         log=log,
-        publish=notify.publish,
+        publish=send or notify.publish,
         **overrides,
     )
 
