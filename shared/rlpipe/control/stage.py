@@ -16,7 +16,17 @@ from typing import Any, Protocol
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import blobstore, budgets, callbacks, hub, interleave, outcomes, outputs, publishing
+from rlpipe.control import (
+    blobstore,
+    budgets,
+    callbacks,
+    hub,
+    interleave,
+    outcomes,
+    outputs,
+    phase_record,
+    publishing,
+)
 from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
@@ -371,20 +381,8 @@ class StageService:
             parsed = train_log.parse("\n".join(lines))
             progress, seen = parsed.progress(), parsed.results()
         final = layout.final_step_for(req) if stage == "train" else None
-        self._record_phase(
-            run_id,
-            stage,
-            attempt,
-            phase,
-            failure,
-            log,
-            progress,
-            seen=seen,
-            final=final,
-            chips=ws.chip_hours,
-            cursor=cursor,
-            commit=commit,
-        )
+        reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, cursor, commit)
+        self._record_phase(run_id, stage, attempt, reading, log)
         return {
             "phase": phase,
             "failure": failure,
@@ -394,66 +392,21 @@ class StageService:
         }
 
     def _record_phase(
-        self,
-        run_id: str,
-        stage: str,
-        attempt: int,
-        phase: str,
-        failure: dict[str, str] | None,
-        log: Logger,
-        progress: dict[str, Any] | None = None,
-        *,
-        seen: dict[str, Any] | None = None,
-        final: int | None = None,
-        chips: float = 0.0,
-        cursor: LogCursor | None = None,
-        commit: str | None = None,
+        self, run_id: str, stage: str, attempt: int, reading: phase_record.Reading, log: Logger
     ) -> None:
         ended: list[Attempt] = []
 
         def change(r: RunRecord) -> str | None:
             ended.clear()  # a compare-and-swap may run this again on a newer record
-            a = r.attempt_record(stage, attempt)
-            if a is None:
-                return None
-            results = (
-                outcomes.merge_results(r.results, seen, final, resumed=bool(a.resume_step), attempt=attempt)
-                if seen is not None
-                else r.results
-            )
-            # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
-            held = max(a.chip_hours or 0.0, chips) if chips else a.chip_hours
-            live = outcomes.with_baseline(outcomes.newer_progress(r.progress, progress), results)
-            moved = cursor.to_json() if cursor is not None else a.log_cursor
-            if a.phase == phase:
-                if (
-                    (live and live != r.progress)
-                    or results != r.results
-                    or held != a.chip_hours
-                    or moved != a.log_cursor
-                ):
-                    r.progress = live or r.progress
-                    r.results, a.chip_hours, a.log_cursor = results, held, moved
-                    a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
-                    return "progress"
-                return None
-            r.progress = live or r.progress
-            r.results, a.chip_hours, a.phase, a.log_cursor = results, held, phase, moved
-            if commit:
-                r.lineage.published_commit = commit
-            a.cost_estimate = outcomes.cost_estimate(r.request, held, self.settings.prices_json)
-            if failure:
-                a.failure_class, a.reason = failure["tag"], failure["message"]
-                a.budget_exhausted = failure.get("exhausted")
-            if phase in ("succeeded", "failed"):
-                a.finished_at = now()
-                ended[:] = [a.model_copy()]
-            return phase
+            what, done = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
+            ended.extend([done] if done else [])
+            return what
 
+        failure = reading.failure
         self.ledger.update(
             run_id,
             change,
-            detail=lambda r: {"stage": stage, "attempt": attempt, "phase": phase, "failure": failure},
+            detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
         )
         if failure:
             log.warning("attempt failed", failure=failure)

@@ -1,0 +1,76 @@
+"""What one status read of an attempt changes in its run's record: phase, failure, evaluations,
+progress, chip-hours, the log cursor and the published commit.
+
+Kept apart from ``stage`` so that the change is one pure function of the record and the reading:
+the ledger's compare-and-swap may apply it again on a newer record, and it must give the same
+answer each time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlpipe.cluster.log_cursor import LogCursor
+from rlpipe.control import outcomes
+from rlpipe.control.ledger import Attempt, RunRecord, now
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What ``stage.status`` learned about an attempt from the cluster, its log and the bucket."""
+
+    phase: str
+    failure: dict[str, str] | None = None
+    progress: dict[str, Any] | None = None  # from the log lines just read
+    seen: dict[str, Any] | None = None  # the evaluations in those lines (train_log results)
+    final: int | None = None  # the run's final step (train)
+    chips: float = 0.0  # chip-hours the attempt's pods have held, as far as they are still there
+    cursor: LogCursor | None = None  # where the next log read starts
+    commit: str | None = None  # the Hub commit of a publish that succeeded
+
+
+def apply(
+    r: RunRecord, stage: str, attempt: int, reading: Reading, prices_json: str
+) -> tuple[str | None, Attempt | None]:
+    """Change ``r`` by ``reading``; → (the event to record or None for no change, the attempt if
+    it just ended)."""
+    a = r.attempt_record(stage, attempt)
+    if a is None:
+        return None, None
+    results = (
+        outcomes.merge_results(
+            r.results, reading.seen, reading.final, resumed=bool(a.resume_step), attempt=attempt
+        )
+        if reading.seen is not None
+        else r.results
+    )
+    # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
+    held = max(a.chip_hours or 0.0, reading.chips) if reading.chips else a.chip_hours
+    live = outcomes.with_baseline(outcomes.newer_progress(r.progress, reading.progress), results)
+    moved = reading.cursor.to_json() if reading.cursor is not None else a.log_cursor
+    if a.phase == reading.phase:
+        if (
+            (live and live != r.progress)
+            or results != r.results
+            or held != a.chip_hours
+            or moved != a.log_cursor
+        ):
+            r.progress = live or r.progress
+            r.results, a.chip_hours, a.log_cursor = results, held, moved
+            a.cost_estimate = outcomes.cost_estimate(r.request, held, prices_json)
+            return "progress", None
+        return None, None
+    r.progress = live or r.progress
+    r.results, a.chip_hours, a.phase, a.log_cursor = results, held, reading.phase, moved
+    if reading.commit:
+        r.lineage.published_commit = reading.commit
+    a.cost_estimate = outcomes.cost_estimate(r.request, held, prices_json)
+    if reading.failure:
+        a.failure_class, a.reason = reading.failure["tag"], reading.failure["message"]
+        a.budget_exhausted = reading.failure.get("exhausted")
+    ended = None
+    if reading.phase in ("succeeded", "failed"):
+        a.finished_at = now()
+        ended = a.model_copy()
+    return reading.phase, ended
