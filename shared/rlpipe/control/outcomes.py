@@ -74,12 +74,19 @@ def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> d
 
 
 def run_price(request: dict[str, Any], prices_json: str) -> tuple[str, cost.Price] | None:
-    """The run's provisioning mode and its list price per chip-hour (None without a TPU type)."""
+    """The run's provisioning mode and its list price per chip-hour (None without a TPU type).
+
+    A deployment's ``RLPIPE_PRICES`` that cannot be read makes the price unset, with the reason:
+    a run must not fail on every status read because of a cost setting, and the list price is
+    not what a deployment that overrides it pays (``rlpipe plan`` refuses the setting outright)."""
     tpu = request.get("tpu") or {}
     if not tpu.get("type"):
         return None
     mode = str(tpu.get("provisioning") or "reservation")
-    override = cost.parse_override(prices_json) if prices_json else None
+    try:
+        override = cost.parse_override(prices_json) if prices_json else None
+    except cost.PricesInvalid as exc:
+        return mode, cost.Price(None, cost.SETTING, "now", f"{cost.SETTING} is invalid: {exc}")
     return mode, cost.price(str(tpu["type"]), mode, override)
 
 
