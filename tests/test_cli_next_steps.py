@@ -73,7 +73,9 @@ def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     monkeypatch.setattr(blobstore, "BlobStore", lambda client, bucket: None)
     monkeypatch.setattr(ledger, "Ledger", lambda store: None)
     monkeypatch.setattr(
-        runs, "submit", lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x")
+        runs,
+        "submit",
+        lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x", rejection_id=""),
     )
     monkeypatch.setattr(watch_module, "watch", lambda *args, **kwargs: gated)
 

@@ -302,3 +302,33 @@ def test_transient_failure_to_start_is_retried_by_redelivery(buckets: Buckets, e
         _intake(buckets, executions, clock=lambda: clock[0], lease_seconds=30).from_object(event)
     clock[0] += 31
     assert _intake(buckets, executions, clock=lambda: clock[0]).from_object(event).outcome == "started"
+
+
+def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_request_id(
+    buckets: Buckets, executions: Any, functions: dict[str, FunctionServer], tmp_path: Path
+) -> None:
+    """The run id a request_id names never exists when intake refuses the request; the record
+    of why is under the delivery's own id, which `rlpipe submit` now returns (the demo said only
+    "never accepted")."""
+    from rlpipe.cli import runs
+    from rlpipe.control.settings import Settings
+
+    path = tmp_path / "elsewhere.yaml"
+    path.write_text(yaml.safe_dump(minimal_request(request_id="rej-1", notify="projects/another-team/topics/status")))
+    settings = Settings(requests_bucket=buckets.requests, project="rlpipe-test")
+    submitted = runs.submit(settings, path, storage_client=buckets.client)
+    name = submitted.where.split("/", 3)[3]
+    blob = buckets.client.bucket(buckets.requests).get_blob(name)
+    assert (
+        post(
+            functions["object"].url, gcs_event(buckets.requests, name, blob.generation, blob.size)
+        ).status_code
+        == 200
+    )
+    assert buckets.ledger().get(submitted.run_id) is None
+    rejected = buckets.ledger().rejection(submitted.rejection_id)
+    assert (
+        rejected is not None
+        and "notify" in rejected["message"]
+        and "projects/another-team/topics/status" in rejected["message"]
+    )

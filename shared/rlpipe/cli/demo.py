@@ -97,16 +97,29 @@ def run_demo(
         os.environ.update(state.env)
         settings = Settings.from_env()
         ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
+        rejection_id = ""
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:
             submitted = runs.submit(settings, example, via="gcs")
-            run_id = submitted.run_id
+            run_id, rejection_id = submitted.run_id, submitted.rejection_id
             print(f"dropped {example} at {submitted.where}; run id {run_id}", flush=True)
-        record = watch(ledger, run_id, timeout=timeout, simulated=True, cluster=cluster, console=console)
+        record = watch(
+            ledger,
+            run_id,
+            timeout=timeout,
+            simulated=True,
+            cluster=cluster,
+            console=console,
+            rejected=lambda: bool(rejection_id) and ledger.rejection(rejection_id) is not None,
+        )
         console.print()
         if record is None:
-            console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
+            rejected = ledger.rejection(rejection_id) if rejection_id else None
+            if rejected is not None:  # intake refused it: say why, as its error record does
+                console.print(f"[red]intake rejected {example}:[/red]\n{rejected.get('message', '')}")
+            else:
+                console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
             return 1
         print(summary(record, simulated=True, cluster=cluster))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)

@@ -8,9 +8,7 @@ follow the run, or the stage function's reason for refusing (not its JSON answer
 from __future__ import annotations
 
 import argparse
-import ast
 import getpass
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -33,13 +31,16 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
 def cmd_promote(
     args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Ledger]
 ) -> int:
-    from rlpipe.cli.runs import call_stage
+    from rlpipe.cli.runs import StageRefused, call_stage
 
     body = {"op": "promote", "run_id": args.run, "by": args.by or getpass.getuser(), "reason": args.reason}
     try:
         answer = call_stage(settings(), body)
-    except RuntimeError as exc:  # the stage function's refusal, with its reason
-        print(f"rlpipe promote: {refusal_text(str(exc))}", file=sys.stderr)
+    except StageRefused as exc:  # the stage function's own sentence
+        print(f"rlpipe promote: {exc.message}", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:  # no answer, or no stage URL
+        print(f"rlpipe promote: {exc}", file=sys.stderr)
         return 1
     print(
         f"run {answer['run_id']}: promoted by {answer['by']}; state {answer['state']}, "
@@ -47,24 +48,3 @@ def cmd_promote(
     )
     print(f"follow it with: rlpipe watch {answer['run_id']}")
     return 0
-
-
-# How rlpipe.cli.runs.call_stage words a refusal: "stage promote failed (422): {payload}", the
-# payload being the stage function's JSON answer as a Python dict.
-_REFUSED = re.compile(r"^stage \w+ failed \((?P<status>\d{3})\): (?P<payload>\{.*\})$", re.DOTALL)
-
-
-def refusal_text(raised: str) -> str:
-    """The stage function's own sentence ("run … is succeeded; only a gated run can be promoted")
-    instead of the dict it came in, which a person had to read through to find it. Anything not
-    in that shape is shown as it is."""
-    found = _REFUSED.match(raised)
-    if found is None:
-        return raised
-    try:
-        payload = ast.literal_eval(found["payload"])
-    except (ValueError, SyntaxError, RecursionError):
-        return raised
-    error = payload.get("error") if isinstance(payload, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    return str(message) if message else raised

@@ -52,7 +52,7 @@ def request_retry(
 ) -> Retried:
     """Check the ledger, then ask the stage function for the round (again, with the same key,
     when the answer is lost on the way)."""
-    from rlpipe.cli.runs import StageUnreachable, call_stage
+    from rlpipe.cli.runs import StageRefused, StageUnreachable, call_stage
 
     if not reason.strip():
         raise NotRetried("--reason is required: say why the run should go on")
@@ -76,7 +76,9 @@ def request_retry(
                     f"rlpipe status {run_id}"
                 ) from None
             sleep(2.0 * tries)
-        except RuntimeError as exc:  # the stage function's refusal, with its reason
+        except StageRefused as exc:  # the stage function's own sentence
+            raise NotRetried(exc.message) from None
+        except RuntimeError as exc:  # no stage URL
             raise NotRetried(str(exc)) from None
     return Retried(
         run_id, answer["outcome"], answer["round"], by, answer.get("state"), answer.get("execution")

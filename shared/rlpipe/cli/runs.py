@@ -23,6 +23,9 @@ class Submitted:
     run_id: str
     via: str
     where: str
+    # Where intake writes its rejection record if it refuses the delivery (runs/<id>/error.json):
+    # the delivery's own key names it, even when a request_id names the run.
+    rejection_id: str = ""
 
 
 def submit(
@@ -47,21 +50,22 @@ def submit(
         name = f"{folder}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
         blob = client.bucket(settings.requests_bucket).blob(name)
         blob.upload_from_string(data, if_generation_match=0)
-        key = (
-            identity.key_for_request_id(request.request_id, namespace)
-            if request.request_id
-            else identity.key_for_object(settings.requests_bucket, name, blob.generation)
+        delivery = identity.key_for_object(settings.requests_bucket, name, blob.generation)
+        key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else delivery
+        return Submitted(
+            identity.run_id_for(key),
+            "gcs",
+            f"gs://{settings.requests_bucket}/{name}",
+            identity.run_id_for(delivery),
         )
-        return Submitted(identity.run_id_for(key), "gcs", f"gs://{settings.requests_bucket}/{name}")
     if via == "pubsub":
         topic = settings.topic_path(settings.requests_topic)
         message_id = _publish(settings, topic, data)
-        key = (
-            identity.key_for_request_id(request.request_id)
-            if request.request_id
-            else identity.key_for_message(topic, message_id)
+        delivery = identity.key_for_message(topic, message_id)
+        key = identity.key_for_request_id(request.request_id) if request.request_id else delivery
+        return Submitted(
+            identity.run_id_for(key), "pubsub", f"{topic} message {message_id}", identity.run_id_for(delivery)
         )
-        return Submitted(identity.run_id_for(key), "pubsub", f"{topic} message {message_id}")
     raise ValueError(f"unknown --via {via!r}; use gcs or pubsub")
 
 
@@ -322,6 +326,15 @@ def id_token(
     return str(token_credentials.token)
 
 
+class StageRefused(RuntimeError):
+    """The stage function answered with a refusal: ``message`` is its own sentence (what a person
+    reads), ``tag`` its failure class, ``status`` the HTTP status."""
+
+    def __init__(self, op: str, status: int, tag: str, message: str) -> None:
+        super().__init__(f"stage {op} refused ({status}, {tag}): {message}")
+        self.op, self.status, self.tag, self.message = op, status, tag, message
+
+
 class StageUnreachable(RuntimeError):
     """No answer from the stage function (a network error, a timeout or a 503): asking again
     with the same body is safe for the operations that carry a key (retry) or check state."""
@@ -349,7 +362,12 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
         response.json() if response.headers.get("Content-Type", "").startswith("application/json") else {}
     )
     if response.status_code >= 300:
-        raise RuntimeError(
-            f"stage {body.get('op')} failed ({response.status_code}): {payload or response.text}"
+        error = payload.get("error") if isinstance(payload, dict) else None
+        error = error if isinstance(error, dict) else {}
+        raise StageRefused(
+            str(body.get("op")),
+            response.status_code,
+            str(error.get("tag") or "unknown"),
+            str(error.get("message") or response.text[:500] or "no reason given"),
         )
     return payload

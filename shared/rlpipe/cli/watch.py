@@ -208,8 +208,11 @@ def watch(
     cluster: str | None = None,
     console: Console | None = None,
     on_tick: Callable[[RunRecord | None], None] | None = None,
+    rejected: Callable[[], bool] | None = None,
 ) -> RunRecord | None:
-    """Follow a run until it is terminal (or the timeout); returns the last record seen."""
+    """Follow a run until it is terminal (or the timeout); returns the last record seen.
+    ``rejected``: whether intake refused the delivery, so that a run that will never exist is
+    not waited for until the timeout."""
     console = console or Console()
     deadline = time.monotonic() + timeout
     record = ledger.get(run_id)
@@ -219,6 +222,8 @@ def watch(
             if on_tick:
                 on_tick(record)
             if record is None:
+                if rejected is not None and rejected():
+                    break
                 live.update(Text(f"waiting for run {run_id} to be accepted…", style="dim"))
             else:
                 live.update(render_view(record, simulated=simulated, cluster=cluster))

@@ -333,6 +333,14 @@ class Ledger:
         names = sorted(self.store.list(self.layout(run_id).events_prefix))
         return [self.store.read(n).json() for n in names]
 
+    def rejection(self, run_id: str) -> dict[str, Any] | None:
+        """The rejection record written for ``run_id`` (``write_error``), if any."""
+        try:
+            body = self.store.read(self.layout(run_id).error).json()
+        except (blobstore.NotFound, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
     def write_error(self, run_id: str, body: dict[str, Any]) -> bool:
         """The readable rejection record of a request that never became a run (written once)."""
         run = self.layout(run_id)
