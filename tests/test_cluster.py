@@ -1991,7 +1991,8 @@ def test_every_api_call_is_covered_by_rbac_rules_and_every_rule_is_used(server: 
     server.set_pod_log(
         head["metadata"]["name"], "step 1 mean_reward=0.1\nstep 2 mean_reward=0.2\n", namespace=NS
     )
-    lines, _cursor = h.client.read_log(js["metadata"]["name"], None)
+    lines, _cursor, found = h.client.read_log(js["metadata"]["name"], None)
+    assert found
     assert lines[-1] == "step 2 mean_reward=0.2"
     h.client.list_run_objects(RUN)
     h.client.delete("Job", job["metadata"]["name"])

@@ -231,3 +231,100 @@ def test_a_resumed_attempts_evaluations_are_kept_beside_the_first_ones(env: dict
         (2, 40),
     ]
     assert both["pre"] == {"mean_reward": 0.1}
+
+
+# ---- a gone pod's lines from Cloud Logging -----------------------------------------------------
+
+
+class _LoggingApi:
+    """``POST /v2/entries:list`` as Cloud Logging answers it (entries with ``timestamp`` and
+    ``textPayload``, pages joined by ``nextPageToken``); it records each request's body."""
+
+    def __init__(self, pages: list[list[dict[str, Any]]]) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies: list[dict[str, Any]] = []
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                api.bodies.append(body)
+                page = int(body.get("pageToken") or 0)
+                answer: dict[str, Any] = {"entries": pages[page]} if pages[page] else {}
+                if page + 1 < len(pages):
+                    answer["nextPageToken"] = str(page + 1)
+                data = json.dumps(answer).encode()
+                self.send_response(200 if self.path == "/v2/entries:list" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v2/entries:list"
+
+
+def test_a_gone_head_pods_evaluations_come_from_cloud_logging(env: dict[str, Any]) -> None:
+    import requests
+
+    from rlpipe.control import cloud_logs
+    from tests.test_stage import _convert_done
+
+    def entry(second: int, text: str) -> dict[str, Any]:
+        return {"timestamp": f"2026-12-04T13:00:{second:02d}.123456789Z", "textPayload": text}
+
+    api = _LoggingApi([[entry(1, _eval(None, 0.1)), entry(2, _eval(10, 0.2))], [entry(3, _eval(20, 0.3))]])
+
+    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = requests.post(url, json=body, timeout=10).json()
+        return answer
+
+    run_id = "rgone0000001"
+    service = env["service"]
+    service.cloud_logs = lambda jobset, cursor: cloud_logs.read_head_lines(
+        post, "p", NS, jobset, cursor, url=api.url
+    )
+    env["claim"](run_id)
+    service.plan(run_id, f"{run_id}-exec")
+    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
+    _convert_done(env, run_id)
+    service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+    failed = [
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "FailedJobs",
+            "message": "head exited 1",
+            "lastTransitionTime": "2026-12-04T13:00:05Z",
+        }
+    ]
+    env["kube"].patch_status("jobsets", f"{run_id}-train-a1", {"conditions": failed}, namespace=NS)
+    answer = service.status(run_id, "train", 1, f"{run_id}-exec")  # no head pod: it is gone
+    assert answer["phase"] == "failed"
+    record = env["ledger"].get(run_id)
+    assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, 10), (1, 20)]
+    assert record.results["pre"]["mean_reward"] == 0.1
+    first = api.bodies[0]
+    assert first["resourceNames"] == ["projects/p"] and first["orderBy"] == "timestamp asc"
+    for clause in (
+        'resource.type="k8s_container"',
+        f'resource.labels.namespace_name="{NS}"',
+        f'resource.labels.pod_name:"{run_id}-train-a1-pathways-head-"',
+        'resource.labels.container_name="workload-container"',
+        'textPayload:"Intermediate Eval"',
+    ):
+        assert clause in first["filter"], clause
+    assert "timestamp>=" not in first["filter"] and api.bodies[1]["pageToken"] == "1"
+    # The next read asks from the cursor's second and takes nothing twice.
+    service.cloud_logs(f"{run_id}-train-a1", None)
+    cursor = LogCursor.from_json(record.attempt_record("train", 1).log_cursor)
+    lines, _ = cloud_logs.read_head_lines(post, "p", NS, f"{run_id}-train-a1", cursor, url=api.url)
+    assert lines == [] and 'timestamp>="2026-12-04T13:00:03Z"' in api.bodies[-1]["filter"]
+    api.server.shutdown()

@@ -75,6 +75,7 @@ locals {
     "upstream-webhook/workflows" = { member = local.sa_member["upstream-webhook"], role = "roles/workflows.invoker" }
     "reconcile/workflows"        = { member = local.sa_member["reconcile"], role = "roles/workflows.invoker" }
     "stage/gke"                  = { member = local.sa_member["stage"], role = "roles/container.clusterViewer" }
+    "stage/logs"                 = { member = local.sa_member["stage"], role = "roles/logging.viewer" } # a gone head pod's evaluation lines (control/cloud_logs.py)
     "reconcile/gke"              = { member = local.sa_member["reconcile"], role = "roles/container.clusterViewer" }
     "workflow/logging"           = { member = local.sa_member["workflow"], role = "roles/logging.logWriter" }
     "eventarc/receiver"          = { member = local.sa_member["eventarc"], role = "roles/eventarc.eventReceiver" }

@@ -192,11 +192,12 @@ class ClusterClient(KubeTransport):
         replicated_job: str = "pathways-head",
         container: str = "workload-container",
         limit_bytes: int = log_cursor.READ_LIMIT_BYTES,
-    ) -> tuple[list[str], LogCursor | None]:
-        """The head's log lines not read before (``cluster/log_cursor.py``), and the new cursor.
+    ) -> tuple[list[str], LogCursor | None, bool]:
+        """The head's log lines not read before (``cluster/log_cursor.py``), the new cursor, and
+        whether the head's pod was there to read (the caller falls back to Cloud Logging if not).
 
-        Best effort: no lines (and the same cursor) when the pod is not there or its log cannot
-        be read; the next read starts where this one would have.
+        Best effort: no lines (and the same cursor) when the log cannot be read; the next read
+        starts where this one would have.
         """
         from kubernetes.client.exceptions import ApiException
 
@@ -210,7 +211,7 @@ class ClusterClient(KubeTransport):
                 if (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             ]
             if not pods:
-                return [], cursor
+                return [], cursor, False
             newest = sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "")[-1]
             meta = newest["metadata"]
             pod_id = str(meta.get("uid") or meta["name"])
@@ -225,7 +226,7 @@ class ClusterClient(KubeTransport):
                     data.decode("utf-8", "replace"), cursor, pod_id, cut_short=cut_short
                 )
                 if lines or not cut_short or limit_bytes >= log_cursor.MAX_READ_LIMIT_BYTES:
-                    return lines, moved
+                    return lines, moved, True
                 limit_bytes *= 4  # one second held more than the limit: ask for more of it
         except (ApiException, TransientFailure) as exc:
             log.warning(
@@ -233,7 +234,7 @@ class ClusterClient(KubeTransport):
                 jobset,
                 exc,
             )
-            return [], cursor
+            return [], cursor, True
 
     def _pod_log(self, pod: str, query: list[tuple[str, Any]]) -> bytes:
         """``GET pods/{pod}/log`` with ``query`` as given: the generated client has no ``sinceTime``

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient
     from rlpipe.control.intake import Intake
     from rlpipe.control.orchestrator import Orchestrator
-    from rlpipe.control.stage import StageService
+    from rlpipe.control.stage import LogReader, StageService
 
 
 @cache
@@ -96,10 +96,21 @@ def stage_service(log: Logger) -> StageService:
         cluster=cluster(),
         log=log,
         publish=notify.publish,
+        cloud_logs=None if settings().local else cloud_log_reader(),
     )
+
+
+@cache
+def cloud_log_reader() -> LogReader:
+    """The head's evaluation lines from Cloud Logging (GKE ships every container line there)."""
+    from rlpipe.control import cloud_logs
+
+    post = cloud_logs.google_post()
+    s = settings()
+    return lambda jobset, cursor: cloud_logs.read_head_lines(post, s.project, s.namespace, jobset, cursor)
 
 
 def reset() -> None:
     """Forget cached settings and clients (tests and the local stack change the environment)."""
-    for fn in (settings, storage_client, orchestrator, cluster):
+    for fn in (settings, storage_client, orchestrator, cluster, cloud_log_reader):
         fn.cache_clear()

@@ -65,7 +65,10 @@ class Cluster(Protocol):
     ) -> WorkloadStatus: ...
     def delete_run(self, run_id: str) -> list[str]: ...
     def delete(self, kind: Kind, name: str) -> bool: ...
-    def read_log(self, jobset: str, cursor: LogCursor | None) -> tuple[list[str], LogCursor | None]: ...
+    def read_log(self, jobset: str, cursor: LogCursor | None) -> tuple[list[str], LogCursor | None, bool]: ...
+
+
+LogReader = Callable[[str, LogCursor | None], tuple[list[str], LogCursor | None]]
 
 
 @dataclass
@@ -81,6 +84,8 @@ class StageService:
     )
     publish: Callable[[str, dict[str, Any]], Any] | None = None
     clock: Callable[[], float] = time.time
+    # The head's lines from Cloud Logging once its pod is gone (control/cloud_logs.py; GCP only).
+    cloud_logs: LogReader | None = None
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -375,9 +380,11 @@ class StageService:
             # Only the lines not read before: every evaluation is seen once, however fast the log
             # scrolls between two polls (cluster/log_cursor.py).
             known = record.attempt_record(stage, attempt)
-            lines, cursor = self.cluster.read_log(
+            lines, cursor, found = self.cluster.read_log(
                 name, LogCursor.from_json(known.log_cursor if known else None)
             )
+            if not found and self.cloud_logs is not None:  # the pod is gone: its lines are still logged
+                lines, cursor = self.cloud_logs(name, cursor)
             parsed = train_log.parse("\n".join(lines))
             progress, seen = parsed.progress(), parsed.results()
         final = layout.final_step_for(req) if stage == "train" else None
