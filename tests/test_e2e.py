@@ -201,7 +201,9 @@ def test_preempted_training_resumes_from_the_last_committed_step(local: Local, f
     # Every attempt held the slice for a while: each has its own chip-hours, the resumed one too.
     assert all(a.chip_hours and a.chip_hours > 0 for a in train), [(a.attempt, a.chip_hours) for a in train]
     # Each attempt's evaluations are kept with its number, the resumed attempt's too.
-    assert {e.get("attempt") for e in record.results["intermediate"]} == {1, 2}, record.results["intermediate"]
+    assert {e.get("attempt") for e in record.results["intermediate"]} == {1, 2}, record.results[
+        "intermediate"
+    ]
 
 
 def test_kueue_eviction_mid_train_resumes_from_the_last_committed_step(local: Local, faults: Any) -> None:

@@ -314,7 +314,9 @@ def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_requ
     from rlpipe.control.settings import Settings
 
     path = tmp_path / "elsewhere.yaml"
-    path.write_text(yaml.safe_dump(minimal_request(request_id="rej-1", notify="projects/another-team/topics/status")))
+    path.write_text(
+        yaml.safe_dump(minimal_request(request_id="rej-1", notify="projects/another-team/topics/status"))
+    )
     settings = Settings(requests_bucket=buckets.requests, project="rlpipe-test")
     submitted = runs.submit(settings, path, storage_client=buckets.client)
     name = submitted.where.split("/", 3)[3]

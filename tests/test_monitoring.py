@@ -492,7 +492,9 @@ def test_every_percentile_line_has_a_legend_naming_it_and_its_series(tf: dict[st
                         "crossSeriesReducer"
                     ]
                     if reducer.startswith("REDUCE_PERCENTILE_"):
-                        groups = data_set["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"]["groupByFields"]
+                        groups = data_set["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"][
+                            "groupByFields"
+                        ]
                         labels = [re.sub(r'^metric\.label\."(.*)"$', r"\1", g) for g in groups]
                         legends.append((reducer, data_set.get("legendTemplate"), labels))
     assert legends, "the distribution charts have percentile lines"
