@@ -1,0 +1,237 @@
+"""``rlpipe report RUN [-o FILE]``: one self-contained HTML page per run, telling its whole story.
+
+The page holds the run's key facts (state, rounds, where it was published and at which commit),
+the rounds (each retry with its reason, who asked, how the round before it ended and where
+training resumed), the stage timeline (every attempt, coloured by outcome and failure class, with
+each retry marked where it started, so a retry is never an unexplained gap), the reward curve
+(intermediate evaluations as one series per attempt, pre at step 0 and post at the final step), the
+lineage (with where the converted checkpoint came from, round by round), chip-hours per stage and
+attempt (a stage on the CPU pool says "no TPU") and the gate's result. It loads nothing from the
+network: the charts are matplotlib SVG inlined in the page (``rlpipe.cli.charts``), the styles sit
+in the page, and there is no script.
+
+``render_report`` is pure (a ledger record as a dict in, HTML out; ``now`` and the publish receipt
+are parameters), so it takes records of every ledger version: rounds, per-attempt rounds, chip-hours
+and evaluation attempts are read defensively. Run data is user-controlled (labels, reasons,
+messages), so the Jinja2 template autoescapes everything; only the SVG that matplotlib wrote is
+marked safe.
+
+Heavy imports (Jinja2, matplotlib, the ledger, the storage client) happen when a report is
+rendered, never when the CLI parser is built; this module is imported only by the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rlpipe.cli.charts import (
+    COLOURS,
+    Bar,
+    finite,
+    fmt_accuracy,
+    fmt_reward,
+)
+from rlpipe.cli.report.facts import conversion, evaluations, gate, lineage, published, reward_curve
+from rlpipe.cli.report.rows import (
+    _STATE_KEY,
+    NO_EVALUATION,
+    TEMPLATE,
+    _dict,
+    _show_time,
+    attempt_rows,
+    chip_hours,
+    round_marks,
+    rounds,
+)
+
+# The report's parts live in .rows and .facts; these are its public names.
+__all__ = [
+    "COLOURS",
+    "NO_EVALUATION",
+    "attempt_rows",
+    "chip_hours",
+    "conversion",
+    "published",
+    "read_receipt",
+    "register",
+    "render_report",
+    "reward_curve",
+    "rounds",
+    "write_report",
+]
+
+
+@functools.cache
+def _environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent),
+        autoescape=True,  # every value from the run is escaped; only the charts are marked safe
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_report(
+    record: dict[str, Any], *, now: datetime | None = None, receipt: dict[str, Any] | None = None
+) -> str:
+    """The report page for one ledger record (``RunRecord.model_dump()``), as HTML text.
+
+    ``receipt`` is the run's publish receipt, when the caller read it: the commit comes from it
+    only when the ledger does not record one."""
+    from markupsafe import Markup
+
+    from rlpipe.cli import charts
+
+    now = now or datetime.now(UTC)
+    rows = attempt_rows(record, now)
+    round_rows = rounds(record, rows)
+    many = len(round_rows) > 1
+    bars = [
+        Bar(
+            f"{r.name} · round {r.round}" if many else r.name,
+            r.gid,
+            r.start,
+            r.end,
+            r.key,
+            r.outcome == "running",
+        )
+        for r in rows
+        if r.start is not None and r.end is not None
+    ]
+    marks = round_marks(round_rows, rows)
+    curve = reward_curve(record, now)
+    request, failure = _dict(record.get("request")), _dict(record.get("failure"))
+    labels = _dict(request.get("labels"))
+    state = str(record.get("state") or "?")
+    post = finite(_dict(_dict(record.get("results")).get("post")).get("mean_reward"))
+    pre = finite(_dict(_dict(record.get("results")).get("pre")).get("mean_reward"))
+    return str(
+        _environment()
+        .get_template(TEMPLATE)
+        .render(
+            run_id=str(record.get("run_id") or "?"),
+            state=state,
+            state_key=_STATE_KEY.get(state, "running"),
+            stage=record.get("stage"),
+            attempt=record.get("attempt"),
+            model=request.get("model"),
+            created_at=_show_time(record.get("created_at")),
+            updated_at=_show_time(record.get("updated_at")),
+            generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            failure={k: failure.get(k) for k in ("tag", "message", "stage", "attempt")} if failure else None,
+            labels=sorted((str(k), str(v)) for k, v in labels.items()),
+            colours=COLOURS,
+            attempts=rows,
+            rounds=round_rows,
+            retries=len(round_rows) - 1,
+            timeline_svg=Markup(charts.timeline_svg(bars, now, marks)) if bars else None,
+            reward_svg=Markup(charts.reward_svg(curve)) if curve else None,
+            curve=curve,
+            result={
+                "post": fmt_reward(post),
+                "change": f"{post - pre:+.4f}" if pre is not None else None,
+            }
+            if post is not None
+            else None,
+            evaluations=evaluations(record),
+            no_evaluation=NO_EVALUATION,
+            fmt_reward=fmt_reward,
+            fmt_accuracy=fmt_accuracy,
+            chip_hours=chip_hours(rows),
+            lineage=lineage(record, rows),
+            published=published(record, rows, receipt),
+            gate=gate(record),
+            gate_spec={k: v for k, v in _dict(request.get("gate")).items() if v is not None},
+        )
+    )
+
+
+def write_report(
+    record: dict[str, Any], path: Path, *, now: datetime | None = None, receipt: dict[str, Any] | None = None
+) -> Path:
+    """Render the report and write it to ``path`` (UTF-8); returns the path."""
+    path = Path(path)
+    html = render_report(record, now=now, receipt=receipt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    return path
+
+
+# ---- the subcommand -------------------------------------------------------------------------------
+
+
+def read_receipt(settings: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's publish receipt from the artifacts bucket (operators may read it), only when the
+    report needs it: a publish attempt succeeded and the ledger records no commit. Best effort: a
+    receipt that cannot be read leaves the commit unknown, and the page says so."""
+    lineage_commit = _dict(record.get("lineage")).get("published_commit")
+    done = any(
+        _dict(a).get("stage") == "publish" and _dict(a).get("phase") == "succeeded"
+        for a in record.get("attempts") or []
+    )
+    if lineage_commit or not done:
+        return None
+    try:
+        from rlpipe.control.blobstore import BlobStore, make_client
+        from rlpipe.core.layout import RunLayout
+
+        store = BlobStore(make_client(settings.project), settings.artifacts_bucket)
+        data = store.read(RunLayout(settings.artifacts_bucket, str(record["run_id"])).publish_receipt).json()
+    except Exception as exc:  # the report is still worth writing without the commit
+        print(
+            f"note: could not read the publish receipt ({type(exc).__name__}); commit not shown",
+            file=sys.stderr,
+        )
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def cmd_report(
+    args: argparse.Namespace,
+    settings: Callable[[], Any],
+    ledger: Callable[[Any], Any],
+    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
+) -> int:
+    chosen = settings()
+    record = ledger(chosen).get(args.run)
+    if record is None:
+        print(f"no run {args.run}", file=sys.stderr)
+        return 1
+    data = record.model_dump(mode="json")
+    try:
+        path = write_report(
+            data, Path(args.output or f"{args.run}-report.html"), receipt=receipt(chosen, data)
+        )
+    except ModuleNotFoundError as exc:  # the CLI extra is not installed
+        print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0
+
+
+def register(
+    subparsers: Any,
+    *,
+    settings: Callable[[], Any],
+    ledger: Callable[[Any], Any],
+    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
+) -> None:
+    """Add ``report`` to the ``rlpipe`` parser; ``settings`` picks the deployment, ``ledger(settings)``
+    opens its ledger (``cli.main._settings`` and ``cli.main._ledger``), ``receipt(settings, record)``
+    reads the publish receipt when the ledger lacks the commit."""
+    p = subparsers.add_parser(
+        "report",
+        help="write one self-contained HTML page for a run: rounds, timeline, rewards, lineage, gate, publish",
+    )
+    p.add_argument("run")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN-report.html)")
+    p.set_defaults(func=lambda args: cmd_report(args, settings, ledger, receipt))

@@ -1,0 +1,269 @@
+"""The run report's facts: evaluations and the reward curve, lineage and conversion, publishing
+and the gate.
+
+Split from the package's entry point (``rlpipe.cli.report``) so each module has one job; pure: a ledger
+record (as JSON) and the rows of ``.rows`` in, facts out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from rlpipe.cli.charts import (
+    Curve,
+    Point,
+    Resume,
+    Series,
+    finite,
+    fmt_accuracy,
+    fmt_reward,
+)
+from rlpipe.cli.report.rows import (
+    _COMMIT,
+    _CONVERTED_BY,
+    _EVAL_FIELDS,
+    _PUBLISHED_OUTCOMES,
+    AttemptRow,
+    _dict,
+    _int,
+    _plural,
+    _show_time,
+    _str,
+    attempt_rows,
+    round_count,
+)
+
+
+def _label(attempt: int | None, train_rounds: dict[int, int], many_rounds: bool) -> str:
+    if attempt is None:
+        return "attempt not recorded"
+    where = train_rounds.get(attempt)
+    return f"attempt {attempt}" + (f" (round {where})" if many_rounds and where else "")
+
+
+def _point(raw: Any, step: int | None) -> Point | None:
+    data = _dict(raw)
+    if step is None or not data:
+        return None
+    reward, accuracy = finite(data.get("mean_reward")), finite(data.get("accuracy"))
+    if reward is None and accuracy is None:
+        return None
+    return Point(step, reward, accuracy, _int(data.get("attempt")))
+
+
+def reward_curve(record: dict[str, Any], now: datetime | None = None) -> Curve | None:
+    """Intermediate evaluations (one series per attempt), pre at step 0 and post at the final
+    step; None when there are none.
+
+    A resumed attempt evaluates again at steps an earlier attempt reached: both points are kept,
+    each in its attempt's series (entries from ledgers that did not record the attempt form their
+    own series). The final step is ``results.final_step``, never left of the last intermediate
+    evaluation (post runs after training); without either, the lineage's final step."""
+    results = _dict(record.get("results"))
+    intermediate = sorted(
+        (p for p in (_point(e, _int(_dict(e).get("step"))) for e in results.get("intermediate") or []) if p),
+        key=lambda p: (p.step, -1 if p.attempt is None else p.attempt),
+    )
+    steps = [
+        s for s in (_int(results.get("final_step")), intermediate[-1].step if intermediate else None) if s
+    ]
+    final = max(steps) if steps else _int(_dict(record.get("lineage")).get("final_step"))
+    pre = _point(results.get("pre"), 0)
+    post = _point(results.get("post"), final if final is not None else 0)
+    if not intermediate and pre is None and post is None:
+        return None
+    rows = attempt_rows(record, now or datetime.now(UTC))
+    train = {r.attempt: r.round for r in rows if r.stage == "train"}
+    many = round_count(record, rows) > 1
+    attempts = sorted({p.attempt for p in intermediate}, key=lambda a: -1 if a is None else a)
+    series = [
+        Series(
+            gid="unlabelled" if a is None else f"a{a}",
+            label=_label(a, train, many),
+            points=[p for p in intermediate if p.attempt == a],
+        )
+        for a in attempts
+    ]
+    resumes = [
+        Resume(step=r.resume_step, attempt=r.attempt, label=f"{_label(r.attempt, train, many)} resumed")
+        for r in rows
+        if r.stage == "train" and r.resume_step
+    ]
+    return Curve(intermediate=intermediate, pre=pre, post=post, series=series, resumes=resumes)
+
+
+def evaluations(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pre and post evaluations as table rows (every field train_rl prints)."""
+    results = _dict(record.get("results"))
+    rows = []
+    for name in ("pre", "post"):
+        data = _dict(results.get(name))
+        if not data:
+            continue
+        row: dict[str, Any] = {"name": name}
+        for field in _EVAL_FIELDS:
+            value = finite(data.get(field))
+            if value is None:
+                row[field] = "-"
+            elif field == "mean_reward":
+                row[field] = fmt_reward(value)
+            elif field.endswith("accuracy"):
+                row[field] = fmt_accuracy(value)
+            else:
+                row[field] = f"{value:g}"
+        rows.append(row)
+    pre, post = (finite(_dict(results.get(n)).get("mean_reward")) for n in ("pre", "post"))
+    if pre is not None and post is not None:
+        rows.append(
+            {"name": "change", **dict.fromkeys(_EVAL_FIELDS, ""), "mean_reward": f"{post - pre:+.4f}"}
+        )
+    return rows
+
+
+def converted_by(uri: Any) -> tuple[str, int] | None:
+    """The run and attempt whose conversion a converted URI names (its attempt directory)."""
+    found = _CONVERTED_BY.search(uri) if isinstance(uri, str) else None
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def conversion(record: dict[str, Any], rows: Sequence[AttemptRow]) -> str:
+    """Where the converted checkpoint came from, across rounds.
+
+    ``lineage.conversion_cache_hit`` is what the latest round's plan found, so on its own it misleads:
+    a run that converted in round 1 finds its own conversion in the cache in round 2, and a report
+    read between the two says "no" for a round that converted nothing. This says which attempt of
+    which run converted it, and what each later round did."""
+    lin = _dict(record.get("lineage"))
+    run_id = str(record.get("run_id") or "")
+    hit = lin.get("conversion_cache_hit")
+    many = round_count(record, rows) > 1
+    maker = converted_by(lin.get("converted_uri"))
+    convert = [r for r in rows if r.stage == "convert"]
+    done = [r for r in convert if r.outcome == "succeeded"]
+    if done:
+        mine = next((r for r in done if maker == (run_id, r.attempt)), done[-1])
+        text = f"converted by this run: convert #{mine.attempt}" + (f" in round {mine.round}" if many else "")
+        if maker is not None and maker[0] != run_id:
+            text += (
+                f"; run {maker[0]}'s conversion (attempt {maker[1]}) reached the cache first, "
+                "and it is the one training loads"
+            )
+        later = list(range(mine.round + 1, round_count(record, rows) + 1))
+        if later:
+            names = ", ".join(str(n) for n in later)
+            text += f"; {'round' if len(later) == 1 else 'rounds'} {names} reused it (no conversion)"
+        return text
+    if hit is True:
+        if maker is not None and maker[0] != run_id:
+            return f"cache hit: loaded run {maker[0]}'s conversion (its convert #{maker[1]}); this run converted nothing"
+        return "cache hit: loaded an earlier conversion of the same repo, sha, flags and image; this run converted nothing"
+    if convert:
+        if any(r.outcome == "running" for r in convert):
+            return f"converting: {_plural(len(convert), 'attempt')} so far"
+        return f"not converted: {_plural(len(convert), 'convert attempt')}, none succeeded"
+    if hit is False:
+        return "cache miss: not converted yet"
+    return "-"
+
+
+def lineage(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[tuple[str, str]]:
+    lin, request = _dict(record.get("lineage")), _dict(record.get("request"))
+    items = [
+        ("Hugging Face repo", lin.get("hf_repo") or request.get("hf_repo")),
+        ("revision", lin.get("hf_revision") or request.get("hf_revision")),
+        ("pinned sha", lin.get("hf_sha")),
+        ("image", lin.get("image") or request.get("image")),
+        ("conversion key", lin.get("conversion_key")),
+        ("conversion", conversion(record, rows)),
+        ("converted checkpoint", lin.get("converted_uri")),
+        ("checkpoint uri", lin.get("checkpoint_uri")),
+        ("export uri", lin.get("export_uri")),
+        ("published to", lin.get("published_to")),
+        ("final step", lin.get("final_step")),
+    ]
+    return [(label, "-" if value is None or value == "" else str(value)) for label, value in items]
+
+
+def _where(record: dict[str, Any]) -> tuple[str, str] | None:
+    """The Hub repository and branch the run publishes to (the lineage's, else the request's)."""
+    published_to = _str(_dict(record.get("lineage")).get("published_to"))
+    if published_to and "@" in published_to:
+        repo, _, branch = published_to.rpartition("@")
+        return repo, branch
+    spec = _dict(_dict(record.get("request")).get("publish"))
+    if spec.get("repo"):
+        return str(spec["repo"]), str(spec.get("branch") or "main")
+    return None
+
+
+def _receipt_commit(receipt: Any, record: dict[str, Any], where: tuple[str, str]) -> tuple[str, str] | None:
+    """The commit and outcome of a receipt that is this run's, for this repo and branch. The publish
+    Job writes the receipt, so only a hex commit and a known outcome are taken from it."""
+    data = _dict(receipt)
+    commit = data.get("commit")
+    if (data.get("repo"), data.get("branch"), data.get("run_id")) != (*where, record.get("run_id")):
+        return None
+    if data.get("outcome") not in _PUBLISHED_OUTCOMES or not isinstance(commit, str):
+        return None
+    return (commit, str(data["outcome"])) if _COMMIT.fullmatch(commit) else None
+
+
+def published(
+    record: dict[str, Any], rows: Sequence[AttemptRow], receipt: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """Where the model was published and at which commit, or None for a run that does not publish.
+
+    The commit is the ledger's (``lineage.published_commit``) when it has one, else, once a publish
+    attempt succeeded, the publish receipt's (``runs/<id>/publish/receipt.json`` in the artifacts
+    bucket, which the done rule checked), when the caller read it."""
+    where = _where(record)
+    if where is None:
+        return None
+    attempts = [r for r in rows if r.stage == "publish"]
+    if any(r.outcome == "succeeded" for r in attempts):
+        status = "published"
+    elif any(r.outcome == "running" for r in attempts):
+        status = "publishing"
+    elif attempts:
+        status = "not published: every publish attempt failed or was cancelled"
+    else:
+        status = "not published yet"
+    commit, source, outcome = _str(_dict(record.get("lineage")).get("published_commit")), "the ledger", None
+    if commit is not None and not _COMMIT.fullmatch(commit):
+        commit = None
+    # A receipt before the publish attempt's success was read is not yet the stage's word.
+    if commit is None and status == "published" and (found := _receipt_commit(receipt, record, where)):
+        commit, outcome = found
+        source = "the publish receipt"
+    return {
+        "repo": where[0],
+        "branch": where[1],
+        "status": status,
+        "done": status == "published",
+        "commit": commit,
+        "source": source if commit else None,
+        "outcome": outcome,
+    }
+
+
+def gate(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The gate's result, reasons and override, or None when no gate was evaluated."""
+    raw = record.get("gate")
+    if not isinstance(raw, dict):
+        return None
+    passed = raw.get("passed")
+    override = _dict(raw.get("override"))
+    return {
+        "status": "passed" if passed is True else "failed" if passed is False else "pending",
+        "reasons": [str(r) for r in raw.get("reasons") or []],
+        "evaluated_at": _show_time(raw.get("evaluated_at")),
+        "override": {
+            "by": str(override.get("by") or "-"),
+            "at": _show_time(override.get("at")),
+            "reason": str(override.get("reason") or "-"),
+        }
+        if override
+        else None,
+    }

@@ -1,0 +1,378 @@
+"""The run report's rows: each attempt, each round, chip-hours per stage.
+
+Split from the package's entry point (``rlpipe.cli.report``) so each module has one job; pure: a ledger
+record (as JSON) in, rows out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rlpipe.cli.charts import (
+    FAILURE_CLASSES,
+    RoundMark,
+    finite,
+)
+
+TEMPLATE = "report_template.html.j2"
+STAGE_ORDER = ("convert", "train", "export", "publish")
+NO_EVALUATION = "no evaluation recorded"
+NO_TPU = "no TPU"
+NOT_RECORDED = "not recorded"
+_DONE_PHASES = {"succeeded": "succeeded", "failed": "failed"}
+_ENDED_PHASES = frozenset({"cancelled", "superseded", "deleted"})
+_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+_ENDS = _TERMINAL_STATES | {"gated"}
+_STATE_KEY = {"succeeded": "succeeded", "failed": "permanent", "cancelled": "cancelled", "gated": "gated"}
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
+_EVAL_FIELDS = ("corr", "total", "accuracy", "partial_accuracy", "format_accuracy", "mean_reward")
+# A conversion's attempt directory ends in ``<run_id>-a<attempt>/`` (core.layout.ConversionCache).
+_CONVERTED_BY = re.compile(r"/([A-Za-z0-9_-]+)-a([0-9]+)/?$")
+_COMMIT = re.compile(r"[0-9a-f]{7,64}")
+# What the publisher program's receipt may say once the commit is on the Hub (core.layout).
+_PUBLISHED_OUTCOMES = frozenset({"published", "already-published"})
+_SOURCES = {
+    "gcs": "a request file in the requests bucket",
+    "pubsub": "a message on the requests topic",
+    "upstream": "a new upstream release on the Hub (the watch list)",
+    "cli": "rlpipe submit",
+}
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    stage: str
+    attempt: int
+    round: int
+    workload: str
+    phase: str
+    outcome: str  # succeeded | failed | running | cancelled
+    key: str  # colour: the failure class of a failed attempt, else the outcome
+    failure_class: str | None
+    reason: str | None
+    resume_step: int | None
+    launched_at: str
+    finished_at: str
+    duration: str
+    chip_hours: float | None
+    on_tpu: bool | None  # None: the record does not say where the stage ran
+    start: datetime | None
+    end: datetime | None
+
+    @property
+    def gid(self) -> str:
+        return _NOT_ID.sub("_", f"attempt-{self.stage}-{self.attempt}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.stage} #{self.attempt}"
+
+    @property
+    def chips(self) -> str:
+        """The chip-hours cell: a CPU pod holds no chip, which is not the same as nothing recorded."""
+        if self.on_tpu is False and not self.chip_hours:
+            return NO_TPU
+        return NOT_RECORDED if self.chip_hours is None else f"{self.chip_hours:.2f}"
+
+
+@dataclass(frozen=True)
+class StageHours:
+    stage: str
+    on_tpu: bool | None
+    hours: float
+    unknown: int  # attempts on TPU (or of unknown placement) that recorded no chip-hours
+
+    @property
+    def where(self) -> str:
+        return {True: "TPU slice", False: "CPU pool", None: "-"}[self.on_tpu]
+
+    @property
+    def text(self) -> str:
+        return NO_TPU if self.on_tpu is False and not self.hours else f"{self.hours:.2f}"
+
+
+@dataclass(frozen=True)
+class RoundRow:
+    """One round of the run: round 1 is the original request, each later one a retry."""
+
+    number: int
+    started_at: str
+    start: datetime | None
+    source: str | None  # round 1: what the request came as
+    by: str | None  # a retry: the name the person gave
+    caller: str | None  # a retry: the identity Google verified on the call (control/callers.py)
+    reason: str
+    from_stage: str
+    ended: str  # how this round ended (the next round's record of it, or the run's state now)
+    training: str  # where training started or resumed in this round
+    attempts: str
+    chip_hours: float | None
+
+    @property
+    def who(self) -> str:
+        if self.number == 1:
+            return self.source or "-"
+        return f"retry by {self.by or 'an unnamed person'}"
+
+    @property
+    def asked(self) -> str:
+        """Both names: the one a person gave can be anything, the verified caller cannot."""
+        if self.number == 1:
+            return self.who
+        return self.who + (
+            f" (verified caller {self.caller})" if self.caller else " (no verified caller recorded)"
+        )
+
+
+# ---- reading the record ---------------------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _time(value: Any) -> datetime | None:
+    from rlpipe.control.ledger import parse_time
+
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _show_time(value: Any) -> str:
+    parsed = _time(value)
+    if parsed is not None:
+        return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value) if value else "-"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(seconds, 0.0)
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _outcome(phase: str, finished: bool, failure_class: str | None, run_ended: bool) -> str:
+    if phase in _DONE_PHASES:
+        return _DONE_PHASES[phase]
+    if phase in _ENDED_PHASES:
+        return "cancelled"
+    if finished:
+        return "failed" if failure_class else "cancelled"
+    # Launched, queued or running: still going, unless the run has ended around it.
+    return "cancelled" if run_ended else "running"
+
+
+def on_tpu(stage: str, request: dict[str, Any]) -> bool | None:
+    """Whether a stage's pods hold TPU chips: training always; conversion and export only in
+    ``tpu-slice`` placement (``cpu`` runs them on the CPU pool); publish never (a CPU Job). None
+    when the record does not say, so an unknown placement is never reported as "no TPU"."""
+    if stage == "train":
+        return True
+    if stage == "publish":
+        return False
+    placement = request.get("placement")
+    if stage in ("convert", "export") and placement in ("cpu", "tpu-slice"):
+        return placement == "tpu-slice"
+    return None
+
+
+def attempt_rows(record: dict[str, Any], now: datetime) -> list[AttemptRow]:
+    """Every attempt, in stage order then attempt number, with its outcome, round and time span."""
+    run_ended = record.get("state") in _TERMINAL_STATES
+    run_end = _time(record.get("updated_at")) or now
+    request = _dict(record.get("request"))
+    rows = []
+    for raw in record.get("attempts") or []:
+        a = _dict(raw)
+        stage, phase = str(a.get("stage") or "?"), str(a.get("phase") or "launched")
+        failure_class = a.get("failure_class") or None
+        start, end = _time(a.get("launched_at")), _time(a.get("finished_at"))
+        outcome = _outcome(phase, end is not None, failure_class, run_ended)
+        if end is None and start is not None:
+            end = now if outcome == "running" else max(run_end, start)
+        if outcome == "failed":
+            key = failure_class if failure_class in FAILURE_CLASSES else "failed"
+        else:
+            key = outcome
+        rows.append(
+            AttemptRow(
+                stage=stage,
+                attempt=_int(a.get("attempt")) or 0,
+                round=_int(a.get("round")) or 1,  # ledgers from before rounds: all round 1
+                workload=str(a.get("workload") or ""),
+                phase=phase,
+                outcome=outcome,
+                key=key,
+                failure_class=str(failure_class) if failure_class else None,
+                reason=str(a["reason"]) if a.get("reason") else None,
+                resume_step=_int(a.get("resume_step")),
+                launched_at=_show_time(a.get("launched_at")),
+                finished_at=_show_time(a.get("finished_at"))
+                if a.get("finished_at")
+                else ("now (running)" if outcome == "running" else "-"),
+                duration=_duration((end - start).total_seconds() if start and end else None),
+                chip_hours=finite(a.get("chip_hours")),
+                on_tpu=on_tpu(stage, request),
+                start=start,
+                end=end,
+            )
+        )
+    order = {stage: i for i, stage in enumerate(STAGE_ORDER)}
+    rows.sort(key=lambda r: (order.get(r.stage, len(order)), r.stage, r.attempt))
+    return rows
+
+
+def round_count(record: dict[str, Any], rows: Sequence[AttemptRow]) -> int:
+    """How many rounds the run has had: the record's own count, never fewer than its evidence."""
+    numbers = [_int(record.get("round")) or 1, *(r.round for r in rows)]
+    numbers += [_int(_dict(r).get("round")) or 1 for r in record.get("rounds") or []]
+    return max(numbers)
+
+
+def _failure_text(failure: dict[str, Any]) -> str:
+    where = ""
+    if failure.get("stage"):
+        where = f" in {failure['stage']}"
+        if _int(failure.get("attempt")):
+            where += f" attempt {failure['attempt']}"
+    tag = f"[{failure['tag']}] " if failure.get("tag") else ""
+    return f"{tag}{failure.get('message') or 'no message'}{where}"
+
+
+def _ended(state: str, failure: dict[str, Any]) -> str:
+    return f"{state}: {_failure_text(failure)}" if failure else state
+
+
+def _training(number: int, rows: Sequence[AttemptRow]) -> str:
+    """Where training started or resumed in a round; or why it did not run."""
+    train = sorted((r for r in rows if r.stage == "train" and r.round == number), key=lambda r: r.attempt)
+    if train:
+        first = train[0]
+        if first.resume_step:
+            return f"train #{first.attempt} resumed from step {first.resume_step}"
+        return f"train #{first.attempt} started from step 0"
+    done = [r for r in rows if r.stage == "train" and r.round < number and r.outcome == "succeeded"]
+    if done:
+        return f"not run again: training finished in round {done[-1].round} (train #{done[-1].attempt})"
+    return "no training in this round"
+
+
+def rounds(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[RoundRow]:
+    """Round 1 (the request) and every retry: when, who asked (the name given and the verified
+    caller), why, from which stage, how it ended, where training resumed and what it cost."""
+    total = round_count(record, rows)
+    recorded = {
+        n: r
+        for r in (_dict(raw) for raw in record.get("rounds") or [])
+        if (n := _int(r.get("round"))) is not None
+    }
+    source = _dict(record.get("source"))
+    out = []
+    for number in range(1, total + 1):
+        raw = recorded.get(number, {})
+        if number == 1:
+            started, reason, from_stage = record.get("created_at"), "the original request", "-"
+        else:
+            started = raw.get("at")
+            reason = str(raw.get("reason") or "no reason recorded")
+            from_stage = str(raw.get("from_stage") or "where it stopped (done stages skipped)")
+        later = recorded.get(number + 1)
+        if later is not None:
+            ended = _ended(str(later.get("previous_state") or "?"), _dict(later.get("previous_failure")))
+        elif number == total:
+            state = str(record.get("state") or "?")
+            ended = (
+                _ended(state, _dict(record.get("failure"))) if state in _ENDS else f"still going ({state})"
+            )
+        else:
+            ended = "-"
+        mine = [r for r in rows if r.round == number]
+        hours = [r.chip_hours for r in mine if r.chip_hours is not None]
+        out.append(
+            RoundRow(
+                number=number,
+                started_at=_show_time(started),
+                start=_time(started),
+                source=_SOURCES.get(str(source.get("kind")), _str(source.get("kind")))
+                if number == 1
+                else None,
+                by=_str(raw.get("by")),
+                caller=_str(raw.get("caller")),
+                reason=reason,
+                from_stage=from_stage,
+                ended=ended,
+                training=_training(number, rows),
+                attempts=", ".join(r.name for r in sorted(mine, key=_launch_order)) or "none",
+                chip_hours=sum(hours) if hours else None,
+            )
+        )
+    return out
+
+
+def _launch_order(row: AttemptRow) -> tuple[bool, float]:
+    return (row.start is None, row.start.timestamp() if row.start else 0.0)
+
+
+def round_marks(round_rows: Sequence[RoundRow], rows: Sequence[AttemptRow]) -> list[RoundMark]:
+    """Where each retry starts on the timeline, and the idle time before it (the run had ended)."""
+    marks = []
+    for rr in round_rows:
+        if rr.number == 1 or rr.start is None:
+            continue
+        before = [r.end for r in rows if r.round < rr.number and r.end is not None and r.end <= rr.start]
+        marks.append(
+            RoundMark(
+                gid=f"round-{rr.number}",
+                at=rr.start,
+                label=f"round {rr.number}: {rr.who}",
+                idle_from=max(before) if before else None,
+            )
+        )
+    return marks
+
+
+def chip_hours(rows: Sequence[AttemptRow]) -> dict[str, Any]:
+    """Chip-hours per stage and in total, and how many attempts that could have held chips
+    recorded none (a stage on the CPU pool holds none, so its attempts are not "unrecorded")."""
+    stages: dict[str, StageHours] = {}
+    for row in rows:
+        known = stages.get(row.stage, StageHours(row.stage, row.on_tpu, 0.0, 0))
+        missing = row.chip_hours is None and row.on_tpu is not False
+        stages[row.stage] = StageHours(
+            row.stage, row.on_tpu, known.hours + (row.chip_hours or 0.0), known.unknown + missing
+        )
+    return {
+        "stages": list(stages.values()),
+        "total": sum(s.hours for s in stages.values()),
+        "unknown": sum(s.unknown for s in stages.values()),
+        "cpu": [s.stage for s in stages.values() if s.on_tpu is False],
+    }
