@@ -105,3 +105,13 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     assert record.lineage.hf_sha and record.lineage.hf_sha in card
     assert "license: gemma" in card and f"base_model: {record.request['hf_repo']}" in card
     assert "local-write-token" not in card
+    from huggingface_hub import ModelCard
+
+    data = ModelCard(card).data
+    assert data.model_name == repo.rsplit("/", 1)[1] and f"# {repo.rsplit('/', 1)[1]}" in card, "title = repo"
+    post = record.results["post"]
+    assert {(r.metric_type, r.metric_value) for r in data.eval_results or []} >= {
+        ("mean_reward", round(post["mean_reward"], 4)),
+        ("accuracy", round(post["accuracy"], 4)),
+    }
+    assert record.lineage.checkpoint_uri and record.lineage.checkpoint_uri in card

@@ -53,7 +53,8 @@ def changed_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def base_license(artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext) -> dict[str, str]:
-    """``license`` (and ``license_name``/``license_link`` for ``other``) from the base model's card."""
+    """``license`` (and ``license_name``/``license_link`` for ``other``) and ``pipeline_tag`` from
+    the base model's card, as pinned with its weights: the trained model does what the base does."""
     from huggingface_hub import ModelCard
 
     name = layout.pinned_source_dir(converted_dir(req, ctx)) + CARD_FILE
@@ -61,15 +62,21 @@ def base_license(artifacts: blobstore.BlobStore, req: Request, ctx: RenderContex
         data = ModelCard(artifacts.read(name).data.decode("utf-8", "replace")).data.to_dict()
     except (blobstore.NotFound, blobstore.TooLarge, ValueError):
         data = {}
-    found = {k: str(data[k]) for k in ("license", "license_name", "license_link") if data.get(k)}
+    found = {
+        k: str(data[k]) for k in ("license", "license_name", "license_link", "pipeline_tag") if data.get(k)
+    }
     if "license" not in found:
-        return {"license": "other", "license_name": f"unknown: the card of {req.hf_repo} names no license"}
+        found.update(license="other", license_name=f"unknown: the card of {req.hf_repo} names no license")
+        found.pop("license_link", None)
     return found
 
 
-def card_facts(record: RunRecord, req: Request, license_facts: dict[str, str]) -> dict[str, Any]:
+def card_facts(
+    record: RunRecord, req: Request, license_facts: dict[str, str], artifacts_bucket: str = ""
+) -> dict[str, Any]:
     results = record.results or {}
-    return {
+    overrides = req.maxtext_overrides or {}
+    facts: dict[str, Any] = {
         "base_model": req.hf_repo,
         "base_sha": record.lineage.hf_sha or "",
         **license_facts,
@@ -79,7 +86,22 @@ def card_facts(record: RunRecord, req: Request, license_facts: dict[str, str]) -
         "rewards": {k: results.get(k) or {} for k in ("pre", "post")},
         "run_id": record.run_id,
         "request_id": req.request_id or record.run_id,
+        # train_rl's evaluation set: the request's overrides, else rl.yml's (the card's defaults)
+        "evaluation": {
+            "dataset": overrides.get("eval_dataset_name"),
+            "split": overrides.get("eval_split"),
+            "subset": overrides.get("hf_subset"),
+        },
+        "gate": record.gate.model_dump() if record.gate else {},
+        "checkpoints_uri": record.lineage.checkpoint_uri or "",
     }
+    if req.publish is not None:
+        facts["repo"] = req.publish.repo
+    if artifacts_bucket:
+        facts["artifacts_uri"] = layout.gs(
+            artifacts_bucket, layout.RunLayout(artifacts_bucket, record.run_id).prefix
+        )
+    return facts
 
 
 def publish_context(
@@ -90,5 +112,5 @@ def publish_context(
 
     from rlpipe.publisher.card import render_card
 
-    card = render_card(card_facts(record, req, base_license(artifacts, req, ctx)))
+    card = render_card(card_facts(record, req, base_license(artifacts, req, ctx), artifacts.bucket_name))
     return replace(ctx, model_card=card, publisher_program=publisher_program())

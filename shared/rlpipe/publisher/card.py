@@ -14,8 +14,19 @@ The facts, a plain dict (JSON-able, so the control plane can keep them in the le
 - ``preset`` (name), ``overrides`` (hyper-parameters that differ from the preset: name → value),
   ``image`` (with its ``@sha256:`` digest), ``algorithm`` (default ``grpo``).
 - ``rewards``: ``{"pre": {metric: number}, "post": {metric: number}}`` (``mean_reward``, ``accuracy``…).
-- ``run_id``, ``request_id``; optional ``model_name`` (default: the base model's name + "-rl"),
-  ``pipeline_tag`` and extra ``tags``.
+- ``run_id``, ``request_id``; optional ``model_name`` (default: the published repository's name,
+  so the title matches it; else the base model's name + "-rl"), ``repo`` (where it is published),
+  ``pipeline_tag`` (the base model card's) and extra ``tags``.
+- ``evaluation``: ``{dataset, split, subset}`` that train_rl evaluated on (MaxText 0.2.4
+  ``configs/post_train/rl.yml``: ``eval_dataset_name`` ``openai/gsm8k``, ``eval_split`` ``test``,
+  ``hf_subset`` ``main`` unless the request overrides them). The results go in the header's
+  ``model-index`` (what the Hub shows as evaluation results:
+  https://huggingface.co/docs/hub/model-cards#evaluation-results), in the names and units people
+  read: accuracy in %, mean reward; ``corr``/``total`` are not metrics (the count is said once).
+- ``gate``: ``{passed, reasons, override: {by, at, reason, caller}}``: a model promoted past its
+  quality gate says so, with the thresholds, the measured values, who promoted it and why.
+- ``artifacts_uri``, ``checkpoints_uri``: where the run's files and its MaxText checkpoints are
+  (GCS); ``rlpipe report RUN`` renders the run's report.
 
 Tags always include ``rlpipe``, the algorithm and ``maxtext``. No secret is ever a fact: the card is
 public text.
@@ -30,9 +41,17 @@ from importlib import resources
 from typing import Any
 
 import jinja2
-from huggingface_hub import ModelCard, ModelCardData
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 TEMPLATE = "model_card.md.j2"
+# train_rl's evaluation fields: (name people read, unit, metric type in model-index).
+METRICS = {
+    "accuracy": ("Accuracy", "%", "accuracy"),
+    "partial_accuracy": ("Partial accuracy", "%", "partial_accuracy"),
+    "format_accuracy": ("Format accuracy", "%", "format_accuracy"),
+    "mean_reward": ("Mean reward", "", "mean_reward"),
+}
+DEFAULT_EVALUATION = {"dataset": "openai/gsm8k", "split": "test", "subset": "main"}
 ALGORITHMS = {"grpo": "GRPO", "gspo": "GSPO", "ppo": "PPO", "dpo": "DPO"}
 SHA = re.compile(r"[0-9a-f]{40}")
 REQUIRED = ("base_model", "base_sha", "license", "preset", "image", "run_id", "request_id")
@@ -53,15 +72,23 @@ def render_card(facts: Mapping[str, Any]) -> str:
         for key in ("license_name", "license_link"):
             if facts.get(key):
                 extra[key] = str(facts[key])
+    repo = str(facts.get("repo") or "")
+    model_name = str(
+        facts.get("model_name")
+        or (repo.rsplit("/", 1)[-1] if repo else f"{base_model.rsplit('/', 1)[-1]}-rl")
+    )
+    evaluation = {**DEFAULT_EVALUATION, **{k: v for k, v in (facts.get("evaluation") or {}).items() if v}}
+    post = dict((facts.get("rewards") or {}).get("post") or {})
     data = ModelCardData(
         base_model=base_model,
         license=license_id,
         library_name="transformers",
         pipeline_tag=facts.get("pipeline_tag") or None,
         tags=["rlpipe", algorithm, "maxtext", *[str(t) for t in facts.get("tags") or []]],
+        model_name=model_name,
+        eval_results=_eval_results(post, evaluation) or None,
         **extra,
     )
-    model_name = str(facts.get("model_name") or f"{base_model.rsplit('/', 1)[-1]}-rl")
     text = (
         _environment()
         .get_template(TEMPLATE)
@@ -78,6 +105,11 @@ def render_card(facts: Mapping[str, Any]) -> str:
                 (_cell(str(k)), _cell(_value(v))) for k, v in sorted((facts.get("overrides") or {}).items())
             ],
             rewards=_reward_rows(facts.get("rewards") or {}),
+            examples=_examples(facts.get("rewards") or {}),
+            evaluation={k: _cell(str(v)) for k, v in evaluation.items()},
+            promoted=_promotion(facts.get("gate") or {}),
+            artifacts_uri=_cell(str(facts.get("artifacts_uri") or "")),
+            checkpoints_uri=_cell(str(facts.get("checkpoints_uri") or "")),
             run_id=_cell(str(facts["run_id"])),
             request_id=_cell(str(facts["request_id"])),
         )
@@ -133,19 +165,63 @@ def _license_text(facts: Mapping[str, Any], license_id: str) -> str:
 
 
 def _reward_rows(rewards: Mapping[str, Any]) -> list[dict[str, str]]:
+    """One row per metric people read (``METRICS``, in that order), with its unit; the raw
+    ``corr``/``total`` counts are not metrics."""
     pre, post = dict(rewards.get("pre") or {}), dict(rewards.get("post") or {})
     rows = []
-    for name in [*pre, *(k for k in post if k not in pre)]:
-        before, after = pre.get(name), post.get(name)
+    for key, (name, unit, _) in METRICS.items():
+        before, after = pre.get(key), post.get(key)
+        if before is None and after is None:
+            continue
         change = "—"
         if isinstance(before, int | float) and isinstance(after, int | float) and not isinstance(after, bool):
-            change = f"{after - before:+.4g}"
+            change = f"{after - before:+.4g}{unit}"
         rows.append(
             {
-                "name": _cell(str(name)),
-                "before": "—" if before is None else _number(before),
-                "after": "—" if after is None else _number(after),
+                "name": name,
+                "before": "—" if before is None else f"{_number(before)}{unit}",
+                "after": "—" if after is None else f"{_number(after)}{unit}",
                 "change": change,
             }
         )
     return rows
+
+
+def _examples(rewards: Mapping[str, Any]) -> str:
+    totals = {(rewards.get(k) or {}).get("total") for k in ("pre", "post")} - {None}
+    return ", ".join(_number(t) for t in sorted(totals, key=str)) if totals else ""
+
+
+def _eval_results(post: Mapping[str, Any], evaluation: Mapping[str, str]) -> list[EvalResult]:
+    """The post-training values as model-index entries: task, dataset (at its split) and metric."""
+    results = []
+    for key, (name, unit, metric_type) in METRICS.items():
+        value = post.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            results.append(
+                EvalResult(
+                    task_type="text-generation",
+                    dataset_type=str(evaluation["dataset"]),
+                    dataset_name=str(evaluation["dataset"]).rsplit("/", 1)[-1],
+                    dataset_config=str(evaluation.get("subset") or "") or None,
+                    dataset_split=str(evaluation["split"]),
+                    metric_type=metric_type,
+                    metric_name=f"{name} ({unit})" if unit else name,
+                    metric_value=round(float(value), 4),
+                )
+            )
+    return results
+
+
+def _promotion(gate: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a promoted model must say about the gate it did not pass."""
+    override = gate.get("override") or {}
+    if not override:
+        return None
+    return {
+        "by": _cell(str(override.get("by") or "?")),
+        "caller": _cell(str(override.get("caller") or "")),
+        "at": _cell(str(override.get("at") or "?")),
+        "reason": _cell(str(override.get("reason") or "")),
+        "reasons": [_cell(str(r)) for r in gate.get("reasons") or []],
+    }
