@@ -138,6 +138,16 @@ def draw(kind: str, rng: random.Random) -> Scenario:
             {stage: 1},
             no_callback_for=stage,
         )
+    if kind == "evict":
+        step = rng.randint(5, 45)
+        return Scenario(
+            kind,
+            f"train:1:evict@{step}",
+            [{"stage": "train", "attempt": 1, "fault": f"evict@{step}"}],
+            "succeeded",
+            {"train": 2},
+            failure_classes={"train": ["preempted", None]},
+        )
     if kind == "stall":
         return Scenario(
             kind,
@@ -150,12 +160,31 @@ def draw(kind: str, rng: random.Random) -> Scenario:
     raise ValueError(f"no soak scenario for fault kind {kind!r}")
 
 
-def deal(n: int, seed: int) -> list[Scenario]:
-    """n scenarios: every fault kind dealt the same number of times (± 1), shuffled by the seed."""
+# Fault kinds the soak cannot draw, each with why and where it is held instead.
+EXCLUDED = {
+    "provision-fail": (
+        "a flex-start ProvisioningRequest failure; the soak's request is a reservation one, which "
+        "makes no ProvisioningRequest (tests/test_e2e_modes.py and tests/test_real_flex_start.py)"
+    ),
+    "no-quota": (
+        "a workload Kueue never admits waits until the request's queued deadline (an hour by "
+        "default) before it is capacity (tests/test_real_conformance_capacity.py, on both clusters)"
+    ),
+}
+
+
+def soak_kinds() -> tuple[str, ...]:
+    """The simulator's fault kinds the soak deals (every one not excluded with a reason)."""
     from rlpipe.local.simulator.scenario import FAULT_KINDS
 
+    return tuple(k for k in FAULT_KINDS if k not in EXCLUDED)
+
+
+def deal(n: int, seed: int) -> list[Scenario]:
+    """n scenarios: every fault kind dealt the same number of times (± 1), shuffled by the seed."""
+    kinds = soak_kinds()
     rng = random.Random(seed)
-    pool = [FAULT_KINDS[i % len(FAULT_KINDS)] for i in range(n)]
+    pool = [kinds[i % len(kinds)] for i in range(n)]
     rng.shuffle(pool)
     return [draw(kind, rng) for kind in pool]
 

@@ -1,0 +1,33 @@
+"""Every fault kind the simulator knows has a soak scenario, or is excluded with a reason.
+
+`make bench` crashed in the soak ("no soak scenario for fault kind 'provision-fail'") because the
+fault was added to the simulator and the benchmark never ran again. This reads the simulator's own
+list, so a new kind fails here first.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench import soak
+from rlpipe.local.simulator.scenario import FAULT_KINDS, Scenario
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_fault_kind_is_soaked_or_excluded_with_a_reason(kind: str) -> None:
+    if kind in soak.EXCLUDED:
+        assert len(soak.EXCLUDED[kind]) > 40 and "test" in soak.EXCLUDED[kind], (
+            "say why, and where it is held"
+        )
+        return
+    drawn = soak.draw(kind, random.Random(7))
+    assert drawn.kind == kind
+    Scenario.from_document({"faults": drawn.faults})  # the simulator accepts what the soak deals
+
+
+def test_the_exclusions_are_kinds_the_simulator_still_has_and_a_deal_covers_the_rest() -> None:
+    assert set(soak.EXCLUDED) <= set(FAULT_KINDS)
+    dealt = {s.kind for s in soak.deal(len(soak.soak_kinds()) * 2, seed=1)}
+    assert dealt == set(FAULT_KINDS) - set(soak.EXCLUDED)
