@@ -1,4 +1,4 @@
-"""8. Publishing an export to the Hub: peak local disk and peak memory against shard size.
+"""9. Publishing an export to the Hub: peak local disk and peak memory against shard size.
 
 **What:** the publish program (``rlpipe.publisher.program``, run as the Job runs it: ``python -c
 <source>``) publishing an export of 3 shards (plus config and index) from fake-gcs-server
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> Section:
         ),
     ]
     return Section(
-        "publish", "8. Publishing to the Hub", body, headline, data, time.monotonic() - started, ok
+        "publish", "9. Publishing to the Hub", body, headline, data, time.monotonic() - started, ok
     )
 
 

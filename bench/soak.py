@@ -65,6 +65,7 @@ EXPECTED_TEXT = [
     ("`<stage>:api-5xx:<2-4>`", "succeeded; 1 attempt per stage (transient, retried by the library)"),
     ("`drop-events:<stage>`", "succeeded; 1 attempt per stage; that stage never woken by an event (poll)"),
     ("`train:stall`", "cancelled by the soak (`rlpipe cancel`) once training runs; workloads deleted"),
+    ("`train:1:evict@<step>`", "succeeded; Kueue evicts train attempt 1 (`preempted`), attempt 2 resumes"),
 ]
 
 
