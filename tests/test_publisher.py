@@ -620,3 +620,24 @@ def test_a_promoted_cards_story_is_whole_and_its_results_are_evaluation_results_
         (r.metric_type, r.metric_value) for r in data.eval_results or []
     ]
     assert back.data.base_model == "google/gemma-4-26b-a4b-it" and back.data.model_name == "gemma-4-26b-rl"
+
+
+def test_the_cards_license_and_pipeline_tag_come_from_the_pinned_base_card(buckets: Buckets) -> None:
+    """The trained model does what its base does: `pipeline_tag` is the base card's, read from
+    the card pinned with the base weights (the same read as its license)."""
+    from rlpipe.control import publishing
+    from rlpipe.core import layout
+    from rlpipe.core.manifests import RenderContext, converted_dir
+    from rlpipe.core.request import validate_request
+    from tests.conftest import minimal_request
+
+    req = validate_request(minimal_request())
+    ctx = RenderContext(run_id="rtag00000001", bucket=buckets.artifacts, hf_revision=BASE_SHA)
+    store = buckets.store("artifacts")
+    name = layout.pinned_source_dir(converted_dir(req, ctx)) + publishing.CARD_FILE
+    store.put(name, b"---\nlicense: gemma\npipeline_tag: image-text-to-text\n---\n# base\n")
+    facts = publishing.base_license(store, req, ctx)
+    assert facts == {"license": "gemma", "pipeline_tag": "image-text-to-text"}
+    store.put(name, b"---\npipeline_tag: text-generation\n---\n# no license\n")
+    facts = publishing.base_license(store, req, ctx)
+    assert facts["license"] == "other" and facts["pipeline_tag"] == "text-generation"
