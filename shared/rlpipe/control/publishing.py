@@ -1,27 +1,53 @@
 """What the publish Job is given: the model card's facts, and the program it runs.
 
 The control plane renders the card (``rlpipe.publisher.card``) before the Job starts, from the
-ledger (lineage, results) and the request, and ships it inside the manifest together with the
-publisher program's source; nothing a workload can write decides either. The base model's license
-comes from its own card, which the convert Job pinned beside the checkpoint (``hf-source/README.md``
-at the pinned sha), so no Hub call is needed here.
+ledger (lineage, results, the gate and a person's override of it) and the request, and ships it
+inside the manifest together with the publisher program's source; nothing a workload can write
+decides either. The base model's license comes from its own card as the convert Job pinned it
+beside the checkpoint (``hf-source/README.md`` at the pinned sha); its ``pipeline_tag`` from the
+same card read on the Hub at the pinned sha, the one Hub read here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from typing import Any
+from urllib.parse import quote
 
-from rlpipe.control import blobstore
-from rlpipe.control.ledger import RunRecord
+from rlpipe.control import blobstore, hub
+from rlpipe.control.ledger import GateRecord, RunRecord
+from rlpipe.control.redaction import mask_tokens
 from rlpipe.core import layout, presets
+from rlpipe.core.failures import TransientFailure
 from rlpipe.core.manifests import RenderContext, converted_dir
 from rlpipe.core.request import Request
 
 CARD_FILE = "README.md"
 # What `rlpipe render` shows in place of the card: it needs the run's results and pinned sha.
 UNRENDERED_CARD = "(the model card, rendered by the control plane when the publish attempt launches)"
+CARD_MAX_BYTES = 1 << 20  # a model card; the program refuses a larger one too
+_DEFAULT_TAG = "rlpipe's default"
+# The data train_rl reads when no override names other: rl.yml at maxtext-v0.2.4
+# (maxtext/configs/post_train/rl.yml:236-245; hf_*_files unset, configs/base.yml:789-791).
+RL_YML_DATA: dict[str, str] = {
+    "dataset_name": "openai/gsm8k",
+    "eval_dataset_name": "openai/gsm8k",
+    "hf_subset": "main",
+    "train_split": "train",
+    "eval_split": "test",
+}
+# Datasets train_rl splits itself when they are also the evaluation dataset: 5% of the training
+# split held out, seeded by data_shuffle_seed (maxtext 0.2.4 train_rl.py:253-279, 306-330).
+HELD_OUT_DATASETS = frozenset(
+    {
+        "nvidia/OpenMathInstruct-2",
+        "nvidia/OpenMathReasoning",
+        "open-r1/OpenR1-Math-220k",
+        "bethgelab/CuratedThoughts",
+    }
+)
 # Request fields that are not hyper-parameters (identity, plumbing, outcomes).
 _NOT_HYPERPARAMETERS = frozenset(
     {"model", "hf_repo", "hf_revision", "request_id", "preset", "labels", "notify", "gate", "publish"}
@@ -53,8 +79,8 @@ def changed_hyperparameters(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def base_license(artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext) -> dict[str, str]:
-    """``license`` (and ``license_name``/``license_link`` for ``other``) and ``pipeline_tag`` from
-    the base model's card, as pinned with its weights: the trained model does what the base does."""
+    """``license`` (and ``license_name``/``license_link`` for ``other``) from the base model's card
+    as the convert Job pinned it: the license travels with the weights it came with."""
     from huggingface_hub import ModelCard
 
     name = layout.pinned_source_dir(converted_dir(req, ctx)) + CARD_FILE
@@ -62,46 +88,149 @@ def base_license(artifacts: blobstore.BlobStore, req: Request, ctx: RenderContex
         data = ModelCard(artifacts.read(name).data.decode("utf-8", "replace")).data.to_dict()
     except (blobstore.NotFound, blobstore.TooLarge, ValueError):
         data = {}
-    found = {
-        k: str(data[k]) for k in ("license", "license_name", "license_link", "pipeline_tag") if data.get(k)
-    }
+    found = {k: str(data[k]) for k in ("license", "license_name", "license_link") if data.get(k)}
     if "license" not in found:
-        found.update(license="other", license_name=f"unknown: the card of {req.hf_repo} names no license")
-        found.pop("license_link", None)
+        return {"license": "other", "license_name": f"unknown: the card of {req.hf_repo} names no license"}
     return found
 
 
+def base_pipeline_tag(
+    repo: str, sha: str, *, token: str | None = None, timeout: float | None = None
+) -> dict[str, str]:
+    """``pipeline_tag`` from the base model's card on the Hub at the pinned sha, and
+    ``pipeline_tag_source``, the sentence the card says about where it came from.
+
+    Read through the Hub as every control-plane read is (``control.hub``: one GET of the card's
+    ``/resolve/`` URL with a timeout, the client's errors), at the pinned sha rather than the
+    branch head, which may have moved since the run began. A Hub that does not answer now is a
+    ``TransientFailure`` (the workflow retries the launch: a publish needs the Hub anyway); a card
+    that is missing, unreadable or names no tag leaves the card's default, and says why."""
+    from huggingface_hub import HfApi
+    from huggingface_hub import errors as hf
+
+    if not hub.SHA.match(sha):
+        return {"pipeline_tag_source": f"{_DEFAULT_TAG}: no pinned revision to read the base card at"}
+    token = token or hub.pipeline_token()
+    seconds = timeout if timeout is not None else hub.hub_timeout()
+    url = f"{str(HfApi(token=token).endpoint).rstrip('/')}/{repo}/resolve/{quote(sha, safe='')}/{CARD_FILE}"
+    try:
+        answer = hub.hub_get(url, token=token, timeout=seconds, max_bytes=CARD_MAX_BYTES)
+    except hf.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status is not None and (status in (408, 429) or status >= 500):
+            raise TransientFailure(f"Hugging Face answered {status} for the card of {repo}@{sha}") from exc
+        return {
+            "pipeline_tag_source": f"{_DEFAULT_TAG}: the base card at {sha[:12]} could not be read (HTTP {status})"
+        }
+    except hub.transport_errors() as exc:
+        raise TransientFailure(f"could not reach Hugging Face for the card of {repo}@{sha}") from exc
+    return _tag_of(answer.content, sha)
+
+
+def _tag_of(content: bytes, sha: str) -> dict[str, str]:
+    from huggingface_hub import ModelCard
+
+    if len(content) > CARD_MAX_BYTES:
+        return {
+            "pipeline_tag_source": f"{_DEFAULT_TAG}: the base card at {sha[:12]} is over {CARD_MAX_BYTES} bytes"
+        }
+    try:
+        tag = ModelCard(content.decode("utf-8", "replace")).data.to_dict().get("pipeline_tag")
+    except ValueError:  # a header that is not YAML
+        return {
+            "pipeline_tag_source": f"{_DEFAULT_TAG}: the base card's metadata at {sha[:12]} is not readable"
+        }
+    if not isinstance(tag, str) or not tag.strip():
+        return {"pipeline_tag_source": f"{_DEFAULT_TAG}: the base card at {sha[:12]} names no pipeline_tag"}
+    return {"pipeline_tag": tag.strip(), "pipeline_tag_source": f"the base model's card at {sha[:12]}"}
+
+
+def _setting(overrides: Mapping[str, Any], key: str) -> str | None:
+    """A data key as train_rl reads it: the request's override, else rl.yml's; "" is unset
+    (MaxText's pyconfig turns an empty ``hf_*_files`` into None)."""
+    value = overrides.get(key, RL_YML_DATA.get(key))
+    return None if value is None or value == "" else str(value)
+
+
+def training_data(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What train_rl trained on (``train_rl.prepare_datasets``): a Hub dataset's split, or parquet files."""
+    files = _setting(overrides, "hf_train_files")
+    return {
+        "dataset": None if files else _setting(overrides, "dataset_name"),
+        "subset": _setting(overrides, "hf_subset"),
+        "split": _setting(overrides, "train_split"),
+        "data_files": files,
+    }
+
+
+def evaluation_set(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """What train_rl evaluated on, before and after training (``train_rl.prepare_datasets``):
+    ``eval_split`` of ``eval_dataset_name`` (the training dataset when that is empty), or parquet
+    ``hf_eval_files``; for the datasets in ``HELD_OUT_DATASETS`` evaluated on themselves, the
+    examples train_rl held out of the training split."""
+    dataset = _setting(overrides, "dataset_name")
+    evaluated = _setting(overrides, "eval_dataset_name") or dataset
+    if dataset in HELD_OUT_DATASETS and evaluated == dataset:
+        return {**training_data(overrides), "held_out": True}
+    files = _setting(overrides, "hf_eval_files")
+    return {
+        "dataset": None if files else evaluated,
+        "subset": _setting(overrides, "hf_subset"),
+        "split": _setting(overrides, "eval_split"),
+        "data_files": files,
+        "held_out": False,
+    }
+
+
+def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
+    """The gate as the card tells it: the request's thresholds, the recorded verdict and reasons,
+    and a person's override (the gate's, else the lineage's); empty when no gate was asked for."""
+    if req.gate is None:
+        return {}
+    gate = record.gate or GateRecord()
+    override = gate.override or record.lineage.promoted
+    return {
+        "passed": gate.passed,
+        "reasons": list(gate.reasons),
+        "thresholds": req.gate.model_dump(exclude_none=True),
+        "override": override.model_dump() if override else None,
+    }
+
+
+def run_links(bucket: str, record: RunRecord) -> dict[str, str]:
+    """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``."""
+    run = layout.RunLayout(bucket, record.run_id)
+    links = {"checkpoints": run.uri(run.checkpoints), "export": run.uri(run.hf_dir)}
+    if record.lineage.final_step:
+        links["final_checkpoint"] = run.uri(run.step_dir(record.lineage.final_step))
+    return links
+
+
 def card_facts(
-    record: RunRecord, req: Request, license_facts: dict[str, str], artifacts_bucket: str = ""
+    record: RunRecord, req: Request, base_facts: Mapping[str, str], artifacts_bucket: str
 ) -> dict[str, Any]:
+    """Everything the card says, from the ledger, the request and the base model's card; token-like
+    text masked (``control.redaction``), since a promote reason is free text and the card public."""
     results = record.results or {}
-    overrides = req.maxtext_overrides or {}
+    overrides = dict(req.maxtext_overrides or {})
     facts: dict[str, Any] = {
         "base_model": req.hf_repo,
         "base_sha": record.lineage.hf_sha or "",
-        **license_facts,
+        **base_facts,
+        "repo": req.publish.repo if req.publish is not None else None,
         "preset": req.preset,
         "overrides": changed_hyperparameters(record.request),
         "image": req.image,
+        "training_data": training_data(overrides),
         "rewards": {k: results.get(k) or {} for k in ("pre", "post")},
+        "evaluation": evaluation_set(overrides),
+        "gate": gate_facts(record, req),
+        "links": run_links(artifacts_bucket, record),
         "run_id": record.run_id,
         "request_id": req.request_id or record.run_id,
-        # train_rl's evaluation set: the request's overrides, else rl.yml's (the card's defaults)
-        "evaluation": {
-            "dataset": overrides.get("eval_dataset_name"),
-            "split": overrides.get("eval_split"),
-            "subset": overrides.get("hf_subset"),
-        },
-        "gate": record.gate.model_dump() if record.gate else {},
-        "checkpoints_uri": record.lineage.checkpoint_uri or "",
     }
-    if req.publish is not None:
-        facts["repo"] = req.publish.repo
-    if artifacts_bucket:
-        facts["artifacts_uri"] = layout.gs(
-            artifacts_bucket, layout.RunLayout(artifacts_bucket, record.run_id).prefix
-        )
-    return facts
+    masked: dict[str, Any] = mask_tokens(facts)
+    return masked
 
 
 def publish_context(
@@ -112,5 +241,9 @@ def publish_context(
 
     from rlpipe.publisher.card import render_card
 
-    card = render_card(card_facts(record, req, base_license(artifacts, req, ctx), artifacts.bucket_name))
+    base = {
+        **base_license(artifacts, req, ctx),
+        **base_pipeline_tag(req.hf_repo, record.lineage.hf_sha or ""),
+    }
+    card = render_card(card_facts(record, req, base, artifacts.bucket_name))
     return replace(ctx, model_card=card, publisher_program=publisher_program())

@@ -4,5 +4,6 @@
   self-contained file importing only the standard library, ``huggingface_hub`` and
   ``google.cloud.storage``; it never imports rlpipe.
 - ``rlpipe.publisher.card``: the model card (README.md) the control plane renders before the Job
-  starts, from ``model_card.md.j2``.
+  starts, from ``model_card.md.j2``; ``rlpipe.publisher.evaluation`` turns train_rl's evaluations
+  into its table and its ``model-index`` (the Hub's evaluation results).
 """

@@ -1,124 +1,198 @@
 """The model card (README.md) of a published run, rendered by the control plane from plain facts.
 
+Whoever finds the model on the Hub reads only this page, so it tells the whole story: what the
+model is (base model at its pinned sha, license, task), how it was trained, what train_rl measured
+and on what, whether a person shipped it past the quality gate its request set (who, when, why),
+and where the run's checkpoints and export are.
+
 ``render_card(facts)`` fills ``model_card.md.j2`` with Jinja2 (undefined names are errors) and puts
-the metadata header together with ``huggingface_hub.ModelCardData``; the result is parsed back with
-``huggingface_hub.ModelCard`` so a header the Hub could not read never leaves this module.
+the metadata header together with ``huggingface_hub.ModelCardData`` (the keys of
+https://huggingface.co/docs/hub/model-cards#model-card-metadata); the text is parsed back with
+``huggingface_hub.ModelCard`` and must give the same metadata, so a header the Hub would read
+differently never leaves this module.
 
-The facts, a plain dict (JSON-able, so the control plane can keep them in the ledger):
+The facts, a plain dict (JSON-able; ``rlpipe.control.publishing.card_facts`` gathers them):
 
-- ``base_model`` (repo id) and ``base_sha`` (the pinned 40-hex commit): the header's ``base_model``
-  (hub-docs ``model-cards.md``, "Specifying a base model") and the text's pinned revision;
-  ``base_model_relation: finetune`` says what this model is to it.
-- ``license``: the base model card's ``license``; with ``license: other``, its ``license_name`` and
-  ``license_link`` too (optional keys of the same names).
-- ``preset`` (name), ``overrides`` (hyper-parameters that differ from the preset: name → value),
-  ``image`` (with its ``@sha256:`` digest), ``algorithm`` (default ``grpo``).
-- ``rewards``: ``{"pre": {metric: number}, "post": {metric: number}}`` (``mean_reward``, ``accuracy``…).
-- ``run_id``, ``request_id``; optional ``model_name`` (default: the published repository's name,
-  so the title matches it; else the base model's name + "-rl"), ``repo`` (where it is published),
-  ``pipeline_tag`` (the base model card's) and extra ``tags``.
-- ``evaluation``: ``{dataset, split, subset}`` that train_rl evaluated on (MaxText 0.2.4
-  ``configs/post_train/rl.yml``: ``eval_dataset_name`` ``openai/gsm8k``, ``eval_split`` ``test``,
-  ``hf_subset`` ``main`` unless the request overrides them). The results go in the header's
-  ``model-index`` (what the Hub shows as evaluation results:
-  https://huggingface.co/docs/hub/model-cards#evaluation-results), in the names and units people
-  read: accuracy in %, mean reward; ``corr``/``total`` are not metrics (the count is said once).
-- ``gate``: ``{passed, reasons, override: {by, at, reason, caller}}``: a model promoted past its
-  quality gate says so, with the thresholds, the measured values, who promoted it and why.
-- ``artifacts_uri``, ``checkpoints_uri``: where the run's files and its MaxText checkpoints are
-  (GCS); ``rlpipe report RUN`` renders the run's report.
+- ``base_model`` (repo id), ``base_sha`` (the pinned 40-hex commit): the header's ``base_model``
+  with ``base_model_relation: finetune``, and the text's pinned revision.
+- ``license``: the base model card's; with ``license: other``, ``license_name``/``license_link``.
+- ``pipeline_tag``: the base model card's, and ``pipeline_tag_source``, a sentence saying where it
+  came from; without one the card says ``text-generation`` (what train_rl trains a model to do)
+  and that it is this default.
+- ``repo``: where it is published; the title and the model-index name are its name.
+- ``preset``, ``overrides`` (hyper-parameters that differ from the preset), ``image``, ``algorithm``.
+- ``training_data``: ``{dataset, subset, split, data_files}``, what train_rl trained on.
+- ``rewards``: ``{"pre": {...}, "post": {...}}``, train_rl's evaluations as the ledger holds them
+  (``corr``, ``total``, ``accuracy``… in percent, ``mean_reward``); ``evaluation``: the set they were
+  measured on (``rlpipe.publisher.evaluation``).
+- ``gate``: ``{passed, reasons, thresholds: {name: value}, override: {by, at, reason, caller}}``;
+  empty when the request set no gate.
+- ``links``: ``{checkpoints, final_checkpoint, export}``, GCS URIs of the run's files.
+- ``run_id``, ``request_id``; optional ``model_name`` and extra ``tags``.
 
-Tags always include ``rlpipe``, the algorithm and ``maxtext``. No secret is ever a fact: the card is
-public text.
+Tags always include ``rlpipe``, the algorithm and ``maxtext``, and ``promoted-past-gate`` for a
+model a person promoted. No secret is ever a fact: the card is public text (the control plane masks
+token-like text in the facts before they come here).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 import jinja2
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import ModelCard, ModelCardData
+
+from rlpipe.publisher import evaluation
 
 TEMPLATE = "model_card.md.j2"
-# train_rl's evaluation fields: (name people read, unit, metric type in model-index).
-METRICS = {
-    "accuracy": ("Accuracy", "%", "accuracy"),
-    "partial_accuracy": ("Partial accuracy", "%", "partial_accuracy"),
-    "format_accuracy": ("Format accuracy", "%", "format_accuracy"),
-    "mean_reward": ("Mean reward", "", "mean_reward"),
-}
-DEFAULT_EVALUATION = {"dataset": "openai/gsm8k", "split": "test", "subset": "main"}
 ALGORITHMS = {"grpo": "GRPO", "gspo": "GSPO", "ppo": "PPO", "dpo": "DPO"}
 SHA = re.compile(r"[0-9a-f]{40}")
 REQUIRED = ("base_model", "base_sha", "license", "preset", "image", "run_id", "request_id")
+# What train_rl trains a model to do; said as such when the base model's card names no task.
+DEFAULT_PIPELINE_TAG = "text-generation"
+PROMOTED_TAG = "promoted-past-gate"
+SUMMARIES: dict[bool | None, str] = {
+    True: "This model passed the quality gate its request set.",
+    False: "This model did **not** pass the quality gate its request set.",
+    None: "The quality gate its request set could not be evaluated: a number it compares is missing.",
+}
+# The run's files the card links to (facts["links"]), in the card's order and words.
+LINKS = {
+    "checkpoints": "MaxText checkpoints (Orbax), every kept step",
+    "final_checkpoint": "The final step's checkpoint",
+    "export": "This export (Hugging Face format), as the run wrote it",
+}
+# GateSpec's thresholds in the words and units of the gate's own reasons (rlpipe.core.gate).
+THRESHOLDS = {
+    "min_post_mean_reward": ("post-training mean reward", ""),
+    "min_reward_gain": ("mean reward gain over pre-training", ""),
+    "min_post_accuracy": ("post-training accuracy", "%"),
+}
 
 
 def render_card(facts: Mapping[str, Any]) -> str:
     """The README.md text: YAML metadata header, then the card."""
+    _check(facts)
+    data = _metadata(facts)
+    text = _environment().get_template(TEMPLATE).render(card_data=data.to_yaml(), **_view(facts))
+    card = ModelCard(text)  # parses the header back: what the Hub will read
+    if card.data.to_dict() != data.to_dict():
+        raise ValueError("the rendered card's metadata does not read back as written")
+    return str(card)
+
+
+def _check(facts: Mapping[str, Any]) -> None:
     missing = [key for key in REQUIRED if not str(facts.get(key) or "").strip()]
     if missing:
         raise ValueError(f"the model card needs {', '.join(missing)}")
-    base_model, base_sha = str(facts["base_model"]), str(facts["base_sha"])
-    if not SHA.fullmatch(base_sha):
-        raise ValueError(f"base_sha must be a full 40-hex commit sha, not {base_sha!r}")
-    algorithm = str(facts.get("algorithm") or "grpo").lower()
+    if not SHA.fullmatch(str(facts["base_sha"])):
+        raise ValueError(f"base_sha must be a full 40-hex commit sha, not {facts['base_sha']!r}")
+
+
+def model_name(facts: Mapping[str, Any]) -> str:
+    """The repository's name (the title must match the repository), else the base model's + "-rl"."""
+    repo = str(facts.get("repo") or "")
+    base = str(facts["base_model"]).rsplit("/", 1)[-1]
+    return str(facts.get("model_name") or (repo.rsplit("/", 1)[-1] if repo else f"{base}-rl"))
+
+
+def _algorithm(facts: Mapping[str, Any]) -> str:
+    return str(facts.get("algorithm") or "grpo").lower()
+
+
+def _promoted(facts: Mapping[str, Any]) -> bool:
+    return bool((facts.get("gate") or {}).get("override"))
+
+
+def _metadata(facts: Mapping[str, Any]) -> ModelCardData:
+    """The header: what the Hub indexes, filters on and renders as evaluation results."""
     license_id = str(facts["license"])
     extra: dict[str, Any] = {"base_model_relation": "finetune"}
     if license_id == "other":
-        for key in ("license_name", "license_link"):
-            if facts.get(key):
-                extra[key] = str(facts[key])
-    repo = str(facts.get("repo") or "")
-    model_name = str(
-        facts.get("model_name")
-        or (repo.rsplit("/", 1)[-1] if repo else f"{base_model.rsplit('/', 1)[-1]}-rl")
-    )
-    evaluation = {**DEFAULT_EVALUATION, **{k: v for k, v in (facts.get("evaluation") or {}).items() if v}}
-    post = dict((facts.get("rewards") or {}).get("post") or {})
-    data = ModelCardData(
-        base_model=base_model,
+        extra |= {k: str(facts[k]) for k in ("license_name", "license_link") if facts.get(k)}
+    results = evaluation.eval_results(facts.get("rewards") or {}, facts.get("evaluation") or {})
+    if results:  # ModelCardData needs a model name for the model-index, and only then
+        extra |= {"eval_results": results, "model_name": model_name(facts)}
+    trained_on = (facts.get("training_data") or {}).get("dataset")
+    tags = ["rlpipe", _algorithm(facts), "maxtext", *([PROMOTED_TAG] if _promoted(facts) else [])]
+    return ModelCardData(
+        base_model=str(facts["base_model"]),
         license=license_id,
         library_name="transformers",
-        pipeline_tag=facts.get("pipeline_tag") or None,
-        tags=["rlpipe", algorithm, "maxtext", *[str(t) for t in facts.get("tags") or []]],
-        model_name=model_name,
-        eval_results=_eval_results(post, evaluation) or None,
+        pipeline_tag=str(facts.get("pipeline_tag") or DEFAULT_PIPELINE_TAG),
+        tags=[*tags, *[str(t) for t in facts.get("tags") or []]],
+        datasets=[str(trained_on)] if trained_on else None,
         **extra,
     )
-    text = (
-        _environment()
-        .get_template(TEMPLATE)
-        .render(
-            card_data=data.to_yaml(),
-            model_name=_cell(model_name),
-            base_model=base_model,
-            base_sha=base_sha,
-            license_text=_license_text(facts, license_id),
-            algorithm_name=ALGORITHMS.get(algorithm, algorithm.upper()),
-            preset=_cell(str(facts["preset"])),
-            image=_cell(str(facts["image"])),
-            overrides=[
-                (_cell(str(k)), _cell(_value(v))) for k, v in sorted((facts.get("overrides") or {}).items())
-            ],
-            rewards=_reward_rows(facts.get("rewards") or {}),
-            examples=_examples(facts.get("rewards") or {}),
-            evaluation={k: _cell(str(v)) for k, v in evaluation.items()},
-            promoted=_promotion(facts.get("gate") or {}),
-            artifacts_uri=_cell(str(facts.get("artifacts_uri") or "")),
-            checkpoints_uri=_cell(str(facts.get("checkpoints_uri") or "")),
-            run_id=_cell(str(facts["run_id"])),
-            request_id=_cell(str(facts["request_id"])),
-        )
+
+
+def _view(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The template's variables, every free text made safe for markdown."""
+    rewards = facts.get("rewards") or {}
+    algorithm = _algorithm(facts)
+    return {
+        "model_name": _cell(model_name(facts)),
+        "base_model": str(facts["base_model"]),
+        "base_sha": str(facts["base_sha"]),
+        "license_text": _license_text(facts, str(facts["license"])),
+        "pipeline_tag": _cell(str(facts.get("pipeline_tag") or DEFAULT_PIPELINE_TAG)),
+        "pipeline_tag_source": _prose(_pipeline_tag_source(facts)),
+        "algorithm_name": ALGORITHMS.get(algorithm, algorithm.upper()),
+        "preset": _cell(str(facts["preset"])),
+        "image": _cell(str(facts["image"])),
+        "overrides": [
+            (_cell(str(k)), _cell(_value(v))) for k, v in sorted((facts.get("overrides") or {}).items())
+        ],
+        "training_data": evaluation.where(facts.get("training_data") or {}),
+        "rewards": evaluation.rows(rewards),
+        "examples": evaluation.examples(rewards),
+        "evaluated_on": evaluation.where(facts.get("evaluation") or {}),
+        "gate": _gate(facts.get("gate") or {}),
+        "links": _links(facts.get("links") or {}),
+        "run_id": _cell(str(facts["run_id"])),
+        "request_id": _cell(str(facts["request_id"])),
+    }
+
+
+def _pipeline_tag_source(facts: Mapping[str, Any]) -> str:
+    if facts.get("pipeline_tag_source"):
+        return str(facts["pipeline_tag_source"])
+    if facts.get("pipeline_tag"):
+        return "the base model's card"
+    return (
+        f"rlpipe's default ({DEFAULT_PIPELINE_TAG}, what train_rl trains): the base model's card was not read"
     )
-    card = ModelCard(text)  # parses the header back: what the Hub will read
-    header = card.data.to_dict()
-    if header.get("base_model") != base_model or header.get("license") != license_id:
-        raise ValueError("the rendered card's metadata does not read back as written")
-    return str(card)
+
+
+def _gate(gate: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The quality gate as the card tells it: the verdict, each threshold with the measured value,
+    and, for a promoted model, who promoted it, when, as which verified identity, and why."""
+    if not gate:
+        return None
+    override = gate.get("override") or {}
+    return {
+        "summary": SUMMARIES.get(gate.get("passed"), SUMMARIES[None]),
+        "thresholds": [_threshold(name, value) for name, value in (gate.get("thresholds") or {}).items()],
+        "reasons": [_prose(str(r)) for r in gate.get("reasons") or []],
+        "promoted": bool(override),
+        "by": _prose(str(override.get("by") or "someone unnamed")),
+        "caller": _cell(str(override.get("caller") or "")),
+        "at": _cell(str(override.get("at") or "an unrecorded time")),
+        "reason": _prose(str(override.get("reason") or "no reason recorded")),
+    }
+
+
+def _links(links: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(label, _cell(str(links[key]))) for key, label in LINKS.items() if links.get(key)]
+
+
+def _threshold(name: str, value: Any) -> str:
+    what, unit = THRESHOLDS.get(name, (name, ""))
+    shown = evaluation.number(float(value)) if isinstance(value, int | float) else _cell(str(value))
+    return f"`{_cell(name)}`: {what} at least {shown}{unit}"
 
 
 def _environment() -> jinja2.Environment:
@@ -128,7 +202,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,  # markdown, not HTML; table cells are escaped by _cell
+        autoescape=False,  # markdown, not HTML; free text is escaped by _cell and _prose
     )
 
 
@@ -141,20 +215,18 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|").replace("`", "'")
 
 
+def _prose(text: str) -> str:
+    """A person's words (a promote reason, a name) as plain text: one line, and no HTML, so an
+    ``<!--`` in a reason cannot hide the rest of the card."""
+    return _cell(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _value(value: Any) -> str:
     if isinstance(value, float):
-        return _number(value)
+        return evaluation.number(value)
     if isinstance(value, list | tuple):
         return ", ".join(_value(v) for v in value)
     return str(value)
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return _cell(str(value))
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _license_text(facts: Mapping[str, Any], license_id: str) -> str:
@@ -162,66 +234,3 @@ def _license_text(facts: Mapping[str, Any], license_id: str) -> str:
         name = _cell(str(facts["license_name"]))
         return f"[{name}]({facts['license_link']})" if facts.get("license_link") else name
     return f"`{_cell(license_id)}`"
-
-
-def _reward_rows(rewards: Mapping[str, Any]) -> list[dict[str, str]]:
-    """One row per metric people read (``METRICS``, in that order), with its unit; the raw
-    ``corr``/``total`` counts are not metrics."""
-    pre, post = dict(rewards.get("pre") or {}), dict(rewards.get("post") or {})
-    rows = []
-    for key, (name, unit, _) in METRICS.items():
-        before, after = pre.get(key), post.get(key)
-        if before is None and after is None:
-            continue
-        change = "—"
-        if isinstance(before, int | float) and isinstance(after, int | float) and not isinstance(after, bool):
-            change = f"{after - before:+.4g}{unit}"
-        rows.append(
-            {
-                "name": name,
-                "before": "—" if before is None else f"{_number(before)}{unit}",
-                "after": "—" if after is None else f"{_number(after)}{unit}",
-                "change": change,
-            }
-        )
-    return rows
-
-
-def _examples(rewards: Mapping[str, Any]) -> str:
-    totals = {(rewards.get(k) or {}).get("total") for k in ("pre", "post")} - {None}
-    return ", ".join(_number(t) for t in sorted(totals, key=str)) if totals else ""
-
-
-def _eval_results(post: Mapping[str, Any], evaluation: Mapping[str, str]) -> list[EvalResult]:
-    """The post-training values as model-index entries: task, dataset (at its split) and metric."""
-    results = []
-    for key, (name, unit, metric_type) in METRICS.items():
-        value = post.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            results.append(
-                EvalResult(
-                    task_type="text-generation",
-                    dataset_type=str(evaluation["dataset"]),
-                    dataset_name=str(evaluation["dataset"]).rsplit("/", 1)[-1],
-                    dataset_config=str(evaluation.get("subset") or "") or None,
-                    dataset_split=str(evaluation["split"]),
-                    metric_type=metric_type,
-                    metric_name=f"{name} ({unit})" if unit else name,
-                    metric_value=round(float(value), 4),
-                )
-            )
-    return results
-
-
-def _promotion(gate: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What a promoted model must say about the gate it did not pass."""
-    override = gate.get("override") or {}
-    if not override:
-        return None
-    return {
-        "by": _cell(str(override.get("by") or "?")),
-        "caller": _cell(str(override.get("caller") or "")),
-        "at": _cell(str(override.get("at") or "?")),
-        "reason": _cell(str(override.get("reason") or "")),
-        "reasons": [_cell(str(r)) for r in gate.get("reasons") or []],
-    }

@@ -1,0 +1,54 @@
+"""Issue 26 end to end on the local stack: a run held back by its quality gate, promoted with
+`rlpipe promote`'s call, exported and published to the Hub double; the card the real client reads
+back says it was promoted past the gate, with the threshold, the measured value, who and why."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from huggingface_hub import HfApi, ModelCard
+
+from tests.test_e2e import Local, faults, local  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_model_published_after_a_promote_says_it_was_promoted_past_its_failed_gate(
+    local: Local, faults: Any
+) -> None:
+    from rlpipe.cli.runs import call_stage
+
+    faults([])
+    repo = f"e2e/{os.urandom(4).hex()}"
+    run_id = local.submit(local.request(gate={"min_post_mean_reward": 0.99}, publish={"repo": repo}))
+    assert local.wait(run_id).state == "gated"
+    reason = "reviewed the samples by hand: ship it"
+    call_stage(local.settings, {"op": "promote", "run_id": run_id, "by": "alice", "reason": reason})
+    record = local.wait(run_id, expected=30)
+    assert record.state == "succeeded", record.failure
+    sha, final, post = record.lineage.hf_sha, record.lineage.final_step, record.results["post"]
+    assert sha and final
+
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    card = ModelCard.load(Path(api.hf_hub_download(repo, "README.md", revision="main")))
+    top = card.text.split("## Base model")[0]
+    assert f"# {repo.split('/')[1]}" in top and "**Promoted past its quality gate.**" in top
+    override = record.gate.override if record.gate else None
+    assert override is not None and override.by == "alice"
+    assert (
+        "did **not** pass" in top and f'alice promoted it anyway at {override.at}, because: "{reason}"' in top
+    )
+    assert "`min_post_mean_reward`: post-training mean reward at least 0.99" in card.text
+    assert f"post mean_reward {post['mean_reward']:.4f} below min_post_mean_reward 0.99" in card.text
+    # The base model on the Hub double has `pipeline_tag: image-text-to-text` in its card.
+    assert card.data.pipeline_tag == "image-text-to-text" and f"base model's card at {sha[:12]}" in card.text
+    assert "promoted-past-gate" in (card.data.tags or [])
+    results = {r.metric_type: r for r in card.data.eval_results or []}
+    assert results["accuracy"].metric_value == round(post["accuracy"], 4)
+    assert (results["accuracy"].dataset_type, results["accuracy"].dataset_split) == ("openai/gsm8k", "test")
+    bucket = local.settings.artifacts_bucket
+    assert f"gs://{bucket}/runs/{run_id}/trained/rl/checkpoints/actor/{final}/" in card.text
+    assert "local-write-token" not in card.content
