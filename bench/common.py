@@ -251,6 +251,20 @@ def mib(n: int) -> str:
 # ---- the local stack, as a benchmark drives it ---------------------------------------------------------
 
 
+def request_document(request_id: str, *, fresh_cache: bool = True, **fields: Any) -> dict[str, Any]:
+    """The request the benchmarks submit (``BenchStack.request`` writes it): ``fields`` on top."""
+    doc: dict[str, Any] = {
+        "model": "gemma4-26b",
+        "hf_repo": "google/gemma-4-26b-a4b-it",
+        "request_id": request_id,
+        "retry": FAST_RETRY,
+        **fields,
+    }
+    if fresh_cache:
+        doc.setdefault("image", f"{IMAGE_REPO}:{request_id}")
+    return doc
+
+
 class BenchStack:
     """A `LocalStack` plus the clients a benchmark needs (the e2e tests' `Local`, trimmed)."""
 
@@ -318,15 +332,7 @@ class BenchStack:
         import yaml
 
         request_id = request_id or f"b-{uuid.uuid4().hex[:12]}"
-        doc: dict[str, Any] = {
-            "model": "gemma4-26b",
-            "hf_repo": "google/gemma-4-26b-a4b-it",
-            "request_id": request_id,
-            "retry": FAST_RETRY,
-            **fields,
-        }
-        if fresh_cache:
-            doc.setdefault("image", f"{IMAGE_REPO}:{request_id}")
+        doc = request_document(request_id, fresh_cache=fresh_cache, **fields)
         path = self.requests_dir / f"{request_id}.yaml"
         path.write_text(yaml.safe_dump(doc))
         return path

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> Section:
     old = data[f"{n_runs} runs, {n_objects} checkpoint objects/full walk (baseline)"]
     headline = [
         (
-            "`rlpipe list` requests with 10k checkpoint objects",
+            f"`rlpipe list` requests with {n_objects:,} checkpoint objects",
             str(new["requests"]),
             f"full walk: {old['requests']}",
         )

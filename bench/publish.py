@@ -138,8 +138,10 @@ def run(args: argparse.Namespace) -> Section:
             for mib, budget_shards in cases:
                 label = f"{mib} MiB" + (f", in flight ≤ {budget_shards} shards" if budget_shards else "")
                 say(f"publish: {args.publish_shards} shards of {label}")
-                bucket = client.create_bucket(f"bench-publish-{mib}-{budget_shards or 1}")
-                run_id = f"bench-{mib}-{budget_shards or 1}"
+                # Names apart from the unbudgeted row's of the same size, whatever the budget.
+                tag = f"{mib}-inflight{budget_shards}" if budget_shards else f"{mib}"
+                bucket = client.create_bucket(f"bench-publish-{tag}")
+                run_id = f"bench-{tag}"
                 shard_path = Path(tmp) / "shard"
                 for i in range(1, args.publish_shards + 1):
                     _shard(shard_path, mib * MIB, seed=mib * 1000 + i + 100 * (budget_shards or 0))

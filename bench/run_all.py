@@ -6,7 +6,7 @@ collects their results as JSON and writes one report. Figures are never asserted
 1 only when a correctness check inside a benchmark failed (e.g. a burst made two runs, a soak run
 ended in the wrong state), so a broken pipeline cannot produce a green benchmark.
 
-    .venv/bin/python -m bench.run_all                     # everything, ~7-9 minutes on 2 cores
+    .venv/bin/python -m bench.run_all                     # all ten, ~6 minutes on 2 cores
     .venv/bin/python -m bench.run_all --only soak --seed 1234
     .venv/bin/python -m bench.run_all --quick             # smaller repetitions, for a quick look
 """
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import CACHE, PYTHON, ROOT, Section, dump_json, loadavg, machine, say, table
 
@@ -56,6 +57,9 @@ QUICK = {
     "soak_runs": 8,
     "fastpath_events": 1000,
     "fastpath_seconds": 0.2,
+    "reps": 3,
+    "publish_shard_mib": [8, 32],
+    "cost_runs": 500,
 }
 
 
@@ -94,6 +98,26 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("7. rlpipe list")
     g.add_argument("--list-runs", type=int, default=3, help="runs in the bucket")
     g.add_argument("--list-objects", type=int, default=10_000, help="checkpoint objects added to one run")
+    g = p.add_argument_group("8. rlpipe report (`python -m bench.report --help`)")
+    g.add_argument("--report-points", dest="points", type=int, default=1000, help="intermediate evaluations")
+    g.add_argument(
+        "--report-attempts", dest="attempts", type=int, default=30, help="attempts over the stages"
+    )
+    g.add_argument("--report-reps", dest="reps", type=int, default=5, help="timed renders (median reported)")
+    g = p.add_argument_group("9. publishing to the Hub (`python -m bench.publish --help`)")
+    g.add_argument("--publish-shard-mib", type=int, nargs="+", default=[8, 32, 128], help="shard sizes")
+    g.add_argument("--publish-shards", type=int, default=3, help="shards per export")
+    g.add_argument(
+        "--publish-budget-shards",
+        type=int,
+        default=2,
+        help="the middle size again with this many shards in flight at most (0: skip)",
+    )
+    g = p.add_argument_group(
+        "10. cost by provisioning mode (its other knobs: `python -m bench.cost_modes --help`)"
+    )
+    g.add_argument("--cost-runs", type=int, default=2000, help="trainings simulated per row")
+    g.add_argument("--cost-seed", type=int, default=1, help="the simulation's seed")
     p.add_argument("--section", choices=ORDER, help=argparse.SUPPRESS)  # internal: run one, in this process
     p.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     return p
@@ -103,16 +127,36 @@ def _run_section(key: str, args: argparse.Namespace) -> Section:
     import importlib
 
     module = importlib.import_module(SECTIONS[key])
-    if key == "cost":  # a simulation with its own keyword arguments: its defaults, as its docs say
+    if key == "cost":  # a simulation with keyword arguments: runs and seed from here, the rest its defaults
         started = time.monotonic()
-        _, text = module.run()
-        return Section(key, TITLES[key], text, seconds=time.monotonic() - started)
+        tables, text = module.run(runs=args.cost_runs, seed=args.cost_seed)
+        return Section(key, TITLES[key], text, _cost_headline(tables), seconds=time.monotonic() - started)
     # The newer sections have parsers of their own: their defaults, where run_all has no option.
     if hasattr(module, "parser"):
         for name, value in vars(module.parser().parse_args([])).items():
             if not hasattr(args, name):
                 setattr(args, name, value)
     return module.run(args)
+
+
+def _cost_headline(tables: list[Any]) -> list[tuple[str, str, str]]:
+    """Per final step: flex-start's cost and the highest spot rate's chip-hours, against on-demand."""
+    rows = []
+    for t in tables:
+        flex = t.row("flex-start")
+        cost = t.cost_ratio(flex)
+        floor = "≥ " if t.ratios["flex-start"].label.startswith("floor") else ""
+        spot = max((r for r in t.rows if r.model.mode == "spot"), key=lambda r: r.model.spot_rate_per_hour)
+        rows.append(
+            (
+                f"cost, {t.final_step}-step training on v6e-32 (simulated, {flex.n:,} runs per mode)",
+                ("flex-start cost: price unknown" if cost is None else f"flex-start cost {floor}×{cost:.2f}")
+                + f"; spot at {spot.model.spot_rate_per_hour:g} reclaims/h: ×{t.chip_ratio(spot):.2f} "
+                f"chip-hours, {spot.success_rate:.0%} succeed",
+                f"on-demand: ×1, {t.baseline.success_rate:.0%} succeed",
+            )
+        )
+    return rows
 
 
 def _child(key: str, argv: list[str]) -> Section:
@@ -145,8 +189,29 @@ def _settings(args: argparse.Namespace) -> str:
         f"--cold-entry-reps {args.cold_entry_reps} --fastpath-events {args.fastpath_events} --poll-seconds "
         f"{args.poll_seconds} --latency-runs {args.latency_runs} --drop-concurrency {args.drop_concurrency} "
         f"--burst-sizes {' '.join(str(n) for n in args.burst_sizes)} --soak-runs {args.soak_runs} "
-        f"--soak-timing {args.soak_timing}`"
+        f"--soak-timing {args.soak_timing} --list-objects {args.list_objects} --report-points {args.points} "
+        f"--report-attempts {args.attempts} --report-reps {args.reps} --publish-shard-mib "
+        f"{' '.join(str(n) for n in args.publish_shard_mib)} --publish-shards {args.publish_shards} "
+        f"--publish-budget-shards {args.publish_budget_shards} --cost-runs {args.cost_runs} "
+        f"--cost-seed {args.cost_seed}`"
     )
+
+
+# A 1-minute load average above this when the run starts means other work shares the machine.
+BUSY_LOAD = 1.5
+
+
+def _busy_note(info: dict[str, object]) -> list[str]:
+    """A note in RESULTS.md when the machine was already busy as the run started."""
+    load = float(str(info["loadavg"]).split()[0])
+    if load <= BUSY_LOAD:
+        return []
+    return [
+        f"**Other work was running on the machine when this run started** (1-minute load {load:g} on "
+        f"{info['nproc']} CPUs, above {BUSY_LOAD:g}): absolute times are inflated and noisier than on an "
+        "idle machine; the ratios to baselines measured in the same run suffer less.",
+        "",
+    ]
 
 
 def report(sections: list[Section], args: argparse.Namespace, info: dict[str, object], elapsed: float) -> str:
@@ -171,6 +236,7 @@ def report(sections: list[Section], args: argparse.Namespace, info: dict[str, ob
             ],
         ),
         "",
+        *_busy_note(info),
         "Settings: "
         + _settings(args)
         + (" (**`--quick`: reduced repetitions**)" if args.quick else "")
@@ -196,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
+        from bench.soak import soak_kinds
+
+        args.soak_runs = max(args.soak_runs, len(soak_kinds()))  # still one run of every kind
     if args.section:  # child mode
         section = _run_section(args.section, args)
         dump_json(args.json_out, dataclasses.asdict(section))

@@ -4,9 +4,11 @@
 draws a scenario from the simulator's fault kinds (``FAULT_KINDS``) with a seeded generator (the
 seed is printed and written to RESULTS.md; ``--seed`` replays it). The kinds are dealt like cards
 (every kind the same number of times, ± 1, in a shuffled order) so a 20-run soak covers all of
-them. Each fault is scoped to its run with the scenario entry's ``run`` field, matched against the
-workload's ``rlpipe.dev/run`` label, so concurrent runs never see each other's faults (except
-``api-5xx``, which by nature fails the next n requests to the API server, whoever sends them).
+them; a kind the soak cannot deal is in ``EXCLUDED`` with the reason (``tests/test_bench_soak.py``
+holds every kind to one or the other). Each fault is scoped to its run with the scenario entry's
+``run`` field, matched against the workload's ``rlpipe.dev/run`` label, so concurrent runs never
+see each other's faults (except ``api-5xx``, which by nature fails the next n requests to the API
+server, whoever sends them).
 
 ``EXPECTED`` below is the contract: scenario → the terminal state it implies, and the attempts.
 At the end every run must be in that state, no workload may be left in the cluster, and every
@@ -23,7 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import BenchStack, RssSampler, Section, mib, say, secs, table
@@ -44,6 +46,7 @@ class Scenario:
     failure_classes: dict[str, list[str | None]] | None = None  # stage → failure class per attempt
     cancel_when_running: str | None = None  # stall: cancel once this stage runs
     no_callback_for: str | None = None  # drop-events: this stage must never have been woken by an event
+    request: dict[str, Any] = field(default_factory=dict)  # request fields the scenario needs
 
 
 # The explicit mapping scenario → expected outcome (README and RESULTS.md print it).
@@ -66,6 +69,11 @@ EXPECTED_TEXT = [
     ("`drop-events:<stage>`", "succeeded; 1 attempt per stage; that stage never woken by an event (poll)"),
     ("`train:stall`", "cancelled by the soak (`rlpipe cancel`) once training runs; workloads deleted"),
     ("`train:1:evict@<step>`", "succeeded; Kueue evicts train attempt 1 (`preempted`), attempt 2 resumes"),
+    (
+        "`train:1:provision-fail` (a `flex-start` request)",
+        "succeeded; train attempt 1 never admitted (`capacity`: the ProvisioningRequest rejected), "
+        "attempt 2 runs",
+    ),
 ]
 
 
@@ -149,6 +157,17 @@ def draw(kind: str, rng: random.Random) -> Scenario:
             {"train": 2},
             failure_classes={"train": ["preempted", None]},
         )
+    if kind == "provision-fail":
+        # Only a flex-start request makes a ProvisioningRequest (on flex-queue); train is its TPU stage.
+        return Scenario(
+            kind,
+            "train:1:provision-fail",
+            [{"stage": "train", "attempt": 1, "fault": "provision-fail"}],
+            "succeeded",
+            {"train": 2},
+            failure_classes={"train": ["capacity", None]},
+            request={"tpu": {"provisioning": "flex-start"}},
+        )
     if kind == "stall":
         return Scenario(
             kind,
@@ -163,13 +182,11 @@ def draw(kind: str, rng: random.Random) -> Scenario:
 
 # Fault kinds the soak cannot draw, each with why and where it is held instead.
 EXCLUDED = {
-    "provision-fail": (
-        "a flex-start ProvisioningRequest failure; the soak's request is a reservation one, which "
-        "makes no ProvisioningRequest (tests/test_e2e_modes.py and tests/test_real_flex_start.py)"
-    ),
     "no-quota": (
-        "a workload Kueue never admits waits until the request's queued deadline (an hour by "
-        "default) before it is capacity (tests/test_real_conformance_capacity.py, on both clusters)"
+        "a workload Kueue never admits is `capacity` only once the request's queued deadline has "
+        "passed on the wall clock (2 h by default, 60 s at the least), so one such run would make "
+        "the soak's time to all-terminal a measure of that deadline, not of the pipeline "
+        "(held in tests/test_real_conformance_capacity.py, on the double and the real Kueue)"
     ),
 }
 
@@ -298,8 +315,8 @@ def run(args: argparse.Namespace) -> Section:
         s.stack.set_faults(faults)
         sampler.start()
         submit_started = time.monotonic()
-        for request_id in request_ids:
-            s.submit(s.request(request_id))
+        for request_id, scenario in zip(request_ids, scenarios, strict=True):
+            s.submit(s.request(request_id, **scenario.request))
         say(
             f"soak: {len(run_ids)} runs submitted at {args.soak_timing} timing; waiting (≤ {args.soak_timeout:g} s)"
         )
