@@ -295,7 +295,7 @@ class StageService:
                 r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
             return "launched"
 
-        self.ledger.update(
+        recorded = self.ledger.update(
             run_id,
             record_launch,
             detail=lambda r: {
@@ -317,8 +317,7 @@ class StageService:
         # Again after our record: a late launch of an older attempt (an HTTP retry of it) that
         # applied between our delete and our record would otherwise run beside this one until a
         # reconcile pass. From here on, such a launch is refused by the record (superseded).
-        recorded = self.ledger.get(run_id)
-        for old in recorded.attempts if recorded else []:
+        for old in recorded.attempts:  # the record as our update left it: no second read
             if old.stage == stage and old.attempt < attempt:
                 self.cluster.delete(KIND[stage], old.workload)
         log.info("launched", workload=name, uid=uid, resume_step=resume)
