@@ -64,12 +64,12 @@ def _run(
     *,
     gate: dict[str, Any] | None = None,
     verdict: GateRecord | None = None,
-    overrides: dict[str, Any] | None = None,
+    dataset: dict[str, Any] | None = None,
 ) -> tuple[RunRecord, Request]:
     """A run that trained and is about to publish, as its ledger holds it."""
     doc = minimal_request(publish={"repo": REPO}, **({"gate": gate} if gate else {}))
-    if overrides:
-        doc["maxtext_overrides"] = overrides
+    if dataset:
+        doc["dataset"] = dataset
     req = validate_request(doc)
     record = RunRecord(
         run_id=RUN,
@@ -193,45 +193,36 @@ def test_an_evaluation_of_no_example_is_no_result() -> None:
 
 
 @pytest.mark.parametrize(
-    ("overrides", "dataset", "split", "held_out", "files"),
+    ("dataset_section", "dataset", "split", "held_out"),
     [
-        ({}, "openai/gsm8k", "test", False, None),  # rl.yml:236-245
+        ({}, "openai/gsm8k", "test", False),  # the presets: rl.yml:236-245
         (
-            {"eval_dataset_name": "acme/math-eval", "eval_split": "validation"},
+            {"eval_repo": "acme/math-eval", "eval_split": "validation"},
             "acme/math-eval",
             "validation",
             False,
-            None,
         ),
-        (
-            {"dataset_name": "acme/math", "eval_dataset_name": ""},
-            "acme/math",
-            "test",
-            False,
-            None,
-        ),  # empty: the training set
+        ({"repo": "acme/math", "subset": None}, "acme/math", "test", False),  # no eval_repo: the train set
         (  # evaluated on itself: train_rl holds 5% of the train split out (train_rl.py:306-330)
-            {"dataset_name": "nvidia/OpenMathInstruct-2", "eval_dataset_name": "nvidia/OpenMathInstruct-2"},
+            {"repo": "nvidia/OpenMathInstruct-2", "subset": None},
             "nvidia/OpenMathInstruct-2",
             "train",
             True,
-            None,
         ),
-        ({"hf_eval_files": "/data/gsm8k-eval.parquet"}, None, "test", False, "/data/gsm8k-eval.parquet"),
     ],
-    ids=["rl-yml", "eval-dataset", "empty-eval-name", "held-out", "parquet-files"],
+    ids=["presets", "eval-dataset", "train-set", "held-out"],
 )
 def test_the_evaluation_set_is_the_one_train_rl_reads(
-    overrides: dict[str, Any], dataset: str | None, split: str, held_out: bool, files: str | None
+    dataset_section: dict[str, Any], dataset: str, split: str, held_out: bool
 ) -> None:
-    record, req = _run(overrides=overrides)
+    record, req = _run(dataset=dataset_section)
     ev = publishing.card_facts(record, req, {"license": "gemma"}, BUCKET)["evaluation"]
-    assert (ev["dataset"], ev["split"], ev["held_out"], ev["data_files"]) == (dataset, split, held_out, files)
+    assert (ev["dataset"], ev["split"], ev["held_out"]) == (dataset, split, held_out)
     results = ModelCard(
         render_card(publishing.card_facts(record, req, {"license": "gemma"}, BUCKET))
     ).data.eval_results
     assert results, "every evaluation set is named in the model-index"
-    assert {r.dataset_type for r in results} == {dataset or "parquet"}
+    assert {r.dataset_type for r in results} == {dataset}
     assert all(r.dataset_split and r.dataset_split.startswith(split) for r in results)
     assert all(("held out" in str(r.dataset_split)) == held_out for r in results)
 

@@ -163,6 +163,12 @@ class Lineage(_Model):
     published_commit: str | None = None  # the Hub commit that holds this run's model (its receipt's)
     promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
     pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
+    # The datasets plan pinned: {"train": …, "eval": …}, each control.hub_datasets' record (repo,
+    # commit, subset, split, every data file with its size and sha256) and where it is staged.
+    data: dict[str, Any] | None = None
+    # The user's files intake copied under the run's prefix: role (rewards, processor,
+    # chat_template) → {uri, sha256, size, functions}; every attempt checks these bytes.
+    inputs: dict[str, Any] | None = None
 
 
 class GateRecord(_Model):

@@ -29,15 +29,6 @@ CARD_FILE = "README.md"
 UNRENDERED_CARD = "(the model card, rendered by the control plane when the publish attempt launches)"
 CARD_MAX_BYTES = 1 << 20  # a model card; the program refuses a larger one too
 _DEFAULT_TAG = "rlpipe's default"
-# The data train_rl reads when no override names other: rl.yml at maxtext-v0.2.4
-# (maxtext/configs/post_train/rl.yml:236-245; hf_*_files unset, configs/base.yml:789-791).
-RL_YML_DATA: dict[str, str] = {
-    "dataset_name": "openai/gsm8k",
-    "eval_dataset_name": "openai/gsm8k",
-    "hf_subset": "main",
-    "train_split": "train",
-    "eval_split": "test",
-}
 # Datasets train_rl splits itself when they are also the evaluation dataset: 5% of the training
 # split held out, seeded by data_shuffle_seed (maxtext 0.2.4 train_rl.py:253-279, 306-330).
 HELD_OUT_DATASETS = frozenset(
@@ -145,39 +136,37 @@ def _tag_of(content: bytes, sha: str) -> dict[str, str]:
     return {"pipeline_tag": tag.strip(), "pipeline_tag_source": f"the base model's card at {sha[:12]}"}
 
 
-def _setting(overrides: Mapping[str, Any], key: str) -> str | None:
-    """A data key as train_rl reads it: the request's override, else rl.yml's; "" is unset
-    (MaxText's pyconfig turns an empty ``hf_*_files`` into None)."""
-    value = overrides.get(key, RL_YML_DATA.get(key))
-    return None if value is None or value == "" else str(value)
+def _pinned(record: RunRecord, which: str) -> str | None:
+    """The commit ``plan`` pinned a dataset to (``lineage.data``), when it has."""
+    entry = (record.lineage.data or {}).get(which) or {}
+    sha = entry.get("sha")
+    return str(sha) if sha else None
 
 
-def training_data(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """What train_rl trained on (``train_rl.prepare_datasets``): a Hub dataset's split, or parquet files."""
-    files = _setting(overrides, "hf_train_files")
+def training_data(req: Request, record: RunRecord) -> dict[str, Any]:
+    """What train_rl trained on: the request's dataset at the commit plan pinned, the split it
+    named (``dataset_name``, ``hf_subset``, ``train_split``; ``train_rl.prepare_datasets``)."""
+    d = req.dataset
     return {
-        "dataset": None if files else _setting(overrides, "dataset_name"),
-        "subset": _setting(overrides, "hf_subset"),
-        "split": _setting(overrides, "train_split"),
-        "data_files": files,
+        "dataset": d.repo,
+        "subset": d.subset,
+        "split": d.train_split,
+        "revision": _pinned(record, "train") or d.revision,
     }
 
 
-def evaluation_set(overrides: Mapping[str, Any]) -> dict[str, Any]:
+def evaluation_set(req: Request, record: RunRecord) -> dict[str, Any]:
     """What train_rl evaluated on, before and after training (``train_rl.prepare_datasets``):
-    ``eval_split`` of ``eval_dataset_name`` (the training dataset when that is empty), or parquet
-    ``hf_eval_files``; for the datasets in ``HELD_OUT_DATASETS`` evaluated on themselves, the
-    examples train_rl held out of the training split."""
-    dataset = _setting(overrides, "dataset_name")
-    evaluated = _setting(overrides, "eval_dataset_name") or dataset
-    if dataset in HELD_OUT_DATASETS and evaluated == dataset:
-        return {**training_data(overrides), "held_out": True}
-    files = _setting(overrides, "hf_eval_files")
+    ``eval_split`` of the evaluation dataset; for the datasets in ``HELD_OUT_DATASETS`` evaluated
+    on themselves, the examples train_rl held out of the training split."""
+    d = req.dataset
+    if d.repo in HELD_OUT_DATASETS and d.evaluated_repo == d.repo:
+        return {**training_data(req, record), "held_out": True}
     return {
-        "dataset": None if files else evaluated,
-        "subset": _setting(overrides, "hf_subset"),
-        "split": _setting(overrides, "eval_split"),
-        "data_files": files,
+        "dataset": d.evaluated_repo,
+        "subset": d.subset,
+        "split": d.eval_split,
+        "revision": _pinned(record, "eval") or d.evaluated_revision,
         "held_out": False,
     }
 
@@ -212,7 +201,6 @@ def card_facts(
     """Everything the card says, from the ledger, the request and the base model's card; token-like
     text masked (``control.redaction``), since a promote reason is free text and the card public."""
     results = record.results or {}
-    overrides = dict(req.maxtext_overrides or {})
     facts: dict[str, Any] = {
         "base_model": req.hf_repo,
         "base_sha": record.lineage.hf_sha or "",
@@ -221,9 +209,9 @@ def card_facts(
         "preset": req.preset,
         "overrides": changed_hyperparameters(record.request),
         "image": req.image,
-        "training_data": training_data(overrides),
+        "training_data": training_data(req, record),
         "rewards": {k: results.get(k) or {} for k in ("pre", "post")},
-        "evaluation": evaluation_set(overrides),
+        "evaluation": evaluation_set(req, record),
         "gate": gate_facts(record, req),
         "links": run_links(artifacts_bucket, record),
         "run_id": record.run_id,

@@ -56,6 +56,20 @@ _TIMEOUTS = {
     "queued": 2 * 3600,
 }
 
+# The tutorials' data and rewards: train_rl's defaults (rl.yml at maxtext-v0.2.4, lines 236-245):
+# GSM8K's `main` config, trained on `train` and evaluated on `test`, with MaxText's three built-in
+# math rewards (no `rewards` section). Now pinned: plan resolves `revision` to a commit.
+_DATASET = {
+    "repo": "openai/gsm8k",
+    "revision": "main",
+    "subset": "main",
+    "train_split": "train",
+    "eval_repo": None,
+    "eval_revision": None,
+    "eval_split": "test",
+    "processor": None,
+}
+
 _VLLM_HF_OVERRIDES_32 = '{"architectures": ["MaxTextForCausalLM"]}'
 _VLLM_HF_OVERRIDES_64 = '{architectures: ["MaxTextForCausalLM"]}'
 
@@ -80,6 +94,9 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "timeouts": dict(_TIMEOUTS),
         "notify": None,
         "labels": {},
+        "dataset": dict(_DATASET),
+        "rewards": None,
+        "chat_template": None,
         "maxtext_overrides": {},
         "gate": None,
         "publish": None,

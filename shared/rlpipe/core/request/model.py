@@ -10,16 +10,15 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     WithJsonSchema,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from rlpipe.core import presets, workarounds
+from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN, Strict, check_revision, custom_error
+from rlpipe.core.request.inputs import DatasetSpec, RewardsSpec, UserFile
 
 _SHELL_UNSAFE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?(){}\[\]'\"~#]")
 _SHELL_UNSAFE_CONFIG = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")  # allows JSON/Python-literal punctuation
@@ -29,18 +28,13 @@ _IMAGE = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-BRANCH_PATTERN = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,100}(?<![./])$")
-HF_REPO_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 _MODEL = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _TOPIC = re.compile(r"^(projects/[a-z][a-z0-9-]{4,28}[a-z0-9]/topics/)?[A-Za-z][A-Za-z0-9._~%+-]{2,254}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|M|G|T)?$"
 
 
-def _custom(problem: str, fix: str) -> PydanticCustomError:
-    """A validation error carrying its own fix text, which ``Problem`` extraction picks up."""
-    return PydanticCustomError("rlpipe", problem, {"fix": fix})
+_custom = custom_error
 
 
 def _parse_duration(value: Any) -> Any:
@@ -76,8 +70,7 @@ EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=1
 EnvValue = Annotated[str, Field(max_length=1024)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=False)
+_Strict = Strict
 
 
 def _check_image(value: str) -> str:
@@ -339,6 +332,13 @@ class Request(_Strict):
     pathways: PathwaysSpec
     hf_token_secret: SecretRef
     training: TrainingSpec
+    dataset: DatasetSpec = Field(description="the Hub dataset to train and evaluate on (docs/datasets.md)")
+    rewards: RewardsSpec | None = Field(
+        description="your reward functions, replacing MaxText's built-in three; None = the built-in"
+    )
+    chat_template: UserFile | None = Field(
+        description="your data template (JSON: SYSTEM_PROMPT, TEMPLATE); None = training.data_template_path"
+    )
     maxtext_overrides: dict[str, Scalar] = Field(
         description="extra train_rl key=value arguments (keys ^[a-z_][a-z0-9_.]*$; plain values)"
     )
@@ -354,12 +354,7 @@ class Request(_Strict):
     @field_validator("hf_revision")
     @classmethod
     def _revision(cls, value: str) -> str:
-        if _SHA.match(value) or (BRANCH_PATTERN.match(value) and not re.fullmatch(r"[0-9a-fA-F]{40}", value)):
-            return value
-        raise _custom(
-            f"{value!r} is neither a branch name nor a 40-hex commit sha",
-            "use a branch such as 'main', or the full lowercase commit sha",
-        )
+        return check_revision(value)
 
 
 # Keys the pipeline itself controls, and typed fields that must not be set through overrides.
@@ -376,4 +371,15 @@ TYPED_OVERRIDE_KEYS = {
     "rl.num_generations": "training.num_generations",
     "rl.reshard_chunk_size": "training.reshard_chunk_size",
     "vllm_additional_config": "training.vllm_maxtext_config",
+    # What the dataset, rewards and chat_template sections say (and the staged files they become).
+    "dataset_name": "dataset.repo",
+    "eval_dataset_name": "dataset.eval_repo",
+    "hf_subset": "dataset.subset",
+    "train_split": "dataset.train_split",
+    "eval_split": "dataset.eval_split",
+    "hf_train_files": "dataset (the pipeline stages the pinned files)",
+    "hf_eval_files": "dataset (the pipeline stages the pinned files)",
+    "dataset_processor_path": "dataset.processor",
+    "reward_functions_path": "rewards.file",
+    "reward_functions": "rewards.functions",
 }
