@@ -19,7 +19,7 @@ from urllib.parse import quote
 from rlpipe.control import blobstore, hub
 from rlpipe.control.ledger import GateRecord, RunRecord
 from rlpipe.control.redaction import mask_tokens
-from rlpipe.core import layout, presets
+from rlpipe.core import layout, presets, staging
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.manifests import RenderContext, converted_dir
 from rlpipe.core.request import Request
@@ -29,16 +29,6 @@ CARD_FILE = "README.md"
 UNRENDERED_CARD = "(the model card, rendered by the control plane when the publish attempt launches)"
 CARD_MAX_BYTES = 1 << 20  # a model card; the program refuses a larger one too
 _DEFAULT_TAG = "rlpipe's default"
-# Datasets train_rl splits itself when they are also the evaluation dataset: 5% of the training
-# split held out, seeded by data_shuffle_seed (maxtext 0.2.4 train_rl.py:253-279, 306-330).
-HELD_OUT_DATASETS = frozenset(
-    {
-        "nvidia/OpenMathInstruct-2",
-        "nvidia/OpenMathReasoning",
-        "open-r1/OpenR1-Math-220k",
-        "bethgelab/CuratedThoughts",
-    }
-)
 # Request fields that are not hyper-parameters (identity, plumbing, outcomes).
 _NOT_HYPERPARAMETERS = frozenset(
     {"model", "hf_repo", "hf_revision", "request_id", "preset", "labels", "notify", "gate", "publish"}
@@ -160,7 +150,7 @@ def evaluation_set(req: Request, record: RunRecord) -> dict[str, Any]:
     ``eval_split`` of the evaluation dataset; for the datasets in ``HELD_OUT_DATASETS`` evaluated
     on themselves, the examples train_rl held out of the training split."""
     d = req.dataset
-    if d.repo in HELD_OUT_DATASETS and d.evaluated_repo == d.repo:
+    if staging.splits_itself(d.repo, d.evaluated_repo):
         return {**training_data(req, record), "held_out": True}
     return {
         "dataset": d.evaluated_repo,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from rlpipe.core import pinning, workarounds
+from rlpipe.core import pinning, staging, workarounds
 
 if TYPE_CHECKING:
     from rlpipe.core.request import Request, Scalar
@@ -121,8 +121,30 @@ _TRAIN_ORDER: tuple[tuple[str, str], ...] = (
 )
 
 
-def train_args(req: Request, base_output_uri: str, parameters_uri: str) -> list[str]:
-    """train_rl arguments in the tutorials' order, then the request's extra overrides (sorted)."""
+def dataset_args(req: Request, train_files: str, eval_files: str) -> list[str]:
+    """What train_rl trains and evaluates on: the dataset's names (the built-in processor and the
+    self-split rule read them), and the staged files at the pinned commits (``core.staging``);
+    the user's processor and reward functions where the head's first step put them."""
+    d = req.dataset
+    args = [f"dataset_name={d.repo}", f"eval_dataset_name={d.evaluated_repo}"]
+    if d.subset is not None:
+        args.append(f"hf_subset={d.subset}")
+    args += [f"train_split={d.train_split}", f"eval_split={d.eval_split}", f"hf_train_files={train_files}"]
+    if not staging.splits_itself(d.repo, d.evaluated_repo):
+        args.append(f"hf_eval_files={eval_files}")
+    if d.processor is not None:
+        args.append(f"dataset_processor_path={staging.user_file_path('processor')}")
+    if req.rewards is not None:
+        args.append(f"reward_functions_path={staging.user_file_path('rewards')}")
+        args.append(f"reward_functions={','.join(req.rewards.functions)}")
+    return args
+
+
+def train_args(
+    req: Request, base_output_uri: str, parameters_uri: str, data_files: tuple[str, str] = ("", "")
+) -> list[str]:
+    """train_rl arguments in the tutorials' order, the data, then the request's extra overrides
+    (sorted). ``data_files``: the staged train and eval parquet patterns (``core.staging``)."""
     t = req.training
     args = [
         "run_name=rl",
@@ -135,10 +157,13 @@ def train_args(req: Request, base_output_uri: str, parameters_uri: str) -> list[
         value = getattr(t, field)
         if field == "tokenizer_path" and value is None:
             value = pinning.HEAD_PINNED_DIR  # the repo's tokenizer at the pinned sha (``pinning``)
+        if field == "data_template_path" and req.chat_template is not None:
+            value = staging.user_file_path("chat_template")  # the request's own, verified first
         if value is not None:
             args.append(f"{key}={fmt(value)}")
     args.append(f"vllm_hf_overrides={t.vllm_hf_overrides}")
     args.append(f"vllm_additional_config={vllm_additional_config(req)}")
+    args.extend(dataset_args(req, *data_files))
     args.extend(f"{k}={fmt(v)}" for k, v in sorted(req.maxtext_overrides.items()))
     return args
 
@@ -179,6 +204,7 @@ def train_script(req: Request, *, hold_seconds: int = 0) -> str:
     ]
     if fetches_pinned_source(req):
         lines.append(pinning.fetch_line())
+    lines.append(staging.stage_line())
     lines += [workarounds.lookup(ref).shell_line() for ref in req.training.workarounds]
     lines += held_exit(TRAIN_MODULE, hold_seconds)
     return "\n".join(lines) + "\n"

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, identity, layout, pinning, steps
+from rlpipe.core import commands, identity, layout, pinning, staging, steps
 from rlpipe.core.identity import Stage
 from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
@@ -31,6 +32,9 @@ class RenderContext:
     service_account: str = DEFAULT_SERVICE_ACCOUNT
     hf_revision: str | None = None
     converted_dir: str | None = None
+    # train: the pinned datasets (lineage.data) and the user's files (lineage.inputs) to stage
+    data: Mapping[str, Any] | None = None
+    inputs: Mapping[str, Any] | None = None
     model_card: str = ""  # publish: the card the control plane rendered (rlpipe.publisher.card)
     publisher_program: str = ""  # publish: the program's source (rlpipe.publisher.program)
 
@@ -118,7 +122,11 @@ def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict
         return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned)
     if stage == "train":
         assert paths.inputs is not None
-        args = commands.train_args(req, paths.output, paths.inputs)
+        data_files = (
+            staging.data_files_pattern(ctx.bucket, ctx.run_id, "train"),
+            staging.data_files_pattern(ctx.bucket, ctx.run_id, "eval"),
+        )
+        args = commands.train_args(req, paths.output, paths.inputs, data_files)
         return train_jobset(req, ctx, attempt, args, pinned_uri=pinned)
     if stage == "export":
         assert paths.inputs is not None
