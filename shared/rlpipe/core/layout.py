@@ -58,6 +58,9 @@ PINNED_SOURCE_DIR = "hf-source/"  # the HF repo's non-weight files at the pinned
 PINNED_MANIFEST = "rlpipe-pinned.json"  # written last by the convert Job: repo, sha, every file
 
 
+DATA_MANIFEST = "rlpipe-data.json"
+
+
 def gs(bucket: str, name: str) -> str:
     return f"gs://{bucket}/{name}"
 
@@ -150,6 +153,32 @@ class RunLayout:
     def publish_receipt(self) -> str:
         """Artifacts bucket: what the publish Job pushed (repo, branch, commit, every file's size)."""
         return f"{self.prefix}publish/receipt.json"
+
+    @property
+    def inputs(self) -> str:
+        """Artifacts bucket: what the run trains on and with, copied once and never rewritten."""
+        return f"{self.prefix}inputs/"
+
+    def user_file(self, role: str, suffix: str) -> str:
+        """Intake's copy of a user's file (``rewards``, ``processor``, ``chat_template``)."""
+        return f"{self.inputs}{role}{suffix}"
+
+    @property
+    def data(self) -> str:
+        """The pinned datasets' files, staged from the Hub at their commits before training."""
+        return f"{self.inputs}data/"
+
+    def data_split(self, role: str) -> str:
+        """One staged split (``train`` or ``eval``): its parquet files, in the order train_rl reads."""
+        return f"{self.data}{role}/"
+
+    def data_file(self, role: str, index: int) -> str:
+        return f"{self.data_split(role)}{index:05d}.parquet"
+
+    @property
+    def data_manifest(self) -> str:
+        """Written last by the staging step: every staged file with its source and sha256."""
+        return f"{self.data}{DATA_MANIFEST}"
 
     def uri(self, name: str) -> str:
         return gs(self.bucket, name)
