@@ -61,6 +61,12 @@ class Buckets:
         names = {"requests": self.requests, "artifacts": self.artifacts, "state": self.state}
         return BlobStore(self.client, names[which])
 
+    def store_of(self, bucket: str) -> Any:
+        """Any bucket by name (a request may name a gs:// file in a shared read-only bucket)."""
+        from rlpipe.control.blobstore import BlobStore
+
+        return BlobStore(self.client, bucket)
+
     def ledger(self) -> Any:
         """The ledger, where production keeps it: in the state bucket."""
         from rlpipe.control.ledger import Ledger
@@ -120,6 +126,10 @@ def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
         requests_bucket=buckets.requests,
         artifacts_bucket=buckets.artifacts,
         state_bucket=buckets.state,
+    )
+    kwargs.setdefault("artifacts", buckets.store("artifacts"))
+    kwargs.setdefault(
+        "read_gcs", lambda bucket, name, limit: buckets.store_of(bucket).read(name, max_bytes=limit).data
     )
     return Intake(
         requests=buckets.store("requests"),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlpipe.control import blobstore, interleave, retry, run_metrics
+from rlpipe.control import blobstore, interleave, retry, run_metrics, user_files
 from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
 from rlpipe.control.logs import Logger
@@ -57,6 +57,9 @@ class Intake:
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
     notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
     policy: Policy = field(default_factory=Policy)  # the deployment's allowlists
+    # Where a request's own files are copied (the run's prefix), and how a gs:// one is read.
+    artifacts: blobstore.BlobStore | None = None
+    read_gcs: user_files.GcsReader | None = None
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -161,6 +164,13 @@ class Intake:
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
         run_id = identity.run_id_for(key)
         log = log.bind(run_id=run_id)
+        try:
+            request, inputs = self._own_files(request, run_id, source)
+        except RequestInvalid as exc:
+            existing = self.ledger.get(run_id)
+            if existing is not None:  # the run exists with other files under its prefix
+                return self._conflict(existing, source_key, source, log)
+            return self._reject(source_key, source, exc.problems, log)
         holder = uuid.uuid4().hex
         record = RunRecord(
             run_id=run_id,
@@ -170,7 +180,12 @@ class Intake:
             execution=Execution(
                 lease_holder=holder, lease_until=self.clock() + self.lease_seconds, start_attempts=1
             ),
-            lineage=Lineage(hf_repo=request.hf_repo, hf_revision=request.hf_revision, image=request.image),
+            lineage=Lineage(
+                hf_repo=request.hf_repo,
+                hf_revision=request.hf_revision,
+                image=request.image,
+                inputs=inputs or None,
+            ),
         )
         if self.ledger.claim(record):
             log.info("claimed run", key=key)
@@ -183,6 +198,24 @@ class Intake:
         if existing.request != record.request:
             return self._conflict(existing, source_key, source, log)
         return self._start(run_id, holder, log, already_leased=False)
+
+    def _own_files(self, request: Request, run_id: str, source: Source) -> tuple[Request, dict[str, Any]]:
+        """The request's own files, checked and copied under the run's prefix; the request then
+        names those copies (``control.user_files``). Raises ``RequestInvalid``."""
+        if not user_files.files_of(request):
+            return request, {}
+        if self.artifacts is None or self.read_gcs is None:
+            raise RequestInvalid(
+                [Problem("", "this intake has no artifacts bucket to keep a request's files in", "")]
+            )
+        found = user_files.gather(
+            request,
+            request_name=source.name if source.kind == "gcs" else None,
+            requests=self.requests,
+            read_gcs=self.read_gcs,
+        )
+        copied = user_files.copy_to_run(self.artifacts, run_id, found, request)
+        return user_files.pinned_request(request, copied), {r: c.record(request) for r, c in copied.items()}
 
     # ---- starting the execution exactly once ----------------------------------------------------
 

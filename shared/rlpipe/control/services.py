@@ -74,7 +74,14 @@ def intake(log: Logger) -> Intake:
         lease_seconds=settings().start_lease_seconds,
         notify=notify_status,
         policy=settings().policy(),
+        artifacts=artifacts(),
+        read_gcs=read_gcs,
     )
+
+
+def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
+    """One small object of any bucket the policy let a request name (a user's file)."""
+    return blobstore.BlobStore(storage_client(), bucket).read(name, max_bytes=max_bytes).data
 
 
 def notify_status(record: RunRecord) -> None:

@@ -30,6 +30,17 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
+def _switch(name: str) -> bool:
+    """An on/off setting, off when unset; a value that is neither is refused by name, since reading
+    a typo as "off" or "on" would each surprise someone."""
+    raw = _env(name).lower()
+    if raw in ("", "false", "0", "no", "off"):
+        return False
+    if raw in ("true", "1", "yes", "on"):
+        return True
+    raise ValueError(f"{ENV_PREFIX}{name}={raw!r} is not true or false")
+
+
 def _positive(raw: str, default: float) -> float:
     """A positive number of seconds; empty, unparsable or non-positive values keep the default
     (a timeout of 0 or less would mean "never time out" to some clients, which is the bug)."""
@@ -87,6 +98,9 @@ class Settings:
     write_token_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS
     read_only_gcs_prefixes: tuple[str, ...] = ()
     notify_topics: tuple[str, ...] = ()
+    # Whether a request may bring Python that runs in its training pods (reward functions, a
+    # dataset processor): RLPIPE_ALLOW_USER_CODE=true. Off by default (docs/security.md).
+    allow_user_code: bool = False
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -119,6 +133,7 @@ class Settings:
             write_token_secrets=_list("WRITE_TOKEN_SECRETS", cls.write_token_secrets),
             read_only_gcs_prefixes=_list("READ_ONLY_GCS_PREFIXES", cls.read_only_gcs_prefixes),
             notify_topics=_list("NOTIFY_TOPICS", cls.notify_topics),
+            allow_user_code=_switch("ALLOW_USER_CODE"),
         )
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
@@ -134,6 +149,7 @@ class Settings:
             write_secrets=self.write_token_secrets,
             read_only_gcs=self.read_only_gcs_prefixes,
             notify_topics=self.notify_topics,
+            allow_user_code=self.allow_user_code,
             source=source,
         )
 

@@ -288,6 +288,10 @@ def build(
         lease_seconds=settings.start_lease_seconds,
         notify=notify.status_notifier(settings, send or notify.publish),
         policy=settings.policy(),
+        artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
+        read_gcs=lambda bucket, name, limit: (
+            blobstore.BlobStore(client, bucket).read(name, max_bytes=limit).data
+        ),
     )
     return Reconciler(
         settings=settings,

@@ -34,6 +34,7 @@ SETTINGS = {
     "write_secrets": "RLPIPE_WRITE_TOKEN_SECRETS",
     "gcs": "RLPIPE_READ_ONLY_GCS_PREFIXES",
     "topics": "RLPIPE_NOTIFY_TOPICS",
+    "code": "RLPIPE_ALLOW_USER_CODE",
 }
 
 
@@ -49,6 +50,7 @@ class Policy:
     write_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS  # name:key
     read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
     notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
+    allow_user_code: bool = False  # may a request bring Python that runs in its training pods
     source: str = "the built-in defaults"
     # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
     # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).
@@ -68,6 +70,7 @@ class Policy:
             *self._gcs(doc, run_id if run_id is not None else _run_id_of(request, self.namespace)),
             *override_key_problems(request.maxtext_overrides),
             *self._notify(request.notify),
+            *self._code(request),
         ]
 
     def _images(self, doc: Mapping[str, Any]) -> Iterator[Problem]:
@@ -115,6 +118,30 @@ class Policy:
                     "use data under "
                     + (" or ".join(allowed) if allowed else "a prefix the deployment lists")
                     + f"; an operator lists shared read-only prefixes in {SETTINGS['gcs']}",
+                )
+
+    def _code(self, request: Request) -> Iterator[Problem]:
+        """A request's Python runs in its training pods, with the run's identity; a deployment
+        decides whether requests may bring any (docs/security.md). The chat template is JSON,
+        read as data, and always allowed."""
+        if self.allow_user_code:
+            return
+        uses = [
+            ("rewards", request.rewards is not None),
+            ("dataset.processor", request.dataset.processor is not None),
+        ]
+        for path, used in uses:
+            if used:
+                yield Problem(
+                    path,
+                    "this deployment runs no code a request brings",
+                    "remove it and use MaxText's built-in "
+                    + (
+                        "rewards"
+                        if path == "rewards"
+                        else "processor (a dataset with question and answer columns)"
+                    )
+                    + f", or ask the operator to set {SETTINGS['code']}=true",
                 )
 
     def _notify(self, topic: str | None) -> Iterator[Problem]:
