@@ -122,6 +122,7 @@ locals {
     RLPIPE_WRITE_TOKEN_SECRETS      = join(",", var.write_token_secrets)
     RLPIPE_READ_ONLY_GCS_PREFIXES   = join(",", var.read_only_gcs_prefixes)
     RLPIPE_NOTIFY_TOPICS            = join(",", var.notify_topics)
+    RLPIPE_ALLOW_USER_CODE          = var.allow_user_code ? "true" : "false"
     RLPIPE_PRICES                   = var.tpu_prices_json
   }
 }

@@ -112,6 +112,8 @@ resource "google_project_iam_member" "project" {
 #   artifacts bucket  runs/<id>/trained/, runs/<id>/hf/           workloads write; stage and reconcile read
 #                     cache/maxtext/<key>/<run>-a<N>/             workloads write; stage reads
 #                     pathways/                                   workloads (Pathways scratch)
+#                     runs/<id>/inputs/<role>.<ext>               intake writes a request's own files once;
+#                                                                 the head reads them and stages data/ beside
 #
 # The workload identity has no grant at all on the state bucket: a training container cannot
 # rewrite a ledger, point a conversion cache key at a checkpoint of its own or forge an upstream
@@ -146,7 +148,12 @@ locals {
     # The pods write conversion attempts, checkpoints, exports and Pathways scratch: only there.
     "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]} || ${local.artifacts_prefix["pathways/"]}" }
     "workload/bucket" = { member = local.sa_member["workload"], role = "roles/storage.bucketViewer", condition = "" }
+    # intake copies a request's own files (reward functions, processor, chat template) into the
+    # run's inputs/ and reads a copy back when a redelivery finds one: those objects only.
+    "intake-object"  = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.intake_inputs }
+    "intake-message" = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.intake_inputs }
   }
+  intake_inputs = "resource.name.matches(\"^${local.storage_condition}runs/[a-z0-9]+/inputs/[a-z_]+[.](py|json)$\")"
 }
 
 resource "google_storage_bucket_iam_member" "artifacts" {

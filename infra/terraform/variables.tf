@@ -367,6 +367,12 @@ variable "read_only_gcs_prefixes" {
   }
 }
 
+variable "allow_user_code" {
+  description = "RLPIPE_ALLOW_USER_CODE: whether a request may bring Python (reward functions, a dataset processor) that runs in its training pods with the workload identity (docs/security.md). Off by default."
+  type        = bool
+  default     = false
+}
+
 variable "notify_topics" {
   description = "RLPIPE_NOTIFY_TOPICS: Pub/Sub topics outside this project (projects/P/topics/T) a request's notify may name; topics of this project are always allowed."
   type        = list(string)
