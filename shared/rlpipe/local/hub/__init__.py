@@ -8,6 +8,9 @@ answers, and where that behaviour is documented, is in ``rlpipe.local.hub.routes
 
 - ``GET /api/models/{repo}[/revision/{rev}]``  ``model_info`` (``?blobs=true`` adds sizes, blob ids, LFS)
 - ``GET /api/models/{repo}/auth-check``        ``auth_check``
+- ``GET /api/datasets/{repo}[/revision/{rev}]``, ``…/auth-check``, ``…/commits/{rev}``, the listings,
+  ``HEAD|GET /datasets/{repo}/resolve/{rev}/{path}``: the same for dataset repos (``dataset_info``
+  adds ``cardData``, the README's YAML: ``configs``, ``dataset_info``)
 - ``GET /api/models/{repo}/commits/{rev}``     ``list_repo_commits``: newest first, in pages
   linked by ``Link: <…>; rel="next"``
 - ``HEAD|GET /{repo}/resolve/{rev}/{path}``    files (``X-Repo-Commit``, ``ETag``, ``X-Linked-*``)
@@ -45,7 +48,11 @@ from typing import Any
 
 from rlpipe.local.hub import listing, routes, writes
 from rlpipe.local.hub.data import (
+    DATASET,
+    GATED_DATASET,
     INDEX,
+    KNOWN_DATASETS,
+    MODEL,
     ForcedFailure,
     ForcedLimit,
     HubCommit,
@@ -54,7 +61,13 @@ from rlpipe.local.hub.data import (
     Quota,
     Stall,
     commit_sha,
+    dataset_files,
+    gated_math_files,
+    gsm8k_files,
     model_files,
+    openr1_math_files,
+    parquet_bytes,
+    repo_key,
     safetensors_index,
     shard_file,
     shard_names,
@@ -63,13 +76,22 @@ from rlpipe.local.hub.data import (
 from rlpipe.local.hub.store import BlobStore
 
 __all__ = [
+    "DATASET",
+    "GATED_DATASET",
     "INDEX",
+    "KNOWN_DATASETS",
+    "MODEL",
     "HubCommit",
     "HubDouble",
     "HubFile",
     "HubRepo",
     "commit_sha",
+    "dataset_files",
+    "gated_math_files",
+    "gsm8k_files",
     "model_files",
+    "openr1_math_files",
+    "parquet_bytes",
     "safetensors_index",
     "shard_file",
     "shard_names",
@@ -172,10 +194,23 @@ class HubDouble:
         message: str = "initial commit",
         at: datetime | None = None,
         public_metadata: bool = True,
+        repo_type: str = MODEL,
+        private: bool = False,
     ) -> str:
+        """A commit on ``branch`` holding ``files`` (default: a model checkpoint), creating the repo
+        if needed; returns the commit sha. ``add_dataset`` is this for dataset repos."""
+        if files is None and repo_type != MODEL:
+            raise ValueError("name the files of a dataset repo (rlpipe.local.hub.data.dataset_files)")
         with self.lock:
             repo = self.repos.setdefault(
-                repo_id, HubRepo(repo_id, gated=gated, public_metadata=public_metadata)
+                repo_key(repo_id, repo_type),
+                HubRepo(
+                    repo_id,
+                    gated=gated,
+                    public_metadata=public_metadata,
+                    repo_type=repo_type,
+                    private=private,
+                ),
             )
             sha = commit_sha(repo_id, branch, str(len(repo.commits)), message)
             repo.commits[sha] = HubCommit(
@@ -188,6 +223,41 @@ class HubDouble:
             repo.branches[branch] = sha
             return sha
 
+    def add_dataset(
+        self,
+        repo_id: str,
+        files: dict[str, HubFile] | None = None,
+        *,
+        branch: str = "main",
+        gated: bool = False,
+        private: bool = False,
+        message: str = "initial commit",
+        at: datetime | None = None,
+    ) -> str:
+        """A dataset repo (or a new commit on its ``branch``) holding ``files``: by default openai/gsm8k's
+        layout with its default row counts (``data.gsm8k_files``); build others with
+        ``data.dataset_files`` or the named seeds. Returns the commit sha."""
+        return self.add_repo(
+            repo_id,
+            gsm8k_files() if files is None else files,
+            branch=branch,
+            gated=gated,
+            message=message,
+            at=at,
+            repo_type=DATASET,
+            private=private,
+        )
+
+    def add_known_datasets(self, rows: dict[str, dict[str, int]] | None = None) -> dict[str, str]:
+        """Seed the datasets of ``data.KNOWN_DATASETS`` (openai/gsm8k, open-r1/OpenR1-Math-220k and
+        the gated ``data.GATED_DATASET``); ``rows[repo]`` sets row counts, as that seed takes them
+        (per split for gsm8k and the gated one, per config for OpenR1). Returns repo → commit sha."""
+        shas = {}
+        for repo_id, make in KNOWN_DATASETS.items():
+            files = make((rows or {}).get(repo_id))
+            shas[repo_id] = self.add_dataset(repo_id, files, gated=repo_id == GATED_DATASET)
+        return shas
+
     def push(
         self,
         repo_id: str,
@@ -196,10 +266,11 @@ class HubDouble:
         branch: str = "main",
         message: str = "update",
         at: datetime | None = None,
+        repo_type: str = MODEL,
     ) -> str:
         """A new commit on ``branch``: files set (or deleted with None) relative to its head."""
         with self.lock:
-            repo = self.repos[repo_id]
+            repo = self.repos[repo_key(repo_id, repo_type)]
             parent = repo.branches[branch]
             files = dict(repo.commits[parent].files)
             for name, item in changes.items():
@@ -212,10 +283,10 @@ class HubDouble:
             repo.branches[branch] = sha
             return sha
 
-    def grant(self, repo_id: str, token: str) -> None:
+    def grant(self, repo_id: str, token: str, *, repo_type: str = MODEL) -> None:
         """The token's account accepted the gated repo's license."""
         with self.lock:
-            self.repos[repo_id].authorized_tokens.add(token)
+            self.repos[repo_key(repo_id, repo_type)].authorized_tokens.add(token)
 
     def revoke(self, token: str) -> None:
         """The token is no longer valid: every request carrying it answers 401."""
@@ -277,10 +348,10 @@ class HubDouble:
         with self.lock:
             self.read_only.add(token)
 
-    def file_bytes(self, repo_id: str, path: str, revision: str = "main") -> bytes:
+    def file_bytes(self, repo_id: str, path: str, revision: str = "main", *, repo_type: str = MODEL) -> bytes:
         """The bytes of a file at a revision, as ``/resolve`` serves them (for assertions)."""
         with self.lock:
-            repo = self.repos[repo_id]
+            repo = self.repos[repo_key(repo_id, repo_type)]
             item = repo.commits[repo.branches.get(revision, revision)].files[path]
         return self.store.read(item.blob) if item.blob is not None else item.body()
 

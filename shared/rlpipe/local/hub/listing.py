@@ -1,6 +1,8 @@
 """The Hub double's listings of a revision: the file tree, paths-info and the refs.
 
-Each answer has the shape the ``huggingface_hub`` 2.4.0 client reads (file:line in its wheel):
+Each answer has the shape the ``huggingface_hub`` 2.4.0 client reads (file:line in its wheel), for
+model repos and, under ``/api/datasets/``, dataset repos alike (the client builds both URLs from
+``repo_type``, e.g. ``hf_api.py:4023``):
 
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]`` (``list_repo_tree``, ``hf_api.py:4023``): entries
   ``{"type": "file"|"directory", "oid", "size", "path"[, "lfs"]}`` read by ``RepoFile``/``RepoFolder``
@@ -18,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from rlpipe.local.hub.data import HubCommit, HubFile, commit_sha
-from rlpipe.local.hub.routes import Exchange, HubState, bounded_int, lookup, revision_commit
+from rlpipe.local.hub.routes import Exchange, HubState, api_repo, bounded_int, lookup, revision_commit
 
 TREE_PAGE = 1000
 
@@ -27,9 +29,10 @@ def answer(hub: HubState, x: Exchange, token: str, method: str) -> bool:
     """Answer the request if it is a listing; False if it is not one of these routes."""
     url = urlparse(x.req.path)
     parts = [unquote(p) for p in url.path.strip("/").split("/")]
-    if len(parts) < 5 or parts[:2] != ["api", "models"]:
+    found = api_repo(parts)
+    if found is None or not found[1]:
         return False
-    repo_id, rest = f"{parts[2]}/{parts[3]}", parts[4:]
+    repo_id, rest = found  # the repo's key: datasets are listed under /api/datasets/ alike
     if method == "GET" and rest[0] == "tree" and len(rest) >= 2:
         _tree(hub, x, token, repo_id, rest[1], "/".join(rest[2:]), parse_qs(url.query or ""))
     elif method == "GET" and rest == ["refs"]:

@@ -34,6 +34,23 @@ Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs
 - A private repo (``create_repo(private=True)``) answers anonymous callers as if missing (401
   RepoNotFound, as above); any valid token may read it (the double has no accounts).
 - Uploaded files (``rlpipe.local.hub.writes``) are served by ``/resolve`` from disk, streamed.
+- ``/resolve`` honours one ``Range: bytes=…`` with 206 and ``Content-Range`` (416 when it cannot),
+  as ``HfFileSystem`` reads files in ranges (``hf_file_system.py:1575-1583``).
+
+Dataset repositories (``data.dataset_files`` builds them, ``HubDouble.add_dataset`` adds one):
+
+- Their API is ``/api/datasets/{repo}…`` and their files ``/datasets/{repo}/resolve/{rev}/{path}``:
+  ``dataset_info`` calls ``/api/datasets/{repo}[/revision/{rev}]`` with ``blobs=True`` for
+  ``files_metadata`` (``hf_api.py:3273-3284``), ``auth_check`` ``/api/{repo_type}s/{repo}/
+  auth-check`` (``hf_api.py:12112-12116``), ``hf_hub_url`` prefixes the repo id with ``datasets/``
+  (``file_download.py:284-291``, ``constants.py:123-127``); the listings and commits take the type
+  the same way (``hf_api.py:4023``). A model and a dataset may share a name and stay apart.
+- ``dataset_info`` answers the fields ``DatasetInfo`` reads (``hf_api.py:1013-1143``), with
+  ``cardData`` the README's YAML at that revision (the card's metadata, hub-docs
+  ``datasets-cards``): ``configs`` (hub-docs ``datasets-manual-configuration``) and
+  ``dataset_info`` move with the revision. Sizes and ``lfs`` only with ``?blobs=true``, as for models.
+- Gating, missing repos and revisions, rate limits and forced failures are the models' behaviours;
+  a gated dataset's refusal says "Access to dataset …".
 """
 
 from __future__ import annotations
@@ -47,7 +64,20 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
-from rlpipe.local.hub.data import ForcedFailure, ForcedLimit, HubCommit, HubRepo, Quota, Stall
+import yaml
+
+from rlpipe.local.hub.data import (
+    DATASET,
+    MODEL,
+    ForcedFailure,
+    ForcedLimit,
+    HubCommit,
+    HubFile,
+    HubRepo,
+    Quota,
+    Stall,
+    repo_key,
+)
 from rlpipe.local.hub.store import BlobStore, body_chunks, drain
 
 STALL_MAX_SECONDS = 600.0  # a stalled request is closed after this even if nobody releases it
@@ -231,26 +261,41 @@ def _forced_failure(hub: HubState, method: str, path: str) -> int | None:
     return None
 
 
+API_KINDS = {"models": MODEL, "datasets": DATASET}  # ``/api/{kind}/…`` → repo type
+
+
+def api_repo(parts: list[str]) -> tuple[str, list[str]] | None:
+    """``api/{models|datasets}/{org}/{name}/…`` → (the repo's key in ``HubState.repos``, the rest)."""
+    if len(parts) >= 4 and parts[0] == "api" and parts[1] in API_KINDS:
+        return repo_key(f"{parts[2]}/{parts[3]}", API_KINDS[parts[1]]), parts[4:]
+    return None
+
+
 def answer(hub: HubState, x: Exchange, token: str, method: str) -> None:
     """The first read routes, then 404 (``rlpipe.local.hub.writes`` and ``.listing`` go first)."""
     url = urlparse(x.req.path)
     query = parse_qs(url.query or "")
     parts = [unquote(p) for p in url.path.strip("/").split("/")]
-    if len(parts) >= 4 and parts[:2] == ["api", "models"]:
-        repo_id, rest = f"{parts[2]}/{parts[3]}", parts[4:]
-        if method in ("GET", "HEAD"):
-            if not rest or (rest[0] == "revision" and len(rest) == 2):
-                _model_info(hub, x, token, repo_id, rest[1] if rest else "main", "blobs" in query)
-                return
-            if rest == ["auth-check"]:
-                with hub.lock:
-                    found = lookup(hub, x, token, repo_id, metadata=False)
-                if found is not None:
-                    x.send(200, {"access": "read"})
-                return
-            if rest[0] == "commits" and len(rest) == 2:
-                _commits(hub, x, token, repo_id, rest[1], query)
-                return
+    found = api_repo(parts)
+    if found is not None and method in ("GET", "HEAD"):
+        key, rest = found
+        if not rest or (rest[0] == "revision" and len(rest) == 2):
+            info = _dataset_info if parts[1] == "datasets" else _model_info
+            info(hub, x, token, key, rest[1] if rest else "main", "blobs" in query)
+            return
+        if rest == ["auth-check"]:
+            with hub.lock:
+                repo = lookup(hub, x, token, key, metadata=False)
+            if repo is not None:
+                x.send(200, {"access": "read"})
+            return
+        if rest[0] == "commits" and len(rest) == 2:
+            _commits(hub, x, token, key, rest[1], query)
+            return
+    if method in ("GET", "HEAD") and len(parts) >= 6 and parts[0] == "datasets" and parts[3] == "resolve":
+        key = repo_key(f"{parts[1]}/{parts[2]}", DATASET)
+        _resolve(hub, x, token, key, parts[4], "/".join(parts[5:]))
+        return
     if method in ("GET", "HEAD") and len(parts) >= 5 and parts[2] == "resolve":
         _resolve(hub, x, token, f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]))
         return
@@ -258,16 +303,18 @@ def answer(hub: HubState, x: Exchange, token: str, method: str) -> None:
     x.send(404, {"error": "not found"}, error_code="EntryNotFound")
 
 
-def lookup(hub: HubState, x: Exchange, token: str, repo_id: str, *, metadata: bool) -> HubRepo | None:
-    """The repository, or None after refusing the way the Hub does. Caller holds the lock."""
-    repo = hub.repos.get(repo_id)
+def lookup(hub: HubState, x: Exchange, token: str, key: str, *, metadata: bool) -> HubRepo | None:
+    """The repository under ``key`` (``data.repo_key``: a model's id, ``datasets/{id}``), or None
+    after refusing the way the Hub does. Caller holds the lock."""
+    repo = hub.repos.get(key)
     if repo is None or (repo.private and not token):
         x.send(401 if not token else 404, {"error": "Repository not found"}, error_code="RepoNotFound")
         return None
     if repo.gated and token not in repo.authorized_tokens and not (metadata and repo.public_metadata):
+        what = f"{repo.repo_type} {repo.repo_id}"
         x.send(
             401 if not token else 403,
-            {"error": f"Access to model {repo_id} is restricted and you are not in the authorized list."},
+            {"error": f"Access to {what} is restricted and you are not in the authorized list."},
             error_code="GatedRepo",
         )
         return None
@@ -290,8 +337,8 @@ def _model_info(hub: HubState, x: Exchange, token: str, repo_id: str, revision: 
             return
         body = {
             "_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
-            "id": repo_id,
-            "modelId": repo_id,
+            "id": repo.repo_id,
+            "modelId": repo.repo_id,
             "sha": commit.sha,
             "private": repo.private,
             "gated": "manual" if repo.gated else False,
@@ -299,6 +346,68 @@ def _model_info(hub: HubState, x: Exchange, token: str, repo_id: str, revision: 
             "tags": ["safetensors"],
             "siblings": [f.sibling(blobs) for f in commit.files.values()],
         }
+        if not repo.hide_last_modified:
+            body["lastModified"] = repo.last_modified or commit.created_at
+    x.send(200, body)
+
+
+def card_data(hub: HubState, commit: HubCommit) -> dict[str, Any] | None:
+    """The YAML front matter of the commit's README.md, as the Hub reports it in ``cardData``
+    (hub-docs datasets-cards: the metadata is "the YAML section at the top of the README"); None
+    without a README or a mapping there. Caller holds the lock."""
+    item = commit.files.get("README.md")
+    if item is None or not item.has_bytes():
+        return None
+    text = file_data(hub, item).decode("utf-8", "replace")
+    if not text.startswith("---"):
+        return None
+    end = text.find("\n---", 3)
+    try:
+        meta = yaml.safe_load(text[3:end]) if end > 0 else None
+    except yaml.YAMLError:
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def file_data(hub: HubState, item: HubFile) -> bytes:
+    """A file's bytes as ``/resolve`` serves them (whole: for small files and ranges)."""
+    return hub.store.read(item.blob) if item.blob is not None else item.body()
+
+
+def _dataset_info(hub: HubState, x: Exchange, token: str, key: str, revision: str, blobs: bool) -> None:
+    """``dataset_info``: the fields ``DatasetInfo`` reads (``hf_api.py:1013-1143``), ``cardData``
+    being the README's YAML at that revision, so ``configs`` and ``dataset_info`` move with it."""
+    with hub.lock:
+        repo = lookup(hub, x, token, key, metadata=True)
+        commit = revision_commit(x, repo, revision) if repo else None
+        if repo is None or commit is None:
+            return
+        card = card_data(hub, commit)
+        tags = ["library:datasets"]
+        if any(name.endswith(".parquet") for name in commit.files):
+            tags.append("format:parquet")
+        if card:
+            tags += [f"license:{card['license']}"] if isinstance(card.get("license"), str) else []
+            tags += [f"language:{lang}" for lang in card.get("language") or [] if isinstance(lang, str)]
+        first = commit
+        while first.parent and first.parent in repo.commits:
+            first = repo.commits[first.parent]
+        body: dict[str, Any] = {
+            "_id": hashlib.md5(key.encode()).hexdigest()[:24],
+            "id": repo.repo_id,
+            "author": repo.repo_id.split("/")[0],
+            "sha": commit.sha,
+            "private": repo.private,
+            "gated": "manual" if repo.gated else False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": tags,
+            "createdAt": first.created_at,
+            "siblings": [f.sibling(blobs) for f in commit.files.values()],
+        }
+        if card is not None:
+            body["cardData"] = card
         if not repo.hide_last_modified:
             body["lastModified"] = repo.last_modified or commit.created_at
     x.send(200, body)
@@ -331,7 +440,7 @@ def _commits(
         ]
         headers = {}
         if (page + 1) * size < len(history):
-            nxt = f"{hub.url}/api/models/{repo_id}/commits/{quote(revision, safe='')}?p={page + 1}"
+            nxt = f"{hub.url}/api/{repo.kind}/{repo.repo_id}/commits/{quote(revision, safe='')}?p={page + 1}"
             if query.get("limit"):
                 nxt += f"&limit={size}"
             headers["Link"] = f'<{nxt}>; rel="next"'
@@ -346,9 +455,29 @@ def bounded_int(values: list[str] | None, default: int, low: int, high: int) -> 
     return min(max(value, low), high)
 
 
-def _resolve(hub: HubState, x: Exchange, token: str, repo_id: str, revision: str, path: str) -> None:
+def byte_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
+    """``Range: bytes=a-b`` (also ``a-`` and ``-n``) → the inclusive (first, last) byte; None when
+    absent or not a single byte range (the whole file is served, as RFC 9110 §14.2 allows); False
+    when unsatisfiable (416)."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header[len("bytes=") :].strip().partition("-")
+    try:
+        if not first:
+            count = int(last)
+            return (max(0, size - count), size - 1) if count > 0 and size else False
+        start = int(first)
+        end = min(int(last), size - 1) if last else size - 1
+    except ValueError:
+        return None
+    return (start, end) if start <= end and start < size else False
+
+
+def _resolve(hub: HubState, x: Exchange, token: str, key: str, revision: str, path: str) -> None:
+    """A file's bytes, whole or one ``Range`` (206): ``hf_hub_download`` resumes with ``Range``
+    and ``HfFileSystem`` reads with it (``hf_file_system.py:1575-1583``)."""
     with hub.lock:
-        repo = lookup(hub, x, token, repo_id, metadata=False)
+        repo = lookup(hub, x, token, key, metadata=False)
         commit = revision_commit(x, repo, revision) if repo else None
         if repo is None or commit is None:
             return
@@ -361,11 +490,24 @@ def _resolve(hub: HubState, x: Exchange, token: str, repo_id: str, revision: str
                 headers={"X-Repo-Commit": commit.sha},
             )
             return
-        headers = {"X-Repo-Commit": commit.sha, "ETag": f'"{item.blob_id()}"'}
+        headers = {"X-Repo-Commit": commit.sha, "ETag": f'"{item.blob_id()}"', "Accept-Ranges": "bytes"}
         if item.sha256 and item.has_bytes():  # served bytes are the real LFS object
             headers.update({"X-Linked-Etag": f'"{item.sha256}"', "X-Linked-Size": str(item.size)})
         blob = item.blob
+        size = item.size if blob is not None else len(item.body())
+        wanted = None if x.head else byte_range(x.headers().get("range"), size)
         data = item.body() if blob is None else b""
+    if wanted is False:
+        x.send(
+            416, {"error": "Requested range not satisfiable"}, headers={"Content-Range": f"bytes */{size}"}
+        )
+        return
+    if isinstance(wanted, tuple):
+        first, last = wanted
+        whole = data if blob is None else hub.store.read(blob)
+        headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        x.send_bytes(206, whole[first : last + 1], "application/octet-stream", headers)
+        return
     if blob is not None:
         x.send_stream(item.size, hub.store.read_chunks(blob), "application/octet-stream", headers)
         return
