@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -113,10 +114,67 @@ def hub_get(
         )
 
 
-def check_access(endpoint: str, repo: str, *, token: str | bool | None, timeout: float) -> None:
-    """``auth_check`` as one request with a timeout: the same route (``hf_api.py:12116-12118``)
-    and the same errors (``GatedRepoError`` without access, ``RepositoryNotFoundError``)."""
-    hub_get(f"{endpoint.rstrip('/')}/api/models/{repo}/auth-check", token=token, timeout=timeout)
+REPO_TYPES = ("model", "dataset", "space")  # ``/api/{repo_type}s/…``, as the client spells them
+
+
+def check_access(
+    endpoint: str, repo: str, *, token: str | bool | None, timeout: float, repo_type: str = "model"
+) -> None:
+    """``auth_check`` as one request with a timeout: the same route, ``/api/{repo_type}s/{repo}/
+    auth-check`` (``hf_api.py:12112-12116``), and the same errors (``GatedRepoError`` without
+    access, ``RepositoryNotFoundError``)."""
+    if repo_type not in REPO_TYPES:
+        raise ValueError(f"repo_type must be one of {REPO_TYPES}, not {repo_type!r}")
+    hub_get(f"{endpoint.rstrip('/')}/api/{repo_type}s/{repo}/auth-check", token=token, timeout=timeout)
+
+
+def _named(field: str | None, message: str) -> str:
+    return f"{field}: {message}" if field else message
+
+
+@contextmanager
+def classified_errors(
+    repo: str,
+    revision: str,
+    seconds: float,
+    *,
+    repo_field: str | None = None,
+    revision_field: str | None = None,
+) -> Iterator[None]:
+    """The Hub client's errors inside the block, raised as the pipeline's failures, one mapping for
+    every look-up: no access to a gated repo, a missing revision or repo, any other refusal →
+    ``PermanentFailure``; 408, 429 and 5xx answers and transport errors → ``TransientFailure``.
+
+    ``repo_field``/``revision_field`` name the request fields a permanent message starts with
+    (``"dataset.repo: …"``); without them the messages are the model look-up's, unprefixed."""
+    from huggingface_hub import errors as hf
+
+    try:
+        yield
+    except hf.GatedRepoError as exc:
+        raise PermanentFailure(
+            _named(
+                repo_field,
+                f"{repo} is gated and the pipeline's token has no access: accept the license for this account",
+            )
+        ) from exc
+    except hf.RevisionNotFoundError as exc:
+        raise PermanentFailure(_named(revision_field, f"{repo} has no revision {revision!r}")) from exc
+    except hf.RepositoryNotFoundError as exc:
+        raise PermanentFailure(
+            _named(repo_field, f"{repo} does not exist or is private to another account")
+        ) from exc
+    except hf.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status is not None and (status in (408, 429) or status >= 500):
+            raise TransientFailure(f"Hugging Face answered {status} for {repo}@{revision}") from exc
+        raise PermanentFailure(_named(repo_field, f"Hugging Face refused {repo}@{revision}: {exc}")) from exc
+    except transport_errors() as exc:  # not OSError: the client's HTTP library has its own
+        raise TransientFailure(
+            f"could not reach Hugging Face for {repo}@{revision} within {seconds:g} s: {type(exc).__name__}"
+        ) from exc
+    except OSError as exc:  # socket-level errors that escape the HTTP library
+        raise TransientFailure(f"could not reach Hugging Face for {repo}@{revision}: {exc}") from exc
 
 
 def resolve_revision(
@@ -129,35 +187,15 @@ def resolve_revision(
     neither retried here: a transient answer is a ``TransientFailure``, which ``stage`` turns
     into a 503 the workflow retries."""
     from huggingface_hub import HfApi
-    from huggingface_hub import errors as hf
 
     token = token or pipeline_token()
     seconds = timeout if timeout is not None else hub_timeout()
     api = HfApi(token=token)
-    try:
+    with classified_errors(repo, revision, seconds):
         info = api.model_info(repo, revision=revision, timeout=seconds)
         # The Hub serves model_info of a gated repo to anyone; only auth_check tells whether this
         # account accepted the license, and conversion would fail hours later without it.
         check_access(str(api.endpoint), repo, token=token, timeout=seconds)
-    except hf.GatedRepoError as exc:
-        raise PermanentFailure(
-            f"{repo} is gated and the pipeline's token has no access: accept the license for this account"
-        ) from exc
-    except hf.RevisionNotFoundError as exc:
-        raise PermanentFailure(f"{repo} has no revision {revision!r}") from exc
-    except hf.RepositoryNotFoundError as exc:
-        raise PermanentFailure(f"{repo} does not exist or is private to another account") from exc
-    except hf.HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else None
-        if status is not None and (status in (408, 429) or status >= 500):
-            raise TransientFailure(f"Hugging Face answered {status} for {repo}@{revision}") from exc
-        raise PermanentFailure(f"Hugging Face refused {repo}@{revision}: {exc}") from exc
-    except transport_errors() as exc:  # not OSError: the client's HTTP library has its own
-        raise TransientFailure(
-            f"could not reach Hugging Face for {repo}@{revision} within {seconds:g} s: {type(exc).__name__}"
-        ) from exc
-    except OSError as exc:  # socket-level errors that escape the HTTP library
-        raise TransientFailure(f"could not reach Hugging Face for {repo}@{revision}: {exc}") from exc
     if SHA.match(revision):
         return revision
     if not info.sha or not SHA.match(info.sha):
