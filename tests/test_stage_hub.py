@@ -31,6 +31,7 @@ REPO = "google/gemma-4-26b-a4b-it"
 def hub() -> Iterator[HubDouble]:
     server = HubDouble().start()
     server.add_repo(REPO)
+    server.add_known_datasets()  # plan pins the request's dataset too
     yield server
     server.stop()
 

@@ -14,11 +14,27 @@ from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 
 
-def _read_request(path: str) -> Any:
+def read_request(path: str) -> Any:
+    """The request, its own files checked as intake will check them: beside the file on disk (a
+    gs:// file is read by intake, not here). Raises ``RequestInvalid``."""
+    from rlpipe.control import user_files
     from rlpipe.core.request import load_request
 
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return load_request(data, source=path, policy=_policy())
+    req = load_request(data, source=path, policy=_policy())
+    neighbours = None if path == "-" else user_files.disk_neighbours(Path(path))
+    user_files.gather(req, read_relative=neighbours, read_gcs=None)
+    return req
+
+
+def hub_check(req: Any) -> list[str]:
+    """``--hub``: pin the model and the datasets now, as the pipeline's plan will, with this
+    machine's Hub token (``HF_TOKEN``/``RLPIPE_HF_TOKEN``); one line per pin. Raises
+    ``PermanentFailure`` (naming the field) or ``TransientFailure``."""
+    from rlpipe.control import data_pins, hub
+
+    sha = hub.resolve_revision(req.hf_repo, req.hf_revision)
+    return [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data_pins.pin(req))]
 
 
 # Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env
@@ -29,6 +45,7 @@ _POLICY_SETTINGS = (
     "RLPIPE_ALLOWED_ENV",
     "RLPIPE_READ_TOKEN_SECRETS",
     "RLPIPE_WRITE_TOKEN_SECRETS",
+    "RLPIPE_ALLOW_USER_CODE",
     "RLPIPE_READ_ONLY_GCS_PREFIXES",
     "RLPIPE_NOTIFY_TOPICS",
 )
@@ -57,7 +74,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     checked = f"checked against {_policy().source}"
     try:
-        req = _read_request(args.request)
+        req = read_request(args.request)
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
         print(checked, file=sys.stderr)
@@ -66,6 +83,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"{args.request}: valid (preset {req.preset}, {req.tpu.type} {req.tpu.topology} × {req.tpu.slices}); "
         + checked
     )
+    if args.hub:
+        from rlpipe.core.failures import PermanentFailure, TransientFailure
+
+        try:
+            for line in hub_check(req):
+                print(f"pinned {line}")
+        except PermanentFailure as exc:
+            print(f"{args.request}: {exc.reason}", file=sys.stderr)
+            return 1
+        except TransientFailure as exc:
+            print(f"{args.request}: the Hub could not be checked: {exc.reason}", file=sys.stderr)
+            return 75
     from rlpipe.core.request import provisioning
 
     for warning in provisioning.warnings(req.model_dump(mode="python")):
@@ -97,7 +126,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     from rlpipe.core.manifests import RenderContext, render
 
     try:
-        req = _read_request(args.request)
+        req = read_request(args.request)
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -358,6 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a request file; exit 1 listing every problem")
     p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
+    p.add_argument(
+        "--hub",
+        action="store_true",
+        help="also pin the model and datasets on the Hub now (revisions, subsets, splits, access)",
+    )
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("render", help="print the Kubernetes objects of a request (dry run)")

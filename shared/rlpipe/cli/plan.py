@@ -103,10 +103,10 @@ def _params(path: Path) -> dict[str, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from rlpipe.cli.main import hub_check, read_request
     from rlpipe.control.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text
-    from rlpipe.core.request import load_request
 
     try:  # the deployment's settings first: a bad one is named with its fix, not a traceback
         prices = cost.parse_override(Settings.from_env().prices_json)
@@ -114,12 +114,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     except (cost.PricesInvalid, ParamsInvalid) as exc:
         print(f"rlpipe plan: {exc}", file=sys.stderr)
         return 2
-    data = sys.stdin.buffer.read() if args.request == "-" else Path(args.request).read_bytes()
     try:
-        req = load_request(data, source=args.request)
+        req = read_request(args.request)
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    pinned: list[str] = []
+    if args.hub:
+        from rlpipe.core.failures import PermanentFailure, TransientFailure
+
+        try:
+            pinned = hub_check(req)
+        except PermanentFailure as exc:
+            print(f"rlpipe plan: {exc.reason}", file=sys.stderr)
+            return 1
+        except TransientFailure as exc:
+            print(f"rlpipe plan: the Hub could not be checked: {exc.reason}", file=sys.stderr)
+            return 75
     run_id = args.run_id or identity.run_id_for(
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )
@@ -134,10 +145,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         prices=prices,
         quotas=quotas,
     )
+    if pinned:
+        plan["hub_check"] = pinned
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_text(plan))
+        for line in pinned:
+            print(f"pinned now: {line}")
     return 0
 
 
@@ -152,6 +167,12 @@ def register(sub: Any) -> None:
     p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
     p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
     p.add_argument("--hf-revision", help="resolved commit sha (default: the request's, if it is a sha)")
+    p.add_argument(
+        "--hub",
+        action="store_true",
+        help="pin the model and datasets on the Hub now, as the pipeline's plan will (revisions, "
+        "subsets, splits, access with this machine's token); exit 1 naming the field if one is wrong",
+    )
     p.add_argument(
         "--step-seconds",
         type=float,

@@ -210,8 +210,9 @@ class Intake:
             )
         found = user_files.gather(
             request,
-            request_name=source.name if source.kind == "gcs" else None,
-            requests=self.requests,
+            read_relative=user_files.bucket_neighbours(self.requests, source.name)
+            if source.kind == "gcs" and source.name
+            else None,
             read_gcs=self.read_gcs,
         )
         copied = user_files.copy_to_run(self.artifacts, run_id, found, request)

@@ -17,6 +17,7 @@ import hashlib
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlpipe.control import blobstore
@@ -33,6 +34,8 @@ ROLES: dict[str, tuple[str, str]] = {
 }
 # Reads a gs:// object (bucket, name) of at most max_bytes; raises blobstore.NotFound/TooLarge.
 GcsReader = Callable[[str, str, int], bytes]
+# Reads a path relative to the request's folder, of at most max_bytes; the same errors.
+RelativeReader = Callable[[str, int], bytes]
 
 
 @dataclass(frozen=True)
@@ -65,44 +68,56 @@ def files_of(req: Request) -> dict[str, UserFile]:
 
 
 def _read(
-    uf: UserFile, field: str, request_name: str | None, requests: blobstore.BlobStore, read_gcs: GcsReader
-) -> tuple[bytes | None, str, list[Problem]]:
+    uf: UserFile, field: str, read_relative: RelativeReader | None, read_gcs: GcsReader | None
+) -> tuple[bytes | None, list[Problem]]:
     limit = user_code.MAX_USER_FILE_BYTES
     if uf.inline is not None:
-        return uf.inline.encode("utf-8"), "inline in the request", []
+        return uf.inline.encode("utf-8"), []
     assert uf.path is not None
     if uf.is_gs:
+        if read_gcs is None:
+            return None, []  # not readable here (the CLI without GCS): intake reads it
         bucket, name = layout.parse_gs(uf.path)
-        where = uf.path
+        where, read = uf.path, (lambda: read_gcs(bucket, name, limit))
     else:
-        if request_name is None:
-            return (
-                None,
-                "",
-                [
-                    Problem(
-                        f"{field}.path",
-                        f"{uf.path} is relative, and this request did not come from a bucket folder",
-                        "use a gs:// URI or inline: for a request sent on Pub/Sub",
-                    )
-                ],
-            )
-        bucket, name = requests.bucket_name, posixpath.join(posixpath.dirname(request_name), uf.path)
-        where = layout.gs(bucket, name)
+        if read_relative is None:
+            return None, [
+                Problem(
+                    f"{field}.path",
+                    f"{uf.path} is relative, and this request did not come from a bucket folder",
+                    "use a gs:// URI or inline: for a request sent on Pub/Sub",
+                )
+            ]
+        where, read = uf.path, (lambda: read_relative(uf.path or "", limit))
     try:
-        return read_gcs(bucket, name, limit), where, []
+        return read(), []
     except blobstore.NotFound:
-        return (
-            None,
-            where,
-            [Problem(f"{field}.path", f"{where} does not exist", "upload the file, then the request")],
-        )
+        return None, [
+            Problem(f"{field}.path", f"{where} does not exist", "upload the file, then the request")
+        ]
     except blobstore.TooLarge:
-        return (
-            None,
-            where,
-            [Problem(f"{field}.path", f"{where} is over {limit} bytes", "keep the file small")],
-        )
+        return None, [Problem(f"{field}.path", f"{where} is over {limit} bytes", "keep the file small")]
+
+
+def bucket_neighbours(requests: blobstore.BlobStore, request_name: str) -> RelativeReader:
+    """Files beside a request object in the requests bucket."""
+    folder = posixpath.dirname(request_name)
+    return lambda path, limit: requests.read(posixpath.join(folder, path), max_bytes=limit).data
+
+
+def disk_neighbours(request_file: Path) -> RelativeReader:
+    """Files beside a request file on disk (``rlpipe validate``/``plan``), as intake will find them
+    beside the uploaded request."""
+
+    def read(path: str, limit: int) -> bytes:
+        target = request_file.parent / path
+        if not target.is_file():
+            raise blobstore.NotFound(str(target))
+        if target.stat().st_size > limit:
+            raise blobstore.TooLarge(str(target), target.stat().st_size, limit)
+        return target.read_bytes()
+
+    return read
 
 
 def _check(role: str, text: str, req: Request, field: str) -> list[Problem]:
@@ -118,14 +133,17 @@ def _check(role: str, text: str, req: Request, field: str) -> list[Problem]:
 
 
 def gather(
-    req: Request, *, request_name: str | None, requests: blobstore.BlobStore, read_gcs: GcsReader
+    req: Request, *, read_relative: RelativeReader | None, read_gcs: GcsReader | None
 ) -> dict[str, bytes]:
-    """Every user file's bytes, checked; ``RequestInvalid`` lists every problem of every file."""
+    """Every user file's bytes, checked; ``RequestInvalid`` lists every problem of every file.
+
+    ``read_relative`` reads a path beside the request (None: the request has no folder);
+    ``read_gcs`` a ``gs://`` object (None: not readable here, so not checked)."""
     problems: list[Problem] = []
     out: dict[str, bytes] = {}
     for role, uf in files_of(req).items():
         field = ROLES[role][0]
-        data, _, found = _read(uf, field, request_name, requests, read_gcs)
+        data, found = _read(uf, field, read_relative, read_gcs)
         problems += found
         if data is None:
             continue

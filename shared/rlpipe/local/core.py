@@ -115,6 +115,9 @@ def run(config: dict[str, Any]) -> None:
     hub = HubDouble(port=config["hub_port"]).start()
     for repo in config.get("hub_repos", []):
         hub.add_repo(repo)
+    # The datasets requests name (GSM8K, the presets' default, among them), with revisions and
+    # splits, so plan pins them and the head stages them as on the Hub.
+    hub.add_known_datasets()
 
     try:
         cluster = clusters.start(config, storage, hub.url)
