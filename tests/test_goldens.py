@@ -15,6 +15,7 @@ from rlpipe.cli.main import dump_yaml
 from rlpipe.core import identity
 from rlpipe.core.manifests import RenderContext, render
 from rlpipe.core.request import load_request
+from rlpipe.core.request.policy import Policy
 from tests.conftest import EXAMPLES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -24,7 +25,7 @@ BUCKET = "demo-artifacts"
 @pytest.mark.parametrize("stage", identity.MAXTEXT_STAGES)
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
-    req = load_request(example.read_bytes(), source=str(example))
+    req = load_request(example.read_bytes(), source=str(example), policy=Policy(allow_user_code=True))
     assert req.request_id, "examples carry a request_id so their run id is stable"
     ctx = RenderContext(
         run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET
@@ -44,7 +45,7 @@ def test_the_publish_job_matches_its_golden() -> None:
     from rlpipe.control.publishing import UNRENDERED_CARD, publisher_program
 
     example = next(p for p in EXAMPLES if p.stem.endswith("-publish"))
-    req = load_request(example.read_bytes(), source=str(example))
+    req = load_request(example.read_bytes(), source=str(example), policy=Policy(allow_user_code=True))
     assert req.request_id and req.publish is not None
     ctx = RenderContext(
         run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)),

@@ -616,7 +616,14 @@ def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
     assert {p for _, allowed in expected_state.values() for p in allowed} == set(layout.STATE_PREFIXES)
     # What workloads write is read by the functions that decide completeness, written by nobody else.
     artifacts = _bucket_grants(tf, "artifacts")
-    assert set(artifacts) == {"stage", "reconcile", "workload", "workload/bucket", "intake-object", "intake-message"}
+    assert set(artifacts) == {
+        "stage",
+        "reconcile",
+        "workload",
+        "workload/bucket",
+        "intake-object",
+        "intake-message",
+    }
     assert artifacts["stage"]["role"] == artifacts["reconcile"]["role"] == "roles/storage.objectViewer"
     # intake writes a request's own files into the run's inputs/ and nowhere else: the condition,
     # read as the regular expression it is, takes a copy's name and refuses every other object.
@@ -624,8 +631,15 @@ def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
     for key in ("intake-object", "intake-message"):
         expression = _condition(artifacts[key])
         [pattern] = re.findall(r'resource\.name\.matches\("(.+)"\)$', expression)
-        assert re.match(pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{run.user_file('rewards', '.py')}")
-        for other in (run.ledger, run.step_commit(10), run.data_file("train", 0), "cache/maxtext/k/READY.json"):
+        assert re.match(
+            pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{run.user_file('rewards', '.py')}"
+        )
+        for other in (
+            run.ledger,
+            run.step_commit(10),
+            run.data_file("train", 0),
+            "cache/maxtext/k/READY.json",
+        ):
             assert not re.match(pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{other}"), other
     assert _prefixes_allowed(_condition(artifacts["stage"]), artifacts_bucket) == {"runs/", "cache/maxtext/"}
     assert _prefixes_allowed(_condition(artifacts["reconcile"]), artifacts_bucket) == {"runs/"}

@@ -18,6 +18,7 @@ from rlpipe.core import identity, tpu
 from rlpipe.core.k8s_validation import validate_object
 from rlpipe.core.manifests import RenderContext, render, render_all, request_stages
 from rlpipe.core.request import load_request, validate_request
+from rlpipe.core.request.policy import Policy
 from tests.conftest import EXAMPLES, minimal_request
 
 PLANTED_TOKEN = "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0123"
@@ -27,7 +28,9 @@ CTX = RenderContext(
 
 
 def _requests() -> list[tuple[str, Any]]:
-    reqs = [(p.name, load_request(p.read_bytes(), source=str(p))) for p in EXAMPLES]
+    # The examples as the local stack takes them: it lets requests bring their own rewards.
+    code = Policy(allow_user_code=True)
+    reqs = [(p.name, load_request(p.read_bytes(), source=str(p), policy=code)) for p in EXAMPLES]
     reqs.append(("tpu-slice", validate_request(minimal_request(placement="tpu-slice"))))
     reqs.append(
         ("v6e-64-tpu-slice", validate_request(minimal_request(preset="v6e-64", placement="tpu-slice")))
@@ -450,7 +453,7 @@ def test_the_pin_and_fetch_programs_copy_the_repo_at_the_sha(buckets: Any, tmp_p
 def test_examples_exist() -> None:
     names = {Path(p).name for p in EXAMPLES}
     assert {"gemma4-26b-v6e-32.yaml", "gemma4-26b-v6e-64.yaml"} <= names
-    assert any(load_request(p.read_bytes()).tpu.slices > 1 for p in EXAMPLES)
+    assert any(req.tpu.slices > 1 for _, req in REQUESTS)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
@@ -458,10 +461,15 @@ def test_every_example_is_accepted_by_the_local_stacks_intake(example: Path) -> 
     """The demos submit these to the local stack, whose intake holds them to its own project's
     allowlists (a `notify` topic of another project was refused, and `make demo SCENARIO=preempt`
     ended "never accepted")."""
+    from rlpipe.cli.main import read_request
     from rlpipe.core.request.policy import Policy
-    from rlpipe.local.stack import StackConfig
+    from rlpipe.local.stack import LOCAL_ALLOWS_USER_CODE, StackConfig
 
-    load_request(example.read_bytes(), policy=Policy(project=StackConfig(root=Path("unused")).project))
+    policy = Policy(project=StackConfig(root=Path("unused")).project, allow_user_code=LOCAL_ALLOWS_USER_CODE)
+    load_request(example.read_bytes(), policy=policy)
+    with pytest.MonkeyPatch.context() as env:  # and its own files, beside it, as intake checks them
+        env.setenv("RLPIPE_ALLOW_USER_CODE", "true" if LOCAL_ALLOWS_USER_CODE else "false")
+        read_request(str(example))
 
 
 # The coordinator endpoint JobSet stamps into a label on every child Job and pod

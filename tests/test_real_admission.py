@@ -15,6 +15,7 @@ import pytest
 from rlpipe.control.publishing import publisher_program
 from rlpipe.core.manifests import RenderContext, render_all
 from rlpipe.core.request import load_request, validate_request
+from rlpipe.core.request.policy import Policy
 from rlpipe.local.controlplane import ControlPlane
 from tests.conftest import EXAMPLES, minimal_request
 from tests.harness.real_cluster import PARAMS
@@ -25,7 +26,10 @@ LONGEST_LABEL = {f"{'p' * 50}.example.com/{'k' * 63}": "v" * 63}
 
 
 def _requests() -> list[tuple[str, Any]]:
-    reqs = [(p.name, load_request(p.read_bytes(), source=str(p))) for p in EXAMPLES]
+    reqs = [
+        (p.name, load_request(p.read_bytes(), source=str(p), policy=Policy(allow_user_code=True)))
+        for p in EXAMPLES
+    ]
     for preset in ("v6e-32", "v6e-64"):
         reqs.append((f"preset-{preset}", validate_request(minimal_request(preset=preset))))
     reqs.append(

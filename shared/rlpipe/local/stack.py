@@ -42,6 +42,9 @@ FUNCTIONS: dict[str, str] = {
     "upstream_webhook": "http",
 }
 DEMO_REPOS = ("google/gemma-4-26b-a4b-it",)
+# The local stack lets requests bring reward functions and processors: on your own machine they
+# run as you (a deployment decides for itself; off by default there).
+LOCAL_ALLOWS_USER_CODE = True
 # How long the core may take to be ready: the double starts in seconds; the real plane installs
 # its CRDs and webhooks, the deploy's objects and the nodes (about 30 s idle, minutes under load).
 CORE_READY_SECONDS = {"double": 60.0, "real": 600.0}
@@ -402,6 +405,9 @@ class LocalStack:
             "RLPIPE_CALLBACK_TIMEOUT_SECONDS": str(c.poll_seconds),
             "RLPIPE_REQUESTS_TOPIC": c.requests_topic,
             "RLPIPE_LOCAL": "1",
+            # Your own machine runs your own reward functions (docs/security.md): on, unlike a
+            # deployment's default.
+            "RLPIPE_ALLOW_USER_CODE": "true" if LOCAL_ALLOWS_USER_CODE else "false",
             "RLPIPE_STAGE_URL": f"http://127.0.0.1:{ports['stage']}/",
             "RLPIPE_INTAKE_MESSAGE_URL": f"http://127.0.0.1:{ports['intake_message']}/",
             "HF_ENDPOINT": f"http://127.0.0.1:{ports['hub']}",
