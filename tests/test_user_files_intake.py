@@ -243,3 +243,29 @@ def test_the_deployed_intake_function_copies_the_file_when_the_setting_allows_co
     run_id = identity.run_id_for(key)
     copy = layout.RunLayout(buckets.artifacts, run_id).user_file("rewards", ".py")
     assert all_objects(buckets.store("artifacts"))[copy] == REWARDS
+
+
+def test_the_files_beside_a_request_start_nothing_and_leave_no_error_record(
+    buckets: Buckets, executions: Any
+) -> None:
+    intake = _intake(buckets, executions)
+    for name, data in (
+        ("requests/team-a/rewards.py", REWARDS),
+        ("requests/team-a/chat.template.json", TEMPLATE),
+    ):
+        generation = _put(buckets, buckets.requests, name, data)
+        result = intake.from_object(ObjectEvent(buckets.requests, name, str(generation), len(data), "e"))
+        assert result.outcome == "ignored", (name, result)
+    assert not list(buckets.store("state").list("runs/")), "no run and no error record"
+    assert executions.creates() == []
+
+
+def test_a_file_beside_the_request_must_be_spelled_as_intake_reads_it(
+    buckets: Buckets, executions: Any
+) -> None:
+    _put(buckets, buckets.requests, "requests/template.json", TEMPLATE)
+    doc = {**minimal_request(), "chat_template": {"path": "template.json"}}
+    result = _submit(buckets, _intake(buckets, executions), "requests/run.yaml", doc)
+    assert result.outcome == "rejected"
+    [problem] = [p for p in _problems(buckets) if p["path"] == "chat_template.path"]
+    assert ".template.json" in problem["fix"]

@@ -21,7 +21,7 @@ def read_request(path: str) -> Any:
     from rlpipe.core.request import load_request
 
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    req = load_request(data, source=path, policy=_policy())
+    req = load_request(data, source=path, policy=policy())
     neighbours = None if path == "-" else user_files.disk_neighbours(Path(path))
     user_files.gather(req, read_relative=neighbours, read_gcs=None)
     return req
@@ -51,7 +51,7 @@ _POLICY_SETTINGS = (
 )
 
 
-def _policy() -> Any:
+def policy() -> Any:
     """The deployment's allowlists when its settings are in the environment, else the defaults."""
     import os
 
@@ -72,7 +72,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    checked = f"checked against {_policy().source}"
+    checked = f"checked against {policy().source}"
     try:
         req = read_request(args.request)
     except RequestInvalid as exc:

@@ -28,6 +28,13 @@ class Submitted:
     rejection_id: str = ""
 
 
+def beside(request: Any) -> list[str]:
+    """The relative paths of the files a request names beside itself (control/user_files.py)."""
+    from rlpipe.control import user_files
+
+    return [f.path for f in user_files.files_of(request).values() if f.path is not None and not f.is_gs]
+
+
 def submit(
     settings: Settings, path: Path, *, via: str = "gcs", storage_client: Any = None, namespace: str = ""
 ) -> Submitted:
@@ -38,9 +45,12 @@ def submit(
         raise ValueError(
             "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only"
         )
-    from rlpipe.core.request.policy import Policy
+    from rlpipe.cli.main import policy
+    from rlpipe.control import user_files
 
-    request = load_request(data, source=str(path), policy=Policy().for_namespace(namespace))
+    request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))
+    # and its own files, beside it, as intake will check them
+    user_files.gather(request, read_relative=user_files.disk_neighbours(path), read_gcs=None)
     if via == "gcs":
         from rlpipe.control.blobstore import make_client
 
@@ -48,7 +58,10 @@ def submit(
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         folder = f"{layout.REQUESTS_PREFIX}{namespace}/" if namespace else layout.REQUESTS_PREFIX
         name = f"{folder}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
-        blob = client.bucket(settings.requests_bucket).blob(name)
+        bucket = client.bucket(settings.requests_bucket)
+        for relative in beside(request):  # the files it names beside itself go first
+            bucket.blob(f"{folder}{relative}").upload_from_filename(str(path.parent / relative))
+        blob = bucket.blob(name)
         blob.upload_from_string(data, if_generation_match=0)
         delivery = identity.key_for_object(settings.requests_bucket, name, blob.generation)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else delivery
@@ -59,6 +72,11 @@ def submit(
             identity.run_id_for(delivery),
         )
     if via == "pubsub":
+        if beside(request):
+            raise ValueError(
+                f"{', '.join(beside(request))}: a request sent on Pub/Sub has no folder to find files "
+                "beside it; use --via gcs, or name them gs:// or inline"
+            )
         topic = settings.topic_path(settings.requests_topic)
         message_id = _publish(settings, topic, data)
         delivery = identity.key_for_message(topic, message_id)

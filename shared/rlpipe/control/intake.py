@@ -75,6 +75,11 @@ class Intake:
         if not event.name.startswith(layout.REQUESTS_PREFIX):
             log.info("ignored: object is outside requests/")
             return IntakeResult("ignored", detail="outside requests/")
+        if layout.is_user_file(event.name):
+            log.info("ignored: a request's own file, read when a request names it")
+            return IntakeResult(
+                "ignored", detail="a request's own file (reward functions, processor or template)"
+            )
         if not layout.is_request_object(event.name):
             return self._reject(
                 source_key,
@@ -83,7 +88,8 @@ class Intake:
                     Problem(
                         "",
                         f"{event.name} is not a request file",
-                        "put only .json, .yaml or .yml request documents under requests/",
+                        "put only .json, .yaml or .yml request documents under requests/ (and "
+                        "the .py and .template.json files a request names beside it)",
                     )
                 ],
                 log,

@@ -143,6 +143,16 @@ def gather(
     out: dict[str, bytes] = {}
     for role, uf in files_of(req).items():
         field = ROLES[role][0]
+        suffix = layout.USER_FILE_SUFFIXES[0] if role != "chat_template" else layout.USER_FILE_SUFFIXES[1]
+        if uf.path is not None and not uf.is_gs and not uf.path.lower().endswith(suffix):
+            problems.append(
+                Problem(
+                    f"{field}.path",
+                    f"{uf.path} does not end in {suffix}, so intake would take it for something else",
+                    f"name the file beside the request *{suffix}",
+                )
+            )
+            continue
         data, found = _read(uf, field, read_relative, read_gcs)
         problems += found
         if data is None:

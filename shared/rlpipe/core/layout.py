@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 REQUESTS_PREFIX = "requests/"
 REQUEST_SUFFIXES = (".json", ".yaml", ".yml")
+# A request's own files uploaded beside it (control/user_files.py): code, and chat templates
+# spelled so that no template is taken for a JSON request. Intake reads them only when a request
+# names them.
+USER_FILE_SUFFIXES = (".py", ".template.json")
 RUNS_PREFIX = "runs/"
 CACHE_PREFIX = "cache/maxtext/"
 PATHWAYS_PREFIX = "pathways/"
@@ -76,7 +80,17 @@ def parse_gs(uri: str) -> tuple[str, str]:
 def is_request_object(name: str) -> bool:
     """Only these objects in the requests bucket start a run (nothing the pipeline writes matches)."""
     # Extensions in any case: `team.YAML` from a Windows editor is a request too.
-    return name.startswith(REQUESTS_PREFIX) and name.lower().endswith(REQUEST_SUFFIXES) and "/." not in name
+    return (
+        name.startswith(REQUESTS_PREFIX)
+        and name.lower().endswith(REQUEST_SUFFIXES)
+        and not is_user_file(name)
+        and "/." not in name
+    )
+
+
+def is_user_file(name: str) -> bool:
+    """A request's own file (reward functions, processor, chat template) beside it in ``requests/``."""
+    return name.startswith(REQUESTS_PREFIX) and name.lower().endswith(USER_FILE_SUFFIXES)
 
 
 def request_namespace(name: str) -> str:
@@ -262,7 +276,9 @@ def final_step(num_batches: int) -> int:
 
 
 def final_step_for(req: Request) -> int:
-    """The last training step from the effective config (overrides included); Tunix always saves it."""
+    """The step a run with plentiful data ends at, from the effective config (overrides and
+    batch_size included; ``core.steps``). A run whose data ends earlier ends earlier, cleanly:
+    once training ended, its actual final step is the ledger's ``lineage.final_step``."""
     return step_rules.final_step(req)
 
 
@@ -287,9 +303,12 @@ def train_complete(names: Iterable[str], layout: RunLayout, num_batches: int) ->
     return Completeness(False, f"{marker} not written yet", (marker,))
 
 
-def train_complete_for(names: Iterable[str], layout: RunLayout, req: Request) -> Completeness:
-    """Training's output is complete when the final step (from the effective config) is committed."""
-    final = final_step_for(req)
+def train_complete_for(
+    names: Iterable[str], layout: RunLayout, req: Request, final: int | None = None
+) -> Completeness:
+    """Training's output is complete when its final step is committed: ``final``, the step training
+    actually ended at once it ended (``lineage.final_step``), else the config's."""
+    final = final if final is not None else final_step_for(req)
     marker = layout.step_commit(final)
     if marker in set(names):
         return Completeness(True, f"final step {final} committed")
