@@ -33,6 +33,9 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     # Spot capacity: the node is reclaimed at step 33 (graceful node shutdown); the run resumes from
     # the step-30 checkpoint that spot's checkpoint period committed.
     "spot": ("examples/gemma4-26b-v6e-32-spot.yaml", ["train:1:preempt@33:worker:kubelet"]),
+    # Our own reward functions (examples/rewards/) instead of MaxText's built-in three, checked at
+    # intake, pinned by sha256, named with their hash in the report and the published card.
+    "custom-reward": ("examples/gemma4-26b-v6e-32-custom-reward.yaml", []),
 }
 # The outcome each scenario is meant to show (anything else is a failed demo).
 EXPECTED_STATE = {"gate": "gated"}
@@ -129,8 +132,10 @@ def run_demo(
         if not record.terminal:
             console.print(f"[red]run did not finish within {timeout}s; see {stack.logs}[/red]")
             return 1
-        if scenario == "publish" and record.state == "succeeded":
+        if record.request.get("publish") and record.state == "succeeded":
             _show_published(settings, record)
+        if record.lineage.inputs or record.lineage.data:
+            _show_inputs(record, root)
         return 0 if record.state == EXPECTED_STATE.get(scenario, "succeeded") else 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; stopping the local stack[/yellow]")
@@ -166,9 +171,32 @@ def _show_published(settings: Any, record: Any) -> None:
     print(
         f"  hub         {req['repo']}@{req['branch']}: {len(files)} files ({', '.join(sorted(files)[:4])}, ...)"
     )
-    card = api.hf_hub_download(req["repo"], "README.md", revision=req["branch"])
-    names_sha = record.lineage.hf_sha and record.lineage.hf_sha in Path(card).read_text()
+    card = Path(api.hf_hub_download(req["repo"], "README.md", revision=req["branch"])).read_text()
+    names_sha = record.lineage.hf_sha and record.lineage.hf_sha in card
     print(f"  card        README.md names the base sha {record.lineage.hf_sha[:12]}: {bool(names_sha)}")
+    rewards = (record.lineage.inputs or {}).get("rewards")
+    if rewards:
+        named = rewards["sha256"] in card and all(f in card for f in rewards.get("functions", []))
+        print(f"  card        names the reward functions and their file's sha256: {named}")
+
+
+def _show_inputs(record: Any, root: Path) -> None:
+    """What the run trained on and with, and the report that says so (written before the stack
+    stops, since it reads the run's ledger)."""
+    from rlpipe.cli.report import write_report
+    from rlpipe.control import data_pins
+
+    for line in data_pins.summary(record.lineage.data):
+        print(f"  data        {line}")
+    for role, entry in sorted((record.lineage.inputs or {}).items()):
+        names = f" {', '.join(entry['functions'])}" if entry.get("functions") else ""
+        print(f"  {role:<11} {entry['source']}{names}: sha256 {entry['sha256']}")
+    path = write_report(record.model_dump(mode="json"), root / f"{record.run_id}-report.html")
+    text = path.read_text(encoding="utf-8")
+    named = all(e["sha256"] in text for e in (record.lineage.inputs or {}).values())
+    print(
+        f"  report      {path}" + (" (names every file's sha256)" if record.lineage.inputs and named else "")
+    )
 
 
 def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
