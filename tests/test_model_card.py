@@ -1,4 +1,4 @@
-"""The model card tells the whole story (issue 26): a model shipped past its failed quality gate
+"""The model card tells the whole story (issues 26, 27): a model shipped past its failed quality gate
 says so (thresholds, values, who, why); train_rl's numbers carry the names and units people read
 and reach the Hub as evaluation results (``model-index``) on the dataset and split train_rl read;
 the task is the base card's at the pinned sha, read on the Hub; the title is the repository's; the
@@ -11,6 +11,7 @@ and ``ModelCardData``, pushed to the Hub double and read back with the real clie
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,12 +22,14 @@ import yaml
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from rlpipe.control import publishing
+from rlpipe.control import data_pins, hub_datasets, publishing, user_files
 from rlpipe.control.ledger import GateOverride, GateRecord, RunRecord, Source
+from rlpipe.core import layout
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import Request, validate_request
+from rlpipe.core.request.policy import Policy
 from rlpipe.local.hub import HubDouble, HubFile
-from rlpipe.publisher.card import render_card
+from rlpipe.publisher.card import BUILTIN_REWARDS, render_card
 from tests.conftest import Buckets, minimal_request
 
 BASE = "google/gemma-4-26b-a4b-it"
@@ -266,6 +269,206 @@ def test_no_token_and_no_markup_from_a_promote_reaches_the_card() -> None:
     assert leaked not in text and "[REDACTED]" in text
     assert "<!--" not in text and "&lt;!-- the rest is hidden" in text
     assert "## Files and provenance" in text  # nothing after the reason was swallowed
+
+
+# ---- the data and the reward ------------------------------------------------------------------------
+
+TRAIN_SHA = "a1" * 20
+EVAL_SHA = "b2" * 20
+# Plan's pins as the Hub (here: a resolver standing in for control.hub_datasets) gives them: one
+# parquet file per split, with its size, and the example counts of the dataset card's dataset_info.
+SIZES = {"train": 2_306_545, "test": 419_088, "validation": 98_304}
+EXAMPLES: dict[str, int | None] = {"train": 7473, "test": 1319, "validation": None}
+COMMITS = {"openai/gsm8k": TRAIN_SHA, "acme/math-eval": EVAL_SHA, "open-r1/OpenR1-Math-220k": TRAIN_SHA}
+REWARD_FILE = """# Exact match, and a small penalty for length.
+
+
+def exact_match(prompts, completions, answer, **kwargs):
+    return [1.0 if c.strip() == a.strip() else 0.0 for c, a in zip(completions, answer)]
+
+
+def length_penalty(prompts, completions, **kwargs):
+    return [-0.001 * len(c) for c in completions]
+"""
+PROCESSOR_FILE = """def process_data(dataset_name, model_tokenizer, template_config, tmvp_config, x):
+    return {"prompts": x["problem"], "question": x["problem"], "answer": x["solution"]}
+"""
+TEMPLATE_FILE = '{"SYSTEM_PROMPT": "Answer between {solution_start_token} and {solution_end_token}.", "TEMPLATE": "{system_prompt}\\n\\n{question}"}'
+
+
+def _resolve(repo: str, revision: str, *, subset: str | None, splits: dict[str, str], **_: Any) -> Any:
+    names = list(splits.values())
+    return hub_datasets.PinnedDataset(
+        repo=repo,
+        revision=revision,
+        sha=COMMITS[repo],
+        subset=subset or "default",
+        files={
+            n: (
+                hub_datasets.DataFile(
+                    f"{subset or 'default'}/{n}-00000-of-00001.parquet", SIZES[n], "c3" * 32
+                ),
+            )
+            for n in names
+        },
+        num_examples={n: EXAMPLES[n] for n in names},
+        features={"question": "string", "answer": "string"},
+        gated=False,
+    )
+
+
+def _pinned_run(
+    *, dataset: dict[str, Any] | None = None, own: dict[str, str] | None = None
+) -> tuple[RunRecord, Request, dict[str, str]]:
+    """A run whose datasets plan pinned (``data_pins.pin``) and whose own files (role → text)
+    intake checked, copied and pinned by sha256 (``user_files``), as the ledger then holds it.
+    Returns the record, the ledger's request and each file's sha256."""
+    own = own or {}
+    doc = minimal_request(publish={"repo": REPO})
+    if dataset:
+        doc["dataset"] = dataset
+    if "rewards" in own:
+        doc["rewards"] = {"file": {"inline": own["rewards"]}, "functions": ["exact_match", "length_penalty"]}
+    if "processor" in own:
+        doc.setdefault("dataset", {})["processor"] = {"inline": own["processor"]}
+    if "chat_template" in own:
+        doc["chat_template"] = {"inline": own["chat_template"]}
+    req = validate_request(doc, Policy(allow_user_code=True))
+    files = user_files.gather(req, read_relative=None, read_gcs=None)  # checked as intake checks them
+    run = layout.RunLayout(BUCKET, RUN)
+    copied = {
+        role: user_files.Copied(
+            role,
+            run.uri(run.user_file(role, user_files.ROLES[role][1])),
+            hashlib.sha256(data).hexdigest(),
+            len(data),
+            "inline in the request",
+        )
+        for role, data in files.items()
+    }
+    record, _ = _run()
+    record.lineage.data = data_pins.pin(req, resolve=_resolve)
+    record.lineage.inputs = {role: c.record(req) for role, c in copied.items()} or None
+    pinned = user_files.pinned_request(req, copied)
+    record.request = pinned.model_dump(mode="json")
+    return record, Request.model_validate(record.request), {r: c.sha256 for r, c in copied.items()}
+
+
+def _section(text: str, title: str) -> str:
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _table(section: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell (pipes inside cells are escaped by the card)."""
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_the_header_lists_the_datasets_and_the_body_names_each_at_its_pinned_commit() -> None:
+    record, req, _ = _pinned_run(dataset={"eval_repo": "acme/math-eval", "eval_split": "validation"})
+    text = _card(record, req)
+    data = ModelCard(text).data
+    assert data.datasets == ["openai/gsm8k", "acme/math-eval"], "dataset ids, training first"
+    assert _header(text)["datasets"] == ["openai/gsm8k", "acme/math-eval"]
+    rows = _table(_section(text, "Training data"))
+    assert rows["Dataset"] == [
+        f"[openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k/tree/{TRAIN_SHA})",
+        f"[acme/math-eval](https://huggingface.co/datasets/acme/math-eval/tree/{EVAL_SHA})",
+    ]
+    assert rows["Commit (pinned)"] == [f"`{TRAIN_SHA}`", f"`{EVAL_SHA}`"], "full shas"
+    assert rows["Requested revision"] == ["`main`", "`main`"]
+    assert rows["Subset"] == ["`main`", "`main`"]
+    assert rows["Split"] == ["`train`", "`validation`"]
+    assert rows["Files"] == ["1 file, 2,306,545 bytes", "1 file, 98,304 bytes"]
+    assert rows["Examples"] == ["7,473", "not stated by its card"]
+    assert "held out" not in _section(text, "Training data")
+
+
+def test_the_model_index_names_the_evaluation_commit() -> None:
+    """``dataset.revision`` (EvalResult.dataset_revision): the commit train_rl evaluated on, read
+    back by huggingface_hub's own parser."""
+    record, req, _ = _pinned_run(dataset={"eval_repo": "acme/math-eval", "eval_split": "validation"})
+    text = _card(record, req)
+    results = ModelCard(text).data.eval_results or []
+    assert len(results) == 4
+    assert {(r.dataset_type, r.dataset_split, r.dataset_revision) for r in results} == {
+        ("acme/math-eval", "validation", EVAL_SHA)
+    }
+    assert _header(text)["model-index"][0]["results"][0]["dataset"]["revision"] == EVAL_SHA
+    # The same dataset for both: one id in the header; the test split at the one commit.
+    record, req, _ = _pinned_run()
+    text = _card(record, req)
+    assert ModelCard(text).data.datasets == ["openai/gsm8k"]
+    assert {r.dataset_revision for r in ModelCard(text).data.eval_results or []} == {TRAIN_SHA}
+    assert _table(_section(text, "Training data"))["Split"] == ["`train`", "`test`"]
+
+
+def test_a_held_out_evaluation_is_said_to_be_held_out_of_the_training_split() -> None:
+    record, req, _ = _pinned_run(dataset={"repo": "open-r1/OpenR1-Math-220k", "subset": None})
+    assert set(record.lineage.data or {}) == {"train"}, "plan pins no evaluation split"
+    text = _card(record, req)
+    section = _section(text, "Training data")
+    assert "5% held out of the training split by train_rl" in section
+    rows = _table(section)
+    assert rows[""] == ["Training"], "no evaluation column"
+    assert rows["Subset"] == ["`default`"] and rows["Commit (pinned)"] == [f"`{TRAIN_SHA}`"]
+    assert ModelCard(text).data.datasets == ["open-r1/OpenR1-Math-220k"]
+    assert {r.dataset_revision for r in ModelCard(text).data.eval_results or []} == {TRAIN_SHA}
+
+
+def test_a_custom_reward_is_named_with_the_files_full_sha256_and_the_runs_copy() -> None:
+    own = {"rewards": REWARD_FILE, "processor": PROCESSOR_FILE, "chat_template": TEMPLATE_FILE}
+    record, req, hashes = _pinned_run(own=own)
+    assert hashes["rewards"] == hashlib.sha256(REWARD_FILE.encode()).hexdigest()
+    text = _card(record, req)
+    reward = _section(text, "Reward")
+    assert (
+        "The request's own reward functions scored the rollouts: `exact_match`, `length_penalty`." in reward
+    )
+    rows = _table(reward)
+    assert rows["Reward functions"] == ["`exact_match`, `length_penalty`"]
+    assert rows["Reward file sha256"] == [f"`{hashes['rewards']}`"], "the full sha256"
+    assert rows["Reward file (the run's copy)"] == [f"`gs://{BUCKET}/runs/{RUN}/inputs/rewards.py`"]
+    assert rows["Dataset processor sha256"] == [
+        f"`{hashes['processor']}`, `gs://{BUCKET}/runs/{RUN}/inputs/processor.py`"
+    ]
+    assert rows["Chat template sha256"] == [
+        f"`{hashes['chat_template']}`, `gs://{BUCKET}/runs/{RUN}/inputs/chat_template.json`"
+    ]
+    assert not any(name in reward for name in BUILTIN_REWARDS), "the built-in ones did not run"
+
+
+def test_the_reward_is_read_from_the_ledgers_request_when_intake_recorded_no_inputs() -> None:
+    """A ledger without ``lineage.inputs``: the request intake rewrote names the copy and hash."""
+    record, req, hashes = _pinned_run(own={"rewards": REWARD_FILE})
+    record.lineage.inputs = None
+    rows = _table(_section(_card(record, req), "Reward"))
+    assert rows["Reward file sha256"] == [f"`{hashes['rewards']}`"]
+    assert rows["Reward file (the run's copy)"] == [f"`gs://{BUCKET}/runs/{RUN}/inputs/rewards.py`"]
+
+
+def test_without_reward_functions_of_its_own_the_card_names_maxtexts_built_in_ones() -> None:
+    record, req, _ = _pinned_run()
+    reward = _section(_card(record, req), "Reward")
+    assert reward.strip() == (
+        "MaxText's built-in rewards scored the rollouts: `match_format_exactly`, "
+        "`match_format_approximately`, `check_numbers` (maxtext 0.2.4 train_rl.py:420-424)."
+    )
+    assert "sha256" not in reward and "processor" not in reward.lower()
+
+
+def test_a_run_whose_data_was_not_pinned_says_so_and_claims_no_revision() -> None:
+    record, req = _run()  # a ledger from before plan pinned datasets
+    text = _card(record, req)
+    rows = _table(_section(text, "Training data"))
+    assert rows["Commit (pinned)"] == ["not pinned", "not pinned"]
+    assert rows["Dataset"][0] == "[openai/gsm8k](https://huggingface.co/datasets/openai/gsm8k)"
+    assert "pinned before training began" not in text
+    assert {r.dataset_revision for r in ModelCard(text).data.eval_results or []} == {None}
 
 
 # ---- the Hub (double), read and written by the real client ------------------------------------------

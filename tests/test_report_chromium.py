@@ -26,7 +26,19 @@ import pytest
 
 from rlpipe.cli import report
 from tests.harness.patience import ceiling, wait_until
-from tests.test_report_story import BRANCH, CALLER, COMMIT, NOW, REASON, REPO, RUN, receipt, story
+from tests.test_report_story import (
+    BRANCH,
+    CALLER,
+    COMMIT,
+    DATA_SHA,
+    NOW,
+    REASON,
+    REPO,
+    REWARD_SHA,
+    RUN,
+    receipt,
+    story,
+)
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless, and quiet on the network: without the background-networking flags Chromium's own
@@ -266,6 +278,9 @@ def test_the_runs_key_facts_are_visible_text(loaded: Loaded) -> None:
         "converted by this run: convert #1 in round 1; round 2 reused it (no conversion)",
         "attempt 3 (round 2) resumed from step 100",
         "attempt 1 (round 1)",
+        # What it trained on at which commit, and the reward file's hash, in full.
+        f"openai/gsm8k@{DATA_SHA}",
+        f"reward file sha256 {REWARD_SHA}",
     ):
         assert fact in text, fact
     assert "recorded no chip-hours" not in text

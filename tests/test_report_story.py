@@ -1,8 +1,10 @@
 """`rlpipe report` tells a retried, published run's whole story (issue 26).
 
 One run, built as the ledger records it: round 1 converts, is preempted, resumes and fails; a
-person retries it; round 2 resumes training from the last checkpoint, exports and publishes. The
-page must say who retried it and why, where training resumed, where the model was published and at
+person retries it; round 2 resumes training from the last checkpoint, exports and publishes. It
+trained on GSM8K's train split and evaluated on its test split, each at the commit plan pinned, and
+scored the rollouts with the request's own reward functions. The page must say what it trained and
+evaluated on at which commit, which reward functions scored it with the reward file's sha256, who retried it and why, where training resumed, where the model was published and at
 which commit, where the converted checkpoint came from in each round, that the CPU stages held no
 TPU, and which attempt printed each evaluation. ``story()`` is also what the browser test renders
 (``tests/test_report_chromium.py``).
@@ -10,6 +12,7 @@ TPU, and which attempt printed each evaluation. ``story()`` is also what the bro
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -34,6 +37,50 @@ FAILURE = {
     "message": "train_rl exited 1: loss is NaN at step 118",
     "stage": "train",
     "attempt": 2,
+}
+DATA_SHA = "5c1e8f0a2b3d4c5e6f708192a3b4c5d6e7f80912"
+REWARD_SHA = hashlib.sha256(b"def exact_match(prompts, completions, **kwargs): ...").hexdigest()
+TEMPLATE_SHA = hashlib.sha256(b'{"SYSTEM_PROMPT": "", "TEMPLATE": "{question}"}').hexdigest()
+REWARD_COPY = f"gs://acme-artifacts/runs/{RUN}/inputs/rewards.py"
+
+
+def _split(split: str, files: list[tuple[str, int]], examples: int | None) -> dict[str, Any]:
+    """One split as plan pins it (``control.data_pins``: lineage.data's train/eval entries)."""
+    return {
+        "repo": "openai/gsm8k",
+        "revision": "main",
+        "sha": DATA_SHA,
+        "subset": "main",
+        "split": split,
+        "files": [{"path": p, "size": n, "sha256": "d4" * 32} for p, n in files],
+        "num_examples": examples,
+        "features": {"question": "string", "answer": "string"},
+        "gated": False,
+    }
+
+
+DATA = {
+    "train": _split(
+        "train",
+        [("main/train-00000-of-00002.parquet", 1_500_000), ("main/train-00001-of-00002.parquet", 806_545)],
+        7473,
+    ),
+    "eval": _split("test", [("main/test-00000-of-00001.parquet", 419_088)], 1319),
+}
+INPUTS = {
+    "rewards": {
+        "uri": REWARD_COPY,
+        "sha256": REWARD_SHA,
+        "size": 52,
+        "source": "rewards.py",
+        "functions": ["exact_match", "brevity"],
+    },
+    "chat_template": {
+        "uri": f"gs://acme-artifacts/runs/{RUN}/inputs/chat_template.json",
+        "sha256": TEMPLATE_SHA,
+        "size": 45,
+        "source": "inline in the request",
+    },
 }
 # (attempt, step, mean_reward, accuracy): attempt 2 resumed from step 50 and evaluates step 75
 # again; attempt 3 (round 2) resumed from step 100 and evaluates step 100 again.
@@ -104,6 +151,18 @@ def story(**overrides: Any) -> dict[str, Any]:
             "image": "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:0.2.4",
             "publish": {"repo": REPO, "branch": BRANCH},
             "labels": {"team": "post-training"},
+            "dataset": {
+                "repo": "openai/gsm8k",
+                "revision": "main",
+                "subset": "main",
+                "train_split": "train",
+                "eval_split": "test",
+            },
+            "rewards": {
+                "file": {"path": REWARD_COPY, "inline": None, "sha256": REWARD_SHA},
+                "functions": ["exact_match", "brevity"],
+            },
+            "chat_template": {"path": INPUTS["chat_template"]["uri"], "inline": None, "sha256": TEMPLATE_SHA},
         },
         "state": "succeeded",
         "stage": "publish",
@@ -149,6 +208,8 @@ def story(**overrides: Any) -> dict[str, Any]:
             "export_uri": f"gs://acme-artifacts/runs/{RUN}/hf/",
             "published_to": f"{REPO}@{BRANCH}",
             "final_step": 200,
+            "data": DATA,
+            "inputs": INPUTS,
         },
         "results": {
             "pre": _eval(0.1234, 12.5),
@@ -483,3 +544,81 @@ def test_ids_stay_unique_with_rounds_resumes_and_attempt_series(html: str) -> No
     ids = [a["id"] for _, a in Page(html).elements if "id" in a]
     assert len(ids) == len(set(ids))
     assert {"timeline-round-2", "timeline-round-2-idle", "reward-resume-50", "reward-resume-100"} <= set(ids)
+
+
+def test_the_data_and_rewards_block_names_each_split_at_its_commit_and_the_reward_files_hash(
+    html: str,
+) -> None:
+    text = shown(html)
+    rows = {r["data-role"] for r in Page(html).tags("tr") if "data-role" in r}
+    assert rows == {"train", "eval"}
+    assert f"training openai/gsm8k@{DATA_SHA} main main train 2 files, 2,306,545 bytes 7,473" in text, (
+        "dataset@commit, revision, subset, split, files and bytes, examples"
+    )
+    assert f"evaluation openai/gsm8k@{DATA_SHA} main main test 1 file, 419,088 bytes 1,319" in text
+    assert "reward functions the request's own: exact_match, brevity" in text
+    assert f"reward file sha256 {REWARD_SHA}" in text and f"reward file {REWARD_COPY}" in text
+    assert "dataset processor MaxText's built-in" in text
+    assert (
+        f"chat template sha256 {TEMPLATE_SHA}, gs://acme-artifacts/runs/{RUN}/inputs/chat_template.json"
+        in text
+    )
+    # The story's request is not a whole request (an older ledger's): no expected step to compare.
+    assert "final step trained to step 200" in text and "data ran out" not in text
+
+
+def test_built_in_rewards_and_a_held_out_evaluation_are_named() -> None:
+    request = {
+        **story()["request"],
+        "dataset": {
+            "repo": "open-r1/OpenR1-Math-220k",
+            "revision": "main",
+            "subset": None,
+            "train_split": "train",
+            "eval_split": "test",
+        },
+    }
+    del request["rewards"], request["chat_template"]
+    train = {**DATA["train"], "repo": "open-r1/OpenR1-Math-220k", "subset": "default"}
+    lineage = {**story()["lineage"], "data": {"train": train}, "inputs": None}
+    text = shown(report.render_report(story(request=request, lineage=lineage), now=NOW))
+    assert (
+        "reward functions MaxText's built-in: match_format_exactly, match_format_approximately, "
+        "check_numbers (maxtext 0.2.4 train_rl.py:420-424)"
+    ) in text
+    assert (
+        "evaluation 5% held out of the training split by train_rl (open-r1/OpenR1-Math-220k split train)"
+        in text
+    )
+    assert f"training open-r1/OpenR1-Math-220k@{DATA_SHA} main default train" in text
+    assert "reward file" not in text and "sha256" not in text
+    from rlpipe.cli.report.facts import BUILTIN_REWARDS
+    from rlpipe.publisher.card import BUILTIN_REWARDS as CARD_REWARDS
+
+    assert BUILTIN_REWARDS == CARD_REWARDS, "the page and the card name the same functions"
+
+
+def test_a_dataset_not_pinned_yet_is_named_from_the_request() -> None:
+    lineage = {**story()["lineage"], "data": None, "inputs": None}
+    text = shown(report.render_report(story(lineage=lineage), now=NOW))
+    assert "training openai/gsm8k@not pinned yet main main train not pinned yet" in text
+    assert f"reward file sha256 {REWARD_SHA}" in text, "the ledger's request names the run's copy and hash"
+
+
+def test_a_run_whose_data_ran_out_says_at_which_step_of_the_configs_it_ended() -> None:
+    """``lineage.final_step`` against ``core.steps.final_step`` of the run's (validated) request."""
+    from rlpipe.core import steps
+    from rlpipe.core.request import validate_request
+    from tests.conftest import minimal_request
+
+    req = validate_request(minimal_request())
+    expected = steps.final_step(req)
+    request = req.model_dump(mode="json")
+    for final, said in (
+        (expected - 1, f"trained to step {expected - 1} of {expected}: the data ran out"),
+        (expected, f"trained to step {expected}, the config's final step"),
+    ):
+        lineage = {**story()["lineage"], "final_step": final}
+        page = Page(report.render_report(story(request=request, lineage=lineage), now=NOW))
+        assert f"final step {said}" in page.all_text
+        assert ("the data ran out" in page.all_text) == (final < expected)

@@ -126,23 +126,42 @@ def _tag_of(content: bytes, sha: str) -> dict[str, str]:
     return {"pipeline_tag": tag.strip(), "pipeline_tag_source": f"the base model's card at {sha[:12]}"}
 
 
-def _pinned(record: RunRecord, which: str) -> str | None:
-    """The commit ``plan`` pinned a dataset to (``lineage.data``), when it has."""
-    entry = (record.lineage.data or {}).get(which) or {}
-    sha = entry.get("sha")
-    return str(sha) if sha else None
+def _pinned(record: RunRecord, which: str) -> dict[str, Any]:
+    """The split ``plan`` pinned for ``which`` (``train``/``eval``, ``lineage.data``), or {}."""
+    entry = (record.lineage.data or {}).get(which)
+    return entry if isinstance(entry, dict) else {}
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dataset_facts(
+    entry: Mapping[str, Any], repo: str, revision: str, subset: str | None, split: str
+) -> dict[str, Any]:
+    """One dataset split as the card tells it: the request's names, and what plan pinned of it
+    (``control.data_pins``: the commit, every file with its size, the card's example count)."""
+    files = entry.get("files")
+    listed = [f for f in files if isinstance(f, dict)] if isinstance(files, list) else None
+    sha = entry.get("sha") or (revision if hub.SHA.fullmatch(revision) else None)
+    return {
+        "dataset": str(entry.get("repo") or repo),
+        "revision": revision,  # what the request named (a branch, or the commit itself)
+        "sha": str(sha) if sha else None,  # the commit train_rl read: plan's pin
+        "subset": entry.get("subset") or subset,
+        "split": split,
+        "files": len(listed) if listed is not None else None,
+        "bytes": sum(_count(f.get("size")) or 0 for f in listed) if listed is not None else None,
+        "num_examples": _count(entry.get("num_examples")),
+    }
 
 
 def training_data(req: Request, record: RunRecord) -> dict[str, Any]:
     """What train_rl trained on: the request's dataset at the commit plan pinned, the split it
-    named (``dataset_name``, ``hf_subset``, ``train_split``; ``train_rl.prepare_datasets``)."""
+    named (``dataset_name``, ``hf_subset``, ``train_split``; ``train_rl.prepare_datasets``), with
+    the pinned files' count and bytes and the example count the dataset's card gives."""
     d = req.dataset
-    return {
-        "dataset": d.repo,
-        "subset": d.subset,
-        "split": d.train_split,
-        "revision": _pinned(record, "train") or d.revision,
-    }
+    return _dataset_facts(_pinned(record, "train"), d.repo, d.revision, d.subset, d.train_split)
 
 
 def evaluation_set(req: Request, record: RunRecord) -> dict[str, Any]:
@@ -152,13 +171,34 @@ def evaluation_set(req: Request, record: RunRecord) -> dict[str, Any]:
     d = req.dataset
     if staging.splits_itself(d.repo, d.evaluated_repo):
         return {**training_data(req, record), "held_out": True}
-    return {
-        "dataset": d.evaluated_repo,
-        "subset": d.subset,
-        "split": d.eval_split,
-        "revision": _pinned(record, "eval") or d.evaluated_revision,
-        "held_out": False,
-    }
+    entry = _pinned(record, "eval")
+    facts = _dataset_facts(entry, d.evaluated_repo, d.evaluated_revision, d.subset, d.eval_split)
+    return {**facts, "held_out": False}
+
+
+def user_inputs(req: Request, record: RunRecord) -> dict[str, dict[str, Any]]:
+    """The request's own files (``rewards``, ``processor``, ``chat_template``) as the card names
+    them: the run's copy (``uri``) and its ``sha256``, from what intake recorded
+    (``lineage.inputs``, ``control.user_files.Copied.record``), else from the ledger's request,
+    which intake rewrote to name the same copy and hash (``user_files.pinned_request``); and, for
+    the rewards, the functions train_rl takes from the file. A role the request does not use is
+    absent: MaxText's built-in rewards, processor and the preset's template apply."""
+    from rlpipe.control.user_files import files_of
+
+    recorded = record.lineage.inputs or {}
+    out: dict[str, dict[str, Any]] = {}
+    for role, uf in files_of(req).items():
+        found = recorded.get(role)
+        entry: dict[str, Any] = found if isinstance(found, dict) else {}
+        fact: dict[str, Any] = {
+            "sha256": entry.get("sha256") or uf.sha256,
+            "uri": entry.get("uri") or (uf.path if uf.is_gs else None),
+            "size": _count(entry.get("size")),
+        }
+        if role == "rewards" and req.rewards is not None:
+            fact["functions"] = list(req.rewards.functions)
+        out[role] = fact
+    return out
 
 
 def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
@@ -202,6 +242,7 @@ def card_facts(
         "training_data": training_data(req, record),
         "rewards": {k: results.get(k) or {} for k in ("pre", "post")},
         "evaluation": evaluation_set(req, record),
+        "inputs": user_inputs(req, record),
         "gate": gate_facts(record, req),
         "links": run_links(artifacts_bucket, record),
         "run_id": record.run_id,

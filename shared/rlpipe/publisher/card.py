@@ -21,14 +21,28 @@ The facts, a plain dict (JSON-able; ``rlpipe.control.publishing.card_facts`` gat
   and that it is this default.
 - ``repo``: where it is published; the title and the model-index name are its name.
 - ``preset``, ``overrides`` (hyper-parameters that differ from the preset), ``image``, ``algorithm``.
-- ``training_data``: ``{dataset, subset, split, data_files}``, what train_rl trained on.
+- ``training_data``: ``{dataset, revision, sha, subset, split, files, bytes, num_examples}``, what
+  train_rl trained on: the request's dataset and split at the commit ``plan`` pinned (``sha``),
+  with the pinned files' count and total bytes and the example count the dataset's card states.
 - ``rewards``: ``{"pre": {...}, "post": {...}}``, train_rl's evaluations as the ledger holds them
   (``corr``, ``total``, ``accuracy``… in percent, ``mean_reward``); ``evaluation``: the set they were
-  measured on (``rlpipe.publisher.evaluation``).
+  measured on, the same fields as ``training_data`` and ``held_out`` (``rlpipe.publisher.evaluation``).
+- ``inputs``: the request's own files by role (``rewards``, ``processor``, ``chat_template``), each
+  ``{sha256, uri, size}`` (``uri``: the run's copy in GCS) and, for ``rewards``, ``functions``; no
+  ``rewards`` means MaxText's built-in reward functions.
 - ``gate``: ``{passed, reasons, thresholds: {name: value}, override: {by, at, reason, caller}}``;
   empty when the request set no gate.
 - ``links``: ``{checkpoints, final_checkpoint, export}``, GCS URIs of the run's files.
 - ``run_id``, ``request_id``; optional ``model_name`` and extra ``tags``.
+
+The datasets: the header's ``datasets`` lists the training dataset and, when it is another one,
+the evaluation dataset (dataset ids only: hub-docs ``modelcard.md:12-13`` at 0d37e0c,
+https://github.com/huggingface/hub-docs/blob/main/modelcard.md, has no revision there); the body's
+"Training data" section names each one's pinned commit (linked to its file tree at that commit),
+subset, split, files, bytes and examples, and the model-index names the evaluation commit as
+``dataset.revision`` (``modelcard.md:29``). The "Reward" section names what scored the rollouts:
+MaxText's built-in functions, or the request's by name with the file's full sha256 and the run's
+copy, and the request's dataset processor and chat template by sha256 when it brought them.
 
 Tags always include ``rlpipe``, the algorithm and ``maxtext``, and ``promoted-past-gate`` for a
 model a person promoted. No secret is ever a fact: the card is public text (the control plane masks
@@ -54,6 +68,17 @@ REQUIRED = ("base_model", "base_sha", "license", "preset", "image", "run_id", "r
 # What train_rl trains a model to do; said as such when the base model's card names no task.
 DEFAULT_PIPELINE_TAG = "text-generation"
 PROMOTED_TAG = "promoted-past-gate"
+# What scores the rollouts when a request brings no reward functions: maxtext 0.2.4
+# train_rl.py:420-424 (a request's rewards.functions replace all three, train_rl.py:402-424).
+BUILTIN_REWARDS = ("match_format_exactly", "match_format_approximately", "check_numbers")
+BUILTIN_REWARDS_SOURCE = "maxtext 0.2.4 train_rl.py:420-424"
+REPLACED_SOURCE = "maxtext 0.2.4 train_rl.py:402-424"
+# train_rl.py: prepare_train_and_eval_dataset(test_size=0.05), seeded by data_shuffle_seed.
+HELD_OUT_SOURCE = "maxtext 0.2.4 train_rl.py:306-330"
+HUB_DATASETS = "https://huggingface.co/datasets/"
+SHA256 = re.compile(r"[0-9a-f]{64}")
+# The request's own files other than the rewards, in the card's order and words.
+USER_FILES = {"processor": "Dataset processor", "chat_template": "Chat template"}
 SUMMARIES: dict[bool | None, str] = {
     True: "This model passed the quality gate its request set.",
     False: "This model did **not** pass the quality gate its request set.",
@@ -116,7 +141,6 @@ def _metadata(facts: Mapping[str, Any]) -> ModelCardData:
     results = evaluation.eval_results(facts.get("rewards") or {}, facts.get("evaluation") or {})
     if results:  # ModelCardData needs a model name for the model-index, and only then
         extra |= {"eval_results": results, "model_name": model_name(facts)}
-    trained_on = (facts.get("training_data") or {}).get("dataset")
     tags = ["rlpipe", _algorithm(facts), "maxtext", *([PROMOTED_TAG] if _promoted(facts) else [])]
     return ModelCardData(
         base_model=str(facts["base_model"]),
@@ -124,7 +148,7 @@ def _metadata(facts: Mapping[str, Any]) -> ModelCardData:
         library_name="transformers",
         pipeline_tag=str(facts.get("pipeline_tag") or DEFAULT_PIPELINE_TAG),
         tags=[*tags, *[str(t) for t in facts.get("tags") or []]],
-        datasets=[str(trained_on)] if trained_on else None,
+        datasets=_dataset_ids(facts) or None,
         **extra,
     )
 
@@ -146,7 +170,8 @@ def _view(facts: Mapping[str, Any]) -> dict[str, Any]:
         "overrides": [
             (_cell(str(k)), _cell(_value(v))) for k, v in sorted((facts.get("overrides") or {}).items())
         ],
-        "training_data": evaluation.where(facts.get("training_data") or {}),
+        "data": _data(facts.get("training_data") or {}, facts.get("evaluation") or {}),
+        "reward": _reward(facts.get("inputs") or {}),
         "rewards": evaluation.rows(rewards),
         "examples": evaluation.examples(rewards),
         "evaluated_on": evaluation.where(facts.get("evaluation") or {}),
@@ -155,6 +180,105 @@ def _view(facts: Mapping[str, Any]) -> dict[str, Any]:
         "run_id": _cell(str(facts["run_id"])),
         "request_id": _cell(str(facts["request_id"])),
     }
+
+
+def _dataset_ids(facts: Mapping[str, Any]) -> list[str]:
+    """The header's ``datasets``: the training dataset, then the evaluation dataset if another."""
+    ids: list[str] = []
+    for which in ("training_data", "evaluation"):
+        found = (facts.get(which) or {}).get("dataset")
+        if found and str(found) not in ids:
+            ids.append(str(found))
+    return ids
+
+
+def _data(train: Mapping[str, Any], evaluated: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The "Training data" table: one column for the training split and, unless train_rl held its
+    evaluation examples out of that split, one for the evaluation split; a row per fact."""
+    if not train.get("dataset"):
+        return None
+    held_out = bool(evaluated.get("held_out"))
+    sets = [train] if held_out or not evaluated.get("dataset") else [train, evaluated]
+    header = ["", "Training", "Evaluation"][: len(sets) + 1]
+    rows = [
+        ["Dataset", *(_dataset_link(s) for s in sets)],
+        ["Commit (pinned)", *(f"`{_cell(str(s['sha']))}`" if s.get("sha") else "not pinned" for s in sets)],
+        ["Requested revision", *(f"`{_cell(str(s.get('revision') or '-'))}`" for s in sets)],
+        [
+            "Subset",
+            *(f"`{_cell(str(s['subset']))}`" if s.get("subset") else "the default config" for s in sets),
+        ],
+        ["Split", *(f"`{_cell(str(s.get('split') or '-'))}`" for s in sets)],
+        ["Files", *(_files(s) for s in sets)],
+    ]
+    if any(isinstance(s.get("num_examples"), int) for s in sets):
+        rows.append(["Examples", *(_examples(s.get("num_examples")) for s in sets)])
+    held = None
+    if held_out:
+        held = (
+            f"Evaluation: {evaluation.HELD_OUT_SHARE} held out of the training split by train_rl "
+            f"({HELD_OUT_SOURCE}), so the evaluation examples come from the files above and were "
+            "not trained on."
+        )
+    return {"header": header, "rows": rows, "held_out": held, "pinned": all(s.get("sha") for s in sets)}
+
+
+def _dataset_link(data: Mapping[str, Any]) -> str:
+    """The dataset linked to its file tree at the pinned commit (the repo page when unpinned)."""
+    repo = _cell(str(data["dataset"]))
+    sha = str(data.get("sha") or "")
+    return (
+        f"[{repo}]({HUB_DATASETS}{repo}/tree/{sha})"
+        if SHA.fullmatch(sha)
+        else f"[{repo}]({HUB_DATASETS}{repo})"
+    )
+
+
+def _files(data: Mapping[str, Any]) -> str:
+    count, size = data.get("files"), data.get("bytes")
+    if not isinstance(count, int):
+        return "not recorded"
+    return f"{count} {'file' if count == 1 else 'files'}, {size or 0:,} bytes"
+
+
+def _examples(value: Any) -> str:
+    return (
+        f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "not stated by its card"
+    )
+
+
+def _reward(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The "Reward" section: the built-in functions, or the request's by name with the file's
+    sha256 and the run's copy; then the request's processor and chat template, when it has them."""
+    rewards = inputs.get("rewards") or {}
+    rows: list[tuple[str, str]] = []
+    if rewards:
+        names = ", ".join(f"`{_cell(str(n))}`" for n in rewards.get("functions") or []) or "none named"
+        summary = (
+            f"The request's own reward functions scored the rollouts: {names}. They replace MaxText's "
+            f"built-in ones ({REPLACED_SOURCE})."
+        )
+        rows += [
+            ("Reward functions", names),
+            ("Reward file sha256", _hash(rewards.get("sha256"))),
+            ("Reward file (the run's copy)", _uri(rewards.get("uri"))),
+        ]
+    else:
+        builtin = ", ".join(f"`{n}`" for n in BUILTIN_REWARDS)
+        summary = f"MaxText's built-in rewards scored the rollouts: {builtin} ({BUILTIN_REWARDS_SOURCE})."
+    for role, label in USER_FILES.items():
+        found = inputs.get(role) or {}
+        if found:
+            rows.append((f"{label} sha256", f"{_hash(found.get('sha256'))}, {_uri(found.get('uri'))}"))
+    return {"summary": summary, "rows": rows}
+
+
+def _hash(value: Any) -> str:
+    return f"`{value}`" if isinstance(value, str) and SHA256.fullmatch(value) else "not recorded"
+
+
+def _uri(value: Any) -> str:
+    return f"`{_cell(str(value))}`" if value else "not recorded"
 
 
 def _pipeline_tag_source(facts: Mapping[str, Any]) -> str:

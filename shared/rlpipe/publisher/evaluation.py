@@ -12,9 +12,12 @@ holds the post-training values only: they describe this model, the pre-training 
 Each entry names the task, the dataset at its config and split, and the metric.
 
 The evaluation set, a plain dict (``rlpipe.control.publishing.evaluation_set`` derives it from the
-request): ``dataset`` (a Hub dataset id), ``subset``, ``split``; ``held_out`` when train_rl split
-the evaluation examples off the training split itself; ``data_files`` when they came from parquet
-files instead of a Hub dataset.
+request): ``dataset`` (a Hub dataset id), ``subset``, ``split``, ``sha`` (the commit plan pinned it
+to); ``held_out`` when train_rl split the evaluation examples off the training split itself;
+``data_files`` when they came from parquet files instead of a Hub dataset. The pinned commit is the
+model-index's ``dataset.revision`` (``EvalResult.dataset_revision``; hub-docs ``modelcard.md``:
+"revision: {dataset_revision}  # Optional. Example: 5503434d…"), so the Hub's evaluation results
+name the exact bytes train_rl evaluated on.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ def _dataset(evaluation: Mapping[str, Any]) -> dict[str, Any] | None:
         "dataset_name": str(dataset).rsplit("/", 1)[-1],
         "dataset_config": str(evaluation.get("subset") or "") or None,
         "dataset_split": f"{split}{held_out}",
+        "dataset_revision": str(evaluation.get("sha") or "") or None,
     }
 
 

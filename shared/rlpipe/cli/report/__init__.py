@@ -5,8 +5,11 @@ the rounds (each retry with its reason, who asked, how the round before it ended
 training resumed), the stage timeline (every attempt, coloured by outcome and failure class, with
 each retry marked where it started, so a retry is never an unexplained gap), the reward curve
 (intermediate evaluations as one series per attempt, pre at step 0 and post at the final step), the
-lineage (with where the converted checkpoint came from, round by round), chip-hours per stage and
-attempt (a stage on the CPU pool says "no TPU") and the gate's result. It loads nothing from the
+lineage (with where the converted checkpoint came from, round by round), the data and rewards (each
+dataset split at its pinned commit with its files and examples, the reward functions by name with
+the reward file's sha256, or MaxText's built-in ones; the request's processor and chat template;
+where training ended against the config's final step), chip-hours per stage and attempt (a stage on
+the CPU pool says "no TPU") and the gate's result. It loads nothing from the
 network: the charts are matplotlib SVG inlined in the page (``rlpipe.cli.charts``), the styles sit
 in the page, and there is no script.
 
@@ -37,7 +40,15 @@ from rlpipe.cli.charts import (
     fmt_accuracy,
     fmt_reward,
 )
-from rlpipe.cli.report.facts import conversion, evaluations, gate, lineage, published, reward_curve
+from rlpipe.cli.report.facts import (
+    conversion,
+    data_and_rewards,
+    evaluations,
+    gate,
+    lineage,
+    published,
+    reward_curve,
+)
 from rlpipe.cli.report.rows import (
     _STATE_KEY,
     NO_EVALUATION,
@@ -57,6 +68,7 @@ __all__ = [
     "attempt_rows",
     "chip_hours",
     "conversion",
+    "data_and_rewards",
     "published",
     "read_receipt",
     "register",
@@ -148,6 +160,7 @@ def render_report(
             fmt_accuracy=fmt_accuracy,
             chip_hours=chip_hours(rows),
             lineage=lineage(record, rows),
+            data=data_and_rewards(record),
             published=published(record, rows, receipt),
             gate=gate(record),
             gate_spec={k: v for k, v in _dict(request.get("gate")).items() if v is not None},

@@ -267,3 +267,145 @@ def gate(record: dict[str, Any]) -> dict[str, Any] | None:
         if override
         else None,
     }
+
+
+# ---- data and rewards -----------------------------------------------------------------------------
+
+# What scores the rollouts when a request brings no reward functions: maxtext 0.2.4
+# train_rl.py:420-424 (the model card says the same: rlpipe.publisher.card.BUILTIN_REWARDS).
+BUILTIN_REWARDS = ("match_format_exactly", "match_format_approximately", "check_numbers")
+BUILTIN_REWARDS_SOURCE = "maxtext 0.2.4 train_rl.py:420-424"
+# train_rl.py: prepare_train_and_eval_dataset(test_size=0.05) (maxtext 0.2.4 train_rl.py:306-330).
+HELD_OUT = "5% held out of the training split by train_rl"
+_ROLES = (("train", "training", "train_split"), ("eval", "evaluation", "eval_split"))
+
+
+def _files_text(entry: dict[str, Any]) -> str:
+    files = entry.get("files")
+    if not isinstance(files, list):
+        return "not recorded"
+    size = sum(_int(_dict(f).get("size")) or 0 for f in files)
+    return f"{_plural(len(files), 'file')}, {size:,} bytes"
+
+
+def _dataset_row(
+    role: str, name: str, entry: dict[str, Any], spec: dict[str, Any], split: Any
+) -> dict[str, Any]:
+    """One split the run read: plan's pin (``lineage.data``) when it has one, else the request's names."""
+    repo = (
+        _str(entry.get("repo"))
+        or _str(spec.get("eval_repo" if role == "eval" else "repo"))
+        or _str(spec.get("repo"))
+    )
+    revision = (
+        _str(entry.get("revision"))
+        or (_str(spec.get("eval_revision")) if role == "eval" else None)
+        or _str(spec.get("revision"))
+    )
+    examples = _int(entry.get("num_examples"))
+    return {
+        "role": role,
+        "name": name,
+        "repo": repo or "-",
+        "sha": _str(entry.get("sha")),
+        "revision": revision or "-",
+        "subset": _str(entry.get("subset")) or _str(spec.get("subset")) or "the default config",
+        "split": _str(entry.get("split")) or _str(split) or "-",
+        "files": _files_text(entry) if entry else "not pinned yet",
+        "examples": f"{examples:,}" if examples is not None else "not stated by its card",
+        "held_out": None,
+    }
+
+
+def _user_file(inputs: dict[str, Any], request: dict[str, Any], role: str) -> dict[str, Any] | None:
+    """The request's own file for ``role``: the run's copy and sha256 intake recorded
+    (``lineage.inputs``), else what the ledger's request names (intake rewrote it to that copy)."""
+    if role == "rewards":
+        named = _dict(_dict(request.get("rewards")).get("file"))
+    elif role == "processor":
+        named = _dict(_dict(request.get("dataset")).get("processor"))
+    else:
+        named = _dict(request.get("chat_template"))
+    entry = _dict(inputs.get(role))
+    if not entry and not named:
+        return None
+    path = _str(named.get("path"))
+    return {
+        "sha256": _str(entry.get("sha256")) or _str(named.get("sha256")) or "not recorded",
+        "uri": _str(entry.get("uri"))
+        or (path if path and path.startswith("gs://") else None)
+        or "not recorded",
+    }
+
+
+def _expected_final_step(request: dict[str, Any]) -> int | None:
+    """The step the request's config ends at with plentiful data (``core.steps.final_step``); None
+    for a record whose request no longer validates (an older ledger)."""
+    from rlpipe.core import steps
+    from rlpipe.core.request import Request
+
+    try:
+        return steps.final_step(Request.model_validate(request))
+    except ValueError:  # pydantic's ValidationError and steps.ConfigProblem both are
+        return None
+
+
+def training_end(record: dict[str, Any]) -> str | None:
+    """The step training ended at (``lineage.final_step``) against the config's, in words; None
+    before training ended."""
+    actual = _int(_dict(record.get("lineage")).get("final_step"))
+    if actual is None:
+        return None
+    expected = _expected_final_step(_dict(record.get("request")))
+    if expected is None:
+        return f"trained to step {actual}"
+    if actual < expected:
+        return f"trained to step {actual} of {expected}: the data ran out"
+    if actual > expected:
+        return f"trained to step {actual}, beyond the step the config expects ({expected})"
+    return f"trained to step {actual}, the config's final step"
+
+
+def data_and_rewards(record: dict[str, Any]) -> dict[str, Any]:
+    """What the run trained and evaluated on (each split at its pinned commit, with its files,
+    bytes and examples), what scored the rollouts (MaxText's built-in rewards, or the request's
+    functions with the file's sha256 and the run's copy), the request's dataset processor and chat
+    template, and where training ended against the config's final step."""
+    from rlpipe.core import staging
+
+    lin, request = _dict(record.get("lineage")), _dict(record.get("request"))
+    data, inputs, spec = _dict(lin.get("data")), _dict(lin.get("inputs")), _dict(request.get("dataset"))
+    datasets: list[dict[str, Any]] = []
+    repo = _str(spec.get("repo"))
+    for role, name, split_key in _ROLES:
+        entry = _dict(data.get(role))
+        if (
+            role == "eval"
+            and not entry
+            and repo
+            and staging.splits_itself(repo, _str(spec.get("eval_repo")) or repo)
+        ):
+            train = datasets[0] if datasets else None
+            if train is not None:
+                datasets.append({**train, "role": role, "name": name, "held_out": HELD_OUT})
+            continue
+        if entry or spec:
+            datasets.append(_dataset_row(role, name, entry, spec, spec.get(split_key)))
+    rewards = _user_file(inputs, request, "rewards")
+    functions = [str(f) for f in _dict(request.get("rewards")).get("functions") or []]
+    if rewards is not None and not functions:
+        functions = [str(f) for f in _dict(inputs.get("rewards")).get("functions") or []]
+    template_path = _str(_dict(request.get("training")).get("data_template_path"))
+    return {
+        "datasets": datasets,
+        "rewards": {
+            "builtin": rewards is None,
+            "functions": functions if rewards is not None else list(BUILTIN_REWARDS),
+            "source": BUILTIN_REWARDS_SOURCE,
+            "file": rewards,
+        },
+        "processor": _user_file(inputs, request, "processor"),
+        "chat_template": _user_file(inputs, request, "chat_template"),
+        "template_path": template_path,
+        "training_end": training_end(record),
+    }
