@@ -114,6 +114,9 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
     if lineage.checkpoint_uri:
         step = f" (final step {lineage.final_step})" if lineage.final_step else ""
         lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
+    end = (record.results or {}).get("training_end")  # control/stage.py: a clean end below max_steps
+    if isinstance(end, dict) and end.get("explanation"):
+        lines.append(f"  training    {end['explanation']}")
     if lineage.export_uri:
         lines.append(f"  export      {lineage.export_uri}")
     if record.progress:

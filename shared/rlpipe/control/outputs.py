@@ -32,14 +32,18 @@ def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) 
 def stage_complete(
     artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, stage: str, attempt: int
 ) -> layout.Completeness:
-    """The stage's done rule (DESIGN §4) applied to what the bucket lists now."""
+    """The stage's done rule (DESIGN §4) applied to what the bucket lists now.
+
+    Train's final step is ``ctx.final_step`` (the ledger's ``lineage.final_step``: the step
+    training actually ended at once it ended, which the data can make lower than the config's),
+    else the config's."""
     run = layout.RunLayout(artifacts.bucket_name, ctx.run_id)
     if stage == "convert":
         directory = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
         return layout.convert_complete(artifacts.list(directory + "0/"), directory)
     if stage == "train":
-        final = layout.final_step_for(req)
-        return layout.train_complete_for(artifacts.list(run.step_dir(final)), run, req)
+        final = ctx.final_step if ctx.final_step is not None else layout.final_step_for(req)
+        return layout.train_complete_for(artifacts.list(run.step_dir(final)), run, req, final)
     if stage == "publish":
         if req.publish is None:
             return layout.Completeness(False, "the request has no publish section")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from rlpipe.cluster.kinds import Kind
@@ -103,6 +103,7 @@ class StageService:
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
+            final_step=record.lineage.final_step,  # train's actual end, once it ended
         )
 
     # ---- plan ---------------------------------------------------------------------------------
@@ -340,16 +341,23 @@ class StageService:
             else req.retry.retryable_exit_codes,
             queued_deadline_seconds=float(req.timeouts.queued),
         )
-        complete = outputs.stage_complete(self.artifacts, req, self._context(record), stage, attempt)
+        progress = seen = cursor = None
+        ended: steps.TrainOutcome | None = None
+        if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
+            progress, seen, cursor, found = self._read_train_log(record, name, attempt)
+            if ws.phase == "succeeded":
+                ended = self._train_end(record, req, attempt, progress, log_read=found)
+        ctx = self._context(record)
+        if ended is not None and ended.final is not None:
+            ctx = replace(ctx, final_step=ended.final)
+        complete = outputs.stage_complete(self.artifacts, req, ctx, stage, attempt)
         phase, failure = ws.phase, None
-        if ws.phase == "succeeded" and not complete.complete:
+        if ended is not None and ended.final is None:
+            # train_rl exited 0, but not the way it ends a training: which evidence is missing
+            # (no checkpoint, no end line, a commit that is not the last step reported) is said.
+            phase, failure = "failed", {"tag": "permanent", "message": f"{name}: {ended.reason}"}
+        elif ended is None and ws.phase == "succeeded" and not complete.complete:
             message = f"{name} succeeded but its output is incomplete: {complete.reason}"
-            if stage == "train":
-                # The head exited 0 short of the final step: the data ran out (Tunix ends its loop
-                # on StopIteration and still saves), which must not read as the run's last step.
-                run = layout.RunLayout(self.artifacts.bucket_name, run_id)
-                committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
-                message = steps.train_outcome("succeeded", committed, layout.final_step_for(req)).reason
             phase, failure = "failed", {"tag": "permanent", "message": message}
         elif ws.phase == "failed":
             failure = budgets.classify(
@@ -374,21 +382,15 @@ class StageService:
             if phase == "succeeded" and stage == "publish"
             else None
         )
-        progress = seen = cursor = None
-        if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
-            # Only the lines not read before: every evaluation is seen once, however fast the log
-            # scrolls between two polls (cluster/log_cursor.py).
-            known = record.attempt_record(stage, attempt)
-            lines, cursor, found = self.cluster.read_log(
-                name, LogCursor.from_json(known.log_cursor if known else None)
+        final = None
+        if stage == "train":
+            final = (
+                ended.final if ended is not None and ended.final is not None else layout.final_step_for(req)
             )
-            if not found and self.cloud_logs is not None:  # the pod is gone: its lines are still logged
-                lines, cursor = self.cloud_logs(name, cursor)
-            parsed = train_log.parse("\n".join(lines))
-            progress, seen = parsed.progress(), parsed.results()
-        final = layout.final_step_for(req) if stage == "train" else None
         reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, cursor, commit)
-        self._record_phase(run_id, stage, attempt, reading, log)
+        self._record_phase(
+            run_id, stage, attempt, reading, log, extra=_record_train_end(ended, attempt) if ended else None
+        )
         return {
             "phase": phase,
             "failure": failure,
@@ -397,8 +399,58 @@ class StageService:
             "progress": progress,
         }
 
+    def _read_train_log(
+        self, record: RunRecord, name: str, attempt: int
+    ) -> tuple[dict[str, Any], dict[str, Any], LogCursor | None, bool]:
+        """The head's log lines not read before (every evaluation is seen once, however fast the
+        log scrolls between two polls: cluster/log_cursor.py), as (progress, evaluations, the
+        cursor after them, whether the log was found). ``progress`` carries this attempt's end
+        evidence folded over every read so far (``train_log.fold_attempt``)."""
+        known = record.attempt_record("train", attempt)
+        lines, cursor, found = self.cluster.read_log(
+            name, LogCursor.from_json(known.log_cursor if known else None)
+        )
+        if not found and self.cloud_logs is not None:  # the pod is gone: its lines are still logged
+            lines, cursor = self.cloud_logs(name, cursor)
+            found = True
+        parsed = train_log.parse("\n".join(lines))
+        evidence = train_log.fold_attempt(record.progress.get(train_log.ATTEMPT_LOG), attempt, parsed)
+        progress = {**(parsed.progress() or {}), train_log.ATTEMPT_LOG: evidence}
+        return progress, parsed.results(), cursor, found
+
+    def _train_end(
+        self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
+    ) -> steps.TrainOutcome:
+        """The train done rule (``steps.train_outcome``) for a head that exited 0: the newest
+        committed step against the last step this attempt's log reported, and its end line."""
+        evidence = progress.get(train_log.ATTEMPT_LOG) or {}
+        run = layout.RunLayout(self.artifacts.bucket_name, record.run_id)
+        committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
+        known = record.attempt_record("train", attempt)
+        restored = evidence.get("restored_step")
+        outcome = steps.train_outcome(
+            "succeeded",
+            committed,
+            steps.training_steps(req),
+            reported=train_log.reported_step(evidence),
+            end_line=bool(evidence.get("end_line")),
+            resumed_from=restored if restored is not None else (known.resume_step if known else None),
+        )
+        if outcome.verdict == steps.TrainVerdict.NO_END_LINE and not log_read:
+            outcome = replace(
+                outcome, reason=f"{outcome.reason} (the head's log could not be read: its pod is gone)"
+            )
+        return outcome
+
     def _record_phase(
-        self, run_id: str, stage: str, attempt: int, reading: phase_record.Reading, log: Logger
+        self,
+        run_id: str,
+        stage: str,
+        attempt: int,
+        reading: phase_record.Reading,
+        log: Logger,
+        *,
+        extra: Callable[[RunRecord], None] | None = None,
     ) -> None:
         ended: list[Attempt] = []
 
@@ -406,6 +458,8 @@ class StageService:
             ended.clear()  # a compare-and-swap may run this again on a newer record
             what, done = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
             ended.extend([done] if done else [])
+            if extra is not None and what is not None:
+                extra(r)  # in the same compare-and-swap as the phase: never one without the other
             return what
 
         failure = reading.failure
@@ -490,3 +544,31 @@ class StageService:
 
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
     return now_epoch - parse_time(timestamp).timestamp()
+
+
+TRAINING_END = "training_end"  # in a run's results: how training ended, when not at max_steps
+
+
+def _record_train_end(outcome: steps.TrainOutcome, attempt: int) -> Callable[[RunRecord], None]:
+    """The ledger change of a clean end of training: ``lineage.final_step`` becomes the step
+    training actually ended at (export and every later done rule read it), and the results keep,
+    in words, why that is not max_steps (``status`` prints it)."""
+
+    def change(r: RunRecord) -> None:
+        if outcome.final is None:
+            return
+        a = r.attempt_record("train", attempt)
+        if a is None or a.phase != "succeeded":
+            return
+        r.lineage.final_step = outcome.final
+        if outcome.explanation:
+            r.results[TRAINING_END] = {
+                "attempt": attempt,
+                "final_step": outcome.final,
+                "expected_final_step": outcome.expected,
+                "explanation": outcome.explanation,
+            }
+        else:
+            r.results.pop(TRAINING_END, None)
+
+    return change

@@ -1,17 +1,43 @@
 """How many optimizer steps train_rl runs, which it checkpoints, and when training is really done.
 
 MaxText 0.2.4 sets ``train_steps = int(num_batches × rl.num_iterations × train_fraction × num_epoch)``
-and hands it to Tunix as ``max_steps``; Tunix stops there, or earlier if the data runs out, and
-always saves the last step when it closes. Checkpoints are also saved at every multiple of
-``checkpoint_period``, and only the newest ``max_num_checkpoints_to_keep`` are kept. The values
-come from the request's typed fields and its ``maxtext_overrides``, over ``rl.yml``'s defaults.
-Sources: ``tests/fixtures/maxtext_facts.yaml`` (``step_arithmetic``, ``checkpointing``).
+and hands it to Tunix as ``max_steps``; but the run ends where its *data* ends if that comes
+first. The rule, from the sources (``tests/fixtures/maxtext_facts.yaml``, ``step_arithmetic``):
+
+* the data: train_rl drops prompts longer than ``max_prefill_predict_length``
+  (maxtext/trainers/post_train/rl/train_rl.py:360-364), keeps the first
+  ``int(num_batches × batch_size × train_fraction)`` positions of each epoch's shuffle
+  (train_rl.py:375-376; a dropped prompt still takes its position, grain's filter leaves a hole),
+  repeats that ``num_epoch`` times (:377) and batches by ``batch_size`` dropping an incomplete
+  last batch (:378): ``batches = examples per epoch × num_epoch // batch_size``;
+* the loop: train_rl passes ``mini_batch_size=batch_size`` and ``max_steps=train_steps``
+  (train_rl.py:506-507), so each batch is one outer step of ``rl.num_iterations`` optimizer steps
+  (Tunix rl_learner.py:696-706 repeats it; ``train_micro_batch_size`` only splits it into
+  accumulated micro-batches, rl_cluster.py:128-142, and changes no count); ``max_steps`` is
+  compared only after each outer step (rl_learner.py:624-628; the PEFT trainer's own check is off
+  for a learner-managed trainer, peft_trainer.py:656-660 with rl_learner.py:95), and an exhausted
+  iterator ends the loop cleanly (rl_learner.py:468-469, 629-631), after which close() saves the
+  last step (peft_trainer.py:757-766, 782-791). Line numbers are Tunix 0.1.7's.
+
+So ``final = min(batches, max(1, ceil(max_steps / num_iterations))) × num_iterations``, which is
+``max_steps`` only when the data has enough examples. No batch at all makes Tunix's first
+``next()`` raise out of ``train()`` (rl_learner.py:529): train_rl then fails. A resumed attempt
+skips one batch per *optimizer step* it restored (rl_learner.py:132, 378-383 with
+peft_trainer.py:260), so with ``rl.num_iterations`` > 1 it skips batches it never trained on and
+ends earlier than a fresh run would. ``rl.use_agentic_rollout`` runs another learner, which counts
+max_steps in outer steps: the end is not derived for it (``rule_known``).
+
+Checkpoints are saved at every multiple of ``checkpoint_period`` and at the end; only the newest
+``max_num_checkpoints_to_keep`` are kept. The values come from the request's typed fields
+(``training.num_batches``, ``training.batch_size``: a ``batch_size`` override is refused as a
+typed field) and its ``maxtext_overrides``, over ``rl.yml``'s defaults.
 
 Pure: a request in, numbers and verdicts out.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,7 +52,11 @@ class _Training(Protocol):
     @property
     def num_batches(self) -> int: ...
     @property
+    def batch_size(self) -> int: ...
+    @property
     def checkpoint_period(self) -> int | None: ...
+    @property
+    def max_prefill_predict_length(self) -> int | None: ...
 
 
 class Request(Protocol):
@@ -43,20 +73,26 @@ RL_YML_DEFAULTS: dict[str, Any] = {
     "num_epoch": 1,
     "train_fraction": 1.0,
     "rl.num_iterations": 1,
+    "rl.use_agentic_rollout": False,  # rl.yml:60
     "enable_checkpointing": True,
     "checkpoint_period": presets.MAXTEXT_CHECKPOINT_PERIOD,
     "max_num_checkpoints_to_keep": presets.MAXTEXT_MAX_CHECKPOINTS_TO_KEEP,
     "eval_interval": 10,
     "num_test_batches": 5,
+    "batch_size": 1,  # rl.yml:110; a request always sets training.batch_size
+    "max_prefill_predict_length": 256,  # rl.yml:163; the length filter's bound
 }
 
 # Override keys that change the step arithmetic, each with the spellings MaxText accepts. A flat
 # key is routed into the nested model of the same field name (RLConfig's
 # map_flat_fields_to_nested_models), so `num_iterations` and `rl.num_iterations` are one value.
+# batch_size is not here: it is the typed training.batch_size, and checks refuse it as an override
+# under either spelling (batch_size, dataset.batch_size).
 STEP_OVERRIDE_SPELLINGS: dict[str, tuple[str, ...]] = {
     "num_epoch": ("num_epoch",),
     "train_fraction": ("train_fraction",),
     "rl.num_iterations": ("rl.num_iterations", "num_iterations"),
+    "rl.use_agentic_rollout": ("rl.use_agentic_rollout", "use_agentic_rollout"),
     "enable_checkpointing": ("enable_checkpointing",),
     "max_num_checkpoints_to_keep": ("max_num_checkpoints_to_keep",),
     "eval_interval": ("eval_interval",),
@@ -68,6 +104,7 @@ IGNORED_NESTED_SPELLINGS: dict[str, str] = {
     "dataset.train_fraction": "train_fraction",
     "dataset.num_batches": "training.num_batches",
 }
+END_LINE = "RL Training Completed Successfully!"  # train_rl.py:810, after Tunix's loop returned
 
 
 class ConfigProblem(ValueError):
@@ -76,6 +113,10 @@ class ConfigProblem(ValueError):
     def __init__(self, key: str, problem: str, fix: str) -> None:
         super().__init__(f"maxtext_overrides.{key}: {problem}")
         self.key, self.problem, self.fix = key, problem, fix
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
 
 
 @dataclass(frozen=True)
@@ -91,11 +132,126 @@ class TrainingSteps:
     enable_checkpointing: bool
     eval_interval: int
     num_test_batches: int
+    batch_size: int = 1
+    agentic: bool = False  # rl.use_agentic_rollout: another learner, whose end is not derived here
+    max_prefill_predict_length: int | None = None  # None: rl.yml's 256 (only for the explanation)
+
+    @property
+    def max_steps(self) -> int:
+        """MaxText's train_steps, computed as MaxText computes it (same order, same rounding)."""
+        return int(self.num_batches * self.num_iterations * self.train_fraction * self.num_epoch)
+
+    @property
+    def examples_kept(self) -> int:
+        """The positions of each epoch's shuffle train_rl keeps (train_rl.py:375, same order)."""
+        return int(self.num_batches * self.batch_size * self.train_fraction)
+
+    def examples_per_epoch(self, examples: int | None = None) -> int:
+        """Examples per epoch that reach the batcher. ``examples``: how many train examples pass
+        the length filter (None: plentiful). Exact when no prompt is dropped or the whole split
+        fits in ``examples_kept``; otherwise an upper bound, because a dropped prompt still takes
+        one of the kept positions and which ones fall in the slice depends on the shuffle."""
+        kept = self.examples_kept
+        return kept if examples is None else max(0, min(kept, examples))
+
+    def batches(self, examples: int | None = None) -> int:
+        """Full batches the data gives over every epoch (grain's drop_remainder)."""
+        return self.examples_per_epoch(examples) * self.num_epoch // self.batch_size
+
+    def final_with_examples(self, examples: int | None, *, resumed_from: int = 0) -> int:
+        """The step train_rl ends at: ``min(max_steps, what the data allows)``, literally: one
+        outer step of ``num_iterations`` updates per batch, max_steps checked after each one.
+        ``resumed_from``: the step an attempt restored (Tunix then skips that many batches).
+        0 means train_rl fails before its first step (no batch at all)."""
+        batches = self.batches(examples)
+        if batches == 0:
+            return 0
+        left = batches - resumed_from
+        if left <= 0:
+            return resumed_from
+        outer = min(left, max(1, math.ceil((self.max_steps - resumed_from) / self.num_iterations)))
+        return resumed_from + outer * self.num_iterations
 
     @property
     def final_step(self) -> int:
-        """MaxText's train_steps, computed as MaxText computes it (same order, same rounding)."""
-        return int(self.num_batches * self.num_iterations * self.train_fraction * self.num_epoch)
+        """The step a run with plentiful data ends at (what ``plan`` shows)."""
+        return self.final_with_examples(None)
+
+    @property
+    def data_bound(self) -> bool:
+        """The config alone ends training below max_steps: train_fraction keeps fewer examples than
+        num_batches × num_epoch batches need (e.g. rl.num_iterations > 1 with train_fraction < 1)."""
+        return self.final_step < self.max_steps
+
+    @property
+    def rule_known(self) -> bool:
+        return not self.agentic
+
+    def data_text(self, examples: int | None = None) -> str:
+        """``22 examples × 1 epoch ÷ batch 1 = 22 batches × 2 iterations``."""
+        per_epoch = self.examples_per_epoch(examples)
+        return (
+            f"{_plural(per_epoch, 'example')} × {_plural(self.num_epoch, 'epoch')} ÷ batch "
+            f"{self.batch_size} = {_plural(self.batches(examples), 'batch', 'batches')} × "
+            f"{_plural(self.num_iterations, 'iteration')}"
+        )
+
+    def _prefill(self) -> int:
+        return int(self.max_prefill_predict_length or RL_YML_DEFAULTS["max_prefill_predict_length"])
+
+    def _fewer(self) -> str:
+        return (
+            f"fewer if prompts longer than max_prefill_predict_length ({self._prefill()} tokens) are dropped "
+            f"or the split has fewer than {self.examples_kept} examples"
+        )
+
+    def explain(self, examples: int | None = None) -> str:
+        """In words, for ``plan``: where training ends, and that the data can end it earlier, e.g.
+        ``step 44 (of max_steps 45: 22 examples × 1 epoch ÷ batch 1 = 22 batches × 2 iterations);
+        fewer if prompts longer than …``."""
+        final, top, data = self.final_with_examples(examples), self.max_steps, self.data_text(examples)
+        if final == 0:
+            head = f"no step ({data}): train_rl fails before its first step"
+        elif final < top:
+            head = f"step {final} (of max_steps {top}: {data})"
+        elif final > top:
+            head = f"step {final} (max_steps {top}, checked only after each batch: {data})"
+        else:
+            head = f"step {final} (= max_steps; the data allows {data})"
+        text = f"{head}; {self._fewer()} (training then ends early, cleanly)"
+        if self.agentic:
+            text += (
+                "; with rl.use_agentic_rollout the agentic learner compares max_steps with outer "
+                "steps, so this end is not derived for it"
+            )
+        return text
+
+    def explain_end(self, actual: int, *, resumed_from: int | None = None) -> str | None:
+        """Why a clean end at ``actual`` is not max_steps, in words; None when it is max_steps."""
+        top, expected = self.max_steps, self.final_step
+        if actual == top:
+            return None
+        what = f"trained to step {actual} of {top}"
+        if actual == expected:
+            return (
+                f"{what}: the data ran out ({self.data_text()}; train_fraction keeps "
+                f"int({self.num_batches} × {self.batch_size} × {self.train_fraction:g}) = "
+                f"{self.examples_kept} examples)"
+            )
+        s = resumed_from or 0
+        if s and self.num_iterations > 1 and actual == self.final_with_examples(None, resumed_from=s):
+            return (
+                f"{what}: the data ran out (the attempt resumed at step {s}, and Tunix skips one "
+                f"batch per restored optimizer step, so with {_plural(self.num_iterations, 'iteration')} "
+                f"per batch it skipped batches it had not trained on)"
+            )
+        if actual < expected:
+            return (
+                f"{what}: the data ran out (expected step {expected}: {self.data_text()}; the train "
+                f"split held fewer than {self.examples_kept} examples whose prompts fit "
+                f"max_prefill_predict_length ({self._prefill()} tokens))"
+            )
+        return f"{what}: beyond the expected step {expected}"
 
     def checkpoint_steps(self) -> list[int]:
         """Every step train_rl commits: multiples of the period, then the forced final save."""
@@ -156,9 +312,17 @@ def _override(overrides: Mapping[str, Any], name: str) -> tuple[str, Any] | None
 
 
 def effective_steps(
-    num_batches: int, checkpoint_period: int | None, overrides: Mapping[str, Any]
+    num_batches: int,
+    checkpoint_period: int | None,
+    overrides: Mapping[str, Any],
+    *,
+    batch_size: int = 1,
+    max_prefill_predict_length: int | None = None,
 ) -> TrainingSteps:
-    """The effective step settings, or ``ConfigProblem`` naming the key that makes them unverifiable."""
+    """The effective step settings, or ``ConfigProblem`` naming the key that makes them unverifiable.
+
+    ``batch_size`` is the request's typed ``training.batch_size`` (rl.yml's 1 when a caller reads
+    a document without it: the data's batch count then assumes batches of one)."""
     for nested, flat in IGNORED_NESTED_SPELLINGS.items():
         if nested in overrides:
             raise ConfigProblem(
@@ -191,6 +355,9 @@ def effective_steps(
         raise ConfigProblem(
             key("train_fraction"), f"{fraction!r} is not a number in (0, 1]", "write e.g. 0.5"
         )
+    agentic = values["rl.use_agentic_rollout"]
+    if not isinstance(agentic, bool):
+        raise ConfigProblem(key("rl.use_agentic_rollout"), f"{agentic!r} is not true or false", "write false")
     steps = TrainingSteps(
         num_batches=num_batches,
         num_iterations=_int(key("rl.num_iterations"), values["rl.num_iterations"], 1),
@@ -201,12 +368,15 @@ def effective_steps(
         enable_checkpointing=True,
         eval_interval=_int(key("eval_interval"), values["eval_interval"], None),
         num_test_batches=_int(key("num_test_batches"), values["num_test_batches"], 0),
+        batch_size=max(1, batch_size),
+        agentic=agentic,
+        max_prefill_predict_length=max_prefill_predict_length,
     )
-    if steps.final_step < 1:
+    if steps.max_steps < 1:
         raise ConfigProblem(
             key("train_fraction"),
             f"num_batches × rl.num_iterations × train_fraction × num_epoch rounds down to "
-            f"{steps.final_step} steps, so train_rl would train nothing",
+            f"{steps.max_steps} steps, so train_rl would train nothing",
             "raise train_fraction or training.num_batches",
         )
     return steps
@@ -214,59 +384,108 @@ def effective_steps(
 
 def training_steps(req: Request) -> TrainingSteps:
     """The request's effective step settings (raises ``ConfigProblem``; validation refuses those)."""
-    return effective_steps(req.training.num_batches, req.training.checkpoint_period, req.maxtext_overrides)
+    t = req.training
+    return effective_steps(
+        t.num_batches,
+        t.checkpoint_period,
+        req.maxtext_overrides,
+        batch_size=t.batch_size,
+        max_prefill_predict_length=t.max_prefill_predict_length,
+    )
 
 
 def final_step(req: Request) -> int:
-    """The step whose ``commit_success.txt`` means training finished: MaxText's train_steps."""
+    """The step a run with plentiful data ends at (``TrainingSteps.final_step``); a run whose data
+    ends earlier ends earlier, cleanly, and its actual final step is the ledger's."""
     return training_steps(req).final_step
 
 
 class TrainVerdict(StrEnum):
-    DONE = "done"  # the head succeeded and the final step is committed
-    DATA_RAN_OUT = "data-ran-out"  # the head succeeded but stopped short: the last save is not the final step
-    NO_CHECKPOINT = "no-checkpoint"  # the head succeeded and nothing is committed
+    DONE = "done"  # a clean end: exit 0, the end line, the newest commit is the last reported step
     NOT_DONE = "not-done"  # still running, or failed (the cluster's failure class decides what next)
+    NO_CHECKPOINT = "no-checkpoint"  # exit 0 and nothing committed
+    NO_END_LINE = "no-end-line"  # exit 0 without "RL Training Completed Successfully!" in the log
+    STEP_MISMATCH = "step-mismatch"  # exit 0, but the newest commit is not the last step reported
 
 
 @dataclass(frozen=True)
 class TrainOutcome:
     verdict: TrainVerdict
     reason: str
-    committed: int | None
-    final: int
+    committed: int | None  # the newest step-level commit
+    expected: int  # the step a run with plentiful data ends at (the config's)
+    reported: int | None = None  # the last step this attempt's log reported
+    explanation: str | None = None  # done: why the end is not max_steps, in words (None: it is)
+
+    @property
+    def final(self) -> int | None:
+        """The step training ended at, when it ended cleanly."""
+        return self.committed if self.verdict == TrainVerdict.DONE else None
+
+    @property
+    def short(self) -> bool:
+        """A clean end below the config's final step (the data ran out earlier)."""
+        return self.final is not None and self.final < self.expected
 
 
-def train_outcome(head: str, committed: int | None, final: int) -> TrainOutcome:
+def train_outcome(
+    head: str,
+    committed: int | None,
+    effective: TrainingSteps,
+    *,
+    reported: int | None = None,
+    end_line: bool = False,
+    resumed_from: int | None = None,
+) -> TrainOutcome:
     """What a finished (or not yet finished) training attempt means.
 
-    ``head`` is the workload's phase as the cluster reports it (``succeeded`` when the head exited
-    0 and the JobSet completed; anything else is not an end). ``committed`` is the newest step with
-    its step-level ``commit_success.txt`` (``layout.latest_committed_step``). Tunix waits for its
-    saves before the process exits, so after a success the newest committed step is where training
-    stopped: below ``final`` the data ran out (or fewer prompts passed the length filter), which
-    must not read as success at a step that was never the last one.
+    ``head`` is the workload's phase as the cluster reports it (``succeeded``: the head's program
+    exited 0 and the JobSet completed). ``committed`` is the newest step with its step-level
+    ``commit_success.txt`` (``layout.latest_committed_step``). ``reported`` is the last
+    ``Train step N`` this attempt printed (or, if it printed none, the step it restored), and
+    ``end_line`` whether it printed ``RL Training Completed Successfully!``, which train_rl prints
+    only after Tunix's loop returned and close() saved the last step (train_rl.py:800-810).
+
+    Done means all three agree: exit 0, the end line, and the newest commit is the last step
+    reported. Where that step is below the config's final step, the data ran out earlier (a short
+    split, prompts dropped by the length filter, a resume's skipped batches): a clean end, with
+    the reason in words.
     """
+    expected = effective.final_step
+
+    def out(verdict: TrainVerdict, reason: str) -> TrainOutcome:
+        return TrainOutcome(verdict, reason, committed, expected, reported)
+
     if head != "succeeded":
-        return TrainOutcome(TrainVerdict.NOT_DONE, f"the head is {head}", committed, final)
+        return out(TrainVerdict.NOT_DONE, f"the head is {head}")
     if committed is None:
-        return TrainOutcome(
-            TrainVerdict.NO_CHECKPOINT, "train_rl exited 0 but committed no checkpoint", committed, final
+        return out(TrainVerdict.NO_CHECKPOINT, "train_rl exited 0 but committed no checkpoint")
+    if not end_line:
+        return out(
+            TrainVerdict.NO_END_LINE,
+            f"train_rl exited 0 with step {committed} committed, but its log never printed "
+            f"{END_LINE!r}: training did not end the way train_rl ends it",
         )
-    if committed == final:
-        return TrainOutcome(TrainVerdict.DONE, f"final step {final} committed", committed, final)
-    if committed < final:
-        return TrainOutcome(
-            TrainVerdict.DATA_RAN_OUT,
-            f"train_rl exited 0 after step {committed} of {final}: the training data ran out early "
-            "(fewer batches than num_batches × num_epoch, e.g. prompts dropped by the length filter)",
-            committed,
-            final,
+    if reported is None:
+        return out(
+            TrainVerdict.STEP_MISMATCH,
+            f"train_rl exited 0 with step {committed} committed, but its log reported no training "
+            "step and no restored one, so the commit cannot be matched to this attempt",
         )
-    return TrainOutcome(
-        TrainVerdict.NO_CHECKPOINT,
-        f"step {committed} is committed beyond the expected final step {final}: the output directory "
-        "holds another configuration's checkpoints",
-        committed,
-        final,
-    )
+    if committed != reported:
+        return out(
+            TrainVerdict.STEP_MISMATCH,
+            f"train_rl exited 0 but the newest committed step is {committed} while its log's last "
+            f"step is {reported}: the last save did not land (or the directory holds other checkpoints)",
+        )
+    limit = max(expected, effective.final_with_examples(None, resumed_from=resumed_from or 0))
+    if committed > limit and effective.rule_known:
+        return out(
+            TrainVerdict.STEP_MISMATCH,
+            f"step {committed} is committed beyond the expected final step {expected}: the step rule "
+            "(core/steps.py) does not match what train_rl did, or the output directory holds another "
+            "configuration's checkpoints",
+        )
+    why = effective.explain_end(committed, resumed_from=resumed_from)
+    reason = f"final step {committed} committed" + (f"; {why}" if why else "")
+    return TrainOutcome(TrainVerdict.DONE, reason, committed, expected, reported, why)

@@ -10,6 +10,10 @@ absl's prefix ``W0102 15:04:05.123456 12345 train_rl.py:785] ``):
 
 Progress comes from Tunix's INFO line ``Train step N training loss: … - training perplexity: …``,
 where N counts optimizer updates (the unit of checkpoint steps). There is no per-step reward line.
+Two more lines tell how an attempt began and ended: Tunix's ``Restored params from step: N in …
+seconds`` when it resumed, and train_rl's WARNING ``RL Training Completed Successfully!``, printed
+only after Tunix's training loop returned (train_rl.py:800-810), i.e. after close() saved the last
+step; a clean end of training is that line, not the exit code alone.
 The facts, with their sources, are in ``tests/fixtures/maxtext_facts.yaml``.
 
 Pure: text in, values out.
@@ -37,6 +41,8 @@ _PREFIX = rf"(?:^|\s|\]){ABSL_PREFIX}"
 PRE_EVAL = re.compile(rf"{_PREFIX}Pre RL Training: {_FIELDS}")
 POST_EVAL = re.compile(rf"{_PREFIX}Post RL Training: {_FIELDS}")
 INTERMEDIATE_EVAL = re.compile(rf"{_PREFIX}Intermediate Eval \(step=(?P<step>[0-9]+)\): {_FIELDS}")
+RESTORED = re.compile(rf"{_PREFIX}Restored params from step: (?P<step>[0-9]+) in [0-9.]+ seconds\s*$")
+COMPLETED = re.compile(rf"{_PREFIX}RL Training Completed Successfully!\s*$")
 TRAIN_STEP = re.compile(
     rf"{_PREFIX}Train step (?P<step>[0-9]+) training loss: (?P<loss>{_NUM})  - training perplexity: "
     rf"(?P<perplexity>{_NUM})\s*$"
@@ -76,6 +82,8 @@ class TrainLog:
     intermediate: tuple[IntermediateEval, ...] = ()
     latest_step: int | None = None  # the newest "Train step N" (optimizer updates)
     latest_loss: float | None = None
+    restored_step: int | None = None  # "Restored params from step: N": the attempt resumed at N
+    completed: bool = False  # "RL Training Completed Successfully!": Tunix's loop returned
 
     @property
     def latest_mean_reward(self) -> float | None:
@@ -149,7 +157,7 @@ def _eval(m: re.Match[str]) -> Eval:
 
 
 def parse(text: str) -> TrainLog:
-    """Every reward and progress line in a head's log (any other line is ignored).
+    """Every reward, progress, restore and end line in a head's log (any other line is ignored).
 
     When a line occurs more than once (an attempt's log holds one run of train_rl, but a caller
     may join several), the last one wins for ``pre``, ``post`` and the latest step.
@@ -158,18 +166,52 @@ def parse(text: str) -> TrainLog:
     intermediate: list[IntermediateEval] = []
     step: int | None = None
     loss: float | None = None
+    restored: int | None = None
+    completed = False
     for line in text.splitlines():
         if "Train step " in line and (m := TRAIN_STEP.search(line)):
             step, loss = int(m["step"]), float(m["loss"])
+        elif "Restored params from step: " in line and (m := RESTORED.search(line)):
+            restored = int(m["step"])
+        elif "RL Training Completed Successfully!" in line and COMPLETED.search(line):
+            completed = True
         elif "Intermediate Eval (" in line and (m := INTERMEDIATE_EVAL.search(line)):
             intermediate.append(IntermediateEval(int(m["step"]), _eval(m)))
         elif "Pre RL Training: " in line and (m := PRE_EVAL.search(line)):
             pre = _eval(m)
         elif "Post RL Training: " in line and (m := POST_EVAL.search(line)):
             post = _eval(m)
-    return TrainLog(pre, post, tuple(intermediate), step, loss)
+    return TrainLog(pre, post, tuple(intermediate), step, loss, restored, completed)
 
 
 def training_progress(log_text: str) -> dict[str, Any] | None:
     """Drop-in for ``control.stage.training_progress``: the ledger's ``progress`` from a log tail."""
     return parse(log_text).progress()
+
+
+# Where the stage keeps one attempt's end evidence, folded over every read of its log (the run's
+# ``progress``, which status reads back on its next poll).
+ATTEMPT_LOG = "attempt_log"
+
+
+def fold_attempt(previous: Any, attempt: int, parsed: TrainLog) -> dict[str, Any]:
+    """One attempt's end evidence after one more read of its log, for the train done rule
+    (``core.steps.train_outcome``): its last ``Train step``, the step it restored, and whether it
+    printed the end line. ``previous`` is what earlier reads folded (another attempt's counts for
+    nothing: each attempt is one run of train_rl)."""
+    same = previous if isinstance(previous, dict) and previous.get("attempt") == attempt else {}
+    last = parsed.latest_step if parsed.latest_step is not None else same.get("last_step")
+    restored = parsed.restored_step if parsed.restored_step is not None else same.get("restored_step")
+    return {
+        "attempt": attempt,
+        "last_step": last,
+        "restored_step": restored,
+        "end_line": bool(parsed.completed or same.get("end_line")),
+    }
+
+
+def reported_step(evidence: dict[str, Any]) -> int | None:
+    """The step an attempt's log says it stopped at: its last ``Train step``, else (it trained
+    nothing more) the step it restored."""
+    last = evidence.get("last_step")
+    return last if isinstance(last, int) else evidence.get("restored_step")

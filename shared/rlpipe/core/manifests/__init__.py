@@ -32,6 +32,9 @@ class RenderContext:
     service_account: str = DEFAULT_SERVICE_ACCOUNT
     hf_revision: str | None = None
     converted_dir: str | None = None
+    # export: the step training ended at (the ledger's lineage.final_step), which the data can
+    # make lower than the config's; None: the config's (steps.final_step)
+    final_step: int | None = None
     # train: the pinned datasets (lineage.data) and the user's files (lineage.inputs) to stage
     data: Mapping[str, Any] | None = None
     inputs: Mapping[str, Any] | None = None
@@ -81,7 +84,7 @@ def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) ->
     if stage == "train":
         items = layout.converted_items(converted_dir(req, ctx))
         return StagePaths(inputs=layout.gs(ctx.bucket, items), output=run.uri(run.trained_base))
-    final = steps.final_step(req)
+    final = ctx.final_step if ctx.final_step is not None else steps.final_step(req)
     return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
 
 
