@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
 from rlpipe.local.simulator.publisher import hub_file
-from rlpipe.local.simulator.rl_eval import eval_examples
+from rlpipe.local.simulator.rl_eval import TrainConfig, TrainSplit, eval_examples
+from rlpipe.local.simulator.rl_eval import final_step as data_final_step
 
 __all__ = [
     "PROGRAMS",
@@ -318,13 +319,28 @@ def train_steps(args: Arguments) -> int:
     return int(batches * int(iterations) * fraction * epochs)
 
 
+def train_split(ctx: ProgramContext) -> TrainSplit:
+    """The train split this train_rl reads: how many examples, and how many prompts the length
+    filter drops. The seam for the data: today the scenario's ``train-examples``/``long-prompts``
+    entries for this workload (``scenario.train_data``; plentiful without them, and for a context
+    that is not a simulated pod); later the staged dataset's row count."""
+    from rlpipe.local.simulator.scenario import train_data  # the scenario imports this module
+
+    workload = getattr(ctx, "workload", None)  # runtime.ProgramRun's; a test's container has none
+    return train_data(getattr(workload, "faults", None) or ())
+
+
+def final_step(args: Arguments, split: TrainSplit, restored: int = 0) -> int:
+    """The step this train_rl ends at: its data and Tunix's loop played (``rl_eval``)."""
+    return data_final_step(TrainConfig.from_args(args, RL_DEFAULTS), split, restored)
+
+
 def run_train(ctx: ProgramContext, args: Arguments) -> int:
     """``train_rl``: GRPO with Tunix checkpoints every ``checkpoint_period`` steps and at the
     end, resuming from the latest committed step, keeping the newest N checkpoints."""
     base = args.require("base_output_directory")
     run_name = args.require("run_name")
     load = args.require("load_parameters_path")
-    final = train_steps(args)
     iterations = int(
         args.get("rl.num_iterations") or args.get("num_iterations") or RL_DEFAULTS["num_iterations"]
     )
@@ -363,6 +379,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             )
             ctx.log(absl_line(ctx, "W", "utils_rl.py:876", message))
     ctx.log(absl_line(ctx, "W", "train_rl.py:799", "Starting RL training..."))
+    # Where rl_trainer.train() ends: max_steps, or earlier where the data ends (a resumed run skips
+    # one batch per restored step); no batch at all raises out of train() before any step.
+    final = final_step(args, train_split(ctx), start)
     evaluated = [0]
 
     def metrics(step: int) -> None:

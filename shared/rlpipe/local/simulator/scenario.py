@@ -3,6 +3,12 @@
 A scenario is data, not code, so a demo, a benchmark and a test can share one file and a
 person can read what will go wrong. Parsing is strict: a typo in a fault must fail loudly
 with the entry and the fix, never silently run a happy path that looks like a passing test.
+
+Besides faults, a scenario can describe the train split the simulated train_rl reads (entries of
+the same list, matched the same way, for the train stage only): ``train-examples:<n>`` (the split
+holds n examples) and ``long-prompts:<n>`` (n of them are longer than max_prefill_predict_length,
+so the length filter drops them). Without them the data is plentiful. :func:`train_data` reads
+them; later the simulator will read the staged dataset's row count instead.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.local.simulator.maxtext import STAGES, stage_of_object
+from rlpipe.local.simulator.rl_eval import TrainSplit
 
 FAULT_KINDS = (
     "preempt",
@@ -43,6 +50,9 @@ FAULT_SYNTAX = (
     "provision-fail",
     "no-quota",
 )
+# The train split the simulated train_rl reads (not faults: the soak deals FAULT_KINDS only).
+DATA_KINDS = ("train-examples", "long-prompts")
+DATA_SYNTAX = ("train-examples:<n>", "long-prompts:<n>")
 ENTRY_KEYS = ("stage", "attempt", "fault", "run")
 # A Kubernetes label value (the ``rlpipe.dev/run`` label a fault's ``run`` is matched against).
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
@@ -87,7 +97,7 @@ class Fault:
     why: str | None = None  # evict: why Kueue evicts (EVICTION_WHY; None = preempted)
     seconds: float | None = None  # unschedulable: simulated seconds spent Pending
     code: int | None = None  # exit: the program's exit code
-    count: int | None = None  # api-5xx: how many API requests fail
+    count: int | None = None  # api-5xx: how many API requests fail; train-examples, long-prompts: n
     run: str | None = None  # None: every run; else only workloads labelled rlpipe.dev/run=<run>
 
     def matches(self, stage: str, attempt: int | None, run: str | None = None) -> bool:
@@ -117,8 +127,8 @@ class Fault:
             body = f"unschedulable:{self.seconds:g}"
         elif self.kind == "exit":
             body = f"exit:{self.code}"
-        elif self.kind == "api-5xx":
-            body = f"api-5xx:{self.count}"
+        elif self.kind in ("api-5xx", *DATA_KINDS):
+            body = f"{self.kind}:{self.count}"
         else:
             body = self.kind
         return body
@@ -200,6 +210,10 @@ class Scenario:
         shim applies those, not the simulator). ``run`` is the workload's run label."""
         return [f for f in self.faults if f.kind != "drop-events" and f.matches(stage, attempt, run)]
 
+    def train_data(self, attempt: int | None = None, run: str | None = None) -> TrainSplit:
+        """The train split a train attempt of ``run`` reads (:func:`train_data`)."""
+        return train_data(self.for_workload("train", attempt, run))
+
     def first(
         self, kinds: str | tuple[str, ...], stage: str, attempt: int | None, run: str | None = None
     ) -> Fault | None:
@@ -225,7 +239,18 @@ class Scenario:
 
 
 _STAGE_HELP = f"stages are {', '.join(STAGES)}"
-_SYNTAX_HELP = "faults are " + ", ".join(FAULT_SYNTAX)
+_SYNTAX_HELP = "faults are " + ", ".join(FAULT_SYNTAX) + "; the train data is " + ", ".join(DATA_SYNTAX)
+
+
+def train_data(entries: Iterable[Fault]) -> TrainSplit:
+    """The train split described by a workload's scenario entries (the first of each kind wins):
+    how many examples it holds and how many prompts the length filter drops; plentiful without
+    them. The simulated train_rl asks this through ``maxtext.train_split``, the one place to
+    change when it reads the staged dataset's row count instead."""
+    given = list(entries)
+    rows = next((e.count for e in given if e.kind == "train-examples"), None)
+    long = next((e.count for e in given if e.kind == "long-prompts"), None)
+    return TrainSplit(rows=rows, long_prompts=long or 0)
 
 
 def parse_fault(spec: str) -> Fault:
@@ -258,7 +283,7 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     body = body.strip()
     kind, _, arg = body.partition(":")
     kind, at, step_text = kind.partition("@")
-    if kind not in FAULT_KINDS:
+    if kind not in FAULT_KINDS and kind not in DATA_KINDS:
         suggestion = _close(kind)
         hint = f"did you mean {suggestion!r}? " if suggestion else ""
         raise ScenarioError(f"{where}: unknown fault {body!r}; {hint}{_SYNTAX_HELP}")
@@ -281,6 +306,11 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
     if kind == "api-5xx":
         count = int(_number(arg, where, "api-5xx:<n>", minimum=1, integer=True))
         return Fault("api-5xx", stage, attempt, count=count)
+    if kind in DATA_KINDS:
+        if stage != "train":
+            raise ScenarioError(f"{where}: {kind} describes the train split; write it for stage train")
+        count = int(_number(arg, where, f"{kind}:<n>", minimum=0, integer=True))
+        return Fault(kind, stage, attempt, count=count)
     if arg:  # oom, image-pull, stall, drop-events, provision-fail, no-quota
         raise ScenarioError(f"{where}: {kind} takes no argument (got {arg!r}); write just '{kind}'")
     return Fault(kind, stage, attempt)
@@ -397,7 +427,7 @@ def _number(text: str, where: str, syntax: str, *, minimum: float, integer: bool
 def _close(word: str) -> str | None:
     import difflib
 
-    match = difflib.get_close_matches(word, FAULT_KINDS, n=1, cutoff=0.6)
+    match = difflib.get_close_matches(word, FAULT_KINDS + DATA_KINDS, n=1, cutoff=0.6)
     return match[0] if match else None
 
 
