@@ -20,6 +20,7 @@ from rlpipe.control import (
     blobstore,
     budgets,
     callbacks,
+    data_pins,
     hub,
     interleave,
     outcomes,
@@ -82,6 +83,8 @@ class StageService:
     resolve_revision: Callable[[str, str], str] = field(
         default=lambda repo, rev: hub.resolve_revision(repo, rev)
     )
+    # The run's datasets at their commits (control/data_pins.py): request → lineage.data.
+    pin_data: Callable[[Request], dict[str, Any]] = field(default=lambda req: data_pins.pin(req))
     publish: Callable[[str, dict[str, Any]], Any] | None = None
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/cloud_logs.py; GCP only).
@@ -142,6 +145,8 @@ class StageService:
         req = Request.model_validate(record.request)
         try:
             sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+            # Pinned once: a retried plan, or a retry round, trains on the same commits.
+            data = record.lineage.data or self.pin_data(req)
         except PermanentFailure as exc:
             # This execution owns the run (decided above), so the run ends here with the reason.
             self.finish(
@@ -175,9 +180,11 @@ class StageService:
                 r.lineage.hf_sha == sha
                 and r.lineage.conversion_key == cache.key
                 and r.lineage.conversion_cache_hit == bool(ready)
+                and r.lineage.data == data
             ):
                 return None
             r.lineage.hf_sha = sha
+            r.lineage.data = data
             r.lineage.conversion_key = cache.key
             r.lineage.conversion_cache_hit = bool(ready)
             if ready:
@@ -189,7 +196,7 @@ class StageService:
         )
         if "skip" in decision:  # cancelled (or finished) while we resolved the revision
             return {"skip": True, "skip_reason": decision["skip"]}
-        log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready))
+        log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready), data=data_pins.summary(data))
         return {
             "skip": False,
             "skip_reason": None,
