@@ -107,6 +107,8 @@ class StageService:
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
             final_step=record.lineage.final_step,  # train's actual end, once it ended
+            data=record.lineage.data,  # what the head stages, at the commits plan pinned
+            inputs=record.lineage.inputs,  # the request's own files, by the run's copy and sha256
         )
 
     # ---- plan ---------------------------------------------------------------------------------
