@@ -360,3 +360,43 @@ def test_second_request_for_the_same_sha_skips_convert(local: Local, faults: Any
     assert second.lineage.conversion_cache_hit is True
     assert [a.stage for a in second.attempts] == ["train", "export"]
     assert second.lineage.converted_uri == first.lineage.converted_uri
+
+
+def test_a_short_split_ends_training_early_and_cleanly_on_the_staged_pinned_data(
+    local: Local, faults: Any
+) -> None:
+    """Issue 27: plan pins the dataset, the head stages its files under the run's prefix, train_rl
+    reads them, and a split shorter than the run asks for ends training early: `succeeded` at the
+    step the data allows (30 examples, batch 4, drop_remainder: 7 batches), which export loads."""
+    from rlpipe.local.core import SHORT_DATASET
+
+    faults([])
+    run_id = local.submit(local.request(dataset={"repo": SHORT_DATASET}))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert record.lineage.final_step == 7, record.results
+    assert "ran out" in json.dumps((record.results or {}).get("training_end")), record.results
+    pinned = (record.lineage.data or {})["train"]
+    assert pinned["repo"] == SHORT_DATASET and len(pinned["sha"]) == 40 and pinned["num_examples"] == 30
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    store = BlobStore(local.client, local.settings.artifacts_bucket)
+    staged = store.read(run.data_file("train", 0), max_bytes=1 << 30).data
+    import hashlib
+
+    assert hashlib.sha256(staged).hexdigest() == pinned["files"][0]["sha256"], "the pinned bytes"
+    assert store.exists(run.data_manifest)
+    export_args = record.attempt_record("export", 1)
+    assert export_args is not None and export_args.phase == "succeeded"
+
+
+def test_a_split_the_dataset_does_not_have_fails_the_run_at_plan_naming_the_field(
+    local: Local, faults: Any
+) -> None:
+    faults([])
+    run_id = local.submit(local.request(dataset={"train_split": "validation"}))
+    record = local.wait(run_id)
+    assert record.state == "failed" and record.failure is not None
+    assert record.failure.stage == "plan"
+    assert record.failure.message.startswith("dataset.train_split:"), record.failure.message
+    assert "validation" in record.failure.message and "train" in record.failure.message
+    assert record.attempts == [], "no workload was created"

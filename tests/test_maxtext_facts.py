@@ -69,6 +69,9 @@ class FakeContainer:
     def exists(self, uri: str) -> bool:
         return uri in self.files
 
+    def read(self, uri: str) -> bytes | None:
+        return self.files.get(uri)
+
     def delete(self, uri: str) -> None:
         self.files.pop(uri, None)
 

@@ -18,6 +18,7 @@ from typing import Any
 from rlpipe.control.logs import Logger
 
 ROOT = Path(__file__).resolve().parents[3]
+SHORT_DATASET = "rlpipe-demo/gsm8k-30"  # GSM8K's layout with 30 training examples
 
 
 def _control_server(port: int, cluster: Any, hub: Any) -> Any:
@@ -103,6 +104,7 @@ def run(config: dict[str, Any]) -> None:
     from rlpipe.control.blobstore import make_client
     from rlpipe.local import clusters
     from rlpipe.local.hub import HubDouble
+    from rlpipe.local.hub.data import gsm8k_files
     from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes
     from rlpipe.local.workflows import LocalWorkflows
 
@@ -117,7 +119,12 @@ def run(config: dict[str, Any]) -> None:
         hub.add_repo(repo)
     # The datasets requests name (GSM8K, the presets' default, among them), with revisions and
     # splits, so plan pins them and the head stages them as on the Hub.
-    hub.add_known_datasets()
+    # GSM8K with its real split sizes (7,473 train, 1,319 test examples: the dataset card's
+    # dataset_info), so the presets' runs have the data they ask for.
+    hub.add_known_datasets({"openai/gsm8k": {"train": 7473, "test": 1319}})
+    # A split shorter than a preset's run asks for (30 examples for 50 batches of 4): its training
+    # ends early and cleanly (docs/datasets.md, "The train done rule follows the data").
+    hub.add_dataset(SHORT_DATASET, gsm8k_files({"train": 30, "test": 8}, configs=("main",)))
 
     try:
         cluster = clusters.start(config, storage, hub.url)

@@ -172,6 +172,9 @@ class PlayedContainer:
     def exists(self, uri: str) -> bool:
         return self.services.gcs.exists(uri)
 
+    def read(self, uri: str) -> bytes | None:
+        return self.services.gcs.read(uri)
+
     def delete(self, uri: str) -> None:
         self.pacer.check()
         self.services.gcs.delete(uri)

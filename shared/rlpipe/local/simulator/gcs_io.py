@@ -61,6 +61,16 @@ class GcsIO:
         bucket, name = split_uri(uri)
         return bool(self.client.bucket(bucket).blob(name).exists())
 
+    def read(self, uri: str) -> bytes | None:
+        """An object's bytes, or None when there is none."""
+        from google.api_core import exceptions
+
+        bucket, name = split_uri(uri)
+        try:
+            return bytes(self.client.bucket(bucket).blob(name).download_as_bytes())
+        except exceptions.NotFound:
+            return None
+
     def delete(self, uri: str) -> None:
         bucket, name = split_uri(uri)
         self.client.bucket(bucket).blob(name).delete()

@@ -23,6 +23,7 @@ import re
 import struct
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
@@ -258,6 +259,10 @@ def _pinned_steps(ctx: ProgramContext, args: Arguments) -> None:
                 1, message=f"{FETCH_MARK} no pinned files at {src} ({PINNED_MANIFEST} is missing)"
             )
         ctx.log(f"{FETCH_MARK} {len(names)} files from {src} in {local}")
+    if "inputs" in args.steps:  # the head's own files verified, the pinned data staged
+        from rlpipe.local.simulator.inputs import stage_inputs
+
+        stage_inputs(ctx, args)
 
 
 def run_convert(ctx: ProgramContext, args: Arguments) -> int:
@@ -319,15 +324,20 @@ def train_steps(args: Arguments) -> int:
     return int(batches * int(iterations) * fraction * epochs)
 
 
-def train_split(ctx: ProgramContext) -> TrainSplit:
+def train_split(ctx: ProgramContext, args: Arguments | None = None) -> TrainSplit:
     """The train split this train_rl reads: how many examples, and how many prompts the length
-    filter drops. The seam for the data: today the scenario's ``train-examples``/``long-prompts``
-    entries for this workload (``scenario.train_data``; plentiful without them, and for a context
-    that is not a simulated pod); later the staged dataset's row count."""
+    filter drops. The scenario's ``train-examples``/``long-prompts`` entries for this workload win
+    (``scenario.train_data``); else the rows of the staged files ``hf_train_files`` names
+    (``inputs.staged_rows``); plentiful when train_rl is pointed at no files."""
+    from rlpipe.local.simulator.inputs import staged_rows
     from rlpipe.local.simulator.scenario import train_data  # the scenario imports this module
 
     workload = getattr(ctx, "workload", None)  # runtime.ProgramRun's; a test's container has none
-    return train_data(getattr(workload, "faults", None) or ())
+    given = train_data(getattr(workload, "faults", None) or ())
+    if given.rows is not None:
+        return given
+    rows = staged_rows(ctx, args) if args is not None else None  # the staged split's own size
+    return replace(given, rows=rows)
 
 
 def final_step(args: Arguments, split: TrainSplit, restored: int = 0) -> int:
@@ -381,7 +391,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     ctx.log(absl_line(ctx, "W", "train_rl.py:799", "Starting RL training..."))
     # Where rl_trainer.train() ends: max_steps, or earlier where the data ends (a resumed run skips
     # one batch per restored step); no batch at all raises out of train() before any step.
-    final = final_step(args, train_split(ctx), start)
+    final = final_step(args, train_split(ctx, args), start)
     evaluated = [0]
 
     def metrics(step: int) -> None:

@@ -88,6 +88,9 @@ class ProgramRun:
     def exists(self, uri: str) -> bool:
         return self.env.gcs.exists(uri)
 
+    def read(self, uri: str) -> bytes | None:
+        return self.env.gcs.read(uri)
+
     def delete(self, uri: str) -> None:
         self.workload.pacer.check()
         self.env.gcs.delete(uri)
