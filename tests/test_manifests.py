@@ -461,7 +461,7 @@ def test_every_example_is_accepted_by_the_local_stacks_intake(example: Path) -> 
     """The demos submit these to the local stack, whose intake holds them to its own project's
     allowlists (a `notify` topic of another project was refused, and `make demo SCENARIO=preempt`
     ended "never accepted")."""
-    from rlpipe.cli.main import read_request
+    from rlpipe.cli.request_files import read_request
     from rlpipe.core.request.policy import Policy
     from rlpipe.local.stack import LOCAL_ALLOWS_USER_CODE, StackConfig
 

@@ -15,7 +15,7 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 def exact_match(prompts, completions, answer, **kwargs):
     """1.0 when the text between <answer> tags is one of the acceptable answers, else 0.0."""
     scores = []
-    for completion, accepted in zip(completions, answer):
+    for completion, accepted in zip(completions, answer, strict=True):
         found = _ANSWER.search(completion)
         options = {str(a).strip() for a in json.loads(accepted)}
         scores.append(1.0 if found and found.group(1).strip() in options else 0.0)

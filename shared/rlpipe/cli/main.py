@@ -10,58 +10,9 @@ from typing import Any
 
 import yaml
 
+from rlpipe.cli.request_files import hub_check, policy, read_request
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
-
-
-def read_request(path: str) -> Any:
-    """The request, its own files checked as intake will check them: beside the file on disk (a
-    gs:// file is read by intake, not here). Raises ``RequestInvalid``."""
-    from rlpipe.control import user_files
-    from rlpipe.core.request import load_request
-
-    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    req = load_request(data, source=path, policy=policy())
-    neighbours = None if path == "-" else user_files.disk_neighbours(Path(path))
-    user_files.gather(req, read_relative=neighbours, read_gcs=None)
-    return req
-
-
-def hub_check(req: Any) -> list[str]:
-    """``--hub``: pin the model and the datasets now, as the pipeline's plan will, with this
-    machine's Hub token (``HF_TOKEN``/``RLPIPE_HF_TOKEN``); one line per pin. Raises
-    ``PermanentFailure`` (naming the field) or ``TransientFailure``."""
-    from rlpipe.control import data_pins, hub
-
-    sha = hub.resolve_revision(req.hf_repo, req.hf_revision)
-    return [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data_pins.pin(req))]
-
-
-# Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env
-# exports them): with any of them set, the CLI checks requests as this deployment's intake would.
-_POLICY_SETTINGS = (
-    "RLPIPE_PROJECT",
-    "RLPIPE_ALLOWED_IMAGE_PREFIXES",
-    "RLPIPE_ALLOWED_ENV",
-    "RLPIPE_READ_TOKEN_SECRETS",
-    "RLPIPE_WRITE_TOKEN_SECRETS",
-    "RLPIPE_ALLOW_USER_CODE",
-    "RLPIPE_READ_ONLY_GCS_PREFIXES",
-    "RLPIPE_NOTIFY_TOPICS",
-)
-
-
-def policy() -> Any:
-    """The deployment's allowlists when its settings are in the environment, else the defaults."""
-    import os
-
-    from rlpipe.control.settings import Settings
-    from rlpipe.core.request.policy import Policy
-
-    present = [name for name in _POLICY_SETTINGS if name in os.environ]
-    if not present:
-        return Policy(source="the built-in defaults (no RLPIPE_* deployment settings in the environment)")
-    return Settings.from_env().policy(f"this deployment's settings ({', '.join(present)})")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -103,7 +103,7 @@ def _params(path: Path) -> dict[str, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rlpipe.cli.main import hub_check, read_request
+    from rlpipe.cli.request_files import hub_check, read_request
     from rlpipe.control.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text

@@ -45,7 +45,7 @@ def submit(
         raise ValueError(
             "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only"
         )
-    from rlpipe.cli.main import policy
+    from rlpipe.cli.request_files import policy
     from rlpipe.control import user_files
 
     request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import parse_document, validate_request
-from rlpipe.core.request.model import BRANCH_PATTERN, HF_REPO_PATTERN
+from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN
 
 WATCH_LIST = "config/watch.yaml"  # in the requests bucket; outside requests/, so never a request itself
 DEFAULT_TRIGGER_FILES = (

@@ -28,7 +28,7 @@ from dataclasses import replace
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
 from rlpipe.local.simulator.publisher import hub_file
-from rlpipe.local.simulator.rl_eval import TrainConfig, TrainSplit, eval_examples
+from rlpipe.local.simulator.rl_eval import TrainConfig, TrainSplit, eval_examples, train_data
 from rlpipe.local.simulator.rl_eval import final_step as data_final_step
 
 __all__ = [
@@ -327,10 +327,9 @@ def train_steps(args: Arguments) -> int:
 def train_split(ctx: ProgramContext, args: Arguments | None = None) -> TrainSplit:
     """The train split this train_rl reads: how many examples, and how many prompts the length
     filter drops. The scenario's ``train-examples``/``long-prompts`` entries for this workload win
-    (``scenario.train_data``); else the rows of the staged files ``hf_train_files`` names
+    (``rl_eval.train_data``); else the rows of the staged files ``hf_train_files`` names
     (``inputs.staged_rows``); plentiful when train_rl is pointed at no files."""
     from rlpipe.local.simulator.inputs import staged_rows
-    from rlpipe.local.simulator.scenario import train_data  # the scenario imports this module
 
     workload = getattr(ctx, "workload", None)  # runtime.ProgramRun's; a test's container has none
     given = train_data(getattr(workload, "faults", None) or ())

@@ -38,8 +38,9 @@ from __future__ import annotations
 import collections
 import itertools
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rlpipe.local.simulator.program import Arguments, ProgramExit
 
@@ -163,3 +164,15 @@ def final_step(config: TrainConfig, split: TrainSplit, restored: int = 0) -> int
     """Where the loop ends: the last step :func:`train_updates` takes (``restored`` if none)."""
     taken = collections.deque(train_updates(config, split, restored), maxlen=1)
     return taken[0] if taken else restored
+
+
+def train_data(entries: Iterable[Any]) -> TrainSplit:
+    """The train split described by a workload's scenario entries (``scenario.Fault``: ``kind``
+    and ``count``) (the first of each kind wins):
+    how many examples it holds and how many prompts the length filter drops; plentiful without
+    them. The simulated train_rl asks this through ``maxtext.train_split``, the one place to
+    change when it reads the staged dataset's row count instead."""
+    given = list(entries)
+    rows = next((e.count for e in given if e.kind == "train-examples"), None)
+    long = next((e.count for e in given if e.kind == "long-prompts"), None)
+    return TrainSplit(rows=rows, long_prompts=long or 0)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.local.simulator.maxtext import STAGES, stage_of_object
-from rlpipe.local.simulator.rl_eval import TrainSplit
+from rlpipe.local.simulator.rl_eval import TrainSplit, train_data
 
 FAULT_KINDS = (
     "preempt",
@@ -240,17 +240,6 @@ class Scenario:
 
 _STAGE_HELP = f"stages are {', '.join(STAGES)}"
 _SYNTAX_HELP = "faults are " + ", ".join(FAULT_SYNTAX) + "; the train data is " + ", ".join(DATA_SYNTAX)
-
-
-def train_data(entries: Iterable[Fault]) -> TrainSplit:
-    """The train split described by a workload's scenario entries (the first of each kind wins):
-    how many examples it holds and how many prompts the length filter drops; plentiful without
-    them. The simulated train_rl asks this through ``maxtext.train_split``, the one place to
-    change when it reads the staged dataset's row count instead."""
-    given = list(entries)
-    rows = next((e.count for e in given if e.kind == "train-examples"), None)
-    long = next((e.count for e in given if e.kind == "long-prompts"), None)
-    return TrainSplit(rows=rows, long_prompts=long or 0)
 
 
 def parse_fault(spec: str) -> Fault:
