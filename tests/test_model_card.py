@@ -28,8 +28,9 @@ from rlpipe.core import layout
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import Request, validate_request
 from rlpipe.core.request.policy import Policy
+from rlpipe.core.staging import BUILTIN_REWARDS
 from rlpipe.local.hub import HubDouble, HubFile
-from rlpipe.publisher.card import BUILTIN_REWARDS, render_card
+from rlpipe.publisher.card import render_card
 from tests.conftest import Buckets, minimal_request
 
 BASE = "google/gemma-4-26b-a4b-it"

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import ROOT
 from tests.test_cli import rlpipe
@@ -20,6 +26,7 @@ TOP_LEVEL = {
     "pinning",
     "conversion",
     "stages",
+    "data",
     "training",
     "capacity",
     "paths",
@@ -47,11 +54,12 @@ def test_two_epochs_end_at_step_100(tmp_path: Path) -> None:
     train = next(s for s in plan["stages"] if s["stage"] == "train")
     export = next(s for s in plan["stages"] if s["stage"] == "export")
     assert train["final_step"] == plan["training"]["final_step"] == 100
-    assert train["done_when"].endswith("/actor/100/commit_success.txt exists (final step 100)")
+    assert "/actor/100/commit_success.txt (final step 100;" in train["done_when"]
+    assert "RL Training Completed Successfully!" in train["done_when"]
     assert plan["training"]["checkpoints"] == [50, 100]
     assert export["inputs"].endswith("/actor/100/model_params/")
     text = rlpipe("plan", request)
-    assert text.returncode == 0 and "final step 100 = int(50 × 1 × 1.0 × 2)" in text.stdout
+    assert text.returncode == 0 and "ends at step 100 (= max_steps" in text.stdout
 
 
 def test_a_request_whose_end_cannot_be_verified_is_refused(tmp_path: Path) -> None:
@@ -105,3 +113,60 @@ def test_an_unpinned_revision_is_resolved_at_run_time(tmp_path: Path) -> None:
     assert "<conv-key>" in plan["conversion"]["attempt_dir"] and "<conv-key>" in plan["stages"][1]["inputs"]
     pinned = _plan(_request(tmp_path, f"hf_revision: {SHA}\n"))
     assert pinned["pinned_sha"] == SHA and pinned["conversion"]["cache_key"]
+
+
+# ---- --hub: the datasets pinned now, as the pipeline's plan will pin them -------------------------
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[Any]:
+    from rlpipe.local.hub import HubDouble
+    from rlpipe.local.hub.data import gsm8k_files
+
+    server = HubDouble().start()
+    server.add_repo("google/gemma-4-26b-a4b-it")
+    server.add_known_datasets()
+    server.add_dataset("acme/gsm8k-30", gsm8k_files({"train": 30, "test": 8}, configs=("main",)))
+    yield server
+    server.stop()
+
+
+def _hub_plan(hub: Any, request: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    return subprocess.run(
+        [sys.executable, "-m", "rlpipe.cli.main", "plan", request, "--hub", *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        env={**env, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"},
+    )
+
+
+def test_plan_hub_pins_the_dataset_and_the_split_fixes_the_end(tmp_path: Path, hub: Any) -> None:
+    request = _request(tmp_path, "dataset: {repo: acme/gsm8k-30}\n")
+    result = _hub_plan(hub, request, "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    train = plan["data"]["train"]
+    assert train["dataset"] == "acme/gsm8k-30" and train["num_examples"] == 30 and train["files"] == 1
+    assert re.fullmatch(r"[0-9a-f]{40}", train["pinned_sha"]) and plan["pinned_sha"]
+    # 30 examples, batch 4, drop_remainder: 7 batches of one iteration each, not the config's 50
+    assert plan["training"]["final_step"] == 7 and plan["training"]["max_steps"] == 50
+    assert "step 7 (of max_steps 50" in plan["training"]["final_step_explained"]
+    text = _hub_plan(hub, request)
+    assert text.returncode == 0 and "pinned now: train: acme/gsm8k-30@" in text.stdout
+
+
+def test_plan_hub_refuses_a_missing_split_naming_the_field(tmp_path: Path, hub: Any) -> None:
+    result = _hub_plan(hub, _request(tmp_path, "dataset: {eval_split: validation}\n"))
+    assert result.returncode == 1 and result.stdout == ""
+    assert "dataset.eval_split" in result.stderr and "validation" in result.stderr
+
+
+def test_plan_names_the_data_and_rewards_without_the_hub(tmp_path: Path) -> None:
+    plan = _plan("examples/gemma4-26b-v6e-32-openr1-math.yaml", "--bucket", "art")
+    data = plan["data"]
+    assert data["train"]["dataset"] == "open-r1/OpenR1-Math-220k" and data["train"]["pinned_sha"] is None
+    assert data["eval"] is None and "held out" in data["eval_held_out"]
+    assert data["train"]["staged_at"].startswith("gs://art/runs/") and data["rewards"]["builtin"] is True

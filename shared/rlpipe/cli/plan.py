@@ -103,7 +103,7 @@ def _params(path: Path) -> dict[str, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rlpipe.cli.request_files import hub_check, read_request
+    from rlpipe.cli.request_files import hub_pins, read_request
     from rlpipe.control.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text
@@ -120,11 +120,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(exc.render(), file=sys.stderr)
         return 1
     pinned: list[str] = []
+    data = None
     if args.hub:
+        from rlpipe.control import data_pins
         from rlpipe.core.failures import PermanentFailure, TransientFailure
 
         try:
-            pinned = hub_check(req)
+            sha, data = hub_pins(req)
+            args.hf_revision = args.hf_revision or sha
+            pinned = [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
         except PermanentFailure as exc:
             print(f"rlpipe plan: {exc.reason}", file=sys.stderr)
             return 1
@@ -144,6 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         step_seconds=args.step_seconds,
         prices=prices,
         quotas=quotas,
+        data=data,
     )
     if pinned:
         plan["hub_check"] = pinned

@@ -22,14 +22,21 @@ def read_request(path: str) -> Any:
     return req
 
 
-def hub_check(req: Any) -> list[str]:
-    """``--hub``: pin the model and the datasets now, as the pipeline's plan will, with this
-    machine's Hub token (``HF_TOKEN``/``RLPIPE_HF_TOKEN``); one line per pin. Raises
+def hub_pins(req: Any) -> tuple[str, dict[str, Any]]:
+    """``--hub``: the model's commit and the datasets' pins, made now as the pipeline's plan will
+    make them, with this machine's Hub token (``HF_TOKEN``/``RLPIPE_HF_TOKEN``). Raises
     ``PermanentFailure`` (naming the field) or ``TransientFailure``."""
     from rlpipe.control import data_pins, hub
 
-    sha = hub.resolve_revision(req.hf_repo, req.hf_revision)
-    return [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data_pins.pin(req))]
+    return hub.resolve_revision(req.hf_repo, req.hf_revision), data_pins.pin(req)
+
+
+def hub_check(req: Any) -> list[str]:
+    """:func:`hub_pins` as one line per pin."""
+    from rlpipe.control import data_pins
+
+    sha, data = hub_pins(req)
+    return [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
 
 
 # Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env

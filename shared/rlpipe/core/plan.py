@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, cost, identity, layout, presets, steps, tpu
+from rlpipe.core import commands, cost, identity, layout, presets, staging, steps, tpu
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
@@ -74,17 +74,20 @@ def build_plan(
     step_seconds: float | None = None,
     prices: dict[str, Any] | None = None,
     quotas: Mapping[str, Quota] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
     request that skipped validation: validation refuses those). ``bucket`` is the artifacts
     bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json).
-    ``quotas``: the deployment's TPU quota by LocalQueue, where it is known."""
+    ``quotas``: the deployment's TPU quota by LocalQueue, where it is known. ``data``: the datasets
+    pinned now (``control.data_pins``, ``rlpipe plan --hub``), whose split sizes fix the end."""
     sha = pinned_sha(req, hf_sha)
     ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
     run = layout.RunLayout(bucket, run_id)
     state = layout.RunLayout(state_bucket, run_id)
     training = steps.training_steps(req)
-    final = training.final_step
+    examples = ((data or {}).get("train") or {}).get("num_examples")
+    final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output
     train_paths = stage_paths(req, ctx, "train", 1)
@@ -118,7 +121,9 @@ def build_plan(
             "inputs": train_paths.inputs,
             "output": train_paths.output,
             "final_step": final,
-            "done_when": f"JobSet Completed and {run.uri(run.step_commit(final))} exists (final step {final})",
+            "done_when": f"JobSet Completed, train_rl's log ends with 'RL Training Completed Successfully!', "
+            f"and the newest step-level commit is the last step it reported: {run.uri(run.step_commit(final))} "
+            f"(final step {final}; a split with fewer examples ends it earlier, cleanly)",
         },
         {
             "stage": "export",
@@ -153,13 +158,20 @@ def build_plan(
             "pinned_source": pinned_source_uri(req, ctx, "convert", 1),
         },
         "stages": stages,
+        "data": data_plan(req, bucket, run_id, data),
         "training": {
             "num_batches": training.num_batches,
             "rl.num_iterations": training.num_iterations,
             "train_fraction": training.train_fraction,
             "num_epoch": training.num_epoch,
             "final_step": final,
-            "final_step_formula": "int(num_batches × rl.num_iterations × train_fraction × num_epoch)",
+            "final_step_formula": "min(batches, ceil(max_steps / rl.num_iterations)) × rl.num_iterations, "
+            "batches = int(num_batches × batch_size × train_fraction) examples × num_epoch ÷ batch_size "
+            "(fewer if the split is shorter)",
+            "max_steps": training.max_steps,
+            "batch_size": training.batch_size,
+            "final_step_explained": training.explain(examples if isinstance(examples, int) else None),
+            "final_step_depends_on_data": True,
             "checkpoint_period": training.checkpoint_period,
             "checkpoints": training.checkpoint_steps(),
             "checkpoints_kept": training.kept_steps(),
@@ -202,6 +214,51 @@ def build_plan(
 UNRESOLVED_KEY = "<conv-key>"
 
 
+def _file_source(f: Any) -> str | None:
+    if f is None:
+        return None
+    return str(f.path) if f.path is not None else f"inline ({len(f.inline or '')} characters)"
+
+
+def data_plan(
+    req: Request, bucket: str, run_id: str, pinned: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What train_rl trains and evaluates on and how it is rewarded (docs/datasets.md): each split,
+    where the head stages it, and the request's own files; ``pinned`` when plan already pinned."""
+    d = req.dataset
+
+    def split(role: str, repo: str, revision: str, name: str) -> dict[str, Any]:
+        entry = dict((pinned or {}).get(role) or {})
+        return {
+            "dataset": repo,
+            "revision": revision,
+            "subset": d.subset,
+            "split": name,
+            "pinned_sha": entry.get("sha"),
+            "files": len(entry["files"]) if entry.get("files") is not None else None,
+            "num_examples": entry.get("num_examples"),
+            "staged_at": staging.data_files_pattern(bucket, run_id, role),
+        }
+
+    held_out = staging.splits_itself(d.repo, d.evaluated_repo)
+    rewards = req.rewards
+    return {
+        "train": split("train", d.repo, d.revision, d.train_split),
+        "eval": None if held_out else split("eval", d.evaluated_repo, d.evaluated_revision, d.eval_split),
+        "eval_held_out": "5% of the training split, held out by train_rl" if held_out else None,
+        "pinned_note": None
+        if pinned
+        else "each revision is pinned to its commit by plan (rlpipe plan --hub does it now)",
+        "processor": _file_source(d.processor),
+        "rewards": {
+            "functions": list(rewards.functions) if rewards else list(staging.BUILTIN_REWARDS),
+            "file": _file_source(rewards.file) if rewards else None,
+            "builtin": rewards is None,
+        },
+        "chat_template": _file_source(req.chat_template) or req.training.data_template_path,
+    }
+
+
 def _replace_text(value: Any, old: str, new: str) -> Any:
     if isinstance(value, str):
         return value.replace(old, new)
@@ -234,10 +291,28 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append(f"  out: {stage['output']}")
         lines.append(f"  done when: {stage['done_when']}")
         lines.append(f"  deadline: {stage['deadline_seconds']} s")
+    data = plan["data"]
+    for role in ("train", "eval"):
+        e = data[role]
+        if e is None:
+            lines.append(f"{role}: {data['eval_held_out']}")
+            continue
+        at = e["pinned_sha"] or e["revision"]
+        count = f", {e['num_examples']} examples" if e["num_examples"] is not None else ""
+        lines.append(f"{role}: {e['dataset']}@{at} subset {e['subset']} split {e['split']}{count}")
+        lines.append(f"  staged at: {e['staged_at']}")
+    if data["pinned_note"]:
+        lines.append(f"  pinned: {data['pinned_note']}")
+    r = data["rewards"]
+    lines.append(
+        f"rewards: {'built-in ' if r['builtin'] else ''}{', '.join(r['functions'])}"
+        + (f" from {r['file']}" if r["file"] else "")
+    )
+    if data["processor"]:
+        lines.append(f"processor: {data['processor']}")
     t = plan["training"]
     lines.append(
-        f"training: final step {t['final_step']} = int({t['num_batches']} × {t['rl.num_iterations']} × "
-        f"{t['train_fraction']} × {t['num_epoch']}); checkpoints at {t['checkpoints']} "
+        f"training: ends at {t['final_step_explained']}; checkpoints at {t['checkpoints']} "
         f"(kept: {t['checkpoints_kept']})"
     )
     mid = t["evaluations"]["intermediate_steps"]

@@ -43,6 +43,10 @@ USER_FILES: dict[str, tuple[str, str]] = {
     "chat_template": ("chat_template.json", "data_template_path"),
 }
 ROLES = ("train", "eval")
+# What scores the rollouts when a request names no reward functions: MaxText's built-in three
+# (maxtext 0.2.4 train_rl.py:420-424); a request's `rewards` replace them, not add to them.
+BUILTIN_REWARDS = ("match_format_exactly", "match_format_approximately", "check_numbers")
+BUILTIN_REWARDS_SOURCE = "maxtext 0.2.4 train_rl.py:420-424"
 # Datasets train_rl splits itself when they are also the evaluation dataset: 5% of the training
 # split held out, seeded by data_shuffle_seed (maxtext 0.2.4 train_rl.py:253-279, 306-330); no
 # evaluation split of theirs is read, so none is staged.

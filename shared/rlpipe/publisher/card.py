@@ -59,6 +59,7 @@ from typing import Any
 import jinja2
 from huggingface_hub import ModelCard, ModelCardData
 
+from rlpipe.core.staging import BUILTIN_REWARDS, BUILTIN_REWARDS_SOURCE
 from rlpipe.publisher import evaluation
 
 TEMPLATE = "model_card.md.j2"
@@ -70,8 +71,6 @@ DEFAULT_PIPELINE_TAG = "text-generation"
 PROMOTED_TAG = "promoted-past-gate"
 # What scores the rollouts when a request brings no reward functions: maxtext 0.2.4
 # train_rl.py:420-424 (a request's rewards.functions replace all three, train_rl.py:402-424).
-BUILTIN_REWARDS = ("match_format_exactly", "match_format_approximately", "check_numbers")
-BUILTIN_REWARDS_SOURCE = "maxtext 0.2.4 train_rl.py:420-424"
 REPLACED_SOURCE = "maxtext 0.2.4 train_rl.py:402-424"
 # train_rl.py: prepare_train_and_eval_dataset(test_size=0.05), seeded by data_shuffle_seed.
 HELD_OUT_SOURCE = "maxtext 0.2.4 train_rl.py:306-330"

@@ -34,6 +34,7 @@ from rlpipe.cli.report.rows import (
     attempt_rows,
     round_count,
 )
+from rlpipe.core.staging import BUILTIN_REWARDS, BUILTIN_REWARDS_SOURCE
 
 
 def _label(attempt: int | None, train_rounds: dict[int, int], many_rounds: bool) -> str:
@@ -271,10 +272,6 @@ def gate(record: dict[str, Any]) -> dict[str, Any] | None:
 
 # ---- data and rewards -----------------------------------------------------------------------------
 
-# What scores the rollouts when a request brings no reward functions: maxtext 0.2.4
-# train_rl.py:420-424 (the model card says the same: rlpipe.publisher.card.BUILTIN_REWARDS).
-BUILTIN_REWARDS = ("match_format_exactly", "match_format_approximately", "check_numbers")
-BUILTIN_REWARDS_SOURCE = "maxtext 0.2.4 train_rl.py:420-424"
 # train_rl.py: prepare_train_and_eval_dataset(test_size=0.05) (maxtext 0.2.4 train_rl.py:306-330).
 HELD_OUT = "5% held out of the training split by train_rl"
 _ROLES = (("train", "training", "train_split"), ("eval", "evaluation", "eval_split"))
