@@ -26,6 +26,17 @@ CONTROLLED = {"base_output_directory", "load_parameters_path", "tokenizer_path",
 # Deliberate differences from the tutorials, each for a stated reason.
 DROPPED_ARGS = {"hf_access_token"}  # MaxText reads HF_TOKEN from the environment (DESIGN §7)
 ADDED_ARGS = {"export": {"--hf_model_path"}}  # the tokenizer at the pinned sha, not MaxText's table
+# Train's data, appended after the tutorial's arguments: the tutorials rely on rl.yml's GSM8K
+# defaults, which the presets' `dataset` states, and read it from the Hub unpinned; the pipeline
+# names it and points train_rl at the files staged at the pinned commit (docs/datasets.md).
+DATA_ARGS = {
+    "dataset_name": "openai/gsm8k",
+    "eval_dataset_name": "openai/gsm8k",
+    "hf_subset": "main",
+    "train_split": "train",
+    "eval_split": "test",
+}
+STAGED_ARGS = ("hf_train_files", "hf_eval_files")
 
 
 def _argmap(args: list[str]) -> dict[str, str | None]:
@@ -73,7 +84,13 @@ def test_train_rl_arguments_match_tutorial(preset: str, tutorials: dict[str, Any
     expected = tutorials[preset]["train"]["args"]
     main = _container(_render(preset, "train"), "workload-container")
     actual = _argmap(main["args"])
-    assert list(actual) == [k for k in expected if k not in DROPPED_ARGS], "same keys in the tutorial's order"
+    tutorial_keys = [k for k in expected if k not in DROPPED_ARGS]
+    assert list(actual)[: len(tutorial_keys)] == tutorial_keys, "same keys in the tutorial's order"
+    added = {k: actual[k] for k in list(actual)[len(tutorial_keys) :]}
+    assert set(added) == {*DATA_ARGS, *STAGED_ARGS}, "then only the data"
+    assert {k: added[k] for k in DATA_ARGS} == DATA_ARGS, "rl.yml's defaults, which the tutorials use"
+    for key in STAGED_ARGS:
+        assert str(added[key]).startswith("gs://B/runs/rtest/inputs/data/"), added[key]
     for key, value in expected.items():
         if key in CONTROLLED | DROPPED_ARGS:
             continue

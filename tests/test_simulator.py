@@ -27,6 +27,7 @@ from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError, Ti
 from rlpipe.local.simulator.program import parse_argv
 from tests.conftest import Buckets, minimal_request
 from tests.harness.patience import ceiling
+from tests.harness.staged_data import seed_training_data
 
 NS = "rlpipe"
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -68,6 +69,7 @@ def render(buckets: Buckets, stage: str, attempt: int = 1, run_id: str = "run1",
     )
     if stage != "convert":
         _seed_pinned(buckets, obj)
+    seed_training_data(buckets.client, obj)  # what the head's staging step would have put there
     return obj
 
 

@@ -27,6 +27,7 @@ from rlpipe.control import blobstore
 from rlpipe.core import layout, steps, train_log
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
+from rlpipe.local.hub import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError
 from rlpipe.local.simulator import maxtext as sim_maxtext
@@ -394,12 +395,19 @@ SHORT = "train:train-examples:60"
 
 
 @pytest.fixture
-def simulate(kube: KubeApiServer, buckets: Buckets) -> Iterator[Callable[..., ClusterSimulator]]:
+def simulate(
+    kube: KubeApiServer, buckets: Buckets, hub: HubDouble
+) -> Iterator[Callable[..., ClusterSimulator]]:
     started: list[ClusterSimulator] = []
 
     def make(*entries: str) -> ClusterSimulator:
         sim = ClusterSimulator(
-            kube, buckets.client, scenario=Scenario.from_strings(entries), timing=Timing.zero(), seed=7
+            kube,
+            buckets.client,
+            scenario=Scenario.from_strings(entries),
+            timing=Timing.zero(),
+            seed=7,
+            hub_url=hub.url,  # the head stages the pinned data from it
         )
         started.append(sim.start())
         return sim

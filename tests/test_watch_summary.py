@@ -71,3 +71,34 @@ def test_a_published_price_gives_the_amount_and_its_source(monkeypatch: pytest.M
     (line,) = _cost_lines(summary(_record(provisioning="spot")))
     assert f"${sum(CHIP_HOURS) * price:,.2f}" in line
     assert "spot" in line and "our contract" in line and "RLPIPE_PRICES" not in line
+
+
+def test_the_summary_names_the_pinned_data_and_the_reward_files_hash() -> None:
+    """Issue 27: `status` says what the run trained on (each split at its commit) and with (the
+    request's own reward functions by name and sha256, or MaxText's built-in ones)."""
+    sha, digest = "9" * 40, "ab" * 32
+    split = {"repo": "openai/gsm8k", "revision": "main", "sha": sha, "subset": "main", "num_examples": 7473}
+    record = _record()
+    record.lineage.data = {
+        "train": {**split, "split": "train", "files": [{"path": "main/train.parquet", "size": 10}]},
+        "eval": {
+            **split,
+            "split": "test",
+            "num_examples": 1319,
+            "files": [{"path": "main/test.parquet", "size": 5}],
+        },
+    }
+    text = summary(record)
+    assert (
+        f"train: openai/gsm8k@{sha[:12]} (main) subset main split train: 1 files, 10 bytes, 7473 examples"
+        in text
+    )
+    assert "split test" in text and "1319 examples" in text
+    assert "built-in: match_format_exactly, match_format_approximately, check_numbers" in text
+    record.lineage.inputs = {
+        "rewards": {"uri": "gs://a/runs/r/inputs/rewards.py", "sha256": digest, "source": "rewards.py",
+                    "functions": ["exact_match", "length_penalty"]}
+    }  # fmt: skip
+    text = summary(record)
+    assert f"rewards.py exact_match, length_penalty: sha256 {digest}" in text
+    assert "built-in" not in text

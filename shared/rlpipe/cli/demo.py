@@ -181,16 +181,10 @@ def _show_published(settings: Any, record: Any) -> None:
 
 
 def _show_inputs(record: Any, root: Path) -> None:
-    """What the run trained on and with, and the report that says so (written before the stack
-    stops, since it reads the run's ledger)."""
+    """The report that says what the run trained on and with (written before the stack stops,
+    since it reads the run's ledger); the summary above named them."""
     from rlpipe.cli.report import write_report
-    from rlpipe.control import data_pins
 
-    for line in data_pins.summary(record.lineage.data):
-        print(f"  data        {line}")
-    for role, entry in sorted((record.lineage.inputs or {}).items()):
-        names = f" {', '.join(entry['functions'])}" if entry.get("functions") else ""
-        print(f"  {role:<11} {entry['source']}{names}: sha256 {entry['sha256']}")
     path = write_report(record.model_dump(mode="json"), root / f"{record.run_id}-report.html")
     text = path.read_text(encoding="utf-8")
     named = all(e["sha256"] in text for e in (record.lineage.inputs or {}).values())

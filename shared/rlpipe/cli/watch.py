@@ -90,6 +90,22 @@ def _reward_text(progress: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _inputs_lines(lineage: Any) -> list[str]:
+    """What the run trained on (each split at its pinned commit) and with (the request's own files,
+    by sha256; else MaxText's built-in rewards)."""
+    from rlpipe.control import data_pins
+    from rlpipe.core.staging import BUILTIN_REWARDS
+
+    lines = [f"  data        {line}" for line in data_pins.summary(lineage.data)]
+    inputs = lineage.inputs or {}
+    for role, entry in sorted(inputs.items()):
+        names = f" {', '.join(entry['functions'])}" if entry.get("functions") else ""
+        lines.append(f"  {role:<11} {entry.get('source', entry['uri'])}{names}: sha256 {entry['sha256']}")
+    if lineage.data and "rewards" not in inputs:
+        lines.append(f"  rewards fn  MaxText's built-in: {', '.join(BUILTIN_REWARDS)}")
+    return lines
+
+
 def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None = None) -> str:
     """What a finished run did; on the local stack (``simulated``) also which cluster ran it:
     ``double`` (the default) or ``real`` (the real control plane)."""
@@ -111,6 +127,7 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
             f"  converted   {lineage.converted_uri}"
             + (" (cache hit)" if lineage.conversion_cache_hit else "")
         )
+    lines += _inputs_lines(lineage)
     if lineage.checkpoint_uri:
         step = f" (final step {lineage.final_step})" if lineage.final_step else ""
         lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
