@@ -34,7 +34,7 @@ from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
-from rlpipe.core import layout, steps, train_log
+from rlpipe.core import layout, staging, steps, train_log
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
@@ -347,7 +347,8 @@ class StageService:
             kind=KIND[stage],
             retryable_exit_codes=TRANSIENT_EXIT_CODES
             if stage == "publish"
-            else req.retry.retryable_exit_codes,
+            # the head's staging step exits 75 when the Hub or GCS failed on the way (core.staging)
+            else (*req.retry.retryable_exit_codes, *((staging.EXIT_TRANSIENT,) if stage == "train" else ())),
             queued_deadline_seconds=float(req.timeouts.queued),
         )
         progress = seen = cursor = None
