@@ -611,3 +611,21 @@ def test_plentiful_data_still_ends_below_max_steps_when_the_config_says_so(
     assert record.results["training_end"]["explanation"].startswith(
         "trained to step 44 of 45: the data ran out"
     )
+
+
+def test_a_hub_that_fails_the_staging_step_is_a_transient_failure_of_the_attempt(
+    env: dict[str, Any], kube: KubeApiServer, buckets: Buckets
+) -> None:
+    """The head's staging step exits 75 when the Hub or GCS fails on the way (core.staging); the
+    stage classes that transient (retried under its budget), not a permanent end of the run."""
+    sim = ClusterSimulator(kube, buckets.client, timing=Timing.zero(), seed=7).start()  # no Hub
+    try:
+        run_id = "rstagefail01"
+        _ready_to_train(env, run_id)
+        env["service"].launch(run_id, "train", 1)
+        status = _status(env, run_id, "train")
+    finally:
+        sim.stop()
+    assert status["phase"] == "failed", status
+    assert status["failure"]["tag"] == "transient", status
+    assert "exited with code 75" in status["failure"]["message"]
