@@ -316,3 +316,27 @@ def test_json_and_yaml_give_the_same_request() -> None:
         "model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\npreset: v6e-64\ntraining:\n  num_batches: 10\n"
     )
     assert from_json == from_yaml
+
+
+def test_a_fraction_that_keeps_fewer_than_one_batch_is_refused_before_any_tpu() -> None:
+    """Two iterations per batch make max_steps int(2 × 2 × 0.4) = 1, while train_fraction keeps
+    int(2 × 8 × 0.4) = 6 examples: no whole batch of 8 (drop_remainder), so train_rl would fail
+    before its first step."""
+    from rlpipe.core.problems import RequestInvalid
+
+    training = {"num_batches": 2, "batch_size": 8}
+    doc = minimal_request(
+        training=training, maxtext_overrides={"train_fraction": 0.6, "rl.num_iterations": 2}
+    )
+    validate_request(doc)  # 9 examples: one batch of 8
+    doc["maxtext_overrides"] = {
+        "train_fraction": 0.4,
+        "rl.num_iterations": 2,
+        "num_epoch": 2,
+    }  # 12 over two epochs
+    validate_request(doc)
+    doc["maxtext_overrides"] = {"train_fraction": 0.4, "rl.num_iterations": 2}
+    with pytest.raises(RequestInvalid) as caught:
+        validate_request(doc)
+    [problem] = [p for p in caught.value.problems if p.path == "maxtext_overrides.train_fraction"]
+    assert "fewer than one batch of 8" in problem.message

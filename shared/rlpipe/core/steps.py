@@ -379,7 +379,39 @@ def effective_steps(
             f"{steps.max_steps} steps, so train_rl would train nothing",
             "raise train_fraction or training.num_batches",
         )
+    if steps.batches(None) < 1:
+        raise ConfigProblem(
+            key("train_fraction"),
+            f"train_fraction keeps {steps.examples_kept} examples per epoch, fewer than one batch of "
+            f"{steps.batch_size} (batches drop the remainder), so train_rl would fail before its first step",
+            "raise train_fraction or training.num_batches",
+        )
     return steps
+
+
+def document_steps(doc: Mapping[str, Any]) -> TrainingSteps | None:
+    """The step settings of a request document still being checked (typed fields not yet
+    validated): None where its training fields are not usable; ``ConfigProblem`` as
+    :func:`effective_steps` raises it."""
+    training, overrides = doc.get("training"), doc.get("maxtext_overrides")
+    if not isinstance(training, Mapping) or not isinstance(overrides, Mapping):
+        return None
+
+    def whole(name: str, minimum: int) -> int | None:
+        value = training.get(name)
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+        return value if ok else None
+
+    num_batches = whole("num_batches", 1)
+    if num_batches is None:
+        return None
+    return effective_steps(
+        num_batches,
+        whole("checkpoint_period", 1),
+        overrides,
+        batch_size=whole("batch_size", 1) or 1,
+        max_prefill_predict_length=whole("max_prefill_predict_length", 1),
+    )
 
 
 def training_steps(req: Request) -> TrainingSteps:

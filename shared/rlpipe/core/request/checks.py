@@ -189,12 +189,8 @@ def _training_steps(doc: dict[str, Any]) -> Iterator[Problem]:
     overrides = _get(doc, "maxtext_overrides", dict)
     if any(isinstance(v, str) and _UNSAFE_VALUE.search(v) for v in overrides.values()):
         return  # reported by _overrides; the values cannot reach MaxText anyway
-    period = _get(doc, "training", dict).get("checkpoint_period")
-    num_batches = _get(doc, "training.num_batches", int)
-    if not isinstance(period, int) or isinstance(period, bool) or period < 1:
-        period = None
     try:
-        steps.effective_steps(num_batches, period, overrides)
+        steps.document_steps(doc)
     except steps.ConfigProblem as exc:
         yield Problem(f"maxtext_overrides.{exc.key}", exc.problem, exc.fix)
 

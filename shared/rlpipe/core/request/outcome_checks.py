@@ -25,16 +25,12 @@ def gate_problems(doc: dict[str, Any]) -> Iterator[Problem]:
             "the gate sets no threshold, so it could never hold a run back",
             f"set at least one of {', '.join(GATE_THRESHOLDS)}, or remove gate",
         )
-    overrides, training = doc.get("maxtext_overrides"), doc.get("training")
-    if not isinstance(overrides, dict) or not isinstance(training, dict):
-        return
-    num_batches, period = training.get("num_batches"), training.get("checkpoint_period")
-    if not isinstance(num_batches, int) or isinstance(num_batches, bool):
-        return
     try:
-        effective = steps.effective_steps(num_batches, period if isinstance(period, int) else None, overrides)
+        effective = steps.document_steps(doc)
     except steps.ConfigProblem:
         return  # reported by the training-steps check
+    if effective is None:
+        return
     if not effective.evaluates:
         yield Problem(
             "gate",

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -22,16 +23,12 @@ PREEMPTIBLE = frozenset({"spot"})
 
 
 def _effective(doc: dict[str, Any], period: int | None) -> steps.TrainingSteps | None:
-    training, overrides = doc.get("training"), doc.get("maxtext_overrides")
-    if not isinstance(training, dict) or not isinstance(overrides, dict):
-        return None
-    num_batches = training.get("num_batches")
-    if not isinstance(num_batches, int) or isinstance(num_batches, bool) or num_batches < 1:
-        return None
     try:
-        return steps.effective_steps(num_batches, period, overrides)
+        found = steps.document_steps(doc)
     except steps.ConfigProblem:
         return None  # reported by the training-steps check
+    usable = isinstance(period, int) and not isinstance(period, bool) and period >= 1
+    return dataclasses.replace(found, checkpoint_period=period) if found is not None and usable else found
 
 
 def spot_checkpoint_period(final_step: int) -> int:
