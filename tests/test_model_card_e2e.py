@@ -52,3 +52,10 @@ def test_a_model_published_after_a_promote_says_it_was_promoted_past_its_failed_
     bucket = local.settings.artifacts_bucket
     assert f"gs://{bucket}/runs/{run_id}/trained/rl/checkpoints/actor/{final}/" in card.text
     assert "local-write-token" not in card.content
+    # The data it trained and was evaluated on, at the commits plan pinned (issue 27).
+    data = record.lineage.data or {}
+    train_sha, eval_sha = data["train"]["sha"], data["eval"]["sha"]
+    assert card.data.datasets == ["openai/gsm8k"]
+    assert f"https://huggingface.co/datasets/openai/gsm8k/tree/{train_sha}" in card.text
+    assert results["accuracy"].dataset_revision == eval_sha
+    assert "match_format_exactly" in card.text, "the built-in rewards, by name"
