@@ -86,7 +86,8 @@ def build_plan(
     run = layout.RunLayout(bucket, run_id)
     state = layout.RunLayout(state_bucket, run_id)
     training = steps.training_steps(req)
-    examples = ((data or {}).get("train") or {}).get("num_examples")
+    rows = ((data or {}).get("train") or {}).get("num_examples")
+    examples = staging.training_examples(req.dataset.repo, req.dataset.evaluated_repo, rows)
     final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output

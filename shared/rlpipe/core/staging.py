@@ -25,6 +25,7 @@ container's environment, never in the script. Exit 2: the inputs are not what wa
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -60,9 +61,21 @@ SELF_SPLIT_DATASETS = frozenset(
 )
 
 
+HELD_OUT_FRACTION = 0.05  # train_rl.py: prepare_train_and_eval_dataset(test_size=0.05)
+
+
 def splits_itself(repo: str, eval_repo: str) -> bool:
     """Whether train_rl evaluates on examples it holds out of the training split."""
     return repo in SELF_SPLIT_DATASETS and eval_repo == repo
+
+
+def training_examples(repo: str, eval_repo: str, rows: int | None) -> int | None:
+    """The examples train_rl trains on from a training split of ``rows``: all of them, or what
+    ``train_test_split(test_size=0.05)`` leaves when it holds its evaluation out (the test side
+    takes ``ceil(0.05 × rows)``: datasets 5.2.0 ``arrow_dataset.py:5144,5154``)."""
+    if rows is None or not splits_itself(repo, eval_repo):
+        return rows
+    return rows - math.ceil(HELD_OUT_FRACTION * rows)
 
 
 _PROGRAM = f"""\

@@ -324,6 +324,18 @@ def train_steps(args: Arguments) -> int:
     return int(batches * int(iterations) * fraction * epochs)
 
 
+def held_out_of(args: Arguments, rows: int | None) -> int | None:
+    """What train_rl trains on when it evaluates a dataset on itself: it splits the training split
+    with ``train_test_split(test_size=0.05)`` first (train_rl.py:253-279, 306-330), whose test side
+    is ``ceil(0.05 × n)`` and train side the rest (datasets 5.2.0 ``arrow_dataset.py:5144,5154``)."""
+    from rlpipe.core.staging import SELF_SPLIT_DATASETS
+
+    name = args.get("dataset_name")
+    if rows is None or name not in SELF_SPLIT_DATASETS or args.get("eval_dataset_name") != name:
+        return rows
+    return rows - math.ceil(0.05 * rows)
+
+
 def train_split(ctx: ProgramContext, args: Arguments | None = None) -> TrainSplit:
     """The train split this train_rl reads: how many examples, and how many prompts the length
     filter drops. The scenario's ``train-examples``/``long-prompts`` entries for this workload win
@@ -336,7 +348,7 @@ def train_split(ctx: ProgramContext, args: Arguments | None = None) -> TrainSpli
     if given.rows is not None:
         return given
     rows = staged_rows(ctx, args) if args is not None else None  # the staged split's own size
-    return replace(given, rows=rows)
+    return replace(given, rows=held_out_of(args, rows) if args is not None else rows)
 
 
 def final_step(args: Arguments, split: TrainSplit, restored: int = 0) -> int:
