@@ -400,3 +400,17 @@ def test_a_split_the_dataset_does_not_have_fails_the_run_at_plan_naming_the_fiel
     assert record.failure.message.startswith("dataset.train_split:"), record.failure.message
     assert "validation" in record.failure.message and "train" in record.failure.message
     assert record.attempts == [], "no workload was created"
+
+
+def test_a_dataset_evaluated_on_itself_trains_on_what_train_rl_does_not_hold_out(
+    local: Local, faults: Any
+) -> None:
+    """OpenR1-Math-220k (48 examples on the local Hub): train_rl holds ceil(5%) = 3 out for its
+    evaluation, stages no evaluation split, and trains on 45: 11 batches of 4."""
+    faults([])
+    dataset = {"repo": "open-r1/OpenR1-Math-220k", "subset": "default", "train_split": "train"}
+    run_id = local.submit(local.request(dataset=dataset))
+    record = local.wait(run_id)
+    local.assert_consistent(record, "succeeded")
+    assert "eval" not in (record.lineage.data or {})
+    assert record.lineage.final_step == 11, record.results

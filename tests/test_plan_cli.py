@@ -170,3 +170,13 @@ def test_plan_names_the_data_and_rewards_without_the_hub(tmp_path: Path) -> None
     assert data["train"]["dataset"] == "open-r1/OpenR1-Math-220k" and data["train"]["pinned_sha"] is None
     assert data["eval"] is None and "held out" in data["eval_held_out"]
     assert data["train"]["staged_at"].startswith("gs://art/runs/") and data["rewards"]["builtin"] is True
+
+
+def test_plan_hub_counts_what_train_rl_holds_out_of_a_dataset_it_evaluates_on_itself(hub: Any) -> None:
+    """OpenR1-Math-220k evaluated on itself: train_rl first splits 5% off its training split
+    (ceil(0.05 × 48) = 3 of the double's 48 examples), so 45 remain: 11 batches of 4."""
+    result = _hub_plan(hub, "examples/gemma4-26b-v6e-32-openr1-math.yaml", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["data"]["train"]["num_examples"] == 48 and plan["data"]["eval"] is None
+    assert plan["training"]["final_step"] == 11
