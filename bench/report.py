@@ -1,6 +1,6 @@
 """8. `rlpipe report`: rendering one run's page, with 1,000 evaluation points and 30 attempts.
 
-**What:** the wall time of ``rlpipe.cli.report.render_report`` (pure: the ledger record as a dict
+**What:** the wall time of ``rlpipe.report.render_report`` (pure: the ledger record as a dict
 in, the HTML out; both matplotlib SVG charts and the Jinja2 page) for a synthetic run with
 ``--points`` (default 1,000) intermediate evaluations, pre and post, ``--attempts`` (default 30)
 attempts over convert/train/export/publish with every outcome and failure class, per-attempt
@@ -124,7 +124,7 @@ def minimal_run() -> dict[str, Any]:
 
 
 def _timed(record: dict[str, Any], reps: int) -> tuple[list[float], str]:
-    from rlpipe.cli.report import render_report
+    from rlpipe.report import render_report
 
     now = T0 + timedelta(days=2)
     html = render_report(record, now=now)  # unmeasured: imports, font lookup, template compile
@@ -139,7 +139,7 @@ def _timed(record: dict[str, Any], reps: int) -> tuple[list[float], str]:
 _FIRST_CALL = """
 import json, sys, time
 t0 = time.perf_counter()
-from rlpipe.cli.report import render_report
+from rlpipe.report import render_report
 import matplotlib.figure, jinja2
 t1 = time.perf_counter()
 record = json.load(sys.stdin)

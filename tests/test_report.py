@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.cli import report
+from rlpipe import report
+from rlpipe.cli import report_command
 from rlpipe.control.ledger import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
 
 T0 = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
@@ -423,7 +424,7 @@ def test_write_report_and_the_subcommand(tmp_path: Path) -> None:
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    report.register(sub, settings=lambda: "settings", ledger=lambda settings: FakeLedger())
+    report_command.register(sub, settings=lambda: "settings", ledger=lambda settings: FakeLedger())
     out = tmp_path / "r.html"
     args = parser.parse_args(["report", "rtest0000001", "-o", str(out)])
     assert args.func(args) == 0 and "rtest0000001" in out.read_text(encoding="utf-8")
@@ -431,12 +432,13 @@ def test_write_report_and_the_subcommand(tmp_path: Path) -> None:
     assert args.func(args) == 1 and not (tmp_path / "none.html").exists()
 
 
-def test_the_report_is_for_the_cli_only() -> None:
-    """matplotlib and Jinja2 are imported when a page is rendered, not when the CLI parser is built."""
+def test_the_reports_heavy_imports_wait_until_a_page_is_rendered() -> None:
+    """matplotlib and Jinja2 are imported when a page is rendered, not when the CLI parser is built
+    or a function starts."""
     import subprocess
     import sys
 
-    code = "import sys, rlpipe.cli.report; print(any(m in sys.modules for m in ('matplotlib', 'jinja2')))"
+    code = "import sys, rlpipe.report; print(any(m in sys.modules for m in ('matplotlib', 'jinja2')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

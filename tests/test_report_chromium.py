@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.cli import report
+from rlpipe import report
 from tests.harness.patience import ceiling, wait_until
 from tests.test_report_story import (
     BRANCH,

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.cli import report
+from rlpipe import report
+from rlpipe.cli import report_command
 from rlpipe.control.ledger import LEDGER_TIME, RunRecord
 from tests.test_report import SVG, Page, by_id, charts, texts
 
@@ -511,15 +512,15 @@ def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: 
         project, artifacts_bucket = "acme-ml", "acme-artifacts"
 
     unpublished = story(attempts=[a for a in story()["attempts"] if a["stage"] != "publish"])
-    assert report.read_receipt(Settings(), unpublished) is None
+    assert report_command.read_receipt(Settings(), unpublished) is None
     committed = story()
     committed["lineage"]["published_commit"] = COMMIT
-    assert report.read_receipt(Settings(), committed) is None
+    assert report_command.read_receipt(Settings(), committed) is None
     assert not reads
-    assert report.read_receipt(Settings(), story()) == receipt()
+    assert report_command.read_receipt(Settings(), story()) == receipt()
     assert reads == [("acme-artifacts", f"runs/{RUN}/publish/receipt.json")]
     stored["receipt"] = blobstore.NotFound("gone")
-    assert report.read_receipt(Settings(), story()) is None
+    assert report_command.read_receipt(Settings(), story()) is None
 
 
 def test_a_retried_run_renders_without_a_round_record() -> None:

@@ -183,7 +183,7 @@ def _show_published(settings: Any, record: Any) -> None:
 def _show_inputs(record: Any, root: Path) -> None:
     """The report that says what the run trained on and with (written before the stack stops,
     since it reads the run's ledger); the summary above named them."""
-    from rlpipe.cli.report import write_report
+    from rlpipe.report import write_report
 
     path = write_report(record.model_dump(mode="json"), root / f"{record.run_id}-report.html")
     text = path.read_text(encoding="utf-8")

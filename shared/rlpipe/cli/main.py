@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import reconcile as reconcile_cli
 
     reconcile_cli.register(sub, settings=_settings)
-    from rlpipe.cli import report as report_cli
+    from rlpipe.cli import report_command as report_cli
 
     report_cli.register(sub, settings=_settings, ledger=_ledger)
     from rlpipe.cli import promote as promote_cli

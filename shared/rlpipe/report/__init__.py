@@ -1,4 +1,5 @@
-"""``rlpipe report RUN [-o FILE]``: one self-contained HTML page per run, telling its whole story.
+"""One self-contained HTML page per run, telling its whole story (``rlpipe report RUN``, and the
+copy the control plane keeps in the state bucket).
 
 The page holds the run's key facts (state, rounds, where it was published and at which commit),
 the rounds (each retry with its reason, who asked, how the round before it ended and where
@@ -10,7 +11,7 @@ dataset split at its pinned commit with its files and examples, the reward funct
 the reward file's sha256, or MaxText's built-in ones; the request's processor and chat template;
 where training ended against the config's final step), chip-hours per stage and attempt (a stage on
 the CPU pool says "no TPU") and the gate's result. It loads nothing from the
-network: the charts are matplotlib SVG inlined in the page (``rlpipe.cli.charts``), the styles sit
+network: the charts are matplotlib SVG inlined in the page (``rlpipe.report.charts``), the styles sit
 in the page, and there is no script.
 
 ``render_report`` is pure (a ledger record as a dict in, HTML out; ``now`` and the publish receipt
@@ -20,27 +21,25 @@ messages), so the Jinja2 template autoescapes everything; only the SVG that matp
 marked safe.
 
 Heavy imports (Jinja2, matplotlib, the ledger, the storage client) happen when a report is
-rendered, never when the CLI parser is built; this module is imported only by the CLI.
+rendered, never when the CLI parser is built. The CLI (``rlpipe report``, ``cli/report_command.py``)
+and the control plane (``control/run_report.py``, the copy in the state bucket the card links) render it.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlpipe.cli.charts import (
+from rlpipe.report.charts import (
     COLOURS,
     Bar,
     finite,
     fmt_accuracy,
     fmt_reward,
 )
-from rlpipe.cli.report.facts import (
+from rlpipe.report.facts import (
     conversion,
     data_and_rewards,
     evaluations,
@@ -49,7 +48,7 @@ from rlpipe.cli.report.facts import (
     published,
     reward_curve,
 )
-from rlpipe.cli.report.rows import (
+from rlpipe.report.rows import (
     _STATE_KEY,
     NO_EVALUATION,
     TEMPLATE,
@@ -101,7 +100,7 @@ def render_report(
     only when the ledger does not record one."""
     from markupsafe import Markup
 
-    from rlpipe.cli import charts
+    from rlpipe.report import charts
 
     now = now or datetime.now(UTC)
     rows = attempt_rows(record, now)
@@ -177,74 +176,3 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     return path
-
-
-# ---- the subcommand -------------------------------------------------------------------------------
-
-
-def read_receipt(settings: Any, record: dict[str, Any]) -> dict[str, Any] | None:
-    """The run's publish receipt from the artifacts bucket (operators may read it), only when the
-    report needs it: a publish attempt succeeded and the ledger records no commit. Best effort: a
-    receipt that cannot be read leaves the commit unknown, and the page says so."""
-    lineage_commit = _dict(record.get("lineage")).get("published_commit")
-    done = any(
-        _dict(a).get("stage") == "publish" and _dict(a).get("phase") == "succeeded"
-        for a in record.get("attempts") or []
-    )
-    if lineage_commit or not done:
-        return None
-    try:
-        from rlpipe.control.blobstore import BlobStore, make_client
-        from rlpipe.core.layout import RunLayout
-
-        store = BlobStore(make_client(settings.project), settings.artifacts_bucket)
-        data = store.read(RunLayout(settings.artifacts_bucket, str(record["run_id"])).publish_receipt).json()
-    except Exception as exc:  # the report is still worth writing without the commit
-        print(
-            f"note: could not read the publish receipt ({type(exc).__name__}); commit not shown",
-            file=sys.stderr,
-        )
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def cmd_report(
-    args: argparse.Namespace,
-    settings: Callable[[], Any],
-    ledger: Callable[[Any], Any],
-    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
-) -> int:
-    chosen = settings()
-    record = ledger(chosen).get(args.run)
-    if record is None:
-        print(f"no run {args.run}", file=sys.stderr)
-        return 1
-    data = record.model_dump(mode="json")
-    try:
-        path = write_report(
-            data, Path(args.output or f"{args.run}-report.html"), receipt=receipt(chosen, data)
-        )
-    except ModuleNotFoundError as exc:  # the CLI extra is not installed
-        print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
-        return 1
-    print(f"wrote {path}")
-    return 0
-
-
-def register(
-    subparsers: Any,
-    *,
-    settings: Callable[[], Any],
-    ledger: Callable[[Any], Any],
-    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
-) -> None:
-    """Add ``report`` to the ``rlpipe`` parser; ``settings`` picks the deployment, ``ledger(settings)``
-    opens its ledger (``cli.main._settings`` and ``cli.main._ledger``), ``receipt(settings, record)``
-    reads the publish receipt when the ledger lacks the commit."""
-    p = subparsers.add_parser(
-        "report",
-        help="write one self-contained HTML page for a run: rounds, timeline, rewards, lineage, gate, publish",
-    )
-    p.add_argument("run")
-    p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN-report.html)")
-    p.set_defaults(func=lambda args: cmd_report(args, settings, ledger, receipt))

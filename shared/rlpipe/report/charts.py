@@ -1,6 +1,6 @@
 """The two charts of ``rlpipe report``, drawn by matplotlib's SVG backend into strings to inline.
 
-Only ``rlpipe.cli.report`` imports this module, and matplotlib is imported inside the functions
+Only ``rlpipe.report`` imports this module, and matplotlib is imported inside the functions
 that draw, so building the CLI parser never loads it: matplotlib belongs to the CLI extra, never to
 the Cloud Functions bundle. No pyplot: each chart is a bare ``Figure`` on a ``FigureCanvasSVG``, so
 nothing global (backend, open figures) is touched.

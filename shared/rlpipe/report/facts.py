@@ -1,7 +1,7 @@
 """The run report's facts: evaluations and the reward curve, lineage and conversion, publishing
 and the gate.
 
-Split from the package's entry point (``rlpipe.cli.report``) so each module has one job; pure: a ledger
+Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a ledger
 record (as JSON) and the rows of ``.rows`` in, facts out.
 """
 
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.cli.charts import (
+from rlpipe.core.staging import BUILTIN_REWARDS, BUILTIN_REWARDS_SOURCE
+from rlpipe.report.charts import (
     Curve,
     Point,
     Resume,
@@ -20,7 +21,7 @@ from rlpipe.cli.charts import (
     fmt_accuracy,
     fmt_reward,
 )
-from rlpipe.cli.report.rows import (
+from rlpipe.report.rows import (
     _COMMIT,
     _CONVERTED_BY,
     _EVAL_FIELDS,
@@ -34,7 +35,6 @@ from rlpipe.cli.report.rows import (
     attempt_rows,
     round_count,
 )
-from rlpipe.core.staging import BUILTIN_REWARDS, BUILTIN_REWARDS_SOURCE
 
 
 def _label(attempt: int | None, train_rounds: dict[int, int], many_rounds: bool) -> str:

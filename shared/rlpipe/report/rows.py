@@ -1,6 +1,6 @@
 """The run report's rows: each attempt, each round, chip-hours per stage.
 
-Split from the package's entry point (``rlpipe.cli.report``) so each module has one job; pure: a ledger
+Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a ledger
 record (as JSON) in, rows out.
 """
 
@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from rlpipe.cli.charts import (
+from rlpipe.core.timestamps import parse_rfc3339
+from rlpipe.report.charts import (
     FAILURE_CLASSES,
     RoundMark,
     finite,
@@ -144,18 +145,8 @@ def _str(value: Any) -> str | None:
 
 
 def _time(value: Any) -> datetime | None:
-    from rlpipe.control.ledger import parse_time
-
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            return None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    """A ledger timestamp (``...Z``, microseconds) or any RFC 3339 one; None when unreadable."""
+    return parse_rfc3339(value)
 
 
 def _show_time(value: Any) -> str:
