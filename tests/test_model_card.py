@@ -244,6 +244,19 @@ def test_the_card_links_the_runs_checkpoints_and_export_in_gcs() -> None:
     assert f"| `gs://{BUCKET}/runs/{RUN}/trained/rl/checkpoints/actor/50/` |" in files, "the final step"
     assert f"| `gs://{BUCKET}/runs/{RUN}/hf/` |" in files
     assert f"`rlpipe report {RUN}`" in files
+    assert "report.html" not in files, "no link to a page nobody wrote"
+
+
+def test_the_card_links_the_runs_report_where_the_control_plane_keeps_it() -> None:
+    """Issue 26: the run's page, kept in the state bucket (control.run_report), is linked."""
+    from rlpipe.control.run_report import report_uri
+
+    record, req = _run()
+    uri = report_uri("rlpipe-state", RUN)
+    assert uri == f"gs://rlpipe-state/runs/{RUN}/report.html"
+    text = render_card(publishing.card_facts(record, req, {"license": "gemma"}, BUCKET, report=uri))
+    [row] = [line for line in text.splitlines() if uri in line]
+    assert row.startswith("| The run's report (one HTML page") and row.endswith(f"| `{uri}` |")
 
 
 def test_without_the_base_cards_tag_the_card_says_text_generation_and_why() -> None:

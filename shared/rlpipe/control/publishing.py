@@ -216,17 +216,24 @@ def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
     }
 
 
-def run_links(bucket: str, record: RunRecord) -> dict[str, str]:
-    """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``."""
+def run_links(bucket: str, record: RunRecord, report: str | None = None) -> dict[str, str]:
+    """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``,
+    and of its report page (``report``: the state bucket's copy, ``control.run_report``)."""
     run = layout.RunLayout(bucket, record.run_id)
     links = {"checkpoints": run.uri(run.checkpoints), "export": run.uri(run.hf_dir)}
+    if report:
+        links["report"] = report
     if record.lineage.final_step:
         links["final_checkpoint"] = run.uri(run.step_dir(record.lineage.final_step))
     return links
 
 
 def card_facts(
-    record: RunRecord, req: Request, base_facts: Mapping[str, str], artifacts_bucket: str
+    record: RunRecord,
+    req: Request,
+    base_facts: Mapping[str, str],
+    artifacts_bucket: str,
+    report: str | None = None,
 ) -> dict[str, Any]:
     """Everything the card says, from the ledger, the request and the base model's card; token-like
     text masked (``control.redaction``), since a promote reason is free text and the card public."""
@@ -244,7 +251,7 @@ def card_facts(
         "evaluation": evaluation_set(req, record),
         "inputs": user_inputs(req, record),
         "gate": gate_facts(record, req),
-        "links": run_links(artifacts_bucket, record),
+        "links": run_links(artifacts_bucket, record, report),
         "run_id": record.run_id,
         "request_id": req.request_id or record.run_id,
     }
@@ -253,9 +260,15 @@ def card_facts(
 
 
 def publish_context(
-    artifacts: blobstore.BlobStore, record: RunRecord, req: Request, ctx: RenderContext
+    artifacts: blobstore.BlobStore,
+    record: RunRecord,
+    req: Request,
+    ctx: RenderContext,
+    *,
+    report: str | None = None,
 ) -> RenderContext:
-    """The render context of a publish attempt: the card and the program, in the manifest."""
+    """The render context of a publish attempt: the card and the program, in the manifest.
+    ``report``: where the run's page is kept (``control.run_report``), for the card to link."""
     from dataclasses import replace
 
     from rlpipe.publisher.card import render_card
@@ -264,5 +277,5 @@ def publish_context(
         **base_license(artifacts, req, ctx),
         **base_pipeline_tag(req.hf_repo, record.lineage.hf_sha or ""),
     }
-    card = render_card(card_facts(record, req, base, artifacts.bucket_name))
+    card = render_card(card_facts(record, req, base, artifacts.bucket_name, report))
     return replace(ctx, model_card=card, publisher_program=publisher_program())

@@ -141,6 +141,12 @@ class RunLayout:
         return f"{self.prefix}error.json"
 
     @property
+    def report(self) -> str:
+        """State bucket: the run's page (``rlpipe.report``) as the control plane last wrote it,
+        when publish launched and when the run ended; the model card links it."""
+        return f"{self.prefix}report.html"
+
+    @property
     def trained_base(self) -> str:
         """train_rl ``base_output_directory`` (run_name ``rl`` is appended by MaxText); artifacts bucket."""
         return f"{self.prefix}trained/"

@@ -32,7 +32,8 @@ The facts, a plain dict (JSON-able; ``rlpipe.control.publishing.card_facts`` gat
   ``rewards`` means MaxText's built-in reward functions.
 - ``gate``: ``{passed, reasons, thresholds: {name: value}, override: {by, at, reason, caller}}``;
   empty when the request set no gate.
-- ``links``: ``{checkpoints, final_checkpoint, export}``, GCS URIs of the run's files.
+- ``links``: ``{checkpoints, final_checkpoint, export, report}``, GCS URIs of the run's files and
+  of its report page (in the state bucket, ``control.run_report``).
 - ``run_id``, ``request_id``; optional ``model_name`` and extra ``tags``.
 
 The datasets: the header's ``datasets`` lists the training dataset and, when it is another one,
@@ -88,6 +89,7 @@ LINKS = {
     "checkpoints": "MaxText checkpoints (Orbax), every kept step",
     "final_checkpoint": "The final step's checkpoint",
     "export": "This export (Hugging Face format), as the run wrote it",
+    "report": "The run's report (one HTML page: rounds, timeline, rewards, data, lineage, gate), kept beside its ledger",
 }
 # GateSpec's thresholds in the words and units of the gate's own reasons (rlpipe.core.gate).
 THRESHOLDS = {
