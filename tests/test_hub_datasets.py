@@ -34,7 +34,8 @@ from rlpipe.local.hub import (
     gsm8k_files,
     parquet_bytes,
 )
-from rlpipe.local.hub.data import GITATTRIBUTES, gsm8k_row
+from rlpipe.local.hub.data import GITATTRIBUTES
+from rlpipe.local.hub.datasets import gsm8k_row
 
 TOKEN = "datasets-token"
 GRANTED = "granted-token"

@@ -18,8 +18,8 @@ import yaml
 
 from rlpipe.core import layout, steps, train_log
 from rlpipe.local.simulator.maxtext import PROGRAMS
-from rlpipe.local.simulator.maxtext import train_steps as simulated_train_steps
 from rlpipe.local.simulator.program import Arguments
+from rlpipe.local.simulator.train_rl import train_steps as simulated_train_steps
 
 FACTS: dict[str, Any] = yaml.safe_load(
     (Path(__file__).parent / "fixtures" / "maxtext_facts.yaml").read_text(encoding="utf-8")

@@ -31,6 +31,7 @@ from rlpipe.local.hub import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError
 from rlpipe.local.simulator import maxtext as sim_maxtext
+from rlpipe.local.simulator import train_rl as sim_train_rl
 from rlpipe.local.simulator.program import Arguments, ProgramExit
 from rlpipe.local.simulator.rl_eval import TrainConfig, TrainSplit
 from rlpipe.local.simulator.rl_eval import final_step as simulated_final
@@ -103,13 +104,13 @@ def test_core_steps_ends_where_the_fixture_says(example: dict[str, Any]) -> None
 @pytest.mark.parametrize("example", END_RULE["examples"], ids=str)
 def test_the_simulated_pipeline_ends_where_the_fixture_says(example: dict[str, Any]) -> None:
     args = Arguments.parse(_argv(example))
-    assert sim_maxtext.train_steps(args) == example["max_steps"]
+    assert sim_train_rl.train_steps(args) == example["max_steps"]
     restored = example.get("restored", 0)
     if example["final"] == 0:
         with pytest.raises(ProgramExit, match="StopIteration"):
-            sim_maxtext.final_step(args, _split(example), restored)
+            sim_train_rl.final_step(args, _split(example), restored)
     else:
-        assert sim_maxtext.final_step(args, _split(example), restored) == example["final"]
+        assert sim_train_rl.final_step(args, _split(example), restored) == example["final"]
 
 
 def _grid() -> Iterator[tuple[int, int, int, float, int, int, int | None, int, int]]:
@@ -146,7 +147,7 @@ def test_core_steps_and_the_simulator_agree_everywhere_the_rule_is_exact() -> No
             restored = 0  # a retry never resumes a finished training
         argv = [f"num_batches={n}", f"batch_size={batch}", f"train_micro_batch_size={micro}"]
         config = TrainConfig.from_args(
-            Arguments.parse(argv + [f"{k}={v}" for k, v in overrides.items()]), sim_maxtext.RL_DEFAULTS
+            Arguments.parse(argv + [f"{k}={v}" for k, v in overrides.items()]), sim_train_rl.RL_DEFAULTS
         )
         split = TrainSplit(rows=rows, long_prompts=long)
         try:
@@ -337,7 +338,7 @@ def _simulated_train(extra: list[str], *entries: str, files: dict[str, bytes] | 
 
 
 def _committed(ctx: FakeContainer) -> list[int]:
-    return sim_maxtext.committed_steps(ctx, ACTOR)
+    return sim_train_rl.committed_steps(ctx, ACTOR)
 
 
 def test_the_simulated_train_rl_ends_where_its_data_ends() -> None:

@@ -23,24 +23,27 @@ from rlpipe.control import (
     data_pins,
     hub,
     interleave,
+    launch_record,
     outcomes,
     outputs,
     phase_record,
+    plan_record,
     publishing,
+    train_status,
 )
-from rlpipe.control.ledger import STAGE_STATE, Attempt, Failure, Ledger, RunRecord, now, parse_time
+from rlpipe.control.ledger import Attempt, Failure, Ledger, RunRecord, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
-from rlpipe.control.ownership import NotOwner, SupersededAttempt, owns, require_owner
+from rlpipe.control.ownership import SupersededAttempt, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
-from rlpipe.core import layout, staging, steps, train_log
+from rlpipe.control.train_status import LogReader
+from rlpipe.core import layout, staging, steps
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
-    pinning_lineage,
     render,
     request_stages,
     stage_paths,
@@ -67,9 +70,6 @@ class Cluster(Protocol):
     def delete_run(self, run_id: str) -> list[str]: ...
     def delete(self, kind: Kind, name: str) -> bool: ...
     def read_log(self, jobset: str, cursor: LogCursor | None) -> tuple[list[str], LogCursor | None, bool]: ...
-
-
-LogReader = Callable[[str, LogCursor | None], tuple[list[str], LogCursor | None]]
 
 
 @dataclass
@@ -124,16 +124,10 @@ class StageService:
         decision: dict[str, str] = {}
 
         def take_ownership(r: RunRecord) -> str | None:
-            if r.terminal:
-                decision["skip"] = f"run is already {r.state}"
-                return None
-            if execution_id and not r.execution.name:
-                # Intake crashed between starting this execution and recording it: adopt it here.
-                r.execution.name = f"{self.settings.workflow_path}/executions/{execution_id}"
-                return "execution-adopted"
-            if not owns(r, execution_id):
-                decision["skip"] = f"run is owned by execution {r.execution.name}"
-            return None
+            what, skip = plan_record.take_ownership(r, execution_id, self.settings.workflow_path)
+            if skip is not None:
+                decision["skip"] = skip
+            return what
 
         record = self.ledger.update(run_id, take_ownership, detail=lambda r: {"execution": r.execution.name})
         interleave.point("stage.plan:owned")
@@ -172,26 +166,13 @@ class StageService:
             # passes it by its recorded override.
             stages.insert(stages.index("export") if "export" in stages else len(stages), GATE_STEP)
 
+        pins = plan_record.Pins(sha, data, cache, ready)
+
         def record_plan(r: RunRecord) -> str | None:
-            if r.terminal or not owns(r, execution_id):
-                decision["skip"] = (
-                    f"run is {r.state}" if r.terminal else f"run is owned by {r.execution.name}"
-                )
-                return None
-            if (
-                r.lineage.hf_sha == sha
-                and r.lineage.conversion_key == cache.key
-                and r.lineage.conversion_cache_hit == bool(ready)
-                and r.lineage.data == data
-            ):
-                return None
-            r.lineage.hf_sha = sha
-            r.lineage.data = data
-            r.lineage.conversion_key = cache.key
-            r.lineage.conversion_cache_hit = bool(ready)
-            if ready:
-                r.lineage.converted_uri = layout.gs(cache.bucket, ready)
-            return "planned"
+            what, skip = plan_record.record_pins(r, execution_id, pins)
+            if skip is not None:
+                decision["skip"] = skip
+            return what
 
         self.ledger.update(
             run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)}
@@ -254,56 +235,15 @@ class StageService:
         paths_uri = stage_paths(req, ctx, stage, attempt).output
         interleave.point("stage.launch:applied")
         refused: dict[str, PipelineFailure] = {}
+        launched = launch_record.Launch(
+            run_id, stage, attempt, name, uid, resume, paths_uri, callback_url, execution_id
+        )
 
         def record_launch(r: RunRecord) -> str | None:
-            # Decided on the record being replaced: a cancel or a newer attempt that landed while
-            # we applied wins, and what we applied is deleted below instead of being left running.
-            latest = r.current_attempt(stage)
-            if r.terminal:
-                refused["why"] = PermanentFailure(
-                    f"run {run_id} became {r.state} during the launch of {name}"
-                )
-                return None
-            if not owns(r, execution_id):
-                refused["why"] = NotOwner(f"run {run_id} is owned by execution {r.execution.name}")
-                return None
-            if latest is not None and latest.attempt > attempt:
-                refused["why"] = SupersededAttempt(f"{stage} attempt {latest.attempt} was launched meanwhile")
-                return None
-            r.set_state(STAGE_STATE[stage])
-            r.stage, r.attempt = stage, attempt
-            if callback_url:
-                r.callbacks[stage] = callback_url
-            for old in r.attempts:
-                if (
-                    old.stage == stage
-                    and old.attempt < attempt
-                    and old.phase in ("launched", "queued", "running")
-                ):
-                    old.phase, old.finished_at = "superseded", old.finished_at or now()
-            if r.attempt_record(stage, attempt) is None:
-                r.attempts.append(
-                    Attempt(
-                        stage=stage,
-                        attempt=attempt,
-                        workload=name,
-                        uid=uid,
-                        launched_at=now(),
-                        resume_step=resume,
-                        round=r.round,
-                    )
-                )
-            if stage == "convert":
-                r.lineage.converted_uri = paths_uri
-            elif stage == "train":
-                r.lineage.checkpoint_uri = paths_uri
-                r.lineage.final_step = layout.final_step_for(req)
-                r.lineage.pinning = pinning_lineage(req, ctx)
-            elif stage == "export":
-                r.lineage.export_uri = paths_uri
-            elif req.publish is not None:
-                r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
-            return "launched"
+            what, why = launch_record.apply(r, launched, req, ctx)
+            if why is not None:
+                refused["why"] = why
+            return what
 
         recorded = self.ledger.update(
             run_id,
@@ -399,7 +339,12 @@ class StageService:
             )
         reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, cursor, commit)
         self._record_phase(
-            run_id, stage, attempt, reading, log, extra=_record_train_end(ended, attempt) if ended else None
+            run_id,
+            stage,
+            attempt,
+            reading,
+            log,
+            extra=train_status.record_train_end(ended, attempt) if ended else None,
         )
         return {
             "phase": phase,
@@ -412,45 +357,12 @@ class StageService:
     def _read_train_log(
         self, record: RunRecord, name: str, attempt: int
     ) -> tuple[dict[str, Any], dict[str, Any], LogCursor | None, bool]:
-        """The head's log lines not read before (every evaluation is seen once, however fast the
-        log scrolls between two polls: cluster/log_cursor.py), as (progress, evaluations, the
-        cursor after them, whether the log was found). ``progress`` carries this attempt's end
-        evidence folded over every read so far (``train_log.fold_attempt``)."""
-        known = record.attempt_record("train", attempt)
-        lines, cursor, found = self.cluster.read_log(
-            name, LogCursor.from_json(known.log_cursor if known else None)
-        )
-        if not found and self.cloud_logs is not None:  # the pod is gone: its lines are still logged
-            lines, cursor = self.cloud_logs(name, cursor)
-            found = True
-        parsed = train_log.parse("\n".join(lines))
-        evidence = train_log.fold_attempt(record.progress.get(train_log.ATTEMPT_LOG), attempt, parsed)
-        progress = {**(parsed.progress() or {}), train_log.ATTEMPT_LOG: evidence}
-        return progress, parsed.results(), cursor, found
+        return train_status.read_train_log(self.cluster, self.cloud_logs, record, name, attempt)
 
     def _train_end(
         self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
     ) -> steps.TrainOutcome:
-        """The train done rule (``steps.train_outcome``) for a head that exited 0: the newest
-        committed step against the last step this attempt's log reported, and its end line."""
-        evidence = progress.get(train_log.ATTEMPT_LOG) or {}
-        run = layout.RunLayout(self.artifacts.bucket_name, record.run_id)
-        committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
-        known = record.attempt_record("train", attempt)
-        restored = evidence.get("restored_step")
-        outcome = steps.train_outcome(
-            "succeeded",
-            committed,
-            steps.training_steps(req),
-            reported=train_log.reported_step(evidence),
-            end_line=bool(evidence.get("end_line")),
-            resumed_from=restored if restored is not None else (known.resume_step if known else None),
-        )
-        if outcome.verdict == steps.TrainVerdict.NO_END_LINE and not log_read:
-            outcome = replace(
-                outcome, reason=f"{outcome.reason} (the head's log could not be read: its pod is gone)"
-            )
-        return outcome
+        return train_status.train_end(self.artifacts, record, req, attempt, progress, log_read=log_read)
 
     def _record_phase(
         self,
@@ -554,31 +466,3 @@ class StageService:
 
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
     return now_epoch - parse_time(timestamp).timestamp()
-
-
-TRAINING_END = "training_end"  # in a run's results: how training ended, when not at max_steps
-
-
-def _record_train_end(outcome: steps.TrainOutcome, attempt: int) -> Callable[[RunRecord], None]:
-    """The ledger change of a clean end of training: ``lineage.final_step`` becomes the step
-    training actually ended at (export and every later done rule read it), and the results keep,
-    in words, why that is not max_steps (``status`` prints it)."""
-
-    def change(r: RunRecord) -> None:
-        if outcome.final is None:
-            return
-        a = r.attempt_record("train", attempt)
-        if a is None or a.phase != "succeeded":
-            return
-        r.lineage.final_step = outcome.final
-        if outcome.explanation:
-            r.results[TRAINING_END] = {
-                "attempt": attempt,
-                "final_step": outcome.final,
-                "expected_final_step": outcome.expected,
-                "explanation": outcome.explanation,
-            }
-        else:
-            r.results.pop(TRAINING_END, None)
-
-    return change

@@ -104,7 +104,7 @@ def run(config: dict[str, Any]) -> None:
     from rlpipe.control.blobstore import make_client
     from rlpipe.local import clusters
     from rlpipe.local.hub import HubDouble
-    from rlpipe.local.hub.data import gsm8k_files
+    from rlpipe.local.hub.datasets import gsm8k_files
     from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes
     from rlpipe.local.workflows import LocalWorkflows
 

@@ -3,8 +3,9 @@
 The client library stays real; only the server is ours. Repositories live in memory: each has
 branches pointing at commits, and each commit has files (LFS files carry a sha256); uploaded bytes
 live on disk, in a temporary directory of the double (``rlpipe.local.hub.store``). How each route
-answers, and where that behaviour is documented, is in ``rlpipe.local.hub.routes`` (reads),
-``rlpipe.local.hub.listing`` (tree, paths-info, refs) and ``rlpipe.local.hub.writes`` (uploads). In short:
+answers, and where that behaviour is documented, is in ``rlpipe.local.hub.gate`` (what every request
+goes through first), ``rlpipe.local.hub.routes`` (reads), ``rlpipe.local.hub.listing`` (tree,
+paths-info, refs) and ``rlpipe.local.hub.writes`` (uploads). In short:
 
 - ``GET /api/models/{repo}[/revision/{rev}]``  ``model_info`` (``?blobs=true`` adds sizes, blob ids, LFS)
 - ``GET /api/models/{repo}/auth-check``        ``auth_check``
@@ -46,12 +47,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rlpipe.local.hub import listing, routes, writes
+from rlpipe.local.hub import gate, listing, routes, writes
 from rlpipe.local.hub.data import (
     DATASET,
-    GATED_DATASET,
     INDEX,
-    KNOWN_DATASETS,
     MODEL,
     ForcedFailure,
     ForcedLimit,
@@ -61,18 +60,22 @@ from rlpipe.local.hub.data import (
     Quota,
     Stall,
     commit_sha,
-    dataset_files,
-    gated_math_files,
-    gsm8k_files,
     model_files,
-    openr1_math_files,
-    parquet_bytes,
     repo_key,
     safetensors_index,
     shard_file,
     shard_names,
     stamp,
 )
+from rlpipe.local.hub.datasets import (
+    GATED_DATASET,
+    KNOWN_DATASETS,
+    dataset_files,
+    gated_math_files,
+    gsm8k_files,
+    openr1_math_files,
+)
+from rlpipe.local.hub.parquet import parquet_bytes
 from rlpipe.local.hub.store import BlobStore
 
 __all__ = [
@@ -99,7 +102,7 @@ __all__ = [
 
 
 def handle(hub: HubDouble, req: BaseHTTPRequestHandler, method: str) -> None:
-    started = routes.prelude(hub, req, method)
+    started = gate.prelude(hub, req, method)
     if started is None:
         return
     x, token = started
@@ -200,7 +203,7 @@ class HubDouble:
         """A commit on ``branch`` holding ``files`` (default: a model checkpoint), creating the repo
         if needed; returns the commit sha. ``add_dataset`` is this for dataset repos."""
         if files is None and repo_type != MODEL:
-            raise ValueError("name the files of a dataset repo (rlpipe.local.hub.data.dataset_files)")
+            raise ValueError("name the files of a dataset repo (rlpipe.local.hub.datasets.dataset_files)")
         with self.lock:
             repo = self.repos.setdefault(
                 repo_key(repo_id, repo_type),

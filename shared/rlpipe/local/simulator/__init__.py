@@ -89,9 +89,10 @@ Time is simulated (:class:`Timing`, ``scale`` real seconds per simulated second)
 
 from rlpipe.local.simulator.cluster import ClusterSimulator
 from rlpipe.local.simulator.env import HistoryEntry
-from rlpipe.local.simulator.maxtext import mean_reward, stage_of_object
+from rlpipe.local.simulator.maxtext import stage_of_object
 from rlpipe.local.simulator.scenario import Fault, Scenario, ScenarioError, parse_fault
 from rlpipe.local.simulator.timing import Timing
+from rlpipe.local.simulator.train_rl import mean_reward
 
 __all__ = [
     "ClusterSimulator",
