@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlpipe.core import identity, layout, steps
+from rlpipe.core import identity, layout, steps, train_verdict
 
 
 @given(st.text(min_size=1, max_size=300))
@@ -191,27 +191,27 @@ def test_the_done_rule_uses_the_final_step_of_the_effective_config() -> None:
 @pytest.mark.parametrize(
     ("head", "committed", "reported", "end_line", "verdict"),
     [
-        ("running", 50, 50, False, steps.TrainVerdict.NOT_DONE),
-        ("failed", 100, 100, False, steps.TrainVerdict.NOT_DONE),
-        ("succeeded", 100, 100, True, steps.TrainVerdict.DONE),
-        ("succeeded", 75, 75, True, steps.TrainVerdict.DONE),  # the data ran out: a clean end
-        ("succeeded", None, 100, True, steps.TrainVerdict.NO_CHECKPOINT),
-        ("succeeded", 75, 100, True, steps.TrainVerdict.STEP_MISMATCH),
-        ("succeeded", 100, 100, False, steps.TrainVerdict.NO_END_LINE),
-        ("succeeded", 150, 150, True, steps.TrainVerdict.STEP_MISMATCH),
+        ("running", 50, 50, False, train_verdict.TrainVerdict.NOT_DONE),
+        ("failed", 100, 100, False, train_verdict.TrainVerdict.NOT_DONE),
+        ("succeeded", 100, 100, True, train_verdict.TrainVerdict.DONE),
+        ("succeeded", 75, 75, True, train_verdict.TrainVerdict.DONE),  # the data ran out: a clean end
+        ("succeeded", None, 100, True, train_verdict.TrainVerdict.NO_CHECKPOINT),
+        ("succeeded", 75, 100, True, train_verdict.TrainVerdict.STEP_MISMATCH),
+        ("succeeded", 100, 100, False, train_verdict.TrainVerdict.NO_END_LINE),
+        ("succeeded", 150, 150, True, train_verdict.TrainVerdict.STEP_MISMATCH),
     ],
 )
 def test_a_finished_head_is_done_when_its_log_and_its_last_commit_agree(
-    head: str, committed: int | None, reported: int, end_line: bool, verdict: steps.TrainVerdict
+    head: str, committed: int | None, reported: int, end_line: bool, verdict: train_verdict.TrainVerdict
 ) -> None:
     """Done is exit 0, the end line, and the newest commit being the last step reported; a clean
     end below the config's final step (100 here) is done, with the reason (tests/test_train_done_rule.py)."""
     effective = steps.effective_steps(100, None, {})
-    outcome = steps.train_outcome(head, committed, effective, reported=reported, end_line=end_line)
+    outcome = train_verdict.train_outcome(head, committed, effective, reported=reported, end_line=end_line)
     assert outcome.verdict == verdict
-    if verdict == steps.TrainVerdict.DONE:
+    if verdict == train_verdict.TrainVerdict.DONE:
         assert outcome.final == committed
-    if committed == 75 and verdict == steps.TrainVerdict.DONE:
+    if committed == 75 and verdict == train_verdict.TrainVerdict.DONE:
         assert outcome.short and "step 75 of 100" in outcome.reason and "ran out" in outcome.reason
 
 

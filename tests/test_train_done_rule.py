@@ -24,7 +24,7 @@ import yaml
 
 from rlpipe.cli.watch import summary
 from rlpipe.control import blobstore
-from rlpipe.core import layout, steps, train_log
+from rlpipe.core import layout, steps, train_log, train_verdict
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
 from rlpipe.local.hub import HubDouble
@@ -212,28 +212,35 @@ EFFECTIVE = steps.effective_steps(45, None, {"rl.num_iterations": 2, "train_frac
 
 
 def test_a_clean_end_below_the_final_step_is_done_with_its_reason() -> None:
-    short = steps.train_outcome("succeeded", 30, EFFECTIVE, reported=30, end_line=True)
-    assert short.verdict == steps.TrainVerdict.DONE and short.final == 30 and short.short
+    short = train_verdict.train_outcome("succeeded", 30, EFFECTIVE, reported=30, end_line=True)
+    assert short.verdict == train_verdict.TrainVerdict.DONE and short.final == 30 and short.short
     assert short.expected == 44
     assert short.explanation and short.explanation.startswith("trained to step 30 of 45: the data ran out")
-    full = steps.train_outcome("succeeded", 44, EFFECTIVE, reported=44, end_line=True)
-    assert full.verdict == steps.TrainVerdict.DONE and not full.short
+    full = train_verdict.train_outcome("succeeded", 44, EFFECTIVE, reported=44, end_line=True)
+    assert full.verdict == train_verdict.TrainVerdict.DONE and not full.short
     assert full.explanation and "22 batches × 2 iterations" in full.explanation
-    exact = steps.train_outcome(
+    exact = train_verdict.train_outcome(
         "succeeded", 50, steps.effective_steps(50, None, {}), reported=50, end_line=True
     )
-    assert exact.verdict == steps.TrainVerdict.DONE and exact.explanation is None
+    assert exact.verdict == train_verdict.TrainVerdict.DONE and exact.explanation is None
 
 
 @pytest.mark.parametrize(
     ("head", "committed", "reported", "end_line", "verdict", "words"),
     [
-        ("failed", 30, 30, False, steps.TrainVerdict.NOT_DONE, "the head is failed"),
-        ("succeeded", None, 30, True, steps.TrainVerdict.NO_CHECKPOINT, "committed no checkpoint"),
-        ("succeeded", 20, 30, True, steps.TrainVerdict.STEP_MISMATCH, "newest committed step is 20"),
-        ("succeeded", 30, 30, False, steps.TrainVerdict.NO_END_LINE, END_LINE),
-        ("succeeded", 30, None, True, steps.TrainVerdict.STEP_MISMATCH, "reported no training step"),
-        ("succeeded", 46, 46, True, steps.TrainVerdict.STEP_MISMATCH, "beyond the expected final step 44"),
+        ("failed", 30, 30, False, train_verdict.TrainVerdict.NOT_DONE, "the head is failed"),
+        ("succeeded", None, 30, True, train_verdict.TrainVerdict.NO_CHECKPOINT, "committed no checkpoint"),
+        ("succeeded", 20, 30, True, train_verdict.TrainVerdict.STEP_MISMATCH, "newest committed step is 20"),
+        ("succeeded", 30, 30, False, train_verdict.TrainVerdict.NO_END_LINE, END_LINE),
+        ("succeeded", 30, None, True, train_verdict.TrainVerdict.STEP_MISMATCH, "reported no training step"),
+        (
+            "succeeded",
+            46,
+            46,
+            True,
+            train_verdict.TrainVerdict.STEP_MISMATCH,
+            "beyond the expected final step 44",
+        ),
     ],
 )
 def test_an_end_without_all_its_evidence_is_not_done(
@@ -241,10 +248,10 @@ def test_an_end_without_all_its_evidence_is_not_done(
     committed: int | None,
     reported: int | None,
     end_line: bool,
-    verdict: steps.TrainVerdict,
+    verdict: train_verdict.TrainVerdict,
     words: str,
 ) -> None:
-    outcome = steps.train_outcome(head, committed, EFFECTIVE, reported=reported, end_line=end_line)
+    outcome = train_verdict.train_outcome(head, committed, EFFECTIVE, reported=reported, end_line=end_line)
     assert outcome.verdict == verdict and outcome.final is None
     assert words in outcome.reason, outcome.reason
 
@@ -254,8 +261,10 @@ def test_a_resumed_run_that_runs_out_early_says_why() -> None:
     step 30 of 100 skips 30 batches though it trained on 15, and ends at 70."""
     effective = steps.effective_steps(50, None, {"rl.num_iterations": 2})
     assert effective.final_with_examples(None, resumed_from=30) == 70
-    outcome = steps.train_outcome("succeeded", 70, effective, reported=70, end_line=True, resumed_from=30)
-    assert outcome.verdict == steps.TrainVerdict.DONE and outcome.explanation
+    outcome = train_verdict.train_outcome(
+        "succeeded", 70, effective, reported=70, end_line=True, resumed_from=30
+    )
+    assert outcome.verdict == train_verdict.TrainVerdict.DONE and outcome.explanation
     assert (
         "resumed at step 30" in outcome.explanation and "skips one batch per restored" in outcome.explanation
     )

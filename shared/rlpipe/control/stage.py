@@ -38,7 +38,7 @@ from rlpipe.control.ownership import SupersededAttempt, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
 from rlpipe.control.train_status import LogReader
-from rlpipe.core import layout, staging, steps
+from rlpipe.core import layout, staging, train_verdict
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
@@ -292,7 +292,7 @@ class StageService:
             queued_deadline_seconds=float(req.timeouts.queued),
         )
         progress = seen = cursor = None
-        ended: steps.TrainOutcome | None = None
+        ended: train_verdict.TrainOutcome | None = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
             progress, seen, cursor, found = self._read_train_log(record, name, attempt)
             if ws.phase == "succeeded":
@@ -361,7 +361,7 @@ class StageService:
 
     def _train_end(
         self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
-    ) -> steps.TrainOutcome:
+    ) -> train_verdict.TrainOutcome:
         return train_status.train_end(self.artifacts, record, req, attempt, progress, log_read=log_read)
 
     def _record_phase(

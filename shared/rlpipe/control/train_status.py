@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.control import blobstore
 from rlpipe.control.ledger import RunRecord
-from rlpipe.core import layout, steps, train_log
+from rlpipe.core import layout, steps, train_log, train_verdict
 from rlpipe.core.request import Request
 
 LogReader = Callable[[str, LogCursor | None], tuple[list[str], LogCursor | None]]
@@ -56,15 +56,15 @@ def train_end(
     progress: dict[str, Any],
     *,
     log_read: bool,
-) -> steps.TrainOutcome:
-    """The train done rule (``steps.train_outcome``) for a head that exited 0: the newest
+) -> train_verdict.TrainOutcome:
+    """The train done rule (``train_verdict.train_outcome``) for a head that exited 0: the newest
     committed step against the last step this attempt's log reported, and its end line."""
     evidence = progress.get(train_log.ATTEMPT_LOG) or {}
     run = layout.RunLayout(artifacts.bucket_name, record.run_id)
     committed = layout.latest_committed_step(artifacts.list(run.checkpoints), run)
     known = record.attempt_record("train", attempt)
     restored = evidence.get("restored_step")
-    outcome = steps.train_outcome(
+    outcome = train_verdict.train_outcome(
         "succeeded",
         committed,
         steps.training_steps(req),
@@ -72,14 +72,14 @@ def train_end(
         end_line=bool(evidence.get("end_line")),
         resumed_from=restored if restored is not None else (known.resume_step if known else None),
     )
-    if outcome.verdict == steps.TrainVerdict.NO_END_LINE and not log_read:
+    if outcome.verdict == train_verdict.TrainVerdict.NO_END_LINE and not log_read:
         outcome = replace(
             outcome, reason=f"{outcome.reason} (the head's log could not be read: its pod is gone)"
         )
     return outcome
 
 
-def record_train_end(outcome: steps.TrainOutcome, attempt: int) -> Callable[[RunRecord], None]:
+def record_train_end(outcome: train_verdict.TrainOutcome, attempt: int) -> Callable[[RunRecord], None]:
     """The ledger change of a clean end of training: ``lineage.final_step`` becomes the step
     training actually ended at (export and every later done rule read it), and the results keep,
     in words, why that is not max_steps (``status`` prints it)."""

@@ -196,7 +196,7 @@ ATTEMPT_LOG = "attempt_log"
 
 def fold_attempt(previous: Any, attempt: int, parsed: TrainLog) -> dict[str, Any]:
     """One attempt's end evidence after one more read of its log, for the train done rule
-    (``core.steps.train_outcome``): its last ``Train step``, the step it restored, and whether it
+    (``core.train_verdict.train_outcome``): its last ``Train step``, the step it restored, and whether it
     printed the end line. ``previous`` is what earlier reads folded (another attempt's counts for
     nothing: each attempt is one run of train_rl)."""
     same = previous if isinstance(previous, dict) and previous.get("attempt") == attempt else {}

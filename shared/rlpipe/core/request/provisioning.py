@@ -27,8 +27,9 @@ def _effective(doc: dict[str, Any], period: int | None) -> steps.TrainingSteps |
         found = steps.document_steps(doc)
     except steps.ConfigProblem:
         return None  # reported by the training-steps check
-    usable = isinstance(period, int) and not isinstance(period, bool) and period >= 1
-    return dataclasses.replace(found, checkpoint_period=period) if found is not None and usable else found
+    if found is None or not isinstance(period, int) or isinstance(period, bool) or period < 1:
+        return found
+    return dataclasses.replace(found, checkpoint_period=period)
 
 
 def spot_checkpoint_period(final_step: int) -> int:

@@ -170,7 +170,7 @@ def train_data(entries: Iterable[Any]) -> TrainSplit:
     """The train split described by a workload's scenario entries (``scenario.Fault``: ``kind``
     and ``count``) (the first of each kind wins):
     how many examples it holds and how many prompts the length filter drops; plentiful without
-    them. The simulated train_rl asks this through ``maxtext.train_split``, the one place to
+    them. The simulated train_rl asks this through ``train_rl.train_split``, the one place to
     change when it reads the staged dataset's row count instead."""
     given = list(entries)
     rows = next((e.count for e in given if e.kind == "train-examples"), None)
