@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from huggingface_hub import HfApi, ModelCard
 
+from tests.harness.patience import wait_until
 from tests.test_e2e import Local, faults, local  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -59,3 +60,17 @@ def test_a_model_published_after_a_promote_says_it_was_promoted_past_its_failed_
     assert f"https://huggingface.co/datasets/openai/gsm8k/tree/{train_sha}" in card.text
     assert results["accuracy"].dataset_revision == eval_sha
     assert "match_format_exactly" in card.text, "the built-in rewards, by name"
+    # The run's page, kept beside its ledger, linked from the card, and rewritten when the run
+    # ended: it names the commit the model was published at (issue 26).
+    page = f"gs://{local.settings.state_bucket}/runs/{run_id}/report.html"
+    assert f"| `{page}` |" in card.text
+    state = local.client.bucket(local.settings.state_bucket)
+    commit = record.lineage.published_commit
+    assert commit
+
+    def page_names_the_commit() -> bool:  # rewritten just after the ledger records the end
+        return commit in state.blob(f"runs/{run_id}/report.html").download_as_bytes().decode()
+
+    wait_until(page_names_the_commit, 10, what="the run's page rewritten with how it ended")
+    html = state.blob(f"runs/{run_id}/report.html").download_as_bytes().decode()
+    assert html.startswith("<!DOCTYPE html>") and run_id in html

@@ -29,6 +29,7 @@ from rlpipe.control import (
     phase_record,
     plan_record,
     publishing,
+    run_report,
     train_status,
 )
 from rlpipe.control.ledger import Attempt, Failure, Ledger, RunRecord, parse_time
@@ -219,7 +220,9 @@ class StageService:
             )
         ctx = self._context(record)
         if stage == "publish":
-            ctx = publishing.publish_context(self.artifacts, record, req, ctx)
+            # the run's page first, so the link the card carries resolves (control/run_report.py)
+            page = run_report.write_run_report(self.state, record, log)
+            ctx = publishing.publish_context(self.artifacts, record, req, ctx, report=page)
         obj = render(req, stage, attempt, ctx)
         resume = None
         if stage == "train" and attempt > 1:
@@ -442,6 +445,8 @@ class StageService:
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
+            if req.publish is not None:  # the page its card links, now with how the run ended
+                run_report.write_run_report(self.state, updated, self.log)
         return message
 
     # ---- gate ---------------------------------------------------------------------------------
