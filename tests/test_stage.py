@@ -41,7 +41,7 @@ def hub() -> Iterator[HubDouble]:
     server = HubDouble().start()
     server.add_repo(REPO)
     server.add_repo("google/gated-model", gated=True, public_metadata=True)  # like the real Hub
-    server.add_known_datasets({"openai/gsm8k": {"train": 7473, "test": 1319}})  # plan pins it too
+    server.add_known_datasets({"openai/gsm8k": {"train": 800, "test": 160}})  # plan pins it too
     yield server
     server.stop()
 
