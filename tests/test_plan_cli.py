@@ -153,6 +153,9 @@ def test_plan_hub_pins_the_dataset_and_the_split_fixes_the_end(tmp_path: Path, h
     assert re.fullmatch(r"[0-9a-f]{40}", train["pinned_sha"]) and plan["pinned_sha"]
     # 30 examples, batch 4, drop_remainder: 7 batches of one iteration each, not the config's 50
     assert plan["training"]["final_step"] == 7 and plan["training"]["max_steps"] == 50
+    assert plan["training"]["checkpoints"] == [7], "the forced final save where the data ends it"
+    assert plan["training"]["evaluations"]["intermediate_steps"] == []
+    assert plan["paths"]["final_step_commit"].endswith("/actor/7/commit_success.txt")
     assert "step 7 (of max_steps 50" in plan["training"]["final_step_explained"]
     text = _hub_plan(hub, request)
     assert text.returncode == 0 and "pinned now: train: acme/gsm8k-30@" in text.stdout

@@ -89,6 +89,7 @@ def build_plan(
     rows = ((data or {}).get("train") or {}).get("num_examples")
     examples = staging.training_examples(req.dataset.repo, req.dataset.evaluated_repo, rows)
     final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
+    saved = steps.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output
     train_paths = stage_paths(req, ctx, "train", 1)
@@ -174,13 +175,13 @@ def build_plan(
             "final_step_explained": training.explain(examples if isinstance(examples, int) else None),
             "final_step_depends_on_data": True,
             "checkpoint_period": training.checkpoint_period,
-            "checkpoints": training.checkpoint_steps(),
-            "checkpoints_kept": training.kept_steps(),
+            "checkpoints": saved,
+            "checkpoints_kept": saved[-training.max_to_keep :],
             "max_num_checkpoints_to_keep": training.max_to_keep,
             "eval_interval": training.eval_interval,
             "evaluations": {
                 "pre_and_post": training.evaluates,
-                "intermediate_steps": training.eval_steps(),
+                "intermediate_steps": training.eval_steps(final),
             },
         },
         "capacity": capacity_plan(

@@ -259,11 +259,12 @@ class TrainingSteps:
         """The steps still in the bucket after a full run (the newest ``max_to_keep``)."""
         return self.checkpoint_steps()[-self.max_to_keep :]
 
-    def eval_steps(self) -> list[int]:
-        """Outer steps with an ``Intermediate Eval (step=N)`` line (none if evals are off)."""
+    def eval_steps(self, final: int | None = None) -> list[int]:
+        """Outer steps with an ``Intermediate Eval (step=N)`` line (none if evals are off), up to
+        ``final`` (default: where plentiful data ends)."""
         if self.num_test_batches <= 0 or self.eval_interval <= 0:
             return []
-        outer = self.final_step // max(self.num_iterations, 1)
+        outer = (self.final_step if final is None else final) // max(self.num_iterations, 1)
         return list(range(self.eval_interval, outer + 1, self.eval_interval))
 
     @property
