@@ -340,3 +340,14 @@ def test_a_fraction_that_keeps_fewer_than_one_batch_is_refused_before_any_tpu() 
         validate_request(doc)
     [problem] = [p for p in caught.value.problems if p.path == "maxtext_overrides.train_fraction"]
     assert "fewer than one batch of 8" in problem.message
+
+
+def test_a_split_name_datasets_would_refuse_is_refused_here() -> None:
+    """datasets accepts split names of word characters and dots only (datasets 5.2.0 naming.py:29);
+    `test-v2` would fail inside the training pod."""
+    from rlpipe.core.problems import RequestInvalid
+
+    validate_request(minimal_request(dataset={"eval_split": "test.v2"}))
+    with pytest.raises(RequestInvalid) as caught:
+        validate_request(minimal_request(dataset={"eval_split": "test-v2"}))
+    assert [p.path for p in caught.value.problems] == ["dataset.eval_split"]

@@ -269,3 +269,33 @@ def test_a_file_beside_the_request_must_be_spelled_as_intake_reads_it(
     assert result.outcome == "rejected"
     [problem] = [p for p in _problems(buckets) if p["path"] == "chat_template.path"]
     assert ".template.json" in problem["fix"]
+
+
+def test_a_template_nested_too_deep_to_read_is_a_problem_not_a_crash(
+    buckets: Buckets, executions: Any
+) -> None:
+    """A poison message otherwise: an exception out of intake is a 500, redelivered forever."""
+    doc = {**minimal_request(), "chat_template": {"inline": "[" * 1500 + "]" * 1500}}
+    result = _submit(buckets, _intake(buckets, executions, code=False), "requests/run.yaml", doc)
+    assert result.outcome == "rejected"
+    assert any(p["path"] == "chat_template" for p in _problems(buckets))
+
+
+def test_the_same_delivery_again_after_the_file_changed_is_the_same_run(
+    buckets: Buckets, executions: Any
+) -> None:
+    """The run keeps the files it started with; a redelivery of its event is a duplicate, whatever
+    happened to the file beside the request since (no conflict, no error record in its prefix)."""
+    _put(buckets, buckets.requests, "requests/team-a/rewards.py", REWARDS)
+    data = yaml.safe_dump(_doc()).encode()
+    generation = _put(buckets, buckets.requests, "requests/team-a/run.yaml", data)
+    event = ObjectEvent(buckets.requests, "requests/team-a/run.yaml", str(generation), len(data), "e1")
+    intake = _intake(buckets, executions)
+    first = intake.from_object(event)
+    buckets.client.bucket(buckets.requests).blob("requests/team-a/rewards.py").delete()
+    second = intake.from_object(event)
+    assert (first.outcome, second.outcome) == ("started", "duplicate") and second.run_id == first.run_id
+    state = buckets.store("state")
+    assert not state.exists(f"runs/{first.run_id}/error.json")
+    record, _ = buckets.ledger().load(first.run_id)
+    assert record.request["rewards"]["file"]["sha256"] == hashlib.sha256(REWARDS).hexdigest()

@@ -170,14 +170,20 @@ class Intake:
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
         run_id = identity.run_id_for(key)
         log = log.bind(run_id=run_id)
-        try:
-            request, inputs = self._own_files(request, run_id, source)
-        except RequestInvalid as exc:
-            existing = self.ledger.get(run_id)
-            if existing is not None:  # the run exists with other files under its prefix
-                return self._conflict(existing, source_key, source, log)
-            return self._reject(source_key, source, exc.problems, log)
         holder = uuid.uuid4().hex
+        inputs: dict[str, Any] = {}
+        if user_files.files_of(request):
+            existing = self.ledger.get(run_id)
+            if existing is not None and existing.source == source:
+                # This very delivery again: the run keeps the files it was started with, whatever
+                # happened to them at their source since.
+                return self._start(run_id, holder, log, already_leased=False)
+            try:
+                request, inputs = self._own_files(request, run_id, source, claimed=existing is not None)
+            except RequestInvalid as exc:
+                if existing is not None:  # the run exists with other files under its prefix
+                    return self._conflict(existing, source_key, source, log)
+                return self._reject(source_key, source, exc.problems, log)
         record = RunRecord(
             run_id=run_id,
             key=key,
@@ -205,14 +211,21 @@ class Intake:
             return self._conflict(existing, source_key, source, log)
         return self._start(run_id, holder, log, already_leased=False)
 
-    def _own_files(self, request: Request, run_id: str, source: Source) -> tuple[Request, dict[str, Any]]:
+    def _own_files(
+        self, request: Request, run_id: str, source: Source, *, claimed: bool
+    ) -> tuple[Request, dict[str, Any]]:
         """The request's own files, checked and copied under the run's prefix; the request then
-        names those copies (``control.user_files``). Raises ``RequestInvalid``."""
-        if not user_files.files_of(request):
-            return request, {}
+        names those copies (``control.user_files``). ``claimed``: the run exists, so its copies are
+        never replaced. Raises ``RequestInvalid``."""
         if self.artifacts is None or self.read_gcs is None:
             raise RequestInvalid(
-                [Problem("", "this intake has no artifacts bucket to keep a request's files in", "")]
+                [
+                    Problem(
+                        "",
+                        "this intake has no artifacts bucket to keep a request's files in",
+                        "set RLPIPE_ARTIFACTS_BUCKET for the intake functions",
+                    )
+                ]
             )
         found = user_files.gather(
             request,
@@ -221,7 +234,7 @@ class Intake:
             else None,
             read_gcs=self.read_gcs,
         )
-        copied = user_files.copy_to_run(self.artifacts, run_id, found, request)
+        copied = user_files.copy_to_run(self.artifacts, run_id, found, request, replace=not claimed)
         return user_files.pinned_request(request, copied), {r: c.record(request) for r, c in copied.items()}
 
     # ---- starting the execution exactly once ----------------------------------------------------

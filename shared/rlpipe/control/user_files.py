@@ -97,6 +97,18 @@ def _read(
         ]
     except blobstore.TooLarge:
         return None, [Problem(f"{field}.path", f"{where} is over {limit} bytes", "keep the file small")]
+    except Exception as exc:
+        from google.api_core import exceptions as gexc
+
+        if not isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
+            raise  # transient: the delivery is retried
+        return None, [
+            Problem(
+                f"{field}.path",
+                f"{where} cannot be read by intake ({type(exc).__name__})",
+                "grant the intake functions' identities roles/storage.objectViewer on it, or use inline:",
+            )
+        ]
 
 
 def bucket_neighbours(requests: blobstore.BlobStore, request_name: str) -> RelativeReader:
@@ -173,7 +185,13 @@ def gather(
                 )
             )
             continue
-        problems += _check(role, text, req, field)
+        try:
+            problems += _check(role, text, req, field)
+        except (RecursionError, ValueError, MemoryError) as exc:  # a file no check can read
+            problems.append(
+                Problem(field, f"the file cannot be checked ({type(exc).__name__})", "simplify the file")
+            )
+            continue
         out[role] = data
     if problems:
         raise RequestInvalid(problems)
@@ -181,19 +199,27 @@ def gather(
 
 
 def copy_to_run(
-    artifacts: blobstore.BlobStore, run_id: str, files: dict[str, bytes], req: Request
+    artifacts: blobstore.BlobStore,
+    run_id: str,
+    files: dict[str, bytes],
+    req: Request,
+    *,
+    replace: bool = False,
 ) -> dict[str, Copied]:
     """The run's own copies, written once (a redelivery finds the same bytes and writes nothing).
 
-    Raises ``RequestInvalid`` if the run already holds another file under that name: the run
-    exists with other inputs, which intake reports as a conflict rather than overwrite."""
+    ``replace``: no run exists yet (an earlier delivery stopped before its claim), so a copy left
+    by it is replaced. Otherwise raises ``RequestInvalid`` if the run already holds another file
+    under that name: the run exists with other inputs, which intake reports as a conflict."""
     run = layout.RunLayout(artifacts.bucket_name, run_id)
     copied: dict[str, Copied] = {}
     sources = files_of(req)
     for role, data in files.items():
         name = run.user_file(role, ROLES[role][1])
         digest = hashlib.sha256(data).hexdigest()
-        if artifacts.create(name, data, content_type="text/plain; charset=utf-8") is None:
+        if replace:
+            artifacts.put(name, data, content_type="text/plain; charset=utf-8")
+        elif artifacts.create(name, data, content_type="text/plain; charset=utf-8") is None:
             existing = artifacts.read(name, max_bytes=user_code.MAX_USER_FILE_BYTES).data
             if hashlib.sha256(existing).hexdigest() != digest:
                 raise RequestInvalid(

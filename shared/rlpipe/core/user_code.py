@@ -205,6 +205,8 @@ def check_chat_template(text: str, *, field: str) -> list[Problem]:
     are strings MaxText can format (``utils_rl.py:657-665``). Other keys are ignored, as MaxText does."""
     try:
         document = json.loads(text)
+    except RecursionError:
+        return [Problem(field, "the chat template nests too deeply to read", _TEMPLATE_SHAPE)]
     except json.JSONDecodeError as error:
         message = (
             f"the chat template is not JSON: {error.msg} at line {error.lineno}, column {error.colno}; "

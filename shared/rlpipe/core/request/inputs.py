@@ -26,8 +26,10 @@ from pydantic import Field, field_validator, model_validator
 from rlpipe.core.request.base import HF_REPO_PATTERN, Strict, check_revision, custom_error
 
 HF_REPO = HF_REPO_PATTERN.pattern
-# Split and subset names as the Hub's dataset cards spell them (``configs`` / ``data_files``).
+# Subset (config) names as the Hub's dataset cards spell them (``configs``); split names as
+# ``datasets`` accepts them: word characters and dots (datasets 5.2.0 naming.py:29).
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_SPLIT = r"^[A-Za-z0-9_]{1,64}(\.[A-Za-z0-9_]{1,64})*$"
 _RELATIVE = re.compile(r"^(?!/)(?!.*(?:^|/)\.\.?(?:/|$))[A-Za-z0-9._/-]{1,200}$")
 _GS = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}/[^\s]{1,900}$")
 # A small text file, inline or not: Pub/Sub carries a request of up to 10 MB, the ledger keeps it.
@@ -78,12 +80,12 @@ class DatasetSpec(Strict):
     subset: Annotated[str, Field(pattern=_NAME)] | None = Field(
         description="the dataset's config (hf_subset); None = its default config"
     )
-    train_split: Annotated[str, Field(pattern=_NAME)]
+    train_split: Annotated[str, Field(pattern=_SPLIT)]
     eval_repo: Annotated[str, Field(pattern=HF_REPO)] | None = Field(
         default=None, description="evaluation dataset (eval_dataset_name); None = the train dataset"
     )
     eval_revision: str | None = Field(default=None, description="branch or sha of eval_repo; None = revision")
-    eval_split: Annotated[str, Field(pattern=_NAME)]
+    eval_split: Annotated[str, Field(pattern=_SPLIT)]
     processor: UserFile | None = Field(
         default=None, description="a Python file defining process_data (dataset_processor_path)"
     )
