@@ -168,3 +168,33 @@ def test_a_hub_that_does_not_answer_is_a_transient_exit(
     assert result.returncode == staging.EXIT_TRANSIENT, result.stdout + result.stderr
     assert "can be retried" in result.stdout
     assert not buckets.store("artifacts").exists(layout.RunLayout(buckets.artifacts, RUN).data_manifest)
+
+
+def test_an_extra_file_under_a_staged_split_stops_the_next_attempt(
+    buckets: Buckets, hub: HubDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """hf_train_files is a glob: a file nobody pinned beside the staged ones would be read too."""
+    data = _pins(hub, monkeypatch)
+    env = _env(buckets, data, {}, tmp_path)
+    assert _run(buckets, hub.url, env, tmp_path).returncode == 0
+    run = layout.RunLayout(buckets.artifacts, RUN)
+    buckets.store("artifacts").put(run.data_file("train", 99999), b"PAR1 not pinned PAR1")
+    result = _run(buckets, hub.url, env, tmp_path)
+    assert result.returncode == staging.EXIT_NOT_PINNED, result.stdout + result.stderr
+    assert "99999.parquet is not a file plan pinned" in result.stdout
+
+
+def test_a_missing_user_copy_or_staged_file_is_permanent_not_retried(
+    buckets: Buckets, hub: HubDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = layout.RunLayout(buckets.artifacts, RUN)
+    inputs = {"rewards": {"uri": run.uri(run.user_file("rewards", ".py")), "sha256": "0" * 64}}
+    gone = _run(buckets, hub.url, _env(buckets, {}, inputs, tmp_path), tmp_path)
+    assert gone.returncode == staging.EXIT_NOT_PINNED and "is gone" in gone.stdout
+
+    data = _pins(hub, monkeypatch)
+    env = _env(buckets, data, {}, tmp_path)
+    assert _run(buckets, hub.url, env, tmp_path).returncode == 0
+    buckets.client.bucket(buckets.artifacts).blob(run.data_file("eval", 0)).delete()
+    result = _run(buckets, hub.url, env, tmp_path)
+    assert result.returncode == staging.EXIT_NOT_PINNED and "is gone" in result.stdout

@@ -15,11 +15,13 @@ at them:
    exits 2 and nothing runs;
 2. the first attempt streams each data file from the Hub at the pinned commit to GCS, checking its
    size and the sha256 the Hub listed at plan, and writes ``rlpipe-data.json`` last; a later
-   attempt finds it and checks every staged file's sha256 again instead.
+   attempt finds it and checks every staged file's sha256 again instead. Either way, no other
+   object may sit under the staged splits: ``hf_train_files`` is a glob, and train_rl would read it.
 
 The program is fixed text run with ``python3 -c``; what it copies reaches it as JSON in the
-container's environment, never in the script. Exit 2: the inputs are not what was pinned
-(permanent); 75 (EX_TEMPFAIL): the Hub or GCS failed on the way (transient). Pure: strings only.
+container's environment, never in the script. Exit 2: the inputs are not what was pinned, are gone,
+or the Hub refuses them to the request's token (permanent); 75 (EX_TEMPFAIL): the Hub or GCS
+failed on the way (transient). Pure: strings only.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def training_examples(repo: str, eval_repo: str, rows: int | None) -> int | None
 
 _PROGRAM = f"""\
 import hashlib, json, os, pathlib, sys
+from google.api_core.exceptions import NotFound
 from google.cloud import storage
 CHUNK = 8 << 20
 def say(text):
@@ -98,9 +101,19 @@ def digest(blob):
             h.update(chunk)
             n += len(chunk)
     return h.hexdigest(), n
+def only_pinned(plan):
+    wanted = {{f["target"] for f in plan["files"]}}
+    _, _, bucket, prefix = plan["dest"].split("/", 3)
+    for blob in client.list_blobs(bucket, prefix=prefix):
+        uri = "gs://" + bucket + "/" + blob.name
+        if uri not in wanted and uri != plan["manifest"]:
+            stop({EXIT_NOT_PINNED}, f"{{uri}} is not a file plan pinned, and train_rl would read it")
 try:
     for f in json.loads(os.environ.get("{ENV_USER_FILES}") or "[]"):
-        data = blob_of(f["uri"]).download_as_bytes()
+        try:
+            data = blob_of(f["uri"]).download_as_bytes()
+        except NotFound:
+            stop({EXIT_NOT_PINNED}, f"{{f['role']}}: the run's copy {{f['uri']}} is gone; not running without it")
         got = hashlib.sha256(data).hexdigest()
         if got != f["sha256"]:
             stop({EXIT_NOT_PINNED}, f"{{f['role']}}: {{f['uri']}} has sha256 {{got}}, the run recorded {{f['sha256']}}; not running other code than intake checked")
@@ -113,9 +126,13 @@ try:
         files, total = plan["files"], sum(f["size"] for f in plan["files"])
         if blob_of(plan["manifest"]).exists():
             for i, f in enumerate(files, 1):
-                got, size = digest(blob_of(f["target"]))
+                try:
+                    got, size = digest(blob_of(f["target"]))
+                except NotFound:
+                    stop({EXIT_NOT_PINNED}, f"{{f['target']}}, staged from {{f['repo']}}@{{f['sha'][:12]}}/{{f['path']}}, is gone")
                 if (f.get("sha256") and got != f["sha256"]) or size != f["size"]:
                     stop({EXIT_NOT_PINNED}, f"{{f['target']}} is not the file staged from {{f['repo']}}@{{f['sha'][:12]}}/{{f['path']}} (sha256 {{got[:12]}}, {{size}} bytes)")
+            only_pinned(plan)
             say(f"data: {{len(files)}} staged files ({{total}} bytes) verified against the pinned commits")
         else:
             from huggingface_hub import HfFileSystem
@@ -134,11 +151,15 @@ try:
                     stop({EXIT_NOT_PINNED}, f"{{source}} is not what plan pinned: sha256 {{h.hexdigest()[:12]}}, {{n}} bytes")
                 done += n
                 say(f"data: staged {{i}}/{{len(files)}} {{source}} ({{done}}/{{total}} bytes)")
+            only_pinned(plan)
             blob_of(plan["manifest"]).upload_from_string(json.dumps({{"files": files}}, indent=1, sort_keys=True), if_generation_match=0)
             say(f"data: {{len(files)}} files staged at {{plan['dest']}}")
 except SystemExit:
     raise
 except Exception as exc:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(exc, FileNotFoundError) or status in (401, 403, 404):
+        stop({EXIT_NOT_PINNED}, f"the Hub refused the pinned data ({{type(exc).__name__}}: {{exc}}); check that hf_token_secret's token may read it")
     stop({EXIT_TRANSIENT}, f"staging failed on the way ({{type(exc).__name__}}: {{exc}}); the attempt can be retried")
 """
 

@@ -47,7 +47,8 @@ def _user_files(ctx: ProgramContext, env: dict[str, str]) -> None:
     for f in json.loads(env.get(staging.ENV_USER_FILES) or "[]"):
         data = ctx.read(f["uri"])
         if data is None:
-            raise ProgramExit(staging.EXIT_TRANSIENT, message=f"{staging.MARK} {f['uri']} not found")
+            message = f"{staging.MARK} {f['role']}: the run's copy {f['uri']} is gone; not running without it"
+            raise ProgramExit(staging.EXIT_NOT_PINNED, message=message)
         got = hashlib.sha256(data).hexdigest()
         if got != f["sha256"]:
             message = (
@@ -58,6 +59,15 @@ def _user_files(ctx: ProgramContext, env: dict[str, str]) -> None:
         _say(ctx, f"{f['role']}: {f['uri']} (sha256 {got[:12]}) verified, at {f['local']}")
 
 
+def _only_pinned(ctx: ProgramContext, plan: dict[str, Any]) -> None:
+    """No other object under the staged splits: ``hf_train_files`` is a glob train_rl reads whole."""
+    wanted = {f["target"] for f in plan["files"]} | {plan["manifest"]}
+    for uri in ctx.list(plan["dest"]):
+        if uri not in wanted:
+            message = f"{staging.MARK} {uri} is not a file plan pinned, and train_rl would read it"
+            raise ProgramExit(staging.EXIT_NOT_PINNED, message=message)
+
+
 def _data(ctx: ProgramContext, env: dict[str, str]) -> None:
     plan: dict[str, Any] | None = json.loads(env.get(staging.ENV_DATA_PLAN) or "null")
     if not plan:
@@ -65,12 +75,16 @@ def _data(ctx: ProgramContext, env: dict[str, str]) -> None:
     files, total = plan["files"], sum(int(f["size"]) for f in plan["files"])
     if ctx.exists(plan["manifest"]):
         for f in files:
-            data = ctx.read(f["target"]) or b""
+            data = ctx.read(f["target"])
+            if data is None:
+                message = f"{staging.MARK} {f['target']}, staged from {f['repo']}@{f['sha'][:12]}/{f['path']}, is gone"
+                raise ProgramExit(staging.EXIT_NOT_PINNED, message=message)
             if (f.get("sha256") and hashlib.sha256(data).hexdigest() != f["sha256"]) or len(data) != f[
                 "size"
             ]:
                 message = f"{staging.MARK} {f['target']} is not the file staged from {f['repo']}@{f['sha'][:12]}/{f['path']}"
                 raise ProgramExit(staging.EXIT_NOT_PINNED, message=message)
+        _only_pinned(ctx, plan)
         _say(ctx, f"data: {len(files)} staged files ({total} bytes) verified against the pinned commits")
         return
     done = 0
@@ -85,6 +99,7 @@ def _data(ctx: ProgramContext, env: dict[str, str]) -> None:
             ctx,
             f"data: staged {i}/{len(files)} datasets/{f['repo']}@{f['sha']}/{f['path']} ({done}/{total} bytes)",
         )
+    _only_pinned(ctx, plan)
     ctx.write(plan["manifest"], json.dumps({"files": files}, indent=1, sort_keys=True))
     _say(ctx, f"data: {len(files)} files staged at {plan['dest']}")
 
