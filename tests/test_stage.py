@@ -466,3 +466,24 @@ def test_launch_refuses_to_store_a_callback_url_of_anything_but_this_workflow(
         env["service"].launch("rcbrefuse001", "convert", 1, url)
     assert env["ledger"].get("rcbrefuse001").callbacks == {}
     assert not env["kube"].list("jobs", namespace=NS)
+
+
+def test_a_train_launch_pins_the_data_a_run_planned_without_it_never_had(env: dict[str, Any]) -> None:
+    """A run planned before datasets were pinned (lineage.data empty) would otherwise render a
+    train_rl pointed at files nobody stages: launch pins them first, once, and stages them."""
+    run_id = "rnodata00001"
+    env["claim"](run_id)
+    env["service"].plan(run_id)
+
+    def forget(r: Any) -> str:
+        r.lineage.data = None
+        return "forgot"
+
+    env["ledger"].update(run_id, forget)
+    launched = env["service"].launch(run_id, "train", 1)
+    record = env["ledger"].get(run_id)
+    assert record.lineage.data and record.lineage.data["train"]["repo"] == "openai/gsm8k"
+    jobset = env["kube"].get("jobsets", launched["workload"], namespace=NS)
+    head = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    plan = json.loads(next(e["value"] for e in head["env"] if e["name"] == "RLPIPE_DATA_PLAN"))
+    assert {f["sha"] for f in plan["files"]} == {record.lineage.data["train"]["sha"]}

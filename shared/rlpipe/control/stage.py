@@ -218,6 +218,18 @@ class StageService:
             raise SupersededAttempt(
                 f"{stage} attempt {newer.attempt} exists; attempt {attempt} is not launched"
             )
+        if stage == "train" and not record.lineage.data:
+            # A run planned before datasets were pinned: pin them now, once, so train never runs
+            # on a manifest that points train_rl at files nobody staged.
+            data = self.pin_data(req)
+
+            def pin(r: RunRecord) -> str | None:
+                if r.lineage.data:
+                    return None
+                r.lineage.data = data
+                return "data-pinned"
+
+            record = self.ledger.update(run_id, pin, detail=lambda r: {"data": data_pins.summary(data)})
         ctx = self._context(record)
         if stage == "publish":
             # the run's page first, so the link the card carries resolves (control/run_report.py)
