@@ -183,3 +183,16 @@ def test_plan_hub_counts_what_train_rl_holds_out_of_a_dataset_it_evaluates_on_it
     plan = json.loads(result.stdout)
     assert plan["data"]["train"]["num_examples"] == 48 and plan["data"]["eval"] is None
     assert plan["training"]["final_step"] == 11
+
+
+def test_an_evaluation_dataset_has_its_own_subset(tmp_path: Path, hub: Any) -> None:
+    """GSM8K's `main` is no config of OpenR1-Math-220k: the evaluation dataset is read in its own
+    default config (or `dataset.eval_subset`), never forced into the training one's."""
+    request = _request(tmp_path, "dataset: {eval_repo: open-r1/OpenR1-Math-220k, eval_split: train}\n")
+    result = _hub_plan(hub, request, "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)["data"]
+    assert (data["train"]["subset"], data["eval"]["subset"]) == ("main", "default")
+    named = _hub_plan(hub, _request(tmp_path, "dataset: {eval_repo: open-r1/OpenR1-Math-220k, "
+                                    "eval_subset: nope, eval_split: train}\n"))  # fmt: skip
+    assert named.returncode == 1 and "dataset.eval_subset" in named.stderr

@@ -68,7 +68,9 @@ def pin(req: Request, resolve: Resolve = hub_datasets.resolve_dataset, **hub: An
     or ``TransientFailure`` (the Hub did not answer)."""
     d = req.dataset
     evaluates = not staging.splits_itself(d.repo, d.evaluated_repo)
-    same = d.evaluated_repo == d.repo and d.evaluated_revision == d.revision
+    same = (
+        d.evaluated_repo == d.repo and d.evaluated_revision == d.revision and d.evaluated_subset == d.subset
+    )
     splits: dict[str, str] = {"dataset.train_split": d.train_split}
     if evaluates and same:
         splits["dataset.eval_split"] = d.eval_split
@@ -84,7 +86,7 @@ def pin(req: Request, resolve: Resolve = hub_datasets.resolve_dataset, **hub: An
     evaluated = resolve(
         d.evaluated_repo,
         d.evaluated_revision,
-        subset=d.subset,
+        subset=d.evaluated_subset,
         splits={"dataset.eval_split": d.eval_split},
         fields=hub_datasets.EVAL_FIELDS,
         **hub,

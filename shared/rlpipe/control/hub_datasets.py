@@ -102,7 +102,9 @@ class DatasetFields:
     subset: str = "dataset.subset"
 
 
-EVAL_FIELDS = DatasetFields(repo="dataset.eval_repo", revision="dataset.eval_revision")
+EVAL_FIELDS = DatasetFields(
+    repo="dataset.eval_repo", revision="dataset.eval_revision", subset="dataset.eval_subset"
+)
 
 
 @dataclass(frozen=True)

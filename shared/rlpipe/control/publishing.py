@@ -172,7 +172,7 @@ def evaluation_set(req: Request, record: RunRecord) -> dict[str, Any]:
     if staging.splits_itself(d.repo, d.evaluated_repo):
         return {**training_data(req, record), "held_out": True}
     entry = _pinned(record, "eval")
-    facts = _dataset_facts(entry, d.evaluated_repo, d.evaluated_revision, d.subset, d.eval_split)
+    facts = _dataset_facts(entry, d.evaluated_repo, d.evaluated_revision, d.evaluated_subset, d.eval_split)
     return {**facts, "held_out": False}
 
 

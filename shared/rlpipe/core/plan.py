@@ -234,7 +234,7 @@ def data_plan(
         return {
             "dataset": repo,
             "revision": revision,
-            "subset": d.subset,
+            "subset": entry.get("subset") or (d.subset if role == "train" else d.evaluated_subset),
             "split": name,
             "pinned_sha": entry.get("sha"),
             "files": len(entry["files"]) if entry.get("files") is not None else None,

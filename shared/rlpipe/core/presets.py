@@ -66,6 +66,7 @@ _DATASET = {
     "train_split": "train",
     "eval_repo": None,
     "eval_revision": None,
+    "eval_subset": None,
     "eval_split": "test",
     "processor": None,
 }

@@ -85,6 +85,10 @@ class DatasetSpec(Strict):
         default=None, description="evaluation dataset (eval_dataset_name); None = the train dataset"
     )
     eval_revision: str | None = Field(default=None, description="branch or sha of eval_repo; None = revision")
+    eval_subset: Annotated[str, Field(pattern=_NAME)] | None = Field(
+        default=None,
+        description="the evaluation dataset's config; None = subset for the train dataset, else its default",
+    )
     eval_split: Annotated[str, Field(pattern=_SPLIT)]
     processor: UserFile | None = Field(
         default=None, description="a Python file defining process_data (dataset_processor_path)"
@@ -102,6 +106,14 @@ class DatasetSpec(Strict):
     @property
     def evaluated_revision(self) -> str:
         return self.eval_revision or self.revision
+
+    @property
+    def evaluated_subset(self) -> str | None:
+        """train_rl reads staged files, so each dataset's config is its own (``hf_subset`` names
+        the training one only, and is not read for files: train_rl.py:176-186)."""
+        if self.eval_subset is not None:
+            return self.eval_subset
+        return self.subset if self.evaluated_repo == self.repo else None
 
 
 _IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
