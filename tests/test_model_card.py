@@ -395,7 +395,7 @@ def test_the_header_lists_the_datasets_and_the_body_names_each_at_its_pinned_com
     ]
     assert rows["Commit (pinned)"] == [f"`{TRAIN_SHA}`", f"`{EVAL_SHA}`"], "full shas"
     assert rows["Requested revision"] == ["`main`", "`main`"]
-    assert rows["Subset"] == ["`main`", "`main`"]
+    assert rows["Subset"] == ["`main`", "`default`"], "the eval dataset in its own (default) config"
     assert rows["Split"] == ["`train`", "`validation`"]
     assert rows["Files"] == ["1 file, 2,306,545 bytes", "1 file, 98,304 bytes"]
     assert rows["Examples"] == ["7,473", "not stated by its card"]
