@@ -133,13 +133,19 @@ def test_a_branch_that_moved_after_plan_changes_nothing_staged(
     assert hashlib.sha256(staged).hexdigest() == data["train"]["files"][0]["sha256"]
 
 
+def _staged_once(
+    buckets: Buckets, hub: HubDouble, monkeypatch: pytest.MonkeyPatch, tmp: Path
+) -> tuple[list[dict[str, str]], layout.RunLayout]:
+    """A first attempt that staged the pinned data: its environment (for the next attempt)."""
+    env = _env(buckets, _pins(hub, monkeypatch), {}, tmp)
+    assert _run(buckets, hub.url, env, tmp).returncode == 0
+    return env, layout.RunLayout(buckets.artifacts, RUN)
+
+
 def test_a_staged_file_changed_between_attempts_stops_the_next_one(
     buckets: Buckets, hub: HubDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    data = _pins(hub, monkeypatch)
-    env = _env(buckets, data, {}, tmp_path)
-    assert _run(buckets, hub.url, env, tmp_path).returncode == 0
-    run = layout.RunLayout(buckets.artifacts, RUN)
+    env, run = _staged_once(buckets, hub, monkeypatch, tmp_path)
     buckets.store("artifacts").put(run.data_file("train", 0), b"rewritten by someone")
     result = _run(buckets, hub.url, env, tmp_path)
     assert result.returncode == staging.EXIT_NOT_PINNED
@@ -174,10 +180,7 @@ def test_an_extra_file_under_a_staged_split_stops_the_next_attempt(
     buckets: Buckets, hub: HubDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """hf_train_files is a glob: a file nobody pinned beside the staged ones would be read too."""
-    data = _pins(hub, monkeypatch)
-    env = _env(buckets, data, {}, tmp_path)
-    assert _run(buckets, hub.url, env, tmp_path).returncode == 0
-    run = layout.RunLayout(buckets.artifacts, RUN)
+    env, run = _staged_once(buckets, hub, monkeypatch, tmp_path)
     buckets.store("artifacts").put(run.data_file("train", 99999), b"PAR1 not pinned PAR1")
     result = _run(buckets, hub.url, env, tmp_path)
     assert result.returncode == staging.EXIT_NOT_PINNED, result.stdout + result.stderr
@@ -192,9 +195,7 @@ def test_a_missing_user_copy_or_staged_file_is_permanent_not_retried(
     gone = _run(buckets, hub.url, _env(buckets, {}, inputs, tmp_path), tmp_path)
     assert gone.returncode == staging.EXIT_NOT_PINNED and "is gone" in gone.stdout
 
-    data = _pins(hub, monkeypatch)
-    env = _env(buckets, data, {}, tmp_path)
-    assert _run(buckets, hub.url, env, tmp_path).returncode == 0
+    env, run = _staged_once(buckets, hub, monkeypatch, tmp_path)
     buckets.client.bucket(buckets.artifacts).blob(run.data_file("eval", 0)).delete()
     result = _run(buckets, hub.url, env, tmp_path)
     assert result.returncode == staging.EXIT_NOT_PINNED and "is gone" in result.stdout

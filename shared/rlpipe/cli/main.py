@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from rlpipe.cli.request_files import hub_check, policy, read_request
+from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 
@@ -35,17 +35,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         + checked
     )
     if args.hub:
-        from rlpipe.core.failures import PermanentFailure, TransientFailure
-
-        try:
-            for line in hub_check(req):
-                print(f"pinned {line}")
-        except PermanentFailure as exc:
-            print(f"{args.request}: {exc.reason}", file=sys.stderr)
-            return 1
-        except TransientFailure as exc:
-            print(f"{args.request}: the Hub could not be checked: {exc.reason}", file=sys.stderr)
-            return 75
+        for line in hub_pins_or_exit(req, args.request)[2]:
+            print(f"pinned {line}")
     from rlpipe.core.request import provisioning
 
     for warning in provisioning.warnings(req.model_dump(mode="python")):

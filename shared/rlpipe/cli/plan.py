@@ -103,7 +103,7 @@ def _params(path: Path) -> dict[str, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rlpipe.cli.request_files import hub_pins, read_request
+    from rlpipe.cli.request_files import hub_pins_or_exit, read_request
     from rlpipe.control.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core.plan import build_plan, render_text
@@ -122,19 +122,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pinned: list[str] = []
     data = None
     if args.hub:
-        from rlpipe.control import data_pins
-        from rlpipe.core.failures import PermanentFailure, TransientFailure
-
-        try:
-            sha, data = hub_pins(req)
-            args.hf_revision = args.hf_revision or sha
-            pinned = [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
-        except PermanentFailure as exc:
-            print(f"rlpipe plan: {exc.reason}", file=sys.stderr)
-            return 1
-        except TransientFailure as exc:
-            print(f"rlpipe plan: the Hub could not be checked: {exc.reason}", file=sys.stderr)
-            return 75
+        sha, data, pinned = hub_pins_or_exit(req, "rlpipe plan")
+        args.hf_revision = args.hf_revision or sha
     run_id = args.run_id or identity.run_id_for(
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )

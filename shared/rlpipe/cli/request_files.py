@@ -31,12 +31,21 @@ def hub_pins(req: Any) -> tuple[str, dict[str, Any]]:
     return hub.resolve_revision(req.hf_repo, req.hf_revision), data_pins.pin(req)
 
 
-def hub_check(req: Any) -> list[str]:
-    """:func:`hub_pins` as one line per pin."""
+def hub_pins_or_exit(req: Any, who: str) -> tuple[str, dict[str, Any], list[str]]:
+    """:func:`hub_pins`, with one line per pin; a refusal is printed naming the field and ends the
+    command (exit 1), a Hub that does not answer too (exit 75, worth trying again)."""
     from rlpipe.control import data_pins
+    from rlpipe.core.failures import PermanentFailure, TransientFailure
 
-    sha, data = hub_pins(req)
-    return [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
+    try:
+        sha, data = hub_pins(req)
+    except PermanentFailure as exc:
+        print(f"{who}: {exc.reason}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except TransientFailure as exc:
+        print(f"{who}: the Hub could not be checked: {exc.reason}", file=sys.stderr)
+        raise SystemExit(75) from None
+    return sha, data, [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
 
 
 # Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env
