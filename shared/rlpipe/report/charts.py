@@ -350,3 +350,60 @@ def _svg(fig: Any, prefix: str) -> str:
     text = out.getvalue()
     text = text[text.index("<svg") :]  # drop the XML prolog and the DOCTYPE's external DTD
     return _ID_REFERENCE.sub(lambda m: f"{m.group(1)}{prefix}-", text)
+
+
+# ---- the comparison of runs (``rlpipe compare``, ``rlpipe.report.compare``) ----------------------
+
+
+@dataclass(frozen=True)
+class RunLine:
+    """One run's mean_reward by step on the comparison chart: pre at step 0, its evaluations, post
+    at its final step."""
+
+    gid: str  # [A-Za-z0-9_-]+; the line is ``compare-mean-reward-<gid>``
+    label: str  # the run id (and "selected" for the selected run)
+    points: Sequence[Point]
+    selected: bool = False
+
+
+def compare_svg(lines: Sequence[RunLine]) -> str:
+    """Every run's mean_reward curve overlaid on one step axis, one colour and marker per run; the
+    selected run drawn thicker, each run's post value labelled at its final step."""
+    from matplotlib.figure import Figure
+
+    with _style():
+        fig = Figure(figsize=(9.5, 4.2), layout="constrained")
+        ax = fig.add_subplot()
+        for i, line in enumerate(lines):
+            xy = [(p.step, p.mean_reward) for p in line.points if p.mean_reward is not None]
+            if not xy:
+                continue
+            colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+            ax.plot(
+                *zip(*xy, strict=True),
+                color=colour,
+                marker=SERIES_MARKERS[i % len(SERIES_MARKERS)] if len(xy) <= MARKERS_UP_TO else None,
+                markersize=5 if line.selected else 4,
+                linewidth=2.6 if line.selected else 1.3,
+                label=line.label,
+                gid=f"mean-reward-{line.gid}",
+                zorder=4 if line.selected else 3,
+            )
+            step, value = xy[-1]
+            ax.annotate(
+                fmt_reward(value),
+                (step, value),
+                xytext=(6, 0),
+                textcoords="offset points",
+                va="center",
+                color=colour,
+                fontweight="bold" if line.selected else "normal",
+                gid=f"mean-reward-{line.gid}-label",
+            )
+        ax.margins(x=0.08, y=0.15)
+        ax.set_xlabel("step")
+        ax.set_ylabel("mean_reward", color=REWARD_COLOUR)
+        ax.grid(color="#e0e0e0", linewidth=0.6)
+        ax.set_axisbelow(True)
+        fig.legend(loc="outside lower center", ncols=min(4, max(1, len(lines))), frameon=False)
+        return _svg(fig, "compare")

@@ -1,0 +1,70 @@
+"""``rlpipe compare RUN RUN … [-o FILE] [--select RUN --reason TEXT]``: one page comparing runs
+(``rlpipe.report.compare``) written where you ask."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MISSING_RUN = 3  # exit code: a run named is not in the ledger
+USAGE = 2  # exit code: fewer than two runs, a run named twice, a selection that is not compared
+
+
+def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> int:
+    runs: list[str] = list(args.runs)
+    if len(runs) < 2:
+        print("rlpipe compare needs at least two runs", file=sys.stderr)
+        return USAGE
+    twice = sorted({r for r in runs if runs.count(r) > 1})
+    if twice:
+        print(f"run {twice[0]} is named twice", file=sys.stderr)
+        return USAGE
+    if args.select is not None and args.select not in runs:
+        print(f"--select {args.select} is not one of the runs compared", file=sys.stderr)
+        return USAGE
+    if args.reason is not None and args.select is None:
+        print("--reason goes with --select RUN", file=sys.stderr)
+        return USAGE
+    chosen = settings()
+    opened = ledger(chosen)
+    records = []
+    for run in runs:
+        record = opened.get(run)
+        if record is None:
+            print(f"no run {run}", file=sys.stderr)
+            return MISSING_RUN
+        records.append(record.model_dump(mode="json"))
+    path = Path(args.output or f"compare-{'-'.join(runs)}.html")
+    try:
+        from rlpipe.report.compare import render_compare
+
+        html = render_compare(
+            records,
+            selected=args.select,
+            reason=args.reason,
+            prices_json=str(getattr(chosen, "prices_json", "") or ""),
+        )
+    except ModuleNotFoundError as exc:  # the CLI extra is not installed
+        print(f"rlpipe compare needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
+        return 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> None:
+    """Add ``compare`` to the ``rlpipe`` parser; ``settings`` picks the deployment and
+    ``ledger(settings)`` opens its ledger (``cli.main._settings`` and ``cli.main._ledger``)."""
+    p = subparsers.add_parser(
+        "compare",
+        help="write one self-contained HTML page comparing runs: reward curves, pre/post, cost, config differences",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN", help="two or more run ids")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default compare-RUN-RUN….html)")
+    p.add_argument("--select", metavar="RUN", help="mark this run (one of those compared) as selected")
+    p.add_argument("--reason", metavar="TEXT", help="why the selected run was selected")
+    p.set_defaults(func=lambda args: cmd_compare(args, settings, ledger))

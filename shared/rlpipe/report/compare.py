@@ -1,0 +1,192 @@
+"""One self-contained HTML page comparing runs (``rlpipe compare RUN RUN …``).
+
+The page overlays the runs' reward curves (each run's intermediate evaluations' mean_reward by
+step, pre at step 0 and post at its final step, read by ``facts.reward_curve`` as the run report
+reads them), tabulates each run's pre and post mean_reward, accuracy and format accuracy with the
+change, its chip-hours (``rows.chip_hours``) and what they cost, lists only the request fields whose
+values differ between the runs (each request flattened to dotted keys), and names the data and
+reward functions of each (``facts.data_and_rewards``). A run may be marked as selected, with the
+reason given (the sweep passes it).
+
+Pure, like ``render_report``: ledger records (``RunRecord.model_dump(mode="json")``) in, HTML out;
+``now`` and the price override are parameters. The page is the run report's kind: no script, no
+external resource, the chart inlined SVG, everything from the runs autoescaped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rlpipe.report.charts import Point, RunLine, finite, fmt_accuracy, fmt_reward
+from rlpipe.report.facts import data_and_rewards, reward_curve
+from rlpipe.report.rows import _NOT_ID, _dict, attempt_rows, chip_hours
+
+COMPARE_TEMPLATE = "compare_template.html.j2"
+UNSET = "(unset)"
+# (field, label, format of a value, format of the change)
+METRICS = (
+    ("mean_reward", "mean_reward", fmt_reward, lambda d: f"{d:+.4f}"),
+    ("accuracy", "accuracy", fmt_accuracy, lambda d: f"{d:+.2f} pp"),
+    ("format_accuracy", "format accuracy", fmt_accuracy, lambda d: f"{d:+.2f} pp"),
+)
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str  # the dotted request field, e.g. ``training.learning_rate``
+    values: list[str]  # one per run, in the page's order; UNSET where a run's request lacks it
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A request as dotted keys to leaf values: nested mappings are walked, lists and scalars are
+    leaves (an empty mapping is a leaf too, so it differs from a missing one)."""
+    if isinstance(value, dict) and (value or not prefix):
+        flat: dict[str, Any] = {}
+        for key in sorted(value, key=str):
+            flat.update(flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def config_differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
+    """The request fields whose values are not the same in every run (a field one run's request
+    lacks differs from a set one), sorted by key."""
+    flat = [flatten(_dict(r.get("request"))) for r in records]
+    missing = object()
+    keys = sorted({k for f in flat for k in f})
+    found = []
+    for key in keys:
+        values = [f.get(key, missing) for f in flat]
+        if all(v == values[0] and type(v) is type(values[0]) for v in values):
+            continue
+        found.append(Difference(key, [UNSET if v is missing else _show(v) for v in values]))
+    return found
+
+
+def run_points(record: dict[str, Any], now: datetime) -> list[Point]:
+    """The run's curve as one line: pre at 0, one point per step (the latest attempt's where a
+    resumed attempt evaluated a step again), post at the final step."""
+    curve = reward_curve(record, now)
+    if curve is None:
+        return []
+    by_step: dict[int, Point] = {}
+    for point in curve.intermediate:  # by step, then attempt: the latest attempt's stays
+        by_step[point.step] = point
+    pre = [curve.pre] if curve.pre is not None else []
+    post = [curve.post] if curve.post is not None else []
+    points = [*pre, *sorted(by_step.values(), key=lambda p: p.step), *post]
+    return points
+
+
+def _metrics(record: dict[str, Any]) -> list[dict[str, str]]:
+    results = _dict(record.get("results"))
+    pre, post = _dict(results.get("pre")), _dict(results.get("post"))
+    rows = []
+    for field, label, show, change in METRICS:
+        before, after = finite(pre.get(field)), finite(post.get(field))
+        rows.append(
+            {
+                "field": field,
+                "label": label,
+                "pre": show(before) if before is not None else "-",
+                "post": show(after) if after is not None else "-",
+                "change": change(after - before) if before is not None and after is not None else "-",
+            }
+        )
+    return rows
+
+
+def cost(record: dict[str, Any], hours: float, prices_json: str = "") -> str:
+    """What the run's chip-hours cost: the ledger's per-attempt estimates when every attempt that
+    held chips has one, else the chip-hours at the run's provisioning mode's list price
+    (``core.cost``, ``prices_json`` the deployment's override); unset when no price is known."""
+    from rlpipe.core import cost as prices
+
+    held = [_dict(a) for a in record.get("attempts") or [] if finite(_dict(a).get("chip_hours"))]
+    recorded = [finite(a.get("cost_estimate")) for a in held]
+    if recorded and None not in recorded:
+        return f"${sum(r or 0.0 for r in recorded):,.2f} (the ledger's estimates)"
+    tpu = _dict(_dict(record.get("request")).get("tpu"))
+    if not tpu.get("type"):
+        return "unset: no TPU type"
+    mode = str(tpu.get("provisioning") or "reservation")
+    try:
+        override = prices.parse_override(prices_json) if prices_json else None
+    except prices.PricesInvalid:
+        return f"unset: {prices.SETTING} is invalid"
+    price = prices.price(str(tpu["type"]), mode, override)
+    amount = price.cost(hours)
+    if amount is None:
+        return f"unset: no {mode} price for {tpu['type']}"
+    return f"${amount:,.2f} at {mode} list price"
+
+
+def _run(record: dict[str, Any], index: int, now: datetime, prices_json: str) -> dict[str, Any]:
+    run_id = str(record.get("run_id") or "?")
+    hours = chip_hours(attempt_rows(record, now))
+    return {
+        "run_id": run_id,
+        "gid": _NOT_ID.sub("_", f"run{index + 1}"),
+        "state": str(record.get("state") or "?"),
+        "model": _dict(record.get("request")).get("model") or "-",
+        "metrics": _metrics(record),
+        "chip_hours": f"{hours['total']:.2f}",
+        "unknown_hours": hours["unknown"],
+        "cost": cost(record, hours["total"], prices_json),
+        "data": data_and_rewards(record),
+        "points": run_points(record, now),
+    }
+
+
+def render_compare(
+    records: Sequence[dict[str, Any]],
+    *,
+    selected: str | None = None,
+    reason: str | None = None,
+    now: datetime | None = None,
+    prices_json: str = "",
+) -> str:
+    """The comparison page for ledger records (two or more, in the order given), as HTML text.
+
+    ``selected`` names one of the runs to mark as selected, ``reason`` says why."""
+    from markupsafe import Markup
+
+    from rlpipe.report import _environment, charts
+
+    if len(records) < 2:
+        raise ValueError("a comparison needs at least two runs")
+    ids = [str(r.get("run_id") or "?") for r in records]
+    if selected is not None and selected not in ids:
+        raise ValueError(f"selected run {selected} is not one of the runs compared")
+    now = now or datetime.now(UTC)
+    runs = [_run(r, i, now, prices_json) for i, r in enumerate(records)]
+    for run in runs:
+        run["selected"] = run["run_id"] == selected
+    lines = [
+        RunLine(r["gid"], r["run_id"] + (" (selected)" if r["selected"] else ""), r["points"], r["selected"])
+        for r in runs
+        if r["points"]
+    ]
+    return str(
+        _environment()
+        .get_template(COMPARE_TEMPLATE)
+        .render(
+            runs=runs,
+            selected=selected,
+            reason=reason,
+            differences=config_differences(records),
+            chart_svg=Markup(charts.compare_svg(lines)) if lines else None,
+            generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
+            fmt_reward=fmt_reward,
+        )
+    )
