@@ -187,6 +187,5 @@ def render_compare(
             differences=config_differences(records),
             chart_svg=Markup(charts.compare_svg(lines)) if lines else None,
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            fmt_reward=fmt_reward,
         )
     )
