@@ -184,7 +184,7 @@ def test_an_extra_file_under_a_staged_split_stops_the_next_attempt(
     buckets.store("artifacts").put(run.data_file("train", 99999), b"PAR1 not pinned PAR1")
     result = _run(buckets, hub.url, env, tmp_path)
     assert result.returncode == staging.EXIT_NOT_PINNED, result.stdout + result.stderr
-    assert "99999.parquet is not a file plan pinned" in result.stdout
+    assert "99999.parquet in bucket" in result.stdout and "is not a file plan pinned" in result.stdout
 
 
 def test_a_missing_user_copy_or_staged_file_is_permanent_not_retried(

@@ -102,12 +102,11 @@ def digest(blob):
             n += len(chunk)
     return h.hexdigest(), n
 def only_pinned(plan):
-    wanted = {{f["target"] for f in plan["files"]}}
+    wanted = {{u.split("/", 3)[3] for u in [plan["manifest"], *(f["target"] for f in plan["files"])]}}
     _, _, bucket, prefix = plan["dest"].split("/", 3)
     for blob in client.list_blobs(bucket, prefix=prefix):
-        uri = "gs://" + bucket + "/" + blob.name
-        if uri not in wanted and uri != plan["manifest"]:
-            stop({EXIT_NOT_PINNED}, f"{{uri}} is not a file plan pinned, and train_rl would read it")
+        if blob.name not in wanted:
+            stop({EXIT_NOT_PINNED}, f"{{blob.name}} in bucket {{bucket}} is not a file plan pinned, and train_rl would read it")
 try:
     for f in json.loads(os.environ.get("{ENV_USER_FILES}") or "[]"):
         try:
