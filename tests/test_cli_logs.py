@@ -1,0 +1,147 @@
+"""`rlpipe logs` on the local stack, as a user runs it: a real subprocess with the stack's env.
+
+One run, played slowly (``demo`` timing, 120 steps) so its training head is there to be read: the
+log while it trains, then ``--follow`` to the head's end (its exit printed); after the run ended
+and its workloads were cleaned up, the plain sentence that the local stack has no Cloud Logging.
+A missing run and a missing attempt exit 3, naming what exists. docs/logs.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlpipe.cli import runs
+from rlpipe.control import workload_logs
+from tests.conftest import ROOT
+from tests.harness.patience import ceiling, wait_until
+from tests.test_e2e import Local, faults, local  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def _registered() -> bool:
+    """`rlpipe logs` once cli.main registers it; until then the module's own entry point."""
+    import argparse
+
+    from rlpipe.cli.main import build_parser
+
+    return any(
+        "logs" in (action.choices or {})
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    )
+
+
+def _argv(local: Local, tmp: Path, *args: str) -> dict[str, Any]:
+    entry = ["rlpipe.cli.main", "logs"] if _registered() else ["rlpipe.cli.logs"]
+    # The stack's endpoints from its env, not from a .rlpipe/local of the checkout (cwd: tmp).
+    env = {**os.environ, **local.state.env, "PYTHONPATH": str(ROOT / "shared")}
+    return {"args": [sys.executable, "-m", *entry, *args], "cwd": tmp, "env": env, "text": True}
+
+
+def rlpipe_logs(local: Local, tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        **_argv(local, tmp, *args), capture_output=True, check=False, timeout=ceiling(timeout)
+    )
+
+
+def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
+    local: Local, faults: Any, tmp_path: Path
+) -> None:
+    # Export never starts (a stall), so the run stays up with the training head's pod ended but
+    # there, until it is cancelled: then its workloads are deleted.
+    faults(["export:stall"], timing="demo")
+    run_id = local.submit(local.request(training={"num_batches": 120}))
+    local.wait(run_id, expected=30, until=lambda r: r.stage == "train" and r.attempts[-1].phase == "running")
+    workload = f"{run_id}-train-a1"
+    head = re.compile(
+        rf"kubectl logs -n rlpipe {workload}-pathways-head-\S+ -c workload-container --timestamps"
+    )
+
+    # Following from the start: it waits for the head to run, then polls until it ends.
+    follow = subprocess.Popen(
+        **_argv(local, tmp_path, run_id, "--stage", "train", "--follow"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    seen: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def started() -> bool:
+        seen["done"] = done = rlpipe_logs(local, tmp_path, run_id)  # default: the current stage, train
+        return done.returncode == 0 and "Starting RL training" in done.stdout
+
+    wait_until(started, 30, what="train_rl's first lines read back by `rlpipe logs`")
+    done = seen["done"]
+    assert head.match(done.stderr.splitlines()[0]), done.stderr
+    first = done.stdout.splitlines()[0]
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", first), "kubectl's --timestamps lines"
+
+    try:
+        out, err = follow.communicate(timeout=ceiling(20))
+    finally:
+        follow.kill()
+    followed = subprocess.CompletedProcess(follow.args, follow.returncode, out, err)
+    assert followed.returncode == 0, followed.stderr
+    assert "Starting RL training" in out and "RL Training Completed Successfully!" in out, out[-2500:] + err
+    assert out.index("Starting RL training") < out.index("RL Training Completed Successfully!")
+    assert "Post RL Training" in out
+    texts = [line.split(" ", 1)[1] for line in out.splitlines()]
+    steps = [t for t in texts if "Train step" in t]
+    assert len(steps) == len(set(steps)), "a follow never prints a line twice"
+    assert head.match(followed.stderr.splitlines()[0]), followed.stderr
+    assert re.search(r"then every 2 s: kubectl logs .* --since-time=\d{4}-\S+Z", followed.stderr), (
+        followed.stderr
+    )
+    assert re.search(r"ended \(Succeeded\): container workload-container exited 0", followed.stderr), (
+        followed.stderr
+    )
+
+    # A container no pod has: the error names those that exist.
+    proxy = rlpipe_logs(local, tmp_path, run_id, "--stage", "train", "-c", "no-such-container")
+    assert proxy.returncode == 3 and "its containers: " in proxy.stderr, proxy.stderr
+    assert "pathways-proxy" in proxy.stderr and "workload-container" in proxy.stderr
+
+    runs.cancel(local.settings, local.ledger, run_id)
+    record = local.wait(run_id, expected=30)
+    local.assert_consistent(record, "cancelled")  # its workloads are deleted: no pod to read
+    gone = rlpipe_logs(local, tmp_path, run_id, "--stage", "train")
+    assert gone.returncode == 1, gone.stderr
+    assert f"the pods of {workload} (train attempt 1) are gone" in gone.stderr
+    assert "no Cloud Logging" in gone.stderr
+
+    missing = rlpipe_logs(local, tmp_path, "rnosuchrun00")
+    assert missing.returncode == 3 and missing.stderr.strip() == "no run rnosuchrun00", missing.stderr
+    attempt = rlpipe_logs(local, tmp_path, run_id, "--stage", "convert", "--attempt", "9")
+    assert attempt.returncode == 3, attempt.stderr
+    numbers = ", ".join(str(a.attempt) for a in record.attempts if a.stage == "convert")
+    assert f"run {run_id} has no convert attempt 9; its convert attempts: {numbers}" in attempt.stderr
+
+
+def test_the_cloud_logging_filter_takes_one_workloads_pods_and_container() -> None:
+    query = workload_logs.workload_filter(
+        "rlpipe", "rabc-train-a1", "workload-container", "2026-01-01T00:00:00Z"
+    )
+    assert 'resource.labels.pod_name=~"^rabc-train-a1-"' in query, "attempt 10's pods do not match"
+    assert 'resource.labels.container_name="workload-container"' in query
+    assert 'timestamp>="2026-01-01T00:00:00Z"' in query
+    with pytest.raises(ValueError):
+        workload_logs.workload_filter("rlpipe", 'x" OR "', "workload-container", None)
+    pages: Iterator[dict[str, Any]] = iter(
+        [{"entries": [{"textPayload": "a\nb"}], "nextPageToken": "t"}, {"entries": [{"textPayload": "c"}]}]
+    )
+    bodies: list[dict[str, Any]] = []
+
+    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        bodies.append(body)
+        return next(pages)
+
+    assert workload_logs.read_lines(post, "p", query) == (["a", "b", "c"], False)
+    assert bodies[1]["pageToken"] == "t" and bodies[0]["orderBy"] == "timestamp asc"
