@@ -82,7 +82,7 @@ def _from_cluster(client: Any, settings: Any, workload: str, pod: dict[str, Any]
 
     name, uid, container = pod["metadata"]["name"], str(pod["metadata"].get("uid") or ""), args.container
     _say(kubectl_command(settings.namespace, name, container))
-    cursor, said_since = None, False
+    cursor, said_since, said_waiting = None, False, False
     while True:
         ended = pod_logs.container_exit(pod, container)  # before the read: no line is written after
         phase = (pod.get("status") or {}).get("phase")
@@ -100,6 +100,9 @@ def _from_cluster(client: Any, settings: Any, workload: str, pod: dict[str, Any]
         elif not args.follow:
             _say(f"pod {name} is {phase}: no log yet (--follow waits for it)")
             return NOTHING
+        elif not said_waiting:
+            _say(f"pod {name} is {phase}: waiting for it to start")
+            said_waiting = True
         if not args.follow:
             return 0
         if ended is not None:
