@@ -134,7 +134,7 @@ def test_promote_prints_sentences_not_payloads(buckets: Buckets, stage: Any) -> 
 
     for run_id, why in (("rsucceeded01", "only a gated run"), ("rnosuchrun01", "no run rnosuchrun01")):
         refused = _promote(run_id)
-        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.returncode == (3 if run_id == "rnosuchrun01" else 4) and refused.stdout == ""
         (line,) = refused.stderr.strip().splitlines()
         assert why in line and run_id in line
         assert "{" not in line and "'error'" not in line, "the stage function's sentence, not its payload"

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
@@ -156,7 +157,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     record = _ledger(settings).get(args.run)
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
-        return 1
+        return ExitCode.NOT_FOUND
     info = runs.describe(record)
     links: dict[str, str] = {}
     if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
@@ -186,27 +187,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    from rlpipe.cli import runs
-
-    settings = _settings()
-    records = runs.list_runs(_ledger(settings))
-    if not records:
-        print("no runs")
-        return 0
-    from rlpipe.control.outcomes import reward_summary
-
-    print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'REWARD':<18}{'CREATED':<28}MODEL")
-    for r in records:
-        post, gain = reward_summary(r.results or {})
-        reward = "-" if post is None else f"{post:.4f}" + (f" ({gain:+.4f})" if gain is not None else "")
-        print(
-            f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{reward:<18}{r.created_at:<28}"
-            f"{r.request.get('model')}"
-        )
-    return 0
-
-
 def cmd_cancel(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs
 
@@ -214,8 +194,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         result = runs.cancel(settings, _ledger(settings), args.run)
     except KeyError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
+        print(str(exc).strip("'\""), file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    except runs.StageRefused as exc:  # e.g. the run ended already: the stage function's own sentence
+        print(f"rlpipe cancel: {exc.message}", file=sys.stderr)
+        return ExitCode.REFUSED_BY_STATE if exc.status == 409 else ExitCode.INVALID_INPUT
+    except runs.StageUnreachable as exc:
+        print(f"rlpipe cancel: {exc}; try again", file=sys.stderr)
+        return ExitCode.TRANSIENT
+    except RuntimeError as exc:  # no stage function URL
+        print(f"rlpipe cancel: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
     print(
         f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
         f"deleted: {', '.join(result['deleted']) or 'nothing'}"
@@ -231,21 +220,35 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from rlpipe.cli.watch import summary, watch
+    from rlpipe.cli.exit_codes import for_ended
+    from rlpipe.cli.watch import summary, watch, watch_json
 
     settings = _settings()
-    record = watch(
-        _ledger(settings),
-        args.run,
-        timeout=args.timeout,
-        simulated=settings.local,
-        cluster=_local_cluster(settings),
-    )
+    if args.json:
+        record = watch_json(
+            _ledger(settings),
+            args.run,
+            timeout=args.timeout,
+            interval=args.interval,
+            emit=lambda line: print(json.dumps(line), flush=True),
+        )
+    else:
+        record = watch(
+            _ledger(settings),
+            args.run,
+            timeout=args.timeout,
+            interval=args.interval,
+            simulated=settings.local,
+            cluster=_local_cluster(settings),
+        )
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
-        return 1
-    print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
-    return 0 if record.state == "succeeded" else 1
+        return ExitCode.NOT_FOUND
+    if not args.json:
+        print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
+    if not record.terminal:
+        print(f"rlpipe watch: {args.run} is still {record.state} after {args.timeout:g}s", file=sys.stderr)
+    return for_ended(record.state)
 
 
 def cmd_local(args: argparse.Namespace) -> int:
@@ -367,8 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("list", help="all runs, newest first")
-    p.set_defaults(func=cmd_list)
+    from rlpipe.cli import list_command
+
+    list_command.register(sub, settings=_settings, ledger=_ledger)
 
     p = sub.add_parser("cancel", help="cancel the execution, delete the workloads, mark the run cancelled")
     p.add_argument("run")
@@ -376,7 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="follow a run live until it ends")
     p.add_argument("run")
-    p.add_argument("--timeout", type=float, default=24 * 3600)
+    p.add_argument(
+        "--timeout", type=float, default=24 * 3600, help="give up after this many seconds (exit 75)"
+    )
+    p.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--json", action="store_true", help="one JSON line per change, then the final record (docs/cli.md)"
+    )
     p.set_defaults(func=cmd_watch)
 
     p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated or real cluster)")
@@ -419,11 +429,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _refused_before_asking(args: argparse.Namespace) -> int | None:
+    """``retry``, ``promote`` and ``report`` of a run the ledger does not have (3), and ``retry`` and
+    ``promote`` of a run whose state refuses them (4), answered from the ledger with the table's
+    codes (cli/exit_codes.py) before the command asks the stage function; None: go on."""
+    if args.command not in ("retry", "promote", "report"):
+        return None
+    settings = _settings()
+    record = _ledger(settings).get(args.run)
+    if record is None:
+        print(f"rlpipe {args.command}: no run {args.run}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    why: str | None = None
+    if args.command == "retry":
+        from rlpipe.control import retry
+
+        why = retry.refusal(record, args.from_stage)
+    elif args.command == "promote" and record.state != "gated":
+        why = f"run {args.run} is {record.state}: only a gated run can be promoted"
+    if why is not None:
+        print(f"rlpipe {args.command}: {why}", file=sys.stderr)
+        return ExitCode.REFUSED_BY_STATE
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "attempt", 1) < 1:
         print("--attempt must be 1 or more", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
+    refused = _refused_before_asking(args)
+    if refused is not None:
+        return int(refused)
     return int(args.func(args))
 
 

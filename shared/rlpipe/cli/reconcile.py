@@ -2,8 +2,8 @@
 
 Kept apart from ``cli.py`` (like ``cli_upstream``) so ``register`` is the only line the main parser
 needs. ``--dry-run`` is the way to look before the tick acts: it prints exactly the plan a real pass
-would carry out, writes nothing (not even the cursor) and exits 0. A real pass exits 1 when any
-repair failed, so a script notices; the next pass retries it either way.
+would carry out, writes nothing (not even the cursor) and exits 0. A real pass exits 75 (try again
+later) when any repair failed, so a script notices; the next pass retries it either way.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.reconcile.runner import DEFAULT_BUDGET_SECONDS
 
 
@@ -47,7 +48,8 @@ def cmd_reconcile(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
         )
     else:
         print(report.render())
-    return 0 if args.dry_run or not report.failed else 1
+    # A failed repair is retried by the next pass: worth running again later (cli/exit_codes.py).
+    return ExitCode.OK if args.dry_run or not report.failed else ExitCode.TRANSIENT
 
 
 def _env_settings() -> Any:

@@ -131,6 +131,93 @@ def list_runs(ledger: Ledger, *, page_size: int = 500, workers: int = 16) -> lis
     return sorted(records, key=lambda r: r.created_at, reverse=True)
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs ``rlpipe list`` shows: any of ``states`` (none: every state), every one of
+    ``labels`` (the request's labels), created at or after ``since``."""
+
+    states: frozenset[str] = frozenset()
+    labels: tuple[tuple[str, str], ...] = ()
+    since: datetime | None = None
+
+    def matches(self, record: RunRecord) -> bool:
+        if self.states and record.state not in self.states:
+            return False
+        labels = record.request.get("labels") or {}
+        if any(labels.get(key) != value for key, value in self.labels):
+            return False
+        return self.since is None or parse_time(record.created_at) >= self.since
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of ``rlpipe list --limit``: its runs (newest first) and the token of the next page
+    (the last run id examined: the listing resumes after it), None after the last page."""
+
+    records: list[RunRecord]
+    next_page_token: str | None
+
+
+def list_page(
+    ledger: Ledger,
+    *,
+    limit: int,
+    after: str = "",
+    where: RunFilter = RunFilter(),
+    page_size: int = 500,
+    workers: int = 16,
+) -> RunPage:
+    """Up to ``limit`` runs that match ``where``, in run-id order after ``after`` (the previous
+    page's token): the same delimiter listing of run ids as ``list_runs``, read page by page, and
+    stopped as soon as ``limit`` runs matched, so a page costs what it shows, not the whole bucket."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if limit < 1:
+        raise ValueError("limit must be >= 1")
+    chosen: list[RunRecord] = []
+    cursor = after
+    size = min(page_size, max(limit, 20)) if where == RunFilter() else page_size
+    while True:
+        page = ledger.list_run_ids_page(cursor, limit=size)
+        if not page.run_ids:
+            break
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(page.run_ids)))) as pool:
+            records = list(pool.map(ledger.peek, page.run_ids))
+        for index, (run_id, record) in enumerate(zip(page.run_ids, records, strict=True)):
+            cursor = run_id
+            if record is not None and where.matches(record):
+                chosen.append(record)
+                if len(chosen) == limit:
+                    more = page.more or index < len(page.run_ids) - 1
+                    return RunPage(_newest_first(chosen), cursor if more else None)
+        if not page.more:
+            break
+    return RunPage(_newest_first(chosen), None)
+
+
+def _newest_first(records: list[RunRecord]) -> list[RunRecord]:
+    return sorted(records, key=lambda r: r.created_at, reverse=True)
+
+
+def list_entry(record: RunRecord) -> dict[str, Any]:
+    """One run as ``rlpipe list --json`` prints it (docs/cli.md, "list")."""
+    from rlpipe.control.outcomes import reward_summary
+
+    post, gain = reward_summary(record.results or {})
+    return {
+        "run_id": record.run_id,
+        "state": record.state,
+        "stage": record.stage,
+        "attempt": record.attempt,
+        "created_at": record.created_at,
+        "model": record.request.get("model"),
+        "labels": dict(record.request.get("labels") or {}),
+        "post_mean_reward": post,
+        "reward_change": gain,
+        "terminal": record.state in TERMINAL,
+    }
+
+
 def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
     """Per stage: attempts, phase, duration (first launch → last finish), failure if any."""
     rows = []

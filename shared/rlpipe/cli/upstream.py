@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlpipe.cli.exit_codes import ExitCode
+
 
 def cmd_watch_list_validate(args: argparse.Namespace) -> int:
     from rlpipe.upstream.watchlist import WatchListInvalid, validate_watch_list
@@ -45,7 +47,8 @@ def cmd_upstream_check(args: argparse.Namespace, settings: Callable[[], Any]) ->
     else:
         print("dry run: nothing is submitted and no state is written")
         print(report.render())
-    return 1 if report.count("error") else 0
+    # An entry that errored (the Hub did not answer, ...) is checked again by the next poll.
+    return ExitCode.TRANSIENT if report.count("error") else ExitCode.OK
 
 
 def _env_settings() -> Any:

@@ -255,3 +255,58 @@ def watch(
         # view's last line ("... SIMULATED (local stack)") ran into whatever was printed next.
         console.line()
     return record
+
+
+def _phase(info: dict[str, Any], record: RunRecord) -> str:
+    """The phase of the run's current stage (``accepted`` before any stage started)."""
+    return next((r["phase"] for r in info["stages"] if r["stage"] == record.stage), "accepted")
+
+
+def change_line(record: RunRecord) -> dict[str, Any]:
+    """One line of ``rlpipe watch --json`` (docs/cli.md, "watch --json"): where the run is now."""
+    from rlpipe.control.ledger import now
+
+    info = describe(record)
+    return {
+        "type": "change",
+        "run_id": record.run_id,
+        "state": record.state,
+        "stage": record.stage,
+        "attempt": record.attempt,
+        "phase": _phase(info, record),
+        "terminal": info["terminal"],
+        "at": now(),
+    }
+
+
+def watch_json(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    emit: Callable[[dict[str, Any]], None],
+    timeout: float = 3600,
+    interval: float = 0.5,
+) -> RunRecord | None:
+    """``watch`` for scripts: ``emit`` one ``change`` line each time the run's state, stage,
+    attempt or phase changed (the first one seen included), then, if the run was found, one
+    ``final`` line carrying its record as ``rlpipe status --json`` prints it. Returns the last
+    record seen (None: the run never appeared before the timeout)."""
+    deadline = time.monotonic() + timeout
+    record: RunRecord | None = None
+    last: tuple[Any, ...] | None = None
+    while True:
+        record = ledger.get(run_id)
+        if record is not None:
+            line = change_line(record)
+            key = (line["state"], line["stage"], line["attempt"], line["phase"])
+            if key != last:
+                emit(line)
+                last = key
+            if record.terminal:
+                break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    if record is not None:
+        emit({"type": "final", "run": describe(record)})
+    return record

@@ -1,0 +1,331 @@
+"""The CLI's contract with scripts (docs/cli.md): exit codes and --json schemas, each checked by
+running `python -m rlpipe.cli.main` as a subprocess against a real ledger in fake-gcs-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import jsonschema
+import pytest
+
+from rlpipe.cli.exit_codes import ExitCode
+from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
+from rlpipe.core.request import validate_request
+from tests.conftest import ROOT, Buckets, minimal_request
+
+NULLABLE_STR = {"type": ["string", "null"]}
+NULLABLE_NUM = {"type": ["number", "null"]}
+
+# docs/cli.md, "list --json"
+LIST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["runs", "next_page_token"],
+    "additionalProperties": False,
+    "properties": {
+        "next_page_token": NULLABLE_STR,
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [
+                    "run_id",
+                    "state",
+                    "stage",
+                    "attempt",
+                    "created_at",
+                    "model",
+                    "labels",
+                    "post_mean_reward",
+                    "reward_change",
+                    "terminal",
+                ],
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "state": {"type": "string"},
+                    "stage": NULLABLE_STR,
+                    "attempt": {"type": "integer"},
+                    "created_at": {"type": "string"},
+                    "model": NULLABLE_STR,
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "post_mean_reward": NULLABLE_NUM,
+                    "reward_change": NULLABLE_NUM,
+                    "terminal": {"type": "boolean"},
+                },
+            },
+        },
+    },
+}
+
+# docs/cli.md, "status --json" (also the `run` of watch --json's final line)
+STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "run_id",
+        "state",
+        "stage",
+        "attempt",
+        "failure",
+        "execution",
+        "progress",
+        "results",
+        "gate",
+        "chip_hours",
+        "cost_estimate",
+        "stages",
+        "round",
+        "rounds",
+        "lineage",
+        "terminal",
+    ],
+    "properties": {
+        "run_id": {"type": "string"},
+        "state": {"type": "string"},
+        "stage": NULLABLE_STR,
+        "attempt": {"type": "integer"},
+        "failure": {"type": ["object", "null"]},
+        "execution": NULLABLE_STR,
+        "progress": {"type": ["object", "null"]},
+        "results": {"type": ["object", "null"]},
+        "gate": {"type": ["object", "null"]},
+        "chip_hours": {"type": "number"},
+        "cost_estimate": {"type": ["object", "null"]},
+        "stages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["stage", "attempts", "phase", "seconds", "failure"],
+                "properties": {
+                    "stage": {"type": "string"},
+                    "attempts": {"type": "integer"},
+                    "phase": {"type": "string"},
+                    "seconds": NULLABLE_NUM,
+                    "failure": NULLABLE_STR,
+                },
+            },
+        },
+        "round": {"type": "integer"},
+        "rounds": {"type": "array", "items": {"type": "object", "required": ["round", "by", "at"]}},
+        "lineage": {"type": "object"},
+        "terminal": {"type": "boolean"},
+        "links": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+# docs/cli.md, "watch --json"
+WATCH_CHANGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type", "run_id", "state", "stage", "attempt", "phase", "terminal", "at"],
+    "properties": {
+        "type": {"const": "change"},
+        "run_id": {"type": "string"},
+        "state": {"type": "string"},
+        "stage": NULLABLE_STR,
+        "attempt": {"type": "integer"},
+        "phase": {"type": "string"},
+        "terminal": {"type": "boolean"},
+        "at": {"type": "string"},
+    },
+}
+WATCH_FINAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type", "run"],
+    "properties": {"type": {"const": "final"}, "run": STATUS_SCHEMA},
+}
+
+
+def _record(run_id: str, state: str, *, labels: dict[str, str] | None = None, created: str = "") -> RunRecord:
+    request = validate_request(minimal_request(**({"labels": labels} if labels else {}))).model_dump(
+        mode="json"
+    )
+    r = RunRecord(run_id=run_id, key=f"request:{run_id}", source=Source(kind="cli"), request=request)
+    r.state = state  # type: ignore[assignment]
+    if created:
+        r.created_at = created
+    if state == "gated":
+        r.gate = GateRecord(passed=False, reasons=["post mean_reward 0.5627 below min_post_mean_reward 0.6"])
+        r.failure = Failure(tag="gated", message="gate failed", stage="gate")
+    if state == "failed":
+        r.failure = Failure(tag="permanent", message="train exited 1", stage="train")
+    return r
+
+
+def rlpipe(buckets: Buckets, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RLPIPE_LOCAL",)}
+    env.update(buckets.env(RLPIPE_TARGET="gcp", RLPIPE_STAGE_URL="http://127.0.0.1:9/", **extra))
+    return subprocess.run(
+        [sys.executable, "-m", "rlpipe.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def ledger(buckets: Buckets) -> Any:
+    ledger = buckets.ledger()
+    for run_id, state, labels, created in (
+        ("rfailed00001", "failed", {"team": "a"}, "2026-12-01T10:00:00.000000Z"),
+        ("rgated000001", "gated", {"team": "a", "tier": "x"}, "2026-12-02T10:00:00.000000Z"),
+        ("rsucceeded01", "succeeded", {"team": "b"}, "2026-12-03T10:00:00.000000Z"),
+        ("rrunning0001", "training", None, "2026-12-04T10:00:00.000000Z"),
+        ("rcancelled01", "cancelled", None, "2026-11-20T10:00:00.000000Z"),
+    ):
+        assert ledger.claim(_record(run_id, state, labels=labels, created=created))
+    return ledger
+
+
+def test_the_exit_code_table_is_the_documented_one() -> None:
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    assert {c.name: c.value for c in ExitCode} == {
+        "OK": 0,
+        "INVALID_INPUT": 1,
+        "USAGE": 2,
+        "NOT_FOUND": 3,
+        "REFUSED_BY_STATE": 4,
+        "RUN_FAILED": 5,
+        "RUN_GATED": 6,
+        "TRANSIENT": 75,
+    }
+    for code in ExitCode:
+        assert f"| `{code.value}` | `{code.name}` |" in doc, code
+        assert code.__doc__ or ExitCode.__doc__
+
+
+@pytest.mark.parametrize(
+    ("run_id", "code", "state"),
+    [
+        ("rfailed00001", ExitCode.RUN_FAILED, "failed"),
+        ("rcancelled01", ExitCode.RUN_FAILED, "cancelled"),
+        ("rgated000001", ExitCode.RUN_GATED, "gated"),
+        ("rsucceeded01", ExitCode.OK, "succeeded"),
+        ("rrunning0001", ExitCode.TRANSIENT, "training"),  # still running when --timeout ran out
+    ],
+)
+def test_watch_json_of_a_run_exits_per_the_table(
+    buckets: Buckets, ledger: Any, run_id: str, code: int, state: str
+) -> None:
+    done = rlpipe(buckets, "watch", run_id, "--json", "--timeout", "1", "--interval", "0.2")
+    assert done.returncode == code, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    *changes, final = lines
+    assert changes, "at least the first state seen is a change"
+    for line in changes:
+        jsonschema.validate(line, WATCH_CHANGE_SCHEMA)
+    jsonschema.validate(final, WATCH_FINAL_SCHEMA)
+    assert len(changes) == 1, "an unchanged run prints no second change line"
+    assert changes[0]["state"] == final["run"]["state"] == state and final["run"]["run_id"] == run_id
+
+
+def test_status_json_and_the_not_found_codes(buckets: Buckets, ledger: Any) -> None:
+    done = rlpipe(buckets, "status", "rgated000001", "--json")
+    assert done.returncode == ExitCode.OK, done.stderr
+    jsonschema.validate(json.loads(done.stdout), STATUS_SCHEMA)
+    for args in (
+        ("status", "rnosuchrun01"),
+        ("status", "rnosuchrun01", "--json"),
+        ("watch", "rnosuchrun01", "--timeout", "0.5", "--interval", "0.1"),
+        ("watch", "rnosuchrun01", "--json", "--timeout", "0.5", "--interval", "0.1"),
+        ("retry", "rnosuchrun01", "--reason", "again"),
+        ("promote", "rnosuchrun01", "--reason", "ship"),
+        ("report", "rnosuchrun01"),
+        ("cancel", "rnosuchrun01"),
+    ):
+        done = rlpipe(buckets, *args)
+        assert done.returncode == ExitCode.NOT_FOUND, (args, done.returncode, done.stderr)
+        assert "no run rnosuchrun01" in done.stderr, args
+        if args[0] != "watch" or "--json" in args:  # the live view shows that it waits
+            assert done.stdout == "", args
+
+
+def test_refused_by_state_invalid_input_usage_and_transient(
+    buckets: Buckets, ledger: Any, tmp_path: Any
+) -> None:
+    for args in (
+        ("retry", "rsucceeded01", "--reason", "again"),
+        ("retry", "rrunning0001", "--reason", "again"),
+        ("promote", "rfailed00001", "--reason", "ship"),
+    ):
+        done = rlpipe(buckets, *args)
+        assert done.returncode == ExitCode.REFUSED_BY_STATE, (args, done.stderr)
+        assert done.stdout == "" and args[1] in done.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: gemma4-26b\n")
+    assert rlpipe(buckets, "validate", str(bad)).returncode == ExitCode.INVALID_INPUT
+    assert (
+        rlpipe(buckets, "list", "--page-token", "Not/A-Token", "--limit", "2").returncode
+        == ExitCode.INVALID_INPUT
+    )
+    assert rlpipe(buckets, "list", "--state", "sleeping").returncode == ExitCode.USAGE  # argparse
+    prices = rlpipe(buckets, "plan", "examples/gemma4-26b-v6e-32.yaml", RLPIPE_PRICES="{not json")
+    assert prices.returncode == ExitCode.USAGE, prices.stderr  # a deployment setting invalid
+    # The stage function does not answer (nothing listens on port 9): try again later.
+    cancel = rlpipe(buckets, "cancel", "rrunning0001")
+    assert cancel.returncode == ExitCode.TRANSIENT, cancel.stderr
+    assert "try again" in cancel.stderr
+
+
+def _list(buckets: Buckets, *args: str) -> dict[str, Any]:
+    done = rlpipe(buckets, "list", "--json", *args)
+    assert done.returncode == ExitCode.OK, done.stderr
+    out = json.loads(done.stdout)
+    jsonschema.validate(out, LIST_SCHEMA)
+    return out
+
+
+def test_list_filters(buckets: Buckets, ledger: Any) -> None:
+    def ids(*args: str) -> list[str]:
+        return [r["run_id"] for r in _list(buckets, *args)["runs"]]
+
+    everything = _list(buckets)
+    assert everything["next_page_token"] is None
+    assert [r["run_id"] for r in everything["runs"]] == [
+        "rrunning0001",
+        "rsucceeded01",
+        "rgated000001",
+        "rfailed00001",
+        "rcancelled01",
+    ]  # newest first
+    assert ids("--state", "failed") == ["rfailed00001"]
+    assert ids("--state", "failed", "--state", "gated") == ["rgated000001", "rfailed00001"]
+    assert ids("--label", "team=a") == ["rgated000001", "rfailed00001"]
+    assert ids("--label", "team=a", "--label", "tier=x") == ["rgated000001"]  # all must match
+    assert ids("--label", "team=c") == []
+    assert ids("--since", "2026-12-02T10:00:00Z") == ["rrunning0001", "rsucceeded01", "rgated000001"]
+    assert ids("--since", "2026-12-02") == ["rrunning0001", "rsucceeded01", "rgated000001"]
+    assert ids("--since", "1h") == []  # every run here was created days ago
+    assert ids("--state", "succeeded", "--label", "team=b", "--since", "2026-12-01") == ["rsucceeded01"]
+    table = rlpipe(buckets, "list", "--state", "gated")
+    assert table.returncode == 0 and "rgated000001" in table.stdout and "rfailed00001" not in table.stdout
+
+
+def test_list_pages_with_a_token_until_none(buckets: Buckets, ledger: Any) -> None:
+    seen: list[str] = []
+    token: str | None = None
+    pages = 0
+    while True:
+        out = _list(buckets, "--limit", "2", *(("--page-token", token) if token else ()))
+        pages += 1
+        assert len(out["runs"]) <= 2
+        seen += [r["run_id"] for r in out["runs"]]
+        token = out["next_page_token"]
+        if token is None:
+            break
+        assert pages < 5, "the token moves forward"
+    assert pages == 3 and sorted(seen) == sorted(set(seen)) and len(seen) == 5
+    # a filtered page counts matches only
+    first = _list(buckets, "--limit", "1", "--label", "team=a")
+    rest = _list(buckets, "--limit", "1", "--label", "team=a", "--page-token", first["next_page_token"])
+    assert {r["run_id"] for r in first["runs"] + rest["runs"]} == {"rfailed00001", "rgated000001"}
+    assert rest["next_page_token"] is not None or len(rest["runs"]) == 1
+    table = rlpipe(buckets, "list", "--limit", "2")
+    assert "more: rlpipe list --limit 2 --page-token " in table.stdout
