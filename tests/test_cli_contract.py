@@ -16,6 +16,7 @@ from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
 from rlpipe.core.request import validate_request
 from tests.conftest import ROOT, Buckets, minimal_request
+from tests.test_reconcile_chain import GONE_PREFIX, Chain, chain_fixture, kube_server, local_workflows  # noqa: F401  (fixtures)
 
 NULLABLE_STR = {"type": ["string", "null"]}
 NULLABLE_NUM = {"type": ["number", "null"]}
@@ -329,3 +330,149 @@ def test_list_pages_with_a_token_until_none(buckets: Buckets, ledger: Any) -> No
     assert rest["next_page_token"] is not None or len(rest["runs"]) == 1
     table = rlpipe(buckets, "list", "--limit", "2")
     assert "more: rlpipe list --limit 2 --page-token " in table.stdout
+
+
+# docs/cli.md, "reconcile --dry-run --json"
+RECONCILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "examined",
+        "workloads",
+        "actions",
+        "errors",
+        "round_complete",
+        "stopped",
+        "seconds",
+        "dry_run",
+        "outcomes",
+        "problems",
+    ],
+    "properties": {
+        "examined": {"type": "integer"},
+        "workloads": {"type": "integer"},
+        "actions": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "errors": {"type": "integer"},
+        "round_complete": {"type": "boolean"},
+        "stopped": {"enum": ["budget", None]},
+        "seconds": {"type": "number"},
+        "dry_run": {"type": "boolean"},
+        "outcomes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["run_id", "status", "detail", "action", "found", "do"],
+                "properties": {
+                    "run_id": {"type": "string"},
+                    "status": {"type": "string"},
+                    "detail": {"type": ["string", "null"]},
+                    "action": NULLABLE_STR,
+                    "found": {"type": ["string", "null"]},
+                    "do": {"type": ["string", "null"]},
+                },
+            },
+        },
+        "problems": {"type": "array"},
+    },
+}
+
+# docs/cli.md, "upstream check --json"
+UPSTREAM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["dry_run", "checked_at", "entries"],
+    "properties": {
+        "dry_run": {"type": "boolean"},
+        "checked_at": {"type": "string"},
+        "entries": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["repo", "branch", "outcome", "sha", "detail", "reason"],
+                "properties": {
+                    "repo": NULLABLE_STR,
+                    "branch": NULLABLE_STR,
+                    "outcome": {"enum": ["released", "ignored", "waiting", "no-access", "error"]},
+                    "sha": NULLABLE_STR,
+                    "detail": {"type": "string"},
+                    "reason": {"type": "string"},
+                    "watch": {"type": "string"},
+                    "run_id": {"type": "string"},
+                    "wait_until": {"type": "string"},
+                    "changed": {"type": "array", "items": {"type": "string"}},
+                    "problems": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["path", "message", "fix"],
+                            "properties": {
+                                "path": {"type": "string"},
+                                "message": {"type": "string"},
+                                "fix": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_reconcile_dry_run_json_follows_its_schema(chain: Chain, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from rlpipe.cli import reconcile as reconcile_cli
+
+    chain.run("rcontract001", "training", execution=GONE_PREFIX + "x")
+    parser = argparse.ArgumentParser()
+    reconcile_cli.register(parser.add_subparsers(), settings=lambda: chain.settings)
+    args = parser.parse_args(["reconcile", "--dry-run", "--json"])
+    assert args.func(args) == ExitCode.OK
+    report = json.loads(capsys.readouterr().out)
+    jsonschema.validate(report, RECONCILE_SCHEMA)
+    assert report["dry_run"] is True and [o["run_id"] for o in report["outcomes"]] == ["rcontract001"]
+    assert report["outcomes"][0]["action"] is not None
+
+
+def test_upstream_check_json_follows_its_schema_and_an_error_is_transient(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from rlpipe.cli.upstream import register
+    from rlpipe.core.problems import Problem
+    from rlpipe.upstream import service
+    from rlpipe.upstream.report import EntryOutcome, PollReport
+
+    released = EntryOutcome(
+        "google/gemma",
+        "main",
+        "released",
+        "would start run r1",
+        sha="a" * 40,
+        reason="new-release",
+        watch="main@abc",
+        run_id="rcontract002",
+        changed=("model.safetensors",),
+    )
+    failed = EntryOutcome(
+        "google/other",
+        "main",
+        "error",
+        "the Hub did not answer",
+        reason="unreachable",
+        problems=(Problem("watch[1]", "no answer", "try again"),),
+    )
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True), settings=lambda: None)
+    for outcomes, code in (((released,), ExitCode.OK), ((released, failed), ExitCode.TRANSIENT)):
+        report = PollReport(outcomes, dry_run=True, checked_at="2026-12-04T10:00:00.000000Z")
+        monkeypatch.setattr(service, "check", lambda *a, report=report, **k: report)
+        args = parser.parse_args(["upstream", "check", "--json"])
+        assert args.func(args) == code
+        out = json.loads(capsys.readouterr().out)
+        jsonschema.validate(out, UPSTREAM_SCHEMA)
+        assert [e["outcome"] for e in out["entries"]] == [o.outcome for o in outcomes]
