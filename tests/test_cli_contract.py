@@ -16,6 +16,7 @@ from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
 from rlpipe.core.request import validate_request
 from tests.conftest import ROOT, Buckets, minimal_request
+from tests.harness.functions import FunctionServer
 from tests.test_reconcile_chain import GONE_PREFIX, Chain, chain_fixture, kube_server, local_workflows  # noqa: F401  (fixtures)
 
 NULLABLE_STR = {"type": ["string", "null"]}
@@ -159,7 +160,7 @@ def _record(run_id: str, state: str, *, labels: dict[str, str] | None = None, cr
 
 def rlpipe(buckets: Buckets, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RLPIPE_LOCAL",)}
-    env.update(buckets.env(RLPIPE_TARGET="gcp", RLPIPE_STAGE_URL="http://127.0.0.1:9/", **extra))
+    env.update(buckets.env(**{"RLPIPE_TARGET": "gcp", "RLPIPE_STAGE_URL": "http://127.0.0.1:9/", **extra}))
     return subprocess.run(
         [sys.executable, "-m", "rlpipe.cli.main", *args],
         capture_output=True,
@@ -476,3 +477,20 @@ def test_upstream_check_json_follows_its_schema_and_an_error_is_transient(
         out = json.loads(capsys.readouterr().out)
         jsonschema.validate(out, UPSTREAM_SCHEMA)
         assert [e["outcome"] for e in out["entries"]] == [o.outcome for o in outcomes]
+
+
+def test_cancel_through_the_stage_function_ok_and_refused_by_state(
+    buckets: Buckets, ledger: Any, executions: Any, kube: Any, tmp_path: Any
+) -> None:
+    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_KUBE_URL=kube.url)
+    server = FunctionServer("stage", "http", env, tmp_path).start()
+    try:
+        done = rlpipe(buckets, "cancel", "rrunning0001", RLPIPE_STAGE_URL=server.url, **env)
+        assert done.returncode == ExitCode.OK, done.stderr + server.logs()[-2000:]
+        assert "run rrunning0001: cancelled" in done.stdout
+        ended = rlpipe(buckets, "cancel", "rsucceeded01", RLPIPE_STAGE_URL=server.url, **env)
+        assert ended.returncode == ExitCode.REFUSED_BY_STATE, ended.stderr
+        assert "already ended succeeded" in ended.stderr
+    finally:
+        server.stop()
+    assert buckets.ledger().get("rsucceeded01").state == "succeeded"

@@ -216,7 +216,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     ):
         if result.get(key):
             print(f"warning: {what}: {result[key]}", file=sys.stderr)
-    return 0
+    if result["state"] != "cancelled":  # it had ended before: the stage function left its state as it was
+        print(
+            f"rlpipe cancel: run {args.run} had already ended {result['state']}; not cancelled",
+            file=sys.stderr,
+        )
+        return ExitCode.REFUSED_BY_STATE
+    return ExitCode.OK
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
