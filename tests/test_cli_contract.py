@@ -494,3 +494,54 @@ def test_cancel_through_the_stage_function_ok_and_refused_by_state(
     finally:
         server.stop()
     assert buckets.ledger().get("rsucceeded01").state == "succeeded"
+
+
+def test_watch_json_prints_a_line_per_change_only() -> None:
+    from types import SimpleNamespace
+
+    from rlpipe.cli.watch import watch_json
+    from rlpipe.control.ledger import Attempt
+
+    def at(state: str, stage: str | None, attempt: int, phase: str | None = None) -> RunRecord:
+        r = _record("rchanges0001", state)
+        r.stage, r.attempt = stage, attempt  # type: ignore[assignment]
+        if stage and phase:
+            r.attempts = [
+                Attempt(
+                    stage=stage,
+                    attempt=attempt,
+                    workload="w",
+                    launched_at="2026-12-03T10:00:00.000000Z",
+                    phase=phase,
+                )  # type: ignore[arg-type]
+            ]
+        return r
+
+    seen = [
+        None,  # not accepted yet: no line
+        at("accepted", None, 0),
+        at("accepted", None, 0),  # unchanged: no line
+        at("training", "train", 1, "queued"),
+        at("training", "train", 1, "running"),  # the phase changed
+        at("training", "train", 1, "running"),
+        at("training", "train", 2, "running"),  # the attempt changed
+        at("gated", "train", 2, "succeeded"),
+    ]
+    polls = iter(seen)
+    lines: list[dict[str, Any]] = []
+    record = watch_json(
+        SimpleNamespace(get=lambda run_id: next(polls)), "rchanges0001", emit=lines.append, interval=0
+    )
+    assert record is not None and record.state == "gated"
+    *changes, final = lines
+    for line in changes:
+        jsonschema.validate(line, WATCH_CHANGE_SCHEMA)
+    jsonschema.validate(final, WATCH_FINAL_SCHEMA)
+    assert [(c["state"], c["stage"], c["attempt"], c["phase"]) for c in changes] == [
+        ("accepted", None, 0, "accepted"),
+        ("training", "train", 1, "queued"),
+        ("training", "train", 1, "running"),
+        ("training", "train", 2, "running"),
+        ("gated", "train", 2, "succeeded"),
+    ]
+    assert changes[-1]["terminal"] and final["run"]["state"] == "gated"
