@@ -27,21 +27,8 @@ from tests.test_e2e import Local, faults, local  # noqa: F401
 pytestmark = pytest.mark.slow
 
 
-def _registered() -> bool:
-    """`rlpipe logs` once cli.main registers it; until then the module's own entry point."""
-    import argparse
-
-    from rlpipe.cli.main import build_parser
-
-    return any(
-        "logs" in (action.choices or {})
-        for action in build_parser()._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
-
-
 def _argv(local: Local, tmp: Path, *args: str) -> dict[str, Any]:
-    entry = ["rlpipe.cli.main", "logs"] if _registered() else ["rlpipe.cli.logs"]
+    entry = ["rlpipe.cli.main", "logs"]
     # The stack's endpoints from its env, not from a .rlpipe/local of the checkout (cwd: tmp).
     env = {**os.environ, **local.state.env, "PYTHONPATH": str(ROOT / "shared")}
     return {"args": [sys.executable, "-m", *entry, *args], "cwd": tmp, "env": env, "text": True}

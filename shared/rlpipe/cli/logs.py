@@ -211,17 +211,3 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
         "-c", "--container", default=CONTAINER, help=f"container name (default {CONTAINER}: the program)"
     )
     p.set_defaults(func=lambda args: cmd_logs(args, settings, ledger))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rlpipe.cli.logs``: the same command with the CLI's deployment and ledger."""
-    from rlpipe.cli.main import _ledger, _settings
-
-    parser = argparse.ArgumentParser(prog="rlpipe")
-    register(parser.add_subparsers(dest="command", required=True), settings=_settings, ledger=_ledger)
-    args = parser.parse_args(["logs", *(sys.argv[1:] if argv is None else argv)])
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

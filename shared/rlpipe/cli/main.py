@@ -426,6 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import report_command as report_cli
 
     report_cli.register(sub, settings=_settings, ledger=_ledger)
+    from rlpipe.cli import compare_command, logs
+
+    compare_command.register(sub, settings=_settings, ledger=_ledger)
+    logs.register(sub, settings=_settings, ledger=_ledger)
     from rlpipe.cli import promote as promote_cli
 
     promote_cli.register(sub, settings=_settings, ledger=_ledger)
