@@ -46,7 +46,9 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     # Export never starts (a stall), so the run stays up with the training head's pod ended but
     # there, until it is cancelled: then its workloads are deleted.
     faults(["export:stall"], timing="demo")
-    run_id = local.submit(local.request(training={"num_batches": 120}))
+    # 300 steps at the demo's pace (about 20 s): long enough that a follow started on a busy
+    # machine still finds the head running and has to poll, not read a log that already ended.
+    run_id = local.submit(local.request(training={"num_batches": 300}))
     local.wait(run_id, expected=30, until=lambda r: r.stage == "train" and r.attempts[-1].phase == "running")
     workload = f"{run_id}-train-a1"
     head = re.compile(
@@ -72,7 +74,7 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", first), "kubectl's --timestamps lines"
 
     try:
-        out, err = follow.communicate(timeout=ceiling(20))
+        out, err = follow.communicate(timeout=ceiling(60))
     finally:
         follow.kill()
     followed = subprocess.CompletedProcess(follow.args, follow.returncode, out, err)
