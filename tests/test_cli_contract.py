@@ -274,6 +274,11 @@ def test_refused_by_state_invalid_input_usage_and_transient(
     cancel = rlpipe(buckets, "cancel", "rrunning0001")
     assert cancel.returncode == ExitCode.TRANSIENT, cancel.stderr
     assert "try again" in cancel.stderr
+    promote = rlpipe(buckets, "promote", "rgated000001", "--reason", "ship")
+    assert promote.returncode == ExitCode.TRANSIENT, promote.stderr
+    retried = rlpipe(buckets, "retry", "rfailed00001", "--reason", "again")
+    assert retried.returncode == ExitCode.TRANSIENT, retried.stderr
+    assert "did not answer" in retried.stderr
 
 
 def _list(buckets: Buckets, *args: str) -> dict[str, Any]:

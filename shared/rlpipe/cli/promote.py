@@ -31,7 +31,8 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
 def cmd_promote(
     args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Ledger]
 ) -> int:
-    from rlpipe.cli.runs import StageRefused, call_stage
+    from rlpipe.cli.exit_codes import ExitCode
+    from rlpipe.cli.runs import StageRefused, StageUnreachable, call_stage
 
     body = {"op": "promote", "run_id": args.run, "by": args.by or getpass.getuser(), "reason": args.reason}
     try:
@@ -39,7 +40,10 @@ def cmd_promote(
     except StageRefused as exc:  # the stage function's own sentence
         print(f"rlpipe promote: {exc.message}", file=sys.stderr)
         return 1
-    except RuntimeError as exc:  # no answer, or no stage URL
+    except StageUnreachable as exc:  # no answer: worth trying again
+        print(f"rlpipe promote: {exc}", file=sys.stderr)
+        return int(ExitCode.TRANSIENT)
+    except RuntimeError as exc:  # no stage URL
         print(f"rlpipe promote: {exc}", file=sys.stderr)
         return 1
     print(

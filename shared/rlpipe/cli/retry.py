@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.control import retry
 from rlpipe.control.ledger import Ledger
 from rlpipe.core import identity
@@ -26,7 +27,12 @@ CALL_TRIES = 3  # a lost answer is asked again with the same key: still one roun
 
 
 class NotRetried(Exception):
-    """The run cannot be retried (or the stage function refused): the message says why."""
+    """The run cannot be retried (or the stage function refused): the message says why.
+    ``code``: the CLI's exit code for it (``cli.exit_codes``)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,8 @@ def request_retry(
             if tries == CALL_TRIES:
                 raise NotRetried(
                     f"the stage function did not answer {CALL_TRIES} times; the round may exist: "
-                    f"rlpipe status {run_id}"
+                    f"rlpipe status {run_id}",
+                    code=ExitCode.TRANSIENT,
                 ) from None
             sleep(2.0 * tries)
         except StageRefused as exc:  # the stage function's own sentence
@@ -117,7 +124,7 @@ def cmd_retry(args: argparse.Namespace, settings: Callable[[], Any], ledger: Cal
         )
     except NotRetried as exc:
         print(str(exc), file=sys.stderr)
-        return 1
+        return exc.code
     start = f" from {args.from_stage}" if args.from_stage else ""
     print(
         f"run {done.run_id}: round {done.round}{start} started by {done.by}; "
