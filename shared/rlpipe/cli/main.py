@@ -430,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare_command.register(sub, settings=_settings, ledger=_ledger)
     logs.register(sub, settings=_settings, ledger=_ledger)
+    from rlpipe.cli import completion
+
+    completion.register(sub, parser=build_parser)
     from rlpipe.cli import promote as promote_cli
 
     promote_cli.register(sub, settings=_settings, ledger=_ledger)
