@@ -22,8 +22,12 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 BUCKET = "demo-artifacts"
 
 
+SWEEPS = [p for p in EXAMPLES if "sweep:" in p.read_text()]
+RUNS = [p for p in EXAMPLES if p not in SWEEPS]
+
+
 @pytest.mark.parametrize("stage", identity.MAXTEXT_STAGES)
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize("example", RUNS, ids=[p.stem for p in RUNS])
 def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
     req = load_request(example.read_bytes(), source=str(example), policy=Policy(allow_user_code=True))
     assert req.request_id, "examples carry a request_id so their run id is stable"
@@ -31,7 +35,25 @@ def test_rendered_manifest_matches_golden(example: Path, stage: str) -> None:
         run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET
     )
     text = dump_yaml([render(req, stage, 1, ctx)])  # type: ignore[arg-type]
-    golden = GOLDEN / example.stem / f"{stage}.yaml"
+    _match(GOLDEN / example.stem / f"{stage}.yaml", text)
+
+
+@pytest.mark.parametrize("example", SWEEPS, ids=[p.stem for p in SWEEPS])
+def test_each_sweep_childs_training_matches_golden(example: Path) -> None:
+    """A sweep's children, as intake makes them: each child's JobSet under its own run id, with
+    its point's values in train_rl's arguments (the rest is the parent's request)."""
+    from rlpipe.core import sweep
+
+    req = load_request(example.read_bytes(), source=str(example), policy=Policy(allow_user_code=True))
+    assert req.request_id
+    parent_key = identity.key_for_request_id(req.request_id)
+    for child in sweep.children(req):
+        run_id = identity.run_id_for(sweep.child_key(parent_key, child.index))
+        text = dump_yaml([render(child.request, "train", 1, RenderContext(run_id=run_id, bucket=BUCKET))])
+        _match(GOLDEN / example.stem / f"child-{child.index}-train.yaml", text)
+
+
+def _match(golden: Path, text: str) -> None:
     if os.environ.get("UPDATE_GOLDENS") == "1":
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_text(text)

@@ -9,6 +9,7 @@ stage, attempt, body, and the fake time it arrived).
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
@@ -96,6 +97,10 @@ class StageScript:
     callback_replies: list[int] = field(default_factory=list)
     callers: list[str | None] = field(default_factory=list)  # execution_id of every call, in order
     not_owner: set[tuple[str, str | None, int | None]] = field(default_factory=set)  # 409 not_owner
+    # A sweep's child: plan answers these first (then ``plan``); select answers these in order,
+    # the last one repeating.
+    plans_first: list[dict[str, Any]] = field(default_factory=list)
+    selects: list[dict[str, Any]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -112,7 +117,11 @@ class StageScript:
                 tag = "transient" if code in (429, 503) else "conflict"
                 return code, {"error": {"tag": tag, "message": f"scripted {code} for {op}"}}
         if op == "plan":
-            return 200, self.plan
+            with self._lock:
+                return 200, self.plans_first.pop(0) if self.plans_first else self.plan
+        if op == "select":
+            with self._lock:
+                return 200, self.selects.pop(0) if len(self.selects) > 1 else self.selects[0]
         if op == "launch":
             return 200, self._launch(body)
         if op == "status":
@@ -282,6 +291,7 @@ def test_pipeline_yaml_loads_in_the_strict_engine_and_parses_with_plain_pyyaml()
         "tidy_up",
         "report_failure",
         "failure_of",
+        "select_in_sweep",
     }
     assert [p.name for p in workflow.main.params] == ["args"]
     plain = yaml.safe_load(DEFINITION)
@@ -637,3 +647,60 @@ def test_an_execution_that_does_not_own_the_run_stops_without_cleanup_or_finish(
     assert execution.result["outcome"] == "not_owner"
     assert "not_owner" not in [c.op for c in p.script.calls]
     assert not p.script.of("cleanup") and not p.script.of("finish")
+
+
+# --- a sweep's child: queued at plan, waiting at select -------------------------------------------
+
+
+def test_a_queued_sweep_child_plans_again_after_each_pause_and_launches_nothing_meanwhile(
+    pipeline: Any,
+) -> None:
+    queued = {"skip": False, "wait": True, "wait_reason": "queued: all 2 slots in use", "wait_seconds": 45}
+    p = pipeline(plans_first=[queued, queued])
+    execution = p.run()
+    assert execution.state is State.SUCCEEDED, execution.result
+    plans = p.script.of("plan")
+    assert len(plans) == 3
+    assert [round(b.at - a.at) for a, b in itertools.pairwise(plans)] == [45, 45]
+    first_launch = p.script.of("launch")[0]
+    assert first_launch.at >= plans[-1].at  # nothing ran while it was queued
+    assert p.script.keys()[2:] == happy_calls()
+
+
+def test_a_sweep_child_not_selected_leaves_before_publish_and_ends_succeeded(pipeline: Any) -> None:
+    waiting = {"wait": True, "selected": None, "reason": "waiting for children 1 to finish"}
+    lost = {
+        "wait": False,
+        "selected": False,
+        "reason": "not selected: child 2 has the highest post_mean_reward",
+    }
+    p = pipeline(
+        plan=plan(stages=[*STAGES, "select", "publish"], timeouts={**plan()["timeouts"], "publish": 600}),
+        selects=[waiting, waiting, lost],
+    )
+    execution = p.run()
+    assert execution.state is State.SUCCEEDED, execution.result
+    assert not p.script.of("launch", "publish")
+    selects = p.script.of("select")
+    assert len(selects) == 3
+    assert [round(b.at - a.at) for a, b in itertools.pairwise(selects)] == [300, 300]
+    finish = p.script.of("finish")[-1].body
+    assert finish["outcome"] == "succeeded"
+    assert execution.result["stages"][-1] == {"stage": "select", "selected": False, "reason": lost["reason"]}
+
+
+def test_the_selected_sweep_child_goes_on_to_publish(pipeline: Any) -> None:
+    won = {"wait": False, "selected": True, "reason": "child 2 has the highest post_mean_reward"}
+    p = pipeline(
+        plan=plan(stages=[*STAGES, "select", "publish"], timeouts={**plan()["timeouts"], "publish": 600}),
+        selects=[won],
+    )
+    execution = p.run()
+    assert execution.state is State.SUCCEEDED, execution.result
+    assert [c.key for c in p.script.calls if c.op in ("select", "launch")] == [
+        ("launch", "convert", 1),
+        ("launch", "train", 1),
+        ("launch", "export", 1),
+        ("select", None, None),
+        ("launch", "publish", 1),
+    ]

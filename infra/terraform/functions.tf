@@ -123,6 +123,7 @@ locals {
     RLPIPE_READ_ONLY_GCS_PREFIXES   = join(",", var.read_only_gcs_prefixes)
     RLPIPE_NOTIFY_TOPICS            = join(",", var.notify_topics)
     RLPIPE_ALLOW_USER_CODE          = var.allow_user_code ? "true" : "false"
+    RLPIPE_MAX_SWEEP_CHILDREN       = tostring(var.max_sweep_children)
     RLPIPE_PRICES                   = var.tpu_prices_json
   }
 }

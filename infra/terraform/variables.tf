@@ -373,6 +373,16 @@ variable "allow_user_code" {
   default     = false
 }
 
+variable "max_sweep_children" {
+  description = "RLPIPE_MAX_SWEEP_CHILDREN: the most child runs one request's sweep may make; a larger grid is refused at intake and by rlpipe validate (docs/sweeps.md)."
+  type        = number
+  default     = 16
+  validation {
+    condition     = var.max_sweep_children >= 1 && var.max_sweep_children <= 256 && floor(var.max_sweep_children) == var.max_sweep_children
+    error_message = "max_sweep_children is a whole number from 1 to 256."
+  }
+}
+
 variable "notify_topics" {
   description = "RLPIPE_NOTIFY_TOPICS: Pub/Sub topics outside this project (projects/P/topics/T) a request's notify may name; topics of this project are always allowed."
   type        = list(string)

@@ -36,6 +36,9 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     # Our own reward functions (examples/rewards/) instead of MaxText's built-in three, checked at
     # intake, pinned by sha256, named with their hash in the report and the published card.
     "custom-reward": ("examples/gemma4-26b-v6e-32-custom-reward.yaml", []),
+    # A 2×2 grid from one file: four children, two at a time, one shared conversion; the best
+    # (highest post mean_reward that passed the gate) publishes (cli/demo_sweep.py).
+    "sweep": ("examples/sweep-lr.yaml", []),
 }
 # The outcome each scenario is meant to show (anything else is a failed demo).
 EXPECTED_STATE = {"gate": "gated"}
@@ -43,6 +46,7 @@ WATCH_LIST = Path("examples/upstream/watch.yaml")
 # The real controllers take their own time (Kueue's admission, the JobSet's in-order startup, the
 # garbage collector): a run there takes a minute or two where the double takes 20 s.
 DEMO_TIMEOUT_SECONDS = {"double": 150, "real": 600}
+SWEEP_TIMEOUT_FACTOR = 3  # four children, two at a time, then selection and one publish
 
 
 def run_demo(
@@ -107,6 +111,8 @@ def run_demo(
             submitted = runs.submit(settings, example, via="gcs")
             run_id, rejection_id = submitted.run_id, submitted.rejection_id
             print(f"dropped {example} at {submitted.where}; run id {run_id}", flush=True)
+        if scenario == "sweep":
+            return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started)
         record = watch(
             ledger,
             run_id,
@@ -142,6 +148,20 @@ def run_demo(
         return 130
     finally:
         stack.stop()
+
+
+def _sweep(ledger: Any, parent_id: str, settings: Any, root: Path, timeout: float, started: float) -> int:
+    from rlpipe.cli import demo_sweep
+
+    print(f"sweep {parent_id}: following its children", flush=True)
+    parent = demo_sweep.follow(ledger, parent_id, timeout=timeout)
+    if parent is None or parent.sweep is None:
+        print(f"sweep {parent_id} was never accepted", flush=True)
+        return 1
+    print()
+    print(demo_sweep.summary(ledger, parent, root, prices_json=settings.prices_json or ""))
+    print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
+    return 0 if parent.state == "succeeded" else 1
 
 
 def try_it_yourself(record: Any, example: Path) -> str | None:

@@ -17,9 +17,11 @@ from typing import Any
 
 from rlpipe.control import blobstore, interleave, retry, run_metrics, user_files
 from rlpipe.control.events import MessageEvent, ObjectEvent
-from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, now
+from rlpipe.control.intake_result import IntakeResult
+from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, SweepMember, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
@@ -35,15 +37,6 @@ MAX_PROBLEM_PART_CHARS = 400
 # Leases taken to start one run's execution before the run is failed instead of tried again:
 # each try is a delivery (or a reconcile pass) whose start failed transiently.
 MAX_START_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class IntakeResult:
-    # started | duplicate | start-in-progress | rejected | ignored | conflict | start-failed
-    outcome: str
-    run_id: str | None = None
-    detail: str = ""
-    execution: str | None = None
 
 
 @dataclass
@@ -168,6 +161,23 @@ class Intake:
         if refused:
             return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
+        if request.sweep is not None:  # a parent record and its children (control/sweep_intake.py)
+            return sweep_intake.submit(self, request, source, source_key, key, policy, log)
+        return self.claim_run(request, key, source, source_key, log)
+
+    def claim_run(
+        self,
+        request: Request,
+        key: str,
+        source: Source,
+        source_key: str,
+        log: Logger,
+        *,
+        member: SweepMember | None = None,
+        found: dict[str, bytes] | None = None,
+    ) -> IntakeResult:
+        """Claim the run ``key`` names and start its execution once. ``member``: a sweep's child,
+        whose files the parent's intake gathered once (``found``) for all of its children."""
         run_id = identity.run_id_for(key)
         log = log.bind(run_id=run_id)
         holder = uuid.uuid4().hex
@@ -179,7 +189,9 @@ class Intake:
                 # happened to them at their source since.
                 return self._start(run_id, holder, log, already_leased=False)
             try:
-                request, inputs = self._own_files(request, run_id, source, claimed=existing is not None)
+                request, inputs = self._own_files(
+                    request, run_id, source, claimed=existing is not None, found=found
+                )
             except RequestInvalid as exc:
                 if existing is not None:  # the run exists with other files under its prefix
                     return self._conflict(existing, source_key, source, log)
@@ -197,6 +209,7 @@ class Intake:
                 hf_revision=request.hf_revision,
                 image=request.image,
                 inputs=inputs or None,
+                sweep=member,
             ),
         )
         if self.ledger.claim(record):
@@ -211,12 +224,17 @@ class Intake:
             return self._conflict(existing, source_key, source, log)
         return self._start(run_id, holder, log, already_leased=False)
 
-    def _own_files(
-        self, request: Request, run_id: str, source: Source, *, claimed: bool
-    ) -> tuple[Request, dict[str, Any]]:
-        """The request's own files, checked and copied under the run's prefix; the request then
-        names those copies (``control.user_files``). ``claimed``: the run exists, so its copies are
-        never replaced. Raises ``RequestInvalid``."""
+    def gather_files(self, request: Request, source: Source) -> dict[str, bytes]:
+        """The request's own files, read once from beside it (or ``gs://``) and checked."""
+        return user_files.gather(
+            request,
+            read_relative=user_files.bucket_neighbours(self.requests, source.name)
+            if source.kind == "gcs" and source.name
+            else None,
+            read_gcs=self._gcs_reader(),
+        )
+
+    def _gcs_reader(self) -> user_files.GcsReader:
         if self.artifacts is None or self.read_gcs is None:
             raise RequestInvalid(
                 [
@@ -227,13 +245,24 @@ class Intake:
                     )
                 ]
             )
-        found = user_files.gather(
-            request,
-            read_relative=user_files.bucket_neighbours(self.requests, source.name)
-            if source.kind == "gcs" and source.name
-            else None,
-            read_gcs=self.read_gcs,
-        )
+        return self.read_gcs
+
+    def _own_files(
+        self,
+        request: Request,
+        run_id: str,
+        source: Source,
+        *,
+        claimed: bool,
+        found: dict[str, bytes] | None = None,
+    ) -> tuple[Request, dict[str, Any]]:
+        """The request's own files, checked and copied under the run's prefix; the request then
+        names those copies (``control.user_files``). ``claimed``: the run exists, so its copies are
+        never replaced. Raises ``RequestInvalid``."""
+        self._gcs_reader()  # refuses first when this intake cannot keep files
+        if found is None:
+            found = self.gather_files(request, source)
+        assert self.artifacts is not None
         copied = user_files.copy_to_run(self.artifacts, run_id, found, request, replace=not claimed)
         return user_files.pinned_request(request, copied), {r: c.record(request) for r, c in copied.items()}
 

@@ -133,6 +133,53 @@ class Attempt(_Model):
     log_cursor: dict[str, Any] | None = None
 
 
+# ---- a sweep (control/sweep): the parent's coordination record and a child's membership -------
+# Every change to a parent is a compare-and-swap on its run.json (``Ledger.update``), which is
+# what makes the slot count, the one converter and the one selection hold when children ask at
+# the same moment.
+
+
+class SweepSelection(_Model):
+    """The child chosen to publish, and why (``core.sweep.select``); run_id None: none could be."""
+
+    run_id: str | None
+    index: int | None
+    metric: str
+    direction: str
+    value: float | None
+    reason: str
+    at: str
+    table: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SweepParent(_Model):
+    """A parent record's sweep: its children (by point index) and what they coordinate through."""
+
+    children: list[str]  # run ids, point index order
+    points: list[dict[str, Any]]
+    max_parallel: int
+    # Children holding a slot (a TPU slice's worth of work: convert, train, export).
+    slots: list[str] = Field(default_factory=list)
+    converter: str | None = None  # the one child converting the checkpoint all of them share
+    # The commits every child trains on, pinned once by the first child to plan:
+    # {"hf_sha": …, "data": …} (lineage.hf_sha and lineage.data of each child).
+    pins: dict[str, Any] | None = None
+    arrived: list[str] = Field(default_factory=list)  # children waiting at selection, trained and gated
+    selection: SweepSelection | None = None
+    cancelled: bool = False
+
+
+class SweepMember(_Model):
+    """A child's place in its sweep: which parent, which point of the grid."""
+
+    parent: str
+    index: int
+    size: int
+    point: dict[str, Any]
+    waiting: str | None = None  # why it is queued (no slot, or the shared conversion not ready)
+    selected: bool | None = None  # None until the selection; then whether it is the one that publishes
+
+
 class Execution(_Model):
     name: str | None = None
     started_at: str | None = None
@@ -169,6 +216,7 @@ class Lineage(_Model):
     # The user's files intake copied under the run's prefix: role (rewards, processor,
     # chat_template) → {uri, sha256, size, functions}; every attempt checks these bytes.
     inputs: dict[str, Any] | None = None
+    sweep: SweepMember | None = None  # a sweep's child: its parent and its point (control/sweeps.py)
 
 
 class GateRecord(_Model):
@@ -220,6 +268,7 @@ class RunRecord(_Model):
     gate: GateRecord | None = None
     round: int = 1  # 1 for the original request; +1 for each retry
     rounds: list[Round] = Field(default_factory=list)  # the retries, oldest first
+    sweep: SweepParent | None = None  # a sweep's parent: no workloads of its own, only children
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1

@@ -10,7 +10,12 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rlpipe.core.presets import DEFAULT_READ_SECRETS, DEFAULT_WRITE_SECRETS, TUTORIAL_IMAGE_PREFIXES
+from rlpipe.core.presets import (
+    DEFAULT_MAX_SWEEP_CHILDREN,
+    DEFAULT_READ_SECRETS,
+    DEFAULT_WRITE_SECRETS,
+    TUTORIAL_IMAGE_PREFIXES,
+)
 
 if TYPE_CHECKING:  # the request models load only where a request is checked, not on every cold start
     from rlpipe.core.request.policy import Policy
@@ -101,6 +106,8 @@ class Settings:
     # Whether a request may bring Python that runs in its training pods (reward functions, a
     # dataset processor): RLPIPE_ALLOW_USER_CODE=true. Off by default (docs/security.md).
     allow_user_code: bool = False
+    # The most children one sweep may make: RLPIPE_MAX_SWEEP_CHILDREN (docs/sweeps.md).
+    max_sweep_children: int = DEFAULT_MAX_SWEEP_CHILDREN
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -134,6 +141,7 @@ class Settings:
             read_only_gcs_prefixes=_list("READ_ONLY_GCS_PREFIXES", cls.read_only_gcs_prefixes),
             notify_topics=_list("NOTIFY_TOPICS", cls.notify_topics),
             allow_user_code=_switch("ALLOW_USER_CODE"),
+            max_sweep_children=int(_positive(_env("MAX_SWEEP_CHILDREN"), cls.max_sweep_children)),
         )
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
@@ -150,6 +158,7 @@ class Settings:
             read_only_gcs=self.read_only_gcs_prefixes,
             notify_topics=self.notify_topics,
             allow_user_code=self.allow_user_code,
+            max_sweep_children=self.max_sweep_children,
             source=source,
         )
 

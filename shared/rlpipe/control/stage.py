@@ -9,13 +9,12 @@ done yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.log_cursor import LogCursor
-from rlpipe.cluster.status import WorkloadStatus
 from rlpipe.control import (
     blobstore,
     budgets,
@@ -32,12 +31,15 @@ from rlpipe.control import (
     run_report,
     train_status,
 )
+from rlpipe.control.cluster_port import Cluster
 from rlpipe.control.ledger import Attempt, Failure, Ledger, RunRecord, parse_time
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import SupersededAttempt, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
+from rlpipe.control.sweep import coordination as sweeps
+from rlpipe.control.sweep import operations as stage_sweep
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
@@ -54,23 +56,6 @@ from rlpipe.core.request import Request
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
-
-
-class Cluster(Protocol):
-    """What the stage operations need of ``rlpipe.cluster.ClusterClient`` (tests pass doubles)."""
-
-    def apply(self, obj: dict[str, Any]) -> dict[str, Any]: ...
-    def status(
-        self,
-        name: str,
-        *,
-        kind: Kind,
-        retryable_exit_codes: Collection[int] = (),
-        queued_deadline_seconds: float | None = None,
-    ) -> WorkloadStatus: ...
-    def delete_run(self, run_id: str) -> list[str]: ...
-    def delete(self, kind: Kind, name: str) -> bool: ...
-    def read_log(self, jobset: str, cursor: LogCursor | None) -> tuple[list[str], LogCursor | None, bool]: ...
 
 
 @dataclass
@@ -141,9 +126,7 @@ class StageService:
             return {"skip": True, "skip_reason": decision["skip"]}
         req = Request.model_validate(record.request)
         try:
-            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
-            # Pinned once: a retried plan, or a retry round, trains on the same commits.
-            data = record.lineage.data or self.pin_data(req)
+            sha, data = stage_sweep.pins(self, record, req)
         except PermanentFailure as exc:
             # This execution owns the run (decided above), so the run ends here with the reason.
             self.finish(
@@ -162,6 +145,15 @@ class StageService:
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
+        wait = stage_sweep.slot(self, record, conversion_ready=bool(ready))
+        if wait is not None:  # a sweep's child beyond max_parallel: queued; the workflow asks again
+            return {
+                "skip": False,
+                "wait": True,
+                "wait_reason": wait,
+                "wait_seconds": self.settings.callback_timeout_seconds,
+            }
+        stages = stage_sweep.with_selection(self, record, stages)
         if req.gate is not None and "export" not in done:
             # The gate (a step, not a workload) sits between train and export; a promoted run
             # passes it by its recorded override.
@@ -427,6 +419,8 @@ class StageService:
             raise PermanentFailure(f"unknown outcome {outcome!r}")
         record, req = self._load(run_id)
         require_owner(record, execution_id)
+        if record.sweep is not None:  # a sweep's parent: it ends when its children do
+            return stage_sweep.finish_parent(self, record, outcome)
         ended: list[str] = []
 
         def change(r: RunRecord) -> str | None:
@@ -457,6 +451,8 @@ class StageService:
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
+            if updated.lineage.sweep is not None:
+                sweeps.child_ended(self.ledger, updated)
             if req.publish is not None:  # the page its card links, now with how the run ended
                 run_report.write_run_report(self.state, updated, self.log)
         return message
@@ -469,6 +465,12 @@ class StageService:
         record, req = self._load(run_id)
         require_owner(record, execution_id)
         return outcomes.gate(self.ledger, self.log, run_id, req)
+
+    def select(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
+        record, _ = self._load(run_id)
+        require_owner(record, execution_id)
+        return stage_sweep.select(self, record)
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

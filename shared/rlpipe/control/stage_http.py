@@ -81,7 +81,7 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     if not identity.is_run_id(run_id):
         raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
     execution_id = _opt_str(body, "execution_id")
-    if op in ("plan", "launch", "status", "gate") and execution_id is None:
+    if op in ("plan", "launch", "status", "gate", "select") and execution_id is None:
         raise BadCall(f"{op} needs the calling execution's execution_id")
     if op == "plan":
         return service.plan(run_id, execution_id)
@@ -97,7 +97,9 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
         return service.cleanup(run_id, execution_id)
     if op == "gate":
         return service.gate(run_id, execution_id)
-    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, finish, cleanup")
+    if op == "select":
+        return service.select(run_id, execution_id)
+    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup")
 
 
 def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
@@ -140,6 +142,20 @@ def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str
         order = retry.parse_order(body)
     except retry.BadRetry as exc:
         raise BadCall(str(exc)) from None
+    parent = services.ledger().get(order.run_id)
+    if parent is not None and parent.sweep is not None:  # a sweep: its children go on
+        from rlpipe.control.sweep import operations as stage_sweep
+
+        return stage_sweep.retry_parent(
+            services.ledger(),
+            parent,
+            by=order.by or caller or "unknown",
+            reason=order.reason,
+            from_stage=order.from_stage,
+            key=order.key,
+            caller=caller,
+            start=services.intake(log).start_claimed,
+        )
     decision = retry.start_round(
         services.ledger(),
         order.run_id,

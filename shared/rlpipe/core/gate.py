@@ -36,6 +36,20 @@ def _number(evaluation: Any, field: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def metric(results: Mapping[str, Any], name: str) -> float | None:
+    """One of the numbers the gate compares, by its threshold's name without ``min_``
+    (``post_mean_reward``, ``reward_gain``, ``post_accuracy``): what a sweep selects by, too."""
+    pre, post = results.get("pre"), results.get("post")
+    if name == "post_mean_reward":
+        return _number(post, "mean_reward")
+    if name == "post_accuracy":
+        return _number(post, "accuracy")
+    if name == "reward_gain":
+        after, before = _number(post, "mean_reward"), _number(pre, "mean_reward")
+        return None if after is None or before is None else after - before
+    raise ValueError(f"unknown metric {name!r}")
+
+
 def _compare(name: str, what: str, measured: float, threshold: float, unit: str = "") -> tuple[bool, str]:
     ok = measured >= threshold
     relation = "meets" if ok else "below"

@@ -101,6 +101,7 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "maxtext_overrides": {},
         "gate": None,
         "publish": None,
+        "sweep": None,
     }
 
 
@@ -110,6 +111,9 @@ FLEX_START_QUEUE = "flex-queue"
 # Spot capacity is reclaimed: the checkpoint period is chosen so that one reclaim loses at most
 # this fraction of the run's steps (the rule `rlpipe plan` states).
 SPOT_MAX_STEPS_AT_RISK = 0.10
+
+# How many children one sweep may make unless the deployment says otherwise (docs/sweeps.md).
+DEFAULT_MAX_SWEEP_CHILDREN = 16
 
 # Defaults of optional sections, merged under a request's section when it sets one.
 SECTION_DEFAULTS: dict[str, dict[str, Any]] = {

@@ -83,6 +83,8 @@ class Action:
 def claim_action(record: RunRecord, now: float, *, min_age: float) -> Action | None:
     if record.state != "accepted" or record.execution.name:
         return None
+    if record.sweep is not None:
+        return None  # a sweep's parent has no execution of its own: its children do the work
     age = now - epoch(record.created_at)
     if age < min_age:
         return None  # intake may still be starting it

@@ -189,3 +189,12 @@ def render_compare(
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
     )
+
+
+def run_rows(
+    records: Sequence[dict[str, Any]], *, now: datetime | None = None, prices_json: str = ""
+) -> list[dict[str, Any]]:
+    """Each run as the page shows it (state, pre/post metrics, chip-hours, cost): for a table of
+    the same numbers outside the page (the sweep demo's summary, ``compare --json``)."""
+    when = now or datetime.now(UTC)
+    return [_run(record, i, when, prices_json) for i, record in enumerate(records)]

@@ -19,6 +19,7 @@ from pydantic import (
 from rlpipe.core import presets, workarounds
 from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN, Strict, check_revision, custom_error
 from rlpipe.core.request.inputs import DatasetSpec, RewardsSpec, UserFile
+from rlpipe.core.request.sweep import SweepSpec
 
 _SHELL_UNSAFE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?(){}\[\]'\"~#]")
 _SHELL_UNSAFE_CONFIG = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")  # allows JSON/Python-literal punctuation
@@ -350,6 +351,9 @@ class Request(_Strict):
     labels: dict[str, str]
     gate: GateSpec | None = Field(description="quality gate evaluated after train")
     publish: PublishSpec | None = Field(description="publish the export to the Hugging Face Hub")
+    sweep: SweepSpec | None = Field(
+        description="run a grid of children over training fields and MaxText keys (docs/sweeps.md)"
+    )
 
     @field_validator("hf_revision")
     @classmethod

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.core import identity, layout
-from rlpipe.core.presets import DEFAULT_READ_SECRETS, DEFAULT_WRITE_SECRETS, TUTORIAL_IMAGE_PREFIXES
+from rlpipe.core.presets import (
+    DEFAULT_MAX_SWEEP_CHILDREN,
+    DEFAULT_READ_SECRETS,
+    DEFAULT_WRITE_SECRETS,
+    TUTORIAL_IMAGE_PREFIXES,
+)
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import env_allowlist
 from rlpipe.core.request.model import CONTROLLED_ARGS, Request
@@ -35,6 +40,7 @@ SETTINGS = {
     "gcs": "RLPIPE_READ_ONLY_GCS_PREFIXES",
     "topics": "RLPIPE_NOTIFY_TOPICS",
     "code": "RLPIPE_ALLOW_USER_CODE",
+    "sweep": "RLPIPE_MAX_SWEEP_CHILDREN",
 }
 
 
@@ -51,6 +57,7 @@ class Policy:
     read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
     notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
     allow_user_code: bool = False  # may a request bring Python that runs in its training pods
+    max_sweep_children: int = DEFAULT_MAX_SWEEP_CHILDREN  # the largest grid one request may make
     source: str = "the built-in defaults"
     # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
     # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).

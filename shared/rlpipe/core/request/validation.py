@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import bounds, checks, provisioning
+from rlpipe.core.request import bounds, checks, grid, provisioning
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 from rlpipe.core.request.policy import Policy
@@ -62,6 +62,8 @@ def validate_request(doc: Any, policy: Policy | None = None) -> Request:
     dumped = request.model_dump(mode="python")
     problems.extend(checks.cross_field_problems(dumped))
     problems.extend((policy or Policy()).problems(request))
+    if request.sweep is not None and not problems:  # each child is checked as a request of its own
+        problems.extend(grid.problems(request, policy or Policy(), validate_request))
     if problems:
         raise RequestInvalid(_dedupe(problems))
     return request

@@ -46,14 +46,35 @@ RL_DEFAULTS = {  # rl.yml at maxtext-v0.2.4 (lines 43, 110, 113, 120, 128, 130, 
 }
 
 
-def mean_reward(step: int) -> float:
-    """A deterministic, rising reward curve (what a healthy GRPO run looks like)."""
-    return round(0.12 + 0.66 * (1.0 - math.exp(-step / 45.0)), 4)
+# The learning rate of the tutorials' train_rl command (the v6e-32 preset's), and MaxText's KL
+# weight rl.grpo_beta (rl.yml:48 at maxtext-v0.2.4).
+REFERENCE_LEARNING_RATE = 2e-5
+DEFAULT_KL_WEIGHT = 0.08
 
 
-def _eval_line(step: int, total: int) -> str:
+def mean_reward(step: int, pace: float = 1.0) -> float:
+    """A deterministic, rising reward curve (what a healthy GRPO run looks like); ``pace`` scales
+    how fast it rises (``learning_pace``), so a sweep's children end at different rewards."""
+    return round(0.12 + 0.66 * (1.0 - math.exp(-step * pace / 45.0)), 4)
+
+
+def learning_pace(args: Arguments) -> float:
+    """How fast the simulated reward rises for these hyper-parameters: fastest at the tutorials'
+    learning rate, slower a factor of ten away from it, and faster with a weaker KL pull. A played
+    stand-in for what a sweep measures: 1.0 when neither is passed or both are the reference, so
+    every run that sets neither reads as it always did."""
+    pace = 1.0
+    if args.get("learning_rate") is not None:
+        rate = args.number("learning_rate", str(REFERENCE_LEARNING_RATE))
+        if rate > 0:
+            pace *= math.exp(-(math.log10(rate / REFERENCE_LEARNING_RATE) ** 2))
+    kl = args.number("rl.grpo_beta", str(DEFAULT_KL_WEIGHT))
+    return pace * (DEFAULT_KL_WEIGHT / kl) ** 0.25 if kl > 0 else pace
+
+
+def _eval_line(step: int, total: int, pace: float = 1.0) -> str:
     """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4 places."""
-    reward = mean_reward(step) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
+    reward = mean_reward(step, pace) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
     corr = round(total * min(1.0, reward))
     accuracy = corr / total * 100 if total > 0 else 0
     partial = min(total, corr + 1) / total * 100 if total > 0 else 0
@@ -120,6 +141,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     interval = args.integer("eval_interval", int(RL_DEFAULTS["eval_interval"]))
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
     eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
+    pace = learning_pace(args)
     if period < 1:
         raise ProgramExit(1, message=f"checkpoint_period={period} must be >= 1")
     pinned_steps(ctx, args)
@@ -142,7 +164,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
         )
         ctx.note("resume", str(start))
     if test_batches > 0:
-        ctx.log(absl_line(ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total)}"))
+        ctx.log(
+            absl_line(ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total, pace)}")
+        )
         if interval > 0:
             message = (
                 f"[intermediate-eval] hook installed: evaluate(...) will fire every {interval} outer steps."
@@ -168,7 +192,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             and outer % interval == 0
         ):
             evaluated[0] = outer
-            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total)}"
+            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total, pace)}"
             ctx.log(absl_line(ctx, "W", "hooks.py:98", message))
 
     if start < final:
@@ -190,7 +214,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
         _save_rl_checkpoint(ctx, actor, final, keep)
     ctx.log(absl_line(ctx, "W", "train_rl.py:810", "RL Training Completed Successfully!"))
     if test_batches > 0:
-        ctx.log(absl_line(ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total)}"))
+        ctx.log(
+            absl_line(ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total, pace)}")
+        )
     return 0
 
 

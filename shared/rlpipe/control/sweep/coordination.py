@@ -1,0 +1,362 @@
+"""A sweep's children coordinating through their parent's ledger record.
+
+Each child is an ordinary run with its own workflow execution. What they share is decided here,
+each time by one compare-and-swap on the parent (``Ledger.update``), so that children asking at
+the same moment cannot both win:
+
+* the pins: the first child to plan resolves the model revision and the datasets; every later
+  child trains on those commits, whatever the Hub says by then;
+* the slots: at most ``max_parallel`` children between plan and selection (the TPU work);
+  the others wait in plan, queued, and their workflows poll again;
+* the conversion: the first child converts; the others wait for its cache entry, so one
+  conversion serves them all;
+* the selection: once every child has arrived at selection (trained, gated) or ended, the rule
+  (``core.sweep.select``) is applied once and written once; only the winner goes on to publish.
+
+The parent's state is derived from its children's (``core.sweep.parent_state``) and refreshed
+whenever one of them changes what the parent shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlpipe.control.ledger import Failure, Ledger, RunRecord, SweepParent, SweepSelection, now
+from rlpipe.core import sweep as core_sweep
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.request.sweep import SweepSpec
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled", "gated"})
+
+
+def parent_of(ledger: Ledger, child: RunRecord) -> RunRecord:
+    member = child.lineage.sweep
+    parent = ledger.get(member.parent) if member is not None else None
+    if parent is None or parent.sweep is None:
+        raise PermanentFailure(f"run {child.run_id} names a sweep parent that has no record")
+    return parent
+
+
+def spec_of(parent: RunRecord) -> SweepSpec:
+    return SweepSpec.model_validate(parent.request["sweep"])
+
+
+# ---- pins ---------------------------------------------------------------------------------------
+
+
+def shared_pins(
+    ledger: Ledger, child: RunRecord, resolve: Callable[[], tuple[str, dict[str, Any]]]
+) -> tuple[str, dict[str, Any]]:
+    """The model commit and datasets every child of this sweep trains on."""
+    parent = parent_of(ledger, child)
+    assert parent.sweep is not None
+    if parent.sweep.pins is None:
+        sha, data = resolve()
+
+        def pin(r: RunRecord) -> str | None:
+            assert r.sweep is not None
+            if r.sweep.pins is not None:
+                return None  # a sibling pinned first: its commits hold for everyone
+            r.sweep.pins = {"hf_sha": sha, "data": data}
+            r.lineage.hf_sha = sha
+            r.lineage.data = data
+            return "sweep-pinned"
+
+        parent = ledger.update(parent.run_id, pin, detail=lambda r: {"hf_sha": sha, "by": child.run_id})
+    assert parent.sweep is not None and parent.sweep.pins is not None
+    return parent.sweep.pins["hf_sha"], parent.sweep.pins["data"]
+
+
+# ---- slots ----------------------------------------------------------------------------------------
+
+
+def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> str | None:
+    """None when this child may go on (it holds a slot now); else why it waits, which the child's
+    record shows while it is queued."""
+    me = child.run_id
+    parent = parent_of(ledger, child)
+    assert parent.sweep is not None
+    released = _no_longer_holding(ledger, parent.sweep)
+    max_parallel = parent.sweep.max_parallel
+    decision: dict[str, str | None] = {"wait": None}
+
+    def change(r: RunRecord) -> str | None:
+        s = r.sweep
+        assert s is not None
+        decision["wait"] = None
+        if me in s.slots:
+            return None
+        before = (list(s.slots), s.converter)
+        s.slots = [h for h in s.slots if h not in released and h not in s.arrived]
+        if s.converter is not None and (s.converter in released or s.converter not in s.slots):
+            s.converter = None  # it ended or moved on without a conversion in the cache: next one
+        if not conversion_ready and s.converter not in (None, me):
+            decision["wait"] = (
+                f"queued: waiting for child {_index(s, s.converter)} ({s.converter}) to convert the "
+                "checkpoint every child shares"
+            )
+        elif len(s.slots) >= max_parallel:
+            decision["wait"] = (
+                f"queued: all {max_parallel} of the sweep's slots are in use "
+                f"(children {', '.join(str(_index(s, h)) for h in s.slots)})"
+            )
+        else:
+            s.slots.append(me)
+            s.arrived = [a for a in s.arrived if a != me]  # a retried child works again
+            if not conversion_ready:
+                s.converter = me
+            return "sweep-slot-taken"
+        return "sweep-slots-freed" if (s.slots, s.converter) != before else None
+
+    ledger.update(
+        parent.run_id, change, detail=lambda r: {"child": me, "slots": r.sweep.slots if r.sweep else []}
+    )
+    _show_waiting(ledger, me, decision["wait"])
+    if decision["wait"] is None:
+        refresh(ledger, parent.run_id)
+    return decision["wait"]
+
+
+def _no_longer_holding(ledger: Ledger, s: SweepParent) -> set[str]:
+    """Slot holders that ended (a crash or a cancel may end one without its release)."""
+    gone: set[str] = set()
+    for holder in s.slots:
+        record = ledger.get(holder)
+        if record is None or record.terminal:
+            gone.add(holder)
+    return gone
+
+
+def _show_waiting(ledger: Ledger, run_id: str, why: str | None) -> None:
+    def change(r: RunRecord) -> str | None:
+        if r.lineage.sweep is None or r.lineage.sweep.waiting == why:
+            return None
+        r.lineage.sweep.waiting = why
+        return "sweep-queued" if why else "sweep-dequeued"
+
+    ledger.update(run_id, change, detail=lambda r: {"waiting": why})
+
+
+def _index(s: SweepParent, run_id: str | None) -> int | None:
+    return s.children.index(run_id) if run_id in s.children else None
+
+
+# ---- selection ------------------------------------------------------------------------------------
+
+
+def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
+    """The ``select`` step: this child trained (and passed the gate); it gives its slot back and
+    learns whether it publishes, or that it must wait for siblings still working."""
+    me = child.run_id
+    parent = parent_of(ledger, child)
+
+    def arrived(r: RunRecord) -> str | None:
+        s = r.sweep
+        assert s is not None
+        if me in s.arrived and me not in s.slots:
+            return None
+        s.arrived = [*dict.fromkeys([*s.arrived, me])]
+        s.slots = [h for h in s.slots if h != me]
+        s.converter = None if s.converter == me else s.converter
+        return "sweep-arrived"
+
+    parent = ledger.update(parent.run_id, arrived, detail=lambda r: {"child": me})
+    assert parent.sweep is not None
+    if parent.sweep.selection is None:
+        children = [ledger.get(c) for c in parent.sweep.children]
+        working = [
+            i
+            for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))
+            if run_id not in parent.sweep.arrived and c is not None and not c.terminal
+        ]
+        if working:
+            return {
+                "wait": True,
+                "selected": None,
+                "reason": f"waiting for children {_list(working)} to finish",
+            }
+        parent = _select(ledger, parent, children)
+    assert parent.sweep is not None and parent.sweep.selection is not None
+    chosen = parent.sweep.selection.run_id == me
+    _mark_selected(ledger, me, chosen)
+    refresh(ledger, parent.run_id)
+    reason = parent.sweep.selection.reason
+    return {"wait": False, "selected": chosen, "reason": reason if chosen else f"not selected: {reason}"}
+
+
+def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None]) -> RunRecord:
+    assert parent.sweep is not None
+    rule = spec_of(parent).select
+    if rule is None:  # no rule: every child that arrived goes on (none publishes: validation)
+        return parent
+    candidates = [
+        core_sweep.Candidate(
+            run_id=run_id,
+            index=i,
+            point=parent.sweep.points[i],
+            state=c.state if c is not None else "unknown",
+            arrived=run_id in parent.sweep.arrived,
+            results=c.results if c is not None else {},
+        )
+        for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))
+    ]
+    chosen = core_sweep.select(rule, candidates)
+    selection = SweepSelection(
+        run_id=chosen.run_id,
+        index=chosen.index,
+        metric=rule.metric,
+        direction=rule.direction,
+        value=chosen.value,
+        reason=chosen.reason,
+        at=now(),
+        table=chosen.table,
+    )
+
+    def record(r: RunRecord) -> str | None:
+        assert r.sweep is not None
+        if r.sweep.selection is not None:
+            return None  # a sibling selected first, from the same ledgers: its answer stands
+        r.sweep.selection = selection
+        return "sweep-selected"
+
+    return ledger.update(
+        parent.run_id,
+        record,
+        detail=lambda r: r.sweep.selection.model_dump() if r.sweep and r.sweep.selection else {},
+    )
+
+
+def _mark_selected(ledger: Ledger, run_id: str, chosen: bool) -> None:
+    def change(r: RunRecord) -> str | None:
+        if r.lineage.sweep is None or r.lineage.sweep.selected is chosen:
+            return None
+        r.lineage.sweep.selected = chosen
+        return "sweep-selected" if chosen else "sweep-not-selected"
+
+    ledger.update(run_id, change, detail=lambda r: {"selected": chosen})
+
+
+def _list(indexes: list[int]) -> str:
+    return ", ".join(map(str, indexes))
+
+
+# ---- a child ended; the parent's state ------------------------------------------------------------
+
+
+def child_ended(ledger: Ledger, child: RunRecord) -> None:
+    """Give back what the child held (its slot, the converter role) and refresh the parent."""
+    me = child.run_id
+    parent = parent_of(ledger, child)
+
+    def release(r: RunRecord) -> str | None:
+        s = r.sweep
+        assert s is not None
+        if me not in s.slots and s.converter != me:
+            return None
+        s.slots = [h for h in s.slots if h != me]
+        s.converter = None if s.converter == me else s.converter
+        return "sweep-slot-released"
+
+    ledger.update(parent.run_id, release, detail=lambda r: {"child": me, "state": child.state})
+    refresh(ledger, parent.run_id)
+
+
+def refresh(ledger: Ledger, parent_id: str) -> RunRecord:
+    """Write the state the children imply (``core.sweep.parent_state``) when it changed."""
+    parent = ledger.get(parent_id)
+    if parent is None or parent.sweep is None:
+        raise PermanentFailure(f"no sweep {parent_id}")
+    children = [ledger.get(c) for c in parent.sweep.children]
+    states = [c.state if c is not None else "failed" for c in children]
+    selection = parent.sweep.selection
+    winner = next((c for c in children if c is not None and selection and c.run_id == selection.run_id), None)
+    state = core_sweep.parent_state(
+        states,
+        selecting=spec_of(parent).select is not None,
+        winner_state=winner.state if winner is not None else None,
+        cancelled=parent.sweep.cancelled,
+    )
+    failure = _failure(parent, children, state)
+
+    def change(r: RunRecord) -> str | None:
+        if r.state == state and r.failure == failure:
+            return None
+        # Not set_state: the parent runs nothing, so its state is whatever its children's imply.
+        r.state = state  # type: ignore[assignment]
+        r.failure = failure
+        return f"sweep-{state}"
+
+    return ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+
+
+def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) -> Failure | None:
+    assert parent.sweep is not None
+    if state == "cancelled":
+        return Failure(tag="cancelled", message="the sweep was cancelled, and its children with it")
+    if state not in ("failed", "gated"):
+        return None
+    selection = parent.sweep.selection
+    if selection is not None and selection.run_id is None:
+        return Failure(tag=state if state == "gated" else "permanent", message=selection.reason)
+    ended = [
+        f"child {i} ({c.run_id}) {c.state}" + (f": {c.failure.message}" if c.failure else "")
+        for i, c in enumerate(children)
+        if c is not None and c.state in ("failed", "cancelled", "gated")
+    ]
+    return Failure(tag=state if state == "gated" else "permanent", message="; ".join(ended)[:2000] or state)
+
+
+# ---- operators: cancel and retry the parent --------------------------------------------------------
+
+
+def cancel(ledger: Ledger, parent_id: str, cancel_child: Callable[[str], None]) -> RunRecord:
+    """Mark the sweep cancelled and cancel every child that has not ended."""
+
+    def mark(r: RunRecord) -> str | None:
+        assert r.sweep is not None
+        if r.sweep.cancelled or r.terminal:
+            return None
+        r.sweep.cancelled = True
+        return "sweep-cancel"
+
+    parent = ledger.update(parent_id, mark)
+    assert parent.sweep is not None
+    if not parent.sweep.cancelled:  # it had ended before: nothing to cancel
+        return parent
+    for run_id in parent.sweep.children:
+        child = ledger.get(run_id)
+        if child is not None and not child.terminal:
+            cancel_child(run_id)
+    return refresh(ledger, parent_id)
+
+
+def retry_targets(parent: RunRecord, children: list[RunRecord | None]) -> list[str]:
+    """The children a retry of the parent starts again: after a selection only the winner can
+    change the outcome; before one, every child that failed or was cancelled."""
+    assert parent.sweep is not None
+    selection = parent.sweep.selection
+    if selection is not None and selection.run_id is not None:
+        return [
+            c.run_id
+            for c in children
+            if c is not None and c.run_id == selection.run_id and c.state in ("failed", "cancelled")
+        ]
+    return [c.run_id for c in children if c is not None and c.state in ("failed", "cancelled")]
+
+
+def reopen(ledger: Ledger, parent_id: str) -> RunRecord:
+    """After its children were retried: no longer cancelled, its state theirs again."""
+
+    def change(r: RunRecord) -> str | None:
+        assert r.sweep is not None
+        no_winner = r.sweep.selection is not None and r.sweep.selection.run_id is None
+        if not r.sweep.cancelled and not no_winner:
+            return None
+        r.sweep.cancelled = False
+        if no_winner:  # selection runs again once the retried children arrive or end
+            r.sweep.selection = None
+        return "sweep-reopened"
+
+    ledger.update(parent_id, change)
+    return refresh(ledger, parent_id)

@@ -1,0 +1,63 @@
+"""The ``sweep`` section: one request that becomes a grid (or a list) of child runs.
+
+Why a model of its own: the schema only says what a point may look like; what it may name, and
+the child requests it becomes, are ``core.request.grid``'s (each child checked as if submitted
+alone). A point names a path into the request
+(``training.<field>`` or ``maxtext_overrides.<key>``), so a sweep can only vary what a single
+request could already set, and the children share everything else: the model, the data, the
+image, the slice and where the model is published.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from rlpipe.core.request.base import Strict, custom_error
+
+Scalar = bool | int | float | str
+# A point's key: `training.learning_rate`, or `maxtext_overrides.rl.grpo_beta` (an override key
+# keeps its own dots). Its shape only; what it may name is decided in core.sweep.
+SweepKey = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*(\.[a-z0-9_]+)+$", max_length=160)]
+MAX_VALUES_PER_KEY = 64
+
+# The post-training numbers train_rl prints (train_log), by the names the gate uses for them.
+Metric = Literal["post_mean_reward", "reward_gain", "post_accuracy"]
+
+
+class SelectRule(Strict):
+    """Which child goes on to publish once every child has ended (docs/sweeps.md).
+
+    Only a child that reached the end of training and passed the quality gate (when the request
+    has one) is a candidate: a gated or failed child ended before selection."""
+
+    metric: Metric = Field(description="post_mean_reward, reward_gain (post minus pre) or post_accuracy")
+    direction: Literal["max", "min"] = Field(default="max", description="max: the highest value wins")
+
+
+class SweepSpec(Strict):
+    """A grid (every combination) or a list of points; each point is one child run."""
+
+    grid: (
+        dict[SweepKey, Annotated[list[Scalar], Field(min_length=1, max_length=MAX_VALUES_PER_KEY)]] | None
+    ) = Field(default=None, description="key → values; the children are every combination, last key fastest")
+    points: list[dict[SweepKey, Scalar]] | None = Field(
+        default=None, description="a list of override sets, one child each"
+    )
+    max_parallel: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None,
+        description="children holding a TPU slice at once; None = all (Kueue's quota still bounds them)",
+    )
+    select: SelectRule | None = Field(
+        default=None, description="pick one child after all have ended; only it publishes"
+    )
+
+    @field_validator("grid", "points")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        if value is not None and not value:
+            raise custom_error("a sweep needs at least one key", "give at least one key with its values")
+        if isinstance(value, list) and any(not point for point in value):
+            raise custom_error("a point sets nothing", "give every point at least one key")
+        return value
