@@ -123,7 +123,7 @@ def select(rule: SelectRule, candidates: Sequence[Candidate]) -> Selection:
 
 def _why_none(table: Sequence[Mapping[str, Any]]) -> str:
     return (
-        "; ".join(f"child {r['index']} {r['status'][len('not a candidate: ') :]}" for r in table)
+        "; ".join(f"child {r['index']} is {r['status']}" for r in table)
         or "no children"
     )
 
@@ -149,7 +149,9 @@ def parent_state(states: Sequence[str], *, selecting: bool, winner_state: str | 
     if selecting:
         if winner_state is not None:
             return "succeeded" if winner_state == "succeeded" else "failed"
-        return "gated" if "gated" in states and "succeeded" not in states else "failed"
+        if any(s in ("failed", "cancelled") for s in states):
+            return "failed"
+        return "gated" if "gated" in states else "failed"
     if any(s in ("failed", "cancelled") for s in states):
         return "failed"
     return "gated" if all(s == "gated" for s in states) else "succeeded"

@@ -18,8 +18,8 @@ from rlpipe.core.request.base import Strict, custom_error
 
 Scalar = bool | int | float | str
 # A point's key: `training.learning_rate`, or `maxtext_overrides.rl.grpo_beta` (an override key
-# keeps its own dots). Its shape only; what it may name is decided in core.sweep.
-SweepKey = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]*(\.[a-z0-9_]+)+$", max_length=160)]
+# keeps its own dots). What it may name is decided in core.request.grid, which says why not.
+SweepKey = Annotated[str, Field(min_length=1, max_length=160)]
 MAX_VALUES_PER_KEY = 64
 
 # The post-training numbers train_rl prints (train_log), by the names the gate uses for them.

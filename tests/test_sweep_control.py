@@ -1,0 +1,271 @@
+"""Sweeps in the control plane, on the real ledger (fake-gcs-server behind the strict layer) and the
+real Executions client: intake of a sweep file, and the children coordinating through their parent
+(pins, slots, the one conversion, the one selection, cancel, retry) under concurrent callers."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import yaml
+
+from rlpipe.control.events import ObjectEvent
+from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.sweep import coordination as sweeps
+from rlpipe.control.sweep import operations
+from tests.conftest import Buckets, minimal_request, real_intake
+
+GRID = {"training.num_generations": [2, 4, 8, 16]}
+
+
+def _drop(buckets: Buckets, name: str, doc: dict[str, Any]) -> ObjectEvent:
+    blob = buckets.client.bucket(buckets.requests).blob(name)
+    blob.upload_from_string(yaml.safe_dump(doc, sort_keys=False))
+    return ObjectEvent(buckets.requests, name, str(blob.generation), blob.size, "e1")
+
+
+def _sweep(buckets: Buckets, executions: Any, **sweep: Any) -> tuple[Ledger, RunRecord, list[RunRecord]]:
+    intake = real_intake(buckets, executions)
+    doc = minimal_request(request_id="lr-sweep", sweep={"grid": GRID, "max_parallel": 2, **sweep})
+    result = intake.from_object(_drop(buckets, "requests/sweep.yaml", doc))
+    assert result.outcome == "started", result
+    ledger = buckets.ledger()
+    parent = ledger.get(result.run_id)
+    assert parent is not None and parent.sweep is not None
+    return ledger, parent, [ledger.get(c) for c in parent.sweep.children]
+
+
+def _claimed(buckets: Buckets, **sweep: Any) -> tuple[Ledger, RunRecord, list[RunRecord]]:
+    """A sweep's records as intake claims them, without starting executions (faster; the intake
+    test above covers the starting)."""
+    from rlpipe.control.ledger import Lineage, Source, SweepMember, SweepParent
+    from rlpipe.core import identity
+    from rlpipe.core import sweep as core_sweep
+    from rlpipe.core.request import validate_request
+
+    req = validate_request(
+        minimal_request(request_id="lr-sweep", sweep={"grid": GRID, "max_parallel": 2, **sweep})
+    )
+    key = identity.key_for_request_id("lr-sweep")
+    kids = core_sweep.children(req)
+    ids = [identity.run_id_for(core_sweep.child_key(key, c.index)) for c in kids]
+    source = Source(kind="cli")
+    ledger = buckets.ledger()
+    parent = RunRecord(
+        run_id=identity.run_id_for(key),
+        key=key,
+        source=source,
+        request=req.model_dump(mode="json"),
+        sweep=SweepParent(children=ids, points=[c.point for c in kids], max_parallel=2),
+    )
+    assert ledger.claim(parent)
+    children = []
+    for child, run_id in zip(kids, ids, strict=True):
+        member = SweepMember(parent=parent.run_id, index=child.index, size=len(kids), point=child.point)
+        record = RunRecord(
+            run_id=run_id,
+            key=core_sweep.child_key(key, child.index),
+            source=source,
+            request=child.request.model_dump(mode="json"),
+            lineage=Lineage(sweep=member),
+        )
+        assert ledger.claim(record)
+        children.append(record)
+    return ledger, parent, children
+
+
+def test_one_sweep_file_is_a_parent_and_n_children_and_a_redelivery_creates_nothing(
+    buckets: Buckets, executions: Any
+) -> None:
+    ledger, parent, children = _sweep(buckets, executions)
+    assert parent.sweep is not None and len(children) == 4
+    assert set(ledger.list_run_ids()) == {parent.run_id, *parent.sweep.children}
+    assert parent.execution.name is None  # the parent runs nothing itself
+    assert sorted(c["run_id"] for c in executions.creates()) == sorted(parent.sweep.children)
+    for index, child in enumerate(children):
+        assert child.lineage.sweep is not None
+        assert (child.lineage.sweep.parent, child.lineage.sweep.index) == (parent.run_id, index)
+        assert child.request["training"]["num_generations"] == GRID["training.num_generations"][index]
+        assert child.request["sweep"] is None
+    again = real_intake(buckets, executions).from_object(
+        ObjectEvent(buckets.requests, "requests/sweep.yaml", parent.source.generation or "", None, "e2")
+    )
+    assert (again.outcome, again.run_id) == ("duplicate", parent.run_id)
+    assert "4 duplicate" in again.detail
+    assert len(executions.creates()) == 4 and len(ledger.list_run_ids()) == 5
+    # The same request_id with another grid is a conflict, not a second sweep.
+    other = minimal_request(request_id="lr-sweep", sweep={"grid": {"training.num_generations": [2, 32]}})
+    conflict = real_intake(buckets, executions).from_object(_drop(buckets, "requests/other.yaml", other))
+    assert conflict.outcome == "conflict" and len(ledger.list_run_ids()) == 5
+
+
+def test_one_child_converts_and_no_more_than_max_parallel_hold_a_slot(buckets: Buckets) -> None:
+    ledger, parent, children = _claimed(buckets)
+    with ThreadPoolExecutor(4) as pool:
+        waits = list(pool.map(lambda c: sweeps.take_slot(ledger, c, conversion_ready=False), children))
+    [converter] = [c.run_id for c, w in zip(children, waits, strict=True) if w is None]
+    assert all("to convert the checkpoint every child shares" in w and converter in w for w in waits if w)
+    queued = ledger.get(children[waits.index(next(w for w in waits if w))].run_id)
+    assert queued is not None and queued.lineage.sweep is not None and queued.lineage.sweep.waiting
+    # The conversion is in the cache now: the others race for the one slot left.
+    others = [c for c in children if c.run_id != converter]
+    with ThreadPoolExecutor(3) as pool:
+        waits = list(pool.map(lambda c: sweeps.take_slot(ledger, c, conversion_ready=True), others))
+    assert sum(w is None for w in waits) == 1
+    assert all("all 2 of the sweep's slots are in use" in w for w in waits if w)
+    after = ledger.get(parent.run_id)
+    assert after is not None and after.sweep is not None and len(after.sweep.slots) == 2
+    assert after.state == "accepted"  # children hold slots; none has started a stage yet
+    # The converter ends (here: fails): its slot goes to a waiting child.
+    ended = ledger.update(converter, lambda r: (r.set_state("failed"), "failed")[1])
+    sweeps.child_ended(ledger, ended)
+    waiting = [c for c, w in zip(others, waits, strict=True) if w]
+    assert sweeps.take_slot(ledger, waiting[0], conversion_ready=True) is None
+    assert sweeps.take_slot(ledger, waiting[1], conversion_ready=True) is not None
+
+
+def test_the_children_train_on_the_commits_the_first_one_pinned(buckets: Buckets) -> None:
+    ledger, parent, children = _claimed(buckets)
+    calls: list[int] = []
+
+    def resolver(i: int) -> Any:
+        def resolve() -> tuple[str, dict[str, Any]]:
+            calls.append(i)
+            return f"{i:040d}", {"train": {"sha": f"data-{i}"}}
+
+        return resolve
+
+    with ThreadPoolExecutor(4) as pool:
+        pins = list(
+            pool.map(lambda ic: sweeps.shared_pins(ledger, ic[1], resolver(ic[0])), enumerate(children))
+        )
+    assert len(set(p[0] for p in pins)) == 1 and len({p[1]["train"]["sha"] for p in pins}) == 1
+    stored = ledger.get(parent.run_id)
+    assert (
+        stored is not None
+        and stored.sweep is not None
+        and stored.sweep.pins
+        == {
+            "hf_sha": pins[0][0],
+            "data": pins[0][1],
+        }
+    )
+    # Later children no longer ask the Hub at all.
+    calls.clear()
+    assert sweeps.shared_pins(ledger, children[0], resolver(9)) == pins[0] and calls == []
+
+
+def _trained(ledger: Ledger, run_id: str, post: float) -> RunRecord:
+    def change(r: RunRecord) -> str:
+        r.set_state("training")
+        r.results = {"pre": {"mean_reward": 0.1}, "post": {"mean_reward": post}}
+        return "trained"
+
+    return ledger.update(run_id, change)
+
+
+def test_selection_waits_for_every_child_then_one_winner_publishes(buckets: Buckets) -> None:
+    ledger, parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ids = [c.run_id for c in children]
+    first = sweeps.arrive(ledger, _trained(ledger, ids[0], 0.55))
+    assert first["wait"] is True and first["reason"] == "waiting for children 1, 2, 3 to finish"
+    ledger.update(ids[1], lambda r: (r.set_state("failed"), "failed")[1])
+    trained = [_trained(ledger, ids[2], 0.71), _trained(ledger, ids[3], 0.62)]
+
+    def settle(child: RunRecord) -> dict[str, Any]:
+        while (answer := sweeps.arrive(ledger, child))["wait"]:  # a sibling had not arrived yet
+            pass
+        return answer
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(settle, trained))
+    assert [a["selected"] for a in answers] == [True, False]
+    assert answers[1]["reason"].startswith("not selected: child 2 (num_generations=8)")
+    late = sweeps.arrive(ledger, ledger.get(ids[0]))
+    assert late["wait"] is False and late["selected"] is False
+    history = [e["event"] for e in ledger.history(parent.run_id)]
+    assert history.count("sweep-selected") == 1
+    stored = ledger.get(parent.run_id)
+    assert stored is not None and stored.sweep is not None and stored.sweep.selection is not None
+    assert stored.sweep.selection.run_id == ids[2]
+    assert "child 1 is not a candidate: it ended failed" in stored.sweep.selection.reason
+    assert [ledger.get(i).lineage.sweep.selected for i in ids] == [False, None, True, False]  # type: ignore[union-attr]
+
+
+def test_cancelling_the_parent_cancels_each_child_still_running_once(buckets: Buckets) -> None:
+    ledger, parent, children = _claimed(buckets)
+    ledger.update(children[0].run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
+    cancelled: list[str] = []
+
+    def cancel_child(run_id: str) -> None:
+        cancelled.append(run_id)
+        ledger.update(run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
+
+    after = sweeps.cancel(ledger, parent.run_id, cancel_child)
+    assert cancelled == [c.run_id for c in children[1:]]
+    assert after.state == "cancelled" and after.failure is not None
+    assert sweeps.cancel(ledger, parent.run_id, cancel_child).state == "cancelled"
+    assert len(cancelled) == 3  # a second cancel finds nothing running
+
+
+def test_retrying_the_parent_retries_only_the_children_that_can_change_the_outcome(buckets: Buckets) -> None:
+    ledger, parent, children = _claimed(buckets)
+    ids = [c.run_id for c in children]
+    for run_id, state in zip(ids, ["succeeded", "failed", "cancelled", "succeeded"], strict=True):
+        ledger.update(run_id, lambda r, s=state: (r.set_state(s), s)[1])  # type: ignore[misc]
+    stopped = sweeps.refresh(ledger, parent.run_id)
+    assert stopped.state == "failed" and "child 1" in (stopped.failure.message if stopped.failure else "")
+    started: list[str] = []
+    answer = operations.retry_parent(
+        ledger,
+        stopped,
+        by="ann",
+        reason="capacity is back",
+        from_stage=None,
+        key="k1",
+        caller=None,
+        start=started.append,
+    )
+    assert answer["outcome"] == "started" and started == [ids[1], ids[2]]
+    assert [ledger.get(i).state for i in ids] == ["succeeded", "accepted", "accepted", "succeeded"]  # type: ignore[union-attr]
+    assert answer["state"] == "training"  # under way again: two children done, two to go
+    repeated = operations.retry_parent(
+        ledger,
+        ledger.get(parent.run_id),
+        by="ann",
+        reason="again",
+        from_stage=None,
+        key="k1",
+        caller=None,
+        start=started.append,  # type: ignore[arg-type]
+    )
+    assert repeated["outcome"] == "duplicate" and started == [ids[1], ids[2]]
+
+
+@pytest.mark.parametrize("state", ["succeeded", "training"])
+def test_a_parent_that_succeeded_or_is_running_is_not_retried(
+    buckets: Buckets, executions: Any, state: str
+) -> None:
+    from rlpipe.core.failures import PermanentFailure
+
+    ledger, parent, children = _claimed(buckets)
+    for child in children:
+        ledger.update(child.run_id, lambda r: (r.set_state("training"), "t")[1])
+        if state == "succeeded":
+            ledger.update(
+                child.run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2]
+            )
+    current = sweeps.refresh(ledger, parent.run_id)
+    assert current.state == state
+    with pytest.raises(PermanentFailure):
+        operations.retry_parent(
+            ledger,
+            current,
+            by="ann",
+            reason="why",
+            from_stage=None,
+            key="k",
+            caller=None,
+            start=lambda r: None,
+        )
