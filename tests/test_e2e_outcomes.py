@@ -115,3 +115,50 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
         ("accuracy", round(post["accuracy"], 4)),
     }
     assert record.lineage.checkpoint_uri and record.lineage.checkpoint_uri in card
+
+
+def test_a_sweep_file_becomes_its_children_with_one_conversion_and_only_the_winner_published(
+    local: Local, faults: Any
+) -> None:
+    """One file, delivered three times (dropped twice, one event redelivered), is exactly three
+    child runs: one conversion between them, the same pinned commits, two at a time, and the one
+    with the highest post mean_reward (rl.grpo_beta 0.04 rises fastest in the simulator) is the
+    only one that publishes."""
+    from tests.harness.functions import gcs_event, post
+
+    faults([])
+    repo = f"e2e/{os.urandom(4).hex()}"
+    grid = {"maxtext_overrides.rl.grpo_beta": [0.16, 0.04, 0.08]}
+    path = local.request(
+        fresh_cache=True,
+        sweep={"grid": grid, "max_parallel": 2, "select": {"metric": "post_mean_reward"}},
+        publish={"repo": repo},
+    )
+    parent_id = local.submit(path)
+    assert local.submit(path) == parent_id
+    blob = next(local.client.list_blobs(local.settings.requests_bucket, prefix=f"requests/{path.stem}"))
+    event = gcs_event(local.settings.requests_bucket, blob.name, blob.generation, blob.size)
+    assert post(local.state.endpoints["function intake_object"], event).status_code == 200
+    parent = local.wait(parent_id, expected=60)
+    assert parent.state == "succeeded", parent.failure
+    assert parent.sweep is not None and len(parent.sweep.children) == 3
+    members = [r for r in (local.ledger.get(i) for i in local.ledger.list_run_ids()) if r and r.lineage.sweep]
+    children = sorted(
+        (r for r in members if r.lineage.sweep and r.lineage.sweep.parent == parent_id),
+        key=lambda r: r.lineage.sweep.index if r.lineage.sweep else -1,
+    )
+    assert [c.run_id for c in children] == parent.sweep.children
+    assert [local.executions_of(c.run_id) for c in children] == [1, 1, 1]
+    assert [a.stage for c in children for a in c.attempts].count("convert") == 1
+    assert (
+        len({c.lineage.hf_sha for c in children}) == 1
+        and len({c.lineage.conversion_key for c in children}) == 1
+    )
+    assert all(c.lineage.data == children[0].lineage.data for c in children)
+    assert parent.sweep.selection is not None and parent.sweep.selection.run_id == children[1].run_id
+    assert [c.lineage.sweep.selected for c in children if c.lineage.sweep] == [False, True, False]
+    assert [c.state for c in children] == ["succeeded"] * 3
+    assert [any(a.stage == "publish" for a in c.attempts) for c in children] == [False, True, False]
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    titles = [c.title for c in api.list_repo_commits(repo, revision="main") if "rlpipe run" in c.title]
+    assert len(titles) == 1 and children[1].run_id in titles[0]
