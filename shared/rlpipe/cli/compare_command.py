@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,13 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
             print(f"no run {run}", file=sys.stderr)
             return MISSING_RUN
         records.append(record.model_dump(mode="json"))
+    if args.json:
+        print(
+            json.dumps(
+                comparison(records, args.select, args.reason, str(getattr(chosen, "prices_json", "") or ""))
+            )
+        )
+        return 0
     path = Path(args.output or f"compare-{'-'.join(runs)}.html")
     try:
         from rlpipe.report.compare import render_compare
@@ -56,6 +64,37 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
     return 0
 
 
+def comparison(
+    records: list[dict[str, Any]], selected: str | None, reason: str | None, prices_json: str = ""
+) -> dict[str, Any]:
+    """The page's numbers as data (docs/cli.md, "compare --json"): each run's state, pre/post
+    evaluation, chip-hours and cost, and the request fields that differ."""
+    from rlpipe.report.compare import METRICS, config_differences, run_rows
+
+    def number(record: dict[str, Any], when: str, field: str) -> float | None:
+        value = ((record.get("results") or {}).get(when) or {}).get(field)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    runs = []
+    for record, row in zip(records, run_rows(records, prices_json=prices_json), strict=True):
+        runs.append(
+            {
+                "run_id": row["run_id"],
+                "state": row["state"],
+                "model": row["model"],
+                "selected": row["run_id"] == selected,
+                "metrics": {
+                    field: {"pre": number(record, "pre", field), "post": number(record, "post", field)}
+                    for field, *_ in METRICS
+                },
+                "chip_hours": float(row["chip_hours"]),
+                "cost": row["cost"],
+            }
+        )
+    differences = [{"key": d.key, "values": d.values} for d in config_differences(records)]
+    return {"runs": runs, "differences": differences, "selected": selected, "reason": reason}
+
+
 def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> None:
     """Add ``compare`` to the ``rlpipe`` parser; ``settings`` picks the deployment and
     ``ledger(settings)`` opens its ledger (``cli.main._settings`` and ``cli.main._ledger``)."""
@@ -67,4 +106,7 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
     p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default compare-RUN-RUN….html)")
     p.add_argument("--select", metavar="RUN", help="mark this run (one of those compared) as selected")
     p.add_argument("--reason", metavar="TEXT", help="why the selected run was selected")
+    p.add_argument(
+        "--json", action="store_true", help="print the comparison as JSON (docs/cli.md) instead of a page"
+    )
     p.set_defaults(func=lambda args: cmd_compare(args, settings, ledger))
