@@ -269,3 +269,30 @@ def test_a_parent_that_succeeded_or_is_running_is_not_retried(
             caller=None,
             start=lambda r: None,
         )
+
+
+def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: Buckets) -> None:
+    from rlpipe.control.notify import status_message
+
+    ledger, parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ids = [c.run_id for c in children]
+    for run_id, post in zip(ids, [0.5, 0.6, 0.7, 0.4], strict=True):
+        _trained(ledger, run_id, post)
+
+    def settle(run_id: str) -> None:
+        while sweeps.arrive(ledger, ledger.get(run_id))["wait"]:  # type: ignore[arg-type]
+            pass
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(settle, ids))
+
+    def end(run_id: str) -> RunRecord | None:
+        done = ledger.update(run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+        return sweeps.child_ended(ledger, done)
+
+    with ThreadPoolExecutor(4) as pool:
+        ended = [p for p in pool.map(end, ids) if p is not None]
+    assert len(ended) == 1 and ended[0].state == "succeeded"
+    message = status_message(ended[0])
+    assert f"a sweep of 4 children, selected {ids[2]}" in message["message"]
+    assert message["sweep"]["selection"]["run_id"] == ids[2]

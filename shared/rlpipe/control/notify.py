@@ -56,8 +56,15 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         change = f" ({gain:+.4f} over pre {post - gain:.4f})" if gain is not None else ""
         text += f"; post mean_reward {post:.4f}{change}"
     publish = record.request.get("publish")
+    selection = record.sweep.selection if record.sweep is not None else None
+    if record.sweep is not None:
+        text += f"; a sweep of {len(record.sweep.children)} children"
+        if selection is not None:
+            text += f", selected {selection.run_id or 'none'}: {selection.reason}"
     if record.state == "succeeded" and publish:
         text += f"; published to {publish['repo']}@{publish['branch']}"
+        if selection is not None and selection.run_id:
+            text += f" by {selection.run_id}"
     return {
         "run_id": record.run_id,
         "state": record.state,
@@ -71,4 +78,6 @@ def status_message(record: RunRecord) -> dict[str, Any]:
         "results": results,
         "gate": record.gate.model_dump() if record.gate else None,
         "chip_hours": round(sum(a.chip_hours or 0.0 for a in record.attempts), 3),
+        # a sweep's parent: its children, and the selection with its reason (docs/sweeps.md)
+        "sweep": record.sweep.model_dump(include={"children", "selection"}) if record.sweep else None,
     }

@@ -38,7 +38,6 @@ from rlpipe.control.notify import status_message
 from rlpipe.control.ownership import SupersededAttempt, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
-from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations as stage_sweep
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
@@ -451,8 +450,8 @@ class StageService:
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
-            if updated.lineage.sweep is not None:
-                sweeps.child_ended(self.ledger, updated)
+            if updated.lineage.sweep is not None:  # its parent's status message, once it ended
+                stage_sweep.child_ended(self, updated, topic)
             if req.publish is not None:  # the page its card links, now with how the run ended
                 run_report.write_run_report(self.state, updated, self.log)
         return message

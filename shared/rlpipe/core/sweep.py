@@ -122,10 +122,7 @@ def select(rule: SelectRule, candidates: Sequence[Candidate]) -> Selection:
 
 
 def _why_none(table: Sequence[Mapping[str, Any]]) -> str:
-    return (
-        "; ".join(f"child {r['index']} is {r['status']}" for r in table)
-        or "no children"
-    )
+    return "; ".join(f"child {r['index']} is {r['status']}" for r in table) or "no children"
 
 
 # ---- the parent's state -------------------------------------------------------------------------

@@ -244,8 +244,9 @@ def _list(indexes: list[int]) -> str:
 # ---- a child ended; the parent's state ------------------------------------------------------------
 
 
-def child_ended(ledger: Ledger, child: RunRecord) -> None:
-    """Give back what the child held (its slot, the converter role) and refresh the parent."""
+def child_ended(ledger: Ledger, child: RunRecord) -> RunRecord | None:
+    """Give back what the child held (its slot, the converter role) and refresh the parent.
+    Returns the parent when this call ended it (exactly one call does), for its status message."""
     me = child.run_id
     parent = parent_of(ledger, child)
 
@@ -259,11 +260,16 @@ def child_ended(ledger: Ledger, child: RunRecord) -> None:
         return "sweep-slot-released"
 
     ledger.update(parent.run_id, release, detail=lambda r: {"child": me, "state": child.state})
-    refresh(ledger, parent.run_id)
+    updated, ended = _refresh(ledger, parent.run_id)
+    return updated if ended else None
 
 
 def refresh(ledger: Ledger, parent_id: str) -> RunRecord:
     """Write the state the children imply (``core.sweep.parent_state``) when it changed."""
+    return _refresh(ledger, parent_id)[0]
+
+
+def _refresh(ledger: Ledger, parent_id: str) -> tuple[RunRecord, bool]:
     parent = ledger.get(parent_id)
     if parent is None or parent.sweep is None:
         raise PermanentFailure(f"no sweep {parent_id}")
@@ -278,16 +284,20 @@ def refresh(ledger: Ledger, parent_id: str) -> RunRecord:
         cancelled=parent.sweep.cancelled,
     )
     failure = _failure(parent, children, state)
+    ended: list[bool] = []
 
     def change(r: RunRecord) -> str | None:
+        ended.clear()  # a compare-and-swap may run this again on a newer record
         if r.state == state and r.failure == failure:
             return None
+        ended.append(not r.terminal and state in TERMINAL)
         # Not set_state: the parent runs nothing, so its state is whatever its children's imply.
         r.state = state  # type: ignore[assignment]
         r.failure = failure
         return f"sweep-{state}"
 
-    return ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+    updated = ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+    return updated, bool(ended and ended[0])
 
 
 def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) -> Failure | None:

@@ -14,6 +14,7 @@ from rlpipe.control.cluster_port import Cluster
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
+from rlpipe.control.settings import Settings
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
@@ -25,6 +26,10 @@ class StageService(Protocol):
     ledger: Ledger
     cluster: Cluster
     log: Logger
+    settings: Settings
+
+    @property
+    def publish(self) -> Callable[[str, dict[str, Any]], Any] | None: ...
 
     @property
     def resolve_revision(self) -> Callable[[str, str], str]: ...
@@ -85,6 +90,22 @@ def select(service: StageService, record: RunRecord) -> dict[str, Any]:
     return answer
 
 
+def child_ended(service: StageService, child: RunRecord, topic: str | None) -> None:
+    """After a child's finish: its slot back to the sweep, and the parent's status message on the
+    child's topic (the parent's request names the same) from the one call that ended the parent."""
+    parent = sweeps.child_ended(service.ledger, child)
+    if parent is None:
+        return
+    service.log.bind(run_id=parent.run_id).info("sweep ended", state=parent.state)
+    if topic and service.publish is not None:
+        try:
+            service.publish(service.settings.topic_path(topic), status_message(parent))
+        except Exception as exc:  # a status message never turns a finished run into a failed call
+            service.log.bind(run_id=parent.run_id).warning(
+                "could not publish the status message", error=str(exc)
+            )
+
+
 def finish_parent(service: StageService, parent: RunRecord, outcome: str) -> dict[str, Any]:
     """Only a person ends a sweep (``rlpipe cancel``); its children end it otherwise."""
     if outcome != "cancelled":
@@ -113,37 +134,36 @@ def retry_parent(
     caller: str | None,
     start: Callable[[str], Any],
 ) -> dict[str, Any]:
-    """``rlpipe retry SWEEP``: a new round of each child that can still change the outcome
-    (``sweeps.retry_targets``), each once per caller key, and the parent back to its children's state."""
+    """``rlpipe retry SWEEP``: a round of the parent (who asked, why), and a round of each child
+    that can still change the outcome (``sweeps.retry_targets``), each once per caller key. A
+    repeated call (the same key) retries only children a lost call left failed."""
     assert parent.sweep is not None
-    child_key = {c: f"{key}:{c}" for c in parent.sweep.children}
     children = [ledger.get(c) for c in parent.sweep.children]
-    repeated = [
-        c.run_id for c in children if c is not None and any(r.key == child_key[c.run_id] for r in c.rounds)
-    ]
-    why = retry.refusal(parent, from_stage)
-    if why is not None:
-        if repeated:  # this very retry again: its rounds exist
-            return {
-                "run_id": parent.run_id,
-                "outcome": "duplicate",
-                "state": parent.state,
-                "children": repeated,
-            }
-        raise PermanentFailure(why)
     targets = sweeps.retry_targets(parent, children)
-    if not targets:
+    if not targets and retry.refusal(parent, from_stage) is None:
         raise PermanentFailure(
             f"sweep {parent.run_id}: no child that failed or was cancelled can change its outcome"
         )
+    decision = retry.start_round(
+        ledger, parent.run_id, by=by, reason=reason, from_stage=from_stage, key=key, caller=caller
+    )
+    if decision.outcome == "refused":
+        raise PermanentFailure(decision.reason)
     started: list[str] = []
     for run_id in targets:
-        decision = retry.start_round(
-            ledger, run_id, by=by, reason=reason, from_stage=from_stage, key=child_key[run_id], caller=caller
+        child = retry.start_round(
+            ledger, run_id, by=by, reason=reason, from_stage=from_stage, key=f"{key}:{run_id}", caller=caller
         )
-        if decision.outcome == "refused":
-            raise PermanentFailure(f"child {run_id}: {decision.reason}")
+        if child.outcome == "refused":
+            raise PermanentFailure(f"child {run_id}: {child.reason}")
         start(run_id)
         started.append(run_id)
     updated = sweeps.reopen(ledger, parent.run_id)
-    return {"run_id": parent.run_id, "outcome": "started", "state": updated.state, "children": started}
+    return {
+        "run_id": parent.run_id,
+        "outcome": decision.outcome,
+        "round": decision.round,
+        "state": updated.state,
+        "execution": None,
+        "children": started,
+    }
