@@ -63,6 +63,142 @@ LIST_SCHEMA: dict[str, Any] = {
     },
 }
 
+POINT = {"type": "object", "additionalProperties": {"type": ["number", "string", "boolean"]}}
+NULLABLE_BOOL = {"type": ["boolean", "null"]}
+SELECT_RULE: dict[str, Any] = {
+    "oneOf": [
+        {"type": "null"},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["metric", "direction"],
+            "properties": {
+                "metric": {"enum": ["post_mean_reward", "reward_gain", "post_accuracy"]},
+                "direction": {"enum": ["max", "min"]},
+            },
+        },
+    ]
+}
+
+# docs/plan.md, `sweep` of `plan --json` (present only for a request with a sweep)
+PLAN_SWEEP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["size", "max_parallel", "select", "provisioning", "children", "total"],
+    "properties": {
+        "size": {"type": "integer", "minimum": 1},
+        "max_parallel": {"type": "integer", "minimum": 1},
+        "select": SELECT_RULE,
+        "provisioning": {"enum": ["reservation", "on-demand", "spot", "flex-start"]},
+        "children": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["index", "point", "overrides", "final_step", "chip_hours", "cost"],
+                "properties": {
+                    "index": {"type": "integer"},
+                    "point": POINT,
+                    "overrides": {"type": "string"},
+                    "run_id": {"type": "string", "pattern": "^r[a-z2-7]{11}$"},
+                    "final_step": {"type": "integer"},
+                    "chip_hours": NULLABLE_NUM,
+                    "cost": NULLABLE_NUM,
+                },
+            },
+        },
+        "total": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["chip_hours", "cost"],
+            "properties": {"chip_hours": NULLABLE_NUM, "cost": NULLABLE_NUM},
+        },
+    },
+}
+
+# docs/cli.md, "status --json": `sweep` of a sweep's parent, of a child, or null
+SWEEP_PARENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": [
+        "role",
+        "size",
+        "max_parallel",
+        "select",
+        "selection",
+        "cancelled",
+        "children_read",
+        "children",
+    ],
+    "properties": {
+        "role": {"const": "parent"},
+        "size": {"type": "integer"},
+        "max_parallel": {"type": "integer"},
+        "select": SELECT_RULE,
+        "selection": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": ["run_id", "index", "metric", "direction", "value", "reason", "at", "table"],
+                    "properties": {
+                        "run_id": NULLABLE_STR,
+                        "index": {"type": ["integer", "null"]},
+                        "value": NULLABLE_NUM,
+                        "reason": {"type": "string"},
+                        "at": {"type": "string"},
+                        "table": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            ]
+        },
+        "cancelled": {"type": "boolean"},
+        "children_read": {"type": "boolean"},
+        "children": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [
+                    "index",
+                    "run_id",
+                    "point",
+                    "overrides",
+                    "state",
+                    "waiting",
+                    "post_mean_reward",
+                    "selected",
+                ],
+                "properties": {
+                    "index": {"type": "integer"},
+                    "run_id": {"type": "string"},
+                    "point": POINT,
+                    "overrides": {"type": "string"},
+                    "state": NULLABLE_STR,
+                    "waiting": NULLABLE_STR,
+                    "post_mean_reward": NULLABLE_NUM,
+                    "selected": NULLABLE_BOOL,
+                },
+            },
+        },
+    },
+}
+SWEEP_CHILD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["role", "parent", "index", "size", "point", "overrides", "waiting", "selected"],
+    "properties": {
+        "role": {"const": "child"},
+        "parent": {"type": "string"},
+        "index": {"type": "integer"},
+        "size": {"type": "integer"},
+        "point": POINT,
+        "overrides": {"type": "string"},
+        "waiting": NULLABLE_STR,
+        "selected": NULLABLE_BOOL,
+    },
+}
+
 # docs/cli.md, "status --json" (also the `run` of watch --json's final line)
 STATUS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -83,6 +219,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "rounds",
         "lineage",
         "terminal",
+        "sweep",
     ],
     "properties": {
         "run_id": {"type": "string"},
@@ -114,6 +251,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "rounds": {"type": "array", "items": {"type": "object", "required": ["round", "by", "at"]}},
         "lineage": {"type": "object"},
         "terminal": {"type": "boolean"},
+        "sweep": {"oneOf": [{"type": "null"}, SWEEP_PARENT_SCHEMA, SWEEP_CHILD_SCHEMA]},
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
@@ -186,6 +324,91 @@ def ledger(buckets: Buckets) -> Any:
     return ledger
 
 
+def test_plan_json_of_a_sweep_follows_its_schema_and_an_invalid_sweep_is_invalid_input(tmp_path: Any) -> None:
+    def plan(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RLPIPE_")}
+        return subprocess.run(
+            [sys.executable, "-m", "rlpipe.cli.main", "plan", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**env, **extra},
+            check=False,
+            timeout=120,
+        )
+
+    prices = '{"v6e": {"reservation": {"price": 2, "source": "contract test", "read": "2026-12-01"}}}'
+    done = plan("examples/sweep-lr.yaml", "--json", "--step-seconds", "30", RLPIPE_PRICES=prices)
+    assert done.returncode == ExitCode.OK, done.stderr
+    sweep = json.loads(done.stdout)["sweep"]
+    jsonschema.validate(sweep, PLAN_SWEEP_SCHEMA)
+    assert sweep["size"] == len(sweep["children"]) == 4 and [c["index"] for c in sweep["children"]] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert all("run_id" in c for c in sweep["children"]) and None not in sweep["total"].values()
+    single = plan("examples/gemma4-26b-v6e-32.yaml", "--json")
+    assert single.returncode == ExitCode.OK and "sweep" not in json.loads(single.stdout)
+    bad = tmp_path / "bad-sweep.yaml"
+    bad.write_text(
+        "model: gemma4-26b\nhf_repo: google/gemma-4-26b-a4b-it\nsweep:\n  grid:\n    tpu.type: [v6e-32, v6e-64]\n"
+    )
+    refused = plan(str(bad), "--json")
+    assert refused.returncode == ExitCode.INVALID_INPUT and refused.stdout == ""
+    assert "sweep.grid.tpu.type" in refused.stderr
+
+
+def test_status_json_of_a_sweeps_parent_and_child_follows_the_schema(buckets: Buckets) -> None:
+    from rlpipe.control.ledger import Lineage, SweepMember, SweepParent
+
+    ledger = buckets.ledger()
+    request = validate_request(
+        minimal_request(sweep={"grid": {"training.learning_rate": [1e-5, 2e-5]}, "max_parallel": 1})
+    ).model_dump(mode="json")
+    points = [{"training.learning_rate": 1e-5}, {"training.learning_rate": 2e-5}]
+    parent = RunRecord(
+        run_id="rsweepparent",
+        key="request:sweep",
+        source=Source(kind="cli"),
+        request=request,
+        state="training",
+        sweep=SweepParent(children=["rsweepchild0", "rsweepchild1"], points=points, max_parallel=1),
+    )
+    assert ledger.claim(parent)
+    for index, (state, waiting) in enumerate((("training", None), ("accepted", "queued: no slot"))):
+        child = _record(f"rsweepchild{index}", state)
+        child.lineage = Lineage(
+            sweep=SweepMember(
+                parent="rsweepparent", index=index, size=2, point=points[index], waiting=waiting
+            )
+        )
+        if index == 0:
+            child.results = {"post": {"mean_reward": 0.58}}
+        assert ledger.claim(child)
+    done = rlpipe(buckets, "status", "rsweepparent", "--json")
+    assert done.returncode == ExitCode.OK, done.stderr
+    info = json.loads(done.stdout)
+    jsonschema.validate(info, STATUS_SCHEMA)
+    jsonschema.validate(info["sweep"], SWEEP_PARENT_SCHEMA)
+    rows = info["sweep"]["children"]
+    assert [(r["run_id"], r["state"], r["waiting"], r["post_mean_reward"]) for r in rows] == [
+        ("rsweepchild0", "training", None, 0.58),
+        ("rsweepchild1", "accepted", "queued: no slot", None),
+    ]
+    done = rlpipe(buckets, "status", "rsweepchild1", "--json")
+    assert done.returncode == ExitCode.OK, done.stderr
+    info = json.loads(done.stdout)
+    jsonschema.validate(info, STATUS_SCHEMA)
+    jsonschema.validate(info["sweep"], SWEEP_CHILD_SCHEMA)
+    assert (info["sweep"]["parent"], info["sweep"]["index"], info["sweep"]["waiting"]) == (
+        "rsweepparent",
+        1,
+        "queued: no slot",
+    )
+
+
 def test_the_exit_code_table_is_the_documented_one() -> None:
     doc = (ROOT / "docs" / "cli.md").read_text()
     assert {c.name: c.value for c in ExitCode} == {
@@ -232,6 +455,7 @@ def test_status_json_and_the_not_found_codes(buckets: Buckets, ledger: Any) -> N
     done = rlpipe(buckets, "status", "rgated000001", "--json")
     assert done.returncode == ExitCode.OK, done.stderr
     jsonschema.validate(json.loads(done.stdout), STATUS_SCHEMA)
+    assert json.loads(done.stdout)["sweep"] is None  # no sweep's parent or child
     for args in (
         ("status", "rnosuchrun01"),
         ("status", "rnosuchrun01", "--json"),

@@ -274,7 +274,7 @@ def test_a_parent_that_succeeded_or_is_running_is_not_retried(
 def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: Buckets) -> None:
     from rlpipe.control.notify import status_message
 
-    ledger, parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ledger, _parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
     ids = [c.run_id for c in children]
     for run_id, post in zip(ids, [0.5, 0.6, 0.7, 0.4], strict=True):
         _trained(ledger, run_id, post)

@@ -151,14 +151,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rlpipe.cli import runs
+    from rlpipe.cli import runs, sweep_view
 
     settings = _settings()
-    record = _ledger(settings).get(args.run)
+    ledger = _ledger(settings)
+    record = ledger.get(args.run)
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
         return ExitCode.NOT_FOUND
-    info = runs.describe(record)
+    info = runs.describe(record, sweep_view.children_of(ledger, record))  # a sweep: with its children
     links: dict[str, str] = {}
     if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
         from rlpipe.cli.console_links import run_links
@@ -176,10 +177,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     from rlpipe.cli.watch import summary
 
-    print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
+    if record.sweep is not None:  # a parent runs nothing itself: its children are what it is
+        print(sweep_view.parent_summary(record, info["sweep"]))
+    else:
+        print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
+    for line in sweep_view.member_lines(info["sweep"]):  # a sweep's child: its parent and point
+        print(line)
     for what, url in links.items():
         print(f"  {what:<19} {url}")
-    if not record.terminal:
+    if not record.terminal and record.sweep is None:
         print(
             f"  now         {record.stage or '-'} attempt {record.attempt}: "
             f"{next((r['phase'] for r in info['stages'] if r['stage'] == record.stage), 'accepted')}"
@@ -209,13 +215,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
         f"deleted: {', '.join(result['deleted']) or 'nothing'}"
     )
+    children = result.get("children") or []  # a sweep: each child that had not ended
+    for c in children:
+        print(f"  child {c['index']} {c['run_id']}: {c['was']} → {c['state']}; execution cancelled: ", end="")
+        print(c["execution_cancelled"])
     # Reported, not fatal: the run is finished as cancelled either way (runs.cancel).
-    for key, what in (
-        ("execution_error", "the execution was not cancelled"),
-        ("cleanup_error", "cleanup failed"),
+    for where, key, what in (
+        (result, "execution_error", "the execution was not cancelled"),
+        (result, "cleanup_error", "cleanup failed"),
+        *((c, "execution_error", f"child {c['run_id']}'s execution was not cancelled") for c in children),
     ):
-        if result.get(key):
-            print(f"warning: {what}: {result[key]}", file=sys.stderr)
+        if where.get(key):
+            print(f"warning: {what}: {where[key]}", file=sys.stderr)
     if result["state"] != "cancelled":  # it had ended before: the stage function left its state as it was
         print(
             f"rlpipe cancel: run {args.run} had already ended {result['state']}; not cancelled",
@@ -226,6 +237,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from rlpipe.cli import sweep_view
     from rlpipe.cli.exit_codes import for_ended
     from rlpipe.cli.watch import summary, watch, watch_json
 
@@ -251,7 +263,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"no run {args.run}", file=sys.stderr)
         return ExitCode.NOT_FOUND
     if not args.json:
-        print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
+        single = lambda: summary(record, simulated=settings.local, cluster=_local_cluster(settings))  # noqa: E731
+        print(sweep_view.final_summary(_ledger(settings), record, single))
     if not record.terminal:
         print(f"rlpipe watch: {args.run} is still {record.state} after {args.timeout:g}s", file=sys.stderr)
     return for_ended(record.state)
@@ -371,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_submit)
 
-    p = sub.add_parser("status", help="a run's state, stages, attempts, failure and lineage")
+    p = sub.add_parser("status", help="a run's state, stages, attempts, failure, lineage; a sweep's children")
     p.add_argument("run")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
@@ -380,7 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     list_command.register(sub, settings=_settings, ledger=_ledger)
 
-    p = sub.add_parser("cancel", help="cancel the execution, delete the workloads, mark the run cancelled")
+    p = sub.add_parser(
+        "cancel", help="cancel the execution (a sweep: each child's), delete workloads, end it"
+    )
     p.add_argument("run")
     p.set_defaults(func=cmd_cancel)
 

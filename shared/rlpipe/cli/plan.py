@@ -4,7 +4,9 @@ The stages and workload names, every GCS path, each stage's done rule (training'
 included), the checkpoints expected, the conversion cache key, the pinned sha (or "resolved at
 run time"), budgets and deadlines. ``--json`` prints the stable form documented in docs/plan.md.
 With the deployment's params files (``--params``, else where docs/deploy.md writes them), a
-request over its queue's TPU quota is warned about: Kueue would never admit it.
+request over its queue's TPU quota is warned about: Kueue would never admit it. A request with a
+``sweep`` is planned child by child (``sweep_plan``): each child's overrides, final step,
+chip-hours and cost, and the sweep's totals.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core import identity, presets
 from rlpipe.core.problems import RequestInvalid
 
@@ -103,9 +107,10 @@ def _params(path: Path) -> dict[str, str]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from rlpipe.cli.request_files import hub_pins_or_exit, read_request
+    from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
     from rlpipe.control.settings import Settings
     from rlpipe.core import cost
+    from rlpipe.core import sweep as core_sweep
     from rlpipe.core.plan import build_plan, render_text
 
     try:  # the deployment's settings first: a bad one is named with its fix, not a traceback
@@ -113,41 +118,168 @@ def cmd_plan(args: argparse.Namespace) -> int:
         quotas = read_quotas([Path(p) for p in args.params] if args.params else None)
     except (cost.PricesInvalid, ParamsInvalid) as exc:
         print(f"rlpipe plan: {exc}", file=sys.stderr)
-        return 2
-    try:
+        return ExitCode.USAGE
+    try:  # a sweep's every child is checked as a request of its own (load_request does it too)
         req = read_request(args.request)
+        children = core_sweep.children(req, policy()) if req.sweep is not None else []
     except RequestInvalid as exc:
         print(exc.render(), file=sys.stderr)
-        return 1
+        return ExitCode.INVALID_INPUT
     pinned: list[str] = []
     data = None
     if args.hub:
         sha, data, pinned = hub_pins_or_exit(req, "rlpipe plan")
         args.hf_revision = args.hf_revision or sha
-    run_id = args.run_id or identity.run_id_for(
-        identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
-    )
-    plan = build_plan(
-        req,
-        run_id=run_id,
-        bucket=args.bucket,
-        state_bucket=args.state_bucket,
-        hf_sha=args.hf_revision,
-        namespace=args.namespace,
-        step_seconds=args.step_seconds,
-        prices=prices,
-        quotas=quotas,
-        data=data,
-    )
+    key = identity.key_for_request_id(req.request_id) if req.request_id else None
+    run_id = args.run_id or identity.run_id_for(key or f"render:{args.request}")
+    if key is not None and identity.run_id_for(key) != run_id:
+        key = None  # --run-id names another delivery: its key (so its children's ids) is not known here
+
+    def plan_of(request: Any, plan_run_id: str) -> dict[str, Any]:
+        return build_plan(
+            request,
+            run_id=plan_run_id,
+            bucket=args.bucket,
+            state_bucket=args.state_bucket,
+            hf_sha=args.hf_revision,
+            namespace=args.namespace,
+            step_seconds=args.step_seconds,
+            prices=prices,
+            quotas=quotas,
+            data=data,
+        )
+
+    plan = plan_of(req, run_id)
+    if req.sweep is not None:
+        plan["sweep"] = sweep_plan(
+            req,
+            children,
+            plan_of,
+            key=key,
+            parent_run_id=run_id,
+            step_seconds=args.step_seconds,
+            prices=prices,
+        )
     if pinned:
         plan["hub_check"] = pinned
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_text(plan))
+        if "sweep" in plan:
+            sys.stdout.write(render_sweep(plan["sweep"], plan["conversion"]))
         for line in pinned:
             print(f"pinned now: {line}")
-    return 0
+    return ExitCode.OK
+
+
+def sweep_plan(
+    req: Any,
+    children: list[Any],
+    plan_of: Callable[[Any, str], dict[str, Any]],
+    *,
+    key: str | None,
+    parent_run_id: str,
+    step_seconds: float | None,
+    prices: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Each child of the sweep planned as the run it becomes (``plan_of(child request, run id)``,
+    the single plan): its point, final step, and its chip-hours and cost at the request's
+    provisioning mode; and the totals. A child's run id is derived from the parent's ``key`` (as
+    intake derives it, ``core.sweep.child_key``); without the key it is left out. The totals come
+    from the unrounded chip-hours, as a single plan's cost does; null when any child's is unknown."""
+    from rlpipe.core import cost
+    from rlpipe.core import sweep as core_sweep
+
+    spec = req.sweep
+    rows: list[dict[str, Any]] = []
+    total_hours: float | None = 0.0
+    total_cost: float | None = 0.0
+    for child in children:
+        child_id = identity.run_id_for(core_sweep.child_key(key or f"plan:{parent_run_id}", child.index))
+        planned = plan_of(child.request, child_id)
+        final = int(planned["training"]["final_step"])
+        capacity = planned["capacity"]
+        mode = child.request.tpu.provisioning
+        row: dict[str, Any] = {
+            "index": child.index,
+            "point": dict(child.point),
+            "overrides": core_sweep.describe(child.point),
+            "final_step": final,
+            "chip_hours": capacity["expected_chip_hours"],
+            "cost": capacity["per_mode"][mode]["expected_cost"],
+        }
+        if key is not None:
+            row["run_id"] = child_id
+        rows.append(row)
+        held = final * step_seconds / 3600 * capacity["chips"] if step_seconds else None
+        per_chip = cost.price(child.request.tpu.type, mode, prices).per_chip_hour
+        total_hours = total_hours + held if total_hours is not None and held is not None else None
+        total_cost = (
+            total_cost + held * per_chip
+            if total_cost is not None and held is not None and per_chip is not None
+            else None
+        )
+    return {
+        "size": len(children),
+        "max_parallel": core_sweep.parallelism(spec, len(children)),
+        "select": spec.select.model_dump(mode="json") if spec.select is not None else None,
+        "provisioning": req.tpu.provisioning,
+        "children": rows,
+        "total": {
+            "chip_hours": round(total_hours, 2) if total_hours is not None else None,
+            "cost": round(total_cost, 2) if total_cost is not None else None,
+        },
+    }
+
+
+def render_sweep(sweep: dict[str, Any], conversion: dict[str, Any]) -> str:
+    """The sweep's part of the plan for a person: what the children share, then one row each."""
+    rule = sweep["select"]
+    select = (
+        f"once every child has ended, the one with the {'highest' if rule['direction'] == 'max' else 'lowest'} "
+        f"{rule['metric']} is selected; only it publishes"
+        if rule
+        else "no select rule: the children are not compared"
+    )
+    key = conversion["cache_key"] or conversion["cache_key_note"]
+    lines = [
+        f"sweep: {sweep['size']} children, at most {sweep['max_parallel']} holding a TPU slice at once; {select}",
+        "  the plan above is the request without its sweep; each child is it with the child's overrides",
+        f"  shared: one conversion (cache key: {key}), one pinned model commit, one data snapshot",
+    ]
+    rows = sweep["children"]
+    ids = any("run_id" in r for r in rows)
+    wide = max(len("overrides"), *(len(r["overrides"]) for r in rows)) + 2
+    head = f"  {'child':<7}" + (f"{'run':<14}" if ids else "") + f"{'overrides':<{wide}}"
+    lines.append(f"{head}{'final step':>11}{'chip-hours':>12}  cost ({sweep['provisioning']})")
+    for r in rows:
+        left = (
+            f"  {r['index']:<7}"
+            + (f"{r.get('run_id', '-'):<14}" if ids else "")
+            + f"{r['overrides']:<{wide}}"
+        )
+        lines.append(f"{left}{r['final_step']:>11}{_hours(r['chip_hours']):>12}  {_money(r['cost'])}")
+    total = sweep["total"]
+    pad = " " * (len(head) - 2 + 11)
+    lines.append(f"  total{pad[5:]}{_hours(total['chip_hours']):>12}  {_money(total['cost'])}")
+    if total["chip_hours"] is None:
+        lines.append("  chip-hours and cost: pass --step-seconds to estimate them")
+    elif total["cost"] is None:
+        lines.append(f"  cost: no {sweep['provisioning']} price is known; set one with RLPIPE_PRICES")
+    if not ids:
+        lines.append(
+            "  run ids: derived from the request_id (and no other --run-id); else from the delivery, at intake"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
 
 
 def register(sub: Any) -> None:

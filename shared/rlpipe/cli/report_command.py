@@ -1,4 +1,8 @@
-"""``rlpipe report RUN [-o FILE]``: the run's page (``rlpipe.report``) written where you ask."""
+"""``rlpipe report RUN [-o FILE]``: the run's page (``rlpipe.report``) written where you ask.
+
+A sweep's parent has no run page of its own (it runs nothing): its report is the comparison page
+of its children (``rlpipe.report.compare``, as ``rlpipe compare`` draws it), with the child the
+sweep selected marked and the selection's reason."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.report import write_report
 
 
@@ -48,19 +53,62 @@ def cmd_report(
     receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
 ) -> int:
     chosen = settings()
-    record = ledger(chosen).get(args.run)
+    opened = ledger(chosen)
+    record = opened.get(args.run)
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
         return 1
-    data = record.model_dump(mode="json")
+    path = Path(args.output or f"{args.run}-report.html")
     try:
-        path = write_report(
-            data, Path(args.output or f"{args.run}-report.html"), receipt=receipt(chosen, data)
-        )
+        if record.sweep is not None:
+            prices = str(getattr(chosen, "prices_json", "") or "")
+            return sweep_report(record, opened, path, prices, lambda data: receipt(chosen, data))
+        data = record.model_dump(mode="json")
+        path = write_report(data, path, receipt=receipt(chosen, data))
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
     print(f"wrote {path}")
+    return 0
+
+
+def sweep_report(
+    parent: Any,
+    opened: Any,
+    path: Path,
+    prices_json: str = "",
+    receipt: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda data: None,
+) -> int:
+    """The comparison page of a sweep's children (those claimed, in point order), the selected one
+    marked with the selection's reason; a sweep of one child has that child's run page instead."""
+    from rlpipe.report.compare import render_compare
+
+    children = [c for c in (opened.get(run_id) for run_id in parent.sweep.children) if c is not None]
+    if not children:
+        print(f"sweep {parent.run_id}: none of its children is in the ledger yet", file=sys.stderr)
+        return ExitCode.NOT_FOUND  # nothing to report on yet
+    selection = parent.sweep.selection
+    chosen = selection.run_id if selection is not None else None
+    records = [c.model_dump(mode="json") for c in children]
+    if len(records) == 1:  # nothing to compare it with
+        path = write_report(records[0], path, receipt=receipt(records[0]))
+        print(f"wrote {path} (sweep {parent.run_id} has one child, {children[0].run_id}: its run page)")
+        return 0
+    html = render_compare(
+        records,
+        selected=chosen if chosen in {c.run_id for c in children} else None,
+        reason=selection.reason if selection is not None else None,
+        prices_json=prices_json,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(html, encoding="utf-8")
+    print(f"wrote {path} (sweep {parent.run_id}: {len(records)} children compared)")
+    if selection is None:
+        print("  no child is selected yet: the rule is applied once every child has ended")
+    elif chosen is None:
+        print(f"  no child could be selected: {selection.reason}")
+    else:
+        print(f"  selected {chosen}: {selection.reason}")
     return 0
 
 
@@ -76,7 +124,8 @@ def register(
     reads the publish receipt when the ledger lacks the commit."""
     p = subparsers.add_parser(
         "report",
-        help="write one self-contained HTML page for a run: rounds, timeline, rewards, lineage, gate, publish",
+        help="write one self-contained HTML page for a run: rounds, timeline, rewards, lineage, gate, publish "
+        "(a sweep: the comparison of its children, the selected one marked)",
     )
     p.add_argument("run")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write it (default RUN-report.html)")

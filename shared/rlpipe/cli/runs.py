@@ -278,7 +278,10 @@ def cost_estimate(record: RunRecord) -> dict[str, Any] | None:
     return {"mode": mode, "chip_hours": round(held, 3), "amount": amount, "price": price.describe()}
 
 
-def describe(record: RunRecord) -> dict[str, Any]:
+def describe(record: RunRecord, children: list[RunRecord | None] | None = None) -> dict[str, Any]:
+    """``status --json``. ``children``: a sweep parent's, read (``sweep_view.children_of``)."""
+    from rlpipe.cli.sweep_view import sweep_info
+
     # Round 1 (the request) and each retry: who, when, from which stage, why the one before ended.
     rounds: list[dict[str, Any]] = [
         {"round": 1, "by": record.source.kind, "at": record.created_at, "from_stage": None, "reason": None}
@@ -316,6 +319,7 @@ def describe(record: RunRecord) -> dict[str, Any]:
         "rounds": rounds,
         "lineage": record.lineage.model_dump(exclude_none=True),
         "terminal": record.state in TERMINAL,
+        "sweep": sweep_info(record, children),
     }
 
 
@@ -337,6 +341,8 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     failed cleanup is reported in the result (``execution_error``, ``cleanup_error``), not fatal;
     the run is still finished as cancelled, and an execution left running finds it terminal and
     stops (stage refuses calls for a terminal run), workloads left behind go with reconcile.
+    A sweep's parent: first each unended child's execution (``children``, cli/sweep_view.py); the
+    stage function's finish of the parent then deletes their workloads and ends them cancelled.
     """
     import logging
 
@@ -344,19 +350,29 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     record = ledger.get(run_id)
     if record is None:
         raise KeyError(f"no run {run_id}")
-    result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
-    if record.execution.name:
-        try:
-            from rlpipe.control.orchestrator import Orchestrator
+    executions = orchestrator
 
-            result["execution_cancelled"] = (orchestrator or Orchestrator(settings)).cancel(
-                record.execution.name
-            )
+    def cancel_execution(who: str, name: str) -> dict[str, Any]:
+        nonlocal executions
+        try:
+            if executions is None:
+                from rlpipe.control.orchestrator import Orchestrator
+
+                executions = Orchestrator(settings)
+            return {"execution_cancelled": bool(executions.cancel(name))}
         except Exception as exc:  # PermissionDenied, Unauthenticated, unreachable: report, go on
-            result["execution_error"] = f"{type(exc).__name__}: {exc}".strip()
+            error = f"{type(exc).__name__}: {exc}".strip()
             if "PermissionDenied" in type(exc).__name__ or "403" in str(exc):
-                result["execution_error"] += f" ({CANCEL_HINT})"
-            log.warning("run %s: the execution was not cancelled: %s", run_id, result["execution_error"])
+                error += f" ({CANCEL_HINT})"
+            log.warning("run %s: the execution was not cancelled: %s", who, error)
+            return {"execution_cancelled": False, "execution_error": error}
+
+    result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
+    from rlpipe.cli import sweep_view
+
+    children = sweep_view.cancel_children(ledger, record, cancel_execution)  # None: not a sweep
+    if record.execution.name:
+        result.update(cancel_execution(run_id, record.execution.name))
     try:
         result["deleted"] = call_stage(settings, {"op": "cleanup", "run_id": run_id}).get("deleted", [])
     except Exception as exc:  # the run is still finished below; reconcile deletes what is left
@@ -372,6 +388,8 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
         },
     )
     result["state"] = finished.get("state")
+    if children is not None:
+        result["children"] = sweep_view.settled(ledger, children)
     return result
 
 
