@@ -29,10 +29,11 @@ TOPIC = "projects/rlpipe-test/topics/requests"
 MAX_RECORD_BYTES = 64 * 1024
 
 # Examples per entry point (HOSTILE_EXAMPLES overrides): 300 where an example is a function call,
-# 200 where it is also a round trip through fake-gcs-server (two of them take about a minute each).
+# 120 where it is also a round trip through fake-gcs-server (about 20 s each on this machine; the
+# examples are derandomized, so every run checks the same ones; HOSTILE_EXAMPLES=1000 for a soak).
 EXAMPLES = int(__import__("os").environ.get("HOSTILE_EXAMPLES", "300"))
 _STORAGE_PROPERTY = settings(
-    max_examples=min(EXAMPLES, 200),
+    max_examples=min(EXAMPLES, 120) if "HOSTILE_EXAMPLES" not in __import__("os").environ else EXAMPLES,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
