@@ -296,3 +296,57 @@ def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: B
     message = status_message(ended[0])
     assert f"a sweep of 4 children, selected {ids[2]}" in message["message"]
     assert message["sweep"]["selection"]["run_id"] == ids[2]
+
+
+def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_sweep(buckets: Buckets) -> None:
+    """A child whose execution died is finished by the reconciler, not by its workflow: the sweep
+    must not wait forever for it (its slot, and the parent's end with its status message)."""
+    from rlpipe.control.ledger import Execution
+    from rlpipe.control.logs import Logger
+    from rlpipe.control.settings import Settings
+    from rlpipe.reconcile.repairs import Repairs
+    from rlpipe.reconcile.rules import Action
+
+    ledger, parent, children = _claimed(buckets)
+    ids = [c.run_id for c in children]
+    for run_id in ids[:3]:
+        ledger.update(run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+    ledger.update(ids[3], lambda r: (setattr(r, "execution", Execution(name="executions/x")), "e")[1])
+    assert sweeps.take_slot(ledger, ledger.get(ids[3]), conversion_ready=True) is None  # type: ignore[arg-type]
+
+    class Cluster:
+        def list_run_objects(self, run_id: str | None = None) -> list[Any]:
+            return []
+
+        def delete(self, kind: Any, name: str) -> bool:
+            return False
+
+        def delete_run(self, run_id: str) -> list[str]:
+            return []
+
+    sent: list[dict[str, Any]] = []
+    repairs = Repairs(
+        Settings(project="p", status_topic="status"),
+        ledger,
+        Cluster(),
+        intake=None,  # type: ignore[arg-type]
+        log=Logger("test"),
+        publish=lambda topic, message: sent.append(message),
+    )
+    failure = {"tag": "permanent", "stage": "train", "attempt": 1, "message": "execution x failed"}
+    action = Action(
+        "finish",
+        ids[3],
+        found="FAILED",
+        do="fail",
+        execution="executions/x",
+        outcome="failed",
+        failure=failure,
+    )
+    assert repairs.apply(action).status == "done"
+    after = ledger.get(parent.run_id)
+    assert after is not None and after.sweep is not None and after.sweep.slots == []
+    assert after.state == "failed" and f"child 3 ({ids[3]}) failed" in (
+        after.failure.message if after.failure else ""
+    )
+    assert [m["run_id"] for m in sent] == [ids[3], parent.run_id]

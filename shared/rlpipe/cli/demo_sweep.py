@@ -37,7 +37,7 @@ def follow(ledger: Ledger, parent_id: str, *, timeout: float, poll: float = 1.0)
 
 def _child_line(child: RunRecord) -> str:
     member = child.lineage.sweep
-    if child.state == "accepted" and member is not None and member.waiting:
+    if not child.terminal and member is not None and member.waiting:
         return member.waiting
     if child.terminal:
         chosen = (

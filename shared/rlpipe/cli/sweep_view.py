@@ -24,9 +24,10 @@ def children_of(ledger: Ledger, record: RunRecord) -> list[RunRecord | None] | N
 
 
 def waiting(child: RunRecord) -> str | None:
-    """Why the child is queued, while it is (``accepted``, with a reason recorded); else None."""
+    """Why the child waits, while it does: queued for a slot (``accepted``), or at selection for
+    its siblings; None once it ended."""
     member = child.lineage.sweep
-    if member is None or not member.waiting or child.state != "accepted":
+    if member is None or not member.waiting or child.terminal:
         return None
     return member.waiting
 
@@ -97,7 +98,7 @@ QUEUED = "queued: "
 def state_text(row: dict[str, Any]) -> str:
     """A child's state as the table shows it: ``queued: <why>`` while it waits for a slot."""
     if row["waiting"]:
-        return QUEUED + _why(row["waiting"])
+        return QUEUED + _why(row["waiting"]) if row["waiting"].startswith(QUEUED) else row["waiting"]
     return row["state"] or "not claimed yet"
 
 

@@ -106,6 +106,12 @@ class Repairs:
         if not applied:
             return Outcome(action.run_id, action, "noop", f"run is {updated.state} (changed meanwhile)")
         self._notify(updated, log)
+        if updated.lineage.sweep is not None:  # its slot back to the sweep; the sweep may end with it
+            from rlpipe.control.sweep.coordination import child_ended
+
+            parent = child_ended(self.ledger, updated)
+            if parent is not None:
+                self._notify(parent, log)
         deleted = self.cluster.delete_run(action.run_id)
         if deleted:
             self.ledger.note(

@@ -171,14 +171,13 @@ def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
             if run_id not in parent.sweep.arrived and c is not None and not c.terminal
         ]
         if working:
-            return {
-                "wait": True,
-                "selected": None,
-                "reason": f"waiting for children {_list(working)} to finish",
-            }
+            reason = f"waiting for children {_list(working)} to finish"
+            _show_waiting(ledger, me, f"at selection: {reason}")
+            return {"wait": True, "selected": None, "reason": reason}
         parent = _select(ledger, parent, children)
     assert parent.sweep is not None and parent.sweep.selection is not None
     chosen = parent.sweep.selection.run_id == me
+    _show_waiting(ledger, me, None)
     _mark_selected(ledger, me, chosen)
     refresh(ledger, parent.run_id)
     reason = parent.sweep.selection.reason
