@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import RunRecord, Source, SweepParent, SweepSelection
+from rlpipe.control.ledger import RunRecord, Source, SweepParent
+from rlpipe.control.sweep.coordination import selection_record
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.request.sweep import SelectRule
 from tests.test_compare import _with
@@ -62,16 +63,7 @@ def _parent(children: list[RunRecord], *, selected: bool = True) -> RunRecord:
                 for i, c in enumerate(children)
             ],
         )
-        selection = SweepSelection(
-            run_id=chosen.run_id,
-            index=chosen.index,
-            metric=rule.metric,
-            direction=rule.direction,
-            value=chosen.value,
-            reason=chosen.reason,
-            at="2026-12-03T10:00:00.000000Z",
-            table=chosen.table,
-        )
+        selection = selection_record(chosen, rule, at="2026-12-03T10:00:00.000000Z")
     request = {
         **story()["request"],
         "sweep": {"grid": {"training.learning_rate": RATES}, "select": {"metric": "post_mean_reward"}},

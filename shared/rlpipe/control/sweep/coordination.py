@@ -25,7 +25,7 @@ from typing import Any
 from rlpipe.control.ledger import Failure, Ledger, RunRecord, SweepParent, SweepSelection, now
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.failures import PermanentFailure
-from rlpipe.core.request.sweep import SweepSpec
+from rlpipe.core.request.sweep import SelectRule, SweepSpec
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "gated"})
 
@@ -201,16 +201,7 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
         for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))
     ]
     chosen = core_sweep.select(rule, candidates)
-    selection = SweepSelection(
-        run_id=chosen.run_id,
-        index=chosen.index,
-        metric=rule.metric,
-        direction=rule.direction,
-        value=chosen.value,
-        reason=chosen.reason,
-        at=now(),
-        table=chosen.table,
-    )
+    selection = selection_record(chosen, rule)
 
     def record(r: RunRecord) -> str | None:
         assert r.sweep is not None
@@ -223,6 +214,20 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
         parent.run_id,
         record,
         detail=lambda r: r.sweep.selection.model_dump() if r.sweep and r.sweep.selection else {},
+    )
+
+
+def selection_record(chosen: core_sweep.Selection, rule: SelectRule, at: str | None = None) -> SweepSelection:
+    """What the parent keeps of a selection: the winner, its value, the table and the reason."""
+    return SweepSelection(
+        run_id=chosen.run_id,
+        index=chosen.index,
+        metric=rule.metric,
+        direction=rule.direction,
+        value=chosen.value,
+        reason=chosen.reason,
+        at=at or now(),
+        table=chosen.table,
     )
 
 
