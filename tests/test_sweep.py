@@ -227,6 +227,10 @@ def test_no_candidate_means_no_winner_with_every_childs_reason() -> None:
         (["succeeded", "succeeded"], False, None, False, "succeeded"),
         (["succeeded", "failed"], False, None, False, "failed"),
         (["training", "succeeded"], True, None, True, "cancelled"),
+        # children cancelled one by one (the CLI cancels their executions before the parent)
+        (["cancelled", "cancelled"], True, None, False, "cancelled"),
+        (["succeeded", "cancelled"], False, None, False, "cancelled"),
+        (["failed", "cancelled"], False, None, False, "failed"),
     ],
 )
 def test_the_parents_state_follows_from_its_childrens(

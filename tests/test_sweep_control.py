@@ -350,3 +350,103 @@ def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_swe
         after.failure.message if after.failure else ""
     )
     assert [m["run_id"] for m in sent] == [ids[3], parent.run_id]
+
+
+def test_a_child_that_ended_after_arriving_is_not_selected(buckets: Buckets) -> None:
+    ledger, _parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ids = [c.run_id for c in children]
+    for run_id, post in zip(ids, [0.5, 0.6, 0.9, 0.4], strict=True):
+        _trained(ledger, run_id, post)
+    assert sweeps.arrive(ledger, ledger.get(ids[2]))["wait"]  # type: ignore[arg-type]
+    ledger.update(ids[2], lambda r: (r.set_state("cancelled"), "c")[1])  # an operator excludes it
+    for run_id in (ids[0], ids[3]):
+        assert sweeps.arrive(ledger, ledger.get(run_id))["wait"]  # type: ignore[arg-type]
+    answer = sweeps.arrive(ledger, ledger.get(ids[1]))  # type: ignore[arg-type]
+    assert answer["selected"] is True, answer["reason"]
+    assert "child 2 is not a candidate: it ended cancelled" in answer["reason"]
+
+
+def test_a_stale_refresh_never_undoes_the_parents_end(
+    buckets: Buckets, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two children end at once: the refresh that read a sibling still running must not write
+    `training` over the `succeeded` the sibling's refresh wrote meanwhile."""
+    ledger, parent, children = _claimed(buckets)
+    ids = [c.run_id for c in children]
+    for run_id in ids[:3]:
+        ledger.update(
+            run_id,
+            lambda r: (r.set_state("training"), r.set_state("exporting"), r.set_state("succeeded"), "s")[3],
+        )
+    ledger.update(ids[3], lambda r: (r.set_state("training"), "t")[1])
+    real_get = ledger.get
+    raced: list[bool] = []
+
+    def get(run_id: str) -> RunRecord | None:
+        record = real_get(run_id)
+        if run_id == ids[3] and not raced:  # this refresh has read child 3 still training ...
+            raced.append(True)
+            ledger.update(ids[3], lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+            assert sweeps.refresh(ledger, parent.run_id).state == "succeeded"  # ... its own refresh wins
+        return record
+
+    monkeypatch.setattr(ledger, "get", get)
+    assert sweeps.refresh(ledger, parent.run_id).state == "succeeded"
+    assert real_get(parent.run_id).state == "succeeded"  # type: ignore[union-attr]
+
+
+def test_a_winner_is_not_retrained_behind_its_selection(buckets: Buckets) -> None:
+    from rlpipe.core.failures import PermanentFailure
+
+    ledger, parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ids = [c.run_id for c in children]
+    for run_id, post in zip(ids, [0.5, 0.6, 0.9, 0.4], strict=True):
+        _trained(ledger, run_id, post)
+
+    def settle(run_id: str) -> None:
+        while sweeps.arrive(ledger, ledger.get(run_id))["wait"]:  # type: ignore[arg-type]
+            pass
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(settle, ids))
+    ledger.update(
+        ids[2], lambda r: (r.set_state("exporting"), r.set_state("publishing"), r.set_state("failed"), "f")[3]
+    )
+    for other in (ids[0], ids[1], ids[3]):
+        ledger.update(other, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+    failed = sweeps.refresh(ledger, parent.run_id)
+    assert failed.state == "failed"
+    with pytest.raises(PermanentFailure, match="retry from publish"):
+        operations.retry_parent(
+            ledger, failed, by="a", reason="r", from_stage="train", key="k", caller=None, start=lambda r: None
+        )
+    started: list[str] = []
+    operations.retry_parent(
+        ledger, failed, by="a", reason="r", from_stage=None, key="k2", caller=None, start=started.append
+    )
+    assert started == [ids[2]]
+
+
+def test_a_gated_sweep_is_not_promoted_as_if_it_were_a_run(buckets: Buckets) -> None:
+    from rlpipe.control.promotion import NotPromotable, promote
+
+    ledger, parent, children = _claimed(buckets)
+    for child in children:
+        ledger.update(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+    assert sweeps.refresh(ledger, parent.run_id).state == "gated"
+    started: list[str] = []
+    with pytest.raises(NotPromotable, match="is a sweep; promote one of its gated children"):
+        promote(ledger, parent.run_id, by="ann", reason="looked fine", start=started.append)
+    assert started == [] and ledger.get(parent.run_id).state == "gated"  # type: ignore[union-attr]
+
+
+def test_a_gated_sweep_points_to_its_children_not_to_promoting_itself(buckets: Buckets) -> None:
+    from rlpipe.cli.watch import next_command
+    from rlpipe.control import retry
+
+    ledger, parent, children = _claimed(buckets)
+    for child in children:
+        ledger.update(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+    gated = sweeps.refresh(ledger, parent.run_id)
+    assert "promote one of its children" in (retry.refusal(gated) or "")
+    assert (next_command(gated) or "").startswith(f"rlpipe status {parent.run_id}")

@@ -185,6 +185,8 @@ def next_command(record: RunRecord, run: str | None = None) -> str | None:
     from rlpipe.control import retry
 
     run = run or record.run_id
+    if record.state == "gated" and record.sweep is not None:  # promote a child, never the parent
+        return f'rlpipe status {run}  (then rlpipe promote CHILD --reason "…" for the child to ship)'
     if record.state == "gated":
         return f'rlpipe promote {run} --reason "…"'
     if record.state in ("failed", "cancelled") and retry.refusal(record) is None:

@@ -21,6 +21,7 @@ from rlpipe.control.intake_result import IntakeResult
 from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, SweepMember, now
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
+from rlpipe.control.sweep import coordination
 from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
@@ -340,6 +341,8 @@ class Intake:
             return "failed"
 
         record = self.ledger.update(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
+        if record.state == "failed" and record.lineage.sweep is not None:
+            coordination.child_ended(self.ledger, record)  # its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":
             log.error("run failed before it started", reason=message)
             if self.notify is not None:

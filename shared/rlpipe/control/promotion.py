@@ -48,6 +48,11 @@ def promote(
             and r.gate.override is not None
         ):
             return None  # promoted already (a lost write response, or a start that never happened): start it
+        if r.sweep is not None:  # a parent trains nothing itself: its children were gated
+            refused.append(
+                f"run {run_id} is a sweep; promote one of its gated children (rlpipe status {run_id} lists them)"
+            )
+            return None
         if r.state != "gated":
             refused.append(f"run {run_id} is {r.state}; only a gated run can be promoted")
             return None

@@ -80,6 +80,11 @@ def refusal(record: RunRecord, from_stage: str | None = None) -> str | None:
     run = record.run_id
     if record.state == "succeeded":
         return f"run {run} succeeded; there is nothing to retry"
+    if record.state == "gated" and record.sweep is not None:
+        return (
+            f"sweep {run} is gated (every child's model was held back); promote one of its children "
+            f"with `rlpipe promote CHILD --reason …` (`rlpipe status {run}` lists them)"
+        )
     if record.state == "gated":
         return (
             f"run {run} is gated (the quality gate held the model back); "

@@ -146,9 +146,13 @@ def parent_state(states: Sequence[str], *, selecting: bool, winner_state: str | 
     if selecting:
         if winner_state is not None:
             return "succeeded" if winner_state == "succeeded" else "failed"
-        if any(s in ("failed", "cancelled") for s in states):
+        if "failed" in states:
             return "failed"
+        if "cancelled" in states:  # children cancelled one by one (or before the parent was)
+            return "cancelled"
         return "gated" if "gated" in states else "failed"
-    if any(s in ("failed", "cancelled") for s in states):
+    if "failed" in states:
         return "failed"
+    if "cancelled" in states:
+        return "cancelled"
     return "gated" if all(s == "gated" for s in states) else "succeeded"

@@ -195,7 +195,9 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
             index=i,
             point=parent.sweep.points[i],
             state=c.state if c is not None else "unknown",
-            arrived=run_id in parent.sweep.arrived,
+            # arrived and still waiting: one failed or cancelled since (a lost select call, an
+            # operator's cancel) is not a candidate
+            arrived=run_id in parent.sweep.arrived and (c is None or c.state not in ("failed", "cancelled")),
             results=c.results if c is not None else {},
         )
         for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))
@@ -292,6 +294,8 @@ def _refresh(ledger: Ledger, parent_id: str) -> tuple[RunRecord, bool]:
 
     def change(r: RunRecord) -> str | None:
         ended.clear()  # a compare-and-swap may run this again on a newer record
+        if r.seq != parent.seq:  # the parent changed since the children were read: read them again
+            raise _Stale
         if r.state == state and r.failure == failure:
             return None
         ended.append(not r.terminal and state in TERMINAL)
@@ -300,8 +304,15 @@ def _refresh(ledger: Ledger, parent_id: str) -> tuple[RunRecord, bool]:
         r.failure = failure
         return f"sweep-{state}"
 
-    updated = ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+    try:
+        updated = ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+    except _Stale:
+        return _refresh(ledger, parent_id)
     return updated, bool(ended and ended[0])
+
+
+class _Stale(Exception):
+    """The parent's record moved while its children were read (another child's refresh)."""
 
 
 def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) -> Failure | None:

@@ -138,6 +138,12 @@ def retry_parent(
     that can still change the outcome (``sweeps.retry_targets``), each once per caller key. A
     repeated call (the same key) retries only children a lost call left failed."""
     assert parent.sweep is not None
+    selection = parent.sweep.selection
+    if selection is not None and selection.run_id is not None and from_stage not in (None, "publish"):
+        raise PermanentFailure(
+            f"sweep {parent.run_id} selected {selection.run_id} by what it trained; retrying it from "
+            f"{from_stage} would publish a model the selection never measured (retry from publish)"
+        )
     children = [ledger.get(c) for c in parent.sweep.children]
     targets = sweeps.retry_targets(parent, children)
     if not targets and retry.refusal(parent, from_stage) is None:
