@@ -197,6 +197,10 @@ def test_defaults_are_rl_yml() -> None:
     assert (
         steps.RL_YML_DEFAULTS["max_num_checkpoints_to_keep"] == FACTS["checkpointing"]["max_to_keep"]["value"]
     )
+    # The simulator's reward pace is 1.0 at MaxText's KL weight (local/simulator/train_rl.py).
+    from rlpipe.local.simulator.train_rl import DEFAULT_KL_WEIGHT
+
+    assert defaults["rl.grpo_beta"] == DEFAULT_KL_WEIGHT
 
 
 # ---------------------------------------------------------------- the simulated programs
