@@ -450,12 +450,12 @@ class StageService:
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
+            if req.publish is not None:  # the page its card links, now with how the run ended
+                run_report.write_run_report(self.state, updated, self.log)
         if updated.terminal and updated.lineage.sweep is not None:
             # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
             # parent's refresh is safe to repeat, and its message goes out from one call only.
             stage_sweep.child_ended(self, updated, topic)
-            if req.publish is not None:  # the page its card links, now with how the run ended
-                run_report.write_run_report(self.state, updated, self.log)
         return message
 
     # ---- gate ---------------------------------------------------------------------------------
