@@ -95,7 +95,11 @@ CLUSTER ?= double
 # The whole pipeline on this machine: `make demo SCENARIO=preempt` shows a resume (simulated cluster);
 # `make demo CLUSTER=real` runs it on the real control plane, built first where Go is installed
 # (without Go or the binaries it stops at once, naming `make components`).
-demo: $(STAMP) pstest-if-go $(if $(filter real,$(CLUSTER)),components-if-go)
+# The scenario and cluster are checked first: a typo or a scenario the real plane cannot play is
+# refused before anything is built (the components take 16-28 minutes cold).
+demo: $(STAMP)
+	@$(BIN)/rlpipe demo --check --scenario "$(SCENARIO)" --cluster "$(CLUSTER)"
+	@$(MAKE) --no-print-directory pstest-if-go $(if $(filter real,$(CLUSTER)),components-if-go)
 	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)" --cluster "$(CLUSTER)"
 
 # Benchmarks (figures next to same-run baselines) → bench/RESULTS.md; see bench/README.md.

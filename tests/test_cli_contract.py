@@ -419,6 +419,7 @@ def test_the_exit_code_table_is_the_documented_one() -> None:
         "REFUSED_BY_STATE": 4,
         "RUN_FAILED": 5,
         "RUN_GATED": 6,
+        "INTERNAL_ERROR": 70,
         "TRANSIENT": 75,
     }
     for code in ExitCode:
@@ -457,20 +458,33 @@ def test_status_json_and_the_not_found_codes(buckets: Buckets, ledger: Any) -> N
     jsonschema.validate(json.loads(done.stdout), STATUS_SCHEMA)
     assert json.loads(done.stdout)["sweep"] is None  # no sweep's parent or child
     for args in (
-        ("status", "rnosuchrun01"),
-        ("status", "rnosuchrun01", "--json"),
-        ("watch", "rnosuchrun01", "--timeout", "0.5", "--interval", "0.1"),
-        ("watch", "rnosuchrun01", "--json", "--timeout", "0.5", "--interval", "0.1"),
-        ("retry", "rnosuchrun01", "--reason", "again"),
-        ("promote", "rnosuchrun01", "--reason", "ship"),
-        ("report", "rnosuchrun01"),
-        ("cancel", "rnosuchrun01"),
+        ("status", "rnosuchrunaa"),
+        ("status", "rnosuchrunaa", "--json"),
+        ("watch", "rnosuchrunaa", "--accept-timeout", "0.5", "--interval", "0.1"),
+        ("watch", "rnosuchrunaa", "--json", "--accept-timeout", "0.5", "--interval", "0.1"),
+        ("retry", "rnosuchrunaa", "--reason", "again"),
+        ("promote", "rnosuchrunaa", "--reason", "ship"),
+        ("report", "rnosuchrunaa"),
+        ("cancel", "rnosuchrunaa"),
     ):
         done = rlpipe(buckets, *args)
         assert done.returncode == ExitCode.NOT_FOUND, (args, done.returncode, done.stderr)
-        assert "no run rnosuchrun01" in done.stderr, args
-        if args[0] != "watch" or "--json" in args:  # the live view shows that it waits
-            assert done.stdout == "", args
+        if "--json" in args:  # the error is the one JSON object on stdout
+            error = json.loads(done.stdout)["error"]
+            assert (error["code"], error["name"]) == (3, "NOT_FOUND") and "no run rnosuchrunaa" in error[
+                "message"
+            ]
+        else:
+            assert "no run rnosuchrunaa" in done.stderr and done.stdout == "", args
+
+
+def test_an_id_no_delivery_could_make_is_not_found_at_once(buckets: Buckets, ledger: Any) -> None:
+    """A mistyped id (a digit run_id_for never writes, a capital) is named as such: `watch` does not
+    wait for it to be accepted (it waited an hour)."""
+    for args in (("status", "rN0such-run1"), ("watch", "rnosuchrun01", "--accept-timeout", "3600")):
+        done = rlpipe(buckets, *args)
+        assert done.returncode == ExitCode.NOT_FOUND, (args, done.stderr)
+        assert "is not an id rlpipe makes" in done.stderr, args
 
 
 def test_refused_by_state_invalid_input_usage_and_transient(

@@ -68,15 +68,16 @@ def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     from rlpipe.control import blobstore, ledger
 
     gated = _record("rgatedemo001", "gated")
-    monkeypatch.setattr(demo, "LocalStack", _Stack)
+    from rlpipe.local import stack
+
+    monkeypatch.setattr(stack, "LocalStack", _Stack)
     monkeypatch.setattr(blobstore, "make_client", lambda project: None)
     monkeypatch.setattr(blobstore, "BlobStore", lambda client, bucket: None)
     monkeypatch.setattr(ledger, "Ledger", lambda store: None)
     monkeypatch.setattr(
-        runs,
-        "submit",
-        lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x", rejection_id=""),
+        runs, "submit", lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x")
     )
+    monkeypatch.setattr(runs, "await_intake", lambda *args, **kwargs: runs.IntakeAnswer("started", gated))
     monkeypatch.setattr(watch_module, "watch", lambda *args, **kwargs: gated)
 
     assert demo.run_demo(scenario="gate") == 0, "the gate scenario is meant to end gated"
@@ -132,9 +133,9 @@ def test_promote_prints_sentences_not_payloads(buckets: Buckets, stage: Any) -> 
     assert "rpromoted001" in done.stdout and "rlpipe watch rpromoted001" in done.stdout
     assert "{" not in done.stdout + done.stderr
 
-    for run_id, why in (("rsucceeded01", "only a gated run"), ("rnosuchrun01", "no run rnosuchrun01")):
+    for run_id, why in (("rsucceeded01", "only a gated run"), ("rnosuchrunaa", "no run rnosuchrunaa")):
         refused = _promote(run_id)
-        assert refused.returncode == (3 if run_id == "rnosuchrun01" else 4) and refused.stdout == ""
+        assert refused.returncode == (3 if run_id == "rnosuchrunaa" else 4) and refused.stdout == ""
         (line,) = refused.stderr.strip().splitlines()
         assert why in line and run_id in line
         assert "{" not in line and "'error'" not in line, "the stage function's sentence, not its payload"
@@ -143,16 +144,35 @@ def test_promote_prints_sentences_not_payloads(buckets: Buckets, stage: Any) -> 
 # ------------------------------------------------------------------------- rlpipe watch's live view
 
 
-def test_the_live_view_ends_its_line_before_the_summary_when_piped() -> None:
+def test_piped_watch_prints_one_plain_line_per_change_and_says_simulated() -> None:
+    """Piped (a CI log), a redrawn live view shows only its last frame: the run's story is told in
+    plain lines instead, one per change of state, stage, attempt or phase, none for a poll that
+    changed nothing, after one line saying the cluster is simulated."""
     from rlpipe.cli.watch import summary, watch
+    from rlpipe.control.ledger import Attempt
 
-    record = _record("rwatched0001", "gated")
+    training = _record("rwatched0001", "training")
+    training.stage, training.attempt = "train", 1
+    training.attempts = [
+        Attempt(
+            stage="train", attempt=1, workload="w", launched_at="2026-12-05T10:00:00.000000Z", phase="running"
+        )
+    ]
+    seen_twice = training.model_copy(deep=True)
+    seen_twice.progress = {"step": 20}  # a new step is not a change of phase
+    gated = _record("rwatched0001", "gated")
+    frames = iter([None, training, seen_twice, gated])
     out = io.StringIO()
     console = Console(file=out, force_terminal=False, width=100)
-    seen = watch(SimpleNamespace(get=lambda run_id: record), record.run_id, simulated=True, console=console)
-    assert seen is record
-    out.write(summary(record, simulated=True) + "\n")  # as `rlpipe watch` prints it
+    ledger = SimpleNamespace(get=lambda run_id: next(frames, gated))
+    seen = watch(ledger, "rwatched0001", simulated=True, console=console, interval=0)
+    assert seen is gated
+    out.write(summary(gated, simulated=True) + "\n")  # as `rlpipe watch` prints it
     lines = out.getvalue().splitlines()
-    (simulated,) = [line for line in lines if "(local stack)" in line]
-    assert simulated.rstrip().endswith("(local stack)"), "the view's last line runs into the summary"
-    assert any(line.startswith(f"run {record.run_id}: gated") for line in lines)
+    assert lines[0] == "cluster and TPU are SIMULATED (local stack)"
+    progress = [line for line in lines if " run rwatched0001: " in line]
+    assert len(progress) == 2, progress
+    assert "training; train attempt 1 running" in progress[0] and progress[1].endswith(
+        "run rwatched0001: gated"
+    )
+    assert any(line.startswith("run rwatched0001: gated") for line in lines), "the summary on its own line"

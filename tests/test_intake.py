@@ -328,7 +328,7 @@ def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_requ
         == 200
     )
     assert buckets.ledger().get(submitted.run_id) is None
-    rejected = buckets.ledger().rejection(submitted.rejection_id)
+    rejected = buckets.ledger().rejection(submitted.delivery_id)
     assert (
         rejected is not None
         and "notify" in rejected["message"]

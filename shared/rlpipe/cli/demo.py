@@ -12,11 +12,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from rlpipe.local.stack import LocalStack, StackConfig
+from rlpipe.cli.exit_codes import CliError, ExitCode
+
+if TYPE_CHECKING:
+    from rlpipe.local.stack import LocalStack
 
 # Named scenarios; anything else is taken as a scenario file path.
 SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
@@ -49,6 +52,34 @@ DEMO_TIMEOUT_SECONDS = {"double": 150, "real": 600}
 SWEEP_TIMEOUT_FACTOR = 3  # four children, two at a time, then selection and one publish
 
 
+def choose_scenario(scenario: str, cluster: str, example: Path) -> tuple[Path, list[str], str | None]:
+    """The example, faults and scenario file a demo runs, or ``CliError`` before anything starts:
+    a name that is neither a scenario nor a file lists the scenarios (a typo must not start half a
+    stack), and a scenario the chosen cluster cannot play is refused before any component is built
+    (``make demo`` runs this first, as ``rlpipe demo --check``)."""
+    from rlpipe.local.clusters import NoFaults, refuse_faults
+
+    if scenario in SCENARIOS:
+        override, faults = SCENARIOS[scenario]
+        scenario_file = None
+        example = Path(override) if override else example
+    elif Path(scenario).is_file():
+        faults, scenario_file = [], scenario
+    else:
+        named = ", ".join(name for name in SCENARIOS if name)
+        raise CliError(
+            ExitCode.USAGE,
+            f"no scenario {scenario!r}: use one of {named} (or empty for the happy path), or a scenario file's path",
+        )
+    if cluster not in DEMO_TIMEOUT_SECONDS:
+        raise CliError(ExitCode.USAGE, f"no cluster {cluster!r}: use double or real")
+    try:
+        refuse_faults(cluster, faults, scenario_file)
+    except NoFaults as refused:
+        raise CliError(ExitCode.USAGE, f"scenario {scenario!r} needs faults: {refused}") from None
+    return example, faults, scenario_file
+
+
 def run_demo(
     *,
     scenario: str = "",
@@ -62,20 +93,14 @@ def run_demo(
     from rlpipe.control.blobstore import BlobStore, make_client
     from rlpipe.control.ledger import Ledger
     from rlpipe.control.settings import Settings
-    from rlpipe.local.clusters import NoFaults, refuse_faults
+    from rlpipe.local.stack import LocalStack, StackConfig
 
     console = Console()
-    if scenario in SCENARIOS:
-        override, faults = SCENARIOS[scenario]
-        scenario_file = None
-        example = Path(override) if override else example
-    else:
-        faults, scenario_file = [], scenario
     try:
-        refuse_faults(cluster, faults, scenario_file)
-    except NoFaults as refused:
-        console.print(f"[red]scenario {scenario!r} needs faults: {refused}[/red]")
-        return 2
+        example, faults, scenario_file = choose_scenario(scenario, cluster, example)
+    except CliError as refused:
+        console.print(f"[red]rlpipe demo: {refused.message}[/red]")
+        return int(refused.code)
     started = time.monotonic()
     timeout = DEMO_TIMEOUT_SECONDS.get(cluster, DEMO_TIMEOUT_SECONDS["double"])
     console.print(
@@ -104,33 +129,29 @@ def run_demo(
         os.environ.update(state.env)
         settings = Settings.from_env()
         ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
-        rejection_id = ""
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:
             submitted = runs.submit(settings, example, via="gcs")
-            run_id, rejection_id = submitted.run_id, submitted.rejection_id
-            print(f"dropped {example} at {submitted.where}; run id {run_id}", flush=True)
+            print(f"dropped {example} at {submitted.where}", flush=True)
+            answer = runs.await_intake(ledger, submitted, timeout=timeout)
+            if answer.kind == "rejected":  # intake refused it: say why, as its error record does
+                assert answer.rejection is not None
+                console.print(f"[red]intake rejected {example}:[/red]\n{answer.rejection.get('message', '')}")
+                return 1
+            if answer.record is None:
+                console.print(f"[red]intake did not answer within {timeout}s; see {stack.logs}[/red]")
+                return 1
+            run_id = answer.record.run_id
+            print(f"intake accepted it: run id {run_id}", flush=True)
         if scenario == "sweep":
             return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started)
-        record = watch(
-            ledger,
-            run_id,
-            timeout=timeout,
-            simulated=True,
-            cluster=cluster,
-            console=console,
-            rejected=lambda: bool(rejection_id) and ledger.rejection(rejection_id) is not None,
-        )
+        record = watch(ledger, run_id, timeout=timeout, simulated=True, cluster=cluster, console=console)
         console.print()
         if record is None:
-            rejected = ledger.rejection(rejection_id) if rejection_id else None
-            if rejected is not None:  # intake refused it: say why, as its error record does
-                console.print(f"[red]intake rejected {example}:[/red]\n{rejected.get('message', '')}")
-            else:
-                console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
+            console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
             return 1
-        print(summary(record, simulated=True, cluster=cluster))
+        print(summary(record, simulated=True, cluster=cluster, hub_stops=True))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
         note = try_it_yourself(record, example)
         if note:

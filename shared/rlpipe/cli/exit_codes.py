@@ -38,6 +38,10 @@ class ExitCode(IntEnum):
     """``watch``: the run ended ``gated`` (the quality gate held the model back; ``promote``
     ships it anyway)."""
 
+    INTERNAL_ERROR = 70
+    """An error rlpipe did not expect (EX_SOFTWARE): a bug. One line names it; ``RLPIPE_DEBUG=1``
+    shows the traceback to report."""
+
     TRANSIENT = 75
     """Try again later (EX_TEMPFAIL): the stage function or the Hub did not answer, a reconcile
     repair failed (the next pass retries it), an upstream check entry errored, or ``watch`` timed
@@ -53,3 +57,14 @@ def for_ended(state: str) -> ExitCode:
     if state in ("failed", "cancelled"):
         return ExitCode.RUN_FAILED
     return ExitCode.TRANSIENT  # not ended: watch timed out
+
+
+class CliError(Exception):
+    """A mistake or a condition the user can act on: ``message`` names it and the fix, ``code`` is
+    the exit status from the table above. ``rlpipe``'s ``main`` prints it (as a JSON object with
+    ``--json``) instead of a traceback."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from rlpipe.cli.exit_codes import ExitCode
+from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
@@ -108,6 +108,18 @@ CLUSTER_ARGUMENT: dict[str, Any] = {
 }
 
 
+def local_root() -> Path:
+    """The local stack's folder: ``.rlpipe/local`` here or in the nearest folder above that has a
+    stack up, as git finds its repository, so the CLI works from any subfolder of the checkout."""
+    from rlpipe.local.stack import state_path
+
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if state_path(folder / LOCAL_ROOT).exists():
+            return folder / LOCAL_ROOT
+    return here / LOCAL_ROOT
+
+
 def _settings() -> Any:
     """Settings from the environment; with a local stack up (and RLPIPE_TARGET≠gcp), its endpoints."""
     import os
@@ -115,7 +127,7 @@ def _settings() -> Any:
     from rlpipe.control.settings import Settings
     from rlpipe.local.stack import StackState, state_path
 
-    path = state_path(LOCAL_ROOT.resolve())
+    path = state_path(local_root())
     if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():
         os.environ.update(StackState.load(path).env)
     return Settings.from_env()
@@ -134,20 +146,58 @@ def _ledger(settings: Any) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    """Hand the request to intake, then say what intake made of it, from the records intake
+    writes: a run id is printed only once the ledger backs it."""
     from rlpipe.cli import runs
 
     settings = _settings()
-    try:
-        submitted = runs.submit(settings, Path(args.file), via=args.via, namespace=args.namespace)
-    except RequestInvalid as exc:
-        print(exc.render(), file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(str(exc), file=sys.stderr)
-        return 2
-    print(f"submitted {args.file} via {submitted.via} ({submitted.where})")
-    print(f"run id: {submitted.run_id}   follow it with: rlpipe watch {submitted.run_id}")
-    return 0
+    ledger = _ledger(settings)
+    submitted = runs.submit(
+        settings,
+        Path(args.file),
+        via=args.via,
+        namespace=args.namespace,
+        sets=args.set,
+        name=args.name,
+        ledger=ledger,
+    )
+    print(f"submitted {args.file} via {submitted.via} ({submitted.where})", flush=True)
+    if args.wait <= 0:
+        print(f"intake decides shortly; see what it made of it with: rlpipe status {submitted.delivery_id}")
+        return ExitCode.OK
+    answer = runs.await_intake(ledger, submitted, timeout=args.wait)
+    return print_intake_answer(answer, submitted, waited=args.wait)
+
+
+def print_intake_answer(answer: Any, submitted: Any, *, waited: float) -> int:
+    """``submit``'s last lines and exit code for intake's answer (docs/cli.md, "submit")."""
+    if answer.kind == "rejected":
+        print(str(answer.rejection.get("message") or "intake rejected the request"), file=sys.stderr)
+        print(
+            f"nothing was started; the rejection stays readable: rlpipe status {submitted.delivery_id}",
+            file=sys.stderr,
+        )
+        return ExitCode.INVALID_INPUT
+    if answer.kind == "pending":
+        raise CliError(
+            ExitCode.TRANSIENT,
+            f"intake has not answered in {waited:g}s (no run and no rejection recorded for this delivery "
+            f"yet); see what it made of it with: rlpipe status {submitted.delivery_id}",
+        )
+    record = answer.record
+    kind = "sweep" if record.sweep is not None else "run"
+    if answer.kind == "existing":
+        print(
+            f"request_id {record.request.get('request_id')!r} already names {kind} {record.run_id} "
+            f"({record.state}, accepted {record.created_at}); this identical request started nothing new. "
+            "To run it again, give it a new id: --name NEW_ID"
+        )
+        return ExitCode.OK
+    extra = f" with {len(record.sweep.children)} children" if record.sweep is not None else ""
+    print(
+        f"{kind} id: {record.run_id}{extra} ({record.state})   follow it with: rlpipe watch {record.run_id}"
+    )
+    return ExitCode.OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -155,10 +205,17 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     settings = _settings()
     ledger = _ledger(settings)
-    record = ledger.get(args.run)
+    found = runs.find(ledger, args.run)
+    if found.rejection is not None:
+        return _print_rejection(args, found.rejection)
+    record = found.record
     if record is None:
-        print(f"no run {args.run}", file=sys.stderr)
-        return ExitCode.NOT_FOUND
+        raise runs.not_found(args.run)
+    if found.went_to is not None and not args.json:
+        print(
+            f"delivery {args.run} went to run {record.run_id} "
+            f"({'it started it' if found.went_to.get('outcome') == 'started' else 'which already existed'})"
+        )
     info = runs.describe(record, sweep_view.children_of(ledger, record))  # a sweep: with its children
     links: dict[str, str] = {}
     if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
@@ -193,15 +250,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_rejection(args: argparse.Namespace, rejection: dict[str, Any]) -> int:
+    """``status`` of a delivery intake refused: its error record, which no run backs."""
+    if args.json:
+        print(json.dumps({"delivery_id": args.run, "rejected": True, "rejection": rejection}, indent=2))
+    else:
+        print(f"delivery {args.run}: rejected at {rejection.get('rejected_at')}; no run was started")
+        print(str(rejection.get("message") or ""))
+    return ExitCode.INVALID_INPUT
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs
 
     settings = _settings()
     try:
         result = runs.cancel(settings, _ledger(settings), args.run)
-    except KeyError as exc:
-        print(str(exc).strip("'\""), file=sys.stderr)
-        return ExitCode.NOT_FOUND
+    except KeyError:
+        raise runs.not_found(args.run) from None
     except runs.StageRefused as exc:  # e.g. the run ended already: the stage function's own sentence
         print(f"rlpipe cancel: {exc.message}", file=sys.stderr)
         return ExitCode.REFUSED_BY_STATE if exc.status == 409 else ExitCode.INVALID_INPUT
@@ -237,36 +303,50 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from rlpipe.cli import sweep_view
+    from rlpipe.cli import runs, sweep_view
     from rlpipe.cli.exit_codes import for_ended
     from rlpipe.cli.watch import summary, watch, watch_json
 
     settings = _settings()
+    ledger = _ledger(settings)
+    found = runs.await_found(ledger, args.run, timeout=args.accept_timeout)
+    if found.rejection is not None:
+        return _print_rejection(args, found.rejection)
+    if found.record is None:
+        error = runs.not_found(args.run)
+        if identity.could_be_produced(args.run):
+            error = CliError(
+                ExitCode.NOT_FOUND,
+                f"no run {args.run} appeared in {args.accept_timeout:g}s (intake accepts a request within "
+                "seconds of its delivery); `rlpipe list` shows the runs, `rlpipe status ID` a delivery's fate",
+            )
+        raise error
+    run_id = found.record.run_id
     if args.json:
         record = watch_json(
-            _ledger(settings),
-            args.run,
+            ledger,
+            run_id,
             timeout=args.timeout,
             interval=args.interval,
             emit=lambda line: print(json.dumps(line), flush=True),
         )
     else:
+        if found.went_to is not None:
+            print(f"delivery {args.run} went to run {run_id}; following it", flush=True)
         record = watch(
-            _ledger(settings),
-            args.run,
+            ledger,
+            run_id,
             timeout=args.timeout,
             interval=args.interval,
             simulated=settings.local,
             cluster=_local_cluster(settings),
         )
-    if record is None:
-        print(f"no run {args.run}", file=sys.stderr)
-        return ExitCode.NOT_FOUND
+    assert record is not None  # it was found above, and a ledger is never deleted
     if not args.json:
         single = lambda: summary(record, simulated=settings.local, cluster=_local_cluster(settings))  # noqa: E731
-        print(sweep_view.final_summary(_ledger(settings), record, single))
+        print(sweep_view.final_summary(ledger, record, single))
     if not record.terminal:
-        print(f"rlpipe watch: {args.run} is still {record.state} after {args.timeout:g}s", file=sys.stderr)
+        print(f"rlpipe watch: {run_id} is still {record.state} after {args.timeout:g}s", file=sys.stderr)
     return for_ended(record.state)
 
 
@@ -335,7 +415,12 @@ def _print_endpoints(state: Any) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rlpipe.cli.demo import run_demo
+    from rlpipe.cli.demo import choose_scenario, run_demo
+
+    if args.check:  # `make demo` asks first, before it builds anything the demo would need
+        example, _, _ = choose_scenario(args.scenario, args.cluster, Path(args.example))
+        print(f"demo: {args.scenario or 'the happy path'} on the {args.cluster} cluster ({example})")
+        return ExitCode.OK
 
     return run_demo(
         scenario=args.scenario, events=args.events, example=Path(args.example), cluster=args.cluster
@@ -374,9 +459,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan_cli.register(sub)
 
-    p = sub.add_parser("submit", help="submit a request (file drop or Pub/Sub message)")
+    p = sub.add_parser(
+        "submit", help="submit a request (file drop or Pub/Sub message) and say what intake made of it"
+    )
     p.add_argument("file")
     p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="change one field before submitting (repeatable), e.g. training.learning_rate=2e-5; "
+        "VALUE is read as it would be in the YAML file",
+    )
+    p.add_argument(
+        "--name", metavar="ID", help="the request_id to submit it under (a new id for a changed request)"
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="wait this long for intake's answer (a run id, or the problems it found); 0: do not wait",
+    )
     p.add_argument(
         "--namespace",
         default="",
@@ -404,6 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=24 * 3600, help="give up after this many seconds (exit 75)"
     )
+    p.add_argument(
+        "--accept-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for a run id nothing has recorded yet to be accepted (exit 3 after)",
+    )
     p.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     p.add_argument(
         "--json", action="store_true", help="one JSON line per change, then the final record (docs/cli.md)"
@@ -425,10 +537,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo", help="start the local stack, run the example to the end, print a summary, stop"
     )
-    p.add_argument("--scenario", default="", help="'' (happy path), preempt, or a scenario file")
+    from rlpipe.cli.demo import SCENARIOS
+
+    p.add_argument(
+        "--scenario",
+        default="",
+        help=f"'' (the happy path), one of {', '.join(n for n in SCENARIOS if n)}, or a scenario file",
+    )
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
     p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
     p.add_argument("--cluster", **CLUSTER_ARGUMENT)
+    p.add_argument(
+        "--check", action="store_true", help="only check the scenario and cluster go together, start nothing"
+    )
     p.set_defaults(func=cmd_demo)
 
     from rlpipe.cli import upstream as cli_upstream
@@ -466,8 +587,9 @@ def _refused_before_asking(args: argparse.Namespace) -> int | None:
     settings = _settings()
     record = _ledger(settings).get(args.run)
     if record is None:
-        print(f"rlpipe {args.command}: no run {args.run}", file=sys.stderr)
-        return ExitCode.NOT_FOUND
+        from rlpipe.cli import runs
+
+        raise runs.not_found(args.run)
     why: str | None = None
     if args.command == "retry":
         from rlpipe.control import retry
@@ -482,14 +604,28 @@ def _refused_before_asking(args: argparse.Namespace) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, run the command, and answer every mistake with one line and an exit code from the
+    table (cli/errors.py), never a traceback."""
+    from rlpipe.cli import errors
+
     args = build_parser().parse_args(argv)
-    if getattr(args, "attempt", 1) < 1:
-        print("--attempt must be 1 or more", file=sys.stderr)
-        return ExitCode.USAGE
-    refused = _refused_before_asking(args)
-    if refused is not None:
-        return int(refused)
-    return int(args.func(args))
+    try:
+        if getattr(args, "attempt", 1) < 1:
+            raise CliError(ExitCode.USAGE, "--attempt must be 1 or more")
+        refused = _refused_before_asking(args)
+        if refused is not None:
+            return int(refused)
+        return int(args.func(args))
+    except BrokenPipeError:
+        return errors.quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print(f"rlpipe {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        try:
+            return errors.answer(exc, args.command, as_json=bool(getattr(args, "json", False)))
+        except BrokenPipeError:
+            return errors.quiet_broken_pipe()
 
 
 if __name__ == "__main__":

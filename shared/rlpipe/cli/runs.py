@@ -7,11 +7,14 @@ the way the workflow itself does, and reads everything else from the ledger.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.control.ledger import TERMINAL, Ledger, RunRecord, parse_time
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity, layout
@@ -20,12 +23,14 @@ from rlpipe.core.request import load_request
 
 @dataclass(frozen=True)
 class Submitted:
-    run_id: str
+    """A request handed to intake: the run it names, and the delivery's own identity, which
+    intake's answer is found under (its rejection record, or which run it went to)."""
+
+    run_id: str  # the run the request names: its request_id's, else the delivery's own
     via: str
     where: str
-    # Where intake writes its rejection record if it refuses the delivery (runs/<id>/error.json):
-    # the delivery's own key names it, even when a request_id names the run.
-    rejection_id: str = ""
+    delivery_id: str  # run_id_for(the delivery's key): where intake records its answer
+    source: dict[str, str]  # the ledger's Source of this delivery (control/ledger.py)
 
 
 def beside(request: Any) -> list[str]:
@@ -35,56 +40,217 @@ def beside(request: Any) -> list[str]:
     return [f.path for f in user_files.files_of(request).values() if f.path is not None and not f.is_gs]
 
 
+def edited_document(path: Path, sets: list[str], name: str | None) -> bytes:
+    """The file's bytes, or with ``--set PATH=VALUE`` and ``--name`` applied: the document as it will
+    be submitted (each value read as the same line in the YAML file would be)."""
+    import yaml
+
+    from rlpipe.core.request.documents import parse_document, set_value
+
+    data = path.read_bytes()
+    if not sets and name is None:
+        return data
+    doc = parse_document(data, source=str(path))
+    for item in sets:
+        field, sep, text = item.partition("=")
+        if not sep:
+            raise CliError(
+                ExitCode.USAGE, f"--set {item!r}: write it as PATH=VALUE, e.g. training.learning_rate=2e-5"
+            )
+        set_value(doc, field.strip(), text.strip())
+    if name is not None:
+        doc["request_id"] = name
+    if path.suffix.lower() == ".json":
+        return json.dumps(doc, indent=2).encode()
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode()
+
+
 def submit(
-    settings: Settings, path: Path, *, via: str = "gcs", storage_client: Any = None, namespace: str = ""
+    settings: Settings,
+    path: Path,
+    *,
+    via: str = "gcs",
+    storage_client: Any = None,
+    namespace: str = "",
+    sets: list[str] | None = None,
+    name: str | None = None,
+    ledger: Ledger | None = None,
 ) -> Submitted:
     """Validate locally first (fast feedback), then hand the file to the same intake users use.
-    ``namespace``: the team folder under requests/ whose request_ids this one shares (gcs only)."""
-    data = path.read_bytes()
+    ``namespace``: the team folder under requests/ whose request_ids this one shares (gcs only).
+    ``sets``/``name``: ``--set PATH=VALUE`` edits and a new ``request_id``; an edit of a request
+    whose request_id already names a run is refused here (intake would refuse it as a conflict)."""
     if namespace and (via != "gcs" or not identity.is_namespace(namespace)):
-        raise ValueError(
-            "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only"
+        raise CliError(
+            ExitCode.USAGE,
+            "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only",
         )
+    if via not in ("gcs", "pubsub"):
+        raise CliError(ExitCode.USAGE, f"unknown --via {via!r}; use gcs or pubsub")
+    data = edited_document(path, sets or [], name)
     from rlpipe.cli.request_files import policy
     from rlpipe.control import user_files
 
     request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))
     # and its own files, beside it, as intake will check them
     user_files.gather(request, read_relative=user_files.disk_neighbours(path), read_gcs=None)
+    if sets and request.request_id and name is None and ledger is not None:
+        taken = ledger.get(identity.run_id_for(identity.key_for_request_id(request.request_id, namespace)))
+        if taken is not None:
+            raise CliError(
+                ExitCode.INVALID_INPUT,
+                f"request_id {request.request_id!r} already names run {taken.run_id} ({taken.state}), and "
+                "--set changes the request, which a request_id cannot name twice: give the changed "
+                "request a new id with --name NEW_ID",
+            )
+    if via == "pubsub" and beside(request):
+        raise CliError(
+            ExitCode.USAGE,
+            f"{', '.join(beside(request))}: a request sent on Pub/Sub has no folder to find files "
+            "beside it; use --via gcs, or name them gs:// or inline",
+        )
     if via == "gcs":
         from rlpipe.control.blobstore import make_client
 
         client = storage_client or make_client(settings.project)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         folder = f"{layout.REQUESTS_PREFIX}{namespace}/" if namespace else layout.REQUESTS_PREFIX
-        name = f"{folder}{path.stem}-{stamp}{path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else '.yaml'}"
+        suffix = path.suffix if path.suffix.lower() in layout.REQUEST_SUFFIXES else ".yaml"
+        object_name = f"{folder}{path.stem}-{stamp}{suffix}"
         bucket = client.bucket(settings.requests_bucket)
         for relative in beside(request):  # the files it names beside itself go first
             bucket.blob(f"{folder}{relative}").upload_from_filename(str(path.parent / relative))
-        blob = bucket.blob(name)
+        blob = bucket.blob(object_name)
         blob.upload_from_string(data, if_generation_match=0)
-        delivery = identity.key_for_object(settings.requests_bucket, name, blob.generation)
+        delivery = identity.key_for_object(settings.requests_bucket, object_name, blob.generation)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else delivery
-        return Submitted(
-            identity.run_id_for(key),
-            "gcs",
-            f"gs://{settings.requests_bucket}/{name}",
-            identity.run_id_for(delivery),
+        source = {
+            "kind": "gcs",
+            "bucket": settings.requests_bucket,
+            "name": object_name,
+            "generation": str(blob.generation),
+        }
+        where = f"gs://{settings.requests_bucket}/{object_name}"
+        return Submitted(identity.run_id_for(key), "gcs", where, identity.run_id_for(delivery), source)
+    topic = settings.topic_path(settings.requests_topic)
+    message_id = _publish(settings, topic, data)
+    delivery = identity.key_for_message(topic, message_id)
+    key = identity.key_for_request_id(request.request_id) if request.request_id else delivery
+    source = {"kind": "pubsub", "topic": topic, "message_id": message_id}
+    return Submitted(
+        identity.run_id_for(key),
+        "pubsub",
+        f"{topic} message {message_id}",
+        identity.run_id_for(delivery),
+        source,
+    )
+
+
+@dataclass(frozen=True)
+class IntakeAnswer:
+    """What intake made of one delivery, as its records say:
+
+    - ``started``: this delivery is the run's own (a new run; ``record`` is it);
+    - ``existing``: the request's ``request_id`` already named run ``record``, which this delivery
+      did not start (an identical request sent again);
+    - ``rejected``: intake refused it; ``rejection`` is its error record (problems and fixes);
+    - ``pending``: neither record appeared before the wait ended.
+    """
+
+    kind: str
+    record: RunRecord | None = None
+    rejection: dict[str, Any] | None = None
+
+
+def intake_answer(ledger: Ledger, submitted: Submitted) -> IntakeAnswer:
+    """One look at the records intake writes for a delivery (the rejection first: a delivery
+    refused as a conflict names an existing run, which must not be mistaken for its own)."""
+    rejection = ledger.rejection(submitted.delivery_id)
+    if rejection is not None:
+        return IntakeAnswer("rejected", rejection=rejection)
+    record = ledger.get(submitted.run_id)
+    if record is not None and record.source.model_dump(exclude_none=True) == submitted.source:
+        return IntakeAnswer("started", record)
+    went_to = ledger.delivery(submitted.delivery_id)  # control/intake.py: _record_delivery
+    if went_to is not None:
+        record = ledger.get(str(went_to.get("run_id")))
+        if record is not None:
+            mine = record.source.model_dump(exclude_none=True) == submitted.source
+            return IntakeAnswer("started" if mine else "existing", record)
+    return IntakeAnswer("pending")
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the ledger holds under an id a user typed: a run, or a delivery's record: its
+    rejection, or which run it went to (``went_to``, with that run's record)."""
+
+    record: RunRecord | None = None
+    rejection: dict[str, Any] | None = None
+    went_to: dict[str, Any] | None = None
+
+
+def find(ledger: Ledger, given: str) -> Found:
+    """A run id, or a delivery id (``rlpipe submit`` prints it) that names a rejection or a run."""
+    record = ledger.get(given)
+    if record is not None:
+        return Found(record)
+    rejection = ledger.rejection(given)
+    if rejection is not None:
+        return Found(rejection=rejection)
+    went_to = ledger.delivery(given)
+    if went_to is not None:
+        return Found(ledger.get(str(went_to.get("run_id"))), went_to=went_to)
+    return Found()
+
+
+def await_found(
+    ledger: Ledger,
+    given: str,
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Found:
+    """:func:`find`, waiting up to ``timeout`` for a run just submitted to be accepted; an id no
+    delivery could make is answered at once."""
+    deadline = clock() + timeout
+    while True:
+        found = find(ledger, given)
+        if found.record is not None or found.rejection is not None:
+            return found
+        if not identity.could_be_produced(given) or clock() >= deadline:
+            return found
+        sleep(interval)
+
+
+def not_found(given: str) -> CliError:
+    """The answer for an id the ledger does not have: a shape no delivery makes is a typo."""
+    if not identity.could_be_produced(given):
+        return CliError(
+            ExitCode.NOT_FOUND,
+            f"{given!r} is not an id rlpipe makes (r followed by 11 of a-z and 2-7); `rlpipe list` shows the runs",
         )
-    if via == "pubsub":
-        if beside(request):
-            raise ValueError(
-                f"{', '.join(beside(request))}: a request sent on Pub/Sub has no folder to find files "
-                "beside it; use --via gcs, or name them gs:// or inline"
-            )
-        topic = settings.topic_path(settings.requests_topic)
-        message_id = _publish(settings, topic, data)
-        delivery = identity.key_for_message(topic, message_id)
-        key = identity.key_for_request_id(request.request_id) if request.request_id else delivery
-        return Submitted(
-            identity.run_id_for(key), "pubsub", f"{topic} message {message_id}", identity.run_id_for(delivery)
-        )
-    raise ValueError(f"unknown --via {via!r}; use gcs or pubsub")
+    return CliError(ExitCode.NOT_FOUND, f"no run {given}; `rlpipe list` shows the runs")
+
+
+def await_intake(
+    ledger: Ledger,
+    submitted: Submitted,
+    *,
+    timeout: float,
+    interval: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IntakeAnswer:
+    """Wait, up to ``timeout`` seconds, for intake's answer to ``submitted``."""
+    deadline = clock() + timeout
+    while True:
+        answer = intake_answer(ledger, submitted)
+        if answer.kind != "pending" or clock() >= deadline:
+            return answer
+        sleep(interval)
 
 
 def _publish(settings: Settings, topic: str, data: bytes) -> str:
@@ -216,6 +382,68 @@ def list_entry(record: RunRecord) -> dict[str, Any]:
         "reward_change": gain,
         "terminal": record.state in TERMINAL,
     }
+
+
+@dataclass(frozen=True)
+class PendingRetry:
+    """A stage whose last attempt failed with a class the workflow retries, while the workflow
+    waits out its backoff: what the live view says instead of "failed"."""
+
+    stage: str
+    failure_class: str
+    next_attempt: int
+    class_used: int  # failures of this class in the stage this round, the last one included
+    class_budget: int
+    delay_seconds: float  # the Workflows backoff before this retry (try/retry in pipeline.yaml)
+    starts_at: datetime  # the failed attempt's end plus that delay
+
+    def describe(self, now: datetime) -> str:
+        left = (self.starts_at - now).total_seconds()
+        when = f"in about {left:.0f} s" if left >= 1 else "any moment now"
+        return (
+            f"retrying {self.stage} ({self.failure_class}, {self.class_used} of {self.class_budget} allowed): "
+            f"attempt {self.next_attempt} starts {when}"
+        )
+
+
+def pending_retry(record: RunRecord) -> PendingRetry | None:
+    """The retry the workflow is waiting to make, read from the ledger: the current stage's last
+    attempt failed with a retryable class whose budget is not spent (control/budgets.py marks a
+    spent one ``permanent``). The delay is Workflows' backoff, ``min(initial × multiplier^k, max)``
+    for the k-th retry of the stage's try block (https://cloud.google.com/workflows/docs/reference/syntax/retrying),
+    with the request's backoff as plan hands it to the workflow."""
+    from rlpipe.core.failures import RETRYABLE, FailureClass
+
+    if record.terminal or record.stage is None:
+        return None
+    attempts = [a for a in record.attempts if a.stage == record.stage and a.round == record.round]
+    if not attempts:
+        return None
+    last = max(attempts, key=lambda a: a.attempt)
+    retryable = {c.value for c in RETRYABLE}
+    if last.phase != "failed" or last.failure_class not in retryable or not last.finished_at:
+        return None
+    retry = record.request.get("retry") or {}
+    backoff = retry.get("backoff") or {}
+    failed = [a for a in attempts if a.failure_class]
+    k = max(len(failed) - 1, 0)
+    try:
+        delay = min(
+            float(backoff["initial_delay"]) * float(backoff["multiplier"]) ** min(k, 64),
+            float(backoff["max_delay"]),
+        )
+    except (KeyError, TypeError, ValueError, OverflowError):
+        delay = 0.0
+    cls = FailureClass(last.failure_class)
+    return PendingRetry(
+        stage=record.stage,
+        failure_class=cls.value,
+        next_attempt=last.attempt + 1,
+        class_used=sum(1 for a in attempts if a.failure_class == cls.value),
+        class_budget=int((retry.get("budgets") or {}).get(cls.value, 0)),
+        delay_seconds=delay,
+        starts_at=_parse(last.finished_at) + timedelta(seconds=delay),
+    )
 
 
 def stage_summary(record: RunRecord) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -12,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rlpipe.cli.runs import describe
+from rlpipe.cli.runs import describe, pending_retry
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.core import cost
 
@@ -22,6 +23,7 @@ _STYLE = {
     "cancelled": "yellow",
     "running": "cyan",
     "queued": "magenta",
+    "retrying": "magenta",
 }
 
 
@@ -40,6 +42,7 @@ def render_view(record: RunRecord, *, simulated: bool = False, cluster: str | No
         "  state: ",
         (record.state, _STYLE.get(record.state, "white")),
     )
+    retrying = pending_retry(record)
     table = Table(show_header=True, header_style="bold", expand=False)
     for column in ("stage", "state", "attempts", "elapsed", "detail"):
         table.add_column(column)
@@ -49,14 +52,18 @@ def render_view(record: RunRecord, *, simulated: bool = False, cluster: str | No
             detail = f"resumed from step {row['resume_step']}" + (f"; {detail}" if detail else "")
         if row["stage"] == "train" and record.progress:
             detail = _reward_text(record.progress) + (f"; {detail}" if detail else "")
+        phase = "retrying" if retrying is not None and row["stage"] == retrying.stage else row["phase"]
         table.add_row(
             row["stage"],
-            Text(row["phase"], style=_STYLE.get(row["phase"], "white")),
+            Text(phase, style=_STYLE.get(phase, "white")),
             str(row["attempts"]),
             _fmt_seconds(row["seconds"]),
             detail,
         )
     parts: list[Any] = [title, table]
+    retrying = pending_retry(record)
+    if retrying is not None:
+        parts.append(Text(retrying.describe(datetime.now(UTC)), style="magenta"))
     if record.failure:
         parts.append(
             Text(
@@ -64,16 +71,16 @@ def render_view(record: RunRecord, *, simulated: bool = False, cluster: str | No
                 style="red",
             )
         )
-    if simulated and cluster == "real":
-        parts.append(
-            Text(
-                "REAL Kubernetes control plane; nodes, containers and the TPU are PLAYED (local stack)",
-                style="dim",
-            )
-        )
-    elif simulated:
-        parts.append(Text("cluster and TPU are SIMULATED (local stack)", style="dim"))
+    if simulated:
+        parts.append(Text(_cluster_note(cluster), style="dim"))
     return Group(*parts)
+
+
+def _cluster_note(cluster: str | None) -> str:
+    """What a local run's cluster is, on the live view and atop the plain lines."""
+    if cluster == "real":
+        return "REAL Kubernetes control plane; nodes, containers and the TPU are PLAYED (local stack)"
+    return "cluster and TPU are SIMULATED (local stack)"
 
 
 def _reward_text(progress: dict[str, Any]) -> str:
@@ -106,9 +113,12 @@ def _inputs_lines(lineage: Any) -> list[str]:
     return lines
 
 
-def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None = None) -> str:
+def summary(
+    record: RunRecord, *, simulated: bool = False, cluster: str | None = None, hub_stops: bool = False
+) -> str:
     """What a finished run did; on the local stack (``simulated``) also which cluster ran it:
-    ``double`` (the default) or ``real`` (the real control plane)."""
+    ``double`` (the default) or ``real`` (the real control plane). ``hub_stops``: the local Hub
+    double stops right after (the demo), so no link to it is given."""
     info = describe(record)
     lines = [f"run {record.run_id}: {record.state}"]
     for row in info["stages"]:
@@ -156,8 +166,14 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
             lines.append(f"              overridden by {o.by} at {o.at}: {o.reason}")
     publish = record.request.get("publish")
     if publish and any(a.stage == "publish" and a.phase == "succeeded" for a in record.attempts):
-        hub = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-        lines.append(f"  published   {hub}/{publish['repo']} (branch {publish['branch']})")
+        if hub_stops:
+            lines.append(
+                f"  published   {publish['repo']} (branch {publish['branch']}) on the local Hub double, "
+                "which stops with this demo (what it held is listed below)"
+            )
+        else:
+            hub = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+            lines.append(f"  published   {hub}/{publish['repo']} (branch {publish['branch']})")
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
     step = next_step(record)
@@ -179,9 +195,36 @@ def summary(record: RunRecord, *, simulated: bool = False, cluster: str | None =
     return "\n".join(lines)
 
 
+def retry_would_help(record: RunRecord) -> bool:
+    """Whether ``rlpipe retry`` can change how a failed or cancelled run ends: a cancelled run, a
+    retry budget that ran out (a new round starts with every budget whole), or a stage deadline.
+    A permanent failure (a repository that does not exist, an image that cannot be pulled, a program
+    that exits with an error, a request MaxText refuses) fails again the same way: retry continues
+    the same request, so the fix is a changed request, not another round."""
+    if record.state == "cancelled":
+        return True
+    failure = record.failure
+    if failure is None:  # no cause recorded: another round is how to learn more
+        return True
+    if failure.tag != "permanent":
+        return True  # a retryable class ended the round (e.g. the execution was lost)
+    last = record.attempt_record(failure.stage or "", failure.attempt or 0) if failure.stage else None
+    if last is not None and last.budget_exhausted:
+        return True
+    return failure.message.startswith("deadline exceeded")  # workflows/pipeline.yaml: deadline_exceeded
+
+
+def trained_steps(record: RunRecord) -> int | None:
+    """The last training step the head reported, if training ever started (the retry resumes from
+    the newest committed checkpoint at or below it)."""
+    step = (record.progress or {}).get("step")
+    trained = any(a.stage == "train" for a in record.attempts)
+    return step if trained and isinstance(step, int) and step > 0 else None
+
+
 def next_command(record: RunRecord, run: str | None = None) -> str | None:
     """The command that takes a run that ended without shipping further (``run``: the id to show
-    in it, the record's own by default); None when there is nothing to do."""
+    in it, the record's own by default); None when there is nothing a command can do."""
     from rlpipe.control import retry
 
     run = run or record.run_id
@@ -189,23 +232,36 @@ def next_command(record: RunRecord, run: str | None = None) -> str | None:
         return f'rlpipe status {run}  (then rlpipe promote CHILD --reason "…" for the child to ship)'
     if record.state == "gated":
         return f'rlpipe promote {run} --reason "…"'
-    if record.state in ("failed", "cancelled") and retry.refusal(record) is None:
+    if record.state in ("failed", "cancelled") and retry.refusal(record) is None and retry_would_help(record):
         return f'rlpipe retry {run} --reason "…"'
     return None
 
 
 def next_step(record: RunRecord) -> str | None:
-    """What a person can do about a run that ended without shipping: a summary that stops at
-    `gated` or `failed` leaves the reader to find the command in the docs."""
+    """What a person can do about a run that ended without shipping, following how it ended: a
+    summary that stops at `gated` or `failed` leaves the reader to find the command in the docs,
+    and a hint that a retry would fail the same way sends them round in a circle."""
     command = next_command(record)
-    if command is None:
-        return None
-    if record.state == "gated":
+    if record.state == "gated" and command is not None:
         return (
             f"the quality gate held the model back; to ship it anyway: {command} "
             "(it goes on to export and publish, without training again)"
         )
-    return f"to go on from where it stopped: {command} (training resumes from its last checkpoint)"
+    if record.state == "failed" and command is None and record.failure is not None:
+        return (
+            "this failure is permanent: a retry would fail the same way. Fix its cause (the request, "
+            "the model's access, the image) and submit the changed request with a new request_id "
+            "(`rlpipe submit FILE --name NEW_ID`)"
+        )
+    if command is None:
+        return None
+    step = trained_steps(record)
+    resume = (
+        f"training resumes from its newest committed checkpoint (it had reached step {step})"
+        if step is not None
+        else "no training had started, so it starts from the beginning"
+    )
+    return f"to go on from where it stopped: {command} ({resume})"
 
 
 def _cost_lines(record: RunRecord, estimate: dict[str, Any]) -> list[str]:
@@ -230,12 +286,19 @@ def watch(
     cluster: str | None = None,
     console: Console | None = None,
     on_tick: Callable[[RunRecord | None], None] | None = None,
-    rejected: Callable[[], bool] | None = None,
 ) -> RunRecord | None:
     """Follow a run until it is terminal (or the timeout); returns the last record seen.
-    ``rejected``: whether intake refused the delivery, so that a run that will never exist is
-    not waited for until the timeout."""
+
+    On a terminal, a live view redrawn in place. Piped or in a CI log, where a redrawn view shows
+    only its last frame, one plain line per change of state, stage, attempt or phase
+    (:func:`progress_line`), so the log tells the run's story."""
     console = console or Console()
+    if not console.is_terminal:
+        if simulated:
+            console.print(_cluster_note(cluster), markup=False, highlight=False)
+        return _watch_plain(
+            ledger, run_id, timeout=timeout, interval=interval, console=console, on_tick=on_tick
+        )
     deadline = time.monotonic() + timeout
     record = ledger.get(run_id)
     with Live(console=console, refresh_per_second=4, transient=False) as live:
@@ -244,19 +307,65 @@ def watch(
             if on_tick:
                 on_tick(record)
             if record is None:
-                if rejected is not None and rejected():
-                    break
                 live.update(Text(f"waiting for run {run_id} to be accepted…", style="dim"))
             else:
                 live.update(render_view(record, simulated=simulated, cluster=cluster))
                 if record.terminal:
                     break
             time.sleep(interval)
-    if not console.is_terminal:
-        # Rich ends a live display with a line break only on a terminal: piped or in a log, the
-        # view's last line ("... SIMULATED (local stack)") ran into whatever was printed next.
-        console.line()
     return record
+
+
+def _watch_plain(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    timeout: float,
+    interval: float,
+    console: Console,
+    on_tick: Callable[[RunRecord | None], None] | None,
+) -> RunRecord | None:
+    deadline = time.monotonic() + timeout
+    record: RunRecord | None = None
+    last: tuple[Any, ...] | None = None
+    while True:
+        record = ledger.get(run_id)
+        if on_tick:
+            on_tick(record)
+        if record is not None:
+            key, line = progress_line(record)
+            if key != last:
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+                last = key
+            if record.terminal:
+                break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(interval)
+    return record
+
+
+def progress_line(record: RunRecord, now: datetime | None = None) -> tuple[tuple[Any, ...], str]:
+    """One plain line saying where the run is, and the key that changes only when its state,
+    stage, attempt or phase does (a pending retry counts as a phase: ``retrying``)."""
+    now = now or datetime.now(UTC)
+    info = describe(record)
+    retrying = pending_retry(record)
+    phase = "retrying" if retrying is not None else _phase(info, record)
+    parts = [f"{now:%H:%M:%S} run {record.run_id}: {record.state}"]
+    if record.stage:
+        parts.append(f"{record.stage} attempt {record.attempt} {phase}")
+        row = next((r for r in info["stages"] if r["stage"] == record.stage), {})
+        if row.get("resume_step"):
+            parts.append(f"resumed from step {row['resume_step']}")
+    if retrying is not None:
+        parts.append(retrying.describe(now))
+    elif record.stage == "train" and record.progress:
+        parts.append(_reward_text(record.progress))
+    if record.failure and record.terminal:
+        parts.append(f"[{record.failure.tag}] {record.failure.message}")
+    key = (record.state, record.stage, record.attempt, phase)
+    return key, "; ".join(parts)
 
 
 def _phase(info: dict[str, Any], record: RunRecord) -> str:

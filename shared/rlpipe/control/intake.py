@@ -163,8 +163,34 @@ class Intake:
             return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
         if request.sweep is not None:  # a parent record and its children (control/sweep_intake.py)
-            return sweep_intake.submit(self, request, source, source_key, key, policy, log)
-        return self.claim_run(request, key, source, source_key, log)
+            result = sweep_intake.submit(self, request, source, source_key, key, policy, log)
+        else:
+            result = self.claim_run(request, key, source, source_key, log)
+        self._record_delivery(source_key, source, result)
+        return result
+
+    def _record_delivery(self, source_key: str, source: Source, result: IntakeResult) -> None:
+        """Say which run this delivery went to, when a ``request_id`` named the run: otherwise the
+        submitter, who knows only its own delivery, could not tell "your request started run R"
+        from "run R already existed and nothing new started" (a rejection has its error record)."""
+        delivery_id = identity.run_id_for(source_key)
+        if (
+            result.run_id is None
+            or result.run_id == delivery_id
+            or result.outcome in ("rejected", "conflict")
+        ):
+            return
+        self.ledger.write_delivery(
+            delivery_id,
+            {
+                "delivery_id": delivery_id,
+                "key": source_key,
+                "source": source.model_dump(exclude_none=True),
+                "run_id": result.run_id,
+                "outcome": result.outcome,
+                "at": now(),
+            },
+        )
 
     def claim_run(
         self,

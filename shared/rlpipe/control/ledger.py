@@ -406,6 +406,19 @@ class Ledger:
             )
         return created
 
+    def write_delivery(self, delivery_id: str, body: dict[str, Any]) -> bool:
+        """Which run a delivery went to, when its id is not the run's (a ``request_id`` named the
+        run): written once, so a redelivery of the same event leaves the first answer."""
+        return self.store.create(self.layout(delivery_id).delivery, blobstore.dumps(body)) is not None
+
+    def delivery(self, delivery_id: str) -> dict[str, Any] | None:
+        """The record :meth:`write_delivery` left for ``delivery_id``, if any."""
+        try:
+            body = self.store.read(self.layout(delivery_id).delivery).json()
+        except (blobstore.NotFound, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
     def list_run_ids(self) -> list[str]:
         ids = set()
         for name in self.store.list(layout.RUNS_PREFIX):

@@ -61,6 +61,15 @@ def is_run_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and RUN_ID_PATTERN.match(value) is not None
 
 
+# Exactly the ids run_id_for makes: what a delivery can produce (a mistyped id is told at once).
+PRODUCED_RUN_ID_PATTERN = re.compile(rf"^r[a-z2-7]{{{RUN_ID_LENGTH - 1}}}$")
+
+
+def could_be_produced(value: str) -> bool:
+    """Whether some delivery could have this id (``run_id_for``'s alphabet and length)."""
+    return PRODUCED_RUN_ID_PATTERN.fullmatch(value) is not None
+
+
 def run_id_for(key: str) -> str:
     """``r`` + 11 base32 characters of SHA-256(key): short, lowercase, DNS-safe, starts with a letter."""
     digest = hashlib.sha256(key.encode("utf-8")).digest()

@@ -141,6 +141,13 @@ class RunLayout:
         return f"{self.prefix}error.json"
 
     @property
+    def delivery(self) -> str:
+        """State bucket: where a delivery whose request names its run by ``request_id`` (so the
+        delivery's own id is not the run's) records which run it went to: ``rlpipe submit`` and
+        ``rlpipe status DELIVERY`` read it (``Ledger.delivery``)."""
+        return f"{self.prefix}delivery.json"
+
+    @property
     def report(self) -> str:
         """State bucket: the run's page (``rlpipe.report``) as the control plane last wrote it,
         when publish launched and when the run ended; the model card links it."""

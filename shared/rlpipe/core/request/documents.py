@@ -56,6 +56,50 @@ def parse_document(data: bytes | str, *, source: str = "request") -> dict[str, A
     return doc
 
 
+# Maps whose keys are MaxText's own dotted names (``rl.num_iterations``): a path that enters one
+# takes the rest of itself as one key, as the sweep grid's ``maxtext_overrides.<key>`` does.
+DOTTED_KEY_MAPS = frozenset({"maxtext_overrides"})
+
+
+def set_value(doc: dict[str, Any], path: str, text: str, *, source: str = "--set") -> None:
+    """``rlpipe submit --set PATH=TEXT``: put TEXT at PATH in the document, read exactly as the
+    line ``key: TEXT`` would be read in a YAML request (the same strict loader), so a value means
+    the same on the command line as in the file. Raises ``RequestInvalid`` naming the path."""
+    parts = path.split(".")
+    if not path or any(not p for p in parts):
+        raise RequestInvalid(
+            [
+                Problem(
+                    path, f"{source}: {path!r} is not a field path", "write it as training.learning_rate=2e-5"
+                )
+            ]
+        )
+    if "\n" in text or "\r" in text:
+        raise RequestInvalid(
+            [Problem(path, f"{source} {path}: the value spans lines", "give a one-line value")]
+        )
+    value = _parse_yaml(f"value: {text}", f"{source} {path}")["value"]
+    node = doc
+    for index, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            where = ".".join(parts[: index + 1])
+            raise RequestInvalid(
+                [
+                    Problem(
+                        where,
+                        f"{source} {path}: {where} is not a section of the request",
+                        "set a field inside a section",
+                    )
+                ]
+            )
+        if part in DOTTED_KEY_MAPS:
+            child[".".join(parts[index + 1 :])] = value
+            return
+        node = child
+    node[parts[-1]] = value
+
+
 class _DuplicateKey(ValueError):
     """A JSON object that names one key twice."""
 
