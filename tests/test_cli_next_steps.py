@@ -172,7 +172,5 @@ def test_piped_watch_prints_one_plain_line_per_change_and_says_simulated() -> No
     assert lines[0] == "cluster and TPU are SIMULATED (local stack)"
     progress = [line for line in lines if " run rwatched0001: " in line]
     assert len(progress) == 2, progress
-    assert "training; train attempt 1 running" in progress[0] and progress[1].endswith(
-        "run rwatched0001: gated"
-    )
+    assert "training; train attempt 1 running" in progress[0] and "run rwatched0001: gated" in progress[1]
     assert any(line.startswith("run rwatched0001: gated") for line in lines), "the summary on its own line"
