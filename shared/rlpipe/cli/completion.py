@@ -14,13 +14,34 @@ from collections.abc import Callable
 from typing import Any
 
 SHELLS = ("bash", "zsh")
+# Positional arguments that name runs: completed from `rlpipe list` (the run ids of the deployment
+# or local stack the shell's environment points at), the first column of its table.
+RUN_ARGUMENTS = ("run", "runs")
+_LIST_RUNS = "rlpipe list 2>/dev/null | awk 'NR > 1 {print $1}'"
+PREAMBLE = {
+    # shtab calls a bash completer with the word being completed and takes the lines it prints.
+    "bash": f'_rlpipe_runs() {{\n  compgen -W "$({_LIST_RUNS})" -- "$1"\n}}\n',
+    "zsh": f'_rlpipe_runs() {{\n  local -a runs\n  runs=(${{(f)"$({_LIST_RUNS})"}})\n  compadd -a runs\n}}\n',
+}
+RUN_COMPLETER = {"bash": "_rlpipe_runs", "zsh": "_rlpipe_runs"}
 
 
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
-    """The completion script for ``shell`` of the whole ``rlpipe`` parser."""
+    """The completion script for ``shell`` of the whole ``rlpipe`` parser, run ids included."""
     import shtab
 
-    return str(shtab.complete(parser, shell=shell))
+    _complete_runs(parser)
+    return str(shtab.complete(parser, shell=shell, preamble=PREAMBLE))
+
+
+def _complete_runs(parser: argparse.ArgumentParser) -> None:
+    """Mark every positional argument that names a run, in every subcommand, for run-id completion."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _complete_runs(sub)
+        elif not action.option_strings and action.dest in RUN_ARGUMENTS:
+            action.complete = RUN_COMPLETER  # type: ignore[attr-defined]  # shtab's own attribute
 
 
 def register(subparsers: Any, *, parser: Callable[[], argparse.ArgumentParser]) -> None:

@@ -96,11 +96,7 @@ def run_demo(
     from rlpipe.local.stack import LocalStack, StackConfig
 
     console = Console()
-    try:
-        example, faults, scenario_file = choose_scenario(scenario, cluster, example)
-    except CliError as refused:
-        console.print(f"[red]rlpipe demo: {refused.message}[/red]")
-        return int(refused.code)
+    example, faults, scenario_file = choose_scenario(scenario, cluster, example)  # CliError: nothing started
     started = time.monotonic()
     timeout = DEMO_TIMEOUT_SECONDS.get(cluster, DEMO_TIMEOUT_SECONDS["double"])
     console.print(

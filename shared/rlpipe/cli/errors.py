@@ -41,9 +41,7 @@ def explain(exc: BaseException, command: str) -> CliError:
 
     if isinstance(exc, RequestInvalid):
         return CliError(ExitCode.INVALID_INPUT, exc.render())
-    if isinstance(exc, IsADirectoryError | NotADirectoryError | FileNotFoundError | PermissionError) and (
-        exc.filename is not None
-    ):
+    if isinstance(exc, OSError) and exc.filename is not None:  # a path given that cannot be read or written
         return CliError(ExitCode.INVALID_INPUT, f"{exc.filename}: {exc.strerror}; check the path")
     if _is_no_credentials(exc):
         return CliError(ExitCode.USAGE, _no_stack_hint(Path.cwd()))

@@ -129,8 +129,29 @@ def _settings() -> Any:
 
     path = state_path(local_root())
     if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():
-        os.environ.update(StackState.load(path).env)
+        state = StackState.load(path)
+        _answers_or_fail(state.env.get("STORAGE_EMULATOR_HOST", ""), path)
+        os.environ.update(state.env)
     return Settings.from_env()
+
+
+def _answers_or_fail(url: str, path: Path) -> None:
+    """A stack whose state file outlived it (a reboot, a killed session) is said to be down at
+    once: the storage client would otherwise retry a dead port for two minutes."""
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    if not where.hostname or not where.port:
+        return
+    try:
+        socket.create_connection((where.hostname, where.port), timeout=2).close()
+    except OSError:
+        raise CliError(
+            ExitCode.TRANSIENT,
+            f"the local stack recorded in {path} does not answer (its storage at {url} is down): "
+            "`rlpipe local status` says which part; `rlpipe local down` then `rlpipe local up` starts it again",
+        ) from None
 
 
 def _local_cluster(settings: Any) -> str:
@@ -151,7 +172,6 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs
 
     settings = _settings()
-    ledger = _ledger(settings)
     submitted = runs.submit(
         settings,
         Path(args.file),
@@ -159,13 +179,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
         namespace=args.namespace,
         sets=args.set,
         name=args.name,
-        ledger=ledger,
+        open_ledger=lambda: _ledger(settings),
     )
     print(f"submitted {args.file} via {submitted.via} ({submitted.where})", flush=True)
     if args.wait <= 0:
         print(f"intake decides shortly; see what it made of it with: rlpipe status {submitted.delivery_id}")
         return ExitCode.OK
-    answer = runs.await_intake(ledger, submitted, timeout=args.wait)
+    answer = runs.await_intake(_ledger(settings), submitted, timeout=args.wait)
     return print_intake_answer(answer, submitted, waited=args.wait)
 
 
@@ -427,8 +447,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlpipe")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlpipe", description="RL post-training pipeline on TPU")
+    parser.add_argument("--version", action="version", version=f"rlpipe {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("schema", help="print the request JSON Schema")

@@ -74,7 +74,7 @@ def submit(
     namespace: str = "",
     sets: list[str] | None = None,
     name: str | None = None,
-    ledger: Ledger | None = None,
+    open_ledger: Callable[[], Ledger] | None = None,
 ) -> Submitted:
     """Validate locally first (fast feedback), then hand the file to the same intake users use.
     ``namespace``: the team folder under requests/ whose request_ids this one shares (gcs only).
@@ -94,8 +94,10 @@ def submit(
     request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))
     # and its own files, beside it, as intake will check them
     user_files.gather(request, read_relative=user_files.disk_neighbours(path), read_gcs=None)
-    if sets and request.request_id and name is None and ledger is not None:
-        taken = ledger.get(identity.run_id_for(identity.key_for_request_id(request.request_id, namespace)))
+    if sets and request.request_id and name is None and open_ledger is not None:
+        taken = open_ledger().get(
+            identity.run_id_for(identity.key_for_request_id(request.request_id, namespace))
+        )
         if taken is not None:
             raise CliError(
                 ExitCode.INVALID_INPUT,
