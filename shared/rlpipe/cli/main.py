@@ -646,7 +646,9 @@ def main(argv: list[str] | None = None) -> int:
         refused = _refused_before_asking(args)
         if refused is not None:
             return int(refused)
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a closed pipe is answered, not in the interpreter's exit
+        return code
     except BrokenPipeError:
         return errors.quiet_broken_pipe()
     except KeyboardInterrupt:
