@@ -9,6 +9,10 @@
 # A binary is rebuilt only when its inputs (versions.env, its module's go.mod/go.sum/main) change;
 # Go's own build cache ($(go env GOCACHE)) makes a rebuild after that mostly a link. Each build's
 # wall time goes to $COMPONENTS_BIN/build-times.tsv.
+#
+# One build at a time per bin folder: a second invocation (another `make test`, a second terminal)
+# waits on $COMPONENTS_BIN/.build.lock until the first ends, then finds its binaries up to date
+# instead of building them all again beside it.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -21,6 +25,18 @@ source "$HERE/versions.env"
 if ! command -v go >/dev/null 2>&1; then
   echo "components: no Go toolchain on PATH; the real control plane needs Go (>= 1.24) and the module proxy" >&2
   exit 3
+fi
+
+if ! command -v flock >/dev/null 2>&1; then
+  echo "components: no flock on PATH; install util-linux (flock keeps two builds from running at once)" >&2
+  exit 3
+fi
+# Held until this script exits (the kernel drops the lock with the last holder of fd 9). The stamps
+# are read only under the lock, so a build that waited sees what the other one built.
+exec 9>"$BIN/.build.lock"
+if ! flock --nonblock 9; then
+  echo "components: another build into $BIN is running; waiting for it to end" >&2
+  flock 9
 fi
 
 export CGO_ENABLED=0  # static binaries, as the upstream release builds

@@ -4,13 +4,19 @@ build them from agree with it; the release manifests are made to fit a process-o
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 import re
 import shutil
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from rlpipe.local.controlplane import addons, components
+from tests.harness.patience import ceiling, wait_until
 
 COMPONENTS = Path(__file__).resolve().parents[1] / "components"
 
@@ -122,3 +128,79 @@ def test_a_missing_binary_names_the_make_target(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("COMPONENTS_BIN", str(tmp_path))
     reason = components.missing_reason()
     assert reason is not None and "make components" in reason and "kube-apiserver" in reason
+
+
+# Stand-in for the Go toolchain: records each call, holds it until $GO_STUB_DIR/release exists
+# (the test decides when the build ends), then writes the `-o` binary as `go build` would.
+STUB_GO = """#!/bin/bash
+echo "$*" >> "$GO_STUB_DIR/calls"
+while [ ! -e "$GO_STUB_DIR/release" ]; do sleep 0.05; done
+out=
+while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out=$2; fi; shift; done
+printf '#!/bin/sh\\n' > "$out"
+chmod +x "$out"
+"""
+
+
+@contextlib.contextmanager
+def _builds(tmp_path: Path) -> Iterator[tuple[Path, Callable[[str], subprocess.Popen[bytes]]]]:
+    """build.sh runs with a stub `go` first on PATH, into a bin folder of the test's own; whatever
+    a test leaves running is released and ended on the way out."""
+    stub_dir, bin_dir = tmp_path / "stub", tmp_path / "bin"
+    stub_dir.mkdir()
+    (stub_dir / "go").write_text(STUB_GO)
+    (stub_dir / "go").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{stub_dir}:{os.environ['PATH']}",
+        "COMPONENTS_BIN": str(bin_dir),
+        "GO_STUB_DIR": str(tmp_path),
+    }
+    started: list[subprocess.Popen[bytes]] = []
+
+    def build(name: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / f"{name}.err").open("w") as err:
+            proc = subprocess.Popen(
+                ["bash", str(COMPONENTS / "build.sh"), "pstest"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        started.append(proc)
+        return proc
+
+    try:
+        yield bin_dir, build
+    finally:
+        (tmp_path / "release").touch()
+        for proc in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="build.sh takes its lock with flock (util-linux)")
+def test_a_second_build_waits_for_the_first_and_finds_its_result_up_to_date(tmp_path: Path) -> None:
+    """Two builds at once (a `make test` beside a `make components`) once doubled a 28-minute cold
+    build. The second must wait on the first's lock, then find the binary built and up to date."""
+    calls = tmp_path / "calls"
+    with _builds(tmp_path) as (bin_dir, build):
+        first = build("first")
+        wait_until(calls.exists, 10, what="the first build calls go")  # it holds the lock now
+        second = build("second")
+        wait_until(
+            lambda: (
+                "waiting" in (tmp_path / "second.err").read_text() or len(calls.read_text().splitlines()) > 1
+            ),
+            10,
+            what="the second build waits or builds",
+        )
+        (tmp_path / "release").touch()
+        assert first.wait(timeout=ceiling(10)) == 0
+        assert second.wait(timeout=ceiling(10)) == 0
+    assert calls.read_text().splitlines() == [f"build -ldflags -s -w -o {bin_dir}/pstest ."]  # built once
+    second_err = (tmp_path / "second.err").read_text()
+    assert second_err == f"components: another build into {bin_dir} is running; waiting for it to end\n"
+    assert "components: building pstest" in (tmp_path / "first.err").read_text()
+    assert len((bin_dir / "build-times.tsv").read_text().splitlines()) == 1

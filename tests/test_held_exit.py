@@ -6,7 +6,9 @@ SIGTERM to the program at once, and never keep a pod that is being stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -35,7 +37,25 @@ exec /bin/sleep "$@"
 """
 
 
-def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
+# Read by bash before the script (BASH_ENV), so the rendered script runs unchanged. Its DEBUG trap
+# counts the commands from the program's `python3 -m ... &` and, STOP_AFTER commands later, sends
+# the shell SIGTERM, whose trap then runs before that command: 0 is just before the program starts,
+# 1 just before `$!` is stored, 2 just after. What `$program` and `$!` held then goes to
+# $FAKE_DIR/stop-landed (so a test knows it hit the window); each `kill` the script makes goes to
+# $FAKE_DIR/kills (a function wraps the builtin).
+STOP_AFTER_INSTRUMENT = r"""
+kill() { echo "$*" >> "$FAKE_DIR/kills"; builtin kill "$@"; }
+_stop() { echo "program=[$program] started=[${!:-}]" > "$FAKE_DIR/stop-landed"; builtin kill -TERM $$; }
+_countdown=
+trap '
+case "$BASH_COMMAND" in "python3 -m "*) _countdown=$STOP_AFTER ;; esac
+if [ -n "$_countdown" ]; then
+  if [ "$_countdown" = 0 ]; then _countdown=; _stop; else _countdown=$((_countdown - 1)); fi
+fi' DEBUG
+"""
+
+
+def start(tmp_path: Path, mode: str, hold: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in (("python3", FAKE_PYTHON), ("sleep", RECORDING_SLEEP)):
@@ -47,6 +67,7 @@ def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "FAKE_MODE": mode,
         "FAKE_DIR": str(tmp_path),
+        **(env or {}),
     }
     return subprocess.Popen(
         ["/bin/bash", "-c", script, SCRIPT_NAME, "--flag", "a b"],
@@ -54,7 +75,14 @@ def start(tmp_path: Path, mode: str, hold: int) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,  # its own process group, so a test can end a stand-in left running
     )
+
+
+def end_group(proc: subprocess.Popen[str]) -> None:
+    """Kill whatever of the script's process group still runs (a program a broken script never stopped)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_for(path: Path, timeout: float = ceiling(10)) -> None:
@@ -86,6 +114,37 @@ def test_sigterm_reaches_the_program_and_skips_the_hold(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=ceiling(30))
     assert (tmp_path / "got-term").exists()
     assert proc.returncode == 143 and HOLD_MARK not in out
+
+
+@pytest.mark.parametrize(
+    ("stop_after", "landed"),
+    [
+        pytest.param(0, r"program=\[\] started=\[\]", id="before-the-start"),
+        pytest.param(1, r"program=\[\] started=\[(\d+)\]", id="after-the-start-before-the-pid"),
+        pytest.param(2, r"program=\[(\d+)\] started=\[\1\]", id="after-the-pid"),
+    ],
+)
+def test_a_stop_around_the_programs_start_reaches_it_once(
+    tmp_path: Path, stop_after: int, landed: str
+) -> None:
+    """The window CI met under load: SIGTERM handled before `program=$!` (just before the program
+    starts, or after it started but before its pid is stored) found no pid to signal, and the
+    script then waited for a program nobody had stopped. Here the stop lands there every time; and
+    once the pid is known, the stop is passed on by the trap alone, not a second time."""
+    instrument = tmp_path / "stop-after.sh"
+    instrument.write_text(STOP_AFTER_INSTRUMENT)
+    env = {"BASH_ENV": str(instrument), "STOP_AFTER": str(stop_after)}
+    proc = start(tmp_path, "serve", hold=600, env=env)
+    try:
+        out, _ = proc.communicate(timeout=ceiling(3))  # a program never stopped serves forever
+    except subprocess.TimeoutExpired:
+        pytest.fail("the stop never reached the program: the script still waits for it")
+    finally:
+        end_group(proc)
+    assert re.fullmatch(landed, (tmp_path / "stop-landed").read_text().strip())  # the window was hit
+    assert proc.returncode == 143 and HOLD_MARK not in out  # the program's own end by SIGTERM
+    kills = (tmp_path / "kills").read_text().splitlines()
+    assert len([k for k in kills if re.fullmatch(r"-TERM \d+( \d+)*", k)]) == 1, kills
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

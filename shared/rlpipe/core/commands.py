@@ -222,15 +222,23 @@ def held_exit(module: str, hold_seconds: int) -> list[str]:
     worker's Job and its DisruptionTarget evidence included. Holding the head's failed exit lets
     the worker's Job fail first, so the run is classed ``preempted``. SIGTERM (the JobSet or Kueue
     stopping the pod) is passed to the program at once and ends any hold; a success is never held.
+
+    A stop can land before the program's pid is known: just before the program starts, or between
+    its start and ``program=$!``. The trap then has no pid to signal, so it only records the stop,
+    and the line after the pid is stored passes it on; ``signalled`` (the pid the trap signalled) keeps
+    a stop the trap already passed on from being sent twice. Without that line the script would
+    wait for a program nobody stopped, and the pod would ignore its stop until SIGKILL.
     """
     return [
         f"hold_seconds={int(hold_seconds)}",
         "stopping=",
         "program=",
         "sleeper=",
-        """trap 'stopping=1; kill -TERM $program $sleeper 2>/dev/null || true' TERM INT""",
+        "signalled=",
+        """trap 'stopping=1; signalled=$program; kill -TERM $program $sleeper 2>/dev/null || true' TERM INT""",
         f'python3 -m {shlex.quote(module)} "$@" &',
         "program=$!",
+        'if [ -n "$stopping" ] && [ "$signalled" != "$program" ]; then kill -TERM "$program" 2>/dev/null || true; fi',
         "set +e",
         'wait "$program"; code=$?',
         'while kill -0 "$program" 2>/dev/null; do wait "$program"; code=$?; done',
