@@ -174,3 +174,86 @@ def test_piped_watch_prints_one_plain_line_per_change_and_says_simulated() -> No
     assert len(progress) == 2, progress
     assert "training; train attempt 1 running" in progress[0] and "run rwatched0001: gated" in progress[1]
     assert any(line.startswith("run rwatched0001: gated") for line in lines), "the summary on its own line"
+
+
+# ------------------------------------------------------------------------- hints follow the failure
+
+
+def _failed(run_id: str, failure: Failure, *attempts: Any, step: int | None = None) -> RunRecord:
+    r = _record(run_id, "failed")
+    r.failure = failure
+    r.attempts = list(attempts)
+    if step is not None:
+        r.progress = {"step": step}
+    return r
+
+
+def test_a_permanent_failure_suggests_fixing_the_request_not_a_retry() -> None:
+    """ "repository does not exist" fails the same way on every round: the summary said `retry`
+    and "training resumes from its last checkpoint" for a run that never trained."""
+    from rlpipe.cli.watch import summary
+
+    gone = _failed(
+        "rnorepo00001",
+        Failure(tag="permanent", message="repository google/gemma-9 does not exist", stage="plan"),
+    )
+    text = summary(gone)
+    assert "rlpipe retry" not in text and "resumes" not in text
+    assert "a retry would fail the same way" in text and "--name NEW_ID" in text
+
+
+def test_a_spent_preemption_budget_suggests_retry_resuming_from_the_step_reached() -> None:
+    from rlpipe.cli.watch import summary
+    from rlpipe.control.ledger import Attempt
+
+    spent = Attempt(
+        stage="train",
+        attempt=6,
+        workload="w",
+        launched_at="2026-12-05T10:00:00.000000Z",
+        phase="failed",
+        failure_class="permanent",
+        budget_exhausted="preempted",
+    )
+    text = summary(
+        _failed(
+            "rspent000001",
+            Failure(
+                tag="permanent", message="preempted budget of 5 exhausted for train", stage="train", attempt=6
+            ),
+            spent,
+            step=70,
+        )
+    )
+    assert 'rlpipe retry rspent000001 --reason "…"' in text
+    assert "newest committed checkpoint (it had reached step 70)" in text
+
+
+def test_a_cancelled_run_before_training_says_it_starts_from_the_beginning() -> None:
+    from rlpipe.cli.watch import summary
+
+    cancelled = _record("rcancel00001", "cancelled")
+    cancelled.failure = Failure(tag="cancelled", message="cancelled by rlpipe cancel", stage="convert")
+    text = summary(cancelled)
+    assert "rlpipe retry rcancel00001" in text and "no training had started" in text
+
+
+def test_the_demo_names_no_link_to_a_hub_that_stops_with_it() -> None:
+    from rlpipe.cli.watch import summary
+    from rlpipe.control.ledger import Attempt
+
+    published = _record("rpublish0001", "succeeded")
+    published.request["publish"] = {"repo": "me/model", "branch": "main"}
+    published.attempts = [
+        Attempt(
+            stage="publish",
+            attempt=1,
+            workload="w",
+            launched_at="2026-12-05T10:00:00.000000Z",
+            phase="succeeded",
+        )
+    ]
+    assert (
+        "http" not in summary(published, simulated=True, hub_stops=True).split("published")[1].splitlines()[0]
+    )
+    assert "stops with this demo" in summary(published, simulated=True, hub_stops=True)
