@@ -257,3 +257,48 @@ def test_the_demo_names_no_link_to_a_hub_that_stops_with_it() -> None:
         "http" not in summary(published, simulated=True, hub_stops=True).split("published")[1].splitlines()[0]
     )
     assert "stops with this demo" in summary(published, simulated=True, hub_stops=True)
+
+
+# ------------------------------------------------------------------------- a retry is not a failure
+
+
+def test_a_preempted_attempt_in_backoff_reads_as_retrying_with_class_budget_and_delay() -> None:
+    """Workflows waits out its backoff (min(initial × multiplier^k, max): 30 s, then 60 s with the
+    preset's 30 s × 2) before launching attempt 2; the view said `train failed` meanwhile."""
+    from datetime import UTC, datetime
+
+    from rlpipe.cli.watch import progress_line, render_view
+    from rlpipe.control.ledger import Attempt
+
+    r = _record("rbackoff0001", "training")
+    r.stage, r.attempt = "train", 2
+    failed_at = "2026-12-05T10:00:00.000000Z"
+
+    def attempt(n: int, cls: str) -> Attempt:
+        return Attempt(
+            stage="train",
+            attempt=n,
+            workload="w",
+            launched_at="2026-12-05T09:00:00.000000Z",
+            finished_at=failed_at,
+            phase="failed",
+            failure_class=cls,
+        )
+
+    r.attempts = [attempt(1, "preempted")]
+    key, line = progress_line(r, now=datetime(2026, 12, 5, 10, 0, 10, tzinfo=UTC))
+    assert key[-1] == "retrying"
+    assert "retrying train (preempted, 1 of 5 allowed): attempt 2 starts in about 20 s" in line
+    console = Console(file=io.StringIO(), force_terminal=False, width=200)
+    console.print(render_view(r))
+    view = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "retrying train (preempted" in view and " failed " not in view
+
+    r.attempts = [attempt(1, "preempted"), attempt(2, "preempted")]  # the second retry waits 60 s
+    assert (
+        "attempt 3 starts in about 50 s"
+        in progress_line(r, now=datetime(2026, 12, 5, 10, 0, 10, tzinfo=UTC))[1]
+    )
+
+    r.attempts = [attempt(1, "permanent")]  # no retry follows a permanent failure
+    assert "retrying" not in progress_line(r)[1] and progress_line(r)[0][-1] == "failed"
