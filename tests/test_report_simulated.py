@@ -32,6 +32,7 @@ from rlpipe.core import layout
 from rlpipe.report.compare import render_compare
 from tests.test_cli_sweep_report import CHILDREN, PARENT, _children, _parent
 from tests.test_compare import FAST, runs
+from tests.test_e2e import faults, local  # noqa: F401  (fixtures: the local stack)
 from tests.test_report_story import NOW, RUN, story
 
 # What each cluster is, in words a reader of the page must find (the brief's two definitions).
@@ -203,3 +204,49 @@ def test_the_control_planes_copy_says_simulated_from_its_own_settings(
     # Settings passed in are the ones read (a deployment on Google Cloud says nothing).
     assert write_run_report(state, record, log, settings=_settings(None)) is not None
     _says_nothing_of_it(state.read(name).data.decode("utf-8"))
+
+
+@pytest.mark.slow
+def test_on_the_local_stack_the_pages_say_simulated_and_a_reused_conversion_is_a_row(
+    local: Any, faults: Any, tmp_path: Path
+) -> None:
+    """End to end on the local stack (the double): two runs of one model and image publish; the
+    second finds the first's conversion in the cache. The page the stage function keeps beside the
+    ledger (what the card links) and the one ``rlpipe report`` writes both say SIMULATED on the
+    double, and the second's timeline has the skipped conversion as a row."""
+    import os
+
+    from tests.test_report import Page
+
+    faults([])
+    image = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:{os.urandom(4).hex()}"
+    runs_ = []
+    for _ in range(2):
+        repo = f"e2e/{os.urandom(4).hex()}"
+        run_id = local.submit(local.request(image=image, publish={"repo": repo}))
+        record = local.wait(run_id, expected=30)
+        assert record.state == "succeeded", record.failure
+        runs_.append(record)
+    first, second = runs_
+    assert not first.lineage.conversion_cache_hit and second.lineage.conversion_cache_hit
+    assert not [a for a in second.attempts if a.stage == "convert"]
+    state = local.client.bucket(local.settings.state_bucket)
+    for record in runs_:
+        kept = state.blob(f"runs/{record.run_id}/report.html").download_as_bytes().decode()
+        _says_simulated(kept, "double")
+    parser = argparse.ArgumentParser()
+    report_command.register(
+        parser.add_subparsers(dest="command", required=True),
+        settings=lambda: local.settings,
+        ledger=lambda s: local.ledger,
+    )
+    out = tmp_path / "second.html"
+    args = parser.parse_args(["report", second.run_id, "-o", str(out)])
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert args.func(args) == 0
+    html = out.read_text(encoding="utf-8")
+    _says_simulated(html, "double")
+    assert [r["data-stage"] for r in Page(html).tags("tr") if r.get("data-cache-hit") == "true"] == [
+        "convert"
+    ]
+    assert f"skipped: run {first.run_id}'s conversion (its convert #1) reused" in Page(html).all_text
