@@ -1,10 +1,13 @@
 """One self-contained HTML page per run, telling its whole story (``rlpipe report RUN``, and the
 copy the control plane keeps in the state bucket).
 
+On the local stack the page says first, in its header and title, that the run was simulated and
+on which cluster (``rlpipe.report.stack``; the caller passes ``cluster`` from its settings).
 The page holds the run's key facts (state, rounds, where it was published and at which commit),
 the rounds (each retry with its reason, who asked, how the round before it ended and where
 training resumed), the stage timeline (every attempt, coloured by outcome and failure class, with
-each retry marked where it started, so a retry is never an unexplained gap), the reward curve
+each retry marked where it started, so a retry is never an unexplained gap, and a convert stage
+skipped for a cached conversion a row of its own, all on one time axis), the reward curve
 (intermediate evaluations as one series per attempt, pre at step 0 and post at the final step), the
 lineage (with where the converted checkpoint came from, round by round), the data and rewards (each
 dataset split at its pinned commit with its files and examples, the reward functions by name with

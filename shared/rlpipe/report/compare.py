@@ -12,10 +12,11 @@ Pure, like ``render_report``: ledger records (``RunRecord.model_dump(mode="json"
 ``now`` and the price override are parameters. The page is the run report's kind: no script, no
 external resource, the chart inlined SVG, everything from the runs autoescaped.
 
-Two things make the page truthful where runs look alike: curves that lie on one another are each
-drawn in a style of their own (``charts.compare_svg``) and a note names them (``coinciding``), and
-request fields unset in every run (absent, null, empty) are not listed as differences. A sweep's
-page (``sweep``: the parent's record) names the sweep and each child's point (``sweep_page``).
+Two things keep the page truthful where runs look alike: curves that lie on one another are each
+drawn in a style of their own (``compare_chart.compare_svg``) and a note names them
+(``coinciding``), and request fields unset in every run (absent, null, empty) are not listed as
+differences. A sweep's page (``sweep``: the parent's record) names the sweep and each child's
+point (``sweep_page``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.report.charts import Point, RunLine, coinciding, finite, fmt_accuracy, fmt_reward
+from rlpipe.report.charts import Point, finite, fmt_accuracy, fmt_reward
+from rlpipe.report.compare_chart import RunLine, coinciding
 from rlpipe.report.facts import data_and_rewards, reward_curve
 from rlpipe.report.rows import _NOT_ID, _dict, attempt_rows, chip_hours
 from rlpipe.report.stack import local_stack
@@ -181,7 +183,7 @@ def render_compare(
     (``selected`` and ``reason`` must not be given too)."""
     from markupsafe import Markup
 
-    from rlpipe.report import _environment, charts
+    from rlpipe.report import _environment, compare_chart
 
     if len(records) < 2:
         raise ValueError("a comparison needs at least two runs")
@@ -219,7 +221,7 @@ def render_compare(
             sweep=facts,
             stack=local_stack(cluster),
             differences=config_differences(records),
-            chart_svg=Markup(charts.compare_svg(lines)) if lines else None,
+            chart_svg=Markup(compare_chart.compare_svg(lines)) if lines else None,
             coinciding=[[names[line.gid] for line in group] for group in coinciding(lines)],
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
