@@ -34,6 +34,8 @@ CHILDREN = ["rchildlr0000", "rchildlr0001", "rchildlr0002"]
 RATES = [1e-6, 2e-5, 5e-5]
 SCALES = [0.5, 1.0, 0.8]  # post mean_reward × scale: the middle child (index 1) scores highest
 WINNER = CHILDREN[1]
+# Each child's point as `rlpipe status PARENT` shows it (its overrides): what the page names.
+POINTS = ["learning_rate=1e-06", "learning_rate=2e-05", "learning_rate=5e-05"]
 
 
 def _children() -> list[RunRecord]:
@@ -51,7 +53,9 @@ def _children() -> list[RunRecord]:
     return records
 
 
-def _parent(children: list[RunRecord], *, selected: bool = True) -> RunRecord:
+def _parent(
+    children: list[RunRecord], *, selected: bool = True, state: str | None = None, cancelled: bool = False
+) -> RunRecord:
     points = [{"training.learning_rate": rate} for rate in RATES]
     selection = None
     if selected:
@@ -73,8 +77,10 @@ def _parent(children: list[RunRecord], *, selected: bool = True) -> RunRecord:
         key="request:sweep-lr",
         source=Source(kind="cli"),
         request=request,
-        state="succeeded" if selected else "training",
-        sweep=SweepParent(children=CHILDREN, points=points, max_parallel=2, selection=selection),
+        state=state or ("succeeded" if selected else "training"),
+        sweep=SweepParent(
+            children=CHILDREN, points=points, max_parallel=2, selection=selection, cancelled=cancelled
+        ),
     )
 
 
@@ -84,7 +90,11 @@ def _report(records: list[RunRecord], out: Path) -> tuple[int, str]:
     ledger = SimpleNamespace(get=by_id.get)
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    report_command.register(sub, settings=lambda: SimpleNamespace(prices_json=""), ledger=lambda s: ledger)
+    report_command.register(
+        sub,
+        settings=lambda: SimpleNamespace(local=False, kubeconfig="", prices_json=""),
+        ledger=lambda s: ledger,
+    )
     args = parser.parse_args(["report", PARENT, "-o", str(out)])
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -118,6 +128,7 @@ def test_the_parents_report_compares_its_children_with_the_winner_marked(
     assert f"Selected: {WINNER}: {reason}" in shown(html)
     # The sweep's point is the request field the children differ in.
     assert "training.learning_rate 1e-06 2e-05 5e-05" in page.all_text
+    assert [a["data-point"] for a in page.tags("li") if "data-run" in a] == POINTS
     assert printed.splitlines() == [
         f"wrote {out} (sweep {PARENT}: 3 children compared)",
         f"  selected {WINNER}: {reason}",
@@ -196,4 +207,85 @@ def test_the_sweep_report_in_chromium_shows_the_winner_marked(
     text = " ".join(measured["text"].split())
     for run_id in CHILDREN:
         assert run_id in text
-    assert PARENT not in text
+    header = " ".join(measured["header"]["text"].split())
+    assert f"Sweep {PARENT}" in header and measured["header"]["bottom"] <= measured["header"]["viewport"]
+
+
+def _legend(html: str) -> list[str]:
+    """The texts of the comparison chart (its legend entries and post-value labels)."""
+    from tests.test_report import charts, texts
+
+    return texts(charts(html)["compare"])
+
+
+def test_the_sweeps_page_names_the_sweep_and_its_points_and_the_legend_names_points(
+    sweep_page: tuple[Path, str, RunRecord],
+) -> None:
+    out, _, _ = sweep_page
+    html = out.read_text(encoding="utf-8")
+    page = Page(html)
+    assert [a for a in page.tags("span") if a.get("id") == "sweep"]
+    assert f"Sweep {PARENT} succeeded 3 points;" in page.all_text
+    assert f"rlpipe sweep {PARENT}: succeeded" in html  # the title
+    # Each child is listed with its point; the data section names the point beside the run id.
+    for run_id, point in zip(CHILDREN, POINTS, strict=True):
+        assert f"{point}: {run_id} (succeeded, gemma4-26b)" in shown(html)
+        assert f"{run_id} ({point})" in shown(html[html.index('<section id="data">') :])
+    # The chart's legend reads as the sweep's points, not as run ids.
+    legend = _legend(html)
+    assert [t for t in legend if t.startswith("learning_rate=")] == [
+        POINTS[0],
+        f"{POINTS[1]} (selected)",
+        POINTS[2],
+    ]
+    assert not [t for t in legend if any(run_id in t for run_id in CHILDREN)]
+
+
+def _children_cancelled(children: list[RunRecord]) -> list[RunRecord]:
+    """The children as `rlpipe cancel PARENT` leaves them: each cancelled, its publish (for the
+    winner, launched) cancelled too; nothing published."""
+    ended = []
+    for child in children:
+        data = child.model_dump(mode="json")
+        data["state"] = "cancelled"
+        data["attempts"] = [
+            {**a, "phase": "cancelled"} if a["stage"] == "publish" else a for a in data["attempts"]
+        ]
+        if child.run_id != WINNER:
+            data["attempts"] = [a for a in data["attempts"] if a["stage"] != "publish"]
+        ended.append(RunRecord.model_validate(data))
+    return ended
+
+
+def test_a_cancelled_sweep_shows_no_selected_badge_but_that_nothing_was_published(tmp_path: Path) -> None:
+    """Cancelled while its winner was publishing: the rule had selected a child, but nothing was
+    published. No green badge, no tinted row, no "Selected:" box; a banner says why."""
+    children = _children_cancelled(_children())
+    parent = _parent(children, state="cancelled", cancelled=True)
+    out = tmp_path / "cancelled.html"
+    code, printed = _report([parent, *children], out)
+    assert code == 0
+    html = out.read_text(encoding="utf-8")
+    page = Page(html)
+    assert not [
+        a for a in page.tags("span") if a.get("id") == "selected-mark" or "badge" in a.get("class", "")
+    ]
+    assert not [a for a in page.tags("li") if a.get("class") == "selected-run"]
+    assert not [a for a in page.tags("div") if a.get("id") == "selection"]
+    assert not [a for a in page.tags("tbody") if "selected-run" in a.get("class", "")]
+    banner = [a for a in page.tags("div") if a.get("id") == "not-published"]
+    assert len(banner) == 1
+    why = f"the sweep was cancelled after its rule selected {WINNER} ({POINTS[1]})"
+    assert f"Nothing was published: {why}." in shown(html)
+    assert [t for t in _legend(html) if t.startswith("learning_rate=")] == POINTS  # no "(selected)"
+    assert printed.splitlines()[1] == f"  nothing was published: {why}"
+
+
+def test_a_sweep_cancelled_before_its_selection_says_only_that(tmp_path: Path) -> None:
+    children = _children_cancelled(_children())
+    parent = _parent(children, selected=False, state="cancelled", cancelled=True)
+    out = tmp_path / "early.html"
+    code, printed = _report([parent, *children], out)
+    assert code == 0
+    assert "Nothing was published: the sweep was cancelled." in shown(out.read_text(encoding="utf-8"))
+    assert printed.splitlines()[1] == "  nothing was published: the sweep was cancelled"

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import copy
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,8 +28,11 @@ from tests.test_report_chromium import MEASURE, Loaded, browser  # noqa: F401  (
 from tests.test_report_story import DATA_SHA, NOW, REWARD_SHA, RUN, shown, story
 
 FAST, SLOW = "rfast0000002", "rslow0000003"
+TWIN_A, TWIN_B = "rtwina000004", "rtwinb000005"
 PRICES = '{"v6e": {"spot": {"price": 1.25, "source": "our contract", "read": "2026-11-30"}}}'
 REASON = "highest post mean_reward <b>& cheapest</b>"
+# A deployment on Google Cloud, as the CLI's settings describe it (control.run_report.local_cluster).
+GCP = SimpleNamespace(local=False, kubeconfig="", prices_json="")
 
 
 def _with(
@@ -56,6 +61,18 @@ def runs() -> list[dict[str, Any]]:
     del slow["request"]["rewards"]
     del slow["lineage"]["inputs"]["rewards"]
     return [first, fast, slow]
+
+
+def identical_runs() -> list[dict[str, Any]]:
+    """Four runs, three of them (first, second, fourth) with the same curve at every step: what a
+    sweep over a setting that changes nothing (or the simulator's deterministic rewards) gives."""
+    base = story()
+    return [
+        _with(base, RUN, 2e-5, 1.0),
+        _with(base, TWIN_A, 3e-5, 1.0),
+        _with(base, SLOW, 1e-6, 0.5),
+        _with(base, TWIN_B, 4e-5, 1.0),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +116,8 @@ def test_the_pre_post_table(html: str) -> None:
 def test_only_the_differing_request_fields_are_listed(html: str) -> None:
     page = Page(html)
     keys = [a["data-key"] for a in page.tags("tr") if "data-key" in a]
+    # rewards.file.inline is null in two runs and absent in the third: unset in all, not listed.
     assert keys == [
-        "rewards.file.inline",
         "rewards.file.path",
         "rewards.file.sha256",
         "rewards.functions",
@@ -167,7 +184,7 @@ def test_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    compare_command.register(sub, settings=lambda: "settings", ledger=lambda settings: FakeLedger())
+    compare_command.register(sub, settings=lambda: GCP, ledger=lambda settings: FakeLedger())
     out = tmp_path / "c.html"
     args = parser.parse_args(["compare", RUN, FAST, "-o", str(out), "--select", FAST, "--reason", "best"])
     assert args.func(args) == 0
@@ -228,3 +245,94 @@ def test_compare_in_chromium(browser: Any, tmp_path: Path) -> None:
         assert run in text, run
     assert f"Selected: {FAST}: {REASON}" in text
     assert "training.learning_rate" in text
+
+
+def _line_style(chart: ET.Element, gid: str) -> tuple[str, str]:
+    """A run's line as drawn: its dash pattern ("solid" without one) and its marker's shape (the
+    marker's outline, scaled to unit size, so one shape at two sizes is the same shape)."""
+    group = by_id(chart, f"compare-mean-reward-{gid}")
+    path = group.find(f"{SVG}path")
+    assert path is not None
+    dash = re.search(r"stroke-dasharray: ([^;]+)", path.get("style", ""))
+    uses = list(group.iter(f"{SVG}use"))
+    assert uses, f"{gid}: no markers"
+    href = uses[0].get("{http://www.w3.org/1999/xlink}href", "")
+    shape = by_id(chart, href.removeprefix("#")).get("d", "")
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", shape)]
+    scale = max(abs(n) for n in numbers) or 1.0
+    outline = re.sub(r"-?\d+(?:\.\d+)?", "#", shape), tuple(round(n / scale, 2) for n in numbers)
+    return (dash.group(1) if dash else "solid"), repr(outline)
+
+
+def test_coinciding_curves_each_keep_a_line_style_and_marker_and_are_named() -> None:
+    """Four runs, three with one curve: each run is drawn in a dash pattern and a marker shape of
+    its own (so none hides the others), and a note names the three whose curves coincide."""
+    page_html = compare.render_compare(identical_runs(), now=NOW)
+    chart = charts(page_html)["compare"]
+    styles = [_line_style(chart, f"run{i}") for i in range(1, 5)]
+    assert len({dash for dash, _ in styles}) == 4, styles
+    assert len({marker for _, marker in styles}) == 4, styles
+    page = Page(page_html)
+    notes = [a for a in page.tags("p") if "data-coinciding" in a]
+    assert [a["data-coinciding"] for a in notes] == ["3"]
+    assert [a["data-coincides"] for a in page.tags("span") if "data-coincides" in a] == [RUN, TWIN_A, TWIN_B]
+    assert f"The curves of {RUN}, {TWIN_A} and {TWIN_B} coincide" in shown(page_html)
+    # Runs whose curves differ get no such note.
+    assert "data-coinciding" not in compare.render_compare(runs(), now=NOW)
+
+
+def test_unset_absent_null_and_empty_are_not_differences() -> None:
+    """A field absent from one request, null in another and an empty map or list in a third is
+    unset in all three: no row. A field set in one run and unset in the others is a difference."""
+    base = runs()[:3]
+    requests = [
+        {**base[0]["request"], "labels": {}, "gate": {"min_post_mean_reward": None}, "notify": None},
+        {**{k: v for k, v in base[1]["request"].items() if k != "labels"}, "gate": {}, "env": []},
+        {**base[2]["request"], "labels": {"team": "rl"}},
+    ]
+    for record, request in zip(base, requests, strict=True):
+        request.pop("rewards", None)
+        record["request"] = request
+    found = {d.key: d.values for d in compare.config_differences(base)}
+    assert found == {
+        "labels.team": ["(unset)", "(unset)", "rl"],
+        "training.learning_rate": ["2e-05", "5e-05", "1e-06"],
+        "tpu.provisioning": ["(unset)", "(unset)", "spot"],
+        "tpu.type": ["(unset)", "(unset)", "v6e-8"],
+    }
+    page = Page(compare.render_compare(base, now=NOW))
+    assert sorted(a["data-key"] for a in page.tags("tr") if "data-key" in a) == sorted(found)
+
+
+def test_coinciding_curves_are_all_visible_in_chromium(browser: Any, tmp_path: Path) -> None:
+    """Three runs with one curve, painted by the browser: each run's own colour covers pixels of
+    the chart, so none of the three is hidden under another (the note is visible text too)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    path = tmp_path / "identical.html"
+    path.write_text(compare.render_compare(identical_runs(), now=NOW), encoding="utf-8")
+    browser.events.clear()  # the load event of a page opened before is not this one's
+    browser.send("Page.enable")
+    browser.send(
+        "Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, width=1280, height=900
+    )
+    navigated = browser.send("Page.navigate", url=path.as_uri())
+    assert "errorText" not in navigated, navigated
+    browser.wait_for("Page.loadEventFired")
+    measured = browser.evaluate(MEASURE)
+    [chart] = measured["charts"]
+    shot = browser.send(
+        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**chart["box"], "scale": 1}
+    )
+    image = Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("RGB")
+    colours = {colour: n for n, colour in image.getcolors(maxcolors=image.width * image.height) or []}
+    painted = []
+    for i in range(4):
+        rgb = tuple(int(SERIES_COLOURS[i][k : k + 2], 16) for k in (1, 3, 5))
+        painted.append(colours.get(rgb, 0))
+    assert all(n > 400 for n in painted), painted
+    text = " ".join(measured["text"].split())
+    assert f"The curves of {RUN}, {TWIN_A} and {TWIN_B} coincide" in text

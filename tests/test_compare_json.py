@@ -11,7 +11,7 @@ import pytest
 
 from rlpipe.cli import compare_command
 from rlpipe.control.ledger import RunRecord
-from tests.test_compare import FAST, RUN, SLOW, runs
+from tests.test_compare import FAST, GCP, RUN, SLOW, runs
 
 _METRIC = {
     "type": "object",
@@ -75,7 +75,7 @@ def test_compare_json_has_every_runs_numbers_and_only_the_differing_fields(
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    compare_command.register(sub, settings=lambda: "settings", ledger=lambda settings: FakeLedger())
+    compare_command.register(sub, settings=lambda: GCP, ledger=lambda settings: FakeLedger())
     args = parser.parse_args(["compare", RUN, FAST, SLOW, "--json", "--select", FAST, "--reason", "best"])
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -424,7 +425,8 @@ def test_write_report_and_the_subcommand(tmp_path: Path) -> None:
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    report_command.register(sub, settings=lambda: "settings", ledger=lambda settings: FakeLedger())
+    gcp = SimpleNamespace(local=False, kubeconfig="", project="p", artifacts_bucket="b")
+    report_command.register(sub, settings=lambda: gcp, ledger=lambda settings: FakeLedger())
     out = tmp_path / "r.html"
     args = parser.parse_args(["report", "rtest0000001", "-o", str(out)])
     assert args.func(args) == 0 and "rtest0000001" in out.read_text(encoding="utf-8")

@@ -284,3 +284,58 @@ def test_the_runs_key_facts_are_visible_text(loaded: Loaded) -> None:
     ):
         assert fact in text, fact
     assert "recorded no chip-hours" not in text
+
+
+LAYOUT = """(() => {
+  const lines = e => { const r = document.createRange(); r.selectNodeContents(e);
+    return new Set([...r.getClientRects()].map(q => Math.round(q.top))).size; };
+  const notice = document.getElementById("simulated");
+  const box = notice.getBoundingClientRect();
+  return {
+    when: [...document.querySelectorAll("td.when")].map(e => [e.innerText, lines(e)]),
+    overflow: document.documentElement.scrollWidth - innerWidth,
+    notice: {text: notice.innerText, top: box.top, bottom: box.bottom, height: box.height,
+             inHeader: notice.closest("header") !== null},
+    viewport: innerHeight,
+  };
+})()"""
+
+
+def test_a_local_cached_runs_page_keeps_dates_on_one_line_and_shows_the_skip_and_the_notice(
+    browser: DevTools, tmp_path: Path
+) -> None:
+    """The story as a run on the local stack whose conversion came from the cache: every date in
+    the tables is painted on one line (none wraps) without the page overflowing sideways, the
+    cache-hit mark is painted on the timeline, and the SIMULATED notice is seen at the top."""
+    from PIL import Image
+
+    from rlpipe.report.charts import COLOURS
+    from tests.test_report_story import cached_story
+
+    path = report.write_report(cached_story(), tmp_path / "cached.html", now=NOW, cluster="double")
+    browser.events.clear()  # the load event of the page opened before is not this one's
+    browser.send("Page.enable")
+    browser.send("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT)
+    navigated = browser.send("Page.navigate", url=path.as_uri())
+    assert "errorText" not in navigated, navigated
+    browser.wait_for("Page.loadEventFired")
+    layout = browser.evaluate(LAYOUT)
+    dates = [(text, n) for text, n in layout["when"] if text[:4].isdigit()]
+    assert len(dates) >= 10, layout["when"]  # both rounds' starts, every attempt's launch and finish
+    assert all(n == 1 for _, n in dates), [d for d in dates if d[1] != 1]
+    assert layout["overflow"] <= 0, layout["overflow"]
+    notice = layout["notice"]
+    assert notice["inHeader"] and notice["height"] > 0 and notice["bottom"] <= layout["viewport"], notice
+    assert notice["text"].startswith("SIMULATED: this run ran on the local stack, cluster double:"), notice
+    measured = browser.evaluate(MEASURE)
+    timeline = next(c for c in measured["charts"] if c["name"] == "timeline")
+    shot = browser.send(
+        "Page.captureScreenshot",
+        format="png",
+        captureBeyondViewport=True,
+        clip={**timeline["box"], "scale": 1},
+    )
+    image = Image.open(io.BytesIO(base64.b64decode(shot["data"]))).convert("RGB")
+    colours = {colour: n for n, colour in image.getcolors(maxcolors=image.width * image.height) or []}
+    cached = tuple(int(COLOURS["cached"][k : k + 2], 16) for k in (1, 3, 5))
+    assert colours.get(cached, 0) > 20, "the cache-hit mark is not painted"

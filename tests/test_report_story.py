@@ -622,3 +622,77 @@ def test_a_run_whose_data_ran_out_says_at_which_step_of_the_configs_it_ended() -
         page = Page(report.render_report(story(request=request, lineage=lineage), now=NOW))
         assert f"final step {said}" in page.all_text
         assert ("the data ran out" in page.all_text) == (final < expected)
+
+
+OTHER_CONVERSION = "gs://acme-artifacts/cache/conversions/conv-5f2a/rother000009-a2/"
+
+
+def cached_story() -> dict[str, Any]:
+    """The story, but plan found run rother000009's conversion in the cache: no convert attempt."""
+    return story(
+        lineage={**story()["lineage"], "converted_uri": OTHER_CONVERSION},
+        attempts=[a for a in story()["attempts"] if a["stage"] != "convert"],
+    )
+
+
+def _x_span(svg: ET.Element, element_id: str) -> tuple[float, float]:
+    """The left and right x of a bar (its path's vertices), or of a mark (its marker's position)."""
+    element = by_id(svg, element_id)
+    uses = list(element.iter(f"{SVG}use"))
+    if uses:
+        return float(uses[0].get("x", "nan")), float(uses[0].get("x", "nan"))
+    path = element.find(f"{SVG}path")
+    assert path is not None
+    found = [float(x) for x in re.findall(r"[ML] ([-\d.]+) ", path.get("d", ""))]
+    return min(found), max(found)
+
+
+def test_a_cache_hit_is_a_row_of_the_timeline_on_its_one_time_axis() -> None:
+    """A run that converted nothing (the cached conversion was reused) shows the skipped convert
+    stage as a row with a mark, in the timeline and in its table; the mark and every bar are
+    placed by one time axis: x is the same linear function of time for every row."""
+    data = cached_story()
+    html = report.render_report(data, now=NOW)
+    timeline = charts(html)["timeline"]
+    assert "convert · cache hit" in texts(timeline)
+    assert "skipped: run rother000009's conversion (its convert #2) reused" in texts(timeline)
+    assert "cache hit: stage skipped" in texts(timeline)  # the legend
+    rows = [r for r in Page(html).tags("tr") if r.get("data-cache-hit") == "true"]
+    assert [r["data-stage"] for r in rows] == ["convert"]
+    assert (
+        "convert - - cache hit - not launched - - - - skipped: run rother000009's conversion (its convert #2) reused; this run converted nothing"
+        in Page(html).all_text
+    )
+    # One axis: fit x = a + b·t through two bars' starts, then every bar's start and end and the
+    # cache-hit mark (placed where train #1 launched, the skip being just before it) lie on it.
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for a in data["attempts"]:
+        spans[f"timeline-attempt-{a['stage']}-{a['attempt']}"] = (
+            datetime.fromisoformat(a["launched_at"]),
+            datetime.fromisoformat(a["finished_at"]),
+        )
+    first, last = spans["timeline-attempt-train-1"][0], spans["timeline-attempt-publish-1"][0]
+    x_first, x_last = (
+        _x_span(timeline, "timeline-attempt-train-1")[0],
+        _x_span(timeline, "timeline-attempt-publish-1")[0],
+    )
+    per_second = (x_last - x_first) / (last - first).total_seconds()
+    assert per_second > 0
+
+    def x_of(when: datetime) -> float:
+        return x_first + per_second * (when - first).total_seconds()
+
+    for gid, (start, end) in spans.items():
+        left, right = _x_span(timeline, gid)
+        assert left == pytest.approx(x_of(start), abs=0.05), gid
+        if (end - start).total_seconds() > 60:  # a sliver is drawn wider than its seconds
+            assert right == pytest.approx(x_of(end), abs=0.05), gid
+    mark = _x_span(timeline, "timeline-cache-hit-convert")[0]
+    assert mark == pytest.approx(x_of(first), abs=0.05)
+
+
+def test_a_run_that_converted_shows_no_cache_hit_row(html: str) -> None:
+    """The story converted in round 1 (its round 2 reused its own conversion, which the lineage
+    says): no skipped convert stage on the timeline or in its table."""
+    assert "timeline-cache-hit-convert" not in html
+    assert not [r for r in Page(html).tags("tr") if "data-cache-hit" in r]

@@ -1,5 +1,6 @@
 """``rlpipe compare RUN RUN … [-o FILE] [--select RUN --reason TEXT]``: one page comparing runs
-(``rlpipe.report.compare``) written where you ask."""
+(``rlpipe.report.compare``) written where you ask; on the local stack the page says the runs were
+simulated, and on which cluster (``control.run_report.local_cluster``)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
         )
         return 0
     path = Path(args.output or f"compare-{'-'.join(runs)}.html")
+    from rlpipe.control.run_report import local_cluster
+
     try:
         from rlpipe.report.compare import render_compare
 
@@ -54,6 +57,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
             selected=args.select,
             reason=args.reason,
             prices_json=str(getattr(chosen, "prices_json", "") or ""),
+            cluster=local_cluster(chosen),  # on the local stack the page says it was simulated
         )
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe compare needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)

@@ -1,8 +1,13 @@
 """``rlpipe report RUN [-o FILE]``: the run's page (``rlpipe.report``) written where you ask.
 
 A sweep's parent has no run page of its own (it runs nothing): its report is the comparison page
-of its children (``rlpipe.report.compare``, as ``rlpipe compare`` draws it), with the child the
-sweep selected marked and the selection's reason."""
+of its children (``rlpipe.report.compare``, as ``rlpipe compare`` draws it), naming the sweep and
+each child's point, with the child the sweep selected marked and the selection's reason (or, when
+nothing was published, why).
+
+On the local stack every page says it was simulated and on which cluster: the deployment's
+settings say so (``control.run_report.local_cluster``), as they do for the copy the control plane
+keeps."""
 
 from __future__ import annotations
 
@@ -59,12 +64,15 @@ def cmd_report(
         print(f"no run {args.run}", file=sys.stderr)
         return 1
     path = Path(args.output or f"{args.run}-report.html")
+    from rlpipe.control.run_report import local_cluster
+
+    cluster = local_cluster(chosen)
     try:
         if record.sweep is not None:
             prices = str(getattr(chosen, "prices_json", "") or "")
-            return sweep_report(record, opened, path, prices, lambda data: receipt(chosen, data))
+            return sweep_report(record, opened, path, prices, lambda data: receipt(chosen, data), cluster)
         data = record.model_dump(mode="json")
-        path = write_report(data, path, receipt=receipt(chosen, data))
+        path = write_report(data, path, receipt=receipt(chosen, data), cluster=cluster)
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
@@ -78,37 +86,38 @@ def sweep_report(
     path: Path,
     prices_json: str = "",
     receipt: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda data: None,
+    cluster: str | None = None,
 ) -> int:
-    """The comparison page of a sweep's children (those claimed, in point order), the selected one
-    marked with the selection's reason; a sweep of one child has that child's run page instead."""
+    """The page of a sweep's children (those claimed, in point order), naming the sweep and each
+    child's point, the selected one marked with the selection's reason; a sweep of one child has
+    that child's run page instead."""
     from rlpipe.report.compare import render_compare
+    from rlpipe.report.sweep_page import sweep_facts
 
     children = [c for c in (opened.get(run_id) for run_id in parent.sweep.children) if c is not None]
     if not children:
         print(f"sweep {parent.run_id}: none of its children is in the ledger yet", file=sys.stderr)
         return ExitCode.NOT_FOUND  # nothing to report on yet
-    selection = parent.sweep.selection
-    chosen = selection.run_id if selection is not None else None
     records = [c.model_dump(mode="json") for c in children]
     if len(records) == 1:  # nothing to compare it with
-        path = write_report(records[0], path, receipt=receipt(records[0]))
+        path = write_report(records[0], path, receipt=receipt(records[0]), cluster=cluster)
         print(f"wrote {path} (sweep {parent.run_id} has one child, {children[0].run_id}: its run page)")
         return 0
-    html = render_compare(
-        records,
-        selected=chosen if chosen in {c.run_id for c in children} else None,
-        reason=selection.reason if selection is not None else None,
-        prices_json=prices_json,
-    )
+    sweep = parent.model_dump(mode="json")
+    facts = sweep_facts(sweep, records)
+    html = render_compare(records, prices_json=prices_json, cluster=cluster, sweep=sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     print(f"wrote {path} (sweep {parent.run_id}: {len(records)} children compared)")
-    if selection is None:
+    selection = parent.sweep.selection
+    if facts.nothing_published is not None:
+        print(f"  nothing was published: {facts.nothing_published}")
+    elif selection is None:
         print("  no child is selected yet: the rule is applied once every child has ended")
-    elif chosen is None:
+    elif facts.selected is None:
         print(f"  no child could be selected: {selection.reason}")
     else:
-        print(f"  selected {chosen}: {selection.reason}")
+        print(f"  selected {facts.selected}: {selection.reason}")
     return 0
 
 

@@ -1,10 +1,13 @@
 """One self-contained HTML page per run, telling its whole story (``rlpipe report RUN``, and the
 copy the control plane keeps in the state bucket).
 
+On the local stack the page says first, in its header and title, that the run was simulated and
+on which cluster (``rlpipe.report.stack``; the caller passes ``cluster`` from its settings).
 The page holds the run's key facts (state, rounds, where it was published and at which commit),
 the rounds (each retry with its reason, who asked, how the round before it ended and where
 training resumed), the stage timeline (every attempt, coloured by outcome and failure class, with
-each retry marked where it started, so a retry is never an unexplained gap), the reward curve
+each retry marked where it started, so a retry is never an unexplained gap, and a convert stage
+skipped for a cached conversion a row of its own, all on one time axis), the reward curve
 (intermediate evaluations as one series per attempt, pre at step 0 and post at the final step), the
 lineage (with where the converted checkpoint came from, round by round), the data and rewards (each
 dataset split at its pinned commit with its files and examples, the reward functions by name with
@@ -35,6 +38,7 @@ from typing import Any
 from rlpipe.report.charts import (
     COLOURS,
     Bar,
+    Skip,
     finite,
     fmt_accuracy,
     fmt_reward,
@@ -55,16 +59,19 @@ from rlpipe.report.rows import (
     _dict,
     _show_time,
     attempt_rows,
+    cache_hit,
     chip_hours,
     round_marks,
     rounds,
 )
+from rlpipe.report.stack import local_stack
 
 # The report's parts live in .rows and .facts; these are its public names.
 __all__ = [
     "COLOURS",
     "NO_EVALUATION",
     "attempt_rows",
+    "cache_hit",
     "chip_hours",
     "conversion",
     "data_and_rewards",
@@ -92,12 +99,18 @@ def _environment() -> Any:
 
 
 def render_report(
-    record: dict[str, Any], *, now: datetime | None = None, receipt: dict[str, Any] | None = None
+    record: dict[str, Any],
+    *,
+    now: datetime | None = None,
+    receipt: dict[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> str:
     """The report page for one ledger record (``RunRecord.model_dump()``), as HTML text.
 
     ``receipt`` is the run's publish receipt, when the caller read it: the commit comes from it
-    only when the ledger does not record one."""
+    only when the ledger does not record one. ``cluster`` is where the run ran when it ran on the
+    local stack (``double`` or ``real``; ``rlpipe.report.stack``): the header then says it was
+    simulated. None: a deployment on Google Cloud."""
     from markupsafe import Markup
 
     from rlpipe.report import charts
@@ -119,6 +132,12 @@ def render_report(
         if r.start is not None and r.end is not None
     ]
     marks = round_marks(round_rows, rows)
+    cached = cache_hit(record, rows)
+    skips = (
+        [Skip("convert · cache hit", "cache-hit-convert", cached.at, f"skipped: {cached.source} reused")]
+        if cached is not None and cached.at is not None
+        else []
+    )
     curve = reward_curve(record, now)
     request, failure = _dict(record.get("request")), _dict(record.get("failure"))
     labels = _dict(request.get("labels"))
@@ -132,6 +151,7 @@ def render_report(
             run_id=str(record.get("run_id") or "?"),
             state=state,
             state_key=_STATE_KEY.get(state, "running"),
+            stack=local_stack(cluster),
             stage=record.get("stage"),
             attempt=record.get("attempt"),
             model=request.get("model"),
@@ -144,7 +164,8 @@ def render_report(
             attempts=rows,
             rounds=round_rows,
             retries=len(round_rows) - 1,
-            timeline_svg=Markup(charts.timeline_svg(bars, now, marks)) if bars else None,
+            timeline_svg=Markup(charts.timeline_svg(bars, now, marks, skips)) if bars else None,
+            cache_hit=cached,
             reward_svg=Markup(charts.reward_svg(curve)) if curve else None,
             curve=curve,
             result={
@@ -168,11 +189,16 @@ def render_report(
 
 
 def write_report(
-    record: dict[str, Any], path: Path, *, now: datetime | None = None, receipt: dict[str, Any] | None = None
+    record: dict[str, Any],
+    path: Path,
+    *,
+    now: datetime | None = None,
+    receipt: dict[str, Any] | None = None,
+    cluster: str | None = None,
 ) -> Path:
     """Render the report and write it to ``path`` (UTF-8); returns the path."""
     path = Path(path)
-    html = render_report(record, now=now, receipt=receipt)
+    html = render_report(record, now=now, receipt=receipt, cluster=cluster)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     return path

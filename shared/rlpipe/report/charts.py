@@ -40,6 +40,7 @@ COLOURS: dict[str, str] = {
     "transient": "#e0b000",
     "permanent": "#c62828",
     "failed": "#e57373",  # failed with no (or an unknown) failure class
+    "cached": "#00838f",  # a stage skipped for a cached result (the conversion cache)
 }
 FAILURE_CLASSES = ("preempted", "capacity", "resources", "transient", "permanent")
 REWARD_COLOUR = "#1f77b4"
@@ -68,6 +69,17 @@ class Bar:
     end: datetime
     key: str  # a COLOURS key
     running: bool
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A stage that ran no attempt because its result was reused (the conversion cache): a row of
+    the timeline with a mark where it was skipped, on the same time axis as every bar."""
+
+    label: str  # y tick label, e.g. "convert · cache hit"
+    gid: str  # [A-Za-z0-9_-]+; the mark is ``timeline-<gid>``, its text ``timeline-<gid>-label``
+    at: datetime
+    text: str  # beside the mark, e.g. "skipped: run X's conversion reused"
 
 
 @dataclass(frozen=True)
@@ -132,24 +144,51 @@ def legend_label(key: str) -> str:
     return f"failed: {key}" if key in FAILURE_CLASSES else key
 
 
-def timeline_svg(bars: Sequence[Bar], now: datetime, rounds: Sequence[RoundMark] = ()) -> str:
+def timeline_svg(
+    bars: Sequence[Bar], now: datetime, rounds: Sequence[RoundMark] = (), skips: Sequence[Skip] = ()
+) -> str:
     """Every attempt as a horizontal bar from launch to finish (or ``now``), coloured by ``key``;
-    each retry a labelled line where its round started, with the time the run stood ended shaded."""
+    each retry a labelled line where its round started, with the time the run stood ended shaded;
+    each skipped stage a row above the bars with a mark where it was skipped. One axes, so one
+    time axis for every row."""
     from matplotlib import dates as mdates
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    rows = len(skips) + len(bars)
     with _style():
-        fig = Figure(figsize=(9.5, max(1.9, 0.9 + 0.24 * len(bars))), layout="constrained")
+        fig = Figure(figsize=(9.5, max(1.9, 0.9 + 0.24 * rows)), layout="constrained")
         ax = fig.add_subplot()
-        first = min(b.start for b in bars)
-        last = max(b.end for b in bars)
-        for mark in rounds:
-            first, last = min(first, mark.at), max(last, mark.at)
+        times = [*(b.start for b in bars), *(b.end for b in bars), *(m.at for m in rounds)]
+        times += [s.at for s in skips]
+        first, last = min(times), max(times)
         span = max(last - first, timedelta(minutes=1))
         least = span * 0.004  # an attempt that ended at once still shows as a sliver
-        for row, bar in enumerate(bars):
+        for row, skip in enumerate(skips):
+            at = mdates.date2num(skip.at)
+            ax.plot(
+                [at],
+                [row],
+                linestyle="none",
+                marker="D",
+                markersize=8,
+                color=COLOURS["cached"],
+                markeredgecolor="white",
+                gid=skip.gid,
+                zorder=5,
+            )
+            ax.annotate(
+                skip.text,
+                (at, row),
+                xytext=(8, 0),
+                textcoords="offset points",
+                va="center",
+                color=COLOURS["cached"],
+                fontsize=8,
+                gid=f"{skip.gid}-label",
+            )
+        for row, bar in enumerate(bars, start=len(skips)):
             left = mdates.date2num(bar.start)
             width = mdates.date2num(max(bar.end, bar.start + least)) - left
             ax.barh(
@@ -190,8 +229,10 @@ def timeline_svg(bars: Sequence[Bar], now: datetime, rounds: Sequence[RoundMark]
                 fontsize=8,
                 gid=f"{mark.gid}-label",
             )
-        ax.set_yticks(range(len(bars)), [b.label for b in bars])
-        ax.set_ylim(len(bars) - 0.5, -0.5)  # first attempt on top
+        pad = span * 0.015  # a mark at the first or last moment is drawn whole, not cut by the frame
+        ax.set_xlim(mdates.date2num(first - pad), mdates.date2num(last + pad))
+        ax.set_yticks(range(rows), [*(s.label for s in skips), *(b.label for b in bars)])
+        ax.set_ylim(rows - 0.5, -0.5)  # first row on top
         locator = mdates.AutoDateLocator(tz=first.tzinfo)
         ax.xaxis.set_major_locator(locator)
         ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=first.tzinfo))
@@ -202,6 +243,18 @@ def timeline_svg(bars: Sequence[Bar], now: datetime, rounds: Sequence[RoundMark]
         handles: list[Any] = [
             Patch(color=COLOURS.get(k, COLOURS["failed"]), label=legend_label(k)) for k in used
         ]
+        if skips:
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    linestyle="none",
+                    marker="D",
+                    markersize=7,
+                    color=COLOURS["cached"],
+                    label="cache hit: stage skipped",
+                )
+            )
         if rounds:
             handles.append(
                 Line2D([], [], color=ROUND_COLOUR, linestyle="--", linewidth=1, label="retry: a new round")
@@ -350,60 +403,3 @@ def _svg(fig: Any, prefix: str) -> str:
     text = out.getvalue()
     text = text[text.index("<svg") :]  # drop the XML prolog and the DOCTYPE's external DTD
     return _ID_REFERENCE.sub(lambda m: f"{m.group(1)}{prefix}-", text)
-
-
-# ---- the comparison of runs (``rlpipe compare``, ``rlpipe.report.compare``) ----------------------
-
-
-@dataclass(frozen=True)
-class RunLine:
-    """One run's mean_reward by step on the comparison chart: pre at step 0, its evaluations, post
-    at its final step."""
-
-    gid: str  # [A-Za-z0-9_-]+; the line is ``compare-mean-reward-<gid>``
-    label: str  # the run id (and "selected" for the selected run)
-    points: Sequence[Point]
-    selected: bool = False
-
-
-def compare_svg(lines: Sequence[RunLine]) -> str:
-    """Every run's mean_reward curve overlaid on one step axis, one colour and marker per run; the
-    selected run drawn thicker, each run's post value labelled at its final step."""
-    from matplotlib.figure import Figure
-
-    with _style():
-        fig = Figure(figsize=(9.5, 4.2), layout="constrained")
-        ax = fig.add_subplot()
-        for i, line in enumerate(lines):
-            xy = [(p.step, p.mean_reward) for p in line.points if p.mean_reward is not None]
-            if not xy:
-                continue
-            colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
-            ax.plot(
-                *zip(*xy, strict=True),
-                color=colour,
-                marker=SERIES_MARKERS[i % len(SERIES_MARKERS)] if len(xy) <= MARKERS_UP_TO else None,
-                markersize=5 if line.selected else 4,
-                linewidth=2.6 if line.selected else 1.3,
-                label=line.label,
-                gid=f"mean-reward-{line.gid}",
-                zorder=4 if line.selected else 3,
-            )
-            step, value = xy[-1]
-            ax.annotate(
-                fmt_reward(value),
-                (step, value),
-                xytext=(6, 0),
-                textcoords="offset points",
-                va="center",
-                color=colour,
-                fontweight="bold" if line.selected else "normal",
-                gid=f"mean-reward-{line.gid}-label",
-            )
-        ax.margins(x=0.08, y=0.15)
-        ax.set_xlabel("step")
-        ax.set_ylabel("mean_reward", color=REWARD_COLOUR)
-        ax.grid(color="#e0e0e0", linewidth=0.6)
-        ax.set_axisbelow(True)
-        fig.legend(loc="outside lower center", ncols=min(4, max(1, len(lines))), frameon=False)
-        return _svg(fig, "compare")

@@ -11,6 +11,12 @@ reason given (the sweep passes it).
 Pure, like ``render_report``: ledger records (``RunRecord.model_dump(mode="json")``) in, HTML out;
 ``now`` and the price override are parameters. The page is the run report's kind: no script, no
 external resource, the chart inlined SVG, everything from the runs autoescaped.
+
+Two things keep the page truthful where runs look alike: curves that lie on one another are each
+drawn in a style of their own (``compare_chart.compare_svg``) and a note names them
+(``coinciding``), and request fields unset in every run (absent, null, empty) are not listed as
+differences. A sweep's page (``sweep``: the parent's record) names the sweep and each child's
+point (``sweep_page``).
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.report.charts import Point, RunLine, finite, fmt_accuracy, fmt_reward
+from rlpipe.report.charts import Point, finite, fmt_accuracy, fmt_reward
+from rlpipe.report.compare_chart import RunLine, coinciding
 from rlpipe.report.facts import data_and_rewards, reward_curve
 from rlpipe.report.rows import _NOT_ID, _dict, attempt_rows, chip_hours
+from rlpipe.report.stack import local_stack
+from rlpipe.report.sweep_page import sweep_facts
 
 COMPARE_TEMPLATE = "compare_template.html.j2"
 UNSET = "(unset)"
@@ -43,7 +52,7 @@ class Difference:
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """A request as dotted keys to leaf values: nested mappings are walked, lists and scalars are
-    leaves (an empty mapping is a leaf too, so it differs from a missing one)."""
+    leaves (an empty mapping is a leaf too; ``config_differences`` reads it as unset)."""
     if isinstance(value, dict) and (value or not prefix):
         flat: dict[str, Any] = {}
         for key in sorted(value, key=str):
@@ -58,10 +67,17 @@ def _show(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _unset(value: Any) -> bool:
+    """Absent, null, an empty mapping and an empty list say the same: nothing was set. (The
+    ledger's requests hold defaults as null and ``labels: {}``; a request from another version
+    omits the field. Showing those as differences is noise.)"""
+    return value is None or value == {} or value == []
+
+
 def config_differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
-    """The request fields whose values are not the same in every run (a field one run's request
-    lacks differs from a set one), sorted by key."""
-    flat = [flatten(_dict(r.get("request"))) for r in records]
+    """The request fields whose values are not the same in every run, sorted by key: a field set
+    in one run and unset in another (absent, null, empty) differs; unset in all of them does not."""
+    flat = [{k: v for k, v in flatten(_dict(r.get("request"))).items() if not _unset(v)} for r in records]
     missing = object()
     keys = sorted({k for f in flat for k in f})
     found = []
@@ -155,16 +171,27 @@ def render_compare(
     reason: str | None = None,
     now: datetime | None = None,
     prices_json: str = "",
+    cluster: str | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> str:
     """The comparison page for ledger records (two or more, in the order given), as HTML text.
 
-    ``selected`` names one of the runs to mark as selected, ``reason`` says why."""
+    ``selected`` names one of the runs to mark as selected, ``reason`` says why. ``cluster`` is
+    where the runs ran when on the local stack (``rlpipe.report.stack``; None: Google Cloud).
+    ``sweep`` is the parent's record when the runs are a sweep's children: the page then names the
+    sweep and each child's point, its legend names points, and the selection is the sweep's own
+    (``selected`` and ``reason`` must not be given too)."""
     from markupsafe import Markup
 
-    from rlpipe.report import _environment, charts
+    from rlpipe.report import _environment, compare_chart
 
     if len(records) < 2:
         raise ValueError("a comparison needs at least two runs")
+    facts = sweep_facts(sweep, records) if sweep is not None else None
+    if facts is not None:
+        if selected is not None or reason is not None:
+            raise ValueError("a sweep's page takes its selection from the sweep, not from selected/reason")
+        selected, reason = facts.selected, facts.reason
     ids = [str(r.get("run_id") or "?") for r in records]
     if selected is not None and selected not in ids:
         raise ValueError(f"selected run {selected} is not one of the runs compared")
@@ -172,11 +199,18 @@ def render_compare(
     runs = [_run(r, i, now, prices_json) for i, r in enumerate(records)]
     for run in runs:
         run["selected"] = run["run_id"] == selected
+        run["point"] = facts.point(run["run_id"]) if facts is not None else None
     lines = [
-        RunLine(r["gid"], r["run_id"] + (" (selected)" if r["selected"] else ""), r["points"], r["selected"])
+        RunLine(
+            r["gid"],
+            (r["point"] or r["run_id"]) + (" (selected)" if r["selected"] else ""),
+            r["points"],
+            r["selected"],
+        )
         for r in runs
         if r["points"]
     ]
+    names = {r["gid"]: (r["run_id"], r["run_id"] + (f" ({r['point']})" if r["point"] else "")) for r in runs}
     return str(
         _environment()
         .get_template(COMPARE_TEMPLATE)
@@ -184,8 +218,11 @@ def render_compare(
             runs=runs,
             selected=selected,
             reason=reason,
+            sweep=facts,
+            stack=local_stack(cluster),
             differences=config_differences(records),
-            chart_svg=Markup(charts.compare_svg(lines)) if lines else None,
+            chart_svg=Markup(compare_chart.compare_svg(lines)) if lines else None,
+            coinciding=[[names[line.gid] for line in group] for group in coinciding(lines)],
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
     )

@@ -23,7 +23,6 @@ from rlpipe.report.charts import (
 )
 from rlpipe.report.rows import (
     _COMMIT,
-    _CONVERTED_BY,
     _EVAL_FIELDS,
     _PUBLISHED_OUTCOMES,
     AttemptRow,
@@ -33,6 +32,7 @@ from rlpipe.report.rows import (
     _show_time,
     _str,
     attempt_rows,
+    converted_by,
     round_count,
 )
 
@@ -121,12 +121,6 @@ def evaluations(record: dict[str, Any]) -> list[dict[str, Any]]:
             {"name": "change", **dict.fromkeys(_EVAL_FIELDS, ""), "mean_reward": f"{post - pre:+.4f}"}
         )
     return rows
-
-
-def converted_by(uri: Any) -> tuple[str, int] | None:
-    """The run and attempt whose conversion a converted URI names (its attempt directory)."""
-    found = _CONVERTED_BY.search(uri) if isinstance(uri, str) else None
-    return (found.group(1), int(found.group(2))) if found else None
 
 
 def conversion(record: dict[str, Any], rows: Sequence[AttemptRow]) -> str:

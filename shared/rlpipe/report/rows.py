@@ -81,6 +81,25 @@ class AttemptRow:
 
 
 @dataclass(frozen=True)
+class CacheHit:
+    """The convert stage skipped: plan found a finished conversion in the cache and the run loaded
+    it (``lineage.conversion_cache_hit``), so no convert attempt ran. A row of its own on the
+    timeline and in its table, so the run's first bar is never an unexplained "train"."""
+
+    at: (
+        datetime | None
+    )  # where the skip shows: when the next stage launched (the ledger keeps no time of the plan)
+    maker: tuple[str, int] | None  # the run and convert attempt whose conversion was loaded
+    uri: str | None  # the converted checkpoint loaded
+
+    @property
+    def source(self) -> str:
+        if self.maker is None:
+            return "an earlier conversion of the same repo, sha, flags and image"
+        return f"run {self.maker[0]}'s conversion (its convert #{self.maker[1]})"
+
+
+@dataclass(frozen=True)
 class StageHours:
     stage: str
     on_tpu: bool | None
@@ -149,10 +168,12 @@ def _time(value: Any) -> datetime | None:
     return parse_rfc3339(value)
 
 
-def _show_time(value: Any) -> str:
+def _show_time(value: Any, *, zone: bool = True) -> str:
+    """A ledger time as the page shows it; ``zone=False`` in table columns whose header says UTC
+    (one line each, so the table stays within the page)."""
     parsed = _time(value)
     if parsed is not None:
-        return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+        return parsed.strftime("%Y-%m-%d %H:%M:%S" + (" UTC" if zone else ""))
     return str(value) if value else "-"
 
 
@@ -226,8 +247,8 @@ def attempt_rows(record: dict[str, Any], now: datetime) -> list[AttemptRow]:
                 failure_class=str(failure_class) if failure_class else None,
                 reason=str(a["reason"]) if a.get("reason") else None,
                 resume_step=_int(a.get("resume_step")),
-                launched_at=_show_time(a.get("launched_at")),
-                finished_at=_show_time(a.get("finished_at"))
+                launched_at=_show_time(a.get("launched_at"), zone=False),
+                finished_at=_show_time(a.get("finished_at"), zone=False)
                 if a.get("finished_at")
                 else ("now (running)" if outcome == "running" else "-"),
                 duration=_duration((end - start).total_seconds() if start and end else None),
@@ -240,6 +261,36 @@ def attempt_rows(record: dict[str, Any], now: datetime) -> list[AttemptRow]:
     order = {stage: i for i, stage in enumerate(STAGE_ORDER)}
     rows.sort(key=lambda r: (order.get(r.stage, len(order)), r.stage, r.attempt))
     return rows
+
+
+def converted_by(uri: Any) -> tuple[str, int] | None:
+    """The run and attempt whose conversion a converted URI names (its attempt directory)."""
+    found = _CONVERTED_BY.search(uri) if isinstance(uri, str) else None
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def cache_hit(record: dict[str, Any], rows: Sequence[AttemptRow]) -> CacheHit | None:
+    """The convert stage the run skipped for a cached conversion; None when it converted (a
+    later round that reuses its own conversion is told by ``facts.conversion``) or found none.
+
+    Placed at the launch of the first attempt after every convert attempt (the skip happened
+    just before it), else at none: the row is still listed, without a mark on the timeline."""
+    lin = _dict(record.get("lineage"))
+    convert = [r for r in rows if r.stage == "convert"]
+    if lin.get("conversion_cache_hit") is not True or any(r.outcome == "succeeded" for r in convert):
+        return None
+    tried = max((r.start for r in convert if r.start is not None), default=None)
+    after = [
+        r.start
+        for r in rows
+        if r.stage != "convert" and r.start is not None and (tried is None or r.start >= tried)
+    ]
+    uri = lin.get("converted_uri")
+    return CacheHit(
+        at=min(after) if after else None,
+        maker=converted_by(uri),
+        uri=str(uri) if uri else None,
+    )
 
 
 def round_count(record: dict[str, Any], rows: Sequence[AttemptRow]) -> int:
@@ -311,7 +362,7 @@ def rounds(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[RoundRow]
         out.append(
             RoundRow(
                 number=number,
-                started_at=_show_time(started),
+                started_at=_show_time(started, zone=False),
                 start=_time(started),
                 source=_SOURCES.get(str(source.get("kind")), _str(source.get("kind")))
                 if number == 1
