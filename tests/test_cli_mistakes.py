@@ -195,6 +195,7 @@ def test_an_unwritable_report_path_is_named(deployment: dict[str, str], tmp_path
         ["retry", "rdonedonedon", "--reason", "again"],
         ["promote", "rdonedonedon", "--reason", "ship"],
         ["compare", "rdonedonedon"],
+        ["compare", "rdonedonedon", RUN, "--json"],
         ["list", "--page-token", "not a token", "--limit", "2"],
         ["list", "--since", "yesterday"],
         ["submit", "examples/gemma4-26b-v6e-32.yaml", "--set", "no-equals-sign", "--wait", "0"],

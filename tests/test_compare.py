@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import compare_command
+from rlpipe.cli.exit_codes import CliError
 from rlpipe.control.ledger import RunRecord
 from rlpipe.report import compare
 from rlpipe.report.charts import SERIES_COLOURS
@@ -190,12 +191,16 @@ def test_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert args.func(args) == 0
     page = out.read_text(encoding="utf-8")
     assert f"Selected: {FAST}: best" in shown(page) and SLOW not in page
-    args = parser.parse_args(["compare", RUN, "rmissing", "-o", str(tmp_path / "none.html")])
-    assert args.func(args) == 3 and not (tmp_path / "none.html").exists()
-    assert "no run rmissing" in capsys.readouterr().err
+    args = parser.parse_args(["compare", RUN, "rmissingrunx", "-o", str(tmp_path / "none.html")])
+    with pytest.raises(CliError) as missing:
+        args.func(args)
+    assert missing.value.code == 3 and "no run rmissingrunx" in missing.value.message
+    assert not (tmp_path / "none.html").exists()
     for argv in ([RUN], [RUN, RUN], [RUN, FAST, "--select", SLOW], [RUN, FAST, "--reason", "why"]):
         args = parser.parse_args(["compare", *argv, "-o", str(tmp_path / "bad.html")])
-        assert args.func(args) == 2, argv
+        with pytest.raises(CliError) as refused:
+            args.func(args)
+        assert refused.value.code == 2, argv
     assert not (tmp_path / "bad.html").exists()
 
 

@@ -11,33 +11,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MISSING_RUN = 3  # exit code: a run named is not in the ledger
-USAGE = 2  # exit code: fewer than two runs, a run named twice, a selection that is not compared
+from rlpipe.cli.exit_codes import CliError, ExitCode
 
 
 def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> int:
     runs: list[str] = list(args.runs)
     if len(runs) < 2:
-        print("rlpipe compare needs at least two runs", file=sys.stderr)
-        return USAGE
+        raise CliError(ExitCode.USAGE, "compare needs at least two runs")
     twice = sorted({r for r in runs if runs.count(r) > 1})
     if twice:
-        print(f"run {twice[0]} is named twice", file=sys.stderr)
-        return USAGE
+        raise CliError(ExitCode.USAGE, f"run {twice[0]} is named twice")
     if args.select is not None and args.select not in runs:
-        print(f"--select {args.select} is not one of the runs compared", file=sys.stderr)
-        return USAGE
+        raise CliError(ExitCode.USAGE, f"--select {args.select} is not one of the runs compared")
     if args.reason is not None and args.select is None:
-        print("--reason goes with --select RUN", file=sys.stderr)
-        return USAGE
+        raise CliError(ExitCode.USAGE, "--reason goes with --select RUN")
     chosen = settings()
     opened = ledger(chosen)
     records = []
     for run in runs:
         record = opened.get(run)
         if record is None:
-            print(f"no run {run}", file=sys.stderr)
-            return MISSING_RUN
+            from rlpipe.cli.runs import not_found
+
+            raise not_found(run)
         records.append(record.model_dump(mode="json"))
     if args.json:
         print(

@@ -141,7 +141,7 @@ def run_demo(
             run_id = answer.record.run_id
             print(f"intake accepted it: run id {run_id}", flush=True)
         if scenario == "sweep":
-            return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started)
+            return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started, cluster)
         record = watch(ledger, run_id, timeout=timeout, simulated=True, cluster=cluster, console=console)
         console.print()
         if record is None:
@@ -158,7 +158,7 @@ def run_demo(
         if record.request.get("publish") and record.state == "succeeded":
             _show_published(settings, record)
         if record.lineage.inputs or record.lineage.data:
-            _show_inputs(record, root)
+            _show_inputs(record, root, cluster)
         return 0 if record.state == EXPECTED_STATE.get(scenario, "succeeded") else 1
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; stopping the local stack[/yellow]")
@@ -167,7 +167,9 @@ def run_demo(
         stack.stop()
 
 
-def _sweep(ledger: Any, parent_id: str, settings: Any, root: Path, timeout: float, started: float) -> int:
+def _sweep(
+    ledger: Any, parent_id: str, settings: Any, root: Path, timeout: float, started: float, cluster: str
+) -> int:
     from rlpipe.cli import demo_sweep
 
     print(f"sweep {parent_id}: following its children", flush=True)
@@ -176,7 +178,7 @@ def _sweep(ledger: Any, parent_id: str, settings: Any, root: Path, timeout: floa
         print(f"sweep {parent_id} was never accepted", flush=True)
         return 1
     print()
-    print(demo_sweep.summary(ledger, parent, root, prices_json=settings.prices_json or ""))
+    print(demo_sweep.summary(ledger, parent, root, prices_json=settings.prices_json or "", cluster=cluster))
     print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
     return 0 if parent.state == "succeeded" else 1
 
@@ -217,12 +219,14 @@ def _show_published(settings: Any, record: Any) -> None:
         print(f"  card        names the reward functions and their file's sha256: {named}")
 
 
-def _show_inputs(record: Any, root: Path) -> None:
+def _show_inputs(record: Any, root: Path, cluster: str) -> None:
     """The report that says what the run trained on and with (written before the stack stops,
     since it reads the run's ledger); the summary above named them."""
     from rlpipe.report import write_report
 
-    path = write_report(record.model_dump(mode="json"), root / f"{record.run_id}-report.html")
+    path = write_report(
+        record.model_dump(mode="json"), root / f"{record.run_id}-report.html", cluster=cluster
+    )
     text = path.read_text(encoding="utf-8")
     named = all(e["sha256"] in text for e in (record.lineage.inputs or {}).values())
     print(

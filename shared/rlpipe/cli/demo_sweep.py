@@ -49,8 +49,11 @@ def _child_line(child: RunRecord) -> str:
     return f"{child.state}" + (f" ({child.stage})" if child.stage else "")
 
 
-def summary(ledger: Ledger, parent: RunRecord, root: Path, prices_json: str = "") -> str:
-    """The sweep's end: its state, why the winner won, the comparison table, what was shared."""
+def summary(
+    ledger: Ledger, parent: RunRecord, root: Path, prices_json: str = "", cluster: str | None = "double"
+) -> str:
+    """The sweep's end: its state, why the winner won, the comparison table, what was shared, and
+    the sweep's page, drawn as ``rlpipe report PARENT`` draws it (``cluster``: where it ran)."""
     from rlpipe.report.compare import render_compare, run_rows
 
     assert parent.sweep is not None
@@ -93,10 +96,7 @@ def summary(ledger: Ledger, parent: RunRecord, root: Path, prices_json: str = ""
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
         render_compare(
-            records,
-            selected=selection.run_id if selection else None,
-            reason=selection.reason if selection else None,
-            prices_json=prices_json,
+            records, prices_json=prices_json, cluster=cluster, sweep=parent.model_dump(mode="json")
         ),
         encoding="utf-8",
     )

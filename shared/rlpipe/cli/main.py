@@ -155,8 +155,11 @@ def _answers_or_fail(url: str, path: Path) -> None:
 
 
 def _local_cluster(settings: Any) -> str:
-    """Which cluster a local stack runs on: only the real control plane is reached by kubeconfig."""
-    return "real" if settings.kubeconfig else "double"
+    """Which cluster a local stack runs on (``control.run_report.local_cluster``: the pages say
+    the same)."""
+    from rlpipe.control.run_report import local_cluster
+
+    return local_cluster(settings) or "double"
 
 
 def _ledger(settings: Any) -> Any:

@@ -224,7 +224,7 @@ class StageService:
         ctx = self._context(record)
         if stage == "publish":
             # the run's page first, so the link the card carries resolves (control/run_report.py)
-            page = run_report.write_run_report(self.state, record, log)
+            page = run_report.write_run_report(self.state, record, log, settings=self.settings)
             ctx = publishing.publish_context(self.artifacts, record, req, ctx, report=page)
         obj = render(req, stage, attempt, ctx)
         resume = None
@@ -451,7 +451,7 @@ class StageService:
         if ended:
             outcomes.log_run_ended(self.log, updated)
             if req.publish is not None:  # the page its card links, now with how the run ended
-                run_report.write_run_report(self.state, updated, self.log)
+                run_report.write_run_report(self.state, updated, self.log, settings=self.settings)
         if updated.terminal and updated.lineage.sweep is not None:
             # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
             # parent's refresh is safe to repeat, and its message goes out from one call only.
