@@ -196,9 +196,9 @@ def discover(workdir: Path, entries: dict[str, str]) -> tuple[dict[str, list[str
         # intake_object, artifact_event (objects and signals) and stage: one run by file drop.
         by_file, _ = s.submit(s.request())
         # intake_message: the same by Pub/Sub.
-        from rlpipe.cli import runs
+        from rlpipe.cli import submit as submit_cli
 
-        by_message = runs.submit(s.settings, s.request(), via="pubsub", storage_client=s.client).run_id
+        by_message = submit_cli.submit(s.settings, s.request(), via="pubsub", storage_client=s.client).run_id
         # upstream_poll: a tick with a watch list in place (the demo's, debounce 0).
         watch = yaml.safe_load((ROOT / "examples" / "upstream" / "watch.yaml").read_text())
         for entry in watch["watch"]:

@@ -345,9 +345,9 @@ class BenchStack:
 
     def submit(self, path: Path) -> tuple[str, str]:
         """Drop the file in the requests bucket, as a user would; (run id, object name)."""
-        from rlpipe.cli import runs
+        from rlpipe.cli import submit as submit_cli
 
-        submitted = runs.submit(self.settings, path, via="gcs", storage_client=self.client)
+        submitted = submit_cli.submit(self.settings, path, via="gcs", storage_client=self.client)
         return submitted.run_id, submitted.where.split("/", 3)[3]
 
     def object_created(self, bucket: str, name: str) -> float | None:

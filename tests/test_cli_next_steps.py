@@ -63,7 +63,8 @@ class _Stack:
 def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rlpipe.cli import demo, runs
+    from rlpipe.cli import demo
+    from rlpipe.cli import submit as submit_cli
     from rlpipe.cli import watch as watch_module
     from rlpipe.control import blobstore, ledger
 
@@ -75,9 +76,13 @@ def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     monkeypatch.setattr(blobstore, "BlobStore", lambda client, bucket: None)
     monkeypatch.setattr(ledger, "Ledger", lambda store: None)
     monkeypatch.setattr(
-        runs, "submit", lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x")
+        submit_cli,
+        "submit",
+        lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x"),
     )
-    monkeypatch.setattr(runs, "await_intake", lambda *args, **kwargs: runs.IntakeAnswer("started", gated))
+    monkeypatch.setattr(
+        submit_cli, "await_intake", lambda *args, **kwargs: submit_cli.IntakeAnswer("started", gated)
+    )
     monkeypatch.setattr(watch_module, "watch", lambda *args, **kwargs: gated)
 
     assert demo.run_demo(scenario="gate") == 0, "the gate scenario is meant to end gated"

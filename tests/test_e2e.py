@@ -20,6 +20,7 @@ import requests
 import yaml
 
 from rlpipe.cli import runs
+from rlpipe.cli import submit as submit_cli
 from rlpipe.control.blobstore import BlobStore, make_client
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.settings import Settings
@@ -61,7 +62,7 @@ class Local:
         return path
 
     def submit(self, path: Path, via: str = "gcs") -> str:
-        return runs.submit(self.settings, path, via=via, storage_client=self.client).run_id
+        return submit_cli.submit(self.settings, path, via=via, storage_client=self.client).run_id
 
     def wait(self, run_id: str, expected: float = 15, until: Any = None) -> RunRecord:
         timeout = ceiling(expected)
@@ -296,7 +297,11 @@ def _is_control_plane_state(name: str) -> bool:
     """Objects only the control plane may write (the state bucket's; layout.py says which)."""
     parts = name.split("/")
     return (
-        (parts[0] == "runs" and len(parts) >= 3 and (parts[2] in ("run.json", "error.json", "events")))
+        (
+            parts[0] == "runs"
+            and len(parts) >= 3
+            and (parts[2] in ("run.json", "error.json", "delivery.json", "events"))
+        )
         or (name.startswith(layout.CACHE_PREFIX) and name.endswith("/READY.json"))
         or name.startswith((layout.UPSTREAM_PREFIX, layout.RECONCILE_PREFIX))
     )

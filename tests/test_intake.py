@@ -310,7 +310,7 @@ def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_requ
     """The run id a request_id names never exists when intake refuses the request; the record
     of why is under the delivery's own id, which `rlpipe submit` now returns (the demo said only
     "never accepted")."""
-    from rlpipe.cli import runs
+    from rlpipe.cli import submit as submit_cli
     from rlpipe.control.settings import Settings
 
     path = tmp_path / "elsewhere.yaml"
@@ -318,7 +318,7 @@ def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_requ
         yaml.safe_dump(minimal_request(request_id="rej-1", notify="projects/another-team/topics/status"))
     )
     settings = Settings(requests_bucket=buckets.requests, project="rlpipe-test")
-    submitted = runs.submit(settings, path, storage_client=buckets.client)
+    submitted = submit_cli.submit(settings, path, storage_client=buckets.client)
     name = submitted.where.split("/", 3)[3]
     blob = buckets.client.bucket(buckets.requests).get_blob(name)
     assert (

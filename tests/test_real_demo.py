@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from rlpipe.cli import runs
+from rlpipe.cli import submit as submit_cli
 from rlpipe.cli.main import main
 from rlpipe.control.blobstore import BlobStore, make_client
 from rlpipe.control.ledger import Ledger, RunRecord
@@ -68,7 +69,7 @@ def _run(stack: LocalStack, path: Path, expected: float) -> tuple[RunRecord, set
     settings = Settings.from_env()
     client = make_client(settings.project)
     ledger = Ledger(BlobStore(client, settings.state_bucket))
-    run_id = runs.submit(settings, path, via="gcs", storage_client=client).run_id
+    run_id = submit_cli.submit(settings, path, via="gcs", storage_client=client).run_id
     deadline = time.monotonic() + ceiling(expected)
     record = ledger.get(run_id)
     while time.monotonic() < deadline and not (record is not None and record.terminal):

@@ -30,4 +30,4 @@ def test_a_demo_scenario_with_faults_on_the_real_plane_stops_before_starting_any
         timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "needs faults" in result.stdout and "--cluster double" in result.stdout
+    assert "needs faults" in result.stderr and "--cluster double" in result.stderr

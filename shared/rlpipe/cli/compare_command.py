@@ -31,7 +31,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
     for run in runs:
         record = opened.get(run)
         if record is None:
-            from rlpipe.cli.runs import not_found
+            from rlpipe.cli.lookup import not_found
 
             raise not_found(run)
         records.append(record.model_dump(mode="json"))

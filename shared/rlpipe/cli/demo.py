@@ -88,7 +88,7 @@ def run_demo(
     root: Path = Path(".rlpipe/demo"),
     cluster: str = "double",
 ) -> int:
-    from rlpipe.cli import runs
+    from rlpipe.cli import submit as submit_cli
     from rlpipe.cli.watch import summary, watch
     from rlpipe.control.blobstore import BlobStore, make_client
     from rlpipe.control.ledger import Ledger
@@ -128,9 +128,9 @@ def run_demo(
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:
-            submitted = runs.submit(settings, example, via="gcs")
+            submitted = submit_cli.submit(settings, example, via="gcs")
             print(f"dropped {example} at {submitted.where}", flush=True)
-            answer = runs.await_intake(ledger, submitted, timeout=timeout)
+            answer = submit_cli.await_intake(ledger, submitted, timeout=timeout)
             if answer.kind == "rejected":  # intake refused it: say why, as its error record does
                 assert answer.rejection is not None
                 console.print(f"[red]intake rejected {example}:[/red]\n{answer.rejection.get('message', '')}")

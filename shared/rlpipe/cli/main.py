@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from rlpipe.cli import lookup
 from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
 from rlpipe.core import identity
@@ -99,13 +100,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 # ---- commands that talk to a deployment (GCP, or the local stack when it is up) -------------------
 
 LOCAL_ROOT = Path(".rlpipe/local")
-CLUSTER_ARGUMENT: dict[str, Any] = {
-    "choices": ["double", "real"],
-    "default": "double",
-    "help": "double: the Kubernetes API double + cluster simulator (default); real: the real control "
-    "plane built by `make components` (kube-apiserver, controllers, scheduler, JobSet, Kueue) with "
-    "played nodes and programs",
-}
 
 
 def local_root() -> Path:
@@ -169,71 +163,17 @@ def _ledger(settings: Any) -> Any:
     return Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    """Hand the request to intake, then say what intake made of it, from the records intake
-    writes: a run id is printed only once the ledger backs it."""
-    from rlpipe.cli import runs
-
-    settings = _settings()
-    submitted = runs.submit(
-        settings,
-        Path(args.file),
-        via=args.via,
-        namespace=args.namespace,
-        sets=args.set,
-        name=args.name,
-        open_ledger=lambda: _ledger(settings),
-    )
-    print(f"submitted {args.file} via {submitted.via} ({submitted.where})", flush=True)
-    if args.wait <= 0:
-        print(f"intake decides shortly; see what it made of it with: rlpipe status {submitted.delivery_id}")
-        return ExitCode.OK
-    answer = runs.await_intake(_ledger(settings), submitted, timeout=args.wait)
-    return print_intake_answer(answer, submitted, waited=args.wait)
-
-
-def print_intake_answer(answer: Any, submitted: Any, *, waited: float) -> int:
-    """``submit``'s last lines and exit code for intake's answer (docs/cli.md, "submit")."""
-    if answer.kind == "rejected":
-        print(str(answer.rejection.get("message") or "intake rejected the request"), file=sys.stderr)
-        print(
-            f"nothing was started; the rejection stays readable: rlpipe status {submitted.delivery_id}",
-            file=sys.stderr,
-        )
-        return ExitCode.INVALID_INPUT
-    if answer.kind == "pending":
-        raise CliError(
-            ExitCode.TRANSIENT,
-            f"intake has not answered in {waited:g}s (no run and no rejection recorded for this delivery "
-            f"yet); see what it made of it with: rlpipe status {submitted.delivery_id}",
-        )
-    record = answer.record
-    kind = "sweep" if record.sweep is not None else "run"
-    if answer.kind == "existing":
-        print(
-            f"request_id {record.request.get('request_id')!r} already names {kind} {record.run_id} "
-            f"({record.state}, accepted {record.created_at}); this identical request started nothing new. "
-            "To run it again, give it a new id: --name NEW_ID"
-        )
-        return ExitCode.OK
-    extra = f" with {len(record.sweep.children)} children" if record.sweep is not None else ""
-    print(
-        f"{kind} id: {record.run_id}{extra} ({record.state})   follow it with: rlpipe watch {record.run_id}"
-    )
-    return ExitCode.OK
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs, sweep_view
 
     settings = _settings()
     ledger = _ledger(settings)
-    found = runs.find(ledger, args.run)
+    found = lookup.find(ledger, args.run)
     if found.rejection is not None:
         return _print_rejection(args, found.rejection)
     record = found.record
     if record is None:
-        raise runs.not_found(args.run)
+        raise lookup.not_found(args.run)
     if found.went_to is not None and not args.json:
         print(
             f"delivery {args.run} went to run {record.run_id} "
@@ -290,7 +230,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         result = runs.cancel(settings, _ledger(settings), args.run)
     except KeyError:
-        raise runs.not_found(args.run) from None
+        raise lookup.not_found(args.run) from None
     except runs.StageRefused as exc:  # e.g. the run ended already: the stage function's own sentence
         print(f"rlpipe cancel: {exc.message}", file=sys.stderr)
         return ExitCode.REFUSED_BY_STATE if exc.status == 409 else ExitCode.INVALID_INPUT
@@ -326,17 +266,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from rlpipe.cli import runs, sweep_view
+    from rlpipe.cli import sweep_view
     from rlpipe.cli.exit_codes import for_ended
     from rlpipe.cli.watch import summary, watch, watch_json
 
     settings = _settings()
     ledger = _ledger(settings)
-    found = runs.await_found(ledger, args.run, timeout=args.accept_timeout)
+    found = lookup.await_found(ledger, args.run, timeout=args.accept_timeout)
     if found.rejection is not None:
         return _print_rejection(args, found.rejection)
     if found.record is None:
-        error = runs.not_found(args.run)
+        error = lookup.not_found(args.run)
         if identity.could_be_produced(args.run):
             error = CliError(
                 ExitCode.NOT_FOUND,
@@ -371,83 +311,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if not record.terminal:
         print(f"rlpipe watch: {run_id} is still {record.state} after {args.timeout:g}s", file=sys.stderr)
     return for_ended(record.state)
-
-
-def cmd_local(args: argparse.Namespace) -> int:
-    from rlpipe.local import stack
-
-    root = Path(args.root)
-    if args.action == "down":
-        stopped = stack.down(root)
-        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing running")
-        return 0
-    if args.action == "status":
-        path = stack.state_path(root.resolve())
-        if not path.exists():
-            print("local stack is not running")
-            return 1
-        state = stack.StackState.load(path)
-        alive = stack.health(state)
-        width = max(map(len, alive), default=0) + 2
-        for name, ok in alive.items():
-            print(f"{name:<{width}}{'up' if ok else 'DOWN'}")
-        _print_endpoints(state)
-        return 0 if all(alive.values()) else 1
-    config = stack.StackConfig(
-        root=root,
-        events=args.events,
-        timing=args.timing,
-        poll_seconds=args.poll_seconds,
-        scenario_file=args.scenario,
-        faults=list(args.fault or []),
-        detached=not args.foreground,
-        cluster=args.cluster,
-    )
-    if stack.state_path(root.resolve()).exists():
-        print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
-        return 1
-    local = stack.LocalStack(config)
-    try:
-        state = local.start()
-    except (RuntimeError, ValueError) as exc:
-        print(f"rlpipe local up: {exc}", file=sys.stderr)
-        return 1
-    _print_endpoints(state)
-    print(f"logs: {local.logs}   stop with: rlpipe local down")
-    if not args.foreground:
-        # Children live in their own sessions; leave them running for `down`.
-        local.children.clear()
-        return 0
-    import signal
-    import threading
-
-    done = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    print("running in the foreground; Ctrl-C stops everything")
-    done.wait()
-    local.stop()
-    return 0
-
-
-def _print_endpoints(state: Any) -> None:
-    print(f"events: {state.events_note}")
-    width = max(len(k) for k in state.endpoints) + 2
-    for name, url in state.endpoints.items():
-        print(f"  {name:<{width}}{url}")
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from rlpipe.cli.demo import choose_scenario, run_demo
-
-    if args.check:  # `make demo` asks first, before it builds anything the demo would need
-        example, _, _ = choose_scenario(args.scenario, args.cluster, Path(args.example))
-        print(f"demo: {args.scenario or 'the happy path'} on the {args.cluster} cluster ({example})")
-        return ExitCode.OK
-
-    return run_demo(
-        scenario=args.scenario, events=args.events, example=Path(args.example), cluster=args.cluster
-    )
 
 
 def _version() -> str:
@@ -493,35 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan_cli.register(sub)
 
-    p = sub.add_parser(
-        "submit", help="submit a request (file drop or Pub/Sub message) and say what intake made of it"
-    )
-    p.add_argument("file")
-    p.add_argument("--via", choices=["gcs", "pubsub"], default="gcs")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="PATH=VALUE",
-        help="change one field before submitting (repeatable), e.g. training.learning_rate=2e-5; "
-        "VALUE is read as it would be in the YAML file",
-    )
-    p.add_argument(
-        "--name", metavar="ID", help="the request_id to submit it under (a new id for a changed request)"
-    )
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="wait this long for intake's answer (a run id, or the problems it found); 0: do not wait",
-    )
-    p.add_argument(
-        "--namespace",
-        default="",
-        help="drop under requests/NAMESPACE/: your team's folder, whose request_ids no other team can take",
-    )
-    p.set_defaults(func=cmd_submit)
+    from rlpipe.cli import submit as submit_cli
+
+    submit_cli.register(sub, settings=_settings, ledger=_ledger)
 
     p = sub.add_parser("status", help="a run's state, stages, attempts, failure, lineage; a sweep's children")
     p.add_argument("run")
@@ -556,35 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_watch)
 
-    p = sub.add_parser("local", help="run the whole pipeline on this machine (simulated or real cluster)")
-    p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--root", default=str(LOCAL_ROOT), help="state and logs directory (default .rlpipe/local)")
-    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
-    p.add_argument("--timing", choices=["demo", "zero"], default="demo")
-    p.add_argument("--poll-seconds", type=int, default=3, help="await_callback timeout between status polls")
-    p.add_argument("--scenario", help="fault scenario file (YAML/JSON)")
-    p.add_argument("--fault", action="append", help="fault as stage[:attempt]:fault, e.g. train:1:preempt@30")
-    p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
-    p.add_argument("--cluster", **CLUSTER_ARGUMENT)
-    p.set_defaults(func=cmd_local)
+    from rlpipe.cli import local_command
 
-    p = sub.add_parser(
-        "demo", help="start the local stack, run the example to the end, print a summary, stop"
-    )
-    from rlpipe.cli.demo import SCENARIOS
-
-    p.add_argument(
-        "--scenario",
-        default="",
-        help=f"'' (the happy path), one of {', '.join(n for n in SCENARIOS if n)}, or a scenario file",
-    )
-    p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
-    p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
-    p.add_argument("--cluster", **CLUSTER_ARGUMENT)
-    p.add_argument(
-        "--check", action="store_true", help="only check the scenario and cluster go together, start nothing"
-    )
-    p.set_defaults(func=cmd_demo)
+    local_command.register(sub, local_root=local_root)
 
     from rlpipe.cli import upstream as cli_upstream
 
@@ -621,9 +432,7 @@ def _refused_before_asking(args: argparse.Namespace) -> int | None:
     settings = _settings()
     record = _ledger(settings).get(args.run)
     if record is None:
-        from rlpipe.cli import runs
-
-        raise runs.not_found(args.run)
+        raise lookup.not_found(args.run)
     why: str | None = None
     if args.command == "retry":
         from rlpipe.control import retry

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rich.console import Console, Group
@@ -13,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rlpipe.cli.runs import describe, pending_retry
+from rlpipe.cli.runs import describe, parse_time
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.core import cost
 
@@ -25,6 +26,68 @@ _STYLE = {
     "queued": "magenta",
     "retrying": "magenta",
 }
+
+
+@dataclass(frozen=True)
+class PendingRetry:
+    """A stage whose last attempt failed with a class the workflow retries, while the workflow
+    waits out its backoff: what the live view says instead of "failed"."""
+
+    stage: str
+    failure_class: str
+    next_attempt: int
+    class_used: int  # failures of this class in the stage this round, the last one included
+    class_budget: int
+    delay_seconds: float  # the Workflows backoff before this retry (try/retry in pipeline.yaml)
+    starts_at: datetime  # the failed attempt's end plus that delay
+
+    def describe(self, now: datetime) -> str:
+        left = (self.starts_at - now).total_seconds()
+        when = f"in about {left:.0f} s" if left >= 1 else "any moment now"
+        return (
+            f"retrying {self.stage} ({self.failure_class}, {self.class_used} of {self.class_budget} allowed): "
+            f"attempt {self.next_attempt} starts {when}"
+        )
+
+
+def pending_retry(record: RunRecord) -> PendingRetry | None:
+    """The retry the workflow is waiting to make, read from the ledger: the current stage's last
+    attempt failed with a retryable class whose budget is not spent (control/budgets.py marks a
+    spent one ``permanent``). The delay is Workflows' backoff, ``min(initial × multiplier^k, max)``
+    for the k-th retry of the stage's try block (https://cloud.google.com/workflows/docs/reference/syntax/retrying),
+    with the request's backoff as plan hands it to the workflow."""
+    from rlpipe.core.failures import RETRYABLE, FailureClass
+
+    if record.terminal or record.stage is None:
+        return None
+    attempts = [a for a in record.attempts if a.stage == record.stage and a.round == record.round]
+    if not attempts:
+        return None
+    last = max(attempts, key=lambda a: a.attempt)
+    retryable = {c.value for c in RETRYABLE}
+    if last.phase != "failed" or last.failure_class not in retryable or not last.finished_at:
+        return None
+    retry = record.request.get("retry") or {}
+    backoff = retry.get("backoff") or {}
+    failed = [a for a in attempts if a.failure_class]
+    k = max(len(failed) - 1, 0)
+    try:
+        delay = min(
+            float(backoff["initial_delay"]) * float(backoff["multiplier"]) ** min(k, 64),
+            float(backoff["max_delay"]),
+        )
+    except (KeyError, TypeError, ValueError, OverflowError):
+        delay = 0.0
+    cls = FailureClass(last.failure_class)
+    return PendingRetry(
+        stage=record.stage,
+        failure_class=cls.value,
+        next_attempt=last.attempt + 1,
+        class_used=sum(1 for a in attempts if a.failure_class == cls.value),
+        class_budget=int((retry.get("budgets") or {}).get(cls.value, 0)),
+        delay_seconds=delay,
+        starts_at=parse_time(last.finished_at) + timedelta(seconds=delay),
+    )
 
 
 def _fmt_seconds(seconds: float | None) -> str:
