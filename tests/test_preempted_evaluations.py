@@ -150,3 +150,7 @@ def test_a_preemption_between_two_status_reads_keeps_every_evaluation_printed_be
     record = env["ledger"].get(run_id)
     assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, s) for s in printed]
     assert record.results["pre"] is not None, "the baseline printed before the first read"
+    # The retained copy is the kubelet's log, line for line and stamp for stamp (the cursor taken
+    # from one is valid in the other).
+    (head,) = [log for log in folder.logs() if log.pod.startswith(f"{jobset}-pathways-head-")]
+    assert folder.read(head) == kube.pod_log_lines(head.pod, namespace=NS)
