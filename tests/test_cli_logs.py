@@ -1,9 +1,11 @@
 """`rlpipe logs` on the local stack, as a user runs it: a real subprocess with the stack's env.
 
-One run, played slowly (``demo`` timing, 120 steps) so its training head is there to be read: the
+One run, played slowly (``demo`` timing, 300 steps) so its training head is there to be read: the
 log while it trains, then ``--follow`` to the head's end (its exit printed); after the run ended
-and its workloads were cleaned up, the plain sentence that the local stack has no Cloud Logging.
-A missing run and a missing attempt exit 3, naming what exists. docs/logs.md.
+and its workloads were cleaned up, the same log from the stack's Cloud Logging. A missing run and a
+missing attempt exit 3, naming what exists. And a preempted run, as ``make demo SCENARIO=preempt``
+plays it: every evaluation attempt 1 printed is recorded, and its log is read after the fact.
+docs/logs.md.
 """
 
 from __future__ import annotations
@@ -102,9 +104,11 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     record = local.wait(run_id, expected=30)
     local.assert_consistent(record, "cancelled")  # its workloads are deleted: no pod to read
     gone = rlpipe_logs(local, tmp_path, run_id, "--stage", "train")
-    assert gone.returncode == 1, gone.stderr
-    assert f"the pods of {workload} (train attempt 1) are gone" in gone.stderr
-    assert "no Cloud Logging" in gone.stderr
+    assert gone.returncode == 0, gone.stderr
+    assert f"the program's pods of {workload} (train attempt 1) have ended and are gone" in gone.stderr
+    assert "gcloud logging read" in gone.stderr and "the local stack's Cloud Logging" in gone.stderr
+    kept = gone.stdout.splitlines()
+    assert kept == [line.split(" ", 1)[1] for line in out.splitlines()], "the lines followed, as logged"
 
     missing = rlpipe_logs(local, tmp_path, "rnosuchrun00")
     assert missing.returncode == 3 and missing.stderr.strip() == "no run rnosuchrun00", missing.stderr
@@ -134,3 +138,29 @@ def test_the_cloud_logging_filter_takes_one_workloads_pods_and_container() -> No
 
     assert workload_logs.read_lines(post, "p", query) == (["a", "b", "c"], False)
     assert bodies[1]["pageToken"] == "t" and bodies[0]["orderBy"] == "timestamp asc"
+
+
+def test_a_preempted_attempts_evaluations_are_all_recorded_and_its_log_read_after_the_fact(
+    local: Local, faults: Any, tmp_path: Path
+) -> None:
+    """``make demo SCENARIO=preempt``: a worker preempted at step 70, attempt 2 resumes. The
+    evaluations attempt 1 printed (every 10 steps, each during the step after it) are all in the
+    ledger, whichever status read came last before its head's pod was deleted."""
+    from rlpipe.core import train_log
+
+    faults(["train:1:preempt@70"], timing="demo")
+    run_id = local.submit(local.request(training={"num_batches": 120}))
+    record = local.wait(run_id, expected=30)
+    local.assert_consistent(record, "succeeded")
+    assert [(a.attempt, a.failure_class) for a in record.attempts if a.stage == "train"] == [
+        (1, "preempted"),
+        (2, None),
+    ]
+    first = [e["step"] for e in record.results["intermediate"] if e["attempt"] == 1]
+    assert first == [10, 20, 30, 40, 50, 60], record.results["intermediate"]
+
+    read = rlpipe_logs(local, tmp_path, run_id, "--stage", "train", "--attempt", "1")
+    assert read.returncode == 0, read.stderr
+    printed = [e.step for e in train_log.parse(read.stdout).intermediate]
+    assert printed == first, "what the ledger holds is what the head printed"
+    assert f"^{run_id}-train-a1-pathways-head-" in read.stderr, "the head's program, by its role"

@@ -73,6 +73,7 @@ LOCAL_ONLY_ENV = {
     "RLPIPE_KUBE_URL",
     "RLPIPE_KUBECONFIG",  # the local stack's real control plane (a client certificate)
     "RLPIPE_WORKFLOWS_ENDPOINT",
+    "RLPIPE_LOGGING_ENDPOINT",  # the local stack's Cloud Logging stand-in (no credentials)
     "RLPIPE_LOCAL",
     "RLPIPE_INTAKE_MESSAGE_URL",
     "RLPIPE_TARGET",

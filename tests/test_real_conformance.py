@@ -26,6 +26,7 @@ from rlpipe.local.simulator import ClusterSimulator
 from rlpipe.local.simulator.pods import DISRUPTIONS
 from tests.conftest import Buckets
 from tests.harness.conformance import (
+    JOBSET_LABEL,
     disrupt_worker_0,
     nodes,  # noqa: F401  (a fixture)
     play,  # noqa: F401  (a fixture)
@@ -36,6 +37,7 @@ from tests.harness.conformance import (
 )
 from tests.harness.patience import wait_until
 from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
+from tests.test_stage import env, hub  # noqa: F401  (fixtures: the stage function, the Hub double)
 
 # (scenario, the double's fault for the convert Job, what the real pods' containers do, and the
 # verdict DESIGN §6 gives it: both clusters must reach it, not merely agree)
@@ -253,3 +255,116 @@ def test_a_disruption_the_real_control_plane_writes_is_preempted_as_the_double_p
     assert condition["message"] == DISRUPTIONS[reason][0]  # the double words it as the real one
     for verdict in (on_double, on_real):
         assert (verdict.phase, verdict.failure_class) == ("failed", FailureClass.PREEMPTED), verdict.reason
+
+
+# ---- every evaluation a preempted head printed is recorded --------------------------------------
+
+
+def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
+    real_cluster: ControlPlane,
+    nodes: set[str],
+    env: dict[str, Any],
+    hub: Any,
+    buckets: Buckets,
+    tmp_path: Any,
+) -> None:
+    """The double's reproduction (tests/test_preempted_evaluations.py) on the real controllers: the
+    stage reads the played train_rl's log through the real API server (the kubelet's log endpoint)
+    while it runs, a TPU worker is evicted after the step-20 evaluation, the real Job, JobSet and
+    garbage collector delete the head with its Job, and the last status read finds no pod: the
+    lines printed since the first read come from the local Cloud Logging, over the played
+    containers' log files. Every evaluation the head printed must be in the ledger."""
+    from kubernetes import client as k8s
+
+    from rlpipe.control import cloud_logs
+    from rlpipe.control.settings import Settings
+    from rlpipe.core import train_log
+    from rlpipe.local.cloud_logging import CloudLogging, Resource
+    from rlpipe.local.controlplane.log_endpoint import LogEndpoint, node_endpoint
+    from rlpipe.local.controlplane.programs import PodLogs, ProgramScript, SecretReader, Services
+    from rlpipe.local.pod_logs import ContainerLogFolder
+    from rlpipe.local.simulator import Timing
+    from rlpipe.local.simulator.gcs_io import GcsIO
+    from tests.harness.staged_data import seed_training_data
+    from tests.test_simulator import _seed_pinned
+    from tests.test_stage import _convert_done
+
+    logs_dir = tmp_path / "pods"
+    played_logs = PodLogs(logs_dir)  # what the played containers print, as the node keeps it
+    assert real_cluster.ca is not None
+    certificate = real_cluster.ca.issue("kubelet", "kubelet", server=True, hosts=("127.0.0.1", "localhost"))
+    endpoint = LogEndpoint(played_logs, certificate).start()
+    core = k8s.CoreV1Api(real_cluster.api_client())
+    for name in sorted(nodes):
+        core.patch_node_status(name, node_endpoint(endpoint.port))
+    api = CloudLogging(ContainerLogFolder(logs_dir), Resource("p")).start()
+
+    run_id = "rrealevals01"
+    service = env["service"]
+    service.cluster = real_client(real_cluster)  # the pipeline's identity on the real plane
+    service.cloud_logs = cloud_logs.head_reader(Settings(project="p", namespace=NS, logging_endpoint=api.url))
+    env["claim"](run_id, training={"num_batches": 60})
+    service.plan(run_id, f"{run_id}-exec")
+    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
+    _convert_done(env, run_id)
+    jobset = f"{run_id}-train-a1"
+    services = Services(GcsIO(buckets.client), played_logs, hub.url, SecretReader(core))
+    # Slow enough (0.3 s a step) that the status reads land between the evaluations.
+    script = ProgramScript(services, Timing(scale=0.01))
+    head_log = logs_dir.glob(f"{jobset}-pathways-head-*_{NS}_workload-container.log")
+
+    def printed(marker: str) -> bool:
+        return any(
+            marker in path.read_text() for path in logs_dir.glob(f"{jobset}-pathways-head-*_{NS}_*.log")
+        )
+
+    try:
+        with PodPlayer(real_cluster.kubeconfig(), nodes, script):
+            service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+            obj = json.loads(real_cluster.kubectl("get", "jobset", jobset, "-n", NS, "-o", "json"))
+            _seed_pinned(buckets, obj)
+            seed_training_data(buckets.client, obj)
+            wait_until(lambda: printed("Intermediate Eval (step=10)"), 30, what="the step-10 evaluation")
+            assert service.status(run_id, "train", 1, f"{run_id}-exec")["phase"] == "running"
+            wait_until(lambda: printed("Intermediate Eval (step=20)"), 30, what="the step-20 evaluation")
+            worker = json.loads(
+                real_cluster.kubectl(
+                    "get",
+                    "pods",
+                    "-n",
+                    NS,
+                    "-l",
+                    f"{JOBSET_LABEL}={jobset},jobset.sigs.k8s.io/replicatedjob-name=worker,"
+                    "batch.kubernetes.io/job-completion-index=0",
+                    "-o",
+                    "json",
+                )
+            )["items"][0]
+            _evict(real_cluster, worker["metadata"]["name"])
+
+            def head_gone() -> bool:
+                heads = real_cluster.kubectl(
+                    "get",
+                    "pods",
+                    "-n",
+                    NS,
+                    "-l",
+                    f"{JOBSET_LABEL}={jobset},jobset.sigs.k8s.io/replicatedjob-name=pathways-head",
+                    "-o",
+                    "name",
+                )
+                return not heads.split() and service.cluster.status(jobset, kind="JobSet").phase == "failed"
+
+            wait_until(head_gone, 30, what="the JobSet failed and its head's pod deleted")
+            last = service.status(run_id, "train", 1, f"{run_id}-exec")
+    finally:
+        api.stop()
+        endpoint.stop()
+        with contextlib.suppress(Exception):
+            service.cluster.delete("JobSet", jobset)
+    assert last["phase"] == "failed" and last["failure"]["tag"] == "preempted", last
+    text = "\n".join(path.read_text() for path in head_log)
+    steps = [e.step for e in train_log.parse(text).intermediate]
+    assert steps[:2] == [10, 20], steps
+    record = env["ledger"].get(run_id)
+    assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, s) for s in steps]

@@ -103,18 +103,17 @@ def stage_service(log: Logger) -> StageService:
         cluster=cluster(),
         log=log,
         publish=notify.publish,
-        cloud_logs=None if settings().local else cloud_log_reader(),
+        cloud_logs=cloud_log_reader(),
     )
 
 
 @cache
-def cloud_log_reader() -> LogReader:
-    """The head's evaluation lines from Cloud Logging (GKE ships every container line there)."""
+def cloud_log_reader() -> LogReader | None:
+    """The head's train_rl lines from Cloud Logging (GKE ships every container line there; the
+    local stack plays it), or None where there is none."""
     from rlpipe.control import cloud_logs
 
-    post = cloud_logs.google_post()
-    s = settings()
-    return lambda jobset, cursor: cloud_logs.read_head_lines(post, s.project, s.namespace, jobset, cursor)
+    return cloud_logs.head_reader(settings())
 
 
 def reset() -> None:

@@ -69,6 +69,9 @@ class Settings:
     state_bucket: str = "rlpipe-state"
     workflow: str = "rlpipe-pipeline"
     workflows_endpoint: str = ""  # host:port of a local Executions gRPC server; empty = Google's
+    # Base URL of a local Cloud Logging API (entries.list; the local stack's stand-in), reached
+    # without credentials; empty = Google's, with the function's own (control/cloud_logs.py).
+    logging_endpoint: str = ""
     status_topic: str = ""  # default notification topic (a request's `notify` overrides it)
     requests_topic: str = "rlpipe-requests"
     kube_url: str = ""  # plain URL of a local API server; empty = GKE from gke_endpoint
@@ -121,6 +124,7 @@ class Settings:
             state_bucket=_env("STATE_BUCKET", cls.state_bucket),
             workflow=_env("WORKFLOW", cls.workflow),
             workflows_endpoint=_env("WORKFLOWS_ENDPOINT"),
+            logging_endpoint=_env("LOGGING_ENDPOINT"),
             status_topic=_env("STATUS_TOPIC"),
             requests_topic=_env("REQUESTS_TOPIC", cls.requests_topic),
             kube_url=_env("KUBE_URL"),

@@ -61,6 +61,7 @@ class DoubleCluster:
     def __init__(self, config: dict[str, Any], storage: Any, hub_url: str) -> None:
         from rlpipe.local.controlplane.deploy import secret_documents
         from rlpipe.local.kube_api import KubeApiServer
+        from rlpipe.local.pod_logs import CONTAINER_LOGS, ContainerLogFolder
         from rlpipe.local.simulator import ClusterSimulator
 
         self.kube = KubeApiServer(port=config["kube_port"])
@@ -73,6 +74,10 @@ class DoubleCluster:
             scenario=_scenario(config),
             timing=timing(config.get("timing", "demo")),
             hub_url=hub_url,
+            # where the real plane's played containers write theirs: the local Cloud Logging's source
+            container_logs=ContainerLogFolder(Path(config["logs"]) / CONTAINER_LOGS)
+            if config.get("logs")
+            else None,
         )
         self.simulator.start()
 

@@ -13,13 +13,25 @@ PodLogOptions validation in pkg/apis/core/validation):
 - ``limitBytes`` stops after that many bytes (at least 1), even inside a line.
 
 A value that is not a whole number in range is refused with 400, as the API server refuses it.
+
+The kubelet serves a container's log only while its pod exists; the node's container runtime keeps
+it in a file per container, ``/var/log/containers/<pod>_<namespace>_<container>-<id>.log``, and on
+GKE the logging agent ships every line of those files to Cloud Logging, where it outlives the pod.
+:class:`ContainerLogFolder` is the local clusters' copy of those files, one per container (the
+container id left out: a restarted container appends), each line its time then its text; both
+clusters write every container line there (the double's simulator, and the real plane's played
+containers through ``controlplane.programs.PodLogs``, which writes the same format), and the Cloud
+Logging stand-in (``local/cloud_logging.py``) reads it after the pods are gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -78,3 +90,63 @@ def render(lines: Iterable[LogLine], query: Mapping[str, str], now: datetime | N
     )
     data = body.encode()
     return data[:limit] if limit is not None else data
+
+
+CONTAINER_LOGS = "pods"  # the folder, under the stack's log folder, both clusters keep them in
+# <pod>_<namespace>_<container>.log: none of the three (DNS names) can hold an underscore.
+_LOG_FILE = re.compile(r"^(?P<pod>[a-z0-9.-]+)_(?P<namespace>[a-z0-9-]+)_(?P<container>[a-z0-9-]+)\.log$")
+
+
+@dataclass(frozen=True)
+class ContainerLog:
+    """One container's retained log file: whose it is, and where."""
+
+    namespace: str
+    pod: str
+    container: str
+    path: Path
+
+
+class ContainerLogFolder:
+    """Every container line a local cluster produced, one file per container, kept after its pod is
+    gone. Lines are ``<RFC3339Nano> <text>``, the time the runtime stamped, so the copy and the
+    kubelet's ``timestamps=true`` read agree to the nanosecond (a cursor taken from one is valid
+    for the other)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def path(self, namespace: str, pod: str, container: str) -> Path:
+        return self.directory / f"{pod}_{namespace}_{container}.log"
+
+    def append(self, namespace: str, pod: str, container: str, lines: Iterable[str], when: datetime) -> None:
+        """``lines`` as one container printed them at ``when`` (the stamp its log read serves too)."""
+        stamp = rfc3339nano(when)
+        text = "".join(f"{stamp} {line}\n" for line in lines)
+        with self._lock, self.path(namespace, pod, container).open("a") as out:
+            out.write(text)
+
+    def logs(self) -> Iterator[ContainerLog]:
+        """Every container's file, by name (a file of another name is none of ours and is skipped)."""
+        for path in sorted(self.directory.glob("*.log")):
+            if match := _LOG_FILE.match(path.name):
+                yield ContainerLog(match["namespace"], match["pod"], match["container"], path)
+
+    @staticmethod
+    def read(log: ContainerLog) -> list[LogLine]:
+        """The file's lines, oldest first; a partial last line (being written) is left for later."""
+        try:
+            raw = log.path.read_text()
+        except FileNotFoundError:
+            return []
+        complete = raw.split("\n")[:-1]
+        out = []
+        for entry in complete:
+            stamp, _, text = entry.partition(" ")
+            try:
+                out.append(LogLine(datetime.fromisoformat(stamp), text))
+            except ValueError:
+                continue  # not a line the runtime stamped
+        return out

@@ -5,6 +5,7 @@ health-checked and stopped reliably (``down`` works from another shell through t
 
     fake-gcs-server ─(notifications)→ Pub/Sub emulator ─→ shim ─(CloudEvents)→ functions-framework × 4
     functions → Workflows engine (gRPC) → stage → the cluster
+    the cluster's container lines → Cloud Logging's entries.list (``local/cloud_logging.py``)
 
 The cluster is the Kubernetes API double + simulator (``cluster="double"``, the default: TPU
 simulated), or the real control plane (``cluster="real"``: kube-apiserver, controllers, scheduler,
@@ -29,6 +30,7 @@ import requests
 from rlpipe.local import pubsub
 from rlpipe.local.clusters import CLUSTERS, refuse_faults
 from rlpipe.local.gcs import FakeGcs
+from rlpipe.local.pod_logs import CONTAINER_LOGS
 from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready, stop_all
 
@@ -154,9 +156,13 @@ class LocalStack:
         self._create_buckets()
         self.say(f"[local] fake-gcs-server on {self.gcs.url}")
 
-        ports = {name: free_port() for name in ("kube", "grpc", "callback", "hub", "control", *FUNCTIONS)}
+        ports = {
+            name: free_port()
+            for name in ("kube", "grpc", "callback", "hub", "control", "logging", *FUNCTIONS)
+        }
         function_urls = {name: f"http://127.0.0.1:{ports[name]}/" for name in FUNCTIONS}
         env = self._function_env(ports)
+        self._start_cloud_logging(ports["logging"])
         core_config = {
             "project": c.project,
             "location": c.location,
@@ -236,6 +242,7 @@ class LocalStack:
             "workflows (gRPC)": f"127.0.0.1:{ports['grpc']}",
             "workflows callbacks": f"http://127.0.0.1:{ports['callback']}",
             "hub double": f"http://127.0.0.1:{ports['hub']}",
+            "cloud logging": f"http://127.0.0.1:{ports['logging']}",
             CONTROL[c.cluster]: f"http://127.0.0.1:{ports['control']}",
             **{f"function {n}": u for n, u in function_urls.items()},
         }
@@ -345,6 +352,34 @@ class LocalStack:
             "kubeconfig (admin)": ready["admin_kubeconfig"],
         }
 
+    def _start_cloud_logging(self, port: int) -> None:
+        """Cloud Logging's ``entries.list`` over every container line both clusters keep (GKE
+        ships each to Cloud Logging), so an attempt's log outlives its pods here too."""
+        c = self.config
+        argv = [
+            sys.executable,
+            "-m",
+            "rlpipe.local.cloud_logging",
+            "--folder",
+            str(self.logs / CONTAINER_LOGS),
+            "--port",
+            str(port),
+            "--project",
+            c.project,
+            "--location",
+            c.location,
+        ]
+        child = Child(
+            "cloud-logging",
+            argv,
+            log_path=self.logs / "cloud-logging.log",
+            cwd=ROOT,
+            die_with_parent=not c.detached,
+        ).start()
+        self.children["cloud-logging"] = child
+        child.wait_ready(http_ready(f"http://127.0.0.1:{port}/", lambda status, body: True), timeout=60)
+        self.say(f"[local] Cloud Logging (entries.list) on 127.0.0.1:{port}")
+
     def _events_mode(self) -> tuple[bool, str]:
         if self.config.events != "watcher":
             pubsub.build_pstest(self.say)
@@ -400,6 +435,7 @@ class LocalStack:
             "RLPIPE_ARTIFACTS_BUCKET": c.artifacts_bucket,
             "RLPIPE_STATE_BUCKET": c.state_bucket,
             "RLPIPE_WORKFLOWS_ENDPOINT": f"127.0.0.1:{ports['grpc']}",
+            "RLPIPE_LOGGING_ENDPOINT": f"http://127.0.0.1:{ports['logging']}",
             "RLPIPE_KUBE_URL": f"http://127.0.0.1:{ports['kube']}",
             "RLPIPE_KUBECONFIG": "",  # the real plane's way in (set once it is up); never inherited
             "RLPIPE_CALLBACK_TIMEOUT_SECONDS": str(c.poll_seconds),

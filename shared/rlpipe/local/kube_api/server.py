@@ -289,10 +289,13 @@ class KubeApiServer:
         sel = Selection.build(resolve_resource(resource), namespace, label_selector, field_selector)
         return self.store.delete_collection(sel, propagation=propagation_policy)[0]
 
-    def append_pod_log(self, name: str, lines: list[str], *, namespace: str = "default") -> None:
+    def append_pod_log(
+        self, name: str, lines: list[str], *, namespace: str = "default", when: datetime | None = None
+    ) -> None:
         """Add lines to what ``GET .../pods/{name}/log`` answers, each stamped with the time it was
-        written, as the container runtime stamps it (the simulator writes a container's output)."""
-        stamped = datetime.now(UTC)
+        written (``when``, default now), as the container runtime stamps it (the simulator writes a
+        container's output, and keeps the same stamp in its retained copy)."""
+        stamped = when or datetime.now(UTC)
         with self._lock:
             self._logs.setdefault((namespace, name), []).extend(LogLine(stamped, line) for line in lines)
 

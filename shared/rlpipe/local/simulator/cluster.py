@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from rlpipe.local.kube_api import KubeApiServer, WatchEvent
+from rlpipe.local.pod_logs import ContainerLogFolder
 from rlpipe.local.simulator.env import HistoryEntry, SimEnv, SimulatedLog
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.job_workload import JobWorkload
@@ -32,7 +33,8 @@ class ClusterSimulator:
 
     ``storage_client`` is a real ``google.cloud.storage.Client`` (pointed at fake-gcs-server
     locally); ``namespace`` limits the simulation to one namespace (None: all). ``clock`` and
-    ``sleep`` may be injected; ``seed`` makes pod/node names reproducible.
+    ``sleep`` may be injected; ``seed`` makes pod/node names reproducible. ``container_logs`` keeps
+    every container line after its pod is gone (the local Cloud Logging reads it).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class ClusterSimulator:
         seed: int | None = None,
         namespace: str | None = None,
         hub_url: str = "",
+        container_logs: ContainerLogFolder | None = None,
     ) -> None:
         if export_shards < 1:
             raise ValueError("export_shards must be >= 1 (1 writes a single model.safetensors)")
@@ -66,6 +69,7 @@ class ClusterSimulator:
             export_shards=export_shards,
             seed=seed,
             hub_url=hub_url,
+            container_logs=container_logs,
         )
         self._lock = threading.Lock()
         self._sims: dict[str, WorkloadSim] = {}  # by uid

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.local.kube_api import KubeApiError, KubeApiServer
+from rlpipe.local.pod_logs import ContainerLogFolder
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.scenario import Scenario
@@ -74,6 +75,8 @@ class SimEnv:
     export_shards: int = 3
     seed: int | None = None
     hub_url: str = ""  # the Hub double the publish Job's program talks to (HF_ENDPOINT)
+    # Every container line, kept after its pod is gone (what GKE ships to Cloud Logging); None: not kept.
+    container_logs: ContainerLogFolder | None = None
     history: History = field(default_factory=History)
     objects: dict[str, tuple[str, str | None, int | None]] = field(default_factory=dict)
     rng: random.Random = field(init=False)

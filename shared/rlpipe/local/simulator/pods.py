@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from rlpipe.local.kube_api import KubeApiError
@@ -129,10 +130,15 @@ class PodSim:
     # -- logs ----------------------------------------------------------------------------------
 
     def log(self, line: str) -> None:
-        """Append a line to what ``kubectl logs`` shows; every line says it is simulated."""
+        """Append a line to what ``kubectl logs`` shows; every line says it is simulated. The
+        program's container printed it (the first main container), and it is also kept, with the
+        same stamp, where GKE's logging agent would ship it from (``env.container_logs``)."""
         new = [f"[simulated] {part}" for part in line.splitlines() or [""]]
         self.lines.extend(new)
-        self.env.kube.append_pod_log(self.name, new, namespace=self.namespace)
+        when = datetime.now(UTC)
+        self.env.kube.append_pod_log(self.name, new, namespace=self.namespace, when=when)
+        if self.env.container_logs is not None and self.main:
+            self.env.container_logs.append(self.namespace, self.name, self.main[0]["name"], new, when)
 
     # -- scheduling ------------------------------------------------------------------------------
 
