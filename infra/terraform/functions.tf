@@ -98,7 +98,8 @@ locals {
   event_functions = { for k, f in local.functions : k => f if f.trigger != "http" }
 
   # Every RLPIPE_* variable Settings.from_env reads, except those that only the local stack sets
-  # (RLPIPE_KUBE_URL, RLPIPE_WORKFLOWS_ENDPOINT, RLPIPE_LOCAL: they switch the code to emulators)
+  # (RLPIPE_KUBE_URL, RLPIPE_WORKFLOWS_ENDPOINT, RLPIPE_LOGGING_ENDPOINT, RLPIPE_LOCAL: they switch
+  # the code to emulators)
   # and RLPIPE_STAGE_URL (only the workflow calls stage; it gets the URL in user_env_vars).
   function_env = {
     RLPIPE_PROJECT                  = var.project_id
