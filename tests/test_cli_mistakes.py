@@ -19,6 +19,7 @@ import pytest
 
 from rlpipe.cli.exit_codes import ExitCode
 from tests.conftest import ROOT, Buckets
+from tests.harness.cli import run_rlpipe
 from tests.harness.patience import ceiling
 
 DOCUMENTED = {int(code) for code in ExitCode} | {141}
@@ -41,15 +42,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rlpipe.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        check=False,
-        timeout=ceiling(10),
-    )
+    return run_rlpipe(args, env, cwd, expected_seconds=1)
 
 
 def assert_answered(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +23,9 @@ import yaml
 
 from rlpipe.cli.exit_codes import ExitCode
 from tests.conftest import ROOT, Buckets, minimal_request
+from tests.harness.cli import run_rlpipe
 from tests.harness.functions import FunctionServer, gcs_event, post
-from tests.harness.patience import ceiling, wait_until
+from tests.harness.patience import wait_until
 
 
 class Eventarc:
@@ -67,15 +67,7 @@ def rlpipe(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "RLPIPE_LOCAL"}
     env.update(buckets.env(RLPIPE_TARGET="gcp", RLPIPE_WORKFLOWS_ENDPOINT=executions.target))
-    return subprocess.run(
-        [sys.executable, "-m", "rlpipe.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        check=False,
-        timeout=ceiling(30),
-    )
+    return run_rlpipe(list(args), env, cwd, expected_seconds=3)
 
 
 def _request(tmp_path: Path, name: str, **fields: Any) -> Path:

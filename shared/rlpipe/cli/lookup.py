@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.core import identity
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # the records' module loads the storage client: only once a ledger is read
     from rlpipe.control.ledger import Ledger, RunRecord
@@ -40,25 +42,27 @@ def find(ledger: Ledger, given: str) -> Found:
     return Found()
 
 
-def await_found(
-    ledger: Ledger,
-    given: str,
-    *,
-    timeout: float,
-    interval: float = 0.5,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Found:
+def poll(read: Callable[[], T], done: Callable[[T], bool], *, timeout: float, interval: float = 0.5) -> T:
+    """``read()`` until ``done`` says its answer is final or ``timeout`` seconds have passed; the
+    last answer either way (the records a command waits for are written by another process)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = read()
+        if done(answer) or time.monotonic() >= deadline:
+            return answer
+        time.sleep(interval)
+
+
+def await_found(ledger: Ledger, given: str, *, timeout: float) -> Found:
     """:func:`find`, waiting up to ``timeout`` for a run just submitted to be accepted; an id no
     delivery could make is answered at once."""
-    deadline = clock() + timeout
-    while True:
-        found = find(ledger, given)
-        if found.record is not None or found.rejection is not None:
-            return found
-        if not identity.could_be_produced(given) or clock() >= deadline:
-            return found
-        sleep(interval)
+    return poll(
+        lambda: find(ledger, given),
+        lambda found: (
+            found.record is not None or found.rejection is not None or not identity.could_be_produced(given)
+        ),
+        timeout=timeout,
+    )
 
 
 def not_found(given: str) -> CliError:

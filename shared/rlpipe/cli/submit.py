@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -183,22 +182,11 @@ def intake_answer(ledger: Ledger, submitted: Submitted) -> IntakeAnswer:
     return IntakeAnswer("pending")
 
 
-def await_intake(
-    ledger: Ledger,
-    submitted: Submitted,
-    *,
-    timeout: float,
-    interval: float = 0.5,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> IntakeAnswer:
+def await_intake(ledger: Ledger, submitted: Submitted, *, timeout: float) -> IntakeAnswer:
     """Wait, up to ``timeout`` seconds, for intake's answer to ``submitted``."""
-    deadline = clock() + timeout
-    while True:
-        answer = intake_answer(ledger, submitted)
-        if answer.kind != "pending" or clock() >= deadline:
-            return answer
-        sleep(interval)
+    from rlpipe.cli.lookup import poll
+
+    return poll(lambda: intake_answer(ledger, submitted), lambda a: a.kind != "pending", timeout=timeout)
 
 
 def _publish(settings: Settings, topic: str, data: bytes) -> str:

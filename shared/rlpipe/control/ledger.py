@@ -390,8 +390,12 @@ class Ledger:
 
     def rejection(self, run_id: str) -> dict[str, Any] | None:
         """The rejection record written for ``run_id`` (``write_error``), if any."""
+        return self._record(self.layout(run_id).error)
+
+    def _record(self, name: str) -> dict[str, Any] | None:
+        """A JSON object the control plane wrote once, if it is there and reads as one."""
         try:
-            body = self.store.read(self.layout(run_id).error).json()
+            body = self.store.read(name).json()
         except (blobstore.NotFound, ValueError):
             return None
         return body if isinstance(body, dict) else None
@@ -413,11 +417,7 @@ class Ledger:
 
     def delivery(self, delivery_id: str) -> dict[str, Any] | None:
         """The record :meth:`write_delivery` left for ``delivery_id``, if any."""
-        try:
-            body = self.store.read(self.layout(delivery_id).delivery).json()
-        except (blobstore.NotFound, ValueError):
-            return None
-        return body if isinstance(body, dict) else None
+        return self._record(self.layout(delivery_id).delivery)
 
     def list_run_ids(self) -> list[str]:
         ids = set()
