@@ -142,6 +142,8 @@ def run(config: dict[str, Any]) -> None:
         env=env,
         grpc_port=config["grpc_port"],
         callback_port=config["callback_port"],
+        # The identity the stage function accepts the workflow's operations from (local/identities.py).
+        service_account=config.get("workflow_identity"),
     ).start()
 
     def dropped(bucket: str, name: str) -> bool:
