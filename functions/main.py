@@ -128,15 +128,26 @@ def upstream_poll(cloud_event: Any) -> None:
 
 
 @functions_framework.http
-def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
+def upstream_webhook(request: Any) -> Any:
     """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch.
 
     The body goes in unread (``request.stream``: the server's bounded WSGI input, a chunked one
-    included): the handler checks the secret and the declared size before it reads a byte."""
+    included): the handler checks the secret and the declared size before it reads a byte, and
+    reads at most its cap after. The answer is a streamed response because functions-framework
+    reads the whole request body after an HTTP function returns (``read_request``, its
+    ``after_request`` hook) unless the response is streamed: a plain answer would have the
+    framework read what the handler refused to, an endless chunked body without end."""
+    import json
+
+    import flask
+
     from rlpipe.upstream.service import on_webhook
 
     status, body = on_webhook(dict(request.headers), request.stream, Logger("upstream_webhook"))
-    return body, status
+    data = json.dumps(body).encode()
+    return flask.Response(
+        iter([data]), status=status, mimetype="application/json", headers={"Content-Length": str(len(data))}
+    )
 
 
 @functions_framework.cloud_event
