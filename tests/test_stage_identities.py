@@ -10,6 +10,7 @@ function reads on Google Cloud too, after Cloud Run checked the signature.
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from rlpipe.control import services
 from rlpipe.control.identities import OPERATOR_OPS, WORKFLOW_IDENTITY_ENV, WORKFLOW_OPS, CallerPolicy
 from rlpipe.local.identities import played_id_token
 from rlpipe.report import render_report
+from rlpipe.report.rows import attempt_rows, rounds
 from rlpipe.report.sweep_page import sweep_facts
 from tests.conftest import Buckets
 from tests.test_stage import _stage_app, env, hub, kube  # noqa: F401  (fixtures)
@@ -152,9 +154,11 @@ def test_cancel_deletes_the_workloads_and_ends_the_run_with_the_verified_caller(
     assert record.failure.caller == OPERATOR
     ended = [e for e in env["ledger"].history("rcancel00001") if e["event"] == "cancelled"]
     assert ended and ended[-1]["failure"]["caller"] == OPERATOR  # in the event log too
-    # The report says who: beside the failure, and in the round that ended.
-    page = render_report(record.model_dump(mode="json"))
-    assert f"(verified caller {OPERATOR})" in page
+    # The report says who: beside the run's failure, and in how its round ended.
+    dump = record.model_dump(mode="json")
+    assert f'<span id="failure-caller">(verified caller {OPERATOR})</span>' in render_report(dump)
+    [round_one] = rounds(dump, attempt_rows(dump, datetime.now(UTC)))
+    assert round_one.ended.endswith(f"cancelled by rlpipe cancel (verified caller {OPERATOR})")
     # A second cancel of the ended run changes nothing and says its state.
     again = stage.post("/", json={"op": "cancel", "run_id": "rcancel00001"}, headers=bearer(PERSON))
     assert again.status_code == 200 and again.get_json()["state"] == "cancelled"

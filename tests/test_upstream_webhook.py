@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import socket
 import threading
@@ -303,3 +304,22 @@ def test_an_endless_chunked_body_is_answered_while_it_is_still_being_sent(
         assert sender.is_alive() or sent[0] > 0  # the body had not ended: no last chunk was ever sent
     sender.join(timeout=ceiling(1))
     assert "Traceback" not in webhook.logs()
+
+
+def test_only_the_cloud_event_functions_have_their_body_read_before_they_run() -> None:
+    """functions/main.py's check that reads a POST's body before the function (a JSON body that is
+    no CloudEvent) runs for exactly the functions that take CloudEvents: never for the webhook,
+    whose body nothing may read before it checked the secret, nor for any other HTTP function."""
+    from tests.test_infra import MAIN_PY, _decorated_entry_points
+
+    tree = ast.parse(MAIN_PY.read_text())
+    listed = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "CLOUD_EVENT_ENTRY_POINTS" for t in node.targets)
+    )
+    names = {c.value for c in ast.walk(listed) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    kinds = _decorated_entry_points()
+    assert names == {name for name, kind in kinds.items() if kind == "cloud_event"}
+    assert "upstream_webhook" in kinds and "upstream_webhook" not in names
