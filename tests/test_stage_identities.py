@@ -163,6 +163,8 @@ def test_cancel_deletes_the_workloads_and_ends_the_run_with_the_verified_caller(
     again = stage.post("/", json={"op": "cancel", "run_id": "rcancel00001"}, headers=bearer(PERSON))
     assert again.status_code == 200 and again.get_json()["state"] == "cancelled"
     assert env["ledger"].get("rcancel00001").failure.caller == OPERATOR
+    unknown = stage.post("/", json={"op": "cancel", "run_id": "rnoledger001"}, headers=bearer(OPERATOR))
+    assert unknown.status_code == 422 and "no ledger" in unknown.get_json()["error"]["message"]
 
 
 def test_cancel_still_ends_the_run_when_the_cluster_refuses_the_cleanup(

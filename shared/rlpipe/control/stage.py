@@ -53,7 +53,6 @@ from rlpipe.core.manifests import (
 from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
 
-CANCELLED = "cancelled by rlpipe cancel"  # the failure message of a run a person cancelled
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
 
@@ -434,13 +433,8 @@ class StageService:
             ended.append(outcome)
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
-                r.failure = Failure(
-                    tag=tag,
-                    message=message,
-                    stage=failure.get("stage"),
-                    attempt=failure.get("attempt"),
-                    caller=caller,
-                )
+                stage, attempt = failure.get("stage"), failure.get("attempt")
+                r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
             return outcome
 
         updated = self.ledger.update(
@@ -480,28 +474,6 @@ class StageService:
         record, _ = self._load(run_id)
         require_owner(record, execution_id)
         return stage_sweep.select(self, record)
-
-    def cancel(self, run_id: str, *, caller: str | None) -> dict[str, Any]:
-        """``rlpipe cancel``: what the workflow's ``except`` block would have done, which Workflows
-        does not run for an execution cancelled from outside: delete the run's workloads, then
-        finish it ``cancelled`` with ``caller`` (the identity verified on the call) recorded. A
-        cleanup that fails is reported (``cleanup_error``), not fatal: the run is still finished,
-        an execution left running finds it terminal and stops, and reconcile deletes what is left.
-        A sweep's parent ends its children that have not ended, each with the same caller. A run
-        that had ended keeps its state (the answer's ``state`` says which)."""
-        self._load(run_id)  # a run without a ledger is a permanent failure, before anything else
-        log = self.log.bind(run_id=run_id)
-        answer: dict[str, Any] = {"deleted": []}
-        try:
-            answer["deleted"] = self.cleanup(run_id)["deleted"]
-        except Exception as exc:  # the cluster or the bucket refused: the run is still finished
-            answer["cleanup_error"] = f"{type(exc).__name__}: {exc}".strip()
-            log.warning(
-                "cancel: cleanup failed (reconcile deletes what is left)", error=answer["cleanup_error"]
-            )
-        ended = self.finish(run_id, "cancelled", {"tag": "cancelled", "message": CANCELLED}, caller=caller)
-        log.info("cancel asked", caller=caller, state=ended.get("state"))
-        return {**ended, **answer}
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

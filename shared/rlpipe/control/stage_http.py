@@ -126,7 +126,9 @@ def cancel(service: StageService, body: dict[str, Any], caller: str | None) -> d
     run_id = body.get("run_id")
     if not identity.is_run_id(run_id):
         raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
-    return service.cancel(run_id, caller=caller)
+    from rlpipe.control import cancellation
+
+    return cancellation.cancel(service, run_id, caller=caller)
 
 
 def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from typing import Any
 
 from google.auth import crypt, jwt
 
+from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
+
 OPERATOR_IDENTITY_ENV = "RLPIPE_LOCAL_OPERATOR_IDENTITY"
 TOKEN_SECONDS = 3600  # an ID token Google issues lives an hour
 ISSUER = "https://accounts.google.com"
@@ -37,6 +39,16 @@ def operator_account(project: str) -> str:
     """The local operator's service account (the deployment's ``rlpipe-operator``, which the CLI
     impersonates on Google Cloud)."""
     return f"rlpipe-operator@{project}.iam.gserviceaccount.com"
+
+
+def played(project: str) -> dict[str, str]:
+    """The stack's settings naming both: the stage function takes the workflow's operations from
+    the first only (control/identities.py), the local Workflows engine calls as it (local/core.py),
+    and the CLI calls as the second."""
+    return {
+        WORKFLOW_IDENTITY_ENV: workflow_account(project),
+        OPERATOR_IDENTITY_ENV: operator_account(project),
+    }
 
 
 def local_operator() -> str | None:

@@ -5,7 +5,6 @@ health-checked and stopped reliably (``down`` works from another shell through t
 
     fake-gcs-server ─(notifications)→ Pub/Sub emulator ─→ shim ─(CloudEvents)→ functions-framework × 4
     functions → Workflows engine (gRPC) → stage → the cluster
-    the Workflows engine and the CLI call stage as the identities the stack plays (local/identities.py)
     the cluster's container lines → Cloud Logging's entries.list (``local/cloud_logging.py``)
 
 The cluster is the Kubernetes API double + simulator (``cluster="double"``, the default: TPU
@@ -28,7 +27,6 @@ from typing import Any
 
 import requests
 
-from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
 from rlpipe.local import identities, pubsub
 from rlpipe.local.clusters import CLUSTERS, refuse_faults
 from rlpipe.local.gcs import FakeGcs
@@ -182,7 +180,6 @@ class LocalStack:
             "hub_repos": list(DEMO_REPOS),
             "control_port": ports["control"],
             "stage_url": function_urls["stage"],
-            "workflow_identity": env[WORKFLOW_IDENTITY_ENV],
             "functions": function_urls,
             "timing": c.timing,
             "scenario_file": c.scenario_file,
@@ -448,10 +445,6 @@ class LocalStack:
             # deployment's default.
             "RLPIPE_ALLOW_USER_CODE": "true" if LOCAL_ALLOWS_USER_CODE else "false",
             "RLPIPE_STAGE_URL": f"http://127.0.0.1:{ports['stage']}/",
-            # The identities the stack plays (local/identities.py): the stage function accepts
-            # the workflow's operations from the first only; the CLI calls as the second.
-            WORKFLOW_IDENTITY_ENV: identities.workflow_account(c.project),
-            identities.OPERATOR_IDENTITY_ENV: identities.operator_account(c.project),
             "RLPIPE_INTAKE_MESSAGE_URL": f"http://127.0.0.1:{ports['intake_message']}/",
             "HF_ENDPOINT": f"http://127.0.0.1:{ports['hub']}",
             "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -461,7 +454,7 @@ class LocalStack:
         if self.pubsub:
             env["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
             env["RLPIPE_STATUS_TOPIC"] = c.status_topic
-        return env
+        return env | identities.played(c.project)  # the identities it plays (local/identities.py)
 
 
 # ---- `down` and `status` from another process --------------------------------------------------
