@@ -46,10 +46,19 @@ def _refuse_a_body_that_is_no_event() -> tuple[dict[str, str], int] | None:
     return {"error": "bad request: the body is not an event this function accepts"}, 400
 
 
+# The entry points that take CloudEvents, whose body the check above reads. Only these: an HTTP
+# function decides itself when (and whether) to read its body, and the public webhook reads none
+# before the caller proved the secret (upstream/webhook.py).
+CLOUD_EVENT_ENTRY_POINTS = frozenset(
+    {"intake_object", "intake_message", "artifact_event", "upstream_poll", "reconcile"}
+)
+
+
 def _register_request_checks() -> None:
     import flask
 
-    if flask.has_app_context():  # loaded by the framework, which builds the app around this module
+    # Loaded by the framework, which builds the app (named after its target) around this module.
+    if flask.has_app_context() and flask.current_app.name in CLOUD_EVENT_ENTRY_POINTS:
         flask.current_app.before_request(_refuse_a_body_that_is_no_event)
 
 
@@ -102,7 +111,8 @@ def artifact_event(cloud_event: Any) -> None:
 
 @functions_framework.http
 def stage(request: Any) -> tuple[dict[str, Any], int]:
-    """The workflow's only door into the pipeline: plan, launch, status, finish, cleanup."""
+    """The workflow's door into the pipeline (plan, launch, status, gate, select, finish, cleanup)
+    and the operators' (cancel, retry, promote); which identity may call which: control/identities.py."""
     from rlpipe.control.callers import caller_of
     from rlpipe.control.stage_http import handle
 
@@ -118,17 +128,26 @@ def upstream_poll(cloud_event: Any) -> None:
 
 
 @functions_framework.http
-def upstream_webhook(request: Any) -> tuple[dict[str, Any], int]:
-    """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch."""
-    from rlpipe.upstream.service import on_webhook
-    from rlpipe.upstream.webhook import MAX_BODY
+def upstream_webhook(request: Any) -> Any:
+    """Hugging Face webhook: verify the secret, then poll just the pushed repo and branch.
 
-    # Bounded before the secret is checked: an unauthenticated caller cannot make us buffer more.
-    if (request.content_length or 0) > MAX_BODY:
-        return {"error": f"payload larger than {MAX_BODY} bytes"}, 413
-    payload = request.stream.read(MAX_BODY + 1)
-    status, body = on_webhook(dict(request.headers), payload, Logger("upstream_webhook"))
-    return body, status
+    The body goes in unread (``request.stream``: the server's bounded WSGI input, a chunked one
+    included): the handler checks the secret and the declared size before it reads a byte, and
+    reads at most its cap after. The answer is a streamed response because functions-framework
+    reads the whole request body after an HTTP function returns (``read_request``, its
+    ``after_request`` hook) unless the response is streamed: a plain answer would have the
+    framework read what the handler refused to, an endless chunked body without end."""
+    import json
+
+    import flask
+
+    from rlpipe.upstream.service import on_webhook
+
+    status, body = on_webhook(dict(request.headers), request.stream, Logger("upstream_webhook"))
+    data = json.dumps(body).encode()
+    return flask.Response(
+        iter([data]), status=status, mimetype="application/json", headers={"Content-Length": str(len(data))}
+    )
 
 
 @functions_framework.cloud_event

@@ -178,14 +178,14 @@ def _ledger() -> Any:
     return SimpleNamespace(get=lambda run_id: record)
 
 
-def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cleaned_up_and_finished(
+def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls: list[str] = []
+    calls: list[dict[str, Any]] = []
 
     def fake_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
-        calls.append(body["op"])
-        return {"deleted": ["r1-train-a1"]} if body["op"] == "cleanup" else {"state": "cancelled"}
+        calls.append(body)
+        return {"deleted": ["r1-train-a1"], "state": "cancelled"}
 
     class Refusing:
         def cancel(self, name: str) -> bool:
@@ -193,7 +193,8 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cleaned_up_
 
     monkeypatch.setattr(runs, "call_stage", fake_stage)
     result = runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=Refusing())
-    assert calls == ["cleanup", "finish"]
+    # One operator operation: the stage function cleans up and finishes (control/stage.py cancel).
+    assert calls == [{"op": "cancel", "run_id": "r1"}]
     assert result["execution_cancelled"] is False and result["state"] == "cancelled"
     assert result["deleted"] == ["r1-train-a1"]
     assert (
@@ -202,20 +203,15 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cleaned_up_
     )
 
 
-def test_a_failed_cleanup_still_finishes_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-
+def test_a_cleanup_the_stage_function_reports_failed_is_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
-        calls.append(body["op"])
-        if body["op"] == "cleanup":
-            raise RuntimeError("stage cleanup failed (503): unavailable")
-        return {"state": "cancelled"}
+        return {"deleted": [], "state": "cancelled", "cleanup_error": "ApiException: (503) unavailable"}
 
     monkeypatch.setattr(runs, "call_stage", fake_stage)
     ok = SimpleNamespace(cancel=lambda name: True)
     result = runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=ok)
-    assert calls == ["cleanup", "finish"] and result["state"] == "cancelled"
-    assert result["execution_cancelled"] is True and "503" in result["cleanup_error"]
+    assert result["state"] == "cancelled" and result["execution_cancelled"] is True
+    assert "503" in result["cleanup_error"]
 
 
 def test_the_cli_prints_why_the_execution_was_not_cancelled(

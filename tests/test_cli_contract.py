@@ -725,9 +725,23 @@ def test_upstream_check_json_follows_its_schema_and_an_error_is_transient(
 def test_cancel_through_the_stage_function_ok_and_refused_by_state(
     buckets: Buckets, ledger: Any, executions: Any, kube: Any, tmp_path: Any
 ) -> None:
-    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_KUBE_URL=kube.url)
+    # The identities played as the local stack plays them: the stage function takes the
+    # workflow's operations from WORKFLOW only, and the CLI calls as OPERATOR.
+    operator = "rlpipe-operator@rlpipe-test.iam.gserviceaccount.com"
+    env = buckets.env(
+        RLPIPE_WORKFLOWS_ENDPOINT=executions.target,
+        RLPIPE_KUBE_URL=kube.url,
+        RLPIPE_WORKFLOW_IDENTITY="rlpipe-workflow@rlpipe-test.iam.gserviceaccount.com",
+        RLPIPE_LOCAL_OPERATOR_IDENTITY=operator,
+    )
     server = FunctionServer("stage", "http", env, tmp_path).start()
     try:
+        # A CLI that calls as nobody (no operator identity to play) is refused, and says so.
+        nobody = {**env, "RLPIPE_LOCAL_OPERATOR_IDENTITY": ""}
+        refused = rlpipe(buckets, "cancel", "rrunning0001", RLPIPE_STAGE_URL=server.url, **nobody)
+        assert refused.returncode == ExitCode.INVALID_INPUT, refused.stderr
+        assert "needs a verified caller" in refused.stderr and "Traceback" not in refused.stderr
+        assert buckets.ledger().get("rrunning0001").state == "training"
         done = rlpipe(buckets, "cancel", "rrunning0001", RLPIPE_STAGE_URL=server.url, **env)
         assert done.returncode == ExitCode.OK, done.stderr + server.logs()[-2000:]
         assert "run rrunning0001: cancelled" in done.stdout
@@ -737,6 +751,8 @@ def test_cancel_through_the_stage_function_ok_and_refused_by_state(
     finally:
         server.stop()
     assert buckets.ledger().get("rsucceeded01").state == "succeeded"
+    cancelled = buckets.ledger().get("rrunning0001")
+    assert cancelled.state == "cancelled" and cancelled.failure.caller == operator
 
 
 def test_watch_json_prints_a_line_per_change_only() -> None:

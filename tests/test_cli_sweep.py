@@ -374,24 +374,23 @@ def test_status_json_of_a_run_outside_any_sweep_has_no_sweep(
 
 
 class Stage:
-    """The stage function's cleanup and finish, recorded; finish of the parent does what the real
-    one does to the ledger (``operations.finish_parent``): every child that has not ended, and the
-    parent, end cancelled."""
+    """The stage function's cancel, recorded; cancel of the parent does what the real one does to
+    the ledger (``StageService.cancel`` → ``operations.finish_parent``): every child that has not
+    ended, and the parent, end cancelled."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
     def __call__(self, settings: Any, body: dict[str, Any]) -> dict[str, Any]:
         self.ledger.calls.append(("stage", body["op"], body["run_id"]))
-        if body["op"] == "cleanup":
-            return {"deleted": []}
+        assert body["op"] == "cancel", body
         parent = self.ledger.records[body["run_id"]]
         if parent.terminal:
-            return {"state": parent.state}
+            return {"state": parent.state, "deleted": []}
         for record in self.ledger.records.values():
             if not record.terminal:
                 record.state = "cancelled"
-        return {"state": "cancelled"}
+        return {"state": "cancelled", "deleted": []}
 
 
 class Executions:
@@ -414,13 +413,12 @@ def test_cancel_of_a_parent_cancels_each_running_childs_execution_first(
     monkeypatch.setattr(runs, "call_stage", Stage(ledger))
     executions = Executions(ledger, refuse={"executions/rchild000002"})
     result = runs.cancel(SimpleNamespace(), ledger, "rparent00001", orchestrator=executions)  # type: ignore[arg-type]
-    # The running and the queued child's executions, before the stage function finishes the
+    # The running and the queued child's executions, before the stage function cancels the
     # parent; never the child that had ended, nor one not claimed.
     assert ledger.calls == [
         ("cancel", "executions/rchild000001"),
         ("cancel", "executions/rchild000002"),
-        ("stage", "cleanup", "rparent00001"),
-        ("stage", "finish", "rparent00001"),
+        ("stage", "cancel", "rparent00001"),
     ]
     assert result["state"] == "cancelled"
     children = result["children"]

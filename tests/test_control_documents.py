@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
+from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
 from rlpipe.control.logs import Logger
 from rlpipe.control.stage_http import handle
 from rlpipe.core import identity
 from tests.conftest import Buckets
 
 PLANTED = "hf_PLANTEDsecretTOKENvalue0123456789abcd"
+WORKFLOW = "rlpipe-workflow@my-project.iam.gserviceaccount.com"
 
 
 def test_a_rounds_reason_and_by_are_written_through_the_one_redacting_writer(buckets: Buckets) -> None:
@@ -58,7 +60,10 @@ def test_stage_refuses_a_malformed_run_id_without_echoing_it(
     from rlpipe.control import services
 
     monkeypatch.setattr(services, "stage_service", lambda log: object())  # never reached
-    body, status = handle({"op": "plan", "run_id": run_id, "execution_id": "e"}, Logger("stage"))
+    monkeypatch.setenv(WORKFLOW_IDENTITY_ENV, WORKFLOW)
+    body, status = handle(
+        {"op": "plan", "run_id": run_id, "execution_id": "e"}, Logger("stage"), caller=WORKFLOW
+    )
     assert status == 400
     text = json.dumps(body) + capsys.readouterr().out
     assert str(run_id) not in text or run_id is None

@@ -22,10 +22,12 @@ import yaml
 from rlpipe.cli import runs
 from rlpipe.cli import submit as submit_cli
 from rlpipe.control.blobstore import BlobStore, make_client
+from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
 from rlpipe.control.ledger import Ledger, RunRecord
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity, layout
 from rlpipe.local import pubsub
+from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, played_id_token
 from rlpipe.local.stack import LocalStack, StackConfig
 from tests.conftest import ROOT, minimal_request
 from tests.harness.functions import gcs_event, post
@@ -287,10 +289,29 @@ def test_cancel_mid_train(local: Local, faults: Any) -> None:
     run_id = local.submit(local.request())
     local.wait(run_id, until=lambda r: r.state == "training" and r.attempts[-1].phase == "running")
     assert any(w.startswith(f"{run_id}-train") for w in local.workloads())
+    operator = local.state.env[OPERATOR_IDENTITY_ENV]  # the operator the stack plays
+    assert operator and operator != local.state.env[WORKFLOW_IDENTITY_ENV]
+    # Before the operator cancels: an operator's forged end of the run (a workflow-only finish)
+    # is refused by the stage function, and the run trains on.
+    forged = requests.post(
+        local.settings.stage_url,
+        json={
+            "op": "finish",
+            "run_id": run_id,
+            "outcome": "failed",
+            "failure": {"tag": "permanent", "message": "TPU host 3 reported ECC errors"},
+        },
+        headers={"Authorization": f"Bearer {played_id_token(operator, local.settings.stage_url)}"},
+        timeout=60,
+    )
+    assert forged.status_code == 403 and forged.json()["error"]["tag"] == "forbidden"
+    assert local.ledger.get(run_id).state == "training"  # type: ignore[union-attr]
     result = runs.cancel(local.settings, local.ledger, run_id)
     assert result["execution_cancelled"] is True and f"{run_id}-train-a1" in result["deleted"]
     record = local.wait(run_id)
     local.assert_consistent(record, "cancelled")
+    # The CLI called as the operator the stack plays; the stage function recorded that identity.
+    assert record.failure is not None and record.failure.caller == operator
 
 
 def _is_control_plane_state(name: str) -> bool:

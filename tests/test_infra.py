@@ -505,6 +505,14 @@ def test_workflow(tf: dict[str, Any]) -> None:
     assert re.search(r'RLPIPE_STAGE_URL\s*=\s*google_cloudfunctions2_function\.fn\["stage"\]', text)
 
 
+def test_the_stage_function_names_the_account_the_workflow_runs_as_its_workflow_identity() -> None:
+    """RLPIPE_WORKFLOW_IDENTITY (control/identities.py) is the only caller the stage function takes
+    the workflow's operations from: the service account the workflow runs as (asserted above:
+    google_service_account.workflow). tfparse leaves an account's e-mail unresolved: read the source."""
+    text = (TF_DIR / "functions.tf").read_text()
+    assert re.search(r"\bRLPIPE_WORKFLOW_IDENTITY\s*=\s*google_service_account\.workflow\.email\b", text)
+
+
 def test_workflow_identity_may_only_invoke_stage(tf: dict[str, Any]) -> None:
     member = f"serviceAccount:rlpipe-workflow@{TEST_PROJECT}.iam.gserviceaccount.com"
     grants = [

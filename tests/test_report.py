@@ -27,6 +27,7 @@ T0 = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=9)
 SVG = "{http://www.w3.org/2000/svg}"
 STEPS = [50, 100, 150, 200, 250, 300]
+OPERATOR_SA = "rlpipe-operator@my-project.iam.gserviceaccount.com"
 
 
 def ts(minutes: float) -> str:
@@ -108,7 +109,12 @@ def record(**overrides: Any) -> dict[str, Any]:
             "passed": False,
             "reasons": ["post mean_reward 0.41 below 0.5", "accuracy fell by 3.2 points"],
             "evaluated_at": ts(401),
-            "override": {"by": "alice@example.com", "at": ts(420), "reason": "known eval flake"},
+            "override": {
+                "by": "alice@example.com",
+                "at": ts(420),
+                "reason": "known eval flake",
+                "caller": OPERATOR_SA,
+            },
         },
         "created_at": ts(0),
         "updated_at": ts(431),
@@ -272,7 +278,11 @@ def test_gate_reasons_override_lineage_and_chip_hours(html: str) -> None:
     page = Page(html)
     text = page.all_text
     assert "post mean_reward 0.41 below 0.5" in text and "accuracy fell by 3.2 points" in text
-    assert "overridden by alice@example.com at 2026-05-01 15:00:00 UTC: known eval flake" in text
+    # the name the person gave, and the identity Google verified on the promote call
+    assert (
+        f"overridden by alice@example.com (verified caller {OPERATOR_SA}) at 2026-05-01 15:00:00 UTC: "
+        "known eval flake" in text
+    )
     assert "min_post_mean_reward" in text
     for value in (
         "0123456789abcdef0123456789abcdef01234567",

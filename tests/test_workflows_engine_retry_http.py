@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import google.auth.jwt
 from test_workflows_engine_support import Reply, ScriptedServer, error_of, refused_url, result_of, run
 
 from rlpipe.local.workflows import FakeClock, State
+
+ENGINE_ACCOUNT = "rlpipe-workflow@my-project.iam.gserviceaccount.com"
 
 ALWAYS_RETRY = """
 main:
@@ -175,14 +178,19 @@ def test_http_post_sends_json_body_query_and_headers_and_decodes_json_response()
             return: [ '${response.code}', '${response.body}' ]
     """
     with ScriptedServer(Reply(201, {"launched": True})) as server:
-        result = result_of(definition, {"url": server.url})
+        result = result_of(definition, {"url": server.url}, service_account=ENGINE_ACCOUNT)
         request = server.received[0]
     assert result == [201, {"launched": True}]
     assert request.method == "POST"
     assert request.path == "/stage?attempt=2&flags=a&flags=b"
     assert request.headers["Content-Type"] == "application/json; charset=utf-8"
     assert request.headers["X-Run"] == "r1"
-    assert "Authorization" not in request.headers  # no token is attached locally
+    # auth: OIDC attaches an ID token naming the workflow's service account, for the URL (the
+    # default audience); the local one is unsigned, and read the way the stage function reads it.
+    scheme, _, token = request.headers["Authorization"].partition(" ")
+    claims = google.auth.jwt.decode(token, verify=False)
+    assert scheme == "Bearer" and claims["email"] == ENGINE_ACCOUNT
+    assert claims["aud"] == server.url + "/stage"
     assert json.loads(request.body) == {"run_id": "r1", "ratio": 0.5}
 
 

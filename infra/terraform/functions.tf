@@ -126,6 +126,9 @@ locals {
     RLPIPE_ALLOW_USER_CODE          = var.allow_user_code ? "true" : "false"
     RLPIPE_MAX_SWEEP_CHILDREN       = tostring(var.max_sweep_children)
     RLPIPE_PRICES                   = var.tpu_prices_json
+    # The only identity the stage function takes the workflow's operations from (plan, launch,
+    # status, gate, select, finish, cleanup; control/identities.py); operators cancel, retry and promote.
+    RLPIPE_WORKFLOW_IDENTITY = google_service_account.workflow.email
   }
 }
 

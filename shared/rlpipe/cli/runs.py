@@ -1,7 +1,8 @@
 """What the CLI does to runs: submit, read status, list, cancel. Same code against GCP and the local stack.
 
-The CLI never needs cluster credentials: cancellation asks the ``stage`` function to clean up,
-the way the workflow itself does, and reads everything else from the ledger.
+The CLI never needs cluster credentials: cancellation asks the ``stage`` function to cancel the
+run (its ``cancel`` operation cleans up and finishes it, as the workflow itself would), and
+reads everything else from the ledger.
 """
 
 from __future__ import annotations
@@ -240,16 +241,19 @@ CANCEL_HINT = (
 
 
 def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any = None) -> dict[str, Any]:
-    """Cancel the execution, delete the workloads, mark the run cancelled.
+    """Cancel the execution, then ask the stage function to cancel the run (``op: cancel``).
 
-    Workflows runs no ``except`` block when an execution is cancelled from outside, so the
-    cleanup the workflow would have done is asked for here explicitly. Each step is attempted
-    whatever the one before did: an execution the operator may not cancel (PermissionDenied) or a
-    failed cleanup is reported in the result (``execution_error``, ``cleanup_error``), not fatal;
-    the run is still finished as cancelled, and an execution left running finds it terminal and
-    stops (stage refuses calls for a terminal run), workloads left behind go with reconcile.
+    Workflows runs no ``except`` block when an execution is cancelled from outside, so the stage
+    function's ``cancel`` does what the workflow would have done: it deletes the run's workloads
+    and finishes the run ``cancelled``, recording the identity Google verified on this call
+    (control/stage.py ``StageService.cancel``). The execution is cancelled here, with the
+    operator's own credentials, since the stage function may not cancel executions. Each step is
+    attempted whatever the one before did: an execution the operator may not cancel
+    (PermissionDenied) or a failed cleanup is reported in the result (``execution_error``,
+    ``cleanup_error``), not fatal; an execution left running finds the run terminal and stops
+    (stage refuses calls for a terminal run), workloads left behind go with reconcile.
     A sweep's parent: first each unended child's execution (``children``, cli/sweep_view.py); the
-    stage function's finish of the parent then deletes their workloads and ends them cancelled.
+    stage function's cancel of the parent then deletes their workloads and ends them cancelled.
     """
     import logging
 
@@ -280,21 +284,16 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     children = sweep_view.cancel_children(ledger, record, cancel_execution)  # None: not a sweep
     if record.execution.name:
         result.update(cancel_execution(run_id, record.execution.name))
-    try:
-        result["deleted"] = call_stage(settings, {"op": "cleanup", "run_id": run_id}).get("deleted", [])
-    except Exception as exc:  # the run is still finished below; reconcile deletes what is left
-        result["cleanup_error"] = str(exc)
-        log.warning("run %s: cleanup failed (reconcile will delete its workloads): %s", run_id, exc)
-    finished = call_stage(
-        settings,
-        {
-            "op": "finish",
-            "run_id": run_id,
-            "outcome": "cancelled",
-            "failure": {"tag": "cancelled", "message": "cancelled by rlpipe cancel"},
-        },
-    )
-    result["state"] = finished.get("state")
+    cancelled = call_stage(settings, {"op": "cancel", "run_id": run_id})
+    result["deleted"] = list(cancelled.get("deleted") or [])
+    if cancelled.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
+        result["cleanup_error"] = str(cancelled["cleanup_error"])
+        log.warning(
+            "run %s: cleanup failed (reconcile will delete its workloads): %s",
+            run_id,
+            result["cleanup_error"],
+        )
+    result["state"] = cancelled.get("state")
     if children is not None:
         result["children"] = sweep_view.settled(ledger, children)
     return result
@@ -371,7 +370,8 @@ class StageUnreachable(RuntimeError):
 
 
 def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
-    """POST to the ``stage`` function; in GCP with an identity token for its URL (see id_token)."""
+    """POST to the ``stage`` function with the operator's ID token for its URL: in GCP a real one
+    (see id_token), on the local stack the one it plays (``RLPIPE_LOCAL_OPERATOR_IDENTITY``)."""
     import os
 
     import requests
@@ -382,6 +382,12 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
     if not settings.local:
         token = id_token(settings.stage_url, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
         headers["Authorization"] = f"Bearer {token}"
+    else:  # the local stack plays the operator's identity (rlpipe/local/identities.py)
+        from rlpipe.local.identities import local_operator, played_id_token
+
+        operator = local_operator()
+        if operator is not None:
+            headers["Authorization"] = f"Bearer {played_id_token(operator, settings.stage_url)}"
     try:
         response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
     except (requests.ConnectionError, requests.Timeout) as exc:

@@ -174,9 +174,11 @@ def member_lines(info: dict[str, Any] | None) -> list[str]:
 def cancel_children(
     ledger: Ledger, record: RunRecord, cancel_execution: Callable[[str, str], dict[str, Any]]
 ) -> list[dict[str, Any]] | None:
-    """Before ``rlpipe cancel PARENT`` finishes the parent: the execution of each child that has
-    not ended, cancelled by ``cancel_execution(run_id, execution name)`` (``runs.cancel``'s own,
-    which reports an error rather than raising). A row per such child; None: not a parent."""
+    """Before ``rlpipe cancel PARENT`` asks the stage function to cancel the parent (which deletes
+    the children's workloads and ends them, recording who asked): the execution of each child
+    that has not ended, cancelled by ``cancel_execution(run_id, execution name)`` (``runs.cancel``'s
+    own, with the operator's credentials, which reports an error rather than raising). A row per
+    such child; None: not a parent."""
     sweep = getattr(record, "sweep", None)  # (a record-like stand-in without one is no parent)
     if sweep is None:
         return None
@@ -201,7 +203,8 @@ def cancel_children(
 
 
 def settled(ledger: Ledger, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cancelled children's states after the parent's finish (``cancelled`` when it ended them)."""
+    """The cancelled children's states after the stage function's cancel of the parent
+    (``cancelled`` when it ended them)."""
     for row in rows:
         child = ledger.get(row["run_id"])
         row["state"] = child.state if child is not None else None

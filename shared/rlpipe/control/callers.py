@@ -6,10 +6,14 @@ required (``roles/run.invoker`` for the workflow, the operators' service account
 Google-signed ID token before the request reaches us. What is left is to read whose it is: the
 ``email`` claim (a service account, or a person's own account when they call with their own
 token). A request can carry the token in ``X-Serverless-Authorization`` (which Cloud Run checks
-first when present) or ``Authorization``. Locally there is no token and no caller: ``None``.
+first when present) or ``Authorization``. Locally there is no Cloud Run: the stack plays the
+callers with unsigned tokens of the same shape (rlpipe/local/identities.py), read here the same
+way; a call without a token has no caller (``None``).
 
-``by`` (what the CLI sends, a user name by default) stays what a person says; ``caller`` is what
-Google says. Both are recorded on a round or a promotion, so an audit never rests on ``by`` alone.
+What a caller may call is decided from this identity (control/identities.py): the workflow's
+operations from the workflow's identity only. ``by`` (what the CLI sends, a user name by
+default) stays what a person says; ``caller`` is what Google says. Both are recorded on a round
+or a promotion, and the caller on a cancelled run, so an audit never rests on ``by`` alone.
 """
 
 from __future__ import annotations

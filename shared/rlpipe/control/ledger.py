@@ -167,6 +167,8 @@ class SweepParent(_Model):
     arrived: list[str] = Field(default_factory=list)  # children waiting at selection, trained and gated
     selection: SweepSelection | None = None
     cancelled: bool = False
+    # Who cancelled it: the identity Google verified on the rlpipe cancel call (control/callers.py).
+    cancelled_by: str | None = None
 
 
 class SweepMember(_Model):
@@ -233,6 +235,9 @@ class Failure(_Model):
     message: str
     stage: str | None = None
     attempt: int | None = None
+    # A person ended the run (rlpipe cancel): the identity Google verified on that call
+    # (control/callers.py); None when the pipeline ended it.
+    caller: str | None = None
 
 
 class Round(_Model):

@@ -409,9 +409,12 @@ class StageService:
         outcome: str,
         failure: dict[str, Any] | None = None,
         execution_id: str | None = None,
+        *,
+        caller: str | None = None,
     ) -> dict[str, Any]:
         """End the run once. The status message goes out only from the call that ended it: a late
-        duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing."""
+        duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing.
+        ``caller``: the verified identity of a person who ended it (``cancel``), kept on the failure."""
         if outcome == "failed" and (failure or {}).get("tag") == outcomes.GATED:
             outcome = outcomes.GATED  # the workflow reports the gate's failure like any other
         if outcome not in ("succeeded", "failed", "cancelled", outcomes.GATED):
@@ -419,7 +422,7 @@ class StageService:
         record, req = self._load(run_id)
         require_owner(record, execution_id)
         if record.sweep is not None:  # a sweep's parent: it ends when its children do
-            return stage_sweep.finish_parent(self, record, outcome)
+            return stage_sweep.finish_parent(self, record, outcome, caller=caller)
         ended: list[str] = []
 
         def change(r: RunRecord) -> str | None:
@@ -430,9 +433,8 @@ class StageService:
             ended.append(outcome)
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
-                r.failure = Failure(
-                    tag=tag, message=message, stage=failure.get("stage"), attempt=failure.get("attempt")
-                )
+                stage, attempt = failure.get("stage"), failure.get("attempt")
+                r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
             return outcome
 
         updated = self.ledger.update(

@@ -6,16 +6,21 @@ that is not the run's execution gets 409 with the tag ``not_owner`` (or ``supers
 attempt older than the run's latest): the workflow then stops without cleaning up or finishing a
 run that another execution drives. Storage errors are 503, never 500: a 500 is not retried.
 
+Who may call what is decided first, before the body's fields are read (control/identities.py):
+plan, launch, status, gate, select, finish and cleanup are the workflow's own and are accepted
+from the workflow's identity only; cancel, retry and promote are an operator's, accepted from any
+caller IAM let in and recorded with that caller. Any other identity is answered 403 (``forbidden``)
+and the refusal is logged with the caller's identity, never its token.
+
 The workflow (``workflows/pipeline.yaml``) sends ``execution_id`` with every operation; plan,
-launch and status refuse a call without one. Finish and cleanup without one are an operator's
-(``rlpipe cancel``).
+launch and status refuse a call without one.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from rlpipe.control import blobstore, services
+from rlpipe.control import blobstore, identities, services
 from rlpipe.control.client_errors import classify_exception
 from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
@@ -31,6 +36,9 @@ _CODES = {FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 422}
 _STORE_ERRORS = (blobstore.PreconditionFailed, blobstore.NotFound, blobstore.TooLarge)
 
 
+FORBIDDEN = "forbidden"  # the error tag of a 403: this caller may not call this operation
+
+
 class BadCall(PipelineFailure):
     """The workflow sent a malformed call: a bug, never retried."""
 
@@ -41,16 +49,23 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
     # Only a well-formed run id is logged or used; anything else is refused without echoing it.
     run_id = body.get("run_id")
+    op = body.get("op")
     log = log.bind(
         run_id=run_id if identity.is_run_id(run_id) else "(malformed)",
         stage=body.get("stage") if body.get("stage") in STAGES else None,
-        op=body.get("op") if isinstance(body.get("op"), str) and len(body["op"]) <= 32 else None,
+        op=op if isinstance(op, str) and len(op) <= 32 else None,
     )
+    refusal = identities.caller_policy(local=services.settings().local).refusal(op, caller)
+    if refusal is not None:
+        log.warning("caller refused", caller=caller or "(no verified caller)", reason=refusal)
+        return {"error": {"tag": FORBIDDEN, "message": refusal}}, 403
     try:
-        if body.get("op") == "promote":  # an operator's: needs no cluster, only the ledger
+        if op == "promote":  # an operator's: needs no cluster, only the ledger
             return promote(body, log, caller), 200
-        if body.get("op") == "retry":  # an operator's, too
+        if op == "retry":  # an operator's, too
             return retry_run(body, log, caller), 200
+        if op == "cancel":  # an operator's: cleanup and finish as cancelled, with who asked
+            return cancel(services.stage_service(log), body, caller), 200
         return dispatch(services.stage_service(log), body), 200
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
@@ -99,7 +114,21 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
         return service.gate(run_id, execution_id)
     if op == "select":
         return service.select(run_id, execution_id)
-    raise BadCall(f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup")
+    raise BadCall(
+        f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup "
+        "(the workflow's), cancel, retry, promote (an operator's)"
+    )
+
+
+def cancel(service: StageService, body: dict[str, Any], caller: str | None) -> dict[str, Any]:
+    """``rlpipe cancel``: the run's workloads deleted and the run finished ``cancelled``, with the
+    caller recorded on it (a sweep's parent: its children too)."""
+    run_id = body.get("run_id")
+    if not identity.is_run_id(run_id):
+        raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
+    from rlpipe.control import cancellation
+
+    return cancellation.cancel(service, run_id, caller=caller)
 
 
 def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
 from rlpipe.control.logs import Logger
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,6 +143,9 @@ def run(config: dict[str, Any]) -> None:
         env=env,
         grpc_port=config["grpc_port"],
         callback_port=config["callback_port"],
+        # The identity the stage function accepts the workflow's operations from: the stack's
+        # settings (this process's environment) name it (local/identities.py).
+        service_account=os.environ.get(WORKFLOW_IDENTITY_ENV) or None,
     ).start()
 
     def dropped(bucket: str, name: str) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 
 import requests
 
-from rlpipe.local import pubsub
+from rlpipe.local import identities, pubsub
 from rlpipe.local.clusters import CLUSTERS, refuse_faults
 from rlpipe.local.gcs import FakeGcs
 from rlpipe.local.pod_logs import CONTAINER_LOGS
@@ -454,7 +454,7 @@ class LocalStack:
         if self.pubsub:
             env["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
             env["RLPIPE_STATUS_TOPIC"] = c.status_topic
-        return env
+        return env | identities.played(c.project)  # the identities it plays (local/identities.py)
 
 
 # ---- `down` and `status` from another process --------------------------------------------------

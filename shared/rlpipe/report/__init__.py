@@ -158,7 +158,9 @@ def render_report(
             created_at=_show_time(record.get("created_at")),
             updated_at=_show_time(record.get("updated_at")),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            failure={k: failure.get(k) for k in ("tag", "message", "stage", "attempt")} if failure else None,
+            failure={k: failure.get(k) for k in ("tag", "message", "stage", "attempt", "caller")}
+            if failure
+            else None,
             labels=sorted((str(k), str(v)) for k, v in labels.items()),
             colours=COLOURS,
             attempts=rows,

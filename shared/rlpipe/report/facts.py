@@ -258,6 +258,8 @@ def gate(record: dict[str, Any]) -> dict[str, Any] | None:
             "by": str(override.get("by") or "-"),
             "at": _show_time(override.get("at")),
             "reason": str(override.get("reason") or "-"),
+            # the identity Google verified on the promote call, beside the name the person gave
+            "caller": _str(override.get("caller")),
         }
         if override
         else None,

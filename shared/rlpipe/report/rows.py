@@ -307,7 +307,9 @@ def _failure_text(failure: dict[str, Any]) -> str:
         if _int(failure.get("attempt")):
             where += f" attempt {failure['attempt']}"
     tag = f"[{failure['tag']}] " if failure.get("tag") else ""
-    return f"{tag}{failure.get('message') or 'no message'}{where}"
+    # a person ended it (rlpipe cancel): the identity Google verified on that call
+    who = f" (verified caller {failure['caller']})" if _str(failure.get("caller")) else ""
+    return f"{tag}{failure.get('message') or 'no message'}{where}{who}"
 
 
 def _ended(state: str, failure: dict[str, Any]) -> str:

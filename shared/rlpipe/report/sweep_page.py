@@ -85,6 +85,8 @@ def sweep_facts(parent: dict[str, Any], children: Sequence[dict[str, Any]]) -> S
     why: str | None = None
     if cancelled and published is None:
         why = "the sweep was cancelled"
+        if _str(sweep.get("cancelled_by")):  # the identity Google verified on rlpipe cancel
+            why += f" by {sweep['cancelled_by']}"
         if chosen is not None:
             why += f" after its rule selected {chosen} ({points.get(chosen) or 'point not recorded'})"
     elif selection and selection.get("run_id") is None:

@@ -38,7 +38,7 @@ from rlpipe.upstream.poller import Poller, utc_now
 from rlpipe.upstream.report import EntryOutcome, PollReport
 from rlpipe.upstream.state import StateStore, state_path
 from rlpipe.upstream.watchlist import WATCH_LIST, WatchList, WatchListInvalid, load_watch_list
-from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV, handle_webhook, webhook_secret
+from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV, BodyStream, handle_webhook, webhook_secret
 
 if TYPE_CHECKING:
     from rlpipe.control.intake import Intake
@@ -198,9 +198,12 @@ def on_tick(data: Any, log: Logger) -> PollReport:
     )
 
 
-def on_webhook(headers: Mapping[str, str], body: bytes, log: Logger) -> tuple[int, dict[str, Any]]:
-    """``upstream_webhook``: verify, then poll just the pushed repo/branch, without waiting out rate
-    limits (the webhook must answer fast; the next tick catches anything left)."""
+def on_webhook(
+    headers: Mapping[str, str], body: BodyStream | bytes, log: Logger
+) -> tuple[int, dict[str, Any]]:
+    """``upstream_webhook``: verify (before ``body``, the request's unread stream, is read), then
+    poll just the pushed repo/branch, without waiting out rate limits (the webhook must answer
+    fast; the next tick catches anything left)."""
     from rlpipe.control import services
 
     def poll_one(repo: str, branch: str) -> list[dict[str, Any]]:

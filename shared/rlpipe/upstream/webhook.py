@@ -1,7 +1,11 @@
 """Hugging Face webhooks: a faster path to the poller, never a second way to start runs.
 
 The Hub sends the secret configured on the webhook verbatim in ``X-Webhook-Secret`` (no HMAC),
-so the only check possible is a constant-time comparison. Content pushes arrive with
+so the only check possible is a constant-time comparison. That check, and the size cap on what a
+caller declares (``Content-Length``), come before a byte of the body is read: a caller without
+the secret costs no read and no parse, and the body of one with it is read through a bound
+(``MAX_BODY`` + 1 bytes at most, so a chunked or endless body is cut off, not buffered).
+Content pushes arrive with
 ``event.scope == "repo.content"`` and ``updatedRefs: [{ref, oldSha, newSha}]``. The Hub may add
 narrower scopes, and a handler should treat any action on a narrowed scope as an update on the
 broader one (hub-docs ``webhooks.md`` lines 102-104, "More scopes can be added in the future"),
@@ -20,7 +24,7 @@ import hmac
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 WEBHOOK_SECRET_ENV = "RLPIPE_WEBHOOK_SECRET"
 SECRET_HEADER = "x-webhook-secret"
@@ -34,8 +38,53 @@ def webhook_secret() -> str | None:
     return os.environ.get(WEBHOOK_SECRET_ENV, "").strip() or None
 
 
+TOO_LARGE = f"payload larger than {MAX_BODY} bytes"
+
+
+class BodyStream(Protocol):
+    """The request's body, not read yet (the WSGI input, bounded by the server): ``read(n)``
+    returns at most ``n`` bytes (possibly fewer), ``b""`` at its end."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     return next((str(v) for k, v in headers.items() if k.lower() == name), None)
+
+
+def declared_length(headers: Mapping[str, str]) -> int | None:
+    """The ``Content-Length`` the caller declared; None when absent (a chunked body) or not a
+    number (the server answers that one itself)."""
+    value = (_header(headers, "content-length") or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def admit(headers: Mapping[str, str], secret: str | None) -> tuple[int, dict[str, Any]] | None:
+    """Before the body is read: (status, answer) refusing the call, or None to go on. The secret
+    first (503 when none is configured, 401 when wrong), then the declared size (413)."""
+    if not secret:
+        # Never "no secret configured = accept everything".
+        return 503, {"error": f"the webhook secret is not configured ({WEBHOOK_SECRET_ENV})"}
+    if not verify_secret(headers, secret):
+        return 401, {"error": "missing or wrong X-Webhook-Secret"}
+    declared = declared_length(headers)
+    if declared is not None and declared > MAX_BODY:
+        return 413, {"error": TOO_LARGE}
+    return None
+
+
+def read_at_most(body: BodyStream, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of ``body``; None when it holds more (at most ``limit`` + 1 bytes are
+    read: what is beyond is never read)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total <= limit:
+        chunk = body.read(limit + 1 - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return None if total > limit else b"".join(chunks)
 
 
 def verify_secret(headers: Mapping[str, str], secret: str) -> bool:
@@ -65,24 +114,29 @@ def updated_branches(payload: Mapping[str, Any]) -> list[str]:
 
 def handle_webhook(
     headers: Mapping[str, str],
-    body: bytes | str | Mapping[str, Any] | None,
+    body: BodyStream | bytes | str | Mapping[str, Any] | None,
     *,
     secret: str | None,
     poll_one: Callable[[str, str], Any],
 ) -> tuple[int, dict[str, Any]]:
-    """(HTTP status, JSON answer). 401 on a bad secret; 2xx for anything authentic, acted on or not."""
-    if not secret:
-        # Never "no secret configured = accept everything".
-        return 503, {"error": f"the webhook secret is not configured ({WEBHOOK_SECRET_ENV})"}
-    if not verify_secret(headers, secret):
-        return 401, {"error": "missing or wrong X-Webhook-Secret"}
+    """(HTTP status, JSON answer). 401 on a bad secret; 2xx for anything authentic, acted on or not.
+
+    ``body``: the request's unread stream (functions/main.py), or bytes, text or a parsed object
+    (tests, callers that already hold it); a stream is read only once ``admit`` let the call in."""
+    refused = admit(headers, secret)
+    if refused is not None:
+        return refused
     try:
         if isinstance(body, Mapping):
             payload: Any = body
         else:
-            raw = body.encode() if isinstance(body, str) else (body or b"")
-            if len(raw) > MAX_BODY:
-                return 413, {"error": f"payload larger than {MAX_BODY} bytes"}
+            if body is None or isinstance(body, (bytes, str)):
+                held = body.encode() if isinstance(body, str) else (body or b"")
+                raw = held if len(held) <= MAX_BODY else None
+            else:
+                raw = read_at_most(body, MAX_BODY)
+            if raw is None:
+                return 413, {"error": TOO_LARGE}
             payload = json.loads(raw)
     except ValueError:
         return 400, {"error": "the body is not JSON"}

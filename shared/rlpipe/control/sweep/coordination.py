@@ -318,7 +318,11 @@ class _Stale(Exception):
 def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) -> Failure | None:
     assert parent.sweep is not None
     if state == "cancelled":
-        return Failure(tag="cancelled", message="the sweep was cancelled, and its children with it")
+        return Failure(
+            tag="cancelled",
+            message="the sweep was cancelled, and its children with it",
+            caller=parent.sweep.cancelled_by,
+        )
     if state not in ("failed", "gated"):
         return None
     selection = parent.sweep.selection
@@ -335,14 +339,18 @@ def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) ->
 # ---- operators: cancel and retry the parent --------------------------------------------------------
 
 
-def cancel(ledger: Ledger, parent_id: str, cancel_child: Callable[[str], None]) -> RunRecord:
-    """Mark the sweep cancelled and cancel every child that has not ended."""
+def cancel(
+    ledger: Ledger, parent_id: str, cancel_child: Callable[[str], None], *, caller: str | None = None
+) -> RunRecord:
+    """Mark the sweep cancelled (by ``caller``, the verified identity that asked) and cancel every
+    child that has not ended."""
 
     def mark(r: RunRecord) -> str | None:
         assert r.sweep is not None
         if r.sweep.cancelled or r.terminal:
             return None
         r.sweep.cancelled = True
+        r.sweep.cancelled_by = caller
         return "sweep-cancel"
 
     parent = ledger.update(parent_id, mark)
@@ -378,7 +386,7 @@ def reopen(ledger: Ledger, parent_id: str) -> RunRecord:
         no_winner = r.sweep.selection is not None and r.sweep.selection.run_id is None
         if not r.sweep.cancelled and not no_winner:
             return None
-        r.sweep.cancelled = False
+        r.sweep.cancelled, r.sweep.cancelled_by = False, None
         if no_winner:  # selection runs again once the retried children arrive or end
             r.sweep.selection = None
         return "sweep-reopened"

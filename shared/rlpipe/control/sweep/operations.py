@@ -42,6 +42,8 @@ class StageService(Protocol):
         outcome: str,
         failure: dict[str, Any] | None = None,
         execution_id: str | None = None,
+        *,
+        caller: str | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -106,8 +108,11 @@ def child_ended(service: StageService, child: RunRecord, topic: str | None) -> N
             )
 
 
-def finish_parent(service: StageService, parent: RunRecord, outcome: str) -> dict[str, Any]:
-    """Only a person ends a sweep (``rlpipe cancel``); its children end it otherwise."""
+def finish_parent(
+    service: StageService, parent: RunRecord, outcome: str, *, caller: str | None = None
+) -> dict[str, Any]:
+    """Only a person ends a sweep (``rlpipe cancel``; ``caller`` the identity verified on it,
+    recorded on the parent and on each child it ends); its children end it otherwise."""
     if outcome != "cancelled":
         raise PermanentFailure(
             f"run {parent.run_id} is a sweep; it ends when its children do (only cancel ends it early)"
@@ -116,9 +121,9 @@ def finish_parent(service: StageService, parent: RunRecord, outcome: str) -> dic
 
     def cancel_child(run_id: str) -> None:
         service.cluster.delete_run(run_id)
-        service.finish(run_id, "cancelled", message)
+        service.finish(run_id, "cancelled", message, caller=caller)
 
-    updated = sweeps.cancel(service.ledger, parent.run_id, cancel_child)
+    updated = sweeps.cancel(service.ledger, parent.run_id, cancel_child, caller=caller)
     service.log.bind(run_id=parent.run_id).info("sweep cancelled", state=updated.state)
     return status_message(updated)
 

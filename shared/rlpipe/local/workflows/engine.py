@@ -134,7 +134,7 @@ class Engine:
         self.clock: Clock = clock or RealClock()
         self.callbacks = callbacks or CallbackRegistry()
         self._owns_http = http is None
-        self.http = http or HttpClient()
+        self.http = http or HttpClient(identity=service_account)  # OIDC tokens name the workflow's account
         for key in env or {}:
             if not key or key.startswith(_RESERVED_ENV_PREFIXES):
                 raise ValueError(f"user environment variable {key!r} uses a reserved name")

@@ -14,8 +14,14 @@ its siblings) and https://cloud.google.com/workflows/docs/http-requests:
   that breaks during the exchange ``ConnectionError``
   (https://cloud.google.com/workflows/docs/reference/syntax/error-types).
 
-``auth`` (OIDC / OAuth2) is validated but no token is attached: local targets
-don't check identity.
+``auth`` is validated. With ``type: OIDC`` an ID token naming the workflow's
+service account is attached (``Authorization: Bearer``, its ``aud`` the
+``audience`` or else the URL), as Workflows does
+(https://cloud.google.com/workflows/docs/authenticate-from-workflow): the
+local stack plays that identity with an unsigned token of the same shape
+(rlpipe/local/identities.py), which the called function reads but, as on
+Google Cloud, does not re-verify. A client made without an identity attaches
+none. ``type: OAuth2`` attaches nothing: no local target takes access tokens.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 
 import requests
 from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from rlpipe.local.identities import played_id_token
 
 from .errors import (
     CONNECTION_ERROR,
@@ -160,8 +168,10 @@ def _connection_error(exc: requests.ConnectionError) -> WorkflowError:
 class HttpClient:
     """Performs the requests of ``http.*`` calls."""
 
-    def __init__(self, session: requests.Session | None = None) -> None:
+    def __init__(self, session: requests.Session | None = None, *, identity: str | None = None) -> None:
+        """``identity``: the service account whose ID token an ``auth: {type: OIDC}`` call carries."""
         self._session = session or requests.Session()
+        self.identity = identity
 
     def close(self) -> None:
         self._session.close()
@@ -182,6 +192,11 @@ class HttpClient:
         timeout = _validate_timeout(args.get("timeout"))
         data = _encode_body(args.get("body"), headers)
         headers.setdefault("User-Agent", USER_AGENT)
+        auth = args.get("auth")
+        if isinstance(auth, dict) and auth.get("type") == "OIDC" and self.identity:
+            token = played_id_token(self.identity, auth.get("audience") or url)
+            headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            headers["Authorization"] = f"Bearer {token}"
         try:
             response = self._session.request(
                 method,

@@ -33,7 +33,10 @@ class LocalWorkflows:
         env: Mapping[str, str] | None = None,
         grpc_port: int = 0,
         callback_port: int = 0,
+        service_account: str | None = None,
     ) -> None:
+        """``service_account``: the workflow's identity (its OIDC tokens name it); the engine's
+        default when None."""
         self.clock: Clock = clock or RealClock()
         self.callbacks = CallbackRegistry()
         self._callback_server = CallbackServer(self.callbacks, self.clock, port=callback_port)
@@ -45,6 +48,7 @@ class LocalWorkflows:
             clock=self.clock,
             env=env,
             callbacks=self.callbacks,
+            **({"service_account": service_account} if service_account else {}),
         )
         self._grpc_server = ExecutionsServer({workflow_id: self.engine}, port=grpc_port)
         self._started = False
