@@ -6,13 +6,25 @@ self-contained file importing only the standard library, ``huggingface_hub`` and
 ``google.cloud.storage`` (never rlpipe). The write token comes from env ``HF_TOKEN`` only (never an
 argument), and no output carries it: every line is redacted (``hf_…`` tokens, signed-URL signatures).
 
+What it pushes is exactly what the export program wrote: the export Job's last step wrote the
+files it wrote under ``--source`` and then ``--manifest`` (``rlpipe-export.json``: every file with
+its size and sha256; ``rlpipe.core.export_manifest``). Anyone else who can write the bucket (every
+workload writes it as one identity) may have put objects under the same prefix; none is pushed,
+and any makes publish fail, naming it.
+
 What it does, in order:
 
-0. Reads the card: ``--card gs://…/README.md``, or, without it, env ``RLPIPE_MODEL_CARD``.
+0. Reads the export manifest (``--manifest``) and lists ``--source``: any object the manifest does
+   not list fails publish (permanent), naming it; so does a listed file that is missing or of
+   another size. Reads the card: ``--card gs://…/README.md``, or, without it, env
+   ``RLPIPE_MODEL_CARD``.
 1. Lists the branch's commits; if one says ``rlpipe run <run_id>``, checks that commit holds every
-   file of the export and the card with their sizes, and stops: done, nothing pushed again.
+   file of the export and the card with their sizes (and, for LFS files, the sha256 the manifest
+   lists), and stops: done, nothing pushed again.
 2. Creates the repo (``--private``) and the branch if missing, and reads the branch head.
-3. Streams the export: each object is downloaded to ``--tmpdir``, pre-uploaded
+3. Streams the export: each object is downloaded to ``--tmpdir`` (at the generation listed in 0),
+   its sha256 checked against the manifest's (another one fails publish, permanent, before that
+   file is sent), pre-uploaded
    (``HfApi.preupload_lfs_files``: the LFS bytes go to the Hub's storage now, and the client drops
    them from the operation), then deleted before the next one, so local disk holds one object at a
    time (or up to ``--max-shard-bytes-in-flight`` bytes of them) and memory stays bounded (the
@@ -25,7 +37,8 @@ What it does, in order:
    ``--receipt gs://…``, writes the outcome there as JSON (repo, branch, commit, files and sizes).
 
 The last line is ``rlpipe-publish: done|failed <class>: <message>``. Exit codes: 0 done; 2 permanent
-(a 401/403, no HF_TOKEN, bad arguments, a missing export or card, a shard over the in-flight budget);
+(a 401/403, no HF_TOKEN, bad arguments, a missing export, manifest or card, an object the manifest
+does not list, a file that is not what export wrote, a shard over the in-flight budget);
 75 transient (429, 5xx, a commit race (409/412), network errors, SIGTERM: run it again); 1 anything
 else (a commit that fails verification among them).
 
@@ -37,6 +50,7 @@ Environment: ``HF_TOKEN`` (required), ``HF_ENDPOINT`` (a Hub other than huggingf
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -57,6 +71,13 @@ SIGNATURE_PATTERN = re.compile(r"((?:X-Amz-Signature|X-Amz-Credential|Signature|
 CARD_NAME = "README.md"
 CARD_ENV = "RLPIPE_MODEL_CARD"
 CARD_MAX_BYTES = 1 << 20
+MANIFEST_MAX_BYTES = 16 << 20
+# The names an export manifest may list (rlpipe.core.layout.EXPORTED_PATH_PATTERN: this file
+# imports no rlpipe module; tests/test_publisher.py holds the two equal).
+EXPORTED_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+NAMED_AT_MOST = 20  # objects named in one failure line; the rest are counted
+CHUNK = 8 << 20
 REGULAR_MAX_BYTES = 16 << 20  # a "regular" (non-LFS) file is sent inside the commit body
 # Exception classes (by name, in the MRO) that mean the network failed, not the request: httpx's
 # (the Hub client's transport), requests' (the GCS client's), google-api-core's retry deadline.
@@ -118,6 +139,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--source", required=True, help="gs://bucket/prefix/ of the export (RunLayout.hf_dir)"
     )
+    parser.add_argument(
+        "--manifest",
+        required=True,
+        help="gs://bucket/prefix/rlpipe-export.json under --source: the files to push, with sizes and sha256",
+    )
     parser.add_argument("--card", help=f"gs://bucket/path/README.md, the rendered card (else env {CARD_ENV})")
     parser.add_argument("--receipt", help="gs://bucket/path.json: the outcome, written once done")
     parser.add_argument("--repo", required=True, help="owner/name on the Hub")
@@ -138,9 +164,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise Failure("permanent", f"bad arguments: --repo {args.repo!r} is not owner/name")
     if args.max_shard_bytes_in_flight is not None and args.max_shard_bytes_in_flight <= 0:
         raise Failure("permanent", "bad arguments: --max-shard-bytes-in-flight must be positive")
-    for uri, directory in ((args.source, True), (args.card, False), (args.receipt, False)):
+    for uri, directory in (
+        (args.source, True),
+        (args.manifest, False),
+        (args.card, False),
+        (args.receipt, False),
+    ):
         if uri is not None:
             parse_gs(uri, directory=directory)
+    source, manifest = parse_gs(args.source, directory=True), parse_gs(args.manifest, directory=False)
+    if manifest[0] != source[0] or not manifest[1].startswith(source[1]):
+        raise Failure("permanent", f"bad arguments: --manifest {args.manifest!r} is not under --source")
     return args
 
 
@@ -163,11 +197,12 @@ def parse_gs(uri: str, *, directory: bool) -> tuple[str, str]:
 
 @dataclass
 class Item:
-    """One object of the export and its path in the repo."""
+    """One file of the export, its path in the repo and what export wrote: size and sha256."""
 
     blob: Any
     path: str
     size: int
+    sha256: str
 
 
 def gcs_client() -> Any:
@@ -178,20 +213,96 @@ def gcs_client() -> Any:
     return storage.Client()
 
 
-def list_export(gcs: Any, source: str, console: Console) -> list[Item]:
+def read_manifest(gcs: Any, uri: str) -> dict[str, tuple[int, str]]:
+    """path → (size, sha256) of every file the export manifest lists. It lies where any workload
+    can write, so it is read as untrusted input: names from the allowlist only, no duplicates."""
+    bucket, name = parse_gs(uri, directory=False)
+    blob = gcs.bucket(bucket).get_blob(name)
+    if blob is None:
+        raise Failure("permanent", f"no export manifest at {uri}: the export did not finish; export again")
+    if int(blob.size or 0) > MANIFEST_MAX_BYTES:
+        raise Failure("permanent", f"the export manifest {uri} is over {MANIFEST_MAX_BYTES} bytes")
+    try:
+        document = json.loads(blob.download_as_bytes())
+        entries = document["files"]
+        if not isinstance(entries, list) or not entries:
+            raise ValueError("it lists no files")
+        files: dict[str, tuple[int, str]] = {}
+        for entry in entries:
+            path, size, digest = entry["path"], entry["size"], entry["sha256"]
+            if not isinstance(path, str) or not EXPORTED_PATH.fullmatch(path):
+                raise ValueError(f"{str(path)[:200]!r} is not a file name export writes")
+            if any(part in (".", "..") for part in path.split("/")) or path in files:
+                raise ValueError(f"{path!r} is not a file name export writes, or is listed twice")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ValueError(f"{path}: the size is not a byte count")
+            if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+                raise ValueError(f"{path}: the sha256 is not 64 hex digits")
+            files[path] = (size, digest)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Failure("permanent", f"the export manifest {uri} is not one export writes ({exc})") from None
+    return files
+
+
+def _named(names: list[str]) -> str:
+    shown = ", ".join(names[:NAMED_AT_MOST])
+    return shown + (f" and {len(names) - NAMED_AT_MOST} more" if len(names) > NAMED_AT_MOST else "")
+
+
+def list_export(gcs: Any, source: str, manifest_uri: str, console: Console) -> list[Item]:
+    """The manifest's files, each with the object that holds it; every other object under
+    ``source`` fails publish, named, and so does a listed file that is missing or resized."""
+    files = read_manifest(gcs, manifest_uri)
     bucket, prefix = parse_gs(source, directory=True)
-    items = []
+    _, manifest_name = parse_gs(manifest_uri, directory=False)
+    blobs: dict[str, Any] = {}
+    foreign: list[str] = []
     for blob in gcs.list_blobs(bucket, prefix=prefix):
         path = blob.name[len(prefix) :]
-        if not path or path.endswith("/"):
-            continue
+        if blob.name == manifest_name or (path.endswith("/") and not blob.size):
+            continue  # the manifest itself; a folder placeholder holds nothing to push
+        if path in files:
+            blobs[path] = blob
+        else:
+            foreign.append(f"gs://{bucket}/{blob.name}")
+    if foreign:
+        raise Failure(
+            "permanent",
+            f"{len(foreign)} object(s) under {source} are not in the export manifest, so the export "
+            f"did not write them: {_named(sorted(foreign))}; nothing was pushed. Find out who wrote "
+            "them, delete them and publish again",
+        )
+    changed = []
+    for path, (size, _) in sorted(files.items()):
+        blob = blobs.get(path)
+        if blob is None:
+            changed.append(f"{path} is gone")
+        elif int(blob.size or 0) != size:
+            changed.append(f"{path} is {int(blob.size or 0)} bytes, export wrote {size}")
+    if changed:
+        raise Failure(
+            "permanent",
+            f"the export under {source} is not what export wrote: {_named(changed)}; export again",
+        )
+    items = []
+    for path, (size, digest) in sorted(files.items()):
         if path == CARD_NAME:
             console.say(f"{PREFIX} note: the export's own {CARD_NAME} is replaced by the card")
             continue
-        items.append(Item(blob, path, int(blob.size or 0)))
+        items.append(Item(blobs[path], path, size, digest))
     if not items:
-        raise Failure("permanent", f"nothing to publish: no objects under {source}")
-    return sorted(items, key=lambda item: item.path)
+        raise Failure(
+            "permanent", f"nothing to publish: the export manifest {manifest_uri} lists only {CARD_NAME}"
+        )
+    return items
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_card(gcs: Any, uri: str | None) -> bytes:
@@ -265,16 +376,27 @@ def find_published(api: Any, repo: str, branch: str, run_id: str) -> Any:
     return next((c for c in commits if marker.search(f"{c.title}\n{c.message or ''}")), None)
 
 
-def verify(api: Any, repo: str, revision: str, expected: dict[str, int]) -> None:
+def verify(
+    api: Any, repo: str, revision: str, expected: dict[str, int], digests: dict[str, str] | None = None
+) -> None:
+    """The commit lists every expected file with its size, and each file the Hub keeps in LFS has
+    the sha256 export wrote (``digests``; the Hub names an LFS file by its sha256)."""
     from huggingface_hub import RepoFile
 
-    remote = {
-        entry.path: entry.size
+    entries = [
+        entry
         for entry in api.list_repo_tree(repo, revision=revision, recursive=True)
         if isinstance(entry, RepoFile)
-    }
+    ]
+    remote = {entry.path: entry.size for entry in entries}
+    lfs = {entry.path: entry.lfs.sha256 for entry in entries if entry.lfs is not None}
     missing = sorted(path for path in expected if path not in remote)
     wrong = sorted(f"{p} is {remote[p]} bytes, not {n}" for p, n in expected.items() if remote.get(p, n) != n)
+    wrong += sorted(
+        f"{p} has sha256 {lfs[p]}, export wrote {d}"
+        for p, d in (digests or {}).items()
+        if p in lfs and lfs[p] != d
+    )
     if missing or wrong:
         problems = ([f"missing {', '.join(missing)}"] if missing else []) + wrong
         raise Failure("error", f"verification failed at {repo}@{revision[:12]}: {'; '.join(problems)}")
@@ -321,6 +443,13 @@ def upload(api: Any, args: argparse.Namespace, items: list[Item], card: bytes, c
                     raise Failure(
                         "transient",
                         f"{item.path}: downloaded {os.path.getsize(local)} bytes, listed {item.size}",
+                    )
+                digest = file_sha256(local)
+                if digest != item.sha256:
+                    raise Failure(
+                        "permanent",
+                        f"{item.path} has sha256 {digest}, export wrote {item.sha256}: it changed "
+                        "after export; nothing was committed. Export again",
                     )
                 staged.append(
                     (item, CommitOperationAdd(path_in_repo=item.path, path_or_fileobj=local), local)
@@ -380,15 +509,16 @@ def _publish(
     disable_progress_bars()  # our own progress lines instead of tqdm bars on stderr
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     gcs = gcs_client()
-    items = list_export(gcs, args.source, console)
+    items = list_export(gcs, args.source, args.manifest, console)
     card = read_card(gcs, args.card)
     expected = {i.path: i.size for i in items} | {CARD_NAME: len(card)}
+    digests = {i.path: i.sha256 for i in items}
     where = f"{args.repo}@{args.branch}"
 
     published = find_published(api, args.repo, args.branch, args.run_id)
     if published is not None:
         sha = published.commit_id
-        verify(api, args.repo, sha, expected)
+        verify(api, args.repo, sha, expected, digests)
         said = f"run {args.run_id} is commit {sha} on {where}; {len(expected)} files verified"
         return "already-published", sha, said, expected, gcs
 
@@ -409,7 +539,7 @@ def _publish(
         args.repo, operations, commit_message=message, revision=args.branch, parent_commit=head
     )
     if commit.oid == head:  # every file already identical at the head: the client made no commit
-        verify(api, args.repo, head, expected)
+        verify(api, args.repo, head, expected, digests)
         return (
             "unchanged",
             head,
@@ -417,7 +547,7 @@ def _publish(
             expected,
             gcs,
         )
-    verify(api, args.repo, commit.oid, expected)
+    verify(api, args.repo, commit.oid, expected, digests)
     said = f"commit {commit.oid} on {where}; {len(expected)} files, {sum(expected.values())} bytes"
     return "published", commit.oid, said, expected, gcs
 
