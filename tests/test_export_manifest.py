@@ -51,6 +51,8 @@ case "$FAKE_MODE" in
     printf '%s' "$FAKE_INDEX" > "$d/model.safetensors.index.json" ;;
   write-then-fail) printf '{}' > "$d/config.json"; exit 1 ;;
   link) printf '{}' > "$d/config.json"; ln -s "$FAKE_DIR/secret" "$d/tokenizer.json" ;;
+  odd-name) printf '{}' > "$d/config.json"; printf '{}' > "$d/chat template.jinja" ;;
+  own-manifest) printf '{}' > "$d/config.json"; printf '{"files": []}' > "$d/rlpipe-export.json" ;;
   nothing) ;;
   serve) trap 'exit 143' TERM; printf '{}' > "$d/config.json"; echo up > "$FAKE_DIR/up"
          while true; do sleep 0.05; done ;;
@@ -157,8 +159,10 @@ def test_exactly_the_files_the_program_wrote_are_uploaded_and_listed_with_the_ma
         ("write-then-fail", ""),
         ("nothing", "the program wrote no file under"),
         ("link", "tokenizer.json under"),
+        ("odd-name", "'chat template.jinja' under"),
+        ("own-manifest", "'rlpipe-export.json' under"),
     ],
-    ids=["failed", "wrote-nothing", "a-link"],
+    ids=["failed", "wrote-nothing", "a-link", "a-name-no-export-has", "the-manifests-name"],
 )
 def test_nothing_is_uploaded_unless_the_program_succeeded_with_regular_files(
     mode: str, said: str, buckets: Buckets, tmp_path: Path

@@ -636,8 +636,9 @@ def test_a_listed_file_that_is_gone_or_resized_fails_publish_naming_it(
         b'{"files": []}',
         b'{"files": [{"path": "../other/hf/config.json", "size": 24, "sha256": "' + b"ab" * 32 + b'"}]}',
         b'{"files": [{"path": "config.json", "size": "24", "sha256": "' + b"ab" * 32 + b'"}]}',
+        b'{"files": [{"path": "config json", "size": 24, "sha256": "' + b"ab" * 32 + b'"}]}',
     ],
-    ids=["missing", "not-json", "empty", "outside", "size-text"],
+    ids=["missing", "not-json", "empty", "outside", "size-text", "not-allowed-name"],
 )
 def test_without_a_manifest_export_wrote_nothing_is_published(
     manifest: bytes | None,

@@ -809,6 +809,28 @@ def test_drop_events_follows_the_attempt_that_wrote_the_object(
     assert sim.drops_event(name, bucket=buckets.artifacts)  # bucket-relative names work too
 
 
+def test_drop_events_follows_the_export_attempt_whose_script_step_uploaded_the_object(
+    kube: KubeApiServer, buckets: Buckets, simulate: Callable[..., ClusterSimulator]
+) -> None:
+    """The manifest step's uploads are the workload's: its manifest, no MaxText file name, too."""
+    sim = simulate("export:2:drop-events")
+    first, second = (
+        render(buckets, "export", 1, run_id="rdropa"),
+        render(buckets, "export", 2, run_id="rdropb"),
+    )
+    for job in (first, second):
+        seed(buckets, program_args(job)["load_parameters_path"])
+        create(kube, job)
+        finish(sim, job)
+    kept, dropped = (
+        sim.files_written(first["metadata"]["name"]),
+        sim.files_written(second["metadata"]["name"]),
+    )
+    assert kept[-1].endswith("/rlpipe-export.json") and dropped[-1].endswith("/rlpipe-export.json")
+    assert not any(sim.drops_event(uri) for uri in kept)
+    assert all(sim.drops_event(uri) for uri in dropped)
+
+
 def test_run_scoped_faults_in_documents() -> None:
     doc = {
         "faults": [
