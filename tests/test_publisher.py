@@ -1,7 +1,7 @@
 """The publish program: an export on (fake) GCS → one commit on a Hub (double) branch, real clients.
 
 The program (``rlpipe.publisher.program``) runs here the way the Job runs it, ``python -c <source>``
-in a subprocess, and in-process (``main(argv)``) where a test needs to watch or break it from
+in a subprocess (the shipped text: ``exported.py``'s in place of its import), and in-process (``main(argv)``) where a test needs to watch or break it from
 inside. The Hub double (``rlpipe.local.hub``) answers over HTTP with the upload routes the real
 ``huggingface_hub`` client calls; the client uploads over LFS (Xet disabled: the double has no Xet).
 """
@@ -26,14 +26,14 @@ import pytest
 
 from rlpipe.core import layout
 from rlpipe.local.hub import HubDouble, HubFile
-from rlpipe.publisher import program
+from rlpipe.publisher import exported as export_check
+from rlpipe.publisher import program, shipped_program
 from rlpipe.publisher.card import render_card
 from tests.conftest import Buckets
 from tests.harness import exported
 from tests.harness.patience import ceiling
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE = (ROOT / "shared" / "rlpipe" / "publisher" / "program.py").read_text()
+SOURCE = shipped_program()
 TOKEN = "hf_" + "Wr1teT0kenForTheHubDoubleXyz42" + "abcd"  # looks like a real one: hf_ + 34
 OTHER = "hf_" + "AnotherTokenSeenByAProxy" + "0" * 10  # any hf_ token, not only ours, is hidden
 BASE_SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -677,7 +677,7 @@ def test_a_rerun_whose_export_was_rewritten_since_its_commit_is_not_taken_as_pub
 
 def test_the_names_a_manifest_may_list_are_the_layouts() -> None:
     """The program imports no rlpipe module, so it spells the allowlist itself: the same one."""
-    assert program.EXPORTED_PATH.pattern == layout.EXPORTED_PATH_PATTERN
+    assert export_check.EXPORTED_PATH.pattern == layout.EXPORTED_PATH_PATTERN
     rest = ["--repo", "o/n", "--run-id", "r", "--request-id", "q"]
     assert program.parse_args(
         ["--source", "gs://b/runs/r/hf/", "--manifest", "gs://b/runs/r/hf/x.json", *rest]

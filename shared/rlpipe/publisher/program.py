@@ -1,23 +1,18 @@
 # rlpipe-publisher: shipped in the publish Job as `python3 -c <this file>` (see the docstring)
 """rlpipe publish: one run's Hugging Face export, from GCS to a Hub repo branch, in ONE commit.
 
-The publish Job runs this file as ``python3 -c <its source> --source gs://… …``, so it is one
-self-contained file importing only the standard library, ``huggingface_hub`` and
-``google.cloud.storage`` (never rlpipe). The write token comes from env ``HF_TOKEN`` only (never an
-argument), and no output carries it: every line is redacted (``hf_…`` tokens, signed-URL signatures).
-
-What it pushes is exactly what the export program wrote: the export Job's last step wrote the
-files it wrote under ``--source`` and then ``--manifest`` (``rlpipe-export.json``: every file with
-its size and sha256; ``rlpipe.core.export_manifest``). Anyone else who can write the bucket (every
-workload writes it as one identity) may have put objects under the same prefix; none is pushed,
-and any makes publish fail, naming it.
+The publish Job runs this file as ``python3 -c <its source> --source gs://… …``, with the text of
+``exported.py`` in place of its one rlpipe import (``rlpipe.publisher.shipped_program``), so it
+imports only the standard library, ``huggingface_hub`` and ``google.cloud.storage``. The write
+token comes from env ``HF_TOKEN`` only (never an argument), and no output carries it: every line
+is redacted (``hf_…`` tokens, signed-URL signatures).
 
 What it does, in order:
 
-0. Reads the export manifest (``--manifest``) and lists ``--source``: any object the manifest does
-   not list fails publish (permanent), naming it; so does a listed file that is missing or of
-   another size. Reads the card: ``--card gs://…/README.md``, or, without it, env
-   ``RLPIPE_MODEL_CARD``.
+0. Reads the export manifest (``--manifest``, written last by the export Job) and lists
+   ``--source``: it pushes exactly the files the manifest lists, and any other object there, or a
+   listed file gone or of another size, fails publish (``exported.py``). Reads the card:
+   ``--card gs://…/README.md``, or, without it, env ``RLPIPE_MODEL_CARD``.
 1. Lists the branch's commits; if one says ``rlpipe run <run_id>``, checks that commit holds every
    file of the export and the card with their sizes (and, for LFS files, the sha256 the manifest
    lists), and stops: done, nothing pushed again.
@@ -50,7 +45,6 @@ Environment: ``HF_TOKEN`` (required), ``HF_ENDPOINT`` (a Hub other than huggingf
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -63,6 +57,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from rlpipe.publisher.exported import NotExported, check_listing, check_sha256, commit_problems, read_manifest
+
 PREFIX = "rlpipe-publish:"
 EXIT_DONE, EXIT_ERROR, EXIT_PERMANENT, EXIT_TRANSIENT = 0, 1, 2, 75
 EXIT_CODES = {"permanent": EXIT_PERMANENT, "transient": EXIT_TRANSIENT, "error": EXIT_ERROR}
@@ -71,13 +67,6 @@ SIGNATURE_PATTERN = re.compile(r"((?:X-Amz-Signature|X-Amz-Credential|Signature|
 CARD_NAME = "README.md"
 CARD_ENV = "RLPIPE_MODEL_CARD"
 CARD_MAX_BYTES = 1 << 20
-MANIFEST_MAX_BYTES = 16 << 20
-# The names an export manifest may list (rlpipe.core.layout.EXPORTED_PATH_PATTERN: this file
-# imports no rlpipe module; tests/test_publisher.py holds the two equal).
-EXPORTED_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
-SHA256 = re.compile(r"[0-9a-f]{64}")
-NAMED_AT_MOST = 20  # objects named in one failure line; the rest are counted
-CHUNK = 8 << 20
 REGULAR_MAX_BYTES = 16 << 20  # a "regular" (non-LFS) file is sent inside the commit body
 # Exception classes (by name, in the MRO) that mean the network failed, not the request: httpx's
 # (the Hub client's transport), requests' (the GCS client's), google-api-core's retry deadline.
@@ -164,12 +153,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise Failure("permanent", f"bad arguments: --repo {args.repo!r} is not owner/name")
     if args.max_shard_bytes_in_flight is not None and args.max_shard_bytes_in_flight <= 0:
         raise Failure("permanent", "bad arguments: --max-shard-bytes-in-flight must be positive")
-    for uri, directory in (
-        (args.source, True),
-        (args.manifest, False),
-        (args.card, False),
-        (args.receipt, False),
-    ):
+    checked = [(args.source, True), (args.manifest, False), (args.card, False), (args.receipt, False)]
+    for uri, directory in checked:
         if uri is not None:
             parse_gs(uri, directory=directory)
     source, manifest = parse_gs(args.source, directory=True), parse_gs(args.manifest, directory=False)
@@ -213,96 +198,26 @@ def gcs_client() -> Any:
     return storage.Client()
 
 
-def read_manifest(gcs: Any, uri: str) -> dict[str, tuple[int, str]]:
-    """path → (size, sha256) of every file the export manifest lists. It lies where any workload
-    can write, so it is read as untrusted input: names from the allowlist only, no duplicates."""
-    bucket, name = parse_gs(uri, directory=False)
-    blob = gcs.bucket(bucket).get_blob(name)
-    if blob is None:
-        raise Failure("permanent", f"no export manifest at {uri}: the export did not finish; export again")
-    if int(blob.size or 0) > MANIFEST_MAX_BYTES:
-        raise Failure("permanent", f"the export manifest {uri} is over {MANIFEST_MAX_BYTES} bytes")
-    try:
-        document = json.loads(blob.download_as_bytes())
-        entries = document["files"]
-        if not isinstance(entries, list) or not entries:
-            raise ValueError("it lists no files")
-        files: dict[str, tuple[int, str]] = {}
-        for entry in entries:
-            path, size, digest = entry["path"], entry["size"], entry["sha256"]
-            if not isinstance(path, str) or not EXPORTED_PATH.fullmatch(path):
-                raise ValueError(f"{str(path)[:200]!r} is not a file name export writes")
-            if any(part in (".", "..") for part in path.split("/")) or path in files:
-                raise ValueError(f"{path!r} is not a file name export writes, or is listed twice")
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                raise ValueError(f"{path}: the size is not a byte count")
-            if not isinstance(digest, str) or not SHA256.fullmatch(digest):
-                raise ValueError(f"{path}: the sha256 is not 64 hex digits")
-            files[path] = (size, digest)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise Failure("permanent", f"the export manifest {uri} is not one export writes ({exc})") from None
-    return files
-
-
-def _named(names: list[str]) -> str:
-    shown = ", ".join(names[:NAMED_AT_MOST])
-    return shown + (f" and {len(names) - NAMED_AT_MOST} more" if len(names) > NAMED_AT_MOST else "")
-
-
 def list_export(gcs: Any, source: str, manifest_uri: str, console: Console) -> list[Item]:
-    """The manifest's files, each with the object that holds it; every other object under
-    ``source`` fails publish, named, and so does a listed file that is missing or resized."""
-    files = read_manifest(gcs, manifest_uri)
+    """The manifest's files, each with the object that holds it, once the prefix holds exactly
+    those at their sizes (``exported.check_listing``)."""
     bucket, prefix = parse_gs(source, directory=True)
     _, manifest_name = parse_gs(manifest_uri, directory=False)
-    blobs: dict[str, Any] = {}
-    foreign: list[str] = []
-    for blob in gcs.list_blobs(bucket, prefix=prefix):
-        path = blob.name[len(prefix) :]
-        if blob.name == manifest_name or (path.endswith("/") and not blob.size):
-            continue  # the manifest itself; a folder placeholder holds nothing to push
-        if path in files:
-            blobs[path] = blob
-        else:
-            foreign.append(f"gs://{bucket}/{blob.name}")
-    if foreign:
-        raise Failure(
-            "permanent",
-            f"{len(foreign)} object(s) under {source} are not in the export manifest, so the export "
-            f"did not write them: {_named(sorted(foreign))}; nothing was pushed. Find out who wrote "
-            "them, delete them and publish again",
-        )
-    changed = []
-    for path, (size, _) in sorted(files.items()):
-        blob = blobs.get(path)
-        if blob is None:
-            changed.append(f"{path} is gone")
-        elif int(blob.size or 0) != size:
-            changed.append(f"{path} is {int(blob.size or 0)} bytes, export wrote {size}")
-    if changed:
-        raise Failure(
-            "permanent",
-            f"the export under {source} is not what export wrote: {_named(changed)}; export again",
-        )
-    items = []
-    for path, (size, digest) in sorted(files.items()):
-        if path == CARD_NAME:
-            console.say(f"{PREFIX} note: the export's own {CARD_NAME} is replaced by the card")
-            continue
-        items.append(Item(blobs[path], path, size, digest))
+    files = read_manifest(gcs.bucket(bucket).get_blob(manifest_name), manifest_uri)
+    blobs = {
+        blob.name[len(prefix) :]: blob
+        for blob in gcs.list_blobs(bucket, prefix=prefix)  # a folder placeholder holds nothing to push
+        if blob.name != manifest_name and not (blob.name.endswith("/") and not blob.size)
+    }
+    check_listing(
+        files, {path: int(blob.size or 0) for path, blob in blobs.items()}, f"gs://{bucket}/{prefix}"
+    )
+    if CARD_NAME in files:
+        console.say(f"{PREFIX} note: the export's own {CARD_NAME} is replaced by the card")
+    items = [Item(blobs[p], p, size, digest) for p, (size, digest) in sorted(files.items()) if p != CARD_NAME]
     if not items:
-        raise Failure(
-            "permanent", f"nothing to publish: the export manifest {manifest_uri} lists only {CARD_NAME}"
-        )
+        raise NotExported(f"nothing to publish: the export manifest {manifest_uri} lists only {CARD_NAME}")
     return items
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def read_card(gcs: Any, uri: str | None) -> bytes:
@@ -342,6 +257,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         seen.add(id(node))
         if isinstance(node, Failure):
             return node.kind, str(node)
+        if isinstance(node, NotExported):
+            return "permanent", str(node)
         status = http_status(node)
         if status is not None:
             gcs = type(node).__module__.startswith("google.")
@@ -379,26 +296,16 @@ def find_published(api: Any, repo: str, branch: str, run_id: str) -> Any:
 def verify(
     api: Any, repo: str, revision: str, expected: dict[str, int], digests: dict[str, str] | None = None
 ) -> None:
-    """The commit lists every expected file with its size, and each file the Hub keeps in LFS has
-    the sha256 export wrote (``digests``; the Hub names an LFS file by its sha256)."""
+    """The commit holds every expected file at its size, and each the Hub keeps in LFS (named by
+    its sha256) has the sha256 export wrote (``digests``): ``exported.commit_problems``."""
     from huggingface_hub import RepoFile
 
-    entries = [
-        entry
+    remote = {
+        entry.path: (entry.size, entry.lfs.sha256 if entry.lfs is not None else None)
         for entry in api.list_repo_tree(repo, revision=revision, recursive=True)
         if isinstance(entry, RepoFile)
-    ]
-    remote = {entry.path: entry.size for entry in entries}
-    lfs = {entry.path: entry.lfs.sha256 for entry in entries if entry.lfs is not None}
-    missing = sorted(path for path in expected if path not in remote)
-    wrong = sorted(f"{p} is {remote[p]} bytes, not {n}" for p, n in expected.items() if remote.get(p, n) != n)
-    wrong += sorted(
-        f"{p} has sha256 {lfs[p]}, export wrote {d}"
-        for p, d in (digests or {}).items()
-        if p in lfs and lfs[p] != d
-    )
-    if missing or wrong:
-        problems = ([f"missing {', '.join(missing)}"] if missing else []) + wrong
+    }
+    if problems := commit_problems(remote, expected, digests or {}):
         raise Failure("error", f"verification failed at {repo}@{revision[:12]}: {'; '.join(problems)}")
 
 
@@ -444,13 +351,7 @@ def upload(api: Any, args: argparse.Namespace, items: list[Item], card: bytes, c
                         "transient",
                         f"{item.path}: downloaded {os.path.getsize(local)} bytes, listed {item.size}",
                     )
-                digest = file_sha256(local)
-                if digest != item.sha256:
-                    raise Failure(
-                        "permanent",
-                        f"{item.path} has sha256 {digest}, export wrote {item.sha256}: it changed "
-                        "after export; nothing was committed. Export again",
-                    )
+                check_sha256(local, item.path, item.sha256)
                 staged.append(
                     (item, CommitOperationAdd(path_in_repo=item.path, path_or_fileobj=local), local)
                 )
