@@ -56,6 +56,8 @@ case "$FAKE_MODE" in
   nothing) ;;
   serve) trap 'exit 143' TERM; printf '{}' > "$d/config.json"; echo up > "$FAKE_DIR/up"
          while true; do sleep 0.05; done ;;
+  serve-then-exit-0) trap 'exit 0' TERM; printf '{}' > "$d/config.json"; echo up > "$FAKE_DIR/up"
+         while true; do sleep 0.05; done ;;
 esac
 """
 INDEX = {
@@ -187,11 +189,13 @@ def test_a_directory_that_is_there_before_the_program_stops_the_script(
     assert _objects(buckets) == {}
 
 
+@pytest.mark.parametrize("mode", ["serve", "serve-then-exit-0"], ids=["program-exits-143", "program-exits-0"])
 def test_a_stop_while_the_program_runs_reaches_it_and_uploads_nothing(
-    buckets: Buckets, tmp_path: Path
+    mode: str, buckets: Buckets, tmp_path: Path
 ) -> None:
-    """The program is the script's child now: SIGTERM (the pod stopped) is passed on at once."""
-    child = _start(buckets, tmp_path, "serve")
+    """The program is the script's child now: SIGTERM (the pod stopped) is passed on at once, and
+    even a program that then exits 0 has its output left unpublished: the script ends 143."""
+    child = _start(buckets, tmp_path, mode)
     deadline = time.monotonic() + ceiling(30)
     while not (tmp_path / "up").exists():
         assert time.monotonic() < deadline and child.poll() is None, "the program did not start"

@@ -29,7 +29,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from rlpipe.core import presets
 from rlpipe.core import steps as step_rules
@@ -379,7 +379,7 @@ _EXPORTED_PATH = re.compile(EXPORTED_PATH_PATTERN)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def exported_path_ok(path: object) -> bool:
+def exported_path_ok(path: object) -> TypeGuard[str]:
     return (
         isinstance(path, str)
         and _EXPORTED_PATH.fullmatch(path) is not None
@@ -401,7 +401,6 @@ def export_manifest_files(document: Any) -> tuple[ExportedFile, ...]:
         path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
         if not exported_path_ok(path) or path == EXPORT_MANIFEST:
             raise ValueError(f"{str(path)[:200]!r} is not a file name export writes")
-        assert isinstance(path, str)
         if path in seen:
             raise ValueError(f"{path} is listed twice")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
