@@ -157,6 +157,12 @@ def test_happy_path_by_file_drop(local: Local, faults: Any) -> None:
     index = json.loads(bucket.blob(f"runs/{run_id}/hf/model.safetensors.index.json").download_as_bytes())
     for shard in set(index["weight_map"].values()):
         assert bucket.blob(f"runs/{run_id}/hf/{shard}").exists()
+    # The export Job's last step wrote the manifest after every file, listing each at its size.
+    hf = {b.name: b for b in local.client.list_blobs(bucket, prefix=f"runs/{run_id}/hf/")}
+    manifest = hf.pop(f"runs/{run_id}/hf/rlpipe-export.json")
+    listed = {f["path"]: f["size"] for f in json.loads(manifest.download_as_bytes())["files"]}
+    assert {f"runs/{run_id}/hf/{p}": n for p, n in listed.items()} == {n: b.size for n, b in hf.items()}
+    assert manifest.generation > max(b.generation for b in hf.values())
     assert record.lineage.final_step == 50 and record.lineage.export_uri.endswith(f"/runs/{run_id}/hf/")
     assert record.progress.get("step") == 50 and record.progress.get("mean_reward") is not None
 

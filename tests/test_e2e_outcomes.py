@@ -3,6 +3,7 @@ to the Hub double, with the real ``huggingface_hub`` client reading what was pus
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,10 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     assert len(commits) == 1
     assert record.lineage.published_commit == commits[0].commit_id, "the ledger names the commit"
     run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
-    exported = {
-        b.name[len(run.hf_dir) :]: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)
-    }
+    manifest = local.client.bucket(run.bucket).blob(run.export_manifest).download_as_bytes()
+    exported = {f["path"]: f["size"] for f in json.loads(manifest)["files"]}
+    in_bucket = {b.name: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)}
+    assert set(in_bucket) == {run.hf_dir + p for p in exported} | {run.export_manifest}
     on_hub = {
         f.path: f.size
         for f in api.list_repo_tree(repo, revision="main", recursive=True)

@@ -31,6 +31,9 @@ def test_checkpoint_objects_are_not_signals_except_the_commit_markers() -> None:
         run.step_dir(50) + "model_params/commit_success.txt",  # an item's marker, not the step's
         run.hf_dir + "config.json",
         run.hf_dir + "model-00001-of-00017.safetensors",
+        run.hf_dir + layout.HF_INDEX,  # uploaded before the manifest, which is written last
+        run.hf_dir + layout.HF_SINGLE,
+        run.hf_dir + "sub/" + layout.EXPORT_MANIFEST,
         run.ledger,
         run.event(4, "launched"),
         "cache/maxtext/ckey/rabcdefghijk-a1/0/items/commit_success.txt",
@@ -45,8 +48,12 @@ def test_checkpoint_objects_are_not_signals_except_the_commit_markers() -> None:
         "checkpoint",
         50,
     )
-    exported = match_artifact(run.hf_dir + layout.HF_INDEX)
-    assert exported and (exported.stage, exported.signal) == ("export", "exported")
+    exported = match_artifact(run.export_manifest)
+    assert exported and (exported.run_id, exported.stage, exported.signal) == (
+        "rabcdefghijk",
+        "export",
+        "exported",
+    )
     converted = match_artifact("cache/maxtext/ckey/rabcdefghijk-a2/0/commit_success.txt")
     assert converted and (converted.run_id, converted.stage, converted.attempt_dir) == (
         "rabcdefghijk",
@@ -156,7 +163,7 @@ def test_completion_signal_sends_the_stage_callback(
     ledger.claim(record)
     client = _app().test_client()
     run = layout.RunLayout(buckets.artifacts, "rcallback001")
-    for name in (run.step_commit(50), run.step_commit(100), run.hf_dir + layout.HF_INDEX):
+    for name in (run.step_commit(50), run.step_commit(100), run.export_manifest):
         headers, body = to_binary(gcs_event(buckets.artifacts, name, 1, 10))
         assert client.post("/", headers=headers, data=body).status_code == 200
     assert [r["path"] for r in received] == [
@@ -189,7 +196,7 @@ def test_a_callback_url_outside_this_workflow_is_never_posted_to(
     record.callbacks = {"export": url.format(base=base, workflow=services.settings().workflow_path)}
     ledger.claim(record)
     run = layout.RunLayout(buckets.artifacts, "rforeign0001")
-    headers, body = to_binary(gcs_event(buckets.artifacts, run.hf_dir + layout.HF_INDEX, 1, 10))
+    headers, body = to_binary(gcs_event(buckets.artifacts, run.export_manifest, 1, 10))
     assert _app().test_client().post("/", headers=headers, data=body).status_code == 200
     assert received == []
     services.reset()

@@ -124,20 +124,85 @@ def test_convert_is_complete_only_with_the_step_commit_marker() -> None:
     assert layout.convert_complete([*partial, d + "0/commit_success.txt"], d).complete
 
 
-def test_export_needs_every_shard_named_in_the_index() -> None:
+def _listed(*names: str, size: int = 10) -> dict[str, Any]:
+    """A manifest listing ``names`` (what the export Job's step writes: tests/test_export_manifest.py)."""
+    return {"files": [{"path": n, "size": size, "sha256": "ab" * 32} for n in names]}
+
+
+SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+INDEX = {"weight_map": {"a": SHARDS[0], "b": SHARDS[1]}}
+
+
+def test_export_is_not_complete_without_its_manifest_whatever_else_is_there() -> None:
     d = "runs/r1/hf/"
-    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
-    names = [d + "config.json", d + "model-00001-of-00002.safetensors", d + layout.HF_INDEX]
-    result = layout.export_complete(names, d, index)
-    assert not result.complete and result.missing == (d + "model-00002-of-00002.safetensors",)
-    assert layout.export_complete([*names, d + "model-00002-of-00002.safetensors"], d, index).complete
-    assert not layout.export_complete(names, d, {"weight_map": {}}).complete
+    sizes = {d + n: 10 for n in ("config.json", layout.HF_INDEX, *SHARDS)}
+    result = layout.export_complete(sizes, d, None, INDEX)
+    assert not result.complete and result.missing == (d + layout.EXPORT_MANIFEST,)
+    listed = _listed("config.json", layout.HF_INDEX, *SHARDS)
+    assert layout.export_complete({**sizes, d + layout.EXPORT_MANIFEST: 300}, d, listed, INDEX).complete
+
+
+def test_export_needs_every_listed_file_in_the_bucket_at_its_size() -> None:
+    d = "runs/r1/hf/"
+    listed = _listed("config.json", layout.HF_INDEX, *SHARDS)
+    sizes = {d + n: 10 for n in ("config.json", layout.HF_INDEX, SHARDS[0])}
+    result = layout.export_complete(sizes, d, listed, INDEX)
+    assert not result.complete and result.missing == (d + SHARDS[1],)
+    result = layout.export_complete({**sizes, d + SHARDS[1]: 11}, d, listed, INDEX)
+    assert not result.complete and result.missing == (d + SHARDS[1],), "another size is another file"
+
+
+def test_export_needs_every_shard_named_in_the_index_among_the_listed_files() -> None:
+    d = "runs/r1/hf/"
+    everything = {d + n: 10 for n in ("config.json", layout.HF_INDEX, *SHARDS)}
+    listed = _listed("config.json", layout.HF_INDEX, SHARDS[0])  # shard 2 in the bucket, not listed
+    result = layout.export_complete(everything, d, listed, INDEX)
+    assert not result.complete and result.missing == (d + SHARDS[1],)
+    assert not layout.export_complete(everything, d, _listed("config.json", layout.HF_INDEX), {}).complete
 
 
 def test_export_single_file_needs_the_config_too() -> None:
     d = "runs/r1/hf/"
-    assert not layout.export_complete([d + "model.safetensors"], d, None).complete
-    assert layout.export_complete([d + "model.safetensors", d + "config.json"], d, None).complete
+    sizes = {d + layout.HF_SINGLE: 10, d + layout.HF_CONFIG: 10}
+    assert not layout.export_complete(sizes, d, _listed(layout.HF_SINGLE), None).complete
+    assert layout.export_complete(sizes, d, _listed(layout.HF_SINGLE, layout.HF_CONFIG), None).complete
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [],
+        [{"path": "../run2/hf/config.json", "size": 10, "sha256": "ab" * 32}],
+        [{"path": "/etc/passwd", "size": 10, "sha256": "ab" * 32}],
+        [{"path": "a b.json", "size": 10, "sha256": "ab" * 32}],
+        [{"path": layout.EXPORT_MANIFEST, "size": 10, "sha256": "ab" * 32}],
+        [{"path": "model.safetensors", "size": -1, "sha256": "ab" * 32}],
+        [{"path": "model.safetensors", "size": True, "sha256": "ab" * 32}],
+        [{"path": "model.safetensors", "size": 10, "sha256": "AB" * 32}],
+        [{"path": "model.safetensors", "size": 10}],
+        [{"path": "config.json", "size": 10, "sha256": "ab" * 32}] * 2,
+        ["config.json"],
+    ],
+    ids=[
+        "empty",
+        "dotdot",
+        "absolute",
+        "space",
+        "itself",
+        "negative",
+        "bool",
+        "upper-hex",
+        "no-sha",
+        "twice",
+        "not-object",
+    ],
+)
+def test_a_manifest_export_did_not_write_is_not_a_finished_export(entries: list[Any]) -> None:
+    d = "runs/r1/hf/"
+    sizes = {d + n: 10 for n in ("config.json", layout.HF_SINGLE)}
+    result = layout.export_complete(sizes, d, {"files": entries}, None)
+    assert not result.complete and result.missing == (d + layout.EXPORT_MANIFEST,)
+    assert result.reason.startswith(f"{layout.EXPORT_MANIFEST} is not an export manifest")
 
 
 def test_conversion_cache_key_changes_with_each_input() -> None:

@@ -279,7 +279,21 @@ def test_output_paths_are_run_scoped_and_chain_between_stages() -> None:
     assert export["load_parameters_path"] == (
         "gs://art/runs/rexample0001/trained/rl/checkpoints/actor/120/model_params/"
     )
-    assert export["base_output_directory"] == "gs://art/runs/rexample0001/hf/"
+    # to_huggingface writes into the pod's volume; the script's last step uploads exactly that
+    # directory to the run's export prefix, its manifest last, which publish then reads.
+    step = _env(_main(objs["export"]))
+    (mount,) = _main(objs["export"])["volumeMounts"]
+    assert export["base_output_directory"] == step["RLPIPE_EXPORT_DIR"]
+    assert step["RLPIPE_EXPORT_DIR"].startswith(mount["mountPath"] + "/")
+    assert step["RLPIPE_EXPORT_URI"] == "gs://art/runs/rexample0001/hf/"
+    assert step["RLPIPE_EXPORT_MANIFEST"] == "gs://art/runs/rexample0001/hf/rlpipe-export.json"
+    with_publish = validate_request(minimal_request(publish={"repo": "o/m"}))
+    (job,) = [
+        o for o in render_all(with_publish, CTX) if o["metadata"]["labels"][identity.LABEL_STAGE] == "publish"
+    ]
+    args = _main(job)["args"]
+    assert args[args.index("--source") + 1] == step["RLPIPE_EXPORT_URI"]
+    assert args[args.index("--manifest") + 1] == step["RLPIPE_EXPORT_MANIFEST"]
 
 
 def test_cache_hit_loads_another_runs_conversion() -> None:
@@ -372,12 +386,13 @@ def test_convert_and_export_get_a_sized_volume_for_their_disk(
 
 
 def test_preset_disks_hold_the_tutorial_model() -> None:
-    """Gemma 4 26B A4B's safetensors are about 52 GB; export stages 4 shards of 3 GiB at once."""
+    """Gemma 4 26B A4B's safetensors are about 52 GB: convert downloads them, and export writes the
+    whole exported model to its volume before the script's last step uploads it."""
     units = {"Gi": 2**30, "G": 10**9, "Ti": 2**40}
     for preset in ("v6e-32", "v6e-64"):
         req = validate_request(minimal_request(preset=preset))
         convert, export = (int(q[:-2]) * units[q[-2:]] for q in (req.scratch.convert, req.scratch.export))
-        assert convert >= 52 * 10**9 * 1.5 and export >= 4 * 3 * 2**30 * 2
+        assert convert >= 52 * 10**9 * 1.5 and export >= 52 * 10**9 * 1.5
 
 
 def test_pathways_workers_mount_the_hosts_tmp_like_both_tools() -> None:

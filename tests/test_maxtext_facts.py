@@ -60,6 +60,12 @@ class FakeContainer:
         self.files[uri] = data if isinstance(data, bytes) else data.encode()
         self.order.append(uri)
 
+    def local_path(self, path: str) -> Path:
+        raise AssertionError(f"no step here reads the pod's disk ({path})")
+
+    def claim(self, uri: str) -> None:
+        pass
+
     def list(self, prefix_uri: str) -> list[str]:
         return sorted(u for u in self.files if u.startswith(prefix_uri))
 
@@ -291,6 +297,17 @@ def test_simulated_convert_and_export_print_only_what_the_tools_print() -> None:
     }
     assert PROGRAMS["export"](export, replace(Arguments.parse(argv), env=env, steps=("fetch",))) == 0
     assert all(_described("export", line) for line in export.lines), export.lines
+    assert "staging" in {_described("export", line) for line in export.lines}
+
+    # What the pipeline passes: a directory on the pod's volume, written directly, in the same order.
+    local = FakeContainer({**convert.files, ACTOR + "50/model_params/_METADATA": b"{}"})
+    argv = [*argv[:-1], "base_output_directory=/scratch/hf-export"]
+    assert PROGRAMS["export"](local, replace(Arguments.parse(argv), env=env, steps=("fetch",))) == 0
+    assert all(_described("export", line) for line in local.lines), local.lines
+    assert "local" in {_described("export", line) for line in local.lines}
+    assert [u.removeprefix("/scratch/hf-export/") for u in local.order if u.startswith("/scratch/")] == [
+        u.removeprefix("gs://b/runs/rrun00000001/hf/") for u in export.order if "/hf/" in u
+    ]
 
 
 def test_simulated_fetch_fails_without_the_pinned_files() -> None:

@@ -1,7 +1,7 @@
 """The publish program: an export on (fake) GCS → one commit on a Hub (double) branch, real clients.
 
 The program (``rlpipe.publisher.program``) runs here the way the Job runs it, ``python -c <source>``
-in a subprocess, and in-process (``main(argv)``) where a test needs to watch or break it from
+in a subprocess (the shipped text: ``exported.py``'s in place of its import), and in-process (``main(argv)``) where a test needs to watch or break it from
 inside. The Hub double (``rlpipe.local.hub``) answers over HTTP with the upload routes the real
 ``huggingface_hub`` client calls; the client uploads over LFS (Xet disabled: the double has no Xet).
 """
@@ -9,6 +9,7 @@ inside. The Hub double (``rlpipe.local.hub``) answers over HTTP with the upload 
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import re
@@ -23,14 +24,16 @@ from typing import Any
 
 import pytest
 
+from rlpipe.core import layout
 from rlpipe.local.hub import HubDouble, HubFile
-from rlpipe.publisher import program
+from rlpipe.publisher import exported as export_check
+from rlpipe.publisher import program, shipped_program
 from rlpipe.publisher.card import render_card
 from tests.conftest import Buckets
+from tests.harness import exported
 from tests.harness.patience import ceiling
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCE = (ROOT / "shared" / "rlpipe" / "publisher" / "program.py").read_text()
+SOURCE = shipped_program()
 TOKEN = "hf_" + "Wr1teT0kenForTheHubDoubleXyz42" + "abcd"  # looks like a real one: hf_ + 34
 OTHER = "hf_" + "AnotherTokenSeenByAProxy" + "0" * 10  # any hf_ token, not only ours, is hidden
 BASE_SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -81,7 +84,8 @@ class Export:
 def _export(
     buckets: Buckets, name: str, *, shards: int = 3, branch: str = "rl", private: bool = True
 ) -> Export:
-    """An export under runs/<run>/hf/ (shards, index, config, tokenizer) and its rendered card."""
+    """An export under runs/<run>/hf/ (shards, index, config, tokenizer) with its manifest, as the
+    export Job's last step leaves it (``tests.harness.exported``), and its rendered card."""
     run_id = f"{name}-{os.urandom(3).hex()}"
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
     files = {n: os.urandom(SHARD + i) for i, n in enumerate(names)}
@@ -91,9 +95,8 @@ def _export(
         "config.json": b'{"model_type": "gemma3"}',
         "tokenizer.json": b'{"version": "1.0"}' * 200,
     }
+    exported.export(buckets.artifacts, run_id, files)
     bucket = buckets.client.bucket(buckets.artifacts)
-    for path, data in files.items():
-        bucket.blob(f"runs/{run_id}/hf/{path}").upload_from_string(data)
     card = render_card(
         {
             "base_model": "google/gemma-3-1b-it",
@@ -110,6 +113,7 @@ def _export(
     bucket.blob(f"runs/{run_id}/publish/README.md").upload_from_string(card)
     argv = [
         *("--source", f"gs://{buckets.artifacts}/runs/{run_id}/hf/"),
+        *("--manifest", f"gs://{buckets.artifacts}/runs/{run_id}/hf/{layout.EXPORT_MANIFEST}"),
         *("--card", f"gs://{buckets.artifacts}/runs/{run_id}/publish/README.md"),
         *("--repo", f"org/{run_id}", "--branch", branch, "--private", str(private).lower()),
         *("--run-id", run_id, "--request-id", f"req-{run_id}"),
@@ -551,3 +555,134 @@ def test_the_cards_license_comes_from_the_base_card_pinned_with_the_weights(buck
     store.put(name, b"---\npipeline_tag: text-generation\n---\n# no license\n")
     facts = publishing.base_license(store, req, ctx)
     assert facts["license"] == "other" and "names no license" in facts["license_name"]
+
+
+# ---- exactly what export wrote ------------------------------------------------------------------
+
+
+def _pushed_nothing(hub: HubDouble, export: Export, before: int) -> bool:
+    """No LFS byte, pre-upload or commit reached the Hub since ``before`` (its request count)."""
+    return not [
+        p for p in hub.paths()[before:] if "/preupload/" in p or "/commit/" in p or "lfs" in p
+    ] and not _runs(hub, export)
+
+
+def test_an_object_the_export_did_not_write_fails_publish_naming_it_and_nothing_is_pushed(
+    hub: HubDouble, buckets: Buckets, tmp_path: Path
+) -> None:
+    """Something else wrote under runs/<id>/hf/ (a MaxText override pointing a write key at the
+    export's prefix, say): run as the Job runs it, publish pushes nothing and names the object."""
+    export = _export(buckets, "planted")
+    planted = f"runs/{export.run_id}/hf/extra/evil.py"
+    buckets.client.bucket(buckets.artifacts).blob(planted).upload_from_string(b"print('pwned')")
+    before = len(hub.paths())
+    done = subprocess.run(
+        [sys.executable, "-c", SOURCE, *export.argv, "--tmpdir", str(tmp_path / "scratch")],
+        env=_subprocess_env(hub, buckets, tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    last = _last(done.stdout)
+    assert last.startswith("rlpipe-publish: failed permanent: 1 object(s) under ")
+    assert f"gs://{buckets.artifacts}/{planted}" in last and "not in the export manifest" in last
+    assert _pushed_nothing(hub, export, before)
+
+
+def test_a_file_whose_bytes_changed_after_export_fails_its_hash_check(
+    hub: HubDouble, buckets: Buckets, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same name, same size, other bytes: only the sha256 tells. Nothing is committed."""
+    export = _export(buckets, "changed")
+    shard = sorted(p for p in export.files if p.endswith(".safetensors"))[1]
+    other = os.urandom(len(export.files[shard]))
+    buckets.client.bucket(buckets.artifacts).blob(f"runs/{export.run_id}/hf/{shard}").upload_from_string(
+        other
+    )
+    code, output = _main(export.argv, tmp_path, capsys)
+    assert code == 2, output
+    expected = hashlib.sha256(export.files[shard]).hexdigest()
+    assert _last(output) == (
+        f"rlpipe-publish: failed permanent: {shard} has sha256 {hashlib.sha256(other).hexdigest()}, "
+        f"export wrote {expected}: it changed after export; nothing was committed. Export again"
+    )
+    assert not _runs(hub, export)
+
+
+@pytest.mark.parametrize("how", ["gone", "resized"])
+def test_a_listed_file_that_is_gone_or_resized_fails_publish_naming_it(
+    how: str, hub: HubDouble, buckets: Buckets, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = _export(buckets, how)
+    blob = buckets.client.bucket(buckets.artifacts).blob(f"runs/{export.run_id}/hf/config.json")
+    if how == "gone":
+        blob.delete()
+    else:
+        blob.upload_from_string(b"{}")
+    before = len(hub.paths())
+    code, output = _main(export.argv, tmp_path, capsys)
+    said = "config.json is gone" if how == "gone" else "config.json is 2 bytes, export wrote 24"
+    assert code == 2 and said in _last(output) and "is not what export wrote" in _last(output)
+    assert _pushed_nothing(hub, export, before)
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        None,
+        b"not json",
+        b'{"files": []}',
+        b'{"files": [{"path": "../other/hf/config.json", "size": 24, "sha256": "' + b"ab" * 32 + b'"}]}',
+        b'{"files": [{"path": "config.json", "size": "24", "sha256": "' + b"ab" * 32 + b'"}]}',
+        b'{"files": [{"path": "config json", "size": 24, "sha256": "' + b"ab" * 32 + b'"}]}',
+    ],
+    ids=["missing", "not-json", "empty", "outside", "size-text", "not-allowed-name"],
+)
+def test_without_a_manifest_export_wrote_nothing_is_published(
+    manifest: bytes | None,
+    hub: HubDouble,
+    buckets: Buckets,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    export = _export(buckets, "manifest")
+    blob = buckets.client.bucket(buckets.artifacts).blob(f"runs/{export.run_id}/hf/{layout.EXPORT_MANIFEST}")
+    if manifest is None:
+        blob.delete()
+    else:
+        blob.upload_from_string(manifest)
+    before = len(hub.paths())
+    code, output = _main(export.argv, tmp_path, capsys)
+    assert code == 2, output
+    assert ("no export manifest at" if manifest is None else "is not one export writes") in _last(output)
+    assert _pushed_nothing(hub, export, before)
+
+
+def test_a_rerun_whose_export_was_rewritten_since_its_commit_is_not_taken_as_published(
+    hub: HubDouble, buckets: Buckets, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commit that names the run holds other LFS bytes than the manifest lists now (same sizes):
+    the Hub names an LFS file by its sha256, so the rerun says so instead of 'already published'."""
+    export = _export(buckets, "rewritten")
+    assert _main(export.argv, tmp_path, capsys)[0] == 0
+    files = {p: os.urandom(len(d)) if p.endswith(".safetensors") else d for p, d in export.files.items()}
+    exported.export(buckets.artifacts, export.run_id, files)
+    code, output = _main(export.argv, tmp_path, capsys)
+    assert code == 1 and _last(output).startswith("rlpipe-publish: failed error: verification failed at ")
+    assert "has sha256" in _last(output) and "export wrote" in _last(output)
+    assert len(_runs(hub, export)) == 1
+
+
+def test_the_names_a_manifest_may_list_are_the_layouts() -> None:
+    """The program imports no rlpipe module, so it spells the allowlist itself: the same one."""
+    assert export_check.EXPORTED_PATH.pattern == layout.EXPORTED_PATH_PATTERN
+    rest = ["--repo", "o/n", "--run-id", "r", "--request-id", "q"]
+    assert program.parse_args(
+        ["--source", "gs://b/runs/r/hf/", "--manifest", "gs://b/runs/r/hf/x.json", *rest]
+    )
+    with pytest.raises(program.Failure, match="is not under --source"):
+        program.parse_args(
+            ["--source", "gs://b/runs/r/hf/", "--manifest", "gs://b/runs/other/hf/x.json", *rest]
+        )

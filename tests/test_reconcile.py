@@ -13,6 +13,7 @@ import pytest
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, CursorStore
 from rlpipe.reconcile.runner import Reconciler
 from tests.conftest import all_objects
+from tests.harness import exported
 from tests.test_reconcile_chain import GONE_PREFIX as GONE
 from tests.test_reconcile_chain import PROJECT, Chain, chain_fixture, kube_server, local_workflows  # noqa: F401  (fixtures)
 
@@ -118,12 +119,22 @@ def test_a_succeeded_execution_finishes_the_run_from_the_export(chain: Chain) ->
     for run_id, name in (("rdone0000002", complete), ("rdone0000003", partial)):
         chain.run(run_id, "exporting", execution=name, attempts=(("export", 1, 60),))
         assert chain.settled(name) == "SUCCEEDED"
-    hf = "runs/rdone0000002/hf/"  # the export Job writes to the artifacts bucket, not beside the ledger
-    chain.artifacts.put(hf + "model.safetensors.index.json", b'{"weight_map": {"a": "model-1.safetensors"}}')
-    chain.artifacts.put(hf + "model-1.safetensors", b"w")
-    chain.artifacts.put(
-        "runs/rdone0000003/hf/model.safetensors.index.json",
-        b'{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}',
+    # The export Job writes to the artifacts bucket, not beside the ledger, its manifest last.
+    exported.export(
+        chain.artifacts.bucket_name,
+        "rdone0000002",
+        {
+            "model.safetensors.index.json": b'{"weight_map": {"a": "model-1.safetensors"}}',
+            "model-1.safetensors": b"w",
+        },
+    )
+    # The other's manifest lists an index whose shards it does not hold (the program wrote no more).
+    exported.export(
+        chain.artifacts.bucket_name,
+        "rdone0000003",
+        {
+            "model.safetensors.index.json": b'{"weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}}'
+        },
     )
 
     chain.reconciler().run_pass()

@@ -9,6 +9,7 @@ committed step, Kueue suspension first, and each fault visible where a real clus
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
@@ -362,26 +363,38 @@ def test_a_jobset_with_restarts_left_restarts_instead_of_failing(
 # ---------------------------------------------------------------- export
 
 
-def test_export_writes_the_index_last_naming_exactly_the_shards(
+def _export_uri(obj: Obj) -> str:
+    """Where the export Job's last step uploads what to_huggingface wrote (its container's env)."""
+    env = obj["spec"]["template"]["spec"]["containers"][0]["env"]
+    return next(e["value"] for e in env if e["name"] == "RLPIPE_EXPORT_URI")
+
+
+def test_export_uploads_what_to_huggingface_wrote_with_the_manifest_last(
     kube: KubeApiServer, buckets: Buckets, simulate: Callable[..., ClusterSimulator]
 ) -> None:
+    """The played to_huggingface writes into the pod's own disk (a local base_output_directory);
+    the script's last step, run for real, uploads those files and writes the manifest last."""
     sim = simulate()
     export = render(buckets, "export")
     args = program_args(export)
+    assert not args["base_output_directory"].startswith("gs://")
     seed(buckets, args["load_parameters_path"])
     create(kube, export)
     finish(sim, export)
 
-    base = args["base_output_directory"].split("/", 3)[3].rstrip("/") + "/"
-    objects = blobs(buckets, args["base_output_directory"])
-    assert max(objects, key=objects.get) == base + "model.safetensors.index.json"
+    base = _export_uri(export).split("/", 3)[3]
+    objects = blobs(buckets, _export_uri(export))
+    manifest = base + "rlpipe-export.json"
+    assert max(objects, key=objects.get) == manifest
     written = sim.files_written(export["metadata"]["name"])
     assert len(written) == len(set(written)) == len(objects)  # each file once: no early placeholder
-    assert written[-1].endswith("/model.safetensors.index.json")
-    assert objects[base + "config.json"] > max(
-        objects[base + f] for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
-    )
+    assert written[-1].endswith("/rlpipe-export.json")
     bucket = buckets.client.bucket(buckets.artifacts)
+    listed = {f["path"]: f for f in json.loads(bucket.blob(manifest).download_as_bytes())["files"]}
+    assert {base + p for p in listed} == set(objects) - {manifest}
+    for path, entry in listed.items():
+        data = bucket.blob(base + path).download_as_bytes()
+        assert (entry["size"], entry["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
     index = json.loads(bucket.blob(base + "model.safetensors.index.json").download_as_bytes())
     shards = {n[len(base) :] for n in objects if n.endswith(".safetensors")}
     assert (
@@ -389,6 +402,7 @@ def test_export_writes_the_index_last_naming_exactly_the_shards(
         == shards
         == {f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}
     )
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} < set(listed)
     total = 0
     for shard in shards:  # each shard is a readable safetensors file holding what the index says
         data = bucket.blob(base + shard).download_as_bytes()
@@ -397,6 +411,10 @@ def test_export_writes_the_index_last_naming_exactly_the_shards(
         assert tensors == {t for t, f in index["weight_map"].items() if f == shard}
         total += max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
     assert index["metadata"]["total_size"] == total
+    (pod,) = pods_of(kube, f"job-name={export['metadata']['name']}")
+    log = kube.pod_log(pod["metadata"]["name"], namespace=NS)
+    assert "Using local directory: /scratch/hf-export" in log
+    assert f"rlpipe-manifest: uploaded to {_export_uri(export)}; " in log  # the real step's own line
     assert (
         condition(kube.get("jobs", export["metadata"]["name"], namespace=NS), "Complete")["status"] == "True"
     )
@@ -415,7 +433,7 @@ def test_export_without_a_checkpoint_exits_1_and_fails_the_job(
     (pod,) = pods_of(kube, f"job-name={export['metadata']['name']}")
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 1
     assert "no checkpoint found" in kube.pod_log(pod["metadata"]["name"], namespace=NS)
-    assert not blobs(buckets, program_args(export)["base_output_directory"])
+    assert not blobs(buckets, _export_uri(export))
 
 
 # ---------------------------------------------------------------- placement
@@ -789,6 +807,28 @@ def test_drop_events_follows_the_attempt_that_wrote_the_object(
     assert all(sim.drops_event(uri) for uri in dropped)
     name = dropped[-1].split("/", 3)[3]
     assert sim.drops_event(name, bucket=buckets.artifacts)  # bucket-relative names work too
+
+
+def test_drop_events_follows_the_export_attempt_whose_script_step_uploaded_the_object(
+    kube: KubeApiServer, buckets: Buckets, simulate: Callable[..., ClusterSimulator]
+) -> None:
+    """The manifest step's uploads are the workload's: its manifest, no MaxText file name, too."""
+    sim = simulate("export:2:drop-events")
+    first, second = (
+        render(buckets, "export", 1, run_id="rdropa"),
+        render(buckets, "export", 2, run_id="rdropb"),
+    )
+    for job in (first, second):
+        seed(buckets, program_args(job)["load_parameters_path"])
+        create(kube, job)
+        finish(sim, job)
+    kept, dropped = (
+        sim.files_written(first["metadata"]["name"]),
+        sim.files_written(second["metadata"]["name"]),
+    )
+    assert kept[-1].endswith("/rlpipe-export.json") and dropped[-1].endswith("/rlpipe-export.json")
+    assert not any(sim.drops_event(uri) for uri in kept)
+    assert all(sim.drops_event(uri) for uri in dropped)
 
 
 def test_run_scoped_faults_in_documents() -> None:

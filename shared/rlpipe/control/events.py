@@ -122,8 +122,9 @@ class ArtifactSignal:
 _RUN_STEP_COMMIT = re.compile(
     r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/trained/rl/checkpoints/actor/(?P<step>[0-9]{1,9})/commit_success\.txt$"
 )
-_RUN_EXPORT_INDEX = re.compile(
-    r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/hf/(?:model\.safetensors\.index\.json|model\.safetensors)$"
+# The export Job writes its manifest after every file it uploads (core/export_manifest.py).
+_RUN_EXPORT_MANIFEST = re.compile(
+    rf"^runs/(?P<run>[a-z][a-z0-9]{{1,40}})/hf/{re.escape(layout.EXPORT_MANIFEST)}$"
 )
 _CACHE_COMMIT = re.compile(
     r"^cache/maxtext/(?P<key>[a-z0-9]{1,64})/(?P<dir>(?P<run>[a-z][a-z0-9]{1,40})-a(?P<attempt>[0-9]{1,4}))/0/commit_success\.txt$"
@@ -138,7 +139,7 @@ def match_artifact(name: str) -> ArtifactSignal | None:
         m = _RUN_STEP_COMMIT.match(name)
         if m:
             return ArtifactSignal(m["run"], "train", "checkpoint", step=int(m["step"]))
-        m = _RUN_EXPORT_INDEX.match(name)
+        m = _RUN_EXPORT_MANIFEST.match(name)
         if m:
             return ArtifactSignal(m["run"], "export", "exported")
         return None

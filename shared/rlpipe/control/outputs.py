@@ -12,6 +12,8 @@ the key loads, so a workload cannot point a cache key at a checkpoint of its own
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlpipe.control import blobstore
 from rlpipe.control.ledger import Ledger, RunRecord, now
 from rlpipe.core import layout
@@ -52,16 +54,54 @@ def stage_complete(
         except (ValueError, blobstore.NotFound):
             receipt = None
         return layout.publish_complete(
-            artifacts.sizes(run.hf_dir), run.hf_dir, receipt, req.publish.repo, req.publish.branch, ctx.run_id
+            exported_files(artifacts, ctx.run_id),
+            run.hf_dir,
+            receipt,
+            req.publish.repo,
+            req.publish.branch,
+            ctx.run_id,
         )
-    names = list(artifacts.list(run.hf_dir))
-    index = None
-    if run.hf_dir + layout.HF_INDEX in names:
+    return export_completeness(artifacts, ctx.run_id)
+
+
+def _json(artifacts: blobstore.BlobStore, name: str) -> Any:
+    """An object's JSON; ``{}`` when it is not JSON or too large to be what the program wrote."""
+    try:
+        return artifacts.read(name).json()
+    except (ValueError, blobstore.TooLarge):
+        return {}
+
+
+def export_completeness(artifacts: blobstore.BlobStore, run_id: str) -> layout.Completeness:
+    """The export's done rule (``layout.export_complete``) on what the bucket holds now: the
+    manifest the export Job wrote last, the size of every object under the export's prefix, and
+    the index when the manifest lists one."""
+    run = layout.RunLayout(artifacts.bucket_name, run_id)
+    sizes = artifacts.sizes(run.hf_dir)
+    manifest = index = None
+    try:
+        if run.export_manifest in sizes:
+            manifest = _json(artifacts, run.export_manifest)
         try:
-            index = artifacts.read(run.hf_dir + layout.HF_INDEX).json()
-        except (ValueError, blobstore.NotFound):
-            index = {}
-    return layout.export_complete(names, run.hf_dir, index)
+            listed = {f.path for f in layout.export_manifest_files(manifest)}
+        except ValueError:
+            listed = set()
+        if layout.HF_INDEX in listed:
+            index = _json(artifacts, run.hf_dir + layout.HF_INDEX)
+    except blobstore.NotFound:  # deleted between the listing and the read: read again next time
+        return layout.Completeness(False, "the export changed while it was read", (run.export_manifest,))
+    return layout.export_complete(sizes, run.hf_dir, manifest, index)
+
+
+def exported_files(artifacts: blobstore.BlobStore, run_id: str) -> dict[str, int]:
+    """Object name → size of every file the export manifest lists (what publish must have
+    pushed); empty when there is no readable manifest."""
+    run = layout.RunLayout(artifacts.bucket_name, run_id)
+    try:
+        files = layout.export_manifest_files(_json(artifacts, run.export_manifest))
+    except (ValueError, blobstore.NotFound):
+        return {}
+    return {run.hf_dir + f.path: f.size for f in files}
 
 
 def published_commit(artifacts: blobstore.BlobStore, run_id: str) -> str | None:

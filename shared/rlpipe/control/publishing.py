@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +22,7 @@ from rlpipe.core import layout, presets, staging
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.manifests import RenderContext, converted_dir
 from rlpipe.core.request import Request
+from rlpipe.publisher import shipped_program
 
 CARD_FILE = "README.md"
 # What `rlpipe render` shows in place of the card: it needs the run's results and pinned sha.
@@ -39,7 +39,7 @@ _NOT_HYPERPARAMETERS = frozenset(
 @cache
 def publisher_program() -> str:
     """The publish Job's program, exactly as shipped in its manifest (``python3 -c``)."""
-    return resources.files("rlpipe.publisher").joinpath("program.py").read_text(encoding="utf-8")
+    return shipped_program()
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

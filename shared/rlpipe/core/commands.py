@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from rlpipe.core import pinning, staging, workarounds
+from rlpipe.core import export_manifest, pinning, staging, workarounds
 
 if TYPE_CHECKING:
     from rlpipe.core.request import Request, Scalar
@@ -168,13 +168,16 @@ def train_args(
     return args
 
 
-def export_args(req: Request, parameters_uri: str, output_dir_uri: str) -> list[str]:
-    """Arguments of to_huggingface; the tokenizer comes from the pinned source files."""
+def export_args(req: Request, parameters_uri: str) -> list[str]:
+    """Arguments of to_huggingface; the tokenizer comes from the pinned source files.
+
+    It writes into a local directory on the pod's volume, which the script's last step uploads to
+    the run's export prefix with a manifest of exactly those files (``export_manifest``)."""
     return [
         f"model_name={req.model}",
         f"--hf_model_path={pinning.EXPORT_PINNED_DIR}",
         f"load_parameters_path={parameters_uri}",
-        f"base_output_directory={output_dir_uri}",
+        f"base_output_directory={export_manifest.LOCAL_DIR}",
         "skip_jax_distributed_system=true",
         "hardware=cpu",
         f"scan_layers={fmt(req.training.scan_layers)}",
@@ -231,17 +234,7 @@ def held_exit(module: str, hold_seconds: int) -> list[str]:
     """
     return [
         f"hold_seconds={int(hold_seconds)}",
-        "stopping=",
-        "program=",
-        "sleeper=",
-        "signalled=",
-        """trap 'stopping=1; signalled=$program; kill -TERM $program $sleeper 2>/dev/null || true' TERM INT""",
-        f'python3 -m {shlex.quote(module)} "$@" &',
-        "program=$!",
-        'if [ -n "$stopping" ] && [ "$signalled" != "$program" ]; then kill -TERM "$program" 2>/dev/null || true; fi',
-        "set +e",
-        'wait "$program"; code=$?',
-        'while kill -0 "$program" 2>/dev/null; do wait "$program"; code=$?; done',
+        *run_child(module),
         'if [ "$code" -ne 0 ] && [ -z "$stopping" ] && [ "$hold_seconds" -gt 0 ]; then',
         f'  echo "{HOLD_MARK} the program exited $code; holding this exit ${{hold_seconds}}s so that a '
         + "disrupted TPU worker's Job, if any, fails the JobSet first\"",
@@ -256,6 +249,24 @@ def held_exit(module: str, hold_seconds: int) -> list[str]:
         "  done",
         "fi",
         'exit "$code"',
+    ]
+
+
+def run_child(module: str) -> list[str]:
+    """Run ``python3 -m module "$@"`` as the script's child, SIGTERM passed on to it at once, and
+    leave its exit code in ``$code`` and a stop in ``$stopping`` (see :func:`held_exit`)."""
+    return [
+        "stopping=",
+        "program=",
+        "sleeper=",
+        "signalled=",
+        """trap 'stopping=1; signalled=$program; kill -TERM $program $sleeper 2>/dev/null || true' TERM INT""",
+        f'python3 -m {shlex.quote(module)} "$@" &',
+        "program=$!",
+        'if [ -n "$stopping" ] && [ "$signalled" != "$program" ]; then kill -TERM "$program" 2>/dev/null || true; fi',
+        "set +e",
+        'wait "$program"; code=$?',
+        'while kill -0 "$program" 2>/dev/null; do wait "$program"; code=$?; done',
     ]
 
 
@@ -279,8 +290,27 @@ def convert_script(*, gated: bool) -> str:
 
 
 def export_script(*, gated: bool) -> str:
-    """Export: the pinned source files into the volume (the tokenizer), then to_huggingface."""
-    return _stage_script(EXPORT_MODULE, pinning.fetch_line(), gated=gated)
+    """Export: the pinned source files into the volume (the tokenizer), then to_huggingface into a
+    directory the script has just created, then, only after it exited 0, the upload of exactly
+    the files in that directory and their manifest, last (``export_manifest``).
+
+    The program runs as a child (:func:`run_child`) so that the script can go on after it; a stop
+    is passed on to it at once, and a stop or a failed exit ends the script with no upload."""
+    lines = [
+        "set -eu",
+        *(_INDEX_GATE if gated else []),
+        'mkdir -p "$TMPDIR"',
+        pinning.fetch_line(),
+        # Without -p: a directory that exists already (nothing but this script creates it on the
+        # pod's fresh volume) stops the script, so every file in it is the program's.
+        f'mkdir "${export_manifest.ENV_DIR}"',
+        *run_child(EXPORT_MODULE),
+        'if [ -n "$stopping" ] && [ "$code" -eq 0 ]; then code=143; fi',
+        'if [ "$code" -ne 0 ]; then exit "$code"; fi',
+        "set -e",
+        export_manifest.manifest_line(),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def indexed_gate_script(module: str) -> str:

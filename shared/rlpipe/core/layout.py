@@ -2,8 +2,10 @@
 
 This module is the only place that spells an object name (DESIGN §5). The completion rules
 follow what MaxText and Orbax actually write (DESIGN §4): Orbax writes a step directory in place
-under its final name and marks it complete with ``commit_success.txt`` last; the HF export has
-no marker, so completeness is the index plus every shard it names.
+under its final name and marks it complete with ``commit_success.txt`` last. The HF export has no
+marker of MaxText's; the export script's own step writes one, the export manifest
+(:data:`EXPORT_MANIFEST`), last: every file the program wrote, with its size and sha256
+(``core.export_manifest``).
 
 Two buckets hold what the pipeline writes, and each name below says which (docs/security.md):
 
@@ -24,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from rlpipe.core import presets
 from rlpipe.core import steps as step_rules
@@ -63,6 +66,10 @@ PINNED_MANIFEST = "rlpipe-pinned.json"  # written last by the convert Job: repo,
 
 
 DATA_MANIFEST = "rlpipe-data.json"
+# Written last by the export Job's own step (core/export_manifest.py): every file to_huggingface
+# wrote, with its size and sha256. Publish pushes exactly these files, and nothing else under the
+# export's prefix may exist.
+EXPORT_MANIFEST = "rlpipe-export.json"
 
 
 def gs(bucket: str, name: str) -> str:
@@ -175,6 +182,11 @@ class RunLayout:
     def hf_dir(self) -> str:
         """Artifacts bucket."""
         return f"{self.prefix}hf/"
+
+    @property
+    def export_manifest(self) -> str:
+        """Artifacts bucket: written last by the export Job (:data:`EXPORT_MANIFEST`)."""
+        return f"{self.hf_dir}{EXPORT_MANIFEST}"
 
     @property
     def publish_receipt(self) -> str:
@@ -350,25 +362,90 @@ def latest_committed_step(names: Iterable[str], layout: RunLayout) -> int | None
     return steps_found[-1] if steps_found else None
 
 
-def export_complete(names: Iterable[str], hf_dir: str, index: dict[str, Any] | None) -> Completeness:
-    """The index (written last) plus every shard in its weight_map; or one unsharded file + config."""
-    present = set(names)
-    if index is not None:
+@dataclass(frozen=True)
+class ExportedFile:
+    """One file of the export manifest: its path under the export directory, size and sha256."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+# What a path in the export manifest may look like: segments of letters, digits, ``.``, ``_`` and
+# ``-`` (every name to_huggingface writes: tokenizer, config, shards, index), none of them ``.``
+# or ``..``. Anything else is not a name the export wrote, whoever put it there.
+EXPORTED_PATH_PATTERN = r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*"
+_EXPORTED_PATH = re.compile(EXPORTED_PATH_PATTERN)
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def exported_path_ok(path: object) -> TypeGuard[str]:
+    return (
+        isinstance(path, str)
+        and _EXPORTED_PATH.fullmatch(path) is not None
+        and not any(part in (".", "..") for part in path.split("/"))
+    )
+
+
+def export_manifest_files(document: Any) -> tuple[ExportedFile, ...]:
+    """The files an export manifest lists; ``ValueError`` saying what is wrong with any other
+    document (the manifest lies where workloads write, so it is read as untrusted input)."""
+    files = document.get("files") if isinstance(document, dict) else None
+    if not isinstance(files, list) or not files:
+        raise ValueError("it lists no files")
+    out: list[ExportedFile] = []
+    seen: set[str] = set()
+    for entry in files:
+        if not isinstance(entry, dict):
+            raise ValueError("an entry is not an object")
+        path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
+        if not exported_path_ok(path) or path == EXPORT_MANIFEST:
+            raise ValueError(f"{str(path)[:200]!r} is not a file name export writes")
+        if path in seen:
+            raise ValueError(f"{path} is listed twice")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"{path}: the size is not a byte count")
+        if not isinstance(digest, str) or _SHA256.fullmatch(digest) is None:
+            raise ValueError(f"{path}: the sha256 is not 64 hex digits")
+        seen.add(path)
+        out.append(ExportedFile(path, size, digest))
+    return tuple(out)
+
+
+def export_complete(sizes: Mapping[str, int], hf_dir: str, manifest: Any, index: Any = None) -> Completeness:
+    """The export is complete when its manifest (written last) is readable, every file it lists
+    is in the bucket with the listed size, and the files are a model: the index and every shard
+    its weight_map names, or one unsharded file and its config.
+
+    ``sizes``: every object under ``hf_dir`` with its size; ``manifest``: the parsed manifest, or
+    None when there is none; ``index``: the parsed ``model.safetensors.index.json`` when the
+    manifest lists one (``{}`` when it could not be read)."""
+    marker = hf_dir + EXPORT_MANIFEST
+    if manifest is None:
+        return Completeness(False, f"{EXPORT_MANIFEST} not written yet", (marker,))
+    try:
+        files = export_manifest_files(manifest)
+    except ValueError as exc:
+        return Completeness(False, f"{EXPORT_MANIFEST} is not an export manifest: {exc}", (marker,))
+    wrong = tuple(hf_dir + f.path for f in files if sizes.get(hf_dir + f.path) != f.size)
+    if wrong:
+        return Completeness(
+            False, f"{len(wrong)} of {len(files)} exported files missing or of another size", wrong
+        )
+    listed = {f.path for f in files}
+    if HF_INDEX in listed:
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             return Completeness(False, f"{HF_INDEX} has no weight_map", (hf_dir + HF_INDEX,))
-        shards = sorted({hf_dir + str(f) for f in weight_map.values()})
-        missing = tuple(s for s in shards if s not in present)
+        shards = sorted({str(f) for f in weight_map.values()})
+        missing = tuple(hf_dir + s for s in shards if s not in listed)
         if missing:
             return Completeness(False, f"{len(missing)} of {len(shards)} shards missing", missing)
-        return Completeness(True, f"index and all {len(shards)} shards present")
-    single, config = hf_dir + HF_SINGLE, hf_dir + HF_CONFIG
-    missing = tuple(n for n in (single, config) if n not in present)
-    if hf_dir + HF_INDEX in present:
-        return Completeness(False, f"{HF_INDEX} exists but was not read", (hf_dir + HF_INDEX,))
+        return Completeness(True, f"manifest, index and all {len(shards)} shards present")
+    missing = tuple(hf_dir + n for n in (HF_SINGLE, HF_CONFIG) if n not in listed)
     if missing:
-        return Completeness(False, "no index and no complete single-file model", missing)
-    return Completeness(True, "single-file model and config present")
+        return Completeness(False, "the manifest lists no index and no complete single-file model", missing)
+    return Completeness(True, "manifest, single-file model and config present")
 
 
 # What the publisher program writes in its receipt once the commit is on the Hub (a new commit, or
@@ -385,7 +462,8 @@ def publish_complete(
     run_id: str,
 ) -> Completeness:
     """Publish is done when the Job's receipt says this run pushed to this repo and branch, and
-    lists every exported file (names relative to ``hf_dir``) with the size the bucket holds."""
+    lists every exported file with its size. ``exported``: the export manifest's files (object
+    names under ``hf_dir``, each with the size export wrote), not whatever else the prefix holds."""
     if not receipt:
         return Completeness(False, "no publish receipt yet")
     if receipt.get("outcome") not in PUBLISHED_OUTCOMES or not receipt.get("commit"):

@@ -133,8 +133,9 @@ def build_plan(
             "runs_on": _placement(req, "export"),
             "inputs": export_paths.inputs,
             "output": export_paths.output,
-            "done_when": f"Job Complete and {layout.HF_INDEX} exists with every shard of its weight_map "
-            f"(or {layout.HF_SINGLE} and {layout.HF_CONFIG})",
+            "done_when": f"Job Complete, {layout.EXPORT_MANIFEST} (written last) lists every file "
+            f"to_huggingface wrote and each is in the bucket at its size, among them {layout.HF_INDEX} "
+            f"and every shard of its weight_map (or {layout.HF_SINGLE} and {layout.HF_CONFIG})",
         },
     ]
     plan: dict[str, Any] = {

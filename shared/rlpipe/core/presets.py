@@ -35,11 +35,11 @@ PATHWAYS_PROXY_IMAGE = f"{PATHWAYS_IMAGE_REPO}/proxy_server@sha256:6342a3cae2818
 _CPU_JOB = {"node_pool": "cpu-np", "cpu": "32", "memory": "256Gi"}
 # Local disk of convert and export. Convert holds the repo snapshot at the pinned sha: Gemma 4
 # 26B A4B's safetensors are about 52 GB (48.4 GiB), plus tokenizer and config; the Xet chunk
-# cache is turned off (a one-shot download gains nothing from it). Export stages at most 4 shards
-# of 3 GiB at once under TMPDIR (to_huggingface's --parallel_threads default; a shard holding
-# one tensor larger than 3 GiB can be bigger). Both with headroom. infra/README.md sizes the
-# cpu-np boot disk for one of each on a node.
-_SCRATCH = {"convert": "100Gi", "export": "32Gi"}
+# cache is turned off (a one-shot download gains nothing from it). Export holds the whole exported
+# model too: to_huggingface writes it into a local directory, which the script's last step uploads
+# with its manifest (core/export_manifest.py), so that what publish pushes is exactly what it
+# wrote. Both with headroom. infra/README.md sizes the cpu-np boot disk for one of each on a node.
+_SCRATCH = {"convert": "100Gi", "export": "100Gi"}
 
 _RETRY = {
     "budgets": {"preempted": 5, "capacity": 10, "resources": 1, "transient": 3},

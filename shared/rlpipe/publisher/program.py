@@ -1,18 +1,25 @@
 # rlpipe-publisher: shipped in the publish Job as `python3 -c <this file>` (see the docstring)
 """rlpipe publish: one run's Hugging Face export, from GCS to a Hub repo branch, in ONE commit.
 
-The publish Job runs this file as ``python3 -c <its source> --source gs://… …``, so it is one
-self-contained file importing only the standard library, ``huggingface_hub`` and
-``google.cloud.storage`` (never rlpipe). The write token comes from env ``HF_TOKEN`` only (never an
-argument), and no output carries it: every line is redacted (``hf_…`` tokens, signed-URL signatures).
+The publish Job runs this file as ``python3 -c <its source> --source gs://… …``, with the text of
+``exported.py`` in place of its one rlpipe import (``rlpipe.publisher.shipped_program``), so it
+imports only the standard library, ``huggingface_hub`` and ``google.cloud.storage``. The write
+token comes from env ``HF_TOKEN`` only (never an argument), and no output carries it: every line
+is redacted (``hf_…`` tokens, signed-URL signatures).
 
 What it does, in order:
 
-0. Reads the card: ``--card gs://…/README.md``, or, without it, env ``RLPIPE_MODEL_CARD``.
+0. Reads the export manifest (``--manifest``, written last by the export Job) and lists
+   ``--source``: it pushes exactly the files the manifest lists, and any other object there, or a
+   listed file gone or of another size, fails publish (``exported.py``). Reads the card:
+   ``--card gs://…/README.md``, or, without it, env ``RLPIPE_MODEL_CARD``.
 1. Lists the branch's commits; if one says ``rlpipe run <run_id>``, checks that commit holds every
-   file of the export and the card with their sizes, and stops: done, nothing pushed again.
+   file of the export and the card with their sizes (and, for LFS files, the sha256 the manifest
+   lists), and stops: done, nothing pushed again.
 2. Creates the repo (``--private``) and the branch if missing, and reads the branch head.
-3. Streams the export: each object is downloaded to ``--tmpdir``, pre-uploaded
+3. Streams the export: each object is downloaded to ``--tmpdir`` (at the generation listed in 0),
+   its sha256 checked against the manifest's (another one fails publish, permanent, before that
+   file is sent), pre-uploaded
    (``HfApi.preupload_lfs_files``: the LFS bytes go to the Hub's storage now, and the client drops
    them from the operation), then deleted before the next one, so local disk holds one object at a
    time (or up to ``--max-shard-bytes-in-flight`` bytes of them) and memory stays bounded (the
@@ -25,7 +32,8 @@ What it does, in order:
    ``--receipt gs://…``, writes the outcome there as JSON (repo, branch, commit, files and sizes).
 
 The last line is ``rlpipe-publish: done|failed <class>: <message>``. Exit codes: 0 done; 2 permanent
-(a 401/403, no HF_TOKEN, bad arguments, a missing export or card, a shard over the in-flight budget);
+(a 401/403, no HF_TOKEN, bad arguments, a missing export, manifest or card, an object the manifest
+does not list, a file that is not what export wrote, a shard over the in-flight budget);
 75 transient (429, 5xx, a commit race (409/412), network errors, SIGTERM: run it again); 1 anything
 else (a commit that fails verification among them).
 
@@ -48,6 +56,8 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 from typing import Any
+
+from rlpipe.publisher.exported import NotExported, check_listing, check_sha256, commit_problems, read_manifest
 
 PREFIX = "rlpipe-publish:"
 EXIT_DONE, EXIT_ERROR, EXIT_PERMANENT, EXIT_TRANSIENT = 0, 1, 2, 75
@@ -118,6 +128,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--source", required=True, help="gs://bucket/prefix/ of the export (RunLayout.hf_dir)"
     )
+    parser.add_argument(
+        "--manifest",
+        required=True,
+        help="gs://bucket/prefix/rlpipe-export.json under --source: the files to push, with sizes and sha256",
+    )
     parser.add_argument("--card", help=f"gs://bucket/path/README.md, the rendered card (else env {CARD_ENV})")
     parser.add_argument("--receipt", help="gs://bucket/path.json: the outcome, written once done")
     parser.add_argument("--repo", required=True, help="owner/name on the Hub")
@@ -138,9 +153,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         raise Failure("permanent", f"bad arguments: --repo {args.repo!r} is not owner/name")
     if args.max_shard_bytes_in_flight is not None and args.max_shard_bytes_in_flight <= 0:
         raise Failure("permanent", "bad arguments: --max-shard-bytes-in-flight must be positive")
-    for uri, directory in ((args.source, True), (args.card, False), (args.receipt, False)):
+    checked = [(args.source, True), (args.manifest, False), (args.card, False), (args.receipt, False)]
+    for uri, directory in checked:
         if uri is not None:
             parse_gs(uri, directory=directory)
+    source, manifest = parse_gs(args.source, directory=True), parse_gs(args.manifest, directory=False)
+    if manifest[0] != source[0] or not manifest[1].startswith(source[1]):
+        raise Failure("permanent", f"bad arguments: --manifest {args.manifest!r} is not under --source")
     return args
 
 
@@ -163,11 +182,12 @@ def parse_gs(uri: str, *, directory: bool) -> tuple[str, str]:
 
 @dataclass
 class Item:
-    """One object of the export and its path in the repo."""
+    """One file of the export, its path in the repo and what export wrote: size and sha256."""
 
     blob: Any
     path: str
     size: int
+    sha256: str
 
 
 def gcs_client() -> Any:
@@ -178,20 +198,26 @@ def gcs_client() -> Any:
     return storage.Client()
 
 
-def list_export(gcs: Any, source: str, console: Console) -> list[Item]:
+def list_export(gcs: Any, source: str, manifest_uri: str, console: Console) -> list[Item]:
+    """The manifest's files, each with the object that holds it, once the prefix holds exactly
+    those at their sizes (``exported.check_listing``)."""
     bucket, prefix = parse_gs(source, directory=True)
-    items = []
-    for blob in gcs.list_blobs(bucket, prefix=prefix):
-        path = blob.name[len(prefix) :]
-        if not path or path.endswith("/"):
-            continue
-        if path == CARD_NAME:
-            console.say(f"{PREFIX} note: the export's own {CARD_NAME} is replaced by the card")
-            continue
-        items.append(Item(blob, path, int(blob.size or 0)))
+    _, manifest_name = parse_gs(manifest_uri, directory=False)
+    files = read_manifest(gcs.bucket(bucket).get_blob(manifest_name), manifest_uri)
+    blobs = {
+        blob.name[len(prefix) :]: blob
+        for blob in gcs.list_blobs(bucket, prefix=prefix)  # a folder placeholder holds nothing to push
+        if blob.name != manifest_name and not (blob.name.endswith("/") and not blob.size)
+    }
+    check_listing(
+        files, {path: int(blob.size or 0) for path, blob in blobs.items()}, f"gs://{bucket}/{prefix}"
+    )
+    if CARD_NAME in files:
+        console.say(f"{PREFIX} note: the export's own {CARD_NAME} is replaced by the card")
+    items = [Item(blobs[p], p, size, digest) for p, (size, digest) in sorted(files.items()) if p != CARD_NAME]
     if not items:
-        raise Failure("permanent", f"nothing to publish: no objects under {source}")
-    return sorted(items, key=lambda item: item.path)
+        raise NotExported(f"nothing to publish: the export manifest {manifest_uri} lists only {CARD_NAME}")
+    return items
 
 
 def read_card(gcs: Any, uri: str | None) -> bytes:
@@ -231,6 +257,8 @@ def classify(exc: BaseException) -> tuple[str, str]:
         seen.add(id(node))
         if isinstance(node, Failure):
             return node.kind, str(node)
+        if isinstance(node, NotExported):
+            return "permanent", str(node)
         status = http_status(node)
         if status is not None:
             gcs = type(node).__module__.startswith("google.")
@@ -265,18 +293,19 @@ def find_published(api: Any, repo: str, branch: str, run_id: str) -> Any:
     return next((c for c in commits if marker.search(f"{c.title}\n{c.message or ''}")), None)
 
 
-def verify(api: Any, repo: str, revision: str, expected: dict[str, int]) -> None:
+def verify(
+    api: Any, repo: str, revision: str, expected: dict[str, int], digests: dict[str, str] | None = None
+) -> None:
+    """The commit holds every expected file at its size, and each the Hub keeps in LFS (named by
+    its sha256) has the sha256 export wrote (``digests``): ``exported.commit_problems``."""
     from huggingface_hub import RepoFile
 
     remote = {
-        entry.path: entry.size
+        entry.path: (entry.size, entry.lfs.sha256 if entry.lfs is not None else None)
         for entry in api.list_repo_tree(repo, revision=revision, recursive=True)
         if isinstance(entry, RepoFile)
     }
-    missing = sorted(path for path in expected if path not in remote)
-    wrong = sorted(f"{p} is {remote[p]} bytes, not {n}" for p, n in expected.items() if remote.get(p, n) != n)
-    if missing or wrong:
-        problems = ([f"missing {', '.join(missing)}"] if missing else []) + wrong
+    if problems := commit_problems(remote, expected, digests or {}):
         raise Failure("error", f"verification failed at {repo}@{revision[:12]}: {'; '.join(problems)}")
 
 
@@ -322,6 +351,7 @@ def upload(api: Any, args: argparse.Namespace, items: list[Item], card: bytes, c
                         "transient",
                         f"{item.path}: downloaded {os.path.getsize(local)} bytes, listed {item.size}",
                     )
+                check_sha256(local, item.path, item.sha256)
                 staged.append(
                     (item, CommitOperationAdd(path_in_repo=item.path, path_or_fileobj=local), local)
                 )
@@ -380,15 +410,16 @@ def _publish(
     disable_progress_bars()  # our own progress lines instead of tqdm bars on stderr
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     gcs = gcs_client()
-    items = list_export(gcs, args.source, console)
+    items = list_export(gcs, args.source, args.manifest, console)
     card = read_card(gcs, args.card)
     expected = {i.path: i.size for i in items} | {CARD_NAME: len(card)}
+    digests = {i.path: i.sha256 for i in items}
     where = f"{args.repo}@{args.branch}"
 
     published = find_published(api, args.repo, args.branch, args.run_id)
     if published is not None:
         sha = published.commit_id
-        verify(api, args.repo, sha, expected)
+        verify(api, args.repo, sha, expected, digests)
         said = f"run {args.run_id} is commit {sha} on {where}; {len(expected)} files verified"
         return "already-published", sha, said, expected, gcs
 
@@ -409,7 +440,7 @@ def _publish(
         args.repo, operations, commit_message=message, revision=args.branch, parent_commit=head
     )
     if commit.oid == head:  # every file already identical at the head: the client made no commit
-        verify(api, args.repo, head, expected)
+        verify(api, args.repo, head, expected, digests)
         return (
             "unchanged",
             head,
@@ -417,7 +448,7 @@ def _publish(
             expected,
             gcs,
         )
-    verify(api, args.repo, commit.oid, expected)
+    verify(api, args.repo, commit.oid, expected, digests)
     said = f"commit {commit.oid} on {where}; {len(expected)} files, {sum(expected.values())} bytes"
     return "published", commit.oid, said, expected, gcs
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.cluster import RunObject
-from rlpipe.control import blobstore
+from rlpipe.control import blobstore, outputs
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Ledger, RunRecord, now
 from rlpipe.control.logs import Logger
@@ -232,16 +232,8 @@ class Reconciler:
         return rules.execution_action(record, info, export)
 
     def _export(self, run_id: str) -> layout.Completeness:
-        """The export's completeness by the layout's rule (index + every shard it names)."""
-        run = layout.RunLayout(self.artifacts.bucket_name, run_id)
-        names = list(self.artifacts.list(run.hf_dir))
-        index = None
-        if run.hf_dir + layout.HF_INDEX in names:
-            try:
-                index = self.artifacts.read(run.hf_dir + layout.HF_INDEX).json()
-            except (ValueError, blobstore.NotFound):
-                index = {}
-        return layout.export_complete(names, run.hf_dir, index)
+        """The export's completeness by the layout's rule (the manifest, every file it lists)."""
+        return outputs.export_completeness(self.artifacts, run_id)
 
 
 # ---- wiring -------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, identity, layout, pinning, staging, steps
+from rlpipe.core import commands, export_manifest, identity, layout, pinning, staging, steps
 from rlpipe.core.identity import Stage
 from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
@@ -133,11 +133,13 @@ def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict
         return train_jobset(req, ctx, attempt, args, pinned_uri=pinned)
     if stage == "export":
         assert paths.inputs is not None
-        args = commands.export_args(req, paths.inputs, paths.output)
-        return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned)
+        args = commands.export_args(req, paths.inputs)
+        step_env = export_manifest.env(ctx.bucket, ctx.run_id)
+        return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned, step_env=step_env)
     if stage == "publish":
         assert paths.inputs is not None
-        args = publish_args(req, ctx, paths.inputs, paths.output)
+        run = layout.RunLayout(ctx.bucket, ctx.run_id)
+        args = publish_args(req, ctx, paths.inputs, run.uri(run.export_manifest), paths.output)
         return publish_job(req, ctx, attempt, args, card=ctx.model_card, program=ctx.publisher_program)
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
 

@@ -6,8 +6,9 @@ anyway, so the tutorials' slice-wide Job kept 7 or 15 hosts of TPU idle while ho
 completion index 0 runs the program.
 
 In both, the container runs a fixed script (``commands.convert_script`` / ``export_script``) that
-first reads the HF repo at the pinned sha (``pinning``) and then execs the program with ``"$@"``,
-and the stage's disk is an emptyDir sized by ``scratch.<stage>``.
+first reads the HF repo at the pinned sha (``pinning``) and then runs the program with ``"$@"``
+(export then uploads what the program wrote, with its manifest: ``export_manifest``), and the
+stage's disk is an emptyDir sized by ``scratch.<stage>``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ JOB_TTL_SECONDS = 3600
 REQUEST_EPHEMERAL_STORAGE = True
 
 
-def stage_env(req: Request, stage: Stage, revision: str, pinned_uri: str) -> list[dict[str, Any]]:
-    """Values the stage's script reads (never pasted into it), then the token from its Secret."""
+def stage_env(
+    req: Request, stage: Stage, revision: str, pinned_uri: str, step_env: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """Values the stage's script reads (never pasted into it), then the token from its Secret.
+    ``step_env``: the entries of the script's own last step (export: ``export_manifest.env``)."""
     env = [
         {"name": "TMPDIR", "value": pinning.TMP_DIR},
         {"name": pinning.ENV_PINNED_URI, "value": pinned_uri},
@@ -57,7 +61,7 @@ def stage_env(req: Request, stage: Stage, revision: str, pinned_uri: str) -> lis
         ]
     else:
         env.append({"name": pinning.ENV_PINNED_DIR, "value": pinning.EXPORT_PINNED_DIR})
-    return [*env, hf_token_env(req)]
+    return [*env, *(step_env or []), hf_token_env(req)]
 
 
 def stage_job(
@@ -69,6 +73,7 @@ def stage_job(
     *,
     revision: str,
     pinned_uri: str,
+    step_env: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     meta = metadata(req, ctx.run_id, stage, attempt, ctx.namespace)
     pod_labels = labels(req, ctx.run_id, stage, attempt)
@@ -82,7 +87,7 @@ def stage_job(
         "image": req.image,
         "command": ["/bin/bash", "-c", script, commands.SCRIPT_NAME],
         "args": list(args),
-        "env": stage_env(req, stage, revision, pinned_uri),
+        "env": stage_env(req, stage, revision, pinned_uri, step_env),
         "volumeMounts": [{"name": pinning.SCRATCH_VOLUME, "mountPath": pinning.SCRATCH_MOUNT}],
     }
     pod_spec: dict[str, Any] = {

@@ -31,11 +31,17 @@ TRANSIENT_EXIT_CODES = (75,)
 PUBLISHER_MARK = "rlpipe-publisher"  # first line of the program: how the simulator recognises it
 
 
-def publish_args(req: Request, ctx: RenderContext, source_uri: str, receipt_uri: str) -> list[str]:
+def publish_args(
+    req: Request, ctx: RenderContext, source_uri: str, manifest_uri: str, receipt_uri: str
+) -> list[str]:
+    """The program pushes exactly the files the export manifest lists (``--manifest``), each
+    checked against its sha256, and refuses any other object under ``--source``."""
     assert req.publish is not None
     return [
         "--source",
         source_uri,
+        "--manifest",
+        manifest_uri,
         "--receipt",
         receipt_uri,
         "--repo",

@@ -40,6 +40,7 @@ from rlpipe.local import pod_logs
 from rlpipe.local.controlplane.kubelet import SIGTERM_EXIT, Outcome
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.maxtext import PROGRAMS
+from rlpipe.local.simulator.pod_disk import PodDisk
 from rlpipe.local.simulator.program import Program, ProgramExit, identify
 from rlpipe.local.simulator.publisher import run_publish
 from rlpipe.local.simulator.timing import Pacer, Timing, WorkloadGone
@@ -133,9 +134,9 @@ class Services:
 
 class PlayedContainer:
     """The container's side of the world for one program on the real plane
-    (``rlpipe.local.simulator.program.ProgramContext``): GCS through the real client, output to the
-    pod's log file, time scaled by the stack's timing, and SIGTERM ends it mid-pause or before the
-    next write, as a killed process writes nothing more."""
+    (``rlpipe.local.simulator.program.ProgramContext``): GCS through the real client, local files
+    on the pod's own disk, output to the pod's log file, time scaled by the stack's timing, and
+    SIGTERM ends it mid-pause or before the next write, as a killed process writes nothing more."""
 
     export_shards = EXPORT_SHARDS
 
@@ -145,6 +146,7 @@ class PlayedContainer:
         self.services = services
         self.timing = timing
         self.pacer = Pacer(timing, sigterm)
+        self.disk = PodDisk()
 
     def now(self) -> float:
         return time.time()
@@ -161,7 +163,17 @@ class PlayedContainer:
 
     def write(self, uri: str, data: bytes | str) -> None:
         self.pacer.check()
+        if not uri.startswith("gs://"):
+            self.disk.write(uri, data)
+            return
         self.services.gcs.write(uri, data)
+
+    def local_path(self, path: str) -> Path:
+        return self.disk.path(path)
+
+    def claim(self, uri: str) -> None:
+        """Nothing to attribute: no event is dropped on the real plane."""
+        self.pacer.check()
 
     def list(self, prefix_uri: str) -> list[str]:
         return self.services.gcs.list(prefix_uri)
@@ -205,6 +217,8 @@ def play(ctx: PlayedContainer, *, program: Program) -> tuple[int, str]:
         code, reason = exc.code, exc.reason
     except WorkloadGone:
         return SIGTERM_EXIT, "Error"
+    finally:
+        ctx.disk.close()  # the container's disk goes with it
     if code != 0 and program.exit_hold > 0:
         ctx.log(
             f"{HOLD_MARK} the program exited {code}; holding this exit {program.exit_hold:g}s so that a "

@@ -12,7 +12,9 @@ this module knows MaxText and nothing about Kubernetes. Log lines are the progra
 absl's prefix (``.absl_log``); every one is described, with its source, in
 ``tests/fixtures/maxtext_facts.yaml``. The conversion and the export are played here, train_rl in
 ``.train_rl``; Orbax's checkpoint files are ``.orbax``'s, and the ``rlpipe-pin``/``rlpipe-fetch``
-steps, rlpipe's own script lines before each program, ``.pinning``'s.
+steps, rlpipe's own script lines before each program, ``.pinning``'s; the export script's last
+step, which uploads what to_huggingface wrote with its manifest, is rlpipe's own program, run for
+real (``.export_step``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import math
 import struct
 
 from rlpipe.local.simulator.absl_log import absl_line
+from rlpipe.local.simulator.export_step import run_manifest_step
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.orbax import (
     CHECKPOINT_METADATA,
@@ -146,7 +149,12 @@ def hf_tensor_names(layers: int = 2) -> list[str]:
 
 
 def run_export(ctx: ProgramContext, args: Arguments) -> int:
-    """``to_huggingface``: tokenizer, then config, then the shards, and the index last."""
+    """``to_huggingface``: tokenizer, then config, then the shards, and the index last.
+
+    Into ``base_output_directory`` as MaxText treats it (utils/utils.py:604-620): a ``gs://`` one
+    through a temporary staging directory, each file uploaded as it is saved; a local one (what the
+    pipeline passes) directly, with nothing uploaded. The export script's own last step, which
+    uploads a local one with its manifest, is rlpipe's, run for real after (``.export_step``)."""
     load = args.require("load_parameters_path")
     base = args.require("base_output_directory")
     pinned_steps(ctx, args)
@@ -160,8 +168,11 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
             ctx, "I", "to_huggingface.py:509", f"Elapse for checkpoint load: {total * 0.4 / 60:.2f} min"
         )
     )
-    staging = f"{args.env.get('TMPDIR', '/tmp')}/maxtext_hf_save_{now_ns(ctx) % 10**8:08d}"
-    ctx.log(absl_line(ctx, "I", "utils.py:615", f"   Using temporary local staging directory: {staging}"))
+    if base.startswith("gs://"):
+        staging = f"{args.env.get('TMPDIR', '/tmp')}/maxtext_hf_save_{now_ns(ctx) % 10**8:08d}"
+        ctx.log(absl_line(ctx, "I", "utils.py:615", f"   Using temporary local staging directory: {staging}"))
+    else:
+        ctx.log(absl_line(ctx, "I", "utils.py:619", f"   Using local directory: {base}"))
     tokenizer = {"_simulated": SIMULATED_NOTE}
     for name in TOKENIZER_FILES:
         ctx.write(join(base, name), json_bytes(tokenizer))
@@ -186,13 +197,16 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
         total_size += size
         weight_map.update(dict.fromkeys(group, file))
         if i == 1:
-            ctx.hook("peak")  # oom strikes after the first shard: a partial export is left behind
+            ctx.hook("peak")  # oom strikes after the first shard (on a gs:// base, a partial export stays)
     if shards > 1:
         index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
         ctx.write(join(base, HF_INDEX), json.dumps(index, indent=2, sort_keys=True).encode())
     message = f"\u2705 MaxText model successfully saved in HuggingFace format at {base}"
     ctx.log(absl_line(ctx, "I", "to_huggingface.py:464", message))
     ctx.log(absl_line(ctx, "I", "to_huggingface.py:581", f"Overall Elapse: {total / 60:.2f} min"))
+    if "manifest" in args.steps:
+        ctx.pause(total * 0.1)  # the upload
+        run_manifest_step(ctx, args)
     return 0
 
 

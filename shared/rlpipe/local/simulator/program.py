@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 PUBLISHER = "rlpipe.publisher.program"  # shipped as `python3 -c <source>` (core/manifests/publish.py)
@@ -44,7 +46,15 @@ class ProgramContext(Protocol):
     def log(self, line: str) -> None: ...
     def pause(self, simulated_seconds: float) -> None: ...
     def duration(self, name: str) -> float: ...
-    def write(self, uri: str, data: bytes | str) -> None: ...
+    def write(self, uri: str, data: bytes | str) -> None:
+        """To GCS (a ``gs://`` URI) or to the pod's own disk (an absolute container path)."""
+
+    def local_path(self, path: str) -> Path:
+        """Where a container path on the pod's own disk lies on this machine."""
+
+    def claim(self, uri: str) -> None:
+        """A script step run for real is about to write this object for this workload."""
+
     def list(self, prefix_uri: str) -> list[str]: ...
     def exists_under(self, prefix_uri: str) -> bool: ...
     def exists(self, uri: str) -> bool: ...
@@ -63,7 +73,9 @@ class Arguments:
     values: Mapping[str, str]
     flags: Mapping[str, str]
     env: Mapping[str, str] = field(default_factory=dict)  # the container's plain env values
-    steps: tuple[str, ...] = ()  # rlpipe script steps before the program: "pin", "fetch"
+    steps: tuple[str, ...] = ()  # rlpipe script steps around the program: "pin", "fetch", "manifest"
+    # the `python3 -c` source of each script step that is run for real ("manifest"), from the script
+    step_programs: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.values.get(key, default)
@@ -117,8 +129,16 @@ _SCRIPT_MODULE = re.compile(r'(?:^|[\s;&|])(?:exec\s+)?python3?\s+-m\s+([A-Za-z_
 _INDEX_GATE = re.compile(r"JOB_COMPLETION_INDEX[^\n]*\n(?:[^\n]*\n){0,3}?\s*exit\s+0", re.MULTILINE)
 
 
-# rlpipe's own script steps before the program (core/pinning.py), recognised by what they print.
-_SCRIPT_STEPS = {"pin": "rlpipe-pin:", "fetch": "rlpipe-fetch:", "inputs": "rlpipe-inputs:"}
+# rlpipe's own script steps around the program (core/pinning.py, core/staging.py,
+# core/export_manifest.py), recognised by what they print.
+_SCRIPT_STEPS = {
+    "pin": "rlpipe-pin:",
+    "fetch": "rlpipe-fetch:",
+    "inputs": "rlpipe-inputs:",
+    "manifest": "rlpipe-manifest:",
+}
+# The steps the simulator runs for real: their program's text is taken from the script.
+_REAL_STEPS = ("manifest",)
 # A script that holds the program's failed exit (core/commands.held_exit), and for how long.
 _EXIT_HOLD = re.compile(r"^hold_seconds=(\d+)$", re.MULTILINE)
 
@@ -152,7 +172,8 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
             script = argv[2] if len(argv) > 2 and argv[1] == "-c" else ""
             env = {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
             steps = tuple(step for step, mark in _SCRIPT_STEPS.items() if mark in script)
-            args = replace(Arguments.parse(rest), env=env, steps=steps)
+            programs = script_programs(script, [s for s in steps if s in _REAL_STEPS])
+            args = replace(Arguments.parse(rest), env=env, steps=steps, step_programs=programs)
             hold = _EXIT_HOLD.search(script)
             secrets = tuple(
                 (e["name"], ref["name"], ref["key"])
@@ -171,6 +192,24 @@ def identify(pod_spec: Mapping[str, Any]) -> Program | None:
                 secret_env=secrets,
             )
     return None
+
+
+def script_programs(script: str, steps: list[str]) -> dict[str, str]:
+    """The ``python3 -c <program>`` text of each of ``steps`` in a container script, read as bash
+    reads its words (the script quotes each program with ``shlex.quote``)."""
+    if not steps:
+        return {}
+    try:
+        words = shlex.split(script)
+    except ValueError:
+        return {}
+    found: dict[str, str] = {}
+    for i, word in enumerate(words[:-2]):
+        if posixpath.basename(word).startswith("python") and words[i + 1] == "-c":
+            for step in steps:
+                if _SCRIPT_STEPS[step] in words[i + 2]:
+                    found[step] = words[i + 2]
+    return found
 
 
 def parse_argv(argv: list[str]) -> tuple[str, list[str], bool] | None:

@@ -1,17 +1,19 @@
 """One run of a MaxText program inside one pod's main container.
 
 It is the container's side of the world for :mod:`maxtext`: logs go to the pod's log, files
-to GCS, time passes through the workload's pacer (so a deleted workload stops mid-write), and
-the programs' fault hooks are answered from the scenario.
+to GCS or to the pod's own disk (``pod_disk``), time passes through the workload's pacer (so a
+deleted workload stops mid-write), and the programs' fault hooks are answered from the scenario.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.maxtext import PROGRAMS, Arguments, ProgramExit
+from rlpipe.local.simulator.pod_disk import PodDisk
 from rlpipe.local.simulator.pods import PodSim
 from rlpipe.local.simulator.program import Program
 from rlpipe.local.simulator.publisher import run_publish
@@ -60,6 +62,7 @@ class ProgramRun:
         self.pod = pod
         self.env = workload.env
         self.export_shards = workload.env.export_shards
+        self.disk = PodDisk()
 
     def now(self) -> float:
         return self.env.now()
@@ -75,9 +78,19 @@ class ProgramRun:
 
     def write(self, uri: str, data: bytes | str) -> None:
         self.workload.pacer.check()  # a deleted workload writes nothing more
+        if not uri.startswith("gs://"):
+            self.disk.write(uri, data)
+            return
         self.env.gcs.write(uri, data)
         self.env.wrote(uri, self.workload.name, self.workload.stage, self.workload.attempt)
         self.env.record(self.workload.name, "file", uri)
+
+    def local_path(self, path: str) -> Path:
+        return self.disk.path(path)
+
+    def claim(self, uri: str) -> None:
+        self.workload.pacer.check()
+        self.env.wrote(uri, self.workload.name, self.workload.stage, self.workload.attempt)
 
     def list(self, prefix_uri: str) -> list[str]:
         return self.env.gcs.list(prefix_uri)
@@ -122,4 +135,6 @@ class ProgramRun:
             return Outcome(exc.code, exc.reason, exc.message)
         except Disrupted as exc:
             return Outcome(143, "Error", disruption=exc.fault)
+        finally:
+            self.disk.close()  # the container's disk goes with it
         return Outcome(code, "Completed" if code == 0 else "Error")
