@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, cost, identity, layout, presets, staging, steps, tpu
+from rlpipe.core import commands, cost, identity, layout, presets, staging, step_counts, steps, tpu
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
@@ -89,7 +89,7 @@ def build_plan(
     rows = ((data or {}).get("train") or {}).get("num_examples")
     examples = staging.training_examples(req.dataset.repo, req.dataset.evaluated_repo, rows)
     final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
-    saved = steps.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
+    saved = step_counts.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output
     train_paths = stage_paths(req, ctx, "train", 1)
