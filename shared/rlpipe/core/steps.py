@@ -293,17 +293,10 @@ class TrainingSteps:
         return self.num_test_batches > 0
 
 
-def _int(key: str, value: Any, minimum: int | None, maximum: int = MAX_TRAIN_STEPS) -> int:
-    """A whole number in range; a larger one is refused before any arithmetic uses it."""
+def _int(key: str, value: Any, minimum: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
         floor = "" if minimum is None else f" >= {minimum}"
         raise ConfigProblem(key, f"{_shown(value)} is not a whole number{floor}", f"write an integer{floor}")
-    if abs(value) > maximum:
-        raise ConfigProblem(
-            key,
-            f"{_shown(value)} is beyond what a run can hold (at most {maximum:,})",
-            f"write a number of at most {maximum:,}",
-        )
     return value
 
 
@@ -391,7 +384,7 @@ def effective_steps(
         max_to_keep=_int(key("max_num_checkpoints_to_keep"), values["max_num_checkpoints_to_keep"], 1),
         enable_checkpointing=True,
         eval_interval=_int(key("eval_interval"), values["eval_interval"], None),
-        num_test_batches=_int(key("num_test_batches"), values["num_test_batches"], 0, MAX_EVALUATIONS),
+        num_test_batches=_int(key("num_test_batches"), values["num_test_batches"], 0),
         batch_size=max(1, batch_size),
         agentic=agentic,
         max_prefill_predict_length=max_prefill_predict_length,
