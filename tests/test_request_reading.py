@@ -393,11 +393,11 @@ def _omegaconf_reads(key: str, text: str) -> Any:
 _paths = st.one_of(
     st.builds(
         lambda pre, body, post: pre + body + post,
-        st.sampled_from(["", " ", "'", '"', "\t", "!!str ", "? ", "- ", "&a ", "{", "[", "${", "\\"]),
+        st.sampled_from(["", "", "", "", " ", "'", '"', "\t", "!!str ", "? ", "- ", "&a ", "{", "[", "${", "\\"]),
         st.sampled_from(
             [OTHER_RUN, OWN, "gs://team-data/gsm8k/", "GS://rlpipe-artifacts/runs/x/y", "plain/path"]
         ),
-        st.sampled_from(["", " ", "'", '"', " #c", "\n", "}", "]", ": x", "?"]),
+        st.sampled_from(["", "", "", "", " ", "'", '"', " #c", "\n", "}", "]", ": x", "?", "/more"]),
     ),
     st.text(max_size=40),
 )

@@ -293,10 +293,19 @@ class TrainingSteps:
         return self.num_test_batches > 0
 
 
-def _int(key: str, value: Any, minimum: int | None) -> int:
+def _int(key: str, value: Any, minimum: int | None, maximum: int = MAX_TRAIN_STEPS) -> int:
+    """A whole number in range. The value is the one MaxText reads, which no bound on the document
+    limits ("0x" and 400 f's is a 1,600-bit number), so a larger one is refused before any float
+    arithmetic can overflow on it."""
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
         floor = "" if minimum is None else f" >= {minimum}"
         raise ConfigProblem(key, f"{_shown(value)} is not a whole number{floor}", f"write an integer{floor}")
+    if abs(value) > maximum:
+        raise ConfigProblem(
+            key,
+            f"{_shown(value)} is beyond what a run can hold (at most {maximum:,})",
+            f"write a number of at most {maximum:,}",
+        )
     return value
 
 

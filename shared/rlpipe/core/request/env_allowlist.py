@@ -223,7 +223,7 @@ def _not_allowed(
     if family is not None:
         return (
             f"{name} is in the family {family} this deployment allows, but {verdict.reason}",
-            f"remove it, or ask the operator to list it in {SETTING}",
+            "remove it: a deployment may add only names whose every word rlpipe knows (docs/security.md)",
         )
     return (
         f"{name} is not on this deployment's allowlist of variables for {path}",

@@ -94,13 +94,8 @@ def vllm_maxtext_map(request: Request) -> dict[str, Scalar]:
 def arguments(request: Request) -> list[Argument]:
     """Every argument of convert, train and export that carries request data."""
     t = request.training
-    found = [
-        Argument("model", f"model_name={request.model}", ("model_name",), request.model),
-        Argument(
-            "training.scan_layers", f"scan_layers={render(t.scan_layers)}", ("scan_layers",), t.scan_layers
-        ),
-    ]
-    for field, key in _KEY_OF_TRAINING.items():
+    found = [Argument("model", f"model_name={request.model}", ("model_name",), request.model)]
+    for field, key in _KEY_OF_TRAINING.items():  # scan_layers included (convert and export pass it too)
         value = getattr(t, field)
         if value is None:
             continue  # not passed, or the pipeline's own (the pinned tokenizer)
