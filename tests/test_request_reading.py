@@ -393,7 +393,9 @@ def _omegaconf_reads(key: str, text: str) -> Any:
 _paths = st.one_of(
     st.builds(
         lambda pre, body, post: pre + body + post,
-        st.sampled_from(["", "", "", "", " ", "'", '"', "\t", "!!str ", "? ", "- ", "&a ", "{", "[", "${", "\\"]),
+        st.sampled_from(
+            ["", "", "", "", " ", "'", '"', "\t", "!!str ", "? ", "- ", "&a ", "{", "[", "${", "\\"]
+        ),
         st.sampled_from(
             [OTHER_RUN, OWN, "gs://team-data/gsm8k/", "GS://rlpipe-artifacts/runs/x/y", "plain/path"]
         ),
