@@ -138,7 +138,7 @@ def _refuse_unresolved(node: DictConfig | ListConfig, path: tuple[str, ...]) -> 
                 "environment variable with oc.env)",
                 "give a literal value without ${",
             )
-        child = node._get_node(key)
+        child = node[key]  # neither missing nor an interpolation: reading it resolves nothing
         if isinstance(child, DictConfig | ListConfig):
             _refuse_unresolved(child, (*path, str(key)))
 

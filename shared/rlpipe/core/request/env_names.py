@@ -139,7 +139,7 @@ REFUSED: dict[str, tuple[str, ...]] = {
         "apikey",
     ),
     "a namespace the pipeline, MaxText or a cloud client owns": (
-        "m",  # MaxText reads M_<KEY> as a config override (pyconfig.py:43, 124-125, 519-545)
+        "m",  # MaxText reads M_<KEY> as a config override (pyconfig.py:43, 124-125, 519-553)
         "maxtext",
         "megascale",
         "rlpipe",
