@@ -22,7 +22,7 @@ What ``maxtext.configs.pyconfig`` does with its argv, at tag ``maxtext-v0.2.4``
 * ``_prepare_for_pydantic`` (:254-324), on top-level keys: the string ``none`` in any case becomes
   None (:274-275); four list keys are coerced from a string (:286-287, ``_coerce_to_list``
   :216-236); ``""`` becomes None for seven keys (:290-302). Applied here to the top-level key.
-* ``M_<KEY>`` environment variables override keys (:43, :124-125, :520-545): no argument is
+* ``M_<KEY>`` environment variables override keys (:43, :124-125, :519-553): no argument is
   involved; ``core.request.env_allowlist`` refuses every ``M_`` name.
 
 Pure and cached: the same text always reads the same, and requests repeat their presets' values.
