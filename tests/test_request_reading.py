@@ -300,6 +300,12 @@ def test_what_maxtexts_reader_fails_on_or_would_resolve_is_unreadable(argument: 
         maxtext_reader.read(argument)
 
 
+def test_omegaconfs_missing_marker_is_named_for_what_it_does() -> None:
+    """A merge keeps the default a ``???`` would replace (pyconfig.py:446-453, 514): the value is lost."""
+    with pytest.raises(maxtext_reader.Unreadable, match="missing-value marker"):
+        maxtext_reader.read("rl.system_prompt=???")
+
+
 def test_a_key_path_keeps_case_and_follows_omegaconfs_escapes() -> None:
     assert maxtext_reader.key_path("Load_Parameters_Path") == ("Load_Parameters_Path",)
     assert maxtext_reader.key_path("rl.run_name") == ("rl", "run_name")
