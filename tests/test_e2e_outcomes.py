@@ -83,7 +83,7 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     local: Local, faults: Any
 ) -> None:
     faults([])
-    repo = f"e2e/{os.urandom(4).hex()}"
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
     run_id = local.submit(local.request(gate={"min_reward_gain": 0.1}, publish={"repo": repo}))
     record = local.wait(run_id, expected=30)
     assert record.state == "succeeded", record.failure
@@ -129,7 +129,7 @@ def test_a_sweep_file_becomes_its_children_with_one_conversion_and_only_the_winn
     from tests.harness.functions import gcs_event, post
 
     faults([])
-    repo = f"e2e/{os.urandom(4).hex()}"
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
     grid = {"maxtext_overrides.rl.grpo_beta": [0.16, 0.04, 0.08]}
     path = local.request(
         fresh_cache=True,

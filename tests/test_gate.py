@@ -81,7 +81,9 @@ def test_a_nan_reward_is_missing_not_a_pass() -> None:
 
 
 def test_request_gate_and_publish_fields_with_their_defaults() -> None:
-    req = validate_request(minimal_request(gate={"min_post_mean_reward": 0.5}, publish={"repo": "me/tuned"}))
+    req = validate_request(
+        minimal_request(gate={"min_post_mean_reward": 0.5}, publish={"repo": "rlpipe-demo/tuned"})
+    )
     assert req.gate is not None and req.gate.min_post_mean_reward == 0.5 and req.gate.min_reward_gain is None
     assert req.publish is not None
     assert (req.publish.private, req.publish.branch) == (True, "main")  # private by default
@@ -100,7 +102,7 @@ def test_request_gate_and_publish_fields_with_their_defaults() -> None:
             "could not be evaluated",
         ),
         (
-            {"publish": {"repo": "me/tuned", "token_secret": {"name": "hf-token", "key": "token"}}},
+            {"publish": {"repo": "rlpipe-demo/tuned", "token_secret": {"name": "hf-token", "key": "token"}}},
             "publish.token_secret",
             "same Secret as the read token",
         ),

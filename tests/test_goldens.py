@@ -101,7 +101,7 @@ def test_each_provisioning_mode_matches_its_golden(mode: str) -> None:
     example = next(p for p in EXAMPLES if p.stem == "gemma4-26b-v6e-32")
     doc = yaml.safe_load(example.read_text())
     doc["tpu"] = {"provisioning": mode, **({"reservation": "tpu-v6e-res"} if mode == "reservation" else {})}
-    req = validate_request(doc)
+    req = validate_request(doc, Policy(reservations=("tpu-v6e-res",)))  # a reservation the deployment lists
     assert req.request_id
     ctx = RenderContext(
         run_id=identity.run_id_for(identity.key_for_request_id(req.request_id)), bucket=BUCKET

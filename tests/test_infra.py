@@ -461,6 +461,35 @@ def test_function_environment(tf: dict[str, Any]) -> None:
         assert env.get("RLPIPE_WORKLOAD_SERVICE_ACCOUNT") == "rlpipe-workload"
 
 
+@pytest.mark.parametrize(
+    ("variable", "env_name", "default"),
+    [
+        ("allowed_publish_repos", "RLPIPE_ALLOWED_PUBLISH_REPOS", "DEFAULT_PUBLISH_REPOS"),
+        ("allowed_queues", "RLPIPE_ALLOWED_QUEUES", "DEFAULT_QUEUES"),
+        ("allowed_reservations", "RLPIPE_ALLOWED_RESERVATIONS", "DEFAULT_RESERVATIONS"),
+        ("allowed_node_pools", "RLPIPE_ALLOWED_NODE_POOLS", "DEFAULT_NODE_POOLS"),
+    ],
+)
+def test_each_target_allowlist_reaches_every_function_with_the_checks_defaults(
+    tf: dict[str, Any], variable: str, env_name: str, default: str
+) -> None:
+    """The publish, queue, reservation and node pool allowlists (core/request/targets.py): a
+    Terraform variable whose default is what the request check defaults to, joined into each
+    function's environment (and so into cli_env, which is built from the same table)."""
+    from rlpipe.core.request import targets
+
+    text = (TF_DIR / "variables.tf").read_text()
+    block = re.search(rf'variable "{variable}" \{{(.*?)\n\}}', text, re.DOTALL)
+    assert block, f"no terraform variable {variable}"
+    declared = re.search(r"default\s+= (\[.*?\])", block.group(1))
+    assert declared and tuple(yaml.safe_load(declared.group(1))) == getattr(targets, default)
+    functions = (TF_DIR / "functions.tf").read_text()
+    assert re.search(rf"{env_name}\s+= join\(\",\", var\.{variable}\)", functions), env_name
+    for entry, (fn,) in functions_by_entry_point(tf).items():
+        env = resolve(tf, fn["service_config"].get("environment_variables"))
+        assert env_name in env, f"{entry} lacks {env_name}"
+
+
 def test_function_resource_wires_the_table() -> None:
     """What tfparse cannot expand, read from the source: the env and secret blocks use the table."""
     text = (TF_DIR / "functions.tf").read_text()

@@ -255,7 +255,7 @@ def test_user_strings_never_reach_a_shell_line() -> None:
 
 
 def test_reservation_pins_tpu_pods() -> None:
-    req = validate_request(minimal_request(tpu={"reservation": "my-res"}))
+    req = validate_request(minimal_request(tpu={"reservation": "my-res"}), Policy(reservations=("my-res",)))
     pod = _rjob(render(req, "train", 1, CTX), "worker")["template"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"]["cloud.google.com/reservation-name"] == "my-res"
 

@@ -35,7 +35,7 @@ from tests.conftest import Buckets, minimal_request
 
 BASE = "google/gemma-4-26b-a4b-it"
 SHA = "0123456789abcdef0123456789abcdef01234567"
-REPO = "acme/gemma-4-26b-grpo"
+REPO = "rlpipe-demo/gemma-4-26b-grpo"  # an organisation the default allowlist publishes to
 BUCKET = "rlpipe-artifacts"
 RUN = "rcard00000001"
 TOKEN = "hf_" + "CardTestWriteTokenForTheHubDouble" + "x1"

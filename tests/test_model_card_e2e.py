@@ -23,7 +23,7 @@ def test_a_model_published_after_a_promote_says_it_was_promoted_past_its_failed_
     from rlpipe.cli.runs import call_stage
 
     faults([])
-    repo = f"e2e/{os.urandom(4).hex()}"
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
     run_id = local.submit(local.request(gate={"min_post_mean_reward": 0.99}, publish={"repo": repo}))
     assert local.wait(run_id).state == "gated"
     reason = "reviewed the samples by hand: ship it"

@@ -10,6 +10,7 @@ from rlpipe.core import cost, presets
 from rlpipe.core.plan import build_plan
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import provisioning, validate_request
+from rlpipe.core.request.policy import Policy
 from tests.conftest import minimal_request
 
 
@@ -37,12 +38,13 @@ def test_spot_gets_a_checkpoint_period_that_bounds_the_loss_by_the_stated_rule()
 
 def test_flex_start_runs_through_the_provisioning_request_queue_unless_one_is_named() -> None:
     assert validate_request(minimal_request(tpu={"provisioning": "flex-start"})).tpu.queue == "flex-queue"
+    ours = Policy(queues=("mine", "user-queue", "flex-queue"))  # a queue of its own, the deployment lists
     assert (
-        validate_request(minimal_request(tpu={"provisioning": "flex-start", "queue": "mine"})).tpu.queue
+        validate_request(minimal_request(tpu={"provisioning": "flex-start", "queue": "mine"}), ours).tpu.queue
         == "mine"
     )
     assert validate_request(minimal_request()).tpu.queue == "user-queue"
-    mine = validate_request(minimal_request(tpu={"provisioning": "flex-start", "queue": "mine"}))
+    mine = validate_request(minimal_request(tpu={"provisioning": "flex-start", "queue": "mine"}), ours)
     assert "ProvisioningRequest admission check" in provisioning.warnings(mine.model_dump(mode="python"))[0]
 
 

@@ -222,7 +222,7 @@ def test_on_the_local_stack_the_pages_say_simulated_and_a_reused_conversion_is_a
     image = f"us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:{os.urandom(4).hex()}"
     runs_ = []
     for _ in range(2):
-        repo = f"e2e/{os.urandom(4).hex()}"
+        repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
         run_id = local.submit(local.request(image=image, publish={"repo": repo}))
         record = local.wait(run_id, expected=30)
         assert record.state == "succeeded", record.failure

@@ -153,8 +153,10 @@ def test_digest_pinned_image_is_accepted() -> None:
     ("overrides", "path", "fragment"),
     [
         ({"Bad-Key": 1}, "maxtext_overrides.Bad-Key", "not a MaxText config key"),
-        ({"eval_interval": "1; rm -rf /"}, "maxtext_overrides.eval_interval", "shell metacharacter"),
-        ({"eval_interval": "a\nb"}, "maxtext_overrides.eval_interval", "newline"),
+        # No value reaches a shell ("$@"): what matters is what MaxText reads, here text for a number,
+        # and a line break that YAML folds into a space.
+        ({"eval_interval": "1; rm -rf /"}, "maxtext_overrides.eval_interval", "not a whole number"),
+        ({"eval_interval": "a\nb"}, "maxtext_overrides.eval_interval", "as the text 'a b'"),
         (
             {"base_output_directory": "gs://x"},
             "maxtext_overrides.base_output_directory",
@@ -190,6 +192,8 @@ def test_checkpointing_off_is_refused_with_the_key_and_the_reason() -> None:
         ]
         assert "finished training cannot be told from a crashed one" in message
         assert "export has nothing to read" in message
+        # and the text "false" is also refused for being read as another type than written
+        assert ("as the boolean false" in message) == isinstance(value, str)
 
 
 def test_step_overrides_that_keep_the_end_verifiable_are_accepted() -> None:
@@ -199,7 +203,7 @@ def test_step_overrides_that_keep_the_end_verifiable_are_accepted() -> None:
         ({"num_epoch": 2}, 100),
         ({"train_fraction": 0.5}, 25),
         ({"num_iterations": 2}, 100),
-        ({"num_epoch": "3"}, 150),
+        ({"num_epoch": 3}, 150),
         ({"enable_checkpointing": True, "max_num_checkpoints_to_keep": 3}, 50),
     ):
         assert steps.final_step(validate_request(minimal_request(maxtext_overrides=overrides))) == final

@@ -207,7 +207,7 @@ def test_budgets_count_only_the_current_rounds_attempts() -> None:
 
 
 def test_forced_stages_and_first_attempts() -> None:
-    record = _record("rretry000009", publish={"repo": "org/model"})
+    record = _record("rretry000009", publish={"repo": "rlpipe-demo/model"})
     assert retry.forced_stages(record) == set()
     assert retry.first_attempts(record) == {"convert": 1, "train": 4, "export": 1, "publish": 1}
     record.reopen()

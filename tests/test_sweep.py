@@ -119,9 +119,9 @@ def test_children_that_would_be_the_same_run_are_refused() -> None:
 
 
 def test_a_sweep_that_publishes_needs_a_select_rule() -> None:
-    publish = {"repo": "org/model", "private": True}
+    publish = {"repo": "rlpipe-demo/model", "private": True}
     [problem] = _problems(sweep={"grid": GRID}, publish=publish)
-    assert problem.path == "sweep.select" and "org/model@main" in problem.message
+    assert problem.path == "sweep.select" and "rlpipe-demo/model@main" in problem.message
     assert _request(sweep={"grid": GRID, "select": {"metric": "post_mean_reward"}}, publish=publish)
 
 

@@ -125,6 +125,10 @@ locals {
     RLPIPE_NOTIFY_TOPICS            = join(",", var.notify_topics)
     RLPIPE_ALLOW_USER_CODE          = var.allow_user_code ? "true" : "false"
     RLPIPE_MAX_SWEEP_CHILDREN       = tostring(var.max_sweep_children)
+    RLPIPE_ALLOWED_PUBLISH_REPOS    = join(",", var.allowed_publish_repos)
+    RLPIPE_ALLOWED_QUEUES           = join(",", var.allowed_queues)
+    RLPIPE_ALLOWED_RESERVATIONS     = join(",", var.allowed_reservations)
+    RLPIPE_ALLOWED_NODE_POOLS       = join(",", var.allowed_node_pools)
     RLPIPE_PRICES                   = var.tpu_prices_json
     # The only identity the stage function takes the workflow's operations from (plan, launch,
     # status, gate, select, finish, cleanup; control/identities.py); operators cancel, retry and promote.

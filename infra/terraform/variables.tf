@@ -340,9 +340,13 @@ variable "allowed_image_prefixes" {
 }
 
 variable "allowed_env" {
-  description = "RLPIPE_ALLOWED_ENV: environment variables a request may set beyond the built-in allowlist (shared/rlpipe/core/request/env_allowlist.py), as NAME or PREFIX*. Names the pipeline sets, proxies, endpoints and loader or interpreter start-up variables stay refused whatever is listed."
+  description = "RLPIPE_ALLOWED_ENV: environment variables a request may set beyond the built-in allowlist (shared/rlpipe/core/request/env_allowlist.py), as NAME or a family WORD_*. Every word of a name must be one docs/security.md lists as harmless: a word saying proxy, CA or certificate, endpoint, URL, host, server, resolver, emulator, plugin, code path or credential is refused whatever is listed, and so is '*' (the functions refuse to load)."
   type        = list(string)
   default     = []
+  validation {
+    condition     = alltrue([for n in var.allowed_env : can(regex("^[A-Za-z_][A-Za-z0-9_]*$", n)) || can(regex("^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*_\\*$", n))])
+    error_message = "each entry is a variable NAME or a family of whole words ending in _* (such as VLLM_LOGGING_*); '*' alone is never allowed."
+  }
 }
 
 variable "read_token_secrets" {
@@ -364,6 +368,46 @@ variable "read_only_gcs_prefixes" {
   validation {
     condition     = alltrue([for p in var.read_only_gcs_prefixes : startswith(p, "gs://") && endswith(p, "/")])
     error_message = "each read-only prefix is gs://bucket/path/ (ending in /)."
+  }
+}
+
+variable "allowed_publish_repos" {
+  description = "RLPIPE_ALLOWED_PUBLISH_REPOS: Hugging Face Hub repositories a request may publish to with the deployment's write token, as org/ (any repository of the organisation) or org/name. Default: the organisation examples/ publish to; list your own."
+  type        = list(string)
+  default     = ["rlpipe-demo/"]
+  validation {
+    condition     = alltrue([for r in var.allowed_publish_repos : can(regex("^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/([A-Za-z0-9][A-Za-z0-9_.-]{0,95})?$", r))])
+    error_message = "each entry is org/ or org/name (no wildcard)."
+  }
+}
+
+variable "allowed_queues" {
+  description = "RLPIPE_ALLOWED_QUEUES: Kueue LocalQueues a request may name as tpu.queue. Default: the queues the presets name (user-queue; flex-queue for flex-start)."
+  type        = list(string)
+  default     = ["flex-queue", "user-queue"]
+  validation {
+    condition     = alltrue([for q in var.allowed_queues : can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", q))])
+    error_message = "each entry is a LocalQueue name (a DNS label, no wildcard)."
+  }
+}
+
+variable "allowed_reservations" {
+  description = "RLPIPE_ALLOWED_RESERVATIONS: TPU reservations a request may name as tpu.reservation. Default: none (the presets name none)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for r in var.allowed_reservations : can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", r))])
+    error_message = "each entry is a reservation name (a DNS label, no wildcard)."
+  }
+}
+
+variable "allowed_node_pools" {
+  description = "RLPIPE_ALLOWED_NODE_POOLS: node pools a request may name as cpu_job.node_pool or pathways.head_node_pool. Default: the pool the presets name (cpu-np)."
+  type        = list(string)
+  default     = ["cpu-np"]
+  validation {
+    condition     = alltrue([for n in var.allowed_node_pools : can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", n))])
+    error_message = "each entry is a node pool name (a DNS label, no wildcard)."
   }
 }
 

@@ -35,6 +35,11 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
+def _optional_list(name: str) -> tuple[str, ...] | None:
+    """A comma-separated setting whose default lives with the request checks: None when unset."""
+    return None if os.environ.get(ENV_PREFIX + name) is None else _list(name, ())
+
+
 def _switch(name: str) -> bool:
     """An on/off setting, off when unset; a value that is neither is refused by name, since reading
     a typo as "off" or "on" would each surprise someone."""
@@ -111,6 +116,15 @@ class Settings:
     allow_user_code: bool = False
     # The most children one sweep may make: RLPIPE_MAX_SWEEP_CHILDREN (docs/sweeps.md).
     max_sweep_children: int = DEFAULT_MAX_SWEEP_CHILDREN
+    # What a request may name outside its run (rlpipe.core.request.targets; docs/security.md):
+    # Hub repositories it publishes to (ALLOWED_PUBLISH_REPOS: org/ or org/name), Kueue LocalQueues
+    # (ALLOWED_QUEUES), TPU reservations (ALLOWED_RESERVATIONS) and node pools (ALLOWED_NODE_POOLS).
+    # None (unset): the defaults, what the presets name and the organisation the examples publish
+    # to (rlpipe.core.request.targets, read only where a request is checked).
+    allowed_publish_repos: tuple[str, ...] | None = None
+    allowed_queues: tuple[str, ...] | None = None
+    allowed_reservations: tuple[str, ...] | None = None
+    allowed_node_pools: tuple[str, ...] | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -146,11 +160,21 @@ class Settings:
             notify_topics=_list("NOTIFY_TOPICS", cls.notify_topics),
             allow_user_code=_switch("ALLOW_USER_CODE"),
             max_sweep_children=int(_positive(_env("MAX_SWEEP_CHILDREN"), cls.max_sweep_children)),
+            allowed_publish_repos=_optional_list("ALLOWED_PUBLISH_REPOS"),
+            allowed_queues=_optional_list("ALLOWED_QUEUES"),
+            allowed_reservations=_optional_list("ALLOWED_RESERVATIONS"),
+            allowed_node_pools=_optional_list("ALLOWED_NODE_POOLS"),
         )
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
-        """The allowlists a request is checked against."""
+        """The allowlists a request is checked against. Raises ``SettingsInvalid`` (a
+        ``RequestInvalid``) for a setting that can never be right, such as ``RLPIPE_ALLOWED_ENV=*``:
+        the deployment is refused when it loads, not each request."""
+        from rlpipe.core.request import targets
         from rlpipe.core.request.policy import Policy
+
+        def given(value: tuple[str, ...] | None, default: tuple[str, ...]) -> tuple[str, ...]:
+            return default if value is None else value  # set but empty: none allowed
 
         return Policy(
             project=self.project,
@@ -163,6 +187,10 @@ class Settings:
             notify_topics=self.notify_topics,
             allow_user_code=self.allow_user_code,
             max_sweep_children=self.max_sweep_children,
+            publish_repos=given(self.allowed_publish_repos, targets.DEFAULT_PUBLISH_REPOS),
+            queues=given(self.allowed_queues, targets.DEFAULT_QUEUES),
+            reservations=given(self.allowed_reservations, targets.DEFAULT_RESERVATIONS),
+            node_pools=given(self.allowed_node_pools, targets.DEFAULT_NODE_POOLS),
             source=source,
         )
 

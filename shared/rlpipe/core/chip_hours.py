@@ -16,6 +16,9 @@ from typing import Any
 from rlpipe.core.timestamps import parse_rfc3339
 
 TPU_RESOURCE = "google.com/tpu"
+# The most TPU chips one pod can hold: a TPU host has at most 8; anything above this ceiling is not a
+# chip count (read as none, like one that does not parse), so no product overflows a float.
+MAX_CHIPS_PER_POD = 4096
 
 
 def _chips(pod: Mapping[str, Any]) -> int:
@@ -25,9 +28,11 @@ def _chips(pod: Mapping[str, Any]) -> int:
         for kind in ("limits", "requests"):
             raw = (resources.get(kind) or {}).get(TPU_RESOURCE)
             try:
-                best = max(best, int(str(raw))) if raw is not None else best
-            except ValueError:
+                count = int(str(raw)) if raw is not None else 0
+            except ValueError:  # not a whole number, or more digits than Python converts
                 continue
+            if 0 <= count <= MAX_CHIPS_PER_POD:
+                best = max(best, count)
     return best
 
 

@@ -18,6 +18,10 @@ from typing import Any
 from rlpipe.core import tpu
 
 MODES = ("reservation", "on-demand", "spot", "flex-start")
+# The highest price per chip-hour a deployment may state: list prices are a few dollars, and a
+# bound keeps every cost computed from one finite (a JSON 1e400 reads as infinity, 10**400 as an
+# integer no float can hold).
+MAX_PRICE_PER_CHIP_HOUR = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -52,13 +56,18 @@ def price(tpu_type: str, mode: str, override: Mapping[str, Any] | None = None) -
     entry = dict((_shipped()["prices"].get(family(tpu_type)) or {}).get(mode) or {})
     entry.update(((override or {}).get(family(tpu_type)) or {}).get(mode) or {})
     raw = entry.get("price")
-    value = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0 else None
+    value = float(raw) if isinstance(raw, int | float) and _is_price(raw) else None
     return Price(
         value,
         str(entry.get("source") or "no source"),
         str(entry.get("read") or "?"),
         str(entry.get("note") or ""),
     )
+
+
+def _is_price(raw: object) -> bool:
+    """A number from 0 to ``MAX_PRICE_PER_CHIP_HOUR`` (finite; compared before any conversion)."""
+    return isinstance(raw, int | float) and not isinstance(raw, bool) and 0 <= raw <= MAX_PRICE_PER_CHIP_HOUR
 
 
 SETTING = "RLPIPE_PRICES"
@@ -111,10 +120,13 @@ def parse_override(text: str) -> dict[str, Any]:
             if not isinstance(entry, dict) or not entry.get("source") or not entry.get("read"):
                 raise PricesInvalid(f"{where}: give price, source and read (the date)")
             raw = entry.get("price")
-            if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int | float) or raw < 0):
+            if raw is not None and not _is_price(raw):
+                shown = (
+                    json.dumps(raw) if not isinstance(raw, int) or raw.bit_length() <= 64 else "a huge number"
+                )
                 raise PricesInvalid(
-                    f"{where}.price is {json.dumps(raw)}: give the price per chip-hour as a number "
-                    "of at least 0 (not a string), or null for no published price"
+                    f"{where}.price is {shown}: give the price per chip-hour as a number from 0 to "
+                    f"{MAX_PRICE_PER_CHIP_HOUR:,.0f} (not a string), or null for no published price"
                 )
     return data
 

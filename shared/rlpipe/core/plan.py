@@ -9,12 +9,13 @@ within a version. Pure: a request and names in, a JSON-ready dict out.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, cost, identity, layout, presets, staging, steps, tpu
+from rlpipe.core import commands, cost, identity, layout, presets, staging, step_counts, steps, tpu
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
@@ -26,6 +27,9 @@ from rlpipe.core.manifests import (
 from rlpipe.core.request import Request, provisioning
 
 PLAN_VERSION = 1
+# The largest chip-hour estimate a plan states (a million steps on the largest request's 16,384
+# chips at one step a second is about 4.6 million); beyond it, or not finite, none is stated.
+MAX_CHIP_HOURS = 10_000_000
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 KINDS = {"convert": "Job", "train": "JobSet", "export": "Job"}
 
@@ -89,7 +93,7 @@ def build_plan(
     rows = ((data or {}).get("train") or {}).get("num_examples")
     examples = staging.training_examples(req.dataset.repo, req.dataset.evaluated_repo, rows)
     final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
-    saved = steps.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
+    saved = step_counts.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output
     train_paths = stage_paths(req, ctx, "train", 1)
@@ -384,6 +388,13 @@ def capacity_plan(
     # by 64 chips moved the chip-hours by up to 0.03 (53.31 for 53.33). Only what is shown is rounded.
     hours = final * step_seconds / 3600 if step_seconds else None
     chip_hours = hours * chips if hours is not None else None
+    beyond = []
+    if chip_hours is not None and not (math.isfinite(chip_hours) and 0 <= chip_hours <= MAX_CHIP_HOURS):
+        beyond.append(
+            f"{step_seconds:g} s per step makes an estimate outside 0 to {MAX_CHIP_HOURS:,} chip-hours, "
+            "rlpipe's ceiling; no hours or cost are estimated: check --step-seconds"
+        )
+        hours = chip_hours = None
     per_mode = {}
     for mode in cost.MODES:
         price = cost.price(req.tpu.type, mode, prices)
@@ -401,7 +412,7 @@ def capacity_plan(
         "steps_at_risk_rule": "the steps since the last committed checkpoint: at most checkpoint_period, "
         "the whole run when nothing is committed before the final step; spot's default period keeps it "
         f"within {presets.SPOT_MAX_STEPS_AT_RISK:.0%} of the run",
-        "warnings": [*provisioning.warnings(doc), *filter(None, [quota_warning(req, chips, quota)])],
+        "warnings": [*provisioning.warnings(doc), *filter(None, [quota_warning(req, chips, quota)]), *beyond],
         "quota": {"queue": quota.queue, "chips": quota.chips, "source": quota.source} if quota else None,
         "expected_hours": round(hours, 3) if hours is not None else None,
         "expected_chip_hours": round(chip_hours, 2) if chip_hours is not None else None,

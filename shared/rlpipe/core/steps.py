@@ -32,6 +32,12 @@ Checkpoints are saved at every multiple of ``checkpoint_period`` and at the end;
 (``training.num_batches``, ``training.batch_size``: a ``batch_size`` override is refused as a
 typed field) and its ``maxtext_overrides``, over ``rl.yml``'s defaults.
 
+Every derived count has a ceiling (``step_counts``: steps, checkpoints, evaluations),
+checked on numbers alone before anything proportional to it is built, so no request can make
+``validate`` or ``plan`` build a schedule of a trillion steps or store an 82-bit final step: a
+request beyond one is refused, naming the field. Overrides are taken as MaxText reads them
+(``core.maxtext_reader``): ``"2"`` is the number 2.
+
 Pure: a request in, numbers and verdicts out.
 """
 
@@ -42,9 +48,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import yaml
-
-from rlpipe.core import presets
+from rlpipe.core import maxtext_reader, presets
+from rlpipe.core.step_counts import (
+    MAX_CHECKPOINTS,
+    MAX_EVALUATIONS,
+    MAX_TRAIN_STEPS,
+    checkpoint_count,
+    checkpoint_schedule,
+)
+from rlpipe.core.step_counts import shown as _shown
 
 
 class _Training(Protocol):
@@ -106,10 +118,12 @@ IGNORED_NESTED_SPELLINGS: dict[str, str] = {
 
 
 class ConfigProblem(ValueError):
-    """An override that makes the run's end unverifiable or ambiguous: (key, why, fix)."""
+    """An override that makes the run's end unverifiable or ambiguous: (key, why, fix). ``field``
+    is the request field to name when it is not the override ``key`` (a typed training field)."""
 
-    def __init__(self, key: str, problem: str, fix: str) -> None:
-        super().__init__(f"maxtext_overrides.{key}: {problem}")
+    def __init__(self, key: str, problem: str, fix: str, *, field: str | None = None) -> None:
+        self.path = field or f"maxtext_overrides.{key}"
+        super().__init__(f"{self.path}: {problem}")
         self.key, self.problem, self.fix = key, problem, fix
 
 
@@ -256,16 +270,22 @@ class TrainingSteps:
         return checkpoint_schedule(self.final_step, self.checkpoint_period)
 
     def kept_steps(self) -> list[int]:
-        """The steps still in the bucket after a full run (the newest ``max_to_keep``)."""
-        return self.checkpoint_steps()[-self.max_to_keep :]
+        """The steps still in the bucket after a full run (the newest ``max_to_keep``), without
+        listing the ones before them."""
+        return checkpoint_schedule(self.final_step, self.checkpoint_period, last=self.max_to_keep)
+
+    def evaluation_count(self, final: int | None = None) -> int:
+        """How many ``Intermediate Eval`` lines train_rl prints up to ``final``, counted."""
+        if self.num_test_batches <= 0 or self.eval_interval <= 0:
+            return 0
+        outer = (self.final_step if final is None else final) // max(self.num_iterations, 1)
+        return outer // self.eval_interval
 
     def eval_steps(self, final: int | None = None) -> list[int]:
         """Outer steps with an ``Intermediate Eval (step=N)`` line (none if evals are off), up to
         ``final`` (default: where plentiful data ends)."""
-        if self.num_test_batches <= 0 or self.eval_interval <= 0:
-            return []
-        outer = (self.final_step if final is None else final) // max(self.num_iterations, 1)
-        return list(range(self.eval_interval, outer + 1, self.eval_interval))
+        count = self.evaluation_count(final)
+        return [self.eval_interval * (i + 1) for i in range(count)]
 
     @property
     def evaluates(self) -> bool:
@@ -273,28 +293,31 @@ class TrainingSteps:
         return self.num_test_batches > 0
 
 
-def checkpoint_schedule(final: int, period: int) -> list[int]:
-    steps = list(range(period, final + 1, period))
-    if final >= 1 and (not steps or steps[-1] != final):
-        steps.append(final)
-    return steps
-
-
-def _int(key: str, value: Any, minimum: int | None) -> int:
+def _int(key: str, value: Any, minimum: int | None, maximum: int = MAX_TRAIN_STEPS) -> int:
+    """A whole number in range. The value is the one MaxText reads, which no bound on the document
+    limits ("0x" and 400 f's is a 1,600-bit number), so a larger one is refused before any float
+    arithmetic can overflow on it."""
     if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
         floor = "" if minimum is None else f" >= {minimum}"
-        raise ConfigProblem(key, f"{value!r} is not a whole number{floor}", f"write an integer{floor}")
+        raise ConfigProblem(key, f"{_shown(value)} is not a whole number{floor}", f"write an integer{floor}")
+    if abs(value) > maximum:
+        raise ConfigProblem(
+            key,
+            f"{_shown(value)} is beyond what a run can hold (at most {maximum:,})",
+            f"write a number of at most {maximum:,}",
+        )
     return value
 
 
 def _as_maxtext_reads(value: Any) -> Any:
-    """An override reaches MaxText as ``key=value`` text, which it parses as YAML: "2" is 2."""
+    """An override reaches MaxText as ``key=value`` text, which its config reader parses as YAML
+    (``core.maxtext_reader``): "2" is 2. Text it cannot read stays text (the check that reads
+    every argument says why)."""
     if isinstance(value, str):
         try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
+            return maxtext_reader.read_value(value)
+        except maxtext_reader.Unreadable:
             return value
-        return parsed if isinstance(parsed, (bool, int, float)) else value
     return value
 
 
@@ -341,7 +364,9 @@ def effective_steps(
 
     enabled = values["enable_checkpointing"]
     if not isinstance(enabled, bool):
-        raise ConfigProblem(key("enable_checkpointing"), f"{enabled!r} is not true or false", "write true")
+        raise ConfigProblem(
+            key("enable_checkpointing"), f"{_shown(enabled)} is not true or false", "write true"
+        )
     if not enabled:
         raise ConfigProblem(
             key("enable_checkpointing"),
@@ -352,11 +377,13 @@ def effective_steps(
     fraction = values["train_fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
         raise ConfigProblem(
-            key("train_fraction"), f"{fraction!r} is not a number in (0, 1]", "write e.g. 0.5"
+            key("train_fraction"), f"{_shown(fraction)} is not a number in (0, 1]", "write e.g. 0.5"
         )
     agentic = values["rl.use_agentic_rollout"]
     if not isinstance(agentic, bool):
-        raise ConfigProblem(key("rl.use_agentic_rollout"), f"{agentic!r} is not true or false", "write false")
+        raise ConfigProblem(
+            key("rl.use_agentic_rollout"), f"{_shown(agentic)} is not true or false", "write false"
+        )
     steps = TrainingSteps(
         num_batches=num_batches,
         num_iterations=_int(key("rl.num_iterations"), values["rl.num_iterations"], 1),
@@ -385,7 +412,46 @@ def effective_steps(
             f"{steps.batch_size} (batches drop the remainder), so train_rl would fail before its first step",
             "raise train_fraction or training.num_batches",
         )
+    _within_ceilings(steps, spelled)
     return steps
+
+
+def _within_ceilings(steps: TrainingSteps, spelled: Mapping[str, str]) -> None:
+    """Each derived count at most its ceiling, counted (nothing listed), or ``ConfigProblem``
+    naming the value to change: the larger of num_epoch and rl.num_iterations the request set."""
+    final = steps.final_step
+    if final > MAX_TRAIN_STEPS:
+        given = {
+            name: count
+            for name, count in (("num_epoch", steps.num_epoch), ("rl.num_iterations", steps.num_iterations))
+            if name in spelled
+        }
+        largest = max(given, key=lambda name: given[name]) if given else None
+        raise ConfigProblem(
+            spelled[largest] if largest else "num_batches",
+            f"training would end at step {final:,} (num_batches × rl.num_iterations × train_fraction × "
+            f"num_epoch); rlpipe plans at most {MAX_TRAIN_STEPS:,} steps",
+            "lower num_epoch, rl.num_iterations or training.num_batches",
+            field=None if largest else "training.num_batches",
+        )
+    saved = checkpoint_count(final, steps.checkpoint_period)
+    if saved > MAX_CHECKPOINTS:
+        raise ConfigProblem(
+            "checkpoint_period",
+            f"a checkpoint every {steps.checkpoint_period} steps up to step {final:,} is {saved:,} "
+            f"checkpoints; at most {MAX_CHECKPOINTS:,}",
+            f"raise training.checkpoint_period to at least {-(-final // MAX_CHECKPOINTS)}",
+            field="training.checkpoint_period",
+        )
+    evaluations = steps.evaluation_count()
+    if evaluations > MAX_EVALUATIONS:
+        outer = final // max(steps.num_iterations, 1)
+        raise ConfigProblem(
+            spelled.get("eval_interval", "eval_interval"),
+            f"an evaluation every {steps.eval_interval} outer steps up to outer step {outer:,} is "
+            f"{evaluations:,} evaluations; at most {MAX_EVALUATIONS:,}",
+            f"raise eval_interval to at least {-(-outer // MAX_EVALUATIONS)}",
+        )
 
 
 def document_steps(doc: Mapping[str, Any]) -> TrainingSteps | None:

@@ -14,14 +14,11 @@ from typing import Any
 
 from rlpipe.core import identity, steps, tpu
 from rlpipe.core.problems import Problem
-from rlpipe.core.request import outcome_checks, provisioning
-from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS
+from rlpipe.core.request import outcome_checks, provisioning, reading
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESERVED_LABEL_PREFIXES = ("rlpipe.dev", "kueue.x-k8s.io", "jobset.sigs.k8s.io", "kubernetes.io", "k8s.io")
-_OVERRIDE_KEY = re.compile(r"^[a-z_][a-z0-9_.]*$")
-_UNSAFE_VALUE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")
 MODEL_LABEL = "rlpipe.dev/model"
 
 
@@ -155,44 +152,18 @@ def _prefill(doc: dict[str, Any]) -> Iterator[Problem]:
 
 
 def _overrides(doc: dict[str, Any]) -> Iterator[Problem]:
-
-    for key, value in _get(doc, "maxtext_overrides", dict).items():
-        path = f"maxtext_overrides.{key}"
-        if not isinstance(key, str) or not _OVERRIDE_KEY.match(key):
-            yield Problem(
-                path,
-                f"override key {key!r} is not a MaxText config key",
-                "use lowercase letters, digits, '_' and '.', starting with a letter or '_'",
-            )
-        elif key in CONTROLLED_ARGS:
-            yield Problem(path, f"{key} is set by the pipeline", "remove this override")
-        elif key in TYPED_OVERRIDE_KEYS:
-            yield Problem(path, f"{key} is a typed field", f"set {TYPED_OVERRIDE_KEYS[key]} instead")
-        elif "." in key and (leaf := key.rsplit(".", 1)[1]) in TYPED_OVERRIDE_KEYS:
-            # MaxText copies a flat key into the nested model of the same field name, so a nested
-            # spelling of a typed field would fight the typed value.
-            yield Problem(
-                path,
-                f"{key} is the typed field {leaf} under another name",
-                f"set {TYPED_OVERRIDE_KEYS[leaf]} instead",
-            )
-        if isinstance(value, str) and (_UNSAFE_VALUE.search(value) or len(value) > 1024):
-            yield Problem(
-                path,
-                "value has a shell metacharacter, a newline, or is longer than 1024 characters",
-                "use a plain value without quotes, $, `, ;, |, &, <, >, backslashes or newlines",
-            )
+    """Override keys as MaxText reads them (``reading``); their values are read with the rest of
+    the request's arguments once the schema has typed them (``reading.argument_problems``)."""
+    yield from reading.override_key_problems(_get(doc, "maxtext_overrides", dict))
 
 
 def _training_steps(doc: dict[str, Any]) -> Iterator[Problem]:
     """Overrides must leave the final step computable and checkpointed (the train done rule)."""
-    overrides = _get(doc, "maxtext_overrides", dict)
-    if any(isinstance(v, str) and _UNSAFE_VALUE.search(v) for v in overrides.values()):
-        return  # reported by _overrides; the values cannot reach MaxText anyway
-    try:
+    _get(doc, "maxtext_overrides", dict)
+    try:  # on the values as MaxText reads them ("3" is 3); a text written otherwise is refused too
         steps.document_steps(doc)
     except steps.ConfigProblem as exc:
-        yield Problem(f"maxtext_overrides.{exc.key}", exc.problem, exc.fix)
+        yield Problem(exc.path, exc.problem, exc.fix)
 
 
 def _model_label(doc: dict[str, Any]) -> Iterator[Problem]:

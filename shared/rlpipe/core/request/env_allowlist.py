@@ -5,17 +5,20 @@ Hugging Face token to any host, ``HTTPS_PROXY`` and ``REQUESTS_CA_BUNDLE`` read 
 ``PYTHONUSERBASE`` ran a ``usercustomize.py`` from the model repo, and MaxText reads any
 ``M_<KEY>`` as a config override (maxtext-v0.2.4 ``src/maxtext/configs/pyconfig.py:43,124-125,
 517-540``), ``M_LOAD_PARAMETERS_PATH`` included. So a request may set only the names below, each
-with the values its tool accepts; a deployment may add names (``RLPIPE_ALLOWED_ENV``), never the
-denied ones.
+with the values its tool accepts.
 
 The names are those the tutorials set (``VLLM_ENABLE_V1_MULTIPROCESSING``, ``JAX_PLATFORMS``,
 ``ENABLE_PATHWAYS_PERSISTENCE``; ``GRPC_DNS_RESOLVER`` and
 ``FLAGS_pathways_enforce_subset_devices_form_subslice`` on the Pathways containers) and those
-MaxText's RL scripts and xpk set for tuning and logging. Each entry cites where it is set. A prefix
-(``JAX_``, ``TPU_``, ``VLLM_``, ``GRPC_``, ``HF_``) is never allowed whole: each has members that
-redirect traffic, load code or write to a path of the caller's choosing (``JAX_BACKEND_TARGET``,
-``TPU_LIBRARY_PATH``, ``VLLM_PLUGINS``, ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, ``HF_ENDPOINT``).
+MaxText's RL scripts and xpk set for tuning and logging. Each entry cites where it is set.
 Names are compared exactly: environment names are case-sensitive.
+
+A deployment may add names (``RLPIPE_ALLOWED_ENV``): exact ``NAME``s, or families ``WORD_*``.
+What it may add is decided by the words a name is made of (``env_names``): never a name one of
+whose words says proxy, CA or certificate, endpoint, URL, host or server, resolver, emulator,
+plugin or code path, credential, or a namespace the pipeline or MaxText owns; never a word
+rlpipe does not know; never ``*``. Exact names and a family's own words are checked when the
+deployment loads (``Policy``), a family's members when a request names one.
 
 Sources: MT = AI-Hypercomputer/maxtext ``maxtext-v0.2.4``; XPK = AI-Hypercomputer/xpk @367c838;
 TI = vllm-project/tpu-inference @7ecc401 (the commit MaxText pins); PU = pathways-utils @8950a34.
@@ -28,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from rlpipe.core.problems import Problem
+from rlpipe.core.request import env_names
 
 _BOOL01 = r"^[01]$"
 _BOOL = r"^(0|1|true|false)$"
@@ -100,8 +104,8 @@ ENV_FIELDS: tuple[tuple[str, tuple[str, ...], Mapping[str, EnvRule]], ...] = (
     ("pathways.env.worker", ("pathways", "env", "worker"), WORKER_CONTAINER),
 )
 
-# Never, whatever a deployment adds: names the pipeline sets itself (a later duplicate entry wins
-# in Kubernetes), and prefixes no single allowed name may be widened into.
+# Names the pipeline sets itself in the containers (``core.manifests``): a request's duplicate would
+# lose (the pipeline's entries come later), but no setting lets a request name them at all.
 PIPELINE_NAMES = frozenset(
     {
         "JAX_BACKEND_TARGET",
@@ -116,59 +120,49 @@ PIPELINE_NAMES = frozenset(
         "HOST_ADDRESS",
     }
 )
-DENIED_PREFIXES = ("M_", "MEGASCALE_", "RLPIPE_", "LD_", "BASH_", "PYTHON")
-# Read by bash before our script's first line (bash(1) INVOCATION) or by the loader.
-SHELL_NAMES = frozenset(
-    {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH"}
-)
-# Where a client sends its requests and whom it trusts, compared in any case (HTTP clients read
-# http_proxy and HTTP_PROXY alike): HF_ENDPOINT sends the Hugging Face token to its host, a proxy
-# or CA bundle reads the traffic, the metadata host hands out the workload's Google token.
-NETWORK_PREFIXES = ("HF_", "GCE_METADATA", "SSL_CERT_", "GOOGLE_", "MAXTEXT_")
-# Load code or data from a path, or open a server, by name (research notes in docs/security.md):
-# libtpu and PJRT plugins, vLLM plugins and its logging dictConfig, pickle, the JAX compile cache.
-CODE_NAMES = frozenset(
-    {
-        "TPU_LIBRARY_PATH",
-        "PJRT_NAMES_AND_LIBRARY_PATHS",
-        "VLLM_PLUGINS",
-        "VLLM_LOGGING_CONFIG_PATH",
-        "VLLM_ALLOW_INSECURE_SERIALIZATION",
-        "JAX_COMPILATION_CACHE_DIR",
-        "REGISTER_MM_MODULE_CUSTOM_PYTREE_CLASSES",
-        "USE_JAX_PROFILER_SERVER",
-    }
-)
-NETWORK_NAMES = frozenset(
-    {
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "NO_PROXY",
-        "STORAGE_EMULATOR_HOST",
-        "PUBSUB_EMULATOR_HOST",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "HOME",
-        "PATH",
-        "TMPDIR",
-    }
-)
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# A family: one or more whole words, then ``_*`` (``VLLM_LOGGING_*``); its members are judged by
+# their words (``env_names``) when a request names one.
+_FAMILY = re.compile(r"^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*_\*$")
 _SUBSTITUTION = re.compile(r"\$\(|`|\$\{[^}]*[:@#%/^,]")
 SETTING = "RLPIPE_ALLOWED_ENV"
 
 
-def denied(name: str) -> bool:
-    """Never allowed, whatever a deployment lists."""
-    folded = name.upper()
-    return (
-        name in PIPELINE_NAMES
-        or name in SHELL_NAMES
-        or name.startswith(DENIED_PREFIXES)
-        or folded in NETWORK_NAMES
-        or folded in CODE_NAMES
-        or folded.startswith(NETWORK_PREFIXES)
-    )
+def deployment_problems(entries: Iterable[str]) -> list[Problem]:
+    """What is wrong with a deployment's ``RLPIPE_ALLOWED_ENV``, checked when the deployment loads
+    (``Policy``): an entry is a NAME or a family ``WORD_..._*``, and every word it names must be
+    one ``env_names`` knows as harmless; ``*`` alone is refused."""
+    found: list[Problem] = []
+    for entry in entries:
+        if _FAMILY.match(entry):
+            verdict, what = env_names.judge(entry[:-2]), f"the family {entry}"
+        elif _NAME.match(entry):
+            verdict, what = env_names.judge(entry), entry
+            if entry in PIPELINE_NAMES:
+                verdict = env_names.Verdict(False, "the pipeline sets it", refused_word=True)
+        else:
+            found.append(
+                Problem(
+                    SETTING,
+                    f"{entry!r} is neither a variable name nor a family of whole words ending in _*"
+                    + (
+                        " ('*' alone would let a request set any variable)" if entry.strip("_*") == "" else ""
+                    ),
+                    "list names (TF_CPP_VMODULE) or families such as VLLM_LOGGING_*",
+                )
+            )
+            continue
+        if not verdict.allowed:
+            found.append(
+                Problem(
+                    SETTING,
+                    f"{what} cannot be added: {verdict.reason}",
+                    "remove it; no deployment setting allows it"
+                    if verdict.refused_word
+                    else "remove it, or list only names made of words docs/security.md lists",
+                )
+            )
+    return found
 
 
 def env_problems(
@@ -176,7 +170,7 @@ def env_problems(
     extra_names: Iterable[str] = (),
 ) -> Iterator[Problem]:
     """Every variable outside the allowlist, every value outside its rule. ``extra_names`` are the
-    deployment's additions (``NAME`` exactly, or ``PREFIX*``), with any literal value."""
+    deployment's additions (``NAME`` exactly, or a family ``WORD_*``), with any literal value."""
     extra = tuple(extra_names)
     for path, env, allowed in env_maps:
         seen: dict[str, str] = {}
@@ -189,24 +183,19 @@ def env_problems(
                 yield Problem(where, f"{name} and {seen[folded]} differ only in case", "set one of them")
                 continue
             seen[folded] = name
-            if denied(name):
+            if name in PIPELINE_NAMES:
                 yield Problem(
                     where,
-                    f"{name} is set by the pipeline, redirects where a client connects or whom it "
-                    "trusts, or is read by the shell, the loader, Python or MaxText before the "
-                    "request's program runs",
+                    f"{name} is set by the pipeline itself",
                     "remove it; no deployment setting allows it",
                 )
                 continue
             rule = allowed.get(name)
-            if rule is None and not _extra_allows(name, extra):
-                yield Problem(
-                    where,
-                    f"{name} is not on this deployment's allowlist of variables for {path}",
-                    f"remove it; allowed here: {', '.join(sorted(allowed))}; an operator can add "
-                    f"names with {SETTING}",
-                )
-                continue
+            if rule is None:
+                refusal = _not_allowed(name, path, allowed, extra)
+                if refusal is not None:
+                    yield Problem(where, *refusal)
+                    continue
             text = value if isinstance(value, str) else str(value)
             if _SUBSTITUTION.search(text):
                 yield Problem(
@@ -218,8 +207,28 @@ def env_problems(
                 yield Problem(where, _value_message(name, rule), f"see {rule.source}")
 
 
-def _extra_allows(name: str, extra: tuple[str, ...]) -> bool:
-    return any(name == e or (e.endswith("*") and name.startswith(e[:-1])) for e in extra)
+def _not_allowed(
+    name: str, path: str, allowed: Mapping[str, EnvRule], extra: tuple[str, ...]
+) -> tuple[str, str] | None:
+    """Why ``name`` (not built in) may not be set here, as (problem, fix); None when the
+    deployment added it exactly, or it is a member of a family whose words are all harmless."""
+    if name in extra:
+        return None
+    verdict = env_names.judge(name)
+    family = next((e for e in extra if e.endswith("_*") and name.startswith(e[:-1])), None)
+    if family is not None and verdict.allowed:
+        return None
+    if verdict.refused_word:
+        return f"{name} may not be set: {verdict.reason}", "remove it; no deployment setting allows it"
+    if family is not None:
+        return (
+            f"{name} is in the family {family} this deployment allows, but {verdict.reason}",
+            "remove it: a deployment may add only names whose every word rlpipe knows (docs/security.md)",
+        )
+    return (
+        f"{name} is not on this deployment's allowlist of variables for {path}",
+        f"remove it; allowed here: {', '.join(sorted(allowed))}; an operator can add names with {SETTING}",
+    )
 
 
 def _value_ok(rule: EnvRule, value: str) -> bool:

@@ -21,8 +21,6 @@ from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN, Strict, ch
 from rlpipe.core.request.inputs import DatasetSpec, RewardsSpec, UserFile
 from rlpipe.core.request.sweep import SweepSpec
 
-_SHELL_UNSAFE = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?(){}\[\]'\"~#]")
-_SHELL_UNSAFE_CONFIG = re.compile(r"[\x00-\x1f\x7f;&|`$<>\\!*?~#]")  # allows JSON/Python-literal punctuation
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _IMAGE = re.compile(
@@ -218,23 +216,14 @@ class TrainingSpec(_Strict):
             )
         return refs
 
-    @field_validator("data_template_path", "tokenizer_path", "vllm_hf_overrides")
-    @classmethod
-    def _no_shell_metachars(cls, value: str | None, info: Any) -> str | None:
-        pattern = _SHELL_UNSAFE_CONFIG if info.field_name == "vllm_hf_overrides" else _SHELL_UNSAFE
-        if value is not None and pattern.search(value):
-            raise _custom(
-                f"{value!r} contains a shell metacharacter or control character",
-                "remove quotes, $, `, ;, |, &, <, >, backslashes and newlines",
-            )
-        return value
-
     @field_validator("vllm_maxtext_config")
     @classmethod
-    def _config_values_plain(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+    def _config_values_short(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        """Each value is read as MaxText reads it with the other arguments (``reading``); here only
+        its length is bounded, as the schema bounds every other config string."""
         for key, item in value.items():
-            if isinstance(item, str) and (_SHELL_UNSAFE.search(item) or len(item) > 256):
-                raise _custom(f"value of {key!r} is not a plain word", "use letters, digits, '.', '_' or '-'")
+            if isinstance(item, str) and len(item) > 256:
+                raise _custom(f"value of {key!r} is {len(item)} characters", "use at most 256 characters")
         if "model_name" in value:
             raise _custom("model_name is set from the request's `model`", "remove model_name from this map")
         return value
@@ -341,7 +330,8 @@ class Request(_Strict):
         description="your data template (JSON: SYSTEM_PROMPT, TEMPLATE); None = training.data_template_path"
     )
     maxtext_overrides: dict[str, Scalar] = Field(
-        description="extra train_rl key=value arguments (keys ^[a-z_][a-z0-9_.]*$; plain values)"
+        description="extra train_rl key=value arguments: keys MaxText 0.2.4 defines (rl.num_iterations), "
+        "values MaxText's YAML reader reads back as written"
     )
     retry: RetrySpec
     timeouts: Timeouts

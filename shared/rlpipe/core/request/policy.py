@@ -16,7 +16,7 @@ checked here.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +27,9 @@ from rlpipe.core.presets import (
     DEFAULT_WRITE_SECRETS,
     TUTORIAL_IMAGE_PREFIXES,
 )
-from rlpipe.core.problems import Problem
-from rlpipe.core.request import env_allowlist
-from rlpipe.core.request.model import CONTROLLED_ARGS, Request
+from rlpipe.core.problems import Problem, RequestInvalid
+from rlpipe.core.request import env_allowlist, reading, targets
+from rlpipe.core.request.model import Request
 
 # Setting names, as the problems quote them (rlpipe.control.settings reads them).
 SETTINGS = {
@@ -41,7 +41,20 @@ SETTINGS = {
     "topics": "RLPIPE_NOTIFY_TOPICS",
     "code": "RLPIPE_ALLOW_USER_CODE",
     "sweep": "RLPIPE_MAX_SWEEP_CHILDREN",
+    **targets.SETTINGS,
 }
+
+
+class SettingsInvalid(RequestInvalid):
+    """A deployment setting that can never be right (``RLPIPE_ALLOWED_ENV=*``), refused when the
+    deployment loads. A ``RequestInvalid`` so that every caller that already answers one with its
+    problems (the CLI's plain message and exit code) answers this one too."""
+
+    def render(self) -> str:
+        count = len(self.problems)
+        lines = [f"deployment settings refused: {count} problem{'s' if count != 1 else ''}"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -51,17 +64,35 @@ class Policy:
     project: str = ""  # the deployment's project; unknown (no topic check) in the defaults
     artifacts_bucket: str = "rlpipe-artifacts"
     image_prefixes: tuple[str, ...] = TUTORIAL_IMAGE_PREFIXES
-    extra_env: tuple[str, ...] = ()  # NAME or PREFIX*, added to env_allowlist's names
+    extra_env: tuple[str, ...] = ()  # NAME or WORD_*, added to env_allowlist's names (env_names)
     read_secrets: tuple[str, ...] = DEFAULT_READ_SECRETS  # name:key
     write_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS  # name:key
     read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
     notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
     allow_user_code: bool = False  # may a request bring Python that runs in its training pods
     max_sweep_children: int = DEFAULT_MAX_SWEEP_CHILDREN  # the largest grid one request may make
+    # What a request may name outside the run (core.request.targets): org/ or org/name, and names.
+    publish_repos: tuple[str, ...] = targets.DEFAULT_PUBLISH_REPOS
+    queues: tuple[str, ...] = targets.DEFAULT_QUEUES
+    reservations: tuple[str, ...] = targets.DEFAULT_RESERVATIONS
+    node_pools: tuple[str, ...] = targets.DEFAULT_NODE_POOLS
     source: str = "the built-in defaults"
     # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
     # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).
     namespace: str = ""
+
+    def __post_init__(self) -> None:
+        """A deployment's settings are checked when it loads, not when a request arrives: an
+        allowlist that could never be right (``RLPIPE_ALLOWED_ENV=*``) stops it here."""
+        problems = [*env_allowlist.deployment_problems(self.extra_env), *self._target_setting_problems()]
+        if problems:
+            raise SettingsInvalid(problems)
+
+    def _targets(self) -> targets.Targets:
+        return targets.Targets(self.publish_repos, self.queues, self.reservations, self.node_pools)
+
+    def _target_setting_problems(self) -> list[Problem]:
+        return self._targets().setting_problems()
 
     def for_namespace(self, namespace: str) -> Policy:
         return dataclasses.replace(self, namespace=namespace)
@@ -74,10 +105,13 @@ class Policy:
             *self._images(doc),
             *env_allowlist.env_problems(_env_maps(doc), self.extra_env),
             *self._secrets(request),
-            *self._gcs(doc, run_id if run_id is not None else _run_id_of(request, self.namespace)),
-            *override_key_problems(request.maxtext_overrides),
+            *self._gcs(
+                [*_strings(doc, ()), *reading.read_strings(request)],
+                run_id if run_id is not None else _run_id_of(request, self.namespace),
+            ),
             *self._notify(request.notify),
             *self._code(request),
+            *self._targets().problems(request),
         ]
 
     def _images(self, doc: Mapping[str, Any]) -> Iterator[Problem]:
@@ -107,16 +141,23 @@ class Policy:
                     f"{SETTINGS[setting]}",
                 )
 
-    def _gcs(self, doc: Any, run_id: str | None) -> Iterator[Problem]:
+    def _gcs(self, strings: Iterable[tuple[str, str]], run_id: str | None) -> Iterator[Problem]:
+        """Every ``gs://`` value: the request's strings as written, and every string MaxText reads
+        from its arguments (``reading``: ``'gs://…'`` is read as ``gs://…``)."""
         own = (
             layout.gs(self.artifacts_bucket, layout.RunLayout(self.artifacts_bucket, run_id).prefix)
             if run_id
             else None
         )
         allowed = tuple(p for p in (own, *self.read_only_gcs) if p)
-        for path, value in _strings(doc, ()):
+        reported: dict[str, list[str]] = {}  # value -> paths already named for it
+        for path, value in dict.fromkeys(strings):
             if not value.lower().startswith("gs://"):
                 continue
+            named = reported.setdefault(value, [])
+            if any(p.startswith(path + ".") or path.startswith(p + ".") or p == path for p in named):
+                continue  # one problem per value and place: a map's entry, not the map again
+            named.append(path)
             normal = _normalize(value)
             if normal is None or not any(_as_dir(normal).startswith(_as_dir(p)) for p in allowed):
                 yield Problem(
@@ -161,21 +202,6 @@ class Policy:
             f"{topic} is not a topic of this deployment's project ({self.project})",
             f"use a topic of {self.project}, or ask the operator to list it in {SETTINGS['topics']}",
         )
-
-
-def override_key_problems(overrides: Mapping[str, Any]) -> Iterator[Problem]:
-    """Protected keys under any spelling: MaxText resolves a dotted key to its last part in a
-    nested config (``rl.run_name``), so every dotted part is compared with the keys the pipeline
-    sets itself, case and ``-``/``_`` folded."""
-    for key in overrides:
-        parts = [p.strip().lower().replace("-", "_") for p in key.split(".")]
-        hit = next((p for p in parts if p in CONTROLLED_ARGS), None)
-        if hit is not None and key not in CONTROLLED_ARGS:  # the plain spelling: checks._overrides
-            yield Problem(
-                f"maxtext_overrides.{key}",
-                f"{key} names {hit}, which the pipeline sets",
-                "remove this override",
-            )
 
 
 def _run_id_of(request: Request, namespace: str) -> str | None:

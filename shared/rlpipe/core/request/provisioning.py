@@ -74,8 +74,10 @@ def steps_at_risk(doc: dict[str, Any]) -> int | None:
     effective = _effective(doc, period if isinstance(period, int) and not isinstance(period, bool) else None)
     if effective is None:
         return None
-    committed = [s for s in effective.checkpoint_steps() if s < effective.final_step]
-    return min(effective.checkpoint_period, effective.final_step) if committed else effective.final_step
+    # A checkpoint is committed before the final step exactly when the first multiple of the
+    # period comes before it (counted, not listed: the schedule can be long).
+    committed_before_final = effective.checkpoint_period < effective.final_step
+    return effective.checkpoint_period if committed_before_final else effective.final_step
 
 
 def warnings(doc: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import bounds, checks, grid, provisioning
+from rlpipe.core.request import bounds, checks, grid, provisioning, reading
 from rlpipe.core.request.documents import parse_document
 from rlpipe.core.request.model import Request
 from rlpipe.core.request.policy import Policy
@@ -61,6 +61,7 @@ def validate_request(doc: Any, policy: Policy | None = None) -> Request:
         raise RequestInvalid(_dedupe(problems)) from None
     dumped = request.model_dump(mode="python")
     problems.extend(checks.cross_field_problems(dumped))
+    problems.extend(reading.argument_problems(request))  # every argument, as MaxText reads it
     problems.extend((policy or Policy()).problems(request))
     if request.sweep is not None and not problems:  # each child is checked as a request of its own
         problems.extend(grid.problems(request, policy or Policy(), validate_request))
