@@ -118,7 +118,7 @@ class ScratchSpec(_Strict):
         description="HF_HOME, the repo snapshot at the pinned sha (all safetensors) and TMPDIR"
     )
     export: Quantity = Field(
-        description="to_huggingface's staging under TMPDIR (up to 4 shards of 3 GiB in flight) and the tokenizer"
+        description="the whole exported model (to_huggingface writes it here; the manifest step uploads it) and the tokenizer"
     )
 
 
