@@ -287,7 +287,7 @@ def test_output_paths_are_run_scoped_and_chain_between_stages() -> None:
     assert step["RLPIPE_EXPORT_DIR"].startswith(mount["mountPath"] + "/")
     assert step["RLPIPE_EXPORT_URI"] == "gs://art/runs/rexample0001/hf/"
     assert step["RLPIPE_EXPORT_MANIFEST"] == "gs://art/runs/rexample0001/hf/rlpipe-export.json"
-    with_publish = validate_request(minimal_request(publish={"repo": "o/m"}))
+    with_publish = validate_request(minimal_request(publish={"repo": "rlpipe-demo/m"}))
     (job,) = [
         o for o in render_all(with_publish, CTX) if o["metadata"]["labels"][identity.LABEL_STAGE] == "publish"
     ]

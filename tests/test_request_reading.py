@@ -355,11 +355,11 @@ def test_every_argument_read_is_one_core_commands_renders_and_every_request_argu
     rendered = [
         *commands.train_args(req, "gs://b/out", "gs://b/params", ("gs://b/train-*", "gs://b/eval-*")),
         *commands.convert_args(req, "main", "gs://b/convert"),
-        *commands.export_args(req, "gs://b/params", "gs://b/export"),
+        *commands.export_args(req, "gs://b/params"),
     ]
     read = {a.text for a in reading.arguments(req)}
     assert read <= set(rendered), read - set(rendered)
-    fixed = set(commands.convert_args(req, "main", "") + commands.export_args(req, "", ""))  # no request data
+    fixed = set(commands.convert_args(req, "main", "") + commands.export_args(req, ""))  # no request data
 
     def carries_request_data(a: str) -> bool:
         if a.startswith(("model_name=", "scan_layers=")):

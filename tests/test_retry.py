@@ -90,7 +90,13 @@ def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
         "reason": "flaky host fixed",
         "key": KEY,
         "previous_state": "failed",
-        "previous_failure": {"tag": "permanent", "message": "exit code 1", "stage": "train", "attempt": 3},
+        "previous_failure": {
+            "tag": "permanent",
+            "message": "exit code 1",
+            "stage": "train",
+            "attempt": 3,
+            "caller": None,  # the workflow ended it: no operator to name
+        },
     }
     datetime.strptime(round_.at, LEDGER_TIME)  # the ledger's own timestamp format
     assert record.current_round() == round_
