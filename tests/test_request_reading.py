@@ -431,3 +431,75 @@ def test_whatever_validate_accepts_is_what_omegaconf_reads_and_its_gcs_paths_are
     assert read == text and isinstance(read, str), (text, read)
     if read.lower().startswith("gs://"):
         assert read.startswith((f"{ARTIFACTS}/runs/{OWN_RUN}/", "gs://team-data/")), read
+
+
+# ---- what an independent probe found after the first pass ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("[num_epoch]", 1000000000), ("rl[num_iterations]", 1000000), ("[enable_checkpointing]", False)],
+)
+def test_a_key_spelling_omegaconf_reads_away_is_refused_before_the_step_rules_read_it(
+    key: str, value: Any
+) -> None:
+    """OmegaConf reads `[num_epoch]` as num_epoch (from_cli(['[num_epoch]=1']) == {'num_epoch': 1}),
+    while the step arithmetic reads keys as written: the bracket spelling trained 50,000,000,000
+    steps past a plan that said 50."""
+    [problem] = _at(_refused(minimal_request(maxtext_overrides={key: value})), f"maxtext_overrides.{key}")
+    assert "MaxText reads the key" in problem.message and problem.fix.startswith("write it as ")
+
+
+@pytest.mark.parametrize("value", [0, "off"])
+def test_a_value_for_a_whole_section_is_refused(value: Any) -> None:
+    """`rl=0` after the pipeline's `rl.num_generations=4` replaces the section: MaxText then held
+    rl.num_generations=2 (from_cli(['rl.num_generations=4', 'rl=0']) == {'rl': 0})."""
+    problems = _at(_refused(minimal_request(maxtext_overrides={"rl": value})), "maxtext_overrides.rl")
+    assert any("is a section" in p.message for p in problems), problems
+
+
+def test_a_nested_key_maxtext_overwrites_with_its_flat_config_key_is_refused() -> None:
+    """rl.yml sets num_test_batches flat, and RLConfig copies flat keys over its sections' fields
+    (types.py:4571-4585): `dataset.num_test_batches` was dropped and MaxText held 5."""
+    [problem] = _at(
+        _refused(minimal_request(maxtext_overrides={"dataset.num_test_batches": 100})),
+        "maxtext_overrides.dataset.num_test_batches",
+    )
+    assert "would drop this value" in problem.message and "num_test_batches" in problem.fix
+    validate_request(minimal_request(maxtext_overrides={"num_test_batches": 100}))  # the flat key works
+    validate_request(minimal_request(maxtext_overrides={"rl.num_iterations": 2}))  # rl.yml sets no flat one
+
+
+def test_two_spellings_of_one_field_are_refused() -> None:
+    doc = minimal_request(maxtext_overrides={"num_iterations": 2, "rl.num_iterations": 3})
+    assert _at(_refused(doc), "maxtext_overrides.rl.num_iterations")
+
+
+def test_vllm_maxtext_config_may_not_name_a_config_file() -> None:
+    """The vLLM adapter passes this map to pyconfig.initialize as keywords (adapter.py:160), and a
+    `base_config` keyword makes pyconfig load that file instead of vllm.yml."""
+    doc = _place("training.vllm_maxtext_config", {"base_config": "/tmp/rlpipe/inputs/rewards.py"})
+    assert _at(_refused(doc), "training.vllm_maxtext_config.base_config")
+
+
+def test_one_name_for_a_list_key_is_what_pyconfig_coerces_it_into() -> None:
+    """pyconfig turns `train_data_columns=messages` into ['messages'] (pyconfig.py:216-236)."""
+    validate_request(minimal_request(maxtext_overrides={"train_data_columns": "messages"}))
+
+
+def test_rlpipe_validate_reads_the_artifacts_bucket_setting_alone(tmp_path: Path) -> None:
+    """With only RLPIPE_ARTIFACTS_BUCKET set, validate checked against the built-in bucket."""
+    path = tmp_path / "r.yaml"
+    path.write_text(
+        yaml.safe_dump(minimal_request(request_id=MINE, maxtext_overrides={"load_full_state_path": OWN}))
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPIPE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "rlpipe.cli.main", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        env={**env, "RLPIPE_ARTIFACTS_BUCKET": "prod-art"},
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1 and "load_full_state_path" in done.stderr, done.stdout + done.stderr

@@ -52,6 +52,7 @@ def hub_pins_or_exit(req: Any, who: str) -> tuple[str, dict[str, Any], list[str]
 # exports them): with any of them set, the CLI checks requests as this deployment's intake would.
 _POLICY_SETTINGS = (
     "RLPIPE_PROJECT",
+    "RLPIPE_ARTIFACTS_BUCKET",  # the run's own gs:// prefix is in it
     "RLPIPE_ALLOWED_IMAGE_PREFIXES",
     "RLPIPE_ALLOWED_ENV",
     "RLPIPE_READ_TOKEN_SECRETS",

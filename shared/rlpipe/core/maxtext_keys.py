@@ -58,11 +58,22 @@ class ConfigKeys:
     sections: dict[str, frozenset[str]]  # nested section -> its fields
     maps: frozenset[str]  # fields whose value is a free-form map (any key below them)
     source: str  # e.g. "types.py:4419-4718 (RLConfig)"
+    # Flat keys the program's own config files set (base.yml, post_train/rl.yml): RLConfig copies a
+    # flat key over its nested section's field of the same name (types.py:4571-4585), so a nested
+    # spelling of one of these is dropped. Empty for a class that routes nothing.
+    flat_from_configs: frozenset[str] = frozenset()
+    routes_flat_keys: bool = False
 
     def resolve(self, path: tuple[str, ...]) -> Resolved | Unknown:
         """What MaxText makes of the key path ``path`` (as ``maxtext_reader.key_path`` reads it)."""
         head, rest = path[0], path[1:]
         if not rest:
+            if head in self.sections:
+                return Unknown(
+                    f"{head} is a section: a value for it replaces the whole section, the pipeline's "
+                    f"own {head}.* values included",
+                    f"{head}.<field>",
+                )
             if head in self.top:
                 return Resolved(head)
             return Unknown(
@@ -83,6 +94,12 @@ class ConfigKeys:
                 )
             if len(rest) > 1 and leaf not in self.maps:
                 return Unknown(f"{head}.{leaf} is a single value, not a section", None)
+            if self.routes_flat_keys and leaf in self.flat_from_configs:
+                return Unknown(
+                    f"{self.config_class} copies the flat key {leaf}, which its config files set, over "
+                    f"{head}.{leaf} (types.py:4571-4585), so MaxText would drop this value",
+                    leaf,
+                )
             return Resolved(leaf, head)
         if head in self.top:
             return Unknown(f"{head} is a single value, not a section with keys below it", None)
@@ -143,6 +160,7 @@ def for_program(program: str) -> ConfigKeys:
     for model in _collect(models, name, "sections").values():
         maps |= set(_collect(models, model, "maps"))
     first, last = models[name]["lines"]
+    routes = bool(models[name].get("routes_flat_keys"))
     return ConfigKeys(
         program=program,
         config_class=name,
@@ -150,4 +168,6 @@ def for_program(program: str) -> ConfigKeys:
         sections=sections,
         maps=frozenset(maps),
         source=f"MaxText {doc['tag']} {doc['file'].rsplit('/', 1)[-1]}:{first}-{last} ({name})",
+        flat_from_configs=frozenset(doc.get("config_flat_keys", {}).get(program, [])),
+        routes_flat_keys=routes,
     )

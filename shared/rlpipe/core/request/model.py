@@ -352,8 +352,18 @@ class Request(_Strict):
 
 
 # Keys the pipeline itself controls, and typed fields that must not be set through overrides.
+# Keys the pipeline sets, or that change what MaxText loads (``base_config``: pyconfig loads the
+# YAML file it names instead of the program's own config, pyconfig.py:80-103 at maxtext-v0.2.4,
+# and the vLLM adapter passes it as a keyword argument, adapter.py:160).
 CONTROLLED_ARGS = frozenset(
-    {"run_name", "base_output_directory", "load_parameters_path", "hf_access_token", "model_name"}
+    {
+        "run_name",
+        "base_output_directory",
+        "load_parameters_path",
+        "hf_access_token",
+        "model_name",
+        "base_config",
+    }
 )
 TYPED_OVERRIDE_KEYS = {
     **{

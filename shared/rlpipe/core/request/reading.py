@@ -185,6 +185,13 @@ def _differs(argument: Argument, reading: maxtext_reader.Reading) -> Problem | N
     expected = _nest(argument.path, argument.meant)
     if same(reading.tree, expected):
         return None
+    if (
+        len(argument.path) == 1
+        and argument.path[0] in maxtext_reader.LIST_KEYS
+        and isinstance(argument.meant, str)
+        and same(reading.tree, _nest(argument.path, [argument.meant]))
+    ):
+        return None  # pyconfig's own coercion of one name into its list (pyconfig.py:216-236, 286-287)
     try:
         value = reading.at(argument.path)
     except KeyError:
@@ -273,6 +280,7 @@ def _strings(value: Any) -> Iterator[str]:
 def override_key_problems(overrides: Mapping[Any, Any]) -> Iterator[Problem]:
     """Each ``maxtext_overrides`` key, as MaxText reads it: one it would refuse or drop, one the
     pipeline sets, or one a typed field sets, under whatever spelling reaches it."""
+    fields: dict[str, str] = {}  # the field each key sets -> the key that set it first
     for key in overrides:
         if not isinstance(key, str):
             continue  # the schema reports a key that is not a string
@@ -282,7 +290,27 @@ def override_key_problems(overrides: Mapping[Any, Any]) -> Iterator[Problem]:
         except maxtext_reader.Unreadable as exc:
             yield Problem(path, exc.problem, exc.fix)
             continue
-        yield from _key_problem(path, read, _TRAIN_KEYS)
+        if ".".join(read) != key:
+            # Brackets, escapes or spaces OmegaConf reads away (`[num_epoch]` is num_epoch): every
+            # later rule (the step arithmetic, the ceilings) reads the key as written.
+            yield Problem(
+                path,
+                f"MaxText reads the key {shown(key, 80)!r} as {'.'.join(read)!r}",
+                f"write it as {'.'.join(read)}",
+            )
+            continue
+        problems = list(_key_problem(path, read, _TRAIN_KEYS))
+        yield from problems
+        resolved = _TRAIN_KEYS.resolve(read)
+        if problems or not isinstance(resolved, maxtext_keys.Resolved):
+            continue
+        if resolved.field in fields:
+            yield Problem(
+                path,
+                f"{key} and {fields[resolved.field]} both set {resolved.field}, and MaxText keeps only one",
+                f"keep one of them ({resolved.field})",
+            )
+        fields.setdefault(resolved.field, key)
 
 
 def _key_problem(where: str, read: tuple[str, ...], keys: maxtext_keys.ConfigKeys) -> Iterator[Problem]:
