@@ -60,7 +60,7 @@ class Case:
         }
 
 
-def _container(obj: dict[str, Any]) -> dict[str, Any]:
+def container(obj: dict[str, Any]) -> dict[str, Any]:
     """The container that runs the program: a Job's only one, a JobSet head's main one."""
     spec = obj["spec"]
     if obj["kind"] == "JobSet":
@@ -99,8 +99,8 @@ def cases() -> list[Case]:
     out = []
     for name, req in requests().items():
         for stage in identity.MAXTEXT_STAGES:
-            container = _container(render(req, stage, 1, ctx))
-            out.append(Case(f"{name}/{stage}", stage, req, list(container["args"]), _maxtext_env(container)))
+            found = container(render(req, stage, 1, ctx))
+            out.append(Case(f"{name}/{stage}", stage, req, list(found["args"]), _maxtext_env(found)))
     return out
 
 

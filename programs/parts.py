@@ -121,7 +121,7 @@ def _export(all_cases: list[Case]) -> Part:
 
 
 def _train_data() -> Part:
-    from programs.cases import BUCKET, HF_REVISION, RUN_ID, _container
+    from programs.cases import BUCKET, HF_REVISION, RUN_ID, container
     from rlpipe.core.manifests import RenderContext, render
 
     ctx = RenderContext(run_id=RUN_ID, bucket=BUCKET, hf_revision=HF_REVISION)
@@ -129,7 +129,7 @@ def _train_data() -> Part:
     user_files: set[Path] = set()
     for shape in SHAPES:
         req = shape.request()
-        rendered = list(_container(render(req, "train", 1, ctx))["args"])
+        rendered = list(container(render(req, "train", 1, ctx))["args"])
         args = testbed.localize(rendered)
         staged: dict[str, Any] = {testbed.value_of(args, "tokenizer_path"): "fixture-source"}
         if req.rewards is not None and req.rewards.file is not None and req.rewards.file.path:

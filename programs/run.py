@@ -35,6 +35,7 @@ from rlpipe.local.hub.parquet import parquet_bytes
 CACHE = Path(os.environ.get("PROGRAMS_CACHE", ROOT / ".cache" / "programs"))
 PROGRAM_TIMEOUT = 3 * 3600  # a hang guard only: the converters take minutes on two loaded cores
 LOG_TAIL = 80
+KEEP_RESULTS = 4  # per part: the newest few (worktrees sharing the cache may be on other keys)
 
 
 class TierError(RuntimeError):
@@ -195,6 +196,13 @@ def run_train_data(part: parts.Part, work: Path, python: Path) -> dict[str, Any]
     return _driver(python, "train_data.py", {"shapes": shapes}, work)
 
 
+def _prune(cache: Path, name: str) -> None:
+    """Drop all but the newest results of a part (a conversion's folder is tens of MB)."""
+    found = sorted((cache / "results").glob(f"{name}-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in found[KEEP_RESULTS:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 @contextmanager
 def _locked(cache: Path) -> Iterator[None]:
     """One run at a time per cache: a second waits, then finds the results made."""
@@ -231,6 +239,7 @@ def run_part(name: str, cache: Path, python: Path) -> bool:
         shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(scratch, final)
+    _prune(cache, name)
     with (cache / "build-times.tsv").open("a") as times:
         times.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\t{name}\t{seconds}s\n")
     print(f"programs: {name} done in {seconds}s", file=sys.stderr, flush=True)

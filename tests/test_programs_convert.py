@@ -9,6 +9,7 @@ their place, file by file; the export against the fixture it started from, tenso
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ CASES = {c.name: c for c in cases()}
 CONVERT = CASES[parts.CONVERT_CASE]
 EXPORT = CASES[parts.EXPORT_CASE]
 FACTS = yaml.safe_load((Path(__file__).parent / "fixtures" / "maxtext_facts.yaml").read_text())
+EMBEDDING = "model.language_model.embed_tokens.weight"
 ZARR_CHUNK = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
@@ -185,13 +187,19 @@ def test_the_export_has_the_fixtures_tensors_names_shapes_and_dtypes() -> None:
 
 
 def test_the_round_trip_keeps_every_tensor_but_the_embedding() -> None:
-    """bf16 in, bf16 out: every value comes back exactly, except the embedding, which MaxText scales
-    by √(hidden) of the hard-coded 26B config (2816) on the way in and by the fixture's on the way
-    out (docs/programs.md, upstream limits)."""
+    """bf16 in, bf16 out: every value comes back exactly, except the embedding."""
     diffs = _ran("export")["tensors"]["diffs"]
-    embedding = "model.language_model.embed_tokens.weight"
     changed = sorted(n for n, d in diffs.items() if d["max_abs_diff"] > 0)
-    assert changed == [embedding], changed[:5]
+    assert changed == [EMBEDDING], changed[:5]
+
+
+def test_the_embedding_comes_back_scaled_by_the_hard_coded_hidden_size() -> None:
+    """The upstream limit (docs/programs.md): MaxText scales the embedding by √(hidden) of the
+    model name's hard-coded config (2816, the 26B's) on the way in and divides by the fixture's (32)
+    on the way out, so it comes back ×√(2816/32)."""
+    embedding = _ran("export")["tensors"]["diffs"][EMBEDDING]
+    ratio = embedding["max_abs_out"] / embedding["max_abs"]
+    assert ratio == pytest.approx(math.sqrt(2816 / 32), rel=2**-7)  # bf16's precision
 
 
 def test_the_exported_config_has_the_fixtures_size() -> None:
@@ -199,3 +207,12 @@ def test_the_exported_config_has_the_fixtures_size() -> None:
     text = config.get("text_config", config)
     assert text["num_hidden_layers"] == len(text["layer_types"]) == 30
     assert text["hidden_size"] == 32
+
+
+def test_the_exported_config_keeps_the_hard_coded_experts_and_window() -> None:
+    """The upstream limit: --override_model_architecture leaves top_k_experts and sliding_window at
+    the 26B's (8, 1024) whatever the checkpoint's; a fix upstream fails this, and the docs change."""
+    config = _ran("export")["config.json"]
+    text = config.get("text_config", config)
+    assert (text["top_k_experts"], text["sliding_window"]) == (8, 1024)
+    assert text["num_experts"] == 4  # overridden, as the size keys say

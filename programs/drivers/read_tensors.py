@@ -3,7 +3,7 @@
 Runs in the programs venv (``safetensors.numpy``: no torch). Job on stdin: ``{"input": FOLDER,
 "output": FOLDER}``; result on stdout: for each folder, each tensor's shape and dtype (by name,
 over every ``*.safetensors`` file in it), and for each name in both, the largest absolute
-difference of the values (compared in float32) and the largest absolute value of the input's.
+difference of the values (compared in float32) and the largest absolute value of each.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors' numpy reader needs)
 import numpy as np
 from safetensors import safe_open
 
@@ -38,7 +39,11 @@ def main() -> None:
         a, b = given[name].astype(np.float32), made[name].astype(np.float32)
         if a.shape != b.shape:
             continue
-        diffs[name] = {"max_abs_diff": float(np.max(np.abs(a - b))), "max_abs": float(np.max(np.abs(a)))}
+        diffs[name] = {
+            "max_abs_diff": float(np.max(np.abs(a - b))),
+            "max_abs": float(np.max(np.abs(a))),
+            "max_abs_out": float(np.max(np.abs(b))),
+        }
     json.dump(
         {"input": describe(given), "output": describe(made), "diffs": diffs}, sys.stdout, sort_keys=True
     )
