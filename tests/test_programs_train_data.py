@@ -12,9 +12,11 @@ built-in ones are the three rlpipe names, and the chat template reaches the prom
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from programs.data_shapes import SHAPES, DataShape
 from rlpipe.core import staging, steps
@@ -105,3 +107,8 @@ def test_the_chat_template_reaches_the_prompts() -> None:
         == f"<bos><start_of_turn>user\n{template['TEMPLATE'].format(system_prompt=system, question=question)}<end_of_turn>\n<start_of_turn>model\n"
     )
     assert "{" not in system and tokens["reasoning_start_token"] in system
+
+
+def test_the_internal_functions_called_are_where_the_fixture_pins_them() -> None:
+    pinned = yaml.safe_load((Path(__file__).parent / "fixtures" / "maxtext_internals.yaml").read_text())
+    assert result("train_data")["internals"] == pinned

@@ -2,13 +2,13 @@
 
 Runs in the programs venv. For each data shape of the job (stdin, JSON; ``programs.data_shapes``),
 whose files ``programs.run`` staged where the localized argv points, it calls what train_rl's
-``_rl_train_impl`` calls, in the same order (maxtext 0.2.4 ``train_rl.py:687-728``):
+``_rl_train_impl`` calls, in the same order (maxtext 0.2.4 ``train_rl.py:691-730``):
 
 1. ``model_creation_utils.setup_configs_and_devices(argv, {}, config_class=types.RLConfig)``;
 2. ``AutoTokenizer.from_pretrained(tokenizer_path)`` and ``configure_tokenizer_chat_template``;
 3. ``prepare_datasets(trainer_config, tokenizer)``: the length filter, the slice to
    ``num_batches × batch_size × train_fraction``, ``num_epoch`` repeats, batches with
-   ``drop_remainder`` (``train_rl.py:284-380``); every batch is counted;
+   ``drop_remainder`` (``train_rl.py:282-380``); every batch is counted;
 4. ``build_reward_fns(trainer_config, make_reward_fn)`` (``train_rl.py:402-424``), with the same
    wrapper ``create_rl_components`` passes (``train_rl.py:581-587``: ``tmvp_config`` added), and
    each function scored on two completions of the first batch.
@@ -22,6 +22,7 @@ tokenizer, as the filter counts them), so a test can check each shape's premise.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -127,13 +128,40 @@ def shape(train_rl: Any, shape_job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def internals(train_rl: Any) -> dict[str, dict[str, Any]]:
+    """Where each MaxText function this driver calls is defined (file inside the package, line):
+    they are internal to train_rl, so the tests pin them (tests/fixtures/maxtext_internals.yaml)."""
+    from maxtext.input_pipeline import instruction_data_processing
+    from maxtext.trainers.post_train.rl import utils_rl
+    from maxtext.utils import model_creation_utils
+
+    called = {
+        "setup_configs_and_devices": model_creation_utils.setup_configs_and_devices,
+        "configure_tokenizer_chat_template": train_rl.configure_tokenizer_chat_template,
+        "prepare_datasets": train_rl.prepare_datasets,
+        "build_reward_fns": train_rl.build_reward_fns,
+        "process_data": utils_rl.process_data,
+        "load_data_template_from_file": instruction_data_processing.load_data_template_from_file,
+    }
+    root = Path(train_rl.__file__).resolve().parents[4]  # the folder holding the maxtext package
+    out = {}
+    for name, fn in called.items():
+        path = Path(inspect.getsourcefile(fn) or "").resolve()
+        out[name] = {"file": path.relative_to(root).as_posix(), "line": inspect.getsourcelines(fn)[1]}
+    return out
+
+
 def main() -> None:
     job = json.load(sys.stdin)
     logging.disable(logging.WARNING)
     started = time.monotonic()
     import maxtext.trainers.post_train.rl.train_rl as train_rl
 
-    result: dict[str, Any] = {"import_seconds": round(time.monotonic() - started, 2), "shapes": {}}
+    result: dict[str, Any] = {
+        "import_seconds": round(time.monotonic() - started, 2),
+        "internals": internals(train_rl),
+        "shapes": {},
+    }
     for shape_job in job["shapes"]:
         began = time.monotonic()
         try:
