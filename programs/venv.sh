@@ -23,7 +23,12 @@ LOCK="$HERE/requirements-maxtext.lock"
 find_python() {
   local candidate
   if [ -n "${PROGRAMS_PYTHON:-}" ]; then
-    echo "$PROGRAMS_PYTHON"
+    candidate=$(command -v "$PROGRAMS_PYTHON" || true)
+    if [ -z "$candidate" ] || ! "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      echo "programs: PROGRAMS_PYTHON=$PROGRAMS_PYTHON is not a Python >= 3.12" >&2
+      return 1
+    fi
+    echo "$candidate"
     return 0
   fi
   for minor in 3.12 3.13; do
