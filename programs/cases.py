@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from rlpipe.core import identity
+from rlpipe.core import commands, identity
 from rlpipe.core.manifests import RenderContext, render
 from rlpipe.core.presets import PRESET_NAMES
 from rlpipe.core.request import Request, load_request
@@ -33,9 +33,9 @@ RUN_ID = "rprograms0001"
 HF_REVISION = "0" * 40  # a pinned sha, as plan resolves one
 # The stages that run a MaxText program, and the program's module (argv[0] is its file).
 PROGRAMS: dict[str, str] = {
-    "convert": "maxtext.checkpoint_conversion.to_maxtext",
-    "train": "maxtext.trainers.post_train.rl.train_rl",
-    "export": "maxtext.checkpoint_conversion.to_huggingface",
+    "convert": commands.CONVERT_MODULE,
+    "train": commands.TRAIN_MODULE,
+    "export": commands.EXPORT_MODULE,
 }
 PRESET_MODEL = {"model": "gemma4-26b", "hf_repo": "google/gemma-4-26b-a4b-it"}
 

@@ -9,8 +9,10 @@ their place, file by file; the export against the fixture it started from, tenso
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import struct
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,9 +52,6 @@ def _ran(part: str) -> dict[str, Any]:
 
 def _fixture_tensors() -> dict[str, Any]:
     """The fixture's own tensors, read from its safetensors header (a length, then JSON)."""
-    import json
-    import struct
-
     data = (parts.FIXTURE / "model.safetensors").read_bytes()
     (size,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + size])
