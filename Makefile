@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 4
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: components components-if-go pstest-if-go install test test-fast lint check demo render schema clean tools bundle bench
+.PHONY: components components-if-go pstest-if-go programs programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,27 @@ components-if-go:
 pstest-if-go:
 	@if command -v go >/dev/null 2>&1; then components/build.sh pstest; \
 	else echo "no Go toolchain: pstest cannot be built here; the local stack falls back to a bucket watcher"; fi
+
+# The real MaxText 0.2.4 programs (docs/programs.md): a Python >= 3.12 venv from
+# programs/requirements-maxtext.lock in .cache/programs/venv (about 4 minutes cold, rebuilt only when
+# the lock changes), then each part of the tier run on what rlpipe renders today, its result stored
+# under .cache/programs/results/ by the hash of its inputs (seconds when nothing changed; the
+# converters take minutes when the rendering, the lock, the fixture or a driver changed). A program
+# that refuses is recorded, not an error here: the tests/test_programs_*.py tests read the results.
+programs: $(STAMP)
+	programs/venv.sh
+	$(BIN)/python -m programs.run
+
+# `make test` runs the tier where a Python >= 3.12 exists; elsewhere its tests skip, naming `make programs`.
+programs-if-python: $(STAMP)
+	@if programs/venv.sh --find-python >/dev/null 2>&1; then $(MAKE) --no-print-directory programs; \
+	else echo "no Python 3.12 or 3.13: the MaxText programs cannot run here; their tests skip (see make programs)"; fi
+
+# Regenerates programs/requirements-maxtext.lock from programs/requirements-maxtext.in (pip-compile
+# with hashes, under the tier's Python; existing pins are kept unless UPGRADE=1). See docs/programs.md.
+UPGRADE ?=
+programs-lock:
+	programs/lock.sh $(if $(UPGRADE),--upgrade)
 
 # Static infrastructure checkers, isolated: checkov pins many packages of its own.
 $(TOOLS_STAMP):
@@ -80,7 +101,7 @@ browser:
 		fi; \
 	fi
 
-test: check $(TOOLS_STAMP) components-if-go browser
+test: check $(TOOLS_STAMP) components-if-go browser programs-if-python
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The edit loop: unit and contract tests, none that starts a local server (under a minute).

@@ -1,0 +1,182 @@
+"""The tier's four parts, what each runs on, and the key its result is stored under.
+
+=============  =============================================================================
+``config``     MaxText's config reader on every rendered argv (``programs.cases``), the reader
+               facts corpus, and the installed package's nested key set
+``convert``    the real ``to_maxtext`` on the tiny fixture, with the canonical example's argv
+``export``     the real ``to_huggingface`` on that conversion, with the example's export argv
+``train_data`` train_rl's own data pipeline and reward loading on staged data shapes
+=============  =============================================================================
+
+A part's key is the sha256 of everything its result depends on: the lock, the code that runs it
+(this package's modules and the part's drivers), the fixture's bytes where it reads them, the
+rendered argv or request, and the key of the part it reads (export reads convert's output). The
+tests compute the same keys from the checkout, so a result made from another rendering, lock,
+fixture or driver is never read: it is stale, and ``make programs`` makes the current one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from programs import testbed
+from programs.cases import EXAMPLES, PROGRAMS, ROOT, Case, cases
+from programs.data_shapes import SHAPES
+from rlpipe.core import layout
+
+HERE = Path(__file__).resolve().parent
+LOCK = HERE / "requirements-maxtext.lock"
+DRIVERS = HERE / "drivers"
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny_gemma4"
+CORPUS = HERE / "corpus" / "reader-facts.txt"
+CONVERT_CASE = "gemma4-26b-v6e-32/convert"  # the canonical example's stages run for real
+EXPORT_CASE = "gemma4-26b-v6e-32/export"
+PART_NAMES = ("config", "convert", "export", "train_data")
+# Code every part runs through (a change to any of them is a change of every key).
+COMMON = (LOCK, HERE / "parts.py", HERE / "run.py", HERE / "testbed.py", HERE / "cases.py")
+WEIGHT_SUFFIXES = (".safetensors",)
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    job: dict[str, Any]  # what the part runs on, JSON, with testbed.WORK where the run's folder goes
+    files: tuple[Path, ...]  # further files whose bytes the result depends on
+    after: tuple[str, ...] = ()  # parts whose output this one reads
+
+
+def corpus_items(path: Path = CORPUS) -> list[str]:
+    """A corpus file: one ``key=value`` per line; blank lines and ``#`` comments skipped. A value
+    keeps its spaces (``key= value`` is a case of its own)."""
+    items = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            items.append(line)
+    return items
+
+
+def _case(name: str, all_cases: list[Case]) -> Case:
+    return next(c for c in all_cases if c.name == name)
+
+
+def fixture_files() -> tuple[Path, ...]:
+    return tuple(sorted(p for p in FIXTURE.iterdir() if p.is_file()))
+
+
+def source_files() -> tuple[Path, ...]:
+    """The fixture's files other than weights: what the convert and export scripts pin and fetch
+    (tokenizer, config), as ``pinning`` copies them."""
+    return tuple(p for p in fixture_files() if not p.name.endswith(WEIGHT_SUFFIXES))
+
+
+def _config(all_cases: list[Case]) -> Part:
+    job = {
+        "cases": [c.as_json() for c in all_cases],
+        "corpus": {"module": PROGRAMS["train"], "base": [], "items": corpus_items()},
+        "nested": True,
+    }
+    return Part("config", job, (DRIVERS / "read_config.py", CORPUS))
+
+
+def _convert(all_cases: list[Case]) -> Part:
+    case = _case(CONVERT_CASE, all_cases)
+    args = [*testbed.localize(case.args), *testbed.TINY_MODEL_KEYS]
+    job = {
+        "case": case.name,
+        "module": PROGRAMS["convert"],
+        "args": args,
+        "stage_files": {testbed.value_of(args, "hf_model_path"): "fixture"},
+        "bucket": f"{testbed.WORK}/{testbed.BUCKET_DIR}",
+        "rendered": case.args,
+    }
+    return Part("convert", job, fixture_files())
+
+
+def _export(all_cases: list[Case]) -> Part:
+    case = _case(EXPORT_CASE, all_cases)
+    convert = _case(CONVERT_CASE, all_cases)
+    attempt_dir = layout.parse_gs(testbed.value_of(convert.args, "base_output_directory"))[1]
+    args = [*testbed.localize(case.args), *testbed.TINY_MODEL_KEYS]
+    job = {
+        "case": case.name,
+        "module": PROGRAMS["export"],
+        "args": args,
+        # export's hf_model_path holds the pinned source files (the tokenizer), as pinning fetches them
+        "stage_files": {testbed.value_of(args, "hf_model_path"): "fixture-source"},
+        # training is not run: the conversion's items stand where export reads a trained step
+        "stage_converted": {
+            "from": layout.converted_items(attempt_dir),
+            "to": testbed.value_of(args, "load_parameters_path"),
+        },
+        "bucket": f"{testbed.WORK}/{testbed.BUCKET_DIR}",
+        "output": testbed.value_of(args, "base_output_directory"),
+        "rendered": case.args,
+    }
+    return Part("export", job, (*fixture_files(), DRIVERS / "read_tensors.py"), after=("convert",))
+
+
+def _train_data() -> Part:
+    from programs.cases import BUCKET, HF_REVISION, RUN_ID, container
+    from rlpipe.core.manifests import RenderContext, render
+
+    ctx = RenderContext(run_id=RUN_ID, bucket=BUCKET, hf_revision=HF_REVISION)
+    shapes = []
+    user_files: set[Path] = set()
+    for shape in SHAPES:
+        req = shape.request()
+        rendered = list(container(render(req, "train", 1, ctx))["args"])
+        args = testbed.localize(rendered)
+        staged: dict[str, Any] = {testbed.value_of(args, "tokenizer_path"): "fixture-source"}
+        if req.rewards is not None and req.rewards.file is not None and req.rewards.file.path:
+            source = EXAMPLES / req.rewards.file.path
+            user_files.add(source)
+            staged[testbed.value_of(args, "reward_functions_path")] = str(source.relative_to(ROOT))
+        shapes.append(
+            {
+                "name": shape.name,
+                "args": args,
+                "rendered": rendered,
+                "stage_files": staged,
+                "tables": {
+                    testbed.value_of(args, "hf_train_files"): shape.train_table(),
+                    testbed.value_of(args, "hf_eval_files"): shape.eval_table(),
+                },
+                "long_rows": shape.long_rows(),
+            }
+        )
+    files = (DRIVERS / "train_data.py", DRIVERS / "stubs.py", *source_files(), *sorted(user_files))
+    return Part("train_data", {"shapes": shapes}, files)
+
+
+@cache
+def parts() -> dict[str, Part]:
+    all_cases = cases()
+    found = [_config(all_cases), _convert(all_cases), _export(all_cases), _train_data()]
+    return {p.name: p for p in found}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@cache
+def key(name: str) -> str:
+    """The key of a part's result: everything it depends on, hashed (names relative to the repo)."""
+    part = parts()[name]
+    material = {
+        "part": name,
+        "files": {str(p.relative_to(ROOT)): _digest(p) for p in (*COMMON, *part.files)},
+        "job": part.job,
+        "after": {a: key(a) for a in part.after},
+    }
+    text = json.dumps(material, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def result_dir(cache_dir: Path, name: str) -> Path:
+    return cache_dir / "results" / f"{name}-{key(name)}"
