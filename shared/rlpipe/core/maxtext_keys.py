@@ -38,6 +38,9 @@ class Resolved:
 
     field: str
     section: str | None = None
+    # The nested field a flat key of the program's config files is copied over: MaxText drops
+    # this spelling's value (``ConfigKeys.flat_from_configs``).
+    overwritten: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,8 @@ class ConfigKeys:
                 )
             if len(rest) > 1 and leaf not in self.maps:
                 return Unknown(f"{head}.{leaf} is a single value, not a section", None)
-            if self.routes_flat_keys and leaf in self.flat_from_configs:
-                return Unknown(
-                    f"{self.config_class} copies the flat key {leaf}, which its config files set, over "
-                    f"{head}.{leaf} (types.py:4571-4585), so MaxText would drop this value",
-                    leaf,
-                )
-            return Resolved(leaf, head)
+            overwritten = self.routes_flat_keys and leaf in self.flat_from_configs
+            return Resolved(leaf, head, overwritten=overwritten)
         if head in self.top:
             return Unknown(f"{head} is a single value, not a section with keys below it", None)
         return Unknown(

@@ -337,6 +337,14 @@ def _key_problem(where: str, read: tuple[str, ...], keys: maxtext_keys.ConfigKey
     if typed is not None and keys is _TRAIN_KEYS:
         routed = f" (MaxText routes it to {resolved.section}.{resolved.field})" if resolved.section else ""
         yield Problem(where, f"{via} is a typed field{routed}", f"set {typed} instead")
+        return
+    if resolved.overwritten:
+        yield Problem(
+            where,
+            f"{keys.config_class} copies the flat key {resolved.field}, which its config files set, over "
+            f"{named} (types.py:4571-4585), so MaxText would drop this value",
+            f"set {resolved.field} instead",
+        )
 
 
 def _vllm_key_problems(request: Request) -> Iterator[Problem]:
