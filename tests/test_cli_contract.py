@@ -16,6 +16,7 @@ from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
 from rlpipe.core.request import validate_request
 from tests.conftest import ROOT, Buckets, minimal_request
+from tests.harness.cli import run_main
 from tests.harness.functions import FunctionServer
 from tests.test_reconcile_chain import GONE_PREFIX, Chain, chain_fixture, kube_server, local_workflows  # noqa: F401  (fixtures)
 
@@ -297,17 +298,10 @@ def _record(run_id: str, state: str, *, labels: dict[str, str] | None = None, cr
 
 
 def rlpipe(buckets: Buckets, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    """The command's exit code, stdout and stderr, through its ``main`` (tests/harness/cli.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("RLPIPE_LOCAL",)}
     env.update(buckets.env(**{"RLPIPE_TARGET": "gcp", "RLPIPE_STAGE_URL": "http://127.0.0.1:9/", **extra}))
-    return subprocess.run(
-        [sys.executable, "-m", "rlpipe.cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-        timeout=120,
-    )
+    return run_main(list(args), env)
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,35 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real ``rlpipe`` process (for what only a process shows: its exit status as the shell
+    sees it, a closed pipe, nothing printed by the interpreter itself)."""
     return run_rlpipe(args, env, cwd, expected_seconds=1)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    """``rlpipe``'s ``main`` in this process, with ``env`` as its whole environment and ``cwd`` as
+    its folder: what a user would see, without starting an interpreter per case. An exception
+    ``main`` lets through fails the test, as a traceback would fail a user."""
+    from rlpipe.cli.main import main
+
+    def run_in_process(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+        monkeypatch.chdir(cwd)
+        try:
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse's own usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+    return run_in_process
 
 
 def assert_answered(
@@ -78,7 +107,7 @@ COMMANDS_THAT_READ_A_DEPLOYMENT = [
 
 @pytest.mark.parametrize("args", COMMANDS_THAT_READ_A_DEPLOYMENT, ids=" ".join)
 def test_without_a_local_stack_or_credentials_every_command_says_how_to_get_one(
-    args: list[str], tmp_path: Path
+    args: list[str], tmp_path: Path, cli: Any
 ) -> None:
     """From a folder with no stack (a subfolder of a checkout whose stack is down is the same)."""
     repository = tmp_path / "checkout"
@@ -86,19 +115,25 @@ def test_without_a_local_stack_or_credentials_every_command_says_how_to_get_one(
     (repository / "examples" / "gemma4-26b-v6e-32.yaml").write_bytes(
         (ROOT / "examples" / "gemma4-26b-v6e-32.yaml").read_bytes()
     )
-    done = run(args, repository, _clean_env())
+    done = cli(args, repository, _clean_env())
     assert_answered(done, args, json_error="--json" in args)
     assert done.returncode == ExitCode.USAGE, (args, done.stderr)
     message = done.stdout if "--json" in args else done.stderr
     assert "rlpipe local up" in message and "RLPIPE_TARGET=gcp" in message, message
 
 
-def test_a_subfolder_of_the_checkout_finds_the_stack_above_it(tmp_path: Path) -> None:
+def test_the_real_process_without_a_stack_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    done = run(["status", RUN], tmp_path, _clean_env())
+    assert_answered(done, ["status"])
+    assert done.returncode == ExitCode.USAGE and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_subfolder_of_the_checkout_finds_the_stack_above_it(tmp_path: Path, cli: Any) -> None:
     """The stack's state is found in the nearest folder above, as git finds its repository: here a
     state whose processes are gone, so the answer names that stack (not "no stack here") and says
     how to start it again, at once and with the code worth retrying."""
     from rlpipe.local.ports import free_port
-    from rlpipe.local.stack import StackState, state_path
+    from rlpipe.local.stack_state import StackState, state_path
 
     root = tmp_path / ".rlpipe" / "local"
     root.mkdir(parents=True)
@@ -114,7 +149,7 @@ def test_a_subfolder_of_the_checkout_finds_the_stack_above_it(tmp_path: Path) ->
     below = tmp_path / "docs" / "deeper"
     below.mkdir(parents=True)
     for args in (["list"], ["status", RUN, "--json"]):
-        done = run(args, below, _clean_env())
+        done = cli(args, below, _clean_env())
         assert_answered(done, args, json_error="--json" in args)
         assert done.returncode == ExitCode.TRANSIENT
         assert str(state_path(root)) in (done.stdout + done.stderr) and "rlpipe local up" in (
@@ -133,8 +168,8 @@ MISSING_FILES = [
 
 
 @pytest.mark.parametrize("args", MISSING_FILES, ids=" ".join)
-def test_a_file_that_cannot_be_read_is_named(args: list[str]) -> None:
-    done = run(args, ROOT, _clean_env())
+def test_a_file_that_cannot_be_read_is_named(args: list[str], cli: Any) -> None:
+    done = cli(args, ROOT, _clean_env())
     assert_answered(done, args, json_error="--json" in args)
     assert done.returncode == ExitCode.INVALID_INPUT
     assert args[1] in (done.stdout + done.stderr)
@@ -168,9 +203,9 @@ def test_output_cut_off_by_head_ends_quietly(deployment: dict[str, str]) -> None
         assert done.returncode == 141, (args, done.returncode, done.stderr)
 
 
-def test_an_unwritable_report_path_is_named(deployment: dict[str, str], tmp_path: Path) -> None:
+def test_an_unwritable_report_path_is_named(deployment: dict[str, str], tmp_path: Path, cli: Any) -> None:
     target = "/dev/null/report.html"  # under a file: no user, root included, can write it
-    done = run(["report", "rdonedonedon", "-o", target], ROOT, deployment)
+    done = cli(["report", "rdonedonedon", "-o", target], ROOT, deployment)
     assert_answered(done, ["report"])
     assert done.returncode == ExitCode.INVALID_INPUT and "/dev/null" in done.stderr
 
@@ -199,16 +234,16 @@ def test_an_unwritable_report_path_is_named(deployment: dict[str, str], tmp_path
     ids=" ".join,
 )
 def test_mistakes_against_a_deployment_are_answered_without_a_traceback(
-    args: list[str], deployment: dict[str, str]
+    args: list[str], deployment: dict[str, str], cli: Any
 ) -> None:
-    done = run(args, ROOT, deployment)
+    done = cli(args, ROOT, deployment)
     json_error = "--json" in args and done.returncode not in (0, 2)  # argparse's own usage error is text
     assert_answered(done, args, json_error=json_error)
     assert done.returncode != ExitCode.OK, args
 
 
-def test_a_demo_scenario_typo_is_refused_before_anything_starts() -> None:
-    done = run(["demo", "--scenario", "preemt"], ROOT, _clean_env())
+def test_a_demo_scenario_typo_is_refused_before_anything_starts(cli: Any) -> None:
+    done = cli(["demo", "--scenario", "preemt"], ROOT, _clean_env())
     assert_answered(done, ["demo"])
     assert done.returncode == ExitCode.USAGE
     assert "no scenario 'preemt'" in done.stdout + done.stderr and "preempt" in done.stdout + done.stderr

@@ -3,8 +3,8 @@
 The reproduction: submit a request with a request_id, then a copy with one setting changed. Intake
 rejects the copy ("request_id is already used by run … with a different request"); `submit` used
 to print the old run's id and `follow it with: rlpipe watch …`, exit 0, and the user believed the
-new setting ran. Here the real CLI runs as a subprocess against fake-gcs-server and the real
-intake function, with a thread playing Eventarc (every object dropped under requests/ is delivered
+new setting ran. Here the CLI's own main runs against fake-gcs-server and the real intake
+function, with a thread playing Eventarc (every object dropped under requests/ is delivered
 to intake as a GCS finalized CloudEvent, as production's trigger does).
 """
 
@@ -23,7 +23,7 @@ import yaml
 
 from rlpipe.cli.exit_codes import ExitCode
 from tests.conftest import ROOT, Buckets, minimal_request
-from tests.harness.cli import run_rlpipe
+from tests.harness.cli import run_main
 from tests.harness.functions import FunctionServer, gcs_event, post
 from tests.harness.patience import wait_until
 
@@ -67,7 +67,7 @@ def rlpipe(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "RLPIPE_LOCAL"}
     env.update(buckets.env(RLPIPE_TARGET="gcp", RLPIPE_WORKFLOWS_ENDPOINT=executions.target))
-    return run_rlpipe(list(args), env, cwd, expected_seconds=3)
+    return run_main(list(args), env, cwd)
 
 
 def _request(tmp_path: Path, name: str, **fields: Any) -> Path:

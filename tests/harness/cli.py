@@ -24,3 +24,32 @@ def run_rlpipe(
         check=False,
         timeout=ceiling(expected_seconds),
     )
+
+
+def run_main(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``rlpipe ARGS`` through its ``main`` in this process: the same exit code and the same stdout
+    and stderr a process would give, without an interpreter started per call. ``env`` is the whole
+    environment for the call and is put back after (``main`` adds a local stack's settings to it).
+    An exception ``main`` lets through propagates, as a traceback would reach a user."""
+    import contextlib
+    import io
+    import os
+
+    from rlpipe.cli.main import main
+
+    saved_env, saved_cwd = dict(os.environ), Path.cwd()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse's own usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())

@@ -105,7 +105,7 @@ LOCAL_ROOT = Path(".rlpipe/local")
 def local_root() -> Path:
     """The local stack's folder: ``.rlpipe/local`` here or in the nearest folder above that has a
     stack up, as git finds its repository, so the CLI works from any subfolder of the checkout."""
-    from rlpipe.local.stack import state_path
+    from rlpipe.local.stack_state import state_path
 
     here = Path.cwd()
     for folder in (here, *here.parents):
@@ -119,7 +119,7 @@ def _settings() -> Any:
     import os
 
     from rlpipe.control.settings import Settings
-    from rlpipe.local.stack import StackState, state_path
+    from rlpipe.local.stack_state import StackState, state_path
 
     path = state_path(local_root())
     if os.environ.get("RLPIPE_TARGET", "") != "gcp" and path.exists():

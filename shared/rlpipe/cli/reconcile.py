@@ -15,15 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.reconcile.runner import DEFAULT_BUDGET_SECONDS
 
 
 def cmd_reconcile(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
     from rlpipe.control.logs import Logger
-    from rlpipe.reconcile.runner import build
+    from rlpipe.reconcile.runner import DEFAULT_BUDGET_SECONDS, build
 
+    budget = DEFAULT_BUDGET_SECONDS if args.budget is None else args.budget
     # Log lines go to stderr: stdout carries the plan (and must stay parseable with --json).
-    reconciler = build(settings(), Logger("reconcile", stream=sys.stderr), budget_seconds=args.budget)
+    reconciler = build(settings(), Logger("reconcile", stream=sys.stderr), budget_seconds=budget)
     report = reconciler.run_pass(dry_run=args.dry_run)
     if args.json:
         print(
@@ -67,10 +67,10 @@ def register(subparsers: Any, *, settings: Callable[[], Any] = _env_settings) ->
     p.add_argument(
         "--budget",
         type=float,
-        default=DEFAULT_BUDGET_SECONDS,
+        default=None,
         metavar="SECONDS",
-        help=f"stop cleanly after this long and resume from the cursor next time "
-        f"(default {DEFAULT_BUDGET_SECONDS:g})",
+        help="stop cleanly after this long and resume from the cursor next time "
+        "(default: the scheduled pass's budget, reconcile/runner.py DEFAULT_BUDGET_SECONDS)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=lambda args: cmd_reconcile(args, settings))

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
-from rlpipe.control.ledger import Ledger, RunRecord
-from rlpipe.control.settings import Settings
-from rlpipe.core import identity, layout
-from rlpipe.core.request import load_request
+from rlpipe.core import identity
+
+if TYPE_CHECKING:  # the parser is built on every command: the records load when a command runs
+    from rlpipe.control.ledger import Ledger, RunRecord
+    from rlpipe.control.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ def submit(
     data = edited_document(path, sets or [], name)
     from rlpipe.cli.request_files import policy
     from rlpipe.control import user_files
+    from rlpipe.core import layout
+    from rlpipe.core.request import load_request
 
     request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))
     # and its own files, beside it, as intake will check them

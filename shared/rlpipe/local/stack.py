@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from rlpipe.local.gcs import FakeGcs
 from rlpipe.local.pod_logs import CONTAINER_LOGS
 from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready, stop_all
+from rlpipe.local.stack_state import StackState, state_path
 
 ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS: dict[str, str] = {
@@ -73,30 +74,6 @@ class StackConfig:
     faults: list[str] = field(default_factory=list)
     detached: bool = False  # `rlpipe local up`: the components outlive the command that started them
     cluster: str = "double"  # double (API double + simulator) | real (the real control plane)
-
-
-@dataclass
-class StackState:
-    """What `up` leaves behind for `status`, `down` and the CLI: endpoints, processes, environment."""
-
-    root: str
-    pids: dict[str, int]
-    endpoints: dict[str, str]
-    env: dict[str, str]
-    events: str
-    events_note: str
-    cluster: str = "double"
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
-
-    @classmethod
-    def load(cls, path: Path) -> StackState:
-        return cls(**json.loads(path.read_text()))
-
-
-def state_path(root: Path) -> Path:
-    return root / "state.json"
 
 
 def describe_cluster(cluster: str) -> str:
