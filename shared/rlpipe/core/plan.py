@@ -15,7 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import commands, cost, identity, layout, presets, staging, step_counts, steps, tpu
+from rlpipe.core import (
+    commands,
+    cost,
+    identity,
+    layout,
+    maxtext_models,
+    presets,
+    staging,
+    step_counts,
+    steps,
+    tpu,
+)
 from rlpipe.core.manifests import (
     RenderContext,
     conversion_cache,
@@ -160,6 +171,7 @@ def build_plan(
             "cache_key": cache.key if cache else None,
             "cache_key_note": None if cache else "resolved at run time (the key hashes the commit sha)",
             "recipe": commands.CONVERSION_RECIPE,
+            "converter": converter_plan(req.model),
             "ready": layout.gs(state_bucket, cache.ready) if cache else None,
             "attempt_dir": convert_out,
             "pinned_source": pinned_source_uri(req, ctx, "convert", 1),
@@ -285,12 +297,26 @@ def _placement(req: Request, stage: str) -> str:
     return f"the {req.tpu.type} slice, completion index 0 only (disk {disk})"
 
 
+def converter_plan(model: str) -> dict[str, Any]:
+    """Which MaxText converter mapping both conversions use for ``model`` (core.maxtext_models)."""
+    known = maxtext_models.models().get(model)
+    return {
+        "decoder_block": known.decoder_block if known else None,
+        "param_mapping": known.param_mapping if known else None,
+        "hf_id": known.hf_id if known else None,
+        "source": maxtext_models.source(),
+    }
+
+
 def render_text(plan: dict[str, Any]) -> str:
     """The plan for a person: one block per stage, then training, paths, budgets."""
+    converter = plan["conversion"]["converter"]
     lines = [
         f"run {plan['run_id']}: {plan['request']['model']} from {plan['request']['hf_repo']}",
         f"  pinned sha: {plan['pinned_sha'] or plan['pinned_sha_note']}",
         f"  conversion cache key: {plan['conversion']['cache_key'] or plan['conversion']['cache_key_note']}",
+        f"  converters: {converter['param_mapping']} ({converter['decoder_block']} architecture; "
+        f"MaxText knows it as {converter['hf_id']}), from {converter['source']}",
     ]
     for stage in plan["stages"]:
         lines.append(f"{stage['stage']}: {stage['kind']} {stage['name']} on {stage['runs_on']}")

@@ -269,6 +269,11 @@ _PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The MaxText architecture (a model config's ``decoder_block``, core/maxtext_models.json) each
+# preset was made for: both tutorials train Gemma 4 26B A4B, and their parallelism, vLLM settings and
+# in-container workarounds are that architecture's. A request's `model` must be of it.
+PRESET_DECODER_BLOCK: dict[str, str] = {"v6e-32": "gemma4", "v6e-64": "gemma4"}
+
 # MaxText facts the layout needs when a request leaves the field unset (rl.yml at maxtext-v0.2.4).
 MAXTEXT_CHECKPOINT_PERIOD = 50
 MAXTEXT_MAX_CHECKPOINTS_TO_KEEP = 10

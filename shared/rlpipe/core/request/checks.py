@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlpipe.core import identity, steps, tpu
+from rlpipe.core import identity, maxtext_models, presets, steps, tpu
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import outcome_checks, provisioning, reading
 
@@ -166,6 +166,40 @@ def _training_steps(doc: dict[str, Any]) -> Iterator[Problem]:
         yield Problem(exc.path, exc.problem, exc.fix)
 
 
+def _known_model(doc: dict[str, Any]) -> Iterator[Problem]:
+    """A model MaxText knows, that its converters map, of the architecture the preset was made for
+    (``core.maxtext_models``)."""
+    model = _get(doc, "model", str)
+    known = maxtext_models.models().get(model)
+    preset = doc.get("preset", presets.DEFAULT_PRESET)
+    block = presets.PRESET_DECODER_BLOCK.get(preset) if isinstance(preset, str) else None
+    fitting = maxtext_models.of_block(block) if block else []
+    if known is None:
+        nearest = maxtext_models.closest(model)
+        yield Problem(
+            "model",
+            f"{model} is not a model MaxText knows (no configs/models/{model}.yml in {maxtext_models.source()})",
+            (f"did you mean {nearest}? " if nearest else "")
+            + (f"the {preset} preset trains {', '.join(fitting)}" if fitting else "use a MaxText model name"),
+        )
+        return
+    if not known.convertible:
+        yield Problem(
+            "model",
+            f"MaxText's converters have no mapping for {model} (it is not in HF_IDS and PARAM_MAPPING), so "
+            "neither convert nor export could run",
+            "use a model to_maxtext converts" + (f": {', '.join(fitting)}" if fitting else ""),
+        )
+        return
+    if block is not None and known.decoder_block != block:
+        yield Problem(
+            "model",
+            f"{model} is a {known.decoder_block} model, but the {preset} preset is made for {block} models "
+            "(its parallelism, vLLM settings and workarounds are theirs)",
+            f"use one of {', '.join(fitting)} with this preset",
+        )
+
+
 def _model_label(doc: dict[str, Any]) -> Iterator[Problem]:
     model = _get(doc, "model", str)
     if len(model) > 63:
@@ -223,6 +257,7 @@ _CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _prefill,
     _overrides,
     _training_steps,
+    _known_model,
     _model_label,
     _labels,
     _attempt_names,
