@@ -274,7 +274,8 @@ def retry_would_help(record: RunRecord) -> bool:
     last = record.attempt_record(failure.stage or "", failure.attempt or 0) if failure.stage else None
     if last is not None and last.budget_exhausted:
         return True
-    return failure.message.startswith("deadline exceeded")  # workflows/pipeline.yaml: deadline_exceeded
+    # "deadline exceeded" (workflows/pipeline.yaml) or "<stage> deadline exceeded (...)" (stage status)
+    return "deadline exceeded" in failure.message
 
 
 def trained_steps(record: RunRecord) -> int | None:
