@@ -65,9 +65,8 @@ def typed(value: Any) -> Any:
 def main() -> None:
     job = json.load(sys.stdin)
     logging.disable(logging.WARNING)
-    from omegaconf import OmegaConf
-
     from maxtext.configs import pyconfig, types
+    from omegaconf import OmegaConf
 
     module = job["module"]
     spec = importlib.util.find_spec(module)
