@@ -93,11 +93,14 @@ def choose_scenario(
 
 
 def programs_line(programs: str) -> str:
-    """The summary's line saying which MaxText programs ran for real."""
+    """The summary's line saying which MaxText programs ran for real, and with which interpreter."""
     if programs == "real":
+        from rlpipe.local.clusters import programs_cache
+
+        python = programs_cache() / "venv" / "bin" / "python"
         return (
-            "  programs    convert, export: REAL (MaxText 0.2.4's to_maxtext, to_huggingface, on the tiny "
-            "Gemma 4 fixture); train: played"
+            f"  programs    convert, export: REAL, run by {python} (the programs venv: MaxText 0.2.4's "
+            "to_maxtext and to_huggingface) on the tiny Gemma 4 fixture; train: played"
         )
     return "  programs    convert, train, export: played by the simulator"
 

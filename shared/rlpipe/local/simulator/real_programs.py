@@ -40,7 +40,7 @@ from rlpipe.local.simulator import testbed
 from rlpipe.local.simulator.export_step import ENV_DIR, run_fetch_step, run_manifest_step
 from rlpipe.local.simulator.gcs_io import join, split_uri
 from rlpipe.local.simulator.orbax import COMMIT_FILE
-from rlpipe.local.simulator.pinning import FETCH_MARK, PIN_MARK, PINNED_MANIFEST
+from rlpipe.local.simulator.pinning import PIN_MARK, PINNED_MANIFEST
 from rlpipe.local.simulator.program import Program, ProgramContext, ProgramExit
 from rlpipe.local.simulator.publisher import hub_file
 from rlpipe.local.simulator.timing import WorkloadGone
@@ -93,7 +93,7 @@ def run(ctx: RealContext, program: Program, real: RealPrograms) -> int:
             run_fetch_step(ctx, program.args)
         load = testbed.value_of(list(program.argv), "load_parameters_path")
         _download(ctx, load, Path(testbed.resolve(testbed.local_path(load), str(work))))
-        ctx.local_path(program.args.env.get(ENV_DIR, base)).mkdir(parents=True)  # the script's mkdir
+        _make_export_dir(ctx, program.args.env.get(ENV_DIR, base))
         code = _run_program(ctx, real.python, program.module, argv, work)
         if code == 0 and "manifest" in program.args.steps:
             run_manifest_step(ctx, program.args)
@@ -134,6 +134,15 @@ def _pin_from_fixture(ctx: RealContext, program: Program, fixture: Path) -> None
     ctx.log(f"{PIN_MARK} copied {copied} files and {PINNED_MANIFEST} to {dest}")
 
 
+def _make_export_dir(ctx: RealContext, path: str) -> None:
+    """The export script's ``mkdir "$RLPIPE_EXPORT_DIR"``: without -p, so a directory that is there
+    already (something else wrote it) stops the script before the program runs."""
+    try:
+        ctx.local_path(path).mkdir(parents=True)
+    except FileExistsError:
+        raise ProgramExit(1, message=f"mkdir: cannot create directory '{path}': File exists") from None
+
+
 def upload_order(names: list[str]) -> list[str]:
     """Object names in the order they become visible: every file first, then the commit markers,
     deepest first (an item's before its step's), so a step is complete once its marker is there."""
@@ -168,7 +177,7 @@ def _download(ctx: RealContext, prefix_uri: str, target: Path) -> None:
         path = target / uri[len(base) :]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    ctx.log(f"{FETCH_MARK} (played) {len(found)} objects of {prefix_uri} where the program reads them")
+    ctx.log(f"rlpipe simulator: {len(found)} objects of {prefix_uri} downloaded where the program reads them")
 
 
 # ---- the program ---------------------------------------------------------------------------------
