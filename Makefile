@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 4
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: components components-if-go pstest-if-go programs programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
+.PHONY: components components-if-go pstest-if-go programs programs-venv programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ pstest-if-go:
 programs: $(STAMP)
 	programs/venv.sh
 	$(BIN)/python -m programs.run
+
+# The programs venv alone (what `make demo PROGRAMS=real` runs the converters with).
+programs-venv:
+	programs/venv.sh
 
 # `make test` runs the tier where a Python >= 3.12 exists; elsewhere its tests skip, naming `make programs`.
 programs-if-python: $(STAMP)
@@ -112,16 +116,20 @@ test-fast: $(STAMP) $(TOOLS_STAMP)
 SCENARIO ?=
 EVENTS ?= auto
 CLUSTER ?= double
+PROGRAMS ?= played
 
 # The whole pipeline on this machine: `make demo SCENARIO=preempt` shows a resume (simulated cluster);
 # `make demo CLUSTER=real` runs it on the real control plane, built first where Go is installed
-# (without Go or the binaries it stops at once, naming `make components`).
-# The scenario and cluster are checked first: a typo or a scenario the real plane cannot play is
-# refused before anything is built (the components take 16-28 minutes cold).
+# (without Go or the binaries it stops at once, naming `make components`); `make demo PROGRAMS=real`
+# has convert and export run MaxText's real converters on the tiny Gemma 4 fixture (minutes each;
+# the programs venv is built first, about 4 minutes cold; Python >= 3.12 needed, see docs/programs.md).
+# The scenario, cluster and programs are checked first: a typo, a scenario the real plane cannot
+# play, or real programs without a Python >= 3.12 are refused before anything is built (the
+# components take 16-28 minutes cold).
 demo: $(STAMP)
-	@$(BIN)/rlpipe demo --check --scenario "$(SCENARIO)" --cluster "$(CLUSTER)"
-	@$(MAKE) --no-print-directory pstest-if-go $(if $(filter real,$(CLUSTER)),components-if-go)
-	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)" --cluster "$(CLUSTER)"
+	@$(BIN)/rlpipe demo --check --scenario "$(SCENARIO)" --cluster "$(CLUSTER)" --programs "$(PROGRAMS)"
+	@$(MAKE) --no-print-directory pstest-if-go $(if $(filter real,$(CLUSTER)),components-if-go) $(if $(filter real,$(PROGRAMS)),programs-venv)
+	$(BIN)/rlpipe demo --scenario "$(SCENARIO)" --events "$(EVENTS)" --cluster "$(CLUSTER)" --programs "$(PROGRAMS)"
 
 # Benchmarks (figures next to same-run baselines) → bench/RESULTS.md; see bench/README.md.
 BENCH_ARGS ?=

@@ -1,4 +1,4 @@
-"""The tier's four parts, what each runs on, and the key its result is stored under.
+"""The tier's parts, what each runs on, what runs it, and the key its result is stored under.
 
 =============  =============================================================================
 ``config``     MaxText's config reader on every rendered argv (``programs.cases``), the reader
@@ -8,46 +8,59 @@
 ``train_data`` train_rl's own data pipeline and reward loading on staged data shapes
 =============  =============================================================================
 
-A part's key is the sha256 of everything its result depends on: the lock, the code that runs it
-(this package's modules and the part's drivers), the fixture's bytes where it reads them, the
-rendered argv or request, and the key of the part it reads (export reads convert's output). The
-tests compute the same keys from the checkout, so a result made from another rendering, lock,
-fixture or driver is never read: it is stale, and ``make programs`` makes the current one.
+A part's key is the sha256 of everything its result depends on, and of nothing else: the lock,
+the code that runs it (``programs/process.py``, the part's own runner module, its drivers, the
+shared modules those import, such as the argv mapping ``rlpipe.local.simulator.testbed``), the
+fixture's bytes where it reads them, the rendered argv or request (its job), and the key of the
+part it reads (export reads convert's output). So editing one part's runner or driver reruns that
+part (and the parts that read it), not the others. The tests compute the same keys from the
+checkout: a result made from another rendering, lock, fixture or code is never read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from programs import testbed
+from programs import config_part, converters_part, process, train_data_part
 from programs.cases import EXAMPLES, PROGRAMS, ROOT, Case, cases
 from programs.data_shapes import SHAPES
 from rlpipe.core import layout
+from rlpipe.local.hub import parquet
+from rlpipe.local.simulator import testbed
 
 HERE = Path(__file__).resolve().parent
 LOCK = HERE / "requirements-maxtext.lock"
-DRIVERS = HERE / "drivers"
+DRIVERS = process.DRIVERS
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_gemma4"
 CORPUS = HERE / "corpus" / "reader-facts.txt"
 CONVERT_CASE = "gemma4-26b-v6e-32/convert"  # the canonical example's stages run for real
 EXPORT_CASE = "gemma4-26b-v6e-32/export"
-PART_NAMES = ("config", "convert", "export", "train_data")
-# Code every part runs through (a change to any of them is a change of every key).
-COMMON = (LOCK, HERE / "parts.py", HERE / "run.py", HERE / "testbed.py", HERE / "cases.py")
 WEIGHT_SUFFIXES = (".safetensors",)
+# What every part runs through: the interpreter's lock and the code that starts its processes.
+COMMON = (LOCK, HERE / "process.py")
+TESTBED = Path(inspect.getfile(testbed))  # the argv mapping: convert, export, train_data
+
+Runner = Callable[[dict[str, Any], process.Run], dict[str, Any]]
+
+
+def _module(module: object) -> Path:
+    return Path(inspect.getfile(module))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class Part:
     name: str
     job: dict[str, Any]  # what the part runs on, JSON, with testbed.WORK where the run's folder goes
-    files: tuple[Path, ...]  # further files whose bytes the result depends on
+    files: tuple[Path, ...]  # the code that runs it and the files it reads: the key covers their bytes
     after: tuple[str, ...] = ()  # parts whose output this one reads
+    runner: Runner | None = None  # job and run → the result (programs.process.Run)
 
 
 def corpus_items(path: Path = CORPUS) -> list[str]:
@@ -74,50 +87,59 @@ def source_files() -> tuple[Path, ...]:
     return tuple(p for p in fixture_files() if not p.name.endswith(WEIGHT_SUFFIXES))
 
 
+def _repo(paths: tuple[Path, ...]) -> list[str]:
+    return [str(p.relative_to(ROOT)) for p in paths]
+
+
 def _config(all_cases: list[Case]) -> Part:
     job = {
         "cases": [c.as_json() for c in all_cases],
         "corpus": {"module": PROGRAMS["train"], "base": [], "items": corpus_items()},
         "nested": True,
     }
-    return Part("config", job, (DRIVERS / "read_config.py", CORPUS))
+    code = (_module(config_part), DRIVERS / "read_config.py")
+    return Part("config", job, (*code, CORPUS), runner=config_part.run)
 
 
 def _convert(all_cases: list[Case]) -> Part:
     case = _case(CONVERT_CASE, all_cases)
-    args = [*testbed.localize(case.args), *testbed.TINY_MODEL_KEYS]
+    args = testbed.converter_args(case.args)
     job = {
         "case": case.name,
         "module": PROGRAMS["convert"],
         "args": args,
-        "stage_files": {testbed.value_of(args, "hf_model_path"): "fixture"},
+        "stage_folders": {testbed.value_of(args, "hf_model_path"): _repo(fixture_files())},
         "bucket": f"{testbed.WORK}/{testbed.BUCKET_DIR}",
         "rendered": case.args,
     }
-    return Part("convert", job, fixture_files())
+    code = (_module(converters_part), TESTBED)
+    return Part("convert", job, (*code, *fixture_files()), runner=converters_part.run_convert)
 
 
 def _export(all_cases: list[Case]) -> Part:
     case = _case(EXPORT_CASE, all_cases)
     convert = _case(CONVERT_CASE, all_cases)
     attempt_dir = layout.parse_gs(testbed.value_of(convert.args, "base_output_directory"))[1]
-    args = [*testbed.localize(case.args), *testbed.TINY_MODEL_KEYS]
+    args = testbed.converter_args(case.args)
     job = {
         "case": case.name,
         "module": PROGRAMS["export"],
         "args": args,
         # export's hf_model_path holds the pinned source files (the tokenizer), as pinning fetches them
-        "stage_files": {testbed.value_of(args, "hf_model_path"): "fixture-source"},
+        "stage_folders": {testbed.value_of(args, "hf_model_path"): _repo(source_files())},
         # training is not run: the conversion's items stand where export reads a trained step
         "stage_converted": {
             "from": layout.converted_items(attempt_dir),
             "to": testbed.value_of(args, "load_parameters_path"),
         },
-        "bucket": f"{testbed.WORK}/{testbed.BUCKET_DIR}",
         "output": testbed.value_of(args, "base_output_directory"),
+        "fixture": str(FIXTURE.relative_to(ROOT)),
         "rendered": case.args,
     }
-    return Part("export", job, (*fixture_files(), DRIVERS / "read_tensors.py"), after=("convert",))
+    code = (_module(converters_part), TESTBED, DRIVERS / "read_tensors.py")
+    return Part(
+        "export", job, (*code, *fixture_files()), after=("convert",), runner=converters_part.run_export
+    )
 
 
 def _train_data() -> Part:
@@ -131,7 +153,7 @@ def _train_data() -> Part:
         req = shape.request()
         rendered = list(container(render(req, "train", 1, ctx))["args"])
         args = testbed.localize(rendered)
-        staged: dict[str, Any] = {testbed.value_of(args, "tokenizer_path"): "fixture-source"}
+        staged: dict[str, str] = {}
         if req.rewards is not None and req.rewards.file is not None and req.rewards.file.path:
             source = EXAMPLES / req.rewards.file.path
             user_files.add(source)
@@ -141,6 +163,7 @@ def _train_data() -> Part:
                 "name": shape.name,
                 "args": args,
                 "rendered": rendered,
+                "stage_folders": {testbed.value_of(args, "tokenizer_path"): _repo(source_files())},
                 "stage_files": staged,
                 "tables": {
                     testbed.value_of(args, "hf_train_files"): shape.train_table(),
@@ -149,8 +172,15 @@ def _train_data() -> Part:
                 "long_rows": shape.long_rows(),
             }
         )
-    files = (DRIVERS / "train_data.py", DRIVERS / "stubs.py", *source_files(), *sorted(user_files))
-    return Part("train_data", {"shapes": shapes}, files)
+    code = (
+        _module(train_data_part),
+        TESTBED,
+        _module(parquet),
+        DRIVERS / "train_data.py",
+        DRIVERS / "stubs.py",
+    )
+    files = (*code, *source_files(), *sorted(user_files))
+    return Part("train_data", {"shapes": shapes}, files, runner=train_data_part.run)
 
 
 @cache
@@ -158,6 +188,11 @@ def parts() -> dict[str, Part]:
     all_cases = cases()
     found = [_config(all_cases), _convert(all_cases), _export(all_cases), _train_data()]
     return {p.name: p for p in found}
+
+
+def part_names() -> tuple[str, ...]:
+    """Every part, in the order they run (a part after the ones it reads)."""
+    return tuple(parts())
 
 
 def _digest(path: Path) -> str:

@@ -25,6 +25,12 @@ FACTS: dict[str, Any] = yaml.safe_load(
     (Path(__file__).parent / "fixtures" / "maxtext_facts.yaml").read_text(encoding="utf-8")
 )
 PREFIX = re.compile(FACTS["log_prefix"]["regex"])
+# A program with a log format of its own (to_maxtext: Python logging's default one) instead of absl's.
+FORMATS = {
+    stage: re.compile(spec["log_format"]["regex"])
+    for stage, spec in FACTS["programs"].items()
+    if "log_format" in spec
+}
 LINES = {
     stage: [(entry, re.compile(entry["regex"])) for entry in spec["lines"]]
     for stage, spec in FACTS["programs"].items()
@@ -118,12 +124,14 @@ def _described(stage: str, line: str) -> str | None:
     """The fixture id describing a printed line, or None."""
     if any(rx.match(line) for rx in SCRIPT_LINES):
         return "rlpipe-script"
-    head = PREFIX.match(line)
+    own = FORMATS.get(stage)
+    head = (own or PREFIX).match(line)
     if head is None:
         return None
     message = line[head.end() :]
     for entry, rx in LINES[stage]:
-        if rx.match(message) and line[0] == entry["level"] and f" {entry['file']}:" in line[: head.end()]:
+        where = own is not None or f" {entry['file']}:" in line[: head.end()]  # absl's names file:line
+        if rx.match(message) and line[0] == entry["level"] and where:
             return str(entry["id"])
     return None
 

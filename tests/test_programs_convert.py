@@ -1,52 +1,49 @@
 """The real ``to_maxtext`` and ``to_huggingface`` on the tiny Gemma 4 fixture, with rlpipe's argv.
 
 ``make programs`` ran both MaxText 0.2.4 converters (``programs.parts``: convert, export) with the
-canonical example's rendered argv, changed only as ``programs/testbed.py`` says (the bucket is a
-folder, the container's paths sit under the run's folder, the fixture's size). What they wrote is
-judged here by rlpipe's own done rules (``core.layout``) and against what the simulator writes in
-their place, file by file; the export against the fixture it started from, tensor by tensor.
+canonical example's rendered argv, changed only as ``rlpipe.local.simulator.testbed`` says (the
+bucket is a folder, the container's paths sit under the run's folder, the fixture's size). What
+they wrote is judged here by rlpipe's own done rules (``core.layout``): the conversion as it lies
+in the bucket; the export as the export script leaves it, i.e. after rlpipe's real manifest step
+(``core/export_manifest.py``) uploaded the files to_huggingface wrote into its local directory to
+fake-gcs-server, and by the publish program's own check of that manifest
+(``publisher/exported.py``). The export is also held against the fixture it started from, tensor
+by tensor. The simulator is held to both programs in ``tests/test_programs_simulator.py``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import re
 import struct
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from programs import parts, testbed
-from programs.cases import cases
-from rlpipe.core import layout
-from rlpipe.local.simulator.maxtext import PROGRAMS as SIMULATED
-from rlpipe.local.simulator.program import Arguments
-from tests.harness.programs import result
-from tests.test_maxtext_facts import FakeContainer
+from programs import parts
+from programs.cases import BUCKET, HF_REVISION, RUN_ID, cases, container
+from programs.converters_part import KEPT_EXPORT
+from rlpipe.control import outputs
+from rlpipe.core import export_manifest, layout
+from rlpipe.core.manifests import RenderContext, render
+from rlpipe.local.simulator import testbed
+from rlpipe.publisher import exported as publisher
+from tests.conftest import Buckets
+from tests.harness.exported import run_step
+from tests.harness.programs import kept, result
 
 CASES = {c.name: c for c in cases()}
 CONVERT = CASES[parts.CONVERT_CASE]
 EXPORT = CASES[parts.EXPORT_CASE]
-FACTS = yaml.safe_load((Path(__file__).parent / "fixtures" / "maxtext_facts.yaml").read_text())
 EMBEDDING = "model.language_model.embed_tokens.weight"
-ZARR_CHUNK = re.compile(r"^[0-9]+(\.[0-9]+)*$")
-
-
-def _arg(args: list[str], key: str) -> str:
-    return next(a.split("=", 1)[1] for a in args if a.split("=", 1)[0].lstrip("-") == key)
-
-
-ATTEMPT_DIR = layout.parse_gs(_arg(CONVERT.args, "base_output_directory"))[1]
-HF_DIR = layout.parse_gs(_arg(EXPORT.args, "base_output_directory"))[1]
+ATTEMPT_DIR = layout.parse_gs(testbed.value_of(CONVERT.args, "base_output_directory"))[1]
 
 
 def _ran(part: str) -> dict[str, Any]:
     ran = result(part)
-    assert ran["exit_code"] == 0, f"{part} exited {ran['exit_code']}:\n" + "\n".join(ran["log_tail"][-25:])
+    assert ran["exit_code"] == 0, f"{part} exited {ran['exit_code']}:\n" + "\n".join(ran["log"][-25:])
     return ran
 
 
@@ -64,7 +61,7 @@ def _fixture_tensors() -> dict[str, Any]:
 
 def test_to_maxtext_converts_the_fixture_with_the_rendered_argv() -> None:
     """It says it saved where the argv told it to: the attempt directory, in the bucket's folder."""
-    lines = _ran("convert")["log_tail"]
+    lines = _ran("convert")["log"]
     said = [
         line.split("Checkpoint saved to ", 1)[1]
         for line in lines
@@ -87,105 +84,92 @@ def test_our_convert_done_rule_refuses_the_real_conversion_without_its_step_mark
     assert not layout.convert_complete(objects, ATTEMPT_DIR).complete
 
 
-def _structure(names: list[str] | dict[str, int], base: str) -> tuple[set[str], set[str]]:
-    """(files that are not array data, array directories) under ``base``."""
-    files, arrays = set(), set()
-    for name in names:
-        if not name.startswith(base):
-            continue
-        rel = name[len(base) :]
-        head, _, leaf = rel.rpartition("/")
-        if leaf == ".zarray" or ZARR_CHUNK.match(leaf):
-            arrays.add(head)
-        else:
-            files.add(rel)
-    return files, arrays
+# ---- to_huggingface, and the export script's manifest step over what it wrote --------------------
 
 
-def _simulated_conversion() -> FakeContainer:
-    container = FakeContainer()
-    env = {
-        "RLPIPE_SNAPSHOT_DIR": "/scratch/hf-snapshot",
-        "RLPIPE_PINNED_URI": layout.gs("b", ATTEMPT_DIR + "hf-source/"),
-    }
-    args = replace(Arguments.parse(CONVERT.args), env=env)
-    assert SIMULATED["convert"](container, args) == 0
-    return container
+def _export_env() -> dict[str, str]:
+    """The export container's plain environment, as rendered."""
+    ctx = RenderContext(run_id=RUN_ID, bucket=BUCKET, hf_revision=HF_REVISION)
+    found = container(render(EXPORT.request, "export", 1, ctx))
+    return {e["name"]: e["value"] for e in found.get("env", []) if "value" in e}
 
 
-def _both_conversions() -> tuple[tuple[set[str], set[str]], tuple[set[str], set[str]]]:
-    real = _structure(_ran("convert")["objects"], ATTEMPT_DIR)
-    simulated = _simulated_conversion()
-    base = _arg(CONVERT.args, "base_output_directory")
-    files, arrays = _structure([u for u in simulated.files if u.startswith(base)], base)
-    files -= {f for f in files if f.startswith(layout.PINNED_SOURCE_DIR)}  # the script's, not to_maxtext's
-    return real, (files, arrays)
+def test_to_huggingface_writes_into_the_directory_the_export_script_uploads() -> None:
+    """The argv's base_output_directory is the directory the script's manifest step walks."""
+    ran = _ran("export")
+    output = testbed.value_of(EXPORT.args, "base_output_directory")
+    assert output == _export_env()[export_manifest.ENV_DIR] == export_manifest.LOCAL_DIR
+    assert {layout.HF_CONFIG, layout.HF_SINGLE} <= set(ran["exported"]), ran["exported"]
+    said = [
+        line.split("Using local directory: ", 1)[1]
+        for line in ran["log"]
+        if "Using local directory: " in line
+    ]
+    assert said and said[-1].endswith(f"/{testbed.FS_DIR}{output}"), said
 
 
-def test_the_simulator_writes_the_files_the_real_conversion_writes() -> None:
-    """Every file that is not array data: markers, metadata, sharding, in the same places."""
-    (real_files, _), (sim_files, _) = _both_conversions()
-    assert sim_files == real_files, (
-        f"only real: {sorted(real_files - sim_files)}; only simulated: {sorted(sim_files - real_files)}"
+def _uploaded(buckets: Buckets) -> None:
+    """The export script's last step, run for real over the files the real to_huggingface wrote."""
+    done = run_step(buckets.artifacts, RUN_ID, kept("export", KEPT_EXPORT))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _sizes(buckets: Buckets) -> dict[str, int]:
+    run = layout.RunLayout(buckets.artifacts, RUN_ID)
+    return {b.name: int(b.size) for b in buckets.client.list_blobs(buckets.artifacts, prefix=run.hf_dir)}
+
+
+def test_the_manifest_step_uploads_exactly_the_real_exports_files(buckets: Buckets) -> None:
+    _uploaded(buckets)
+    wrote = _ran("export")["exported"]
+    run = layout.RunLayout(buckets.artifacts, RUN_ID)
+    manifest = json.loads(
+        buckets.client.bucket(buckets.artifacts).blob(run.export_manifest).download_as_bytes()
     )
+    local = kept("export", KEPT_EXPORT)
+    digests = {n: hashlib.sha256((local / n).read_bytes()).hexdigest() for n in wrote}
+    assert {f["path"]: (f["size"], f["sha256"]) for f in manifest["files"]} == {
+        n: (size, digests[n]) for n, size in wrote.items()
+    }
+    sizes = _sizes(buckets)
+    assert set(sizes) == {run.hf_dir + n for n in wrote} | {run.export_manifest}
+    assert {n: sizes[run.hf_dir + n] for n in wrote} == wrote
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the simulator writes a dense mlp.wi_0.kernel per layer, and gemma4-26b is a mixture of "
-    "experts: the real conversion writes mlp.moe_block.MoeBlock_0.{wi_0,wi_1,wo} and "
-    "mlp.moe_block.shared_experts.*, no mlp.wi_0.kernel",
-)
-def test_the_simulator_names_only_arrays_the_real_conversion_writes() -> None:
-    (_, real_arrays), (_, sim_arrays) = _both_conversions()
-    assert sim_arrays <= real_arrays, f"simulated, not real: {sorted(sim_arrays - real_arrays)}"
-
-
-def test_the_simulators_other_arrays_are_real_ones() -> None:
-    """The embedding, the final norm and each layer's query projection are named as MaxText names them."""
-    (_, real_arrays), (_, sim_arrays) = _both_conversions()
-    kept = {a for a in sim_arrays if not a.endswith(".mlp.wi_0.kernel")}
-    assert kept and kept <= real_arrays, sorted(kept - real_arrays)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_maxtext runs outside absl.app, and its lines come out through Python logging's "
-    "default format ('INFO:absl:Conversion complete. ...'), not absl's prefix: maxtext_facts.yaml "
-    "(log_prefix) and the simulator (absl_line) give convert's lines absl's prefix",
-)
-def test_the_converters_lines_carry_the_prefix_the_facts_and_the_simulator_give_them() -> None:
-    prefix = re.compile(FACTS["log_prefix"]["regex"])
-    lines = _ran("convert")["log_tail"]
-    complete = [line for line in lines if "Conversion complete. Checkpoint saved to " in line]
-    assert complete and all(prefix.match(line) for line in complete), complete
-
-
-# ---- to_huggingface -----------------------------------------------------------------------------
-
-
-def _exported(ran: dict[str, Any]) -> dict[str, int]:
-    return {k: v for k, v in ran["objects"].items() if k.startswith(HF_DIR)}
-
-
-def test_to_huggingface_exports_the_conversion_with_the_rendered_argv() -> None:
-    ran = _ran("export")
-    assert _exported(ran), "nothing under the export's base_output_directory"
-
-
-def test_our_export_done_rule_accepts_the_real_export() -> None:
-    ran = _ran("export")
-    index = ran.get(layout.HF_INDEX)
-    verdict = layout.export_complete(_exported(ran), HF_DIR, index)
+def test_our_export_done_rule_accepts_the_real_export_as_the_script_leaves_it(buckets: Buckets) -> None:
+    _uploaded(buckets)
+    verdict = outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
     assert verdict.complete, verdict.reason
 
 
-def test_our_export_done_rule_refuses_the_real_export_with_a_file_missing() -> None:
-    ran = _ran("export")
-    index, names = ran.get(layout.HF_INDEX), _exported(ran)
-    weights = HF_DIR + (sorted(set(index["weight_map"].values()))[0] if index else layout.HF_SINGLE)
-    names.pop(weights)
-    assert not layout.export_complete(names, HF_DIR, index).complete
+def test_the_publish_programs_check_accepts_the_real_export(buckets: Buckets, tmp_path: Path) -> None:
+    """What the publish Job asks before it pushes: the manifest readable, the prefix holding exactly
+    its files at their sizes, each downloaded file of the sha256 export wrote."""
+    _uploaded(buckets)
+    run = layout.RunLayout(buckets.artifacts, RUN_ID)
+    bucket = buckets.client.bucket(buckets.artifacts)
+    files = publisher.read_manifest(bucket.get_blob(run.export_manifest), run.uri(run.export_manifest))
+    objects = {n[len(run.hf_dir) :]: s for n, s in _sizes(buckets).items() if n != run.export_manifest}
+    publisher.check_listing(files, objects, run.uri(run.hf_dir))
+    for path, (_, digest) in files.items():
+        bucket.blob(run.hf_dir + path).download_to_filename(str(tmp_path / "copy"))
+        publisher.check_sha256(str(tmp_path / "copy"), path, digest)
+
+
+def test_both_checks_refuse_the_real_export_with_its_weights_missing(buckets: Buckets) -> None:
+    _uploaded(buckets)
+    run = layout.RunLayout(buckets.artifacts, RUN_ID)
+    buckets.client.bucket(buckets.artifacts).blob(run.hf_dir + layout.HF_SINGLE).delete()
+    verdict = outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
+    assert not verdict.complete and verdict.missing == (run.hf_dir + layout.HF_SINGLE,)
+    bucket = buckets.client.bucket(buckets.artifacts)
+    files = publisher.read_manifest(bucket.get_blob(run.export_manifest), run.uri(run.export_manifest))
+    objects = {n[len(run.hf_dir) :]: s for n, s in _sizes(buckets).items() if n != run.export_manifest}
+    with pytest.raises(publisher.NotExported, match=f"{layout.HF_SINGLE} is gone"):
+        publisher.check_listing(files, objects, run.uri(run.hf_dir))
+
+
+# ---- the export against the fixture it started from ------------------------------------------------
 
 
 def test_the_export_has_the_fixtures_tensors_names_shapes_and_dtypes() -> None:

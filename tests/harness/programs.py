@@ -2,9 +2,10 @@
 
 The programs run in ``make programs`` (minutes; Python >= 3.12), not in pytest; each part's result
 is stored under the hash of its inputs (``programs.parts``). A test asks for a part's result, and
-gets the one made from this checkout's rendering, lock, fixture and drivers, or none: a missing or
+gets the one made from this checkout's rendering, lock, fixture and code, or none: a missing or
 stale result skips the test, naming ``make programs`` (or the missing Python), and under CI=true,
-where ``make test`` runs the tier first, fails it instead.
+where ``make test`` runs the tier first, fails it instead. What a part keeps beside its result (the
+export's own files) is found the same way (:func:`kept`).
 """
 
 from __future__ import annotations
@@ -63,3 +64,11 @@ def result(name: str, cache_dir: Path = CACHE) -> dict[str, Any]:
         )
     _missing(f"the programs tier has no {name} result: run `make programs`")
     raise AssertionError("unreachable")  # pytest.skip and pytest.fail raise
+
+
+def kept(name: str, folder: str, cache_dir: Path = CACHE) -> Path:
+    """A folder the part kept beside this checkout's result (skips or fails as :func:`result`)."""
+    result(name, cache_dir)
+    path = parts.result_dir(cache_dir, name) / folder
+    assert path.is_dir(), f"the {name} result keeps no {folder}/: run `make programs` again"
+    return path

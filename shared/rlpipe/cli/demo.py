@@ -3,7 +3,9 @@
 Starts the local stack, drops the example request into the requests bucket, follows the run
 live, prints a summary, and stops everything, also on Ctrl-C or failure. Exits 0 only if the run
 succeeded. ``cluster="real"`` (``make demo CLUSTER=real``) runs it on the real control plane
-instead of the double; it says which, at the start and in the summary.
+instead of the double; ``programs="real"`` (``make demo PROGRAMS=real``) has convert and export
+run MaxText's real converters on the tiny Gemma 4 fixture (minutes each), train played. It says
+which cluster and which programs, at the start and in the summary.
 """
 
 from __future__ import annotations
@@ -49,15 +51,21 @@ WATCH_LIST = Path("examples/upstream/watch.yaml")
 # The real controllers take their own time (Kueue's admission, the JobSet's in-order startup, the
 # garbage collector): a run there takes a minute or two where the double takes 20 s.
 DEMO_TIMEOUT_SECONDS = {"double": 150, "real": 600}
+# The real converters take minutes each on two loaded cores (docs/programs.md), and their tens of
+# thousands of objects go through the local GCS and its events.
+REAL_PROGRAMS_TIMEOUT_SECONDS = 2400
 SWEEP_TIMEOUT_FACTOR = 3  # four children, two at a time, then selection and one publish
 
 
-def choose_scenario(scenario: str, cluster: str, example: Path) -> tuple[Path, list[str], str | None]:
+def choose_scenario(
+    scenario: str, cluster: str, example: Path, programs: str = "played"
+) -> tuple[Path, list[str], str | None]:
     """The example, faults and scenario file a demo runs, or ``CliError`` before anything starts:
     a name that is neither a scenario nor a file lists the scenarios (a typo must not start half a
-    stack), and a scenario the chosen cluster cannot play is refused before any component is built
-    (``make demo`` runs this first, as ``rlpipe demo --check``)."""
-    from rlpipe.local.clusters import NoFaults, refuse_faults
+    stack), a scenario the chosen cluster cannot play is refused before any component is built
+    (``make demo`` runs this first, as ``rlpipe demo --check``), and so are real programs where
+    they cannot run (no Python >= 3.12, or the real control plane)."""
+    from rlpipe.local.clusters import NoFaults, NoRealPrograms, refuse_faults, refuse_real_programs
 
     if scenario in SCENARIOS:
         override, faults = SCENARIOS[scenario]
@@ -77,7 +85,24 @@ def choose_scenario(scenario: str, cluster: str, example: Path) -> tuple[Path, l
         refuse_faults(cluster, faults, scenario_file)
     except NoFaults as refused:
         raise CliError(ExitCode.USAGE, f"scenario {scenario!r} needs faults: {refused}") from None
+    try:
+        refuse_real_programs(cluster, programs)
+    except NoRealPrograms as refused:
+        raise CliError(ExitCode.USAGE, f"--programs {programs}: {refused}") from None
     return example, faults, scenario_file
+
+
+def programs_line(programs: str) -> str:
+    """The summary's line saying which MaxText programs ran for real, and with which interpreter."""
+    if programs == "real":
+        from rlpipe.local.clusters import programs_cache
+
+        python = programs_cache() / "venv" / "bin" / "python"
+        return (
+            f"  programs    convert, export: REAL, run by {python} (the programs venv: MaxText 0.2.4's "
+            "to_maxtext and to_huggingface) on the tiny Gemma 4 fixture; train: played"
+        )
+    return "  programs    convert, train, export: played by the simulator"
 
 
 def run_demo(
@@ -87,6 +112,7 @@ def run_demo(
     example: Path = Path("examples/gemma4-26b-v6e-32.yaml"),
     root: Path = Path(".rlpipe/demo"),
     cluster: str = "double",
+    programs: str = "played",
 ) -> int:
     from rlpipe.cli import submit as submit_cli
     from rlpipe.cli.watch import summary, watch
@@ -96,13 +122,22 @@ def run_demo(
     from rlpipe.local.stack import LocalStack, StackConfig
 
     console = Console()
-    example, faults, scenario_file = choose_scenario(scenario, cluster, example)  # CliError: nothing started
+    # CliError: nothing started
+    example, faults, scenario_file = choose_scenario(scenario, cluster, example, programs)
     started = time.monotonic()
     timeout = DEMO_TIMEOUT_SECONDS.get(cluster, DEMO_TIMEOUT_SECONDS["double"])
+    if programs == "real":
+        timeout = REAL_PROGRAMS_TIMEOUT_SECONDS
     console.print(
         f"[bold]rlpipe demo[/bold]: {example}"
         + (f", scenario {scenario}" if scenario else "")
         + f", on the {'REAL control plane' if cluster == 'real' else 'simulated cluster (the double)'}"
+        + (
+            ", with the REAL MaxText converters for convert and export (train played): "
+            "expect 5 to 15 minutes, most of it in to_maxtext and to_huggingface"
+            if programs == "real"
+            else ""
+        )
     )
     stack = LocalStack(
         StackConfig(
@@ -112,6 +147,7 @@ def run_demo(
             scenario_file=scenario_file,
             poll_seconds=2,
             cluster=cluster,
+            programs=programs,
         ),
         say=lambda text: print(text, flush=True),
     )
@@ -148,6 +184,7 @@ def run_demo(
             console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
             return 1
         print(summary(record, simulated=True, cluster=cluster, hub_stops=True))
+        print(programs_line(programs))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
         note = try_it_yourself(record, example)
         if note:

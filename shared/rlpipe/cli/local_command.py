@@ -19,6 +19,14 @@ CLUSTER_ARGUMENT: dict[str, Any] = {
     "played nodes and programs",
 }
 
+PROGRAMS_ARGUMENT: dict[str, Any] = {
+    "choices": ["played", "real"],
+    "default": "played",
+    "help": "played: the simulator plays MaxText's programs (default); real: convert and export run "
+    "MaxText 0.2.4's real converters from the programs venv (`make programs`; Python >= 3.12) on the "
+    "tiny Gemma 4 fixture, minutes each, train played (double cluster only)",
+}
+
 
 def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
     from rlpipe.local import stack
@@ -49,6 +57,7 @@ def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
         faults=list(args.fault or []),
         detached=not args.foreground,
         cluster=args.cluster,
+        programs=args.programs,
     )
     if stack.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
@@ -88,12 +97,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rlpipe.cli.demo import choose_scenario, run_demo
 
     if args.check:  # `make demo` asks first, before it builds anything the demo would need
-        example, _, _ = choose_scenario(args.scenario, args.cluster, Path(args.example))
-        print(f"demo: {args.scenario or 'the happy path'} on the {args.cluster} cluster ({example})")
+        example, _, _ = choose_scenario(args.scenario, args.cluster, Path(args.example), args.programs)
+        print(
+            f"demo: {args.scenario or 'the happy path'} on the {args.cluster} cluster ({example}), "
+            f"{args.programs} programs"
+        )
         return ExitCode.OK
 
     return run_demo(
-        scenario=args.scenario, events=args.events, example=Path(args.example), cluster=args.cluster
+        scenario=args.scenario,
+        events=args.events,
+        example=Path(args.example),
+        cluster=args.cluster,
+        programs=args.programs,
     )
 
 
@@ -111,6 +127,7 @@ def register(subparsers: Any, *, local_root: Callable[[], Path]) -> None:
     p.add_argument("--fault", action="append", help="fault as stage[:attempt]:fault, e.g. train:1:preempt@30")
     p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
     p.add_argument("--cluster", **CLUSTER_ARGUMENT)
+    p.add_argument("--programs", **PROGRAMS_ARGUMENT)
     p.set_defaults(func=lambda args: cmd_local(args, local_root))
 
     p = subparsers.add_parser(
@@ -126,7 +143,10 @@ def register(subparsers: Any, *, local_root: Callable[[], Path]) -> None:
     p.add_argument("--events", choices=["auto", "pubsub", "watcher"], default="auto")
     p.add_argument("--example", default="examples/gemma4-26b-v6e-32.yaml")
     p.add_argument("--cluster", **CLUSTER_ARGUMENT)
+    p.add_argument("--programs", **PROGRAMS_ARGUMENT)
     p.add_argument(
-        "--check", action="store_true", help="only check the scenario and cluster go together, start nothing"
+        "--check",
+        action="store_true",
+        help="only check the scenario, cluster and programs go together and can run here, start nothing",
     )
     p.set_defaults(func=cmd_demo)

@@ -1,20 +1,33 @@
-"""The two clusters the local stack runs on, behind the few calls its core and control API make.
+"""The two clusters the local stack runs on, behind the few calls its core and control API make,
+and the programs their convert and export pods run.
 
 ``double`` (the default): the Kubernetes API double and the cluster simulator, in the core's own
 process; it plays the controllers, Kueue, the nodes and the programs, and injects faults.
 ``real``: the real control plane (``rlpipe.local.controlplane.local_cluster``): the real API
 server, controllers, scheduler, JobSet and Kueue; only nodes, containers and programs are played,
 and it injects no faults.
+
+Programs (``--programs``): ``played`` (the default), or ``real`` on the double: convert and export
+run MaxText's real converters from the programs venv on the tiny Gemma 4 fixture
+(``rlpipe.local.simulator.real_programs``), train stays played. They need a Python >= 3.12 (the
+programs tier's, ``programs/venv.sh``) and that venv built; both are checked before anything starts.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlpipe.local.simulator.real_programs import RealPrograms
 from rlpipe.local.simulator.timing import Timing
 
 CLUSTERS = ("double", "real")
+PROGRAMS = ("played", "real")
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURE = ROOT / "tests" / "fixtures" / "tiny_gemma4"  # programs/make_tiny_gemma4.py writes it
+VENV_SCRIPT = ROOT / "programs" / "venv.sh"
 TIMINGS = ("demo", "fast", "zero")
 # The Secrets an operator creates before the first run (docs/deploy.md): the read token every stage
 # uses, and the publish stage's own write token. The Hub double accepts any token it has not
@@ -37,6 +50,53 @@ def refuse_faults(cluster: str, faults: Any, scenario_file: Any) -> None:
     """The one rule, checked by the demo, the stack and the core alike: faults need the double."""
     if cluster == "real" and (faults or scenario_file):
         raise NoFaults(NO_FAULTS)
+
+
+class NoRealPrograms(ValueError):
+    """The real programs cannot run here (or not on this cluster); the message names the fix."""
+
+
+def programs_cache() -> Path:
+    """Where ``make programs`` keeps the programs venv (``PROGRAMS_CACHE``, as the tier reads it)."""
+    return Path(os.environ.get("PROGRAMS_CACHE", ROOT / ".cache" / "programs"))
+
+
+def refuse_real_programs(cluster: str, programs: str) -> None:
+    """What ``--programs real`` needs before anything is built: a known setting, the double, and a
+    Python >= 3.12 to build the programs venv with (``programs/venv.sh --find-python``)."""
+    if programs not in PROGRAMS:
+        raise NoRealPrograms(f"programs must be one of {', '.join(PROGRAMS)}, not {programs!r}")
+    if programs != "real":
+        return
+    if cluster == "real":
+        raise NoRealPrograms(REAL_PROGRAMS_ON_THE_DOUBLE)
+    found = subprocess.run([str(VENV_SCRIPT), "--find-python"], capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        raise NoRealPrograms(
+            "the real MaxText programs need Python 3.12 or 3.13 and none is installed: install one "
+            "(pyenv install 3.12) or name one with PROGRAMS_PYTHON, or run with played programs "
+            "(PROGRAMS=played, the default)"
+        )
+
+
+def real_programs(cluster: str, programs: str) -> RealPrograms | None:
+    """The real programs' setting for a stack that starts now (None: played), checked: the venv
+    must be built (``make programs`` builds it; ``make demo PROGRAMS=real`` builds it first)."""
+    refuse_real_programs(cluster, programs)
+    if programs != "real":
+        return None
+    venv = programs_cache() / "venv"
+    if not (venv / ".stamp").exists() or not (venv / "bin" / "python").exists():
+        raise NoRealPrograms(
+            f"the programs venv is not built at {venv}: run `make programs` (or programs/venv.sh)"
+        )
+    return RealPrograms(venv / "bin" / "python", FIXTURE)
+
+
+REAL_PROGRAMS_ON_THE_DOUBLE = (
+    "the real MaxText programs run in the cluster simulator's pods, on the double only; the real "
+    "control plane's pod player plays them (use --cluster double with --programs real)"
+)
 
 
 class StackCluster(Protocol):
@@ -68,12 +128,14 @@ class DoubleCluster:
         self.kube.start()
         for secret in secret_documents(LOCAL_HUB_SECRETS, config.get("namespace", "rlpipe")):
             self.kube.create("secrets", secret, namespace=secret["metadata"]["namespace"])
+        real = config.get("real_programs")
         self.simulator = ClusterSimulator(
             self.kube,
             storage,
             scenario=_scenario(config),
             timing=timing(config.get("timing", "demo")),
             hub_url=hub_url,
+            real_programs=RealPrograms(Path(real["python"]), Path(real["fixture"])) if real else None,
             # where the real plane's played containers write theirs: the local Cloud Logging's source
             container_logs=ContainerLogFolder(Path(config["logs"]) / CONTAINER_LOGS)
             if config.get("logs")
@@ -121,6 +183,8 @@ class RealStackCluster:
         from rlpipe.local.controlplane.local_cluster import RealCluster
 
         refuse_faults(self.name, config.get("faults"), config.get("scenario_file"))
+        if config.get("real_programs"):
+            raise NoRealPrograms(REAL_PROGRAMS_ON_THE_DOUBLE)
         self.cluster = RealCluster(
             Path(config["cluster_root"]),
             Path(config["logs"]),

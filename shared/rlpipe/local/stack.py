@@ -10,7 +10,9 @@ health-checked and stopped reliably (``down`` works from another shell through t
 The cluster is the Kubernetes API double + simulator (``cluster="double"``, the default: TPU
 simulated), or the real control plane (``cluster="real"``: kube-apiserver, controllers, scheduler,
 JobSet and Kueue built by ``make components``, with played nodes, containers and programs), which
-the functions reach as the pipeline's identity through ``RLPIPE_KUBECONFIG``.
+the functions reach as the pipeline's identity through ``RLPIPE_KUBECONFIG``. On the double,
+``programs="real"`` has the convert and export pods run MaxText's real converters
+(``rlpipe.local.clusters``, ``rlpipe.local.simulator.real_programs``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import requests
 
 from rlpipe.local import identities, pubsub
-from rlpipe.local.clusters import CLUSTERS, refuse_faults
+from rlpipe.local.clusters import CLUSTERS, real_programs, refuse_faults
 from rlpipe.local.gcs import FakeGcs
 from rlpipe.local.pod_logs import CONTAINER_LOGS
 from rlpipe.local.ports import free_port
@@ -74,6 +76,7 @@ class StackConfig:
     faults: list[str] = field(default_factory=list)
     detached: bool = False  # `rlpipe local up`: the components outlive the command that started them
     cluster: str = "double"  # double (API double + simulator) | real (the real control plane)
+    programs: str = "played"  # played | real (convert and export run MaxText for real; double only)
 
 
 def describe_cluster(cluster: str) -> str:
@@ -88,6 +91,17 @@ def describe_cluster(cluster: str) -> str:
             "built by `make components`; nodes, containers, MaxText and the TPU are PLAYED"
         )
     return "double: the Kubernetes API double + cluster simulator (controllers, Kueue, nodes and the TPU SIMULATED)"
+
+
+def describe_programs(programs: str) -> str:
+    """Which MaxText programs a stack runs for real, in one line (the demo prints it too)."""
+    if programs == "real":
+        return (
+            "real: convert and export run MaxText 0.2.4's to_maxtext and to_huggingface for REAL "
+            "(the programs venv, .cache/programs/venv) on the tiny Gemma 4 fixture, minutes each; "
+            "train is played"
+        )
+    return "played: convert, train and export are played by the simulator (real file names, tiny contents)"
 
 
 class LocalStack:
@@ -113,8 +127,10 @@ class LocalStack:
     def _start(self) -> StackState:
         c = self.config
         self._check_cluster()
+        real = real_programs(c.cluster, c.programs)  # NoRealPrograms (a ValueError): nothing started
         self.logs.mkdir(parents=True, exist_ok=True)
         self.say(f"[local] cluster: {describe_cluster(c.cluster)}")
+        self.say(f"[local] programs: {describe_programs(c.programs)}")
         use_pubsub, note = self._events_mode()
         self.say(f"[local] events: {note}")
         if use_pubsub:
@@ -163,6 +179,7 @@ class LocalStack:
             "faults": list(c.faults),
             "ready_file": str(self.root / "core.ready"),
             "cluster": c.cluster,
+            "real_programs": {"python": str(real.python), "fixture": str(real.fixture)} if real else None,
             "cluster_root": str(self.root / "controlplane"),
             "logs": str(self.logs),
         }

@@ -20,6 +20,7 @@ from rlpipe.local.simulator.env import HistoryEntry, SimEnv, SimulatedLog
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.job_workload import JobWorkload
 from rlpipe.local.simulator.jobset_workload import JobSetWorkload
+from rlpipe.local.simulator.real_programs import RealPrograms
 from rlpipe.local.simulator.scenario import Scenario
 from rlpipe.local.simulator.timing import Clock, Sleep, Timing, wall_clock
 from rlpipe.local.simulator.workload import WorkloadSim
@@ -35,6 +36,7 @@ class ClusterSimulator:
     locally); ``namespace`` limits the simulation to one namespace (None: all). ``clock`` and
     ``sleep`` may be injected; ``seed`` makes pod/node names reproducible. ``container_logs`` keeps
     every container line after its pod is gone (the local Cloud Logging reads it).
+    ``real_programs``: convert and export run the real MaxText programs (``.real_programs``).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class ClusterSimulator:
         namespace: str | None = None,
         hub_url: str = "",
         container_logs: ContainerLogFolder | None = None,
+        real_programs: RealPrograms | None = None,
     ) -> None:
         if export_shards < 1:
             raise ValueError("export_shards must be >= 1 (1 writes a single model.safetensors)")
@@ -70,6 +73,7 @@ class ClusterSimulator:
             seed=seed,
             hub_url=hub_url,
             container_logs=container_logs,
+            real_programs=real_programs,
         )
         self._lock = threading.Lock()
         self._sims: dict[str, WorkloadSim] = {}  # by uid

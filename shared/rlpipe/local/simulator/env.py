@@ -18,6 +18,7 @@ from rlpipe.local.kube_api import KubeApiError, KubeApiServer
 from rlpipe.local.pod_logs import ContainerLogFolder
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.gcs_io import GcsIO
+from rlpipe.local.simulator.real_programs import RealPrograms
 from rlpipe.local.simulator.scenario import Scenario
 from rlpipe.local.simulator.timing import Clock, Sleep, Timing, WorkloadGone
 
@@ -75,6 +76,8 @@ class SimEnv:
     export_shards: int = 3
     seed: int | None = None
     hub_url: str = ""  # the Hub double the publish Job's program talks to (HF_ENDPOINT)
+    # Convert and export run the real MaxText programs (``real_programs``); None: they are played.
+    real_programs: RealPrograms | None = None
     # Every container line, kept after its pod is gone (what GKE ships to Cloud Logging); None: not kept.
     container_logs: ContainerLogFolder | None = None
     history: History = field(default_factory=History)

@@ -8,9 +8,11 @@ independently of the pipeline's own layout code on purpose: a pipeline tested ag
 simulator built from its own constants would only agree with itself.
 
 The programs run against a :class:`ProgramContext` (writes, logs, pauses and fault hooks), so
-this module knows MaxText and nothing about Kubernetes. Log lines are the programs' own, with
-absl's prefix (``.absl_log``); every one is described, with its source, in
-``tests/fixtures/maxtext_facts.yaml``. The conversion and the export are played here, train_rl in
+this module knows MaxText and nothing about Kubernetes. Log lines are the programs' own, in the
+format each program prints them (``.absl_log``: absl's prefix for to_huggingface, Python logging's
+default one for to_maxtext); every one is described, with its source, in
+``tests/fixtures/maxtext_facts.yaml``. The converted arrays' names are ``.converted_params``'.
+``tests/test_programs_simulator.py`` holds both converters' files and lines to the real programs'. The conversion and the export are played here, train_rl in
 ``.train_rl``; Orbax's checkpoint files are ``.orbax``'s, and the ``rlpipe-pin``/``rlpipe-fetch``
 steps, rlpipe's own script lines before each program, ``.pinning``'s; the export script's last
 step, which uploads what to_huggingface wrote with its manifest, is rlpipe's own program, run for
@@ -23,7 +25,8 @@ import json
 import math
 import struct
 
-from rlpipe.local.simulator.absl_log import absl_line
+from rlpipe.local.simulator.absl_log import absl_line, logging_line
+from rlpipe.local.simulator.converted_params import converted_arrays
 from rlpipe.local.simulator.export_step import run_manifest_step
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.orbax import (
@@ -55,6 +58,9 @@ CONVERSION_STEP = "0"  # to_maxtext saves one synchronous checkpoint at step 0
 CONVERSION_ITEM = "items"
 HF_CONFIG = "config.json"
 HF_INDEX = "model.safetensors.index.json"
+# What the export's tokenizer.save_pretrained writes (utils/utils.py:654-657) with transformers 5.12,
+# in its order: no special_tokens_map.json any more, the chat template in a file of its own.
+EXPORTED_TOKENIZER_FILES = ("tokenizer_config.json", "chat_template.jinja", "tokenizer.json")
 
 
 def stage_of_object(name: str) -> str | None:
@@ -66,7 +72,12 @@ def stage_of_object(name: str) -> str | None:
     base = name.rsplit("/", 1)[-1]
     if "/checkpoints/actor/" in name or "/tensorboard/" in name:
         return "train"
-    if base.endswith(".safetensors") or base in (HF_INDEX, HF_CONFIG, *TOKENIZER_FILES):
+    if base.endswith(".safetensors") or base in (
+        HF_INDEX,
+        HF_CONFIG,
+        *TOKENIZER_FILES,
+        *EXPORTED_TOKENIZER_FILES,
+    ):
         return "export"
     step0 = f"/{CONVERSION_STEP}/"
     if f"{step0}{CONVERSION_ITEM}/" in name or name.endswith(
@@ -87,11 +98,6 @@ def safetensors_bytes(tensors: list[str]) -> tuple[bytes, int]:
     return struct.pack("<Q", len(head)) + head + data, len(data)
 
 
-def _layer_names(scan_layers: bool, names: list[str]) -> list[str]:
-    layers = ["layers"] if scan_layers else ["layers_0", "layers_1"]
-    return [f"decoder.{layer}.{name}" for layer in layers for name in names]
-
-
 # --------------------------------------------------------------------------- programs
 
 
@@ -103,28 +109,14 @@ def run_convert(ctx: ProgramContext, args: Arguments) -> int:
     model_id = args.flags.get("hf_model_path", "?")
     scan_layers = args.boolean("scan_layers", True)
     step_dir = join(base, CONVERSION_STEP)
-    ctx.log(
-        absl_line(
-            ctx,
-            "I",
-            "to_maxtext.py:925",
-            f"Lazy loading ENABLED. Initializing LazyHFLoader for: {model_id}...",
-        )
-    )
+    ctx.log(logging_line("I", f"Lazy loading ENABLED. Initializing LazyHFLoader for: {model_id}..."))
     if ctx.exists(join(step_dir, COMMIT_FILE)):
         raise ProgramExit(1, message=f"orbax: step 0 already exists at {step_dir} (StepAlreadyExistsError)")
     total = ctx.duration("convert")
-    ctx.log(absl_line(ctx, "I", "to_maxtext.py:155", f"Loading index file: {HF_INDEX}"))
+    ctx.log(logging_line("I", f"Loading index file: {HF_INDEX}"))
     ctx.pause(total * 0.4)
     items = join(step_dir, CONVERSION_ITEM)
-    arrays = [
-        "params.params.token_embedder.embedding",
-        "params.params.decoder.decoder_norm.scale",
-        *(
-            f"params.params.{n}"
-            for n in _layer_names(scan_layers, ["self_attention.query.kernel", "mlp.wi_0.kernel"])
-        ),
-    ]
+    arrays = converted_arrays(args.get("model_name"), scan_layers)
     files = pytree_files(arrays)
     write_all(ctx, items, files, total * 0.5, peak_after=len(arrays))  # oom strikes mid-write
     ctx.write(join(items, COMMIT_FILE), commit_marker(items))
@@ -133,9 +125,9 @@ def run_convert(ctx: ProgramContext, args: Arguments) -> int:
         join(step_dir, CHECKPOINT_METADATA), checkpoint_metadata(now_ns(ctx), {"scan_layers": scan_layers})
     )
     ctx.write(join(step_dir, COMMIT_FILE), commit_marker(step_dir))
-    ctx.log(absl_line(ctx, "I", "utils.py:1303", "saved a checkpoint at step 0"))
-    ctx.log(absl_line(ctx, "I", "to_maxtext.py:1109", f"Conversion complete. Checkpoint saved to {base}"))
-    ctx.log(absl_line(ctx, "I", "to_maxtext.py:1110", f"Overall Elapse: {total / 60:.2f} min"))
+    ctx.log(logging_line("I", "saved a checkpoint at step 0"))
+    ctx.log(logging_line("I", f"Conversion complete. Checkpoint saved to {base}"))
+    ctx.log(logging_line("I", f"Overall Elapse: {total / 60:.2f} min"))
     return 0
 
 
@@ -173,9 +165,13 @@ def run_export(ctx: ProgramContext, args: Arguments) -> int:
         ctx.log(absl_line(ctx, "I", "utils.py:615", f"   Using temporary local staging directory: {staging}"))
     else:
         ctx.log(absl_line(ctx, "I", "utils.py:619", f"   Using local directory: {base}"))
-    tokenizer = {"_simulated": SIMULATED_NOTE}
-    for name in TOKENIZER_FILES:
-        ctx.write(join(base, name), json_bytes(tokenizer))
+    for name in EXPORTED_TOKENIZER_FILES:
+        note = (
+            json_bytes({"_simulated": SIMULATED_NOTE})
+            if name.endswith(".json")
+            else f"{{# {SIMULATED_NOTE} #}}\n"
+        )
+        ctx.write(join(base, name), note)
     dtype = args.get("weight_dtype", "bfloat16")
     ctx.write(
         join(base, HF_CONFIG),

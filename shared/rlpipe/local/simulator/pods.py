@@ -20,6 +20,8 @@ from rlpipe.local.simulator.timing import WorkloadGone
 
 Obj = dict[str, Any]
 
+SIMULATED_MARK = "[simulated]"  # on every line a played program or step prints
+REAL_MARK = "[real]"  # on every line a program run for real prints (PROGRAMS=real)
 SIGTERM_EXIT = 143  # 128 + SIGTERM: a process that exits on the kubelet's SIGTERM
 SIGKILL_EXIT = 137  # 128 + SIGKILL: one still running when its grace period ends
 NODE_SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
@@ -129,11 +131,12 @@ class PodSim:
 
     # -- logs ----------------------------------------------------------------------------------
 
-    def log(self, line: str) -> None:
-        """Append a line to what ``kubectl logs`` shows; every line says it is simulated. The
+    def log(self, line: str, *, mark: str = SIMULATED_MARK) -> None:
+        """Append a line to what ``kubectl logs`` shows; every line says whether it is simulated
+        (``mark``: ``[real]`` for a line a real program printed, ``.real_programs``). The
         program's container printed it (the first main container), and it is also kept, with the
         same stamp, where GKE's logging agent would ship it from (``env.container_logs``)."""
-        new = [f"[simulated] {part}" for part in line.splitlines() or [""]]
+        new = [f"{mark} {part}" for part in line.splitlines() or [""]]
         self.lines.extend(new)
         when = datetime.now(UTC)
         self.env.kube.append_pod_log(self.name, new, namespace=self.namespace, when=when)

@@ -137,8 +137,9 @@ _SCRIPT_STEPS = {
     "inputs": "rlpipe-inputs:",
     "manifest": "rlpipe-manifest:",
 }
-# The steps the simulator runs for real: their program's text is taken from the script.
-_REAL_STEPS = ("manifest",)
+# The steps the simulator may run for real: their program's text is taken from the script. The
+# manifest step always runs for real; fetch only where the pod's program does (``.real_programs``).
+_REAL_STEPS = ("fetch", "manifest")
 # A script that holds the program's failed exit (core/commands.held_exit), and for how long.
 _EXIT_HOLD = re.compile(r"^hold_seconds=(\d+)$", re.MULTILINE)
 

@@ -3,6 +3,8 @@
 It is the container's side of the world for :mod:`maxtext`: logs go to the pod's log, files
 to GCS or to the pod's own disk (``pod_disk``), time passes through the workload's pacer (so a
 deleted workload stops mid-write), and the programs' fault hooks are answered from the scenario.
+With real programs set (``env.real_programs``), a convert or export pod runs its MaxText program
+for real instead (``real_programs``), through the same context.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rlpipe.local.simulator import real_programs
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.maxtext import PROGRAMS, Arguments, ProgramExit
 from rlpipe.local.simulator.pod_disk import PodDisk
-from rlpipe.local.simulator.pods import PodSim
+from rlpipe.local.simulator.pods import REAL_MARK, PodSim
 from rlpipe.local.simulator.program import Program
 from rlpipe.local.simulator.publisher import run_publish
 from rlpipe.local.simulator.scenario import Fault
@@ -55,13 +58,15 @@ class Workload(Protocol):
 
 
 class ProgramRun:
-    """Implements :class:`rlpipe.local.simulator.maxtext.ProgramContext` for one pod."""
+    """Implements :class:`rlpipe.local.simulator.maxtext.ProgramContext` for one pod (and
+    :class:`rlpipe.local.simulator.real_programs.RealContext`)."""
 
     def __init__(self, workload: Workload, pod: PodSim) -> None:
         self.workload = workload
         self.pod = pod
         self.env = workload.env
         self.export_shards = workload.env.export_shards
+        self.real_programs = workload.env.real_programs
         self.disk = PodDisk()
 
     def now(self) -> float:
@@ -69,6 +74,15 @@ class ProgramRun:
 
     def log(self, line: str) -> None:
         self.pod.log(line)
+
+    def log_real(self, line: str) -> None:
+        self.pod.log(line, mark=REAL_MARK)
+
+    def stopped(self) -> bool:
+        return self.workload.pacer.cancelled.is_set()
+
+    def work_dir(self) -> Path:
+        return self.disk.work()
 
     def pause(self, simulated_seconds: float) -> None:
         self.workload.pacer.pause(simulated_seconds)
@@ -87,6 +101,12 @@ class ProgramRun:
 
     def local_path(self, path: str) -> Path:
         return self.disk.path(path)
+
+    def copy(self, source_uri: str, dest_uri: str) -> None:
+        self.workload.pacer.check()
+        self.env.gcs.copy(source_uri, dest_uri)
+        self.env.wrote(dest_uri, self.workload.name, self.workload.stage, self.workload.attempt)
+        self.env.record(self.workload.name, "file", dest_uri)
 
     def claim(self, uri: str) -> None:
         self.workload.pacer.check()
@@ -125,8 +145,14 @@ class ProgramRun:
             return Outcome(0)
         args: Arguments = program.args
         self.env.log.info("%s/%s runs %s (%s)", self.pod.namespace, self.pod.name, program.module, stage)
+        real = self.real_programs
         try:
-            code = run_publish(self, args) if stage == "publish" else PROGRAMS[stage](self, args)
+            if stage == "publish":
+                code = run_publish(self, args)
+            elif real is not None and stage in real.stages:
+                code = real_programs.run(self, program, real)
+            else:
+                code = PROGRAMS[stage](self, args)
         except ProgramExit as exc:
             if exc.message:
                 self.log(f"ERROR: {exc.message}")

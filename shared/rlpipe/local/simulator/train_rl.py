@@ -142,6 +142,8 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
     eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
     pace = learning_pace(args)
+    # With real programs the export that follows is real: the checkpoints carry the loaded parameters.
+    copied = load if getattr(ctx, "real_programs", None) is not None else None
     if period < 1:
         raise ProgramExit(1, message=f"checkpoint_period={period} must be >= 1")
     pinned_steps(ctx, args)
@@ -206,12 +208,12 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             metrics(step - 1)
         ctx.note("step", str(step))
         if saving:
-            _save_rl_checkpoint(ctx, actor, step, keep)
+            _save_rl_checkpoint(ctx, actor, step, keep, copied)
             saved.add(step)
     if start < final:
         metrics(final)  # close(): the last buffered metrics, then the forced final save
     if enabled and final >= 1 and final not in saved and (not done or done[-1] < final):
-        _save_rl_checkpoint(ctx, actor, final, keep)
+        _save_rl_checkpoint(ctx, actor, final, keep, copied)
     ctx.log(absl_line(ctx, "W", "train_rl.py:810", "RL Training Completed Successfully!"))
     if test_batches > 0:
         ctx.log(
@@ -220,8 +222,22 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     return 0
 
 
-def _save_rl_checkpoint(ctx: ProgramContext, actor: str, step: int, keep: int) -> None:
-    """Orbax's order on GCS: item files, step metadata, each item's commit file, the step's last."""
+def _copy_loaded(ctx: ProgramContext, load: str, params_dir: str) -> None:
+    """The parameters train_rl loaded, unchanged, as the step's ``model_params`` (real programs:
+    the real export must read a checkpoint a real program wrote, and no step is trained here).
+    Orbax's own commit marker is written after, as for a played item."""
+    source = load.rstrip("/") + "/"
+    for uri in ctx.list(source):
+        name = uri[len(source) :]
+        if name.rsplit("/", 1)[-1] != COMMIT_FILE:
+            ctx.copy(uri, join(params_dir, name))  # type: ignore[attr-defined]  # runtime.ProgramRun's
+
+
+def _save_rl_checkpoint(
+    ctx: ProgramContext, actor: str, step: int, keep: int, load: str | None = None
+) -> None:
+    """Orbax's order on GCS: item files, step metadata, each item's commit file, the step's last.
+    ``load``: with real programs, the parameters loaded from there are the step's (``_copy_loaded``)."""
     step_dir = join(actor, str(step))
     params = pytree_files(
         [
@@ -232,7 +248,10 @@ def _save_rl_checkpoint(ctx: ProgramContext, actor: str, step: int, keep: int) -
     )
     optimizer = pytree_files(["opt_state.0.v.decoder.decoder_norm.scale", "opt_state.1.count"])
     save_time = ctx.duration("checkpoint_save")
-    write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[0]), params, save_time * 0.5)
+    if load is not None:
+        _copy_loaded(ctx, load, join(step_dir, RL_CHECKPOINTABLES[0]))
+    else:
+        write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[0]), params, save_time * 0.5)
     write_all(ctx, join(step_dir, RL_CHECKPOINTABLES[1]), optimizer, save_time * 0.5)
     ctx.write(join(step_dir, CHECKPOINT_METADATA), checkpoint_metadata(now_ns(ctx), {}))
     items = [join(step_dir, item) for item in RL_CHECKPOINTABLES]

@@ -1,25 +1,34 @@
-"""The only changes the programs tier makes to an argv rlpipe renders, so it runs on a test machine.
+"""The only changes made to an argv rlpipe renders so that a real MaxText program runs on this machine.
+
+Shared by the programs tier (``programs/``, ``make programs``) and the simulator when it runs a
+convert or export pod's program for real (``.real_programs``, ``make demo PROGRAMS=real``): both
+run exactly the rendered argv, changed only here.
 
 The MaxText config reader needs none: it reads every rendered argv as it is. Running the
 programs needs three, and nothing else is touched (every key keeps its value, every path its
 name below its root):
 
 1. **The bucket becomes a folder.** ``gs://<bucket>/<name>`` → ``<work>/bucket/<name>``: the
-   programs write and read the same object names, on local disk (no GCS here).
+   programs write and read the same object names, on local disk (no GCS for them here).
 2. **The container's local paths move under the work folder.** An absolute path ``/p`` →
    ``<work>/fs/p``: the convert script's snapshot (``--hf_model_path``), the head's pinned
-   tokenizer, the user's files where the head's staging step writes them. The tier puts there
-   what the stage's script would have put there (the fixture, the staged parquet, the user file).
+   tokenizer, the user's files where the head's staging step writes them, the export's output
+   directory. Whoever runs the program puts there what the stage's script would have put there
+   (the fixture, the staged parquet, the user file) and takes from there what it leaves.
 3. **The model's size.** The converters map weights with the hard-coded config of ``model_name``
    (a 26B model), not the checkpoint's ``config.json``; ``override_model_config=true`` and the size
    keys below tell them the fixture's size (``programs/make_tiny_gemma4.py``), keeping
    ``model_name=gemma4-26b``.
 
-Pure (strings in, strings out) and shared by ``programs.run`` and the tests, so the key of a result
-(``programs.parts``) covers it.
+Also here, the environment a program runs in (:func:`program_env`): nothing fetched from the Hub,
+JAX on the CPU, scratch space under the work folder.
+
+Pure (strings in, strings out), so the key of a tier result (``programs.parts``) covers it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 WORK = "{work}"  # replaced by the run's folder when a program runs; kept in keys, so they are stable
 BUCKET_DIR = "bucket"
@@ -74,3 +83,32 @@ def value_of(args: list[str], key: str) -> str:
         if sep and k.lstrip("-") == key:
             return value
     raise KeyError(key)
+
+
+def converter_args(rendered: list[str]) -> list[str]:
+    """A converter's argv (``to_maxtext``, ``to_huggingface``) as it runs here: its paths moved
+    (1, 2) and the fixture's size appended (3)."""
+    return [*localize(rendered), *TINY_MODEL_KEYS]
+
+
+# Variables a program must not inherit: MaxText's config overrides (``M_*``, read by pyconfig) and
+# the Hub's, JAX's and XLA's settings of whoever runs it.
+NOT_INHERITED = ("M_", "HF_", "JAX_", "XLA_")
+
+
+def program_env(work: str, inherited: Mapping[str, str]) -> dict[str, str]:
+    """The environment a real program runs in: ``inherited`` without :data:`NOT_INHERITED`, the
+    Hub and its datasets offline (every file it reads is staged), JAX on the CPU, and temporary
+    files, home and Hugging Face cache under ``work``."""
+    env = {k: v for k, v in inherited.items() if not k.startswith(NOT_INHERITED)}
+    env.update(
+        TMPDIR=f"{work}/tmp",
+        HOME=f"{work}/home",
+        HF_HOME=f"{work}/hf-home",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        JAX_PLATFORMS="cpu",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
