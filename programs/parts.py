@@ -6,6 +6,8 @@
 ``convert``    the real ``to_maxtext`` on the tiny fixture, with the canonical example's argv
 ``export``     the real ``to_huggingface`` on that conversion, with the example's export argv
 ``train_data`` train_rl's own data pipeline and reward loading on staged data shapes
+``reader``     MaxText's own reading of each line of the reader differential corpus: what
+               pyconfig hands to its pydantic types (``drivers/read_values.py``)
 =============  =============================================================================
 
 A part's key is the sha256 of everything its result depends on, and of nothing else: the lock,
@@ -28,7 +30,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from programs import config_part, converters_part, process, train_data_part
+from programs import config_part, converters_part, process, reader_part, train_data_part
 from programs.cases import EXAMPLES, PROGRAMS, ROOT, Case, cases
 from programs.data_shapes import SHAPES
 from rlpipe.core import layout
@@ -40,6 +42,7 @@ LOCK = HERE / "requirements-maxtext.lock"
 DRIVERS = process.DRIVERS
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_gemma4"
 CORPUS = HERE / "corpus" / "reader-facts.txt"
+DIFFERENTIAL = HERE / "corpus" / "reader-differential.txt"
 CONVERT_CASE = "gemma4-26b-v6e-32/convert"  # the canonical example's stages run for real
 EXPORT_CASE = "gemma4-26b-v6e-32/export"
 WEIGHT_SUFFIXES = (".safetensors",)
@@ -183,10 +186,16 @@ def _train_data() -> Part:
     return Part("train_data", {"shapes": shapes}, files, runner=train_data_part.run)
 
 
+def _reader() -> Part:
+    job = {"module": PROGRAMS["train"], "items": corpus_items(DIFFERENTIAL)}
+    code = (_module(reader_part), DRIVERS / "read_values.py")
+    return Part("reader", job, (*code, DIFFERENTIAL), runner=reader_part.run)
+
+
 @cache
 def parts() -> dict[str, Part]:
     all_cases = cases()
-    found = [_config(all_cases), _convert(all_cases), _export(all_cases), _train_data()]
+    found = [_config(all_cases), _convert(all_cases), _export(all_cases), _train_data(), _reader()]
     return {p.name: p for p in found}
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from programs.cases import BUCKET, HF_REVISION, RUN_ID, cases, requests
-from rlpipe.core import layout, pinning, staging
+from rlpipe.core import export_manifest, layout, pinning, staging
 from rlpipe.core.manifests import RenderContext, stage_paths
 from rlpipe.core.request import Request
 from tests.harness.programs import result
@@ -80,7 +80,9 @@ def _expectations(req: Request, stage: str) -> dict[str, Any]:
         return {
             **common,
             "load_parameters_path": paths.inputs,
-            "base_output_directory": paths.output,
+            # to_huggingface writes on the pod's scratch volume; rlpipe's upload step, not
+            # MaxText, copies that folder to paths.output with its manifest (core.export_manifest)
+            "base_output_directory": export_manifest.LOCAL_DIR,
             "skip_jax_distributed_system": True,
             "hardware": "cpu",
             "use_multimodal": False,
