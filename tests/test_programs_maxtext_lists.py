@@ -1,7 +1,7 @@
 """The lists rlpipe keeps of what MaxText 0.2.4 defines, against the package the programs tier installs.
 
-``core/maxtext_keys.json`` (every config model's fields, its nested sections, the flat keys its
-config files set) and ``core/maxtext_models.json`` (every model config, its architecture and its
+``core/maxtext/config_keys.json`` (every config model's fields, its nested sections, the flat keys its
+config files set) and ``core/maxtext/model_names.json`` (every model config, its architecture and its
 converter mapping) are written from the tag's sources by the generators in ``tests/fixtures/``;
 validation reads them. Here the same generators read the installed package's files, and what
 ``pyconfig`` itself builds (the tier's ``config`` result) is compared too: a MaxText upgrade that
@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from programs.run import CACHE
-from rlpipe.core import maxtext_keys
+from rlpipe.core.maxtext import config_keys
 from tests.conftest import ROOT
 from tests.harness.programs import result
 
 FIXTURES = ROOT / "tests" / "fixtures"
-CORE = ROOT / "shared" / "rlpipe" / "core"
+CORE = ROOT / "shared" / "rlpipe" / "core" / "maxtext"
 REGENERATE = "python tests/fixtures/{script} --installed {site}  (or the tag's checkout)"
 
 
@@ -48,28 +48,28 @@ def test_the_config_key_list_is_the_installed_packages() -> None:
     generator = _generator("maxtext_keys_from_source")
     site = _site_packages()
     installed = generator.document(generator.installed_reader(site))
-    committed = json.loads((CORE / "maxtext_keys.json").read_text())
+    committed = json.loads((CORE / "config_keys.json").read_text())
     fix = REGENERATE.format(script="maxtext_keys_from_source.py", site=site)
     for part in ("programs", "models", "config_flat_keys", "config_files"):
-        assert installed[part] == committed[part], f"core/maxtext_keys.json's {part} drifted: {fix}"
+        assert installed[part] == committed[part], f"core/maxtext/config_keys.json's {part} drifted: {fix}"
 
 
 def test_the_model_list_is_the_installed_packages() -> None:
     generator = _generator("maxtext_models_from_source")
     site = _site_packages()
     installed = generator.from_installed(site)
-    committed = json.loads((CORE / "maxtext_models.json").read_text())
+    committed = json.loads((CORE / "model_names.json").read_text())
     fix = REGENERATE.format(script="maxtext_models_from_source.py", site=site)
-    assert installed["models"] == committed["models"], f"core/maxtext_models.json drifted: {fix}"
+    assert installed["models"] == committed["models"], f"core/maxtext/model_names.json drifted: {fix}"
     assert installed["sources"] == committed["sources"], f"the lines cited drifted: {fix}"
 
 
 def test_the_sections_pyconfig_builds_are_the_ones_validation_reads() -> None:
     """What the installed pyconfig builds (``nested``: each config class's sections and their keys,
-    read from the classes themselves) is what ``core.maxtext_keys`` resolves against."""
+    read from the classes themselves) is what ``core.maxtext.config_keys`` resolves against."""
     nested: dict[str, dict[str, dict[str, Any]]] = result("config")["nested"]
     for program, config_class in (("train_rl", "RLConfig"), ("vllm_maxtext_config", "MaxTextConfig")):
-        keys = maxtext_keys.for_program(program)
+        keys = config_keys.for_program(program)
         built = nested[config_class]
         assert sorted(keys.sections) == sorted(built), f"{config_class}: nested sections"
         for section, found in built.items():

@@ -1,6 +1,6 @@
 """rlpipe's reading of a MaxText argument against MaxText's own, over ordinary and hostile values.
 
-rlpipe checks every request value as MaxText will read it (``core/maxtext_reader.py``: omegaconf
+rlpipe checks every request value as MaxText will read it (``core/maxtext/config_reader.py``: omegaconf
 2.4.0 plus pyconfig's own rules, written from pyconfig.py). Here the programs tier's ``reader``
 part has run MaxText 0.2.4's real ``pyconfig.initialize`` on each line of
 ``programs/corpus/reader-differential.txt`` and caught what it hands to pydantic
@@ -8,7 +8,7 @@ part has run MaxText 0.2.4's real ``pyconfig.initialize`` on each line of
 
 - where MaxText reads a value, rlpipe reads the same value of the same type at every level;
 - where MaxText fails on a line, rlpipe refuses it too (the value as unreadable, or the key as one
-  MaxText does not define: ``core.maxtext_keys``);
+  MaxText does not define: ``core.maxtext.config_keys``);
 - where rlpipe refuses a line MaxText reads, it is for a reason rlpipe holds on purpose: an
   interpolation (MaxText resolves it, reading this process's environment or another key).
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.core import maxtext_keys, maxtext_reader
+from rlpipe.core.maxtext import config_keys, config_reader
 from tests.harness.programs import result
 
 # pyconfig.py:304-312: an unset tokenizer_path becomes the model's default tokenizer; rlpipe reads
@@ -53,10 +53,10 @@ def _entries() -> list[dict[str, Any]]:
 
 def _key_refused(item: str) -> bool:
     try:
-        path = maxtext_reader.key_path(item.split("=", 1)[0])
-    except maxtext_reader.Unreadable:
+        path = config_reader.key_path(item.split("=", 1)[0])
+    except config_reader.Unreadable:
         return True
-    return isinstance(maxtext_keys.for_program("train_rl").resolve(path), maxtext_keys.Unknown)
+    return isinstance(config_keys.for_program("train_rl").resolve(path), config_keys.Unknown)
 
 
 def test_the_corpus_was_read_whole() -> None:
@@ -72,8 +72,8 @@ def test_where_maxtext_reads_a_value_rlpipe_reads_the_same_or_refuses_an_interpo
             continue
         item, path = entry["item"], tuple(entry["path"])
         try:
-            ours = typed(maxtext_reader.read(item).at(path))
-        except maxtext_reader.Unreadable as refused:
+            ours = typed(config_reader.read(item).at(path))
+        except config_reader.Unreadable as refused:
             if "interpolation" not in refused.problem:
                 disagreements.append(
                     f"{item!r}: rlpipe refuses ({refused.problem}), MaxText reads {entry['value']}"
@@ -91,8 +91,8 @@ def test_where_maxtext_fails_rlpipe_refuses() -> None:
             continue
         item = entry["item"]
         try:
-            maxtext_reader.read(item)
-        except maxtext_reader.Unreadable:
+            config_reader.read(item)
+        except config_reader.Unreadable:
             continue
         if not _key_refused(item):
             lenient.append(f"{item!r}: MaxText fails ({entry['error'][:160]}), rlpipe reads it")
@@ -104,5 +104,5 @@ def test_an_interpolation_maxtext_would_resolve_is_one_rlpipe_refuses(item: str)
     """The corpus holds them on purpose: MaxText resolved the first to this machine's HOME."""
     [entry] = [e for e in _entries() if e["item"] == item]
     assert "value" in entry
-    with pytest.raises(maxtext_reader.Unreadable):
-        maxtext_reader.read(item)
+    with pytest.raises(config_reader.Unreadable):
+        config_reader.read(item)

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from rlpipe.core import commands, identity, maxtext_reader
+from rlpipe.core import commands, identity
+from rlpipe.core.maxtext import config_reader
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import reading, validate_request
 from rlpipe.core.request.policy import Policy
@@ -279,7 +280,7 @@ def test_a_key_carrying_its_own_value_is_read_as_maxtext_reads_it() -> None:
     ],
 )
 def test_the_reader_reads_as_maxtexts_pyconfig(argument: str, tree: dict[str, Any]) -> None:
-    assert reading.same(maxtext_reader.read(argument).tree, tree)
+    assert reading.same(config_reader.read(argument).tree, tree)
 
 
 @pytest.mark.parametrize(
@@ -296,20 +297,20 @@ def test_the_reader_reads_as_maxtexts_pyconfig(argument: str, tree: dict[str, An
     ids=["interpolation", "escaped-interpolation", "missing", "4300-digit-limit", "deep", "nul", "alias"],
 )
 def test_what_maxtexts_reader_fails_on_or_would_resolve_is_unreadable(argument: str) -> None:
-    with pytest.raises(maxtext_reader.Unreadable):
-        maxtext_reader.read(argument)
+    with pytest.raises(config_reader.Unreadable):
+        config_reader.read(argument)
 
 
 def test_omegaconfs_missing_marker_is_named_for_what_it_does() -> None:
     """A merge keeps the default a ``???`` would replace (pyconfig.py:446-453, 514): the value is lost."""
-    with pytest.raises(maxtext_reader.Unreadable, match="missing-value marker"):
-        maxtext_reader.read("rl.system_prompt=???")
+    with pytest.raises(config_reader.Unreadable, match="missing-value marker"):
+        config_reader.read("rl.system_prompt=???")
 
 
 def test_a_key_path_keeps_case_and_follows_omegaconfs_escapes() -> None:
-    assert maxtext_reader.key_path("Load_Parameters_Path") == ("Load_Parameters_Path",)
-    assert maxtext_reader.key_path("rl.run_name") == ("rl", "run_name")
-    assert maxtext_reader.key_path("a\\.b") == ("a.b",)
+    assert config_reader.key_path("Load_Parameters_Path") == ("Load_Parameters_Path",)
+    assert config_reader.key_path("rl.run_name") == ("rl", "run_name")
+    assert config_reader.key_path("a\\.b") == ("a.b",)
 
 
 # ---- what is read is what is rendered --------------------------------------------------------------

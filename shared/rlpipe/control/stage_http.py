@@ -18,7 +18,7 @@ launch and status refuse a call without one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore, identities, services
 from rlpipe.control.client_errors import classify_exception
@@ -26,8 +26,9 @@ from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
 from rlpipe.control.logs import Logger
 from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core import identity
+from rlpipe.core import workflow_contract as contract
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
-from rlpipe.core.identity import STAGES, Stage
+from rlpipe.core.identity import STAGES
 
 if TYPE_CHECKING:
     from rlpipe.control.stage import StageService
@@ -90,34 +91,45 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
 
 
 def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
-    """Validate the body's fields, then call the operation it names."""
+    """Read the body as its operation's call (core.workflow_contract), call the operation, and
+    hold its answer to the contract the workflow reads it by."""
     op = body.get("op")
     run_id = body.get("run_id")
     if not identity.is_run_id(run_id):
         raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
-    execution_id = _opt_str(body, "execution_id")
+    if not isinstance(op, str) or op not in contract.WORKFLOW_OPERATIONS:
+        raise BadCall(
+            f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup "
+            "(the workflow's), cancel, retry, promote (an operator's)"
+        )
+    try:
+        call = contract.read_call(op, body)
+    except contract.BadCallBody as exc:
+        raise BadCall(f"{op}: {exc}") from None
+    execution_id = call.execution_id or None
     if op in ("plan", "launch", "status", "gate", "select") and execution_id is None:
         raise BadCall(f"{op} needs the calling execution's execution_id")
-    if op == "plan":
+    return contract.answer(op, _call(service, call, run_id, execution_id))
+
+
+def _call(
+    service: StageService, call: contract.WorkflowCall, run_id: str, execution_id: str | None
+) -> dict[str, Any]:
+    if isinstance(call, contract.PlanCall):
         return service.plan(run_id, execution_id)
-    if op == "launch":
-        return service.launch(
-            run_id, _stage(body), _attempt(body), _opt_str(body, "callback_url"), execution_id
-        )
-    if op == "status":
-        return service.status(run_id, _stage(body), _attempt(body), execution_id)
-    if op == "finish":
-        return service.finish(run_id, str(body.get("outcome")), _failure(body), execution_id)
-    if op == "cleanup":
+    if isinstance(call, contract.LaunchCall):
+        return service.launch(run_id, call.stage, call.attempt, call.callback_url or None, execution_id)
+    if isinstance(call, contract.StatusCall):
+        return service.status(run_id, call.stage, call.attempt, execution_id)
+    if isinstance(call, contract.FinishCall):
+        failure = call.failure.model_dump(exclude_unset=True) if call.failure is not None else None
+        return service.finish(run_id, call.outcome, failure, execution_id)
+    if isinstance(call, contract.CleanupCall):
         return service.cleanup(run_id, execution_id)
-    if op == "gate":
+    if isinstance(call, contract.GateCall):
         return service.gate(run_id, execution_id)
-    if op == "select":
-        return service.select(run_id, execution_id)
-    raise BadCall(
-        f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup "
-        "(the workflow's), cancel, retry, promote (an operator's)"
-    )
+    assert isinstance(call, contract.SelectCall)
+    return service.select(run_id, execution_id)
 
 
 def cancel(service: StageService, body: dict[str, Any], caller: str | None) -> dict[str, Any]:
@@ -214,41 +226,3 @@ def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str
         "state": record.state if record else None,
         "execution": record.execution.name if record else None,
     }
-
-
-def _opt_str(body: dict[str, Any], key: str) -> str | None:
-    value = body.get(key)
-    return value if isinstance(value, str) and value else None
-
-
-def _stage(body: dict[str, Any]) -> Stage:
-    stage = body.get("stage")
-    if stage not in STAGES:
-        raise BadCall(f"stage must be one of {', '.join(STAGES)}")
-    return cast(Stage, stage)
-
-
-def _attempt(body: dict[str, Any]) -> int:
-    attempt = body.get("attempt")
-    if isinstance(attempt, float) and attempt.is_integer():
-        attempt = int(attempt)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise BadCall("attempt must be an integer >= 1")
-    return attempt
-
-
-def _failure(body: dict[str, Any]) -> dict[str, Any] | None:
-    failure = body.get("failure")
-    if failure is None:
-        return None
-    if not isinstance(failure, dict):
-        raise BadCall("failure must be an object {tag, message, stage, attempt} or null")
-    for key in ("tag", "message", "stage"):
-        if failure.get(key) is not None and not isinstance(failure[key], str):
-            raise BadCall(f"failure.{key} must be a string")
-    attempt = failure.get("attempt")
-    if isinstance(attempt, float) and attempt.is_integer():
-        failure = {**failure, "attempt": int(attempt)}
-    elif attempt is not None and (not isinstance(attempt, int) or isinstance(attempt, bool)):
-        raise BadCall("failure.attempt must be an integer or null")
-    return failure

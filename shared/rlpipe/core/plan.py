@@ -20,7 +20,6 @@ from rlpipe.core import (
     cost,
     identity,
     layout,
-    maxtext_models,
     presets,
     staging,
     step_counts,
@@ -35,6 +34,7 @@ from rlpipe.core.manifests import (
     request_stages,
     stage_paths,
 )
+from rlpipe.core.maxtext import model_names
 from rlpipe.core.request import Request, provisioning
 
 PLAN_VERSION = 1
@@ -298,13 +298,13 @@ def _placement(req: Request, stage: str) -> str:
 
 
 def converter_plan(model: str) -> dict[str, Any]:
-    """Which MaxText converter mapping both conversions use for ``model`` (core.maxtext_models)."""
-    known = maxtext_models.models().get(model)
+    """Which MaxText converter mapping both conversions use for ``model`` (core.maxtext.model_names)."""
+    known = model_names.models().get(model)
     return {
         "decoder_block": known.decoder_block if known else None,
         "param_mapping": known.param_mapping if known else None,
         "hf_id": known.hf_id if known else None,
-        "source": maxtext_models.source(),
+        "source": model_names.source(),
     }
 
 

@@ -269,7 +269,7 @@ _PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 
-# The MaxText architecture (a model config's ``decoder_block``, core/maxtext_models.json) each
+# The MaxText architecture (a model config's ``decoder_block``, core/maxtext/model_names.json) each
 # preset was made for: both tutorials train Gemma 4 26B A4B, and their parallelism, vLLM settings and
 # in-container workarounds are that architecture's. A request's `model` must be of it.
 PRESET_DECODER_BLOCK: dict[str, str] = {"v6e-32": "gemma4", "v6e-64": "gemma4"}

@@ -36,7 +36,7 @@ Every derived count has a ceiling (``step_counts``: steps, checkpoints, evaluati
 checked on numbers alone before anything proportional to it is built, so no request can make
 ``validate`` or ``plan`` build a schedule of a trillion steps or store an 82-bit final step: a
 request beyond one is refused, naming the field. Overrides are taken as MaxText reads them
-(``core.maxtext_reader``): ``"2"`` is the number 2.
+(``core.maxtext.config_reader``): ``"2"`` is the number 2.
 
 Pure: a request in, numbers and verdicts out.
 """
@@ -48,7 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rlpipe.core import maxtext_reader, presets
+from rlpipe.core import presets
+from rlpipe.core.maxtext import config_reader
 from rlpipe.core.step_counts import (
     MAX_CHECKPOINTS,
     MAX_EVALUATIONS,
@@ -311,12 +312,12 @@ def _int(key: str, value: Any, minimum: int | None, maximum: int = MAX_TRAIN_STE
 
 def _as_maxtext_reads(value: Any) -> Any:
     """An override reaches MaxText as ``key=value`` text, which its config reader parses as YAML
-    (``core.maxtext_reader``): "2" is 2. Text it cannot read stays text (the check that reads
+    (``core.maxtext.config_reader``): "2" is 2. Text it cannot read stays text (the check that reads
     every argument says why)."""
     if isinstance(value, str):
         try:
-            return maxtext_reader.read_value(value)
-        except maxtext_reader.Unreadable:
+            return config_reader.read_value(value)
+        except config_reader.Unreadable:
             return value
     return value
 

@@ -12,7 +12,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlpipe.core import identity, maxtext_models, presets, steps, tpu
+from rlpipe.core import identity, presets, steps, tpu
+from rlpipe.core.maxtext import model_names
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import outcome_checks, provisioning, reading
 
@@ -168,17 +169,17 @@ def _training_steps(doc: dict[str, Any]) -> Iterator[Problem]:
 
 def _known_model(doc: dict[str, Any]) -> Iterator[Problem]:
     """A model MaxText knows, that its converters map, of the architecture the preset was made for
-    (``core.maxtext_models``)."""
+    (``core.maxtext.model_names``)."""
     model = _get(doc, "model", str)
-    known = maxtext_models.models().get(model)
+    known = model_names.models().get(model)
     preset = doc.get("preset", presets.DEFAULT_PRESET)
     block = presets.PRESET_DECODER_BLOCK.get(preset) if isinstance(preset, str) else None
-    fitting = maxtext_models.of_block(block) if block else []
+    fitting = model_names.of_block(block) if block else []
     if known is None:
-        nearest = maxtext_models.closest(model)
+        nearest = model_names.closest(model)
         yield Problem(
             "model",
-            f"{model} is not a model MaxText knows (no configs/models/{model}.yml in {maxtext_models.source()})",
+            f"{model} is not a model MaxText knows (no configs/models/{model}.yml in {model_names.source()})",
             (f"did you mean {nearest}? " if nearest else "")
             + (f"the {preset} preset trains {', '.join(fitting)}" if fitting else "use a MaxText model name"),
         )

@@ -1,7 +1,7 @@
 """The request's MaxText arguments, read as MaxText reads them, and compared with what rlpipe means.
 
 Why: every value of a request that becomes a ``key=value`` argument reaches MaxText through its
-config reader, which is YAML (``core.maxtext_reader``). A check on the text is a check on
+config reader, which is YAML (``core.maxtext.config_reader``). A check on the text is a check on
 something MaxText never sees: ``'gs://…'``, ``" gs://…"`` and ``"\\"gs://…\\""`` all reach it as
 ``gs://…``, ``"0x"`` and 400 ``f``s as a 1,600-bit number, ``${oc.env:HF_TOKEN}`` as a token. So:
 
@@ -12,8 +12,8 @@ something MaxText never sees: ``'gs://…'``, ``" gs://…"`` and ``"\\"gs://…
   marker) is refused, naming the field and the fix;
 * the checks that follow (``gs://`` prefixes in ``policy``, bounds, step arithmetic) run on the
   values as read (``read_strings``), which are then the values as meant;
-* an override's key is read too (``maxtext_reader.key_path``: dots nest, case is kept), and the
-  path is resolved against the keys MaxText defines (``core.maxtext_keys``): a key MaxText would
+* an override's key is read too (``config_reader.key_path``: dots nest, case is kept), and the
+  path is resolved against the keys MaxText defines (``core.maxtext.config_keys``): a key MaxText would
   refuse at start or drop silently is refused here with a "did you mean", a key the pipeline
   sets (``CONTROLLED_ARGS``) or a typed field sets is refused under whatever spelling reaches it.
   The same rule covers ``training.vllm_maxtext_config``, whose keys MaxText's vLLM adapter passes
@@ -33,14 +33,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.core import maxtext_keys, maxtext_reader
+from rlpipe.core.maxtext import config_keys, config_reader
 from rlpipe.core.problems import Problem
 from rlpipe.core.request.bounds import bound_problems, shown
 from rlpipe.core.request.model import CONTROLLED_ARGS, TYPED_OVERRIDE_KEYS, Request, Scalar
 
 MAPPING = object()  # an argument meant as a mapping literal (vllm_hf_overrides): any mapping
-_TRAIN_KEYS = maxtext_keys.for_program("train_rl")
-_VLLM_KEYS = maxtext_keys.for_program("vllm_maxtext_config")
+_TRAIN_KEYS = config_keys.for_program("train_rl")
+_VLLM_KEYS = config_keys.for_program("vllm_maxtext_config")
 # A typed field, by the MaxText field name every spelling of it reaches (``rl.num_generations``,
 # ``num_generations`` routed into ``rl``, ``dataset.batch_size``): the request field to set instead.
 _TYPED_BY_FIELD = {key.rsplit(".", 1)[-1]: field for key, field in TYPED_OVERRIDE_KEYS.items()}
@@ -141,8 +141,8 @@ def _dataset_arguments(request: Request) -> Iterator[Argument]:
 
 def _override_path(key: str) -> tuple[str, ...]:
     try:
-        return maxtext_reader.key_path(key)
-    except maxtext_reader.Unreadable:
+        return config_reader.key_path(key)
+    except config_reader.Unreadable:
         return tuple(key.split("."))  # the key's own problem is reported by override_key_problems
 
 
@@ -155,8 +155,8 @@ def argument_problems(request: Request) -> Iterator[Problem]:
     vLLM adapter would refuse, or that the pipeline sets."""
     for argument in arguments(request):
         try:
-            reading = maxtext_reader.read(argument.text)
-        except maxtext_reader.Unreadable as exc:
+            reading = config_reader.read(argument.text)
+        except config_reader.Unreadable as exc:
             yield Problem(argument.field, exc.problem, exc.fix)
             continue
         problem = _differs(argument, reading)
@@ -168,7 +168,7 @@ def argument_problems(request: Request) -> Iterator[Problem]:
     yield from _vllm_key_problems(request)
 
 
-def _differs(argument: Argument, reading: maxtext_reader.Reading) -> Problem | None:
+def _differs(argument: Argument, reading: config_reader.Reading) -> Problem | None:
     key, _, written = argument.text.partition("=")
     if argument.meant is MAPPING:
         try:
@@ -187,7 +187,7 @@ def _differs(argument: Argument, reading: maxtext_reader.Reading) -> Problem | N
         return None
     if (
         len(argument.path) == 1
-        and argument.path[0] in maxtext_reader.LIST_KEYS
+        and argument.path[0] in config_reader.LIST_KEYS
         and isinstance(argument.meant, str)
         and same(reading.tree, _nest(argument.path, [argument.meant]))
     ):
@@ -255,8 +255,8 @@ def read_strings(request: Request) -> Iterator[tuple[str, str]]:
     what the ``gs://`` rule checks (``policy``), so a path inside a map literal is seen too."""
     for argument in arguments(request):
         try:
-            tree = maxtext_reader.read(argument.text).tree
-        except maxtext_reader.Unreadable:
+            tree = config_reader.read(argument.text).tree
+        except config_reader.Unreadable:
             continue  # refused by argument_problems
         yield from ((argument.field, text) for text in _strings(tree))
 
@@ -286,8 +286,8 @@ def override_key_problems(overrides: Mapping[Any, Any]) -> Iterator[Problem]:
             continue  # the schema reports a key that is not a string
         path = f"maxtext_overrides.{key}"
         try:
-            read = maxtext_reader.key_path(key)
-        except maxtext_reader.Unreadable as exc:
+            read = config_reader.key_path(key)
+        except config_reader.Unreadable as exc:
             yield Problem(path, exc.problem, exc.fix)
             continue
         if ".".join(read) != key:
@@ -302,7 +302,7 @@ def override_key_problems(overrides: Mapping[Any, Any]) -> Iterator[Problem]:
         problems = list(_key_problem(path, read, _TRAIN_KEYS))
         yield from problems
         resolved = _TRAIN_KEYS.resolve(read)
-        if problems or not isinstance(resolved, maxtext_keys.Resolved):
+        if problems or not isinstance(resolved, config_keys.Resolved):
             continue
         if resolved.field in fields:
             yield Problem(
@@ -313,10 +313,10 @@ def override_key_problems(overrides: Mapping[Any, Any]) -> Iterator[Problem]:
         fields.setdefault(resolved.field, key)
 
 
-def _key_problem(where: str, read: tuple[str, ...], keys: maxtext_keys.ConfigKeys) -> Iterator[Problem]:
+def _key_problem(where: str, read: tuple[str, ...], keys: config_keys.ConfigKeys) -> Iterator[Problem]:
     resolved = keys.resolve(read)
     named = shown(".".join(read))
-    if isinstance(resolved, maxtext_keys.Unknown):
+    if isinstance(resolved, config_keys.Unknown):
         suggestion = resolved.suggestion
         protected = next(
             (p for p in (*read, (suggestion or "").rsplit(".", 1)[-1]) if p in CONTROLLED_ARGS), None
@@ -352,8 +352,8 @@ def _vllm_key_problems(request: Request) -> Iterator[Problem]:
     read: the keys are the read map's), against ``MaxTextConfig`` and the pipeline's own keys."""
     text = next(a.text for a in arguments(request) if a.field == "training.vllm_maxtext_config")
     try:
-        read = maxtext_reader.read(text).at(("vllm_additional_config", "maxtext_config"))
-    except (maxtext_reader.Unreadable, KeyError):
+        read = config_reader.read(text).at(("vllm_additional_config", "maxtext_config"))
+    except (config_reader.Unreadable, KeyError):
         return  # argument_problems says why
     if not isinstance(read, Mapping):
         return

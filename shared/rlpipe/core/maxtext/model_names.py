@@ -6,7 +6,7 @@ architecture, and ``to_maxtext`` refuses a name missing from ``HF_IDS`` only whe
 starts (to_maxtext.py:882-885), on a cluster, after the TPU slice may already be queued. So
 ``model`` is checked here, at validation, against what MaxText knows:
 
-- a config file (``maxtext_models.json``, written from the tag by
+- a config file (``model_names.json``, written from the tag by
   ``tests/fixtures/maxtext_models_from_source.py``; the programs tier compares it with the installed
   package);
 - a converter mapping (``HF_IDS`` and ``PARAM_MAPPING``): convert and export both need it;
@@ -39,7 +39,7 @@ class KnownModel:
 @cache
 def _document() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(
-        resources.files("rlpipe.core").joinpath("maxtext_models.json").read_text()
+        resources.files("rlpipe.core.maxtext").joinpath("model_names.json").read_text()
     )
     return data
 

@@ -7,7 +7,7 @@ drops it). A typo'd ``rl.num_iteratons`` would train with the default and nobody
 key path is resolved here against the fields MaxText's pydantic models define, and a key MaxText
 would refuse or drop is refused at validation with a "did you mean".
 
-The names live in ``maxtext_keys.json`` (package data): every model class of
+The names live in ``config_keys.json`` (package data): every model class of
 ``src/maxtext/configs/types.py`` at ``maxtext-v0.2.4``, with its line range, bases, field names,
 nested sections, free-form map fields (``dict[...]``) and whether it forbids unknown keys, written
 by ``tests/fixtures/maxtext_keys_from_source.py``. Which class reads which program's keys:
@@ -68,7 +68,7 @@ class ConfigKeys:
     routes_flat_keys: bool = False
 
     def resolve(self, path: tuple[str, ...]) -> Resolved | Unknown:
-        """What MaxText makes of the key path ``path`` (as ``maxtext_reader.key_path`` reads it)."""
+        """What MaxText makes of the key path ``path`` (as ``config_reader.key_path`` reads it)."""
         head, rest = path[0], path[1:]
         if not rest:
             if head in self.sections:
@@ -117,7 +117,7 @@ def _closest(word: str, options: frozenset[str] | set[str], prefix: str = "") ->
 @cache
 def _document() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(
-        resources.files("rlpipe.core").joinpath("maxtext_keys.json").read_text()
+        resources.files("rlpipe.core.maxtext").joinpath("config_keys.json").read_text()
     )
     return data
 
