@@ -208,7 +208,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             metrics(step - 1)
         ctx.note("step", str(step))
         if saving:
-            _save_rl_checkpoint(ctx, actor, step, keep, copied)
+            # Only the final step carries the loaded parameters (export reads that one): copying
+            # a real conversion's ten thousand files into every step made a demo take minutes.
+            _save_rl_checkpoint(ctx, actor, step, keep, copied if step == final else None)
             saved.add(step)
     if start < final:
         metrics(final)  # close(): the last buffered metrics, then the forced final save
