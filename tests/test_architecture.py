@@ -1,4 +1,4 @@
-"""The package layout holds: small modules, no name-prefix families, layers enforced by import-linter.
+"""The package layout holds: modules reviewed past a size, no name-prefix families, layers enforced.
 
 `make check` runs `lint-imports` on the tree; these tests show the contracts bite (a forbidden
 import planted in a copy of the library breaks them) and keep the rules import-linter cannot see.
@@ -17,7 +17,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "shared" / "rlpipe"
-MAX_MODULE_LINES = 500
+# Past this a module is looked at again: it may do two jobs. A module that is one job and longer
+# is named in REVIEWED with why it stays whole. This is a trigger for a review, not a cap to split
+# at: splitting by a line count left one-line forwarders and fragments no one could name.
+REVIEW_AT_LINES = 800
+REVIEWED: dict[str, str] = {}
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -25,13 +29,18 @@ def _modules() -> list[Path]:
     return sorted(p for p in LIBRARY.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def test_no_module_is_over_the_size_limit() -> None:
-    too_long = {
+def test_a_module_past_the_review_size_was_reviewed() -> None:
+    long = {
         str(p.relative_to(ROOT)): n
         for p in _modules()
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines())) > REVIEW_AT_LINES
     }
-    assert not too_long, f"split these modules (limit {MAX_MODULE_LINES} lines): {too_long}"
+    unreviewed = {path: n for path, n in long.items() if path not in REVIEWED}
+    assert not unreviewed, (
+        f"over {REVIEW_AT_LINES} lines: {unreviewed}. Does each do one job? Split it by meaning, or "
+        "name it in REVIEWED with why it stays whole"
+    )
+    assert not set(REVIEWED) - set(long), "REVIEWED names a module that is no longer long: drop it"
 
 
 def test_no_package_groups_modules_by_a_name_prefix() -> None:
