@@ -20,6 +20,7 @@ import fnmatch
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -50,8 +51,14 @@ class Built:
 
 
 def _build(out: Path, env: dict[str, str], umask: str = "022") -> None:
+    _build_in(ROOT, out, env, umask)
+
+
+def _build_in(checkout: Path, out: Path, env: dict[str, str], umask: str = "022") -> None:
+    """Run ``infra/bundle.sh`` of ``checkout`` (which builds from the checkout it lives in)."""
+    script = checkout / "infra" / "bundle.sh"
     proc = subprocess.run(
-        ["bash", "-c", f'umask {umask} && exec bash "$0" "$1"', str(SCRIPT), str(out)],
+        ["bash", "-c", f'umask {umask} && exec bash "$0" "$1"', str(script), str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -146,6 +153,36 @@ def test_no_stand_in_cli_cache_or_bytecode_is_shipped(built: Built) -> None:
     assert not [n for n in built.names if CACHE_PARTS & set(PurePosixPath(n).parts)]
     assert not [n for n in built.names if n.endswith(BYTECODE_SUFFIXES) or n.endswith(".so")]
     assert not [n for n in built.names if any(p.startswith(".") for p in PurePosixPath(n).parts)]
+
+
+def test_caches_and_bytecode_in_the_checkout_never_ship(tmp_path: Path) -> None:
+    """The checkout a deploy builds from has run tests and tools: their leftovers stay out. Built
+    from a copy of the checkout's inputs with such leftovers planted in it."""
+    checkout = tmp_path / "checkout"
+    (checkout / "infra").mkdir(parents=True)
+    shutil.copy2(SCRIPT, checkout / "infra" / "bundle.sh")
+    shutil.copy2(ROOT / "requirements.txt", checkout / "requirements.txt")
+    shutil.copytree(ROOT / "functions", checkout / "functions", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(LIBRARY, checkout / "shared" / "rlpipe", ignore=shutil.ignore_patterns("__pycache__"))
+    planted = [
+        "functions/__pycache__/main.cpython-311.pyc",
+        "shared/rlpipe/core/__pycache__/layout.cpython-311.pyc",
+        "shared/rlpipe/control/stale.pyc",
+        "shared/rlpipe/control/.mypy_cache/3.11/x.json",
+        "shared/rlpipe/report/.ruff_cache/x",
+        "shared/rlpipe/upstream/.pytest_cache/v/x",
+        "shared/rlpipe/cluster/.swp.py",
+    ]
+    for rel in planted:
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_bytes(b"leftover")
+    out = tmp_path / "out.zip"
+    _build_in(checkout, out, {**os.environ, "PYTHON": sys.executable})
+    with zipfile.ZipFile(out) as zf:
+        names = zf.namelist()
+    assert "rlpipe/core/layout.py" in names
+    leftovers = [n for n in names if "cache" in n or n.endswith(BYTECODE_SUFFIXES) or "/." in n]
+    assert leftovers == []
 
 
 def test_the_python_shipped_is_exactly_what_deptry_holds_to_requirements_txt(built: Built) -> None:
