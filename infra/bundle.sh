@@ -5,8 +5,25 @@
 #
 # Layout of the archive (what the Python runtime of Cloud Run functions expects at its root):
 #   main.py, ...          every file of functions/ (the entry points)
-#   rlpipe/...            the library, copied from shared/rlpipe/ (imported as `rlpipe`)
+#   rlpipe/...            the production part of the library, from shared/rlpipe/ (imported as `rlpipe`)
 #   requirements.txt      the runtime dependencies (the repository's requirements.txt)
+#
+# What goes in: an allowlist of packages, not a list of what to leave out. The archive holds
+# rlpipe/__init__.py and the packages named in SHIPPED_PACKAGES below: the ones the deployed
+# functions import (the core, the cluster client, the control plane, upstream, reconcile, and the
+# publisher and report the stage function renders). Why an allowlist: the library also holds the
+# local stand-ins (rlpipe/local, some 18,600 lines) and the CLI (rlpipe/cli, 4,400), and a new
+# package should reach production only when someone decides it does, never because it was
+# forgotten in an exclusion. To make that decision unmissable, every package of shared/rlpipe/
+# must be named either in SHIPPED_PACKAGES or in NOT_SHIPPED (with the reason); any other stops
+# the build, naming it.
+#
+# Inside the shipped packages, NOT_SHIPPED_FILES names the few paths that only the local stack and
+# the tests use and that need requirements-cli.txt (today core/k8s_validation.py, the offline
+# schema check of the Kubernetes API double, and the JobSet schema it reads). They are the
+# library paths pyproject.toml's [tool.deptry] extend_exclude leaves out of the check of
+# requirements.txt, so the archive holds exactly the code deptry holds to requirements.txt;
+# tests/test_bundle.py checks that the two agree.
 #
 # The archive is deterministic: entries sorted by name, a fixed timestamp (1980-01-01), fixed
 # permissions, no directory entries, no caches or bytecode. The same sources give the same bytes,
@@ -41,6 +58,20 @@ EPOCH = (1980, 1, 1, 0, 0, 0)
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache"}
 SKIP_SUFFIXES = (".pyc", ".pyo", ".so", ".egg-info")
 
+# The packages of shared/rlpipe/ the deployed functions import (see the header).
+SHIPPED_PACKAGES = ("core", "cluster", "control", "upstream", "reconcile", "publisher", "report")
+# The packages that never ship, and why: each package must be in one of the two lists.
+NOT_SHIPPED = {
+    "local": "the local stand-ins and the stack that runs them (requirements-cli.txt)",
+    "cli": "the rlpipe command (requirements-cli.txt)",
+}
+# Paths inside shipped packages that only the local stack and the tests use (pyproject.toml's
+# [tool.deptry] extend_exclude names the same library paths).
+NOT_SHIPPED_FILES = (
+    "core/k8s_validation.py",  # offline schema checks for the API double (jsonschema, kubernetes-validate)
+    "core/schemas/",  # the JobSet CRD schema that module reads
+)
+
 
 def walk(src, prefix):
     """(archive name, path) for every regular file under src, skipping caches and hidden files."""
@@ -57,8 +88,31 @@ def walk(src, prefix):
             yield (prefix + rel, path)
 
 
+def library_files(src):
+    """(archive name, path) for rlpipe/__init__.py and every file of the shipped packages."""
+    for name in sorted(os.listdir(src)):
+        path = os.path.join(src, name)
+        if name in SKIP_DIRS or name.startswith(".") or name.endswith(SKIP_SUFFIXES):
+            continue
+        if os.path.isdir(path):
+            if name in NOT_SHIPPED:
+                continue
+            if name not in SHIPPED_PACKAGES:
+                sys.exit(f"bundle: shared/rlpipe/{name}/ is in neither SHIPPED_PACKAGES nor NOT_SHIPPED "
+                         "of infra/bundle.sh; name it in one of them")
+            for entry in walk(path, f"rlpipe/{name}/"):
+                inner = entry[0][len("rlpipe/"):]
+                if not any(inner == p or (p.endswith("/") and inner.startswith(p)) for p in NOT_SHIPPED_FILES):
+                    yield entry
+        elif name == "__init__.py":
+            yield ("rlpipe/__init__.py", path)
+        else:
+            sys.exit(f"bundle: shared/rlpipe/{name} is not in a package; move it into one that ships, "
+                     "or name it in infra/bundle.sh")
+
+
 entries = dict(walk(os.path.join(root, "functions"), ""))
-library = dict(walk(os.path.join(root, "shared", "rlpipe"), "rlpipe/"))
+library = dict(library_files(os.path.join(root, "shared", "rlpipe")))
 clash = sorted(set(entries) & set(library))
 if clash:
     sys.exit(f"bundle: names clash between functions/ and shared/rlpipe/: {clash}")
