@@ -23,7 +23,6 @@ import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -1169,45 +1168,6 @@ def test_every_rendered_workload_is_admissible(manifests: list[dict[str, Any]]) 
 
 
 # ------------------------------------------------------------------------------ scripts
-
-
-def test_bundle_is_deterministic_and_importable(tmp_path: Path) -> None:
-    script = ROOT / "infra" / "bundle.sh"
-    env = {**os.environ, "PYTHON": sys.executable}
-    first, second = tmp_path / "a.zip", tmp_path / "b.zip"
-    for out in (first, second):
-        proc = subprocess.run(
-            ["bash", str(script), str(out)], capture_output=True, text=True, env=env, timeout=60, check=False
-        )
-        assert proc.returncode == 0, proc.stderr
-    assert first.read_bytes() == second.read_bytes(), "the archive must be byte-for-byte reproducible"
-    with zipfile.ZipFile(first) as zf:
-        names = zf.namelist()
-        assert names == sorted(names)
-        assert {"main.py", "requirements.txt", "rlpipe/__init__.py", "rlpipe/control/settings.py"} <= set(
-            names
-        )
-        assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-        assert zf.read("requirements.txt") == (ROOT / "requirements.txt").read_bytes()
-        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
-        zf.extractall(tmp_path / "src")
-    check = (
-        "import main, rlpipe, sys; "
-        "assert rlpipe.__file__.startswith(sys.argv[1]), rlpipe.__file__; "
-        "print(sorted(n for n in dir(main) if not n.startswith('_')))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", check, str(tmp_path / "src")],
-        cwd=tmp_path / "src",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("RLPIPE_")},
-    )
-    assert proc.returncode == 0, proc.stderr
-    for entry in _decorated_entry_points():
-        assert entry in proc.stdout
 
 
 _BLUEPRINT = """\

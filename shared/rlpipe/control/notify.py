@@ -1,4 +1,4 @@
-"""Status messages to Pub/Sub: one per terminal state (and per rejected request)."""
+"""Status messages to Pub/Sub: one per terminal state of a run."""
 
 from __future__ import annotations
 
