@@ -103,6 +103,8 @@ def test_the_demo_runs_convert_and_export_through_the_programs_venv_and_says_so(
         assert call["argv"][-len(testbed.TINY_MODEL_KEYS) :] == list(testbed.TINY_MODEL_KEYS)
     convert, export = (dict(a.lstrip("-").split("=", 1) for a in c["argv"] if "=" in a) for c in calls)
     assert convert["hf_model_path"].endswith(f"/{testbed.FS_DIR}{pinning.SNAPSHOT_DIR}")
+    # the demo's one change: to_maxtext saves each array whole (its own option), export none
+    assert convert["simulated_cpu_devices_count"] == "1" and "simulated_cpu_devices_count" not in export
     assert f"/{testbed.BUCKET_DIR}/cache/maxtext/" in convert["base_output_directory"]
     assert export["base_output_directory"].endswith(f"/{testbed.FS_DIR}{export_manifest.LOCAL_DIR}")
     assert "with the REAL MaxText converters for convert and export" in out

@@ -74,6 +74,14 @@ class RealContext(ProgramContext, Protocol):
     def stopped(self) -> bool: ...
 
 
+# The demo's one change to what rlpipe renders: to_maxtext saves each array whole rather than in 16
+# chunks (its own option, to_maxtext.py:1173-1181). The tiny fixture then converts to about 700
+# files instead of 10,787, each of which the demo uploads, copies into train's final checkpoint and
+# downloads for export through fake-gcs-server, with an event each: about 22 minutes became about
+# DEMO_MINUTES. The programs tier (make programs) runs the rendered argv as it is, 16 chunks.
+DEMO_CONVERT_SHARDING = "--simulated_cpu_devices_count=1"
+
+
 def run(ctx: RealContext, program: Program, real: RealPrograms) -> int:
     """The pod's convert or export, its MaxText program run for real; its exit code."""
     stage = program.stage
@@ -86,6 +94,7 @@ def run(ctx: RealContext, program: Program, real: RealPrograms) -> int:
     base = testbed.value_of(list(program.argv), "base_output_directory")
     if stage == "convert":
         _pin_from_fixture(ctx, program, real.fixture)
+        argv = [DEMO_CONVERT_SHARDING, *argv]
         code = _run_program(ctx, real.python, program.module, argv, work)
         _upload_bucket_folder(ctx, work / testbed.BUCKET_DIR, split_uri(base)[0])
     else:
