@@ -134,7 +134,7 @@ def run_demo(
         + f", on the {'REAL control plane' if cluster == 'real' else 'simulated cluster (the double)'}"
         + (
             ", with the REAL MaxText converters for convert and export (train played): "
-            "expect 5 to 15 minutes, most of it in to_maxtext and to_huggingface"
+            "expect 4 to 8 minutes, most of it in to_huggingface"
             if programs == "real"
             else ""
         )

@@ -77,8 +77,8 @@ class RealContext(ProgramContext, Protocol):
 # The demo's one change to what rlpipe renders: to_maxtext saves each array whole rather than in 16
 # chunks (its own option, to_maxtext.py:1173-1181). The tiny fixture then converts to about 700
 # files instead of 10,787, each of which the demo uploads, copies into train's final checkpoint and
-# downloads for export through fake-gcs-server, with an event each: about 22 minutes became about
-# DEMO_MINUTES. The programs tier (make programs) runs the rendered argv as it is, 16 chunks.
+# downloads for export through fake-gcs-server, with an event each: a 22-minute demo took 4
+# minutes. The programs tier (make programs) runs the rendered argv as it is, 16 chunks.
 DEMO_CONVERT_SHARDING = "--simulated_cpu_devices_count=1"
 
 
