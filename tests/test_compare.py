@@ -21,7 +21,7 @@ import pytest
 
 from rlpipe.cli import compare_command
 from rlpipe.cli.exit_codes import CliError
-from rlpipe.control.ledger import RunRecord
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report import compare
 from rlpipe.report.charts import SERIES_COLOURS
 from tests.test_report import SVG, Page, by_id, charts

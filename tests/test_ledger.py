@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import IllegalTransition, Ledger, RunRecord, Source
+from rlpipe.control.ledger import Ledger
+from rlpipe.core.runs.record import IllegalTransition, RunRecord, Source
 from tests.conftest import Buckets
 
 
@@ -34,7 +35,7 @@ def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
 
     def add_attempt(i: int) -> None:
         barrier.wait()
-        ledger.update("rledger00001", lambda r: r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}")
+        ledger.edit("rledger00001", lambda r: r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}")
 
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(add_attempt, range(6)))
@@ -50,7 +51,7 @@ def test_a_stale_generation_is_refused(buckets: Buckets) -> None:
     ledger = Ledger(store)
     ledger.claim(_record())
     _, generation = ledger.load("rledger00001")
-    ledger.update("rledger00001", lambda r: "touch")
+    ledger.edit("rledger00001", lambda r: "touch")
     with pytest.raises(blobstore.PreconditionFailed):
         store.replace(ledger.layout("rledger00001").ledger, b"{}", generation)
 

@@ -21,7 +21,7 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
 
 T0 = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=9)

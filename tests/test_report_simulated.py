@@ -24,11 +24,11 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import compare_command, report_command
-from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.run_report import local_cluster, write_run_report
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.compare import render_compare
 from tests.test_cli_sweep_report import CHILDREN, PARENT, _children, _parent
 from tests.test_compare import FAST, runs

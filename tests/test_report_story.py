@@ -23,7 +23,7 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import LEDGER_TIME, RunRecord
+from rlpipe.core.runs.record import LEDGER_TIME, RunRecord
 from tests.test_report import SVG, Page, by_id, charts, texts
 
 T0 = datetime(2026, 6, 2, 7, 0, tzinfo=UTC)

@@ -199,7 +199,7 @@ def test_cancel_of_a_sweep_records_the_caller_on_the_parent_and_every_child_it_e
     stage: Any,
 ) -> None:
     ledger, parent, children = _claimed(buckets)
-    ledger.update(children[0].run_id, lambda r: (r.set_state("succeeded"), "succeeded")[1])
+    ledger.edit(children[0].run_id, lambda r: (r.set_state("succeeded"), "succeeded")[1])
     response = stage.post("/", json={"op": "cancel", "run_id": parent.run_id}, headers=bearer(OPERATOR))
     assert response.status_code == 200 and response.get_json()["state"] == "cancelled"
     ended = ledger.get(parent.run_id)

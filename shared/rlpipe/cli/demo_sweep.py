@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
+from rlpipe.core.runs.record import RunRecord
 
 
 def follow(ledger: Ledger, parent_id: str, *, timeout: float, poll: float = 1.0) -> RunRecord | None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord
 
 CONTENT_TYPE = "text/html; charset=utf-8"
 

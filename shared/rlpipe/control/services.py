@@ -10,9 +10,10 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient

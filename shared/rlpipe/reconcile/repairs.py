@@ -17,9 +17,10 @@ from typing import Any, Literal, Protocol
 
 from rlpipe.control import run_metrics
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Failure, Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.reconcile.rules import Action
 
 Status = Literal["planned", "done", "noop", "error"]
@@ -81,18 +82,16 @@ class Repairs:
     # ---- 2. finish a run whose execution ended --------------------------------------------------
 
     def _finish(self, action: Action, log: Logger) -> Outcome:
-        applied: list[bool] = []
 
-        def change(r: RunRecord) -> str | None:
-            applied.clear()
+        def change(r: RunRecord) -> tuple[str | None, bool]:
+            """→ (the event, whether this repair finished the run)."""
             if r.terminal or r.execution.name != action.execution:
-                return None  # finished meanwhile, or now driven by another execution: not ours
+                return None, False  # finished meanwhile, or now driven by another execution: not ours
             r.set_state(action.outcome)  # type: ignore[arg-type]
             r.failure = Failure(**action.failure) if action.failure else None
-            applied.append(True)
-            return action.event
+            return action.event, True
 
-        updated = self.ledger.update(
+        updated, applied = self.ledger.update(
             action.run_id,
             change,
             detail=lambda r: {

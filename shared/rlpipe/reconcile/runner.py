@@ -32,11 +32,12 @@ from typing import Any
 from rlpipe.cluster import RunObject
 from rlpipe.control import blobstore, outputs
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger, RunRecord, now
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord, now
 from rlpipe.reconcile import rules as rules
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, Cursor, CursorStore
 from rlpipe.reconcile.repairs import Cluster, Outcome, Repairs

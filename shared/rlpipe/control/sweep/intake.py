@@ -13,13 +13,14 @@ from typing import Protocol
 
 from rlpipe.control import user_files
 from rlpipe.control.intake_result import IntakeResult
-from rlpipe.control.ledger import Ledger, Lineage, RunRecord, Source, SweepMember, SweepParent
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.core import identity
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import Request
 from rlpipe.core.request.policy import Policy
+from rlpipe.core.runs.record import Lineage, RunRecord, Source, SweepMember, SweepParent
 
 
 class Intake(Protocol):

@@ -11,13 +11,14 @@ from typing import Any, Protocol
 
 from rlpipe.control import retry
 from rlpipe.control.cluster_port import Cluster
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.settings import Settings
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import RunRecord
 
 
 class StageService(Protocol):
