@@ -375,7 +375,7 @@ def test_status_json_of_a_run_outside_any_sweep_has_no_sweep(
 
 class Stage:
     """The stage function's cancel, recorded; cancel of the parent does what the real one does to
-    the ledger (``StageService.cancel`` → ``operations.finish_parent``): every child that has not
+    the ledger (``StageService.cancel`` → ``SweepCoordinator.end_group``): every child that has not
     ended, and the parent, end cancelled."""
 
     def __init__(self, ledger: Ledger) -> None:

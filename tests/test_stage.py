@@ -15,6 +15,7 @@ from rlpipe.control import blobstore
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.control.stage import StageService
+from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.manifests import RenderContext, conversion_cache
@@ -72,6 +73,7 @@ def env(
         cluster=cluster,
         log=Logger("test"),
         publish=lambda topic, msg: published.append((topic, msg)),
+        coordinator=SweepCoordinator(ledger, Logger("test")),  # as control.services wires it
     )
 
     def claim(run_id: str, **fields: Any) -> RunRecord:

@@ -14,6 +14,7 @@ from rlpipe.control.events import ObjectEvent
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
+from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core.runs.record import RunRecord
 from tests.conftest import Buckets, minimal_request, real_intake
 
@@ -331,6 +332,7 @@ def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_swe
         intake=None,  # type: ignore[arg-type]
         log=Logger("test"),
         publish=lambda topic, message: sent.append(message),
+        coordinator=SweepCoordinator(ledger, Logger("test")),
     )
     failure = {"tag": "permanent", "stage": "train", "attempt": 1, "message": "execution x failed"}
     action = Action(

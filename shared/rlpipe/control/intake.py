@@ -17,12 +17,11 @@ from typing import Any
 
 from rlpipe.control import blobstore, interleave, retry, run_metrics, user_files
 from rlpipe.control.events import MessageEvent, ObjectEvent
-from rlpipe.control.intake_result import IntakeResult
+from rlpipe.control.intake_result import IntakeResult, RequestConflict
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.sweep import coordination
-from rlpipe.control.sweep import intake as sweep_intake
+from rlpipe.control.run_coordinator import Delivery, RunCoordinator
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
@@ -55,6 +54,8 @@ class Intake:
     # Where a request's own files are copied (the run's prefix), and how a gs:// one is read.
     artifacts: blobstore.BlobStore | None = None
     read_gcs: user_files.GcsReader | None = None
+    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -163,12 +164,30 @@ class Intake:
         if refused:
             return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
-        if request.sweep is not None:  # a parent record and its children (control/sweep_intake.py)
-            result = sweep_intake.submit(self, request, source, source_key, key, policy, log)
+        if request.sweep is not None:  # a group of runs: its coordinator claims them (control/sweep)
+            result = self._admit(request, Delivery(source, source_key, key, policy, log))
         else:
             result = self.claim_run(request, key, source, source_key, log)
         self._record_delivery(source_key, source, result)
         return result
+
+    def _admit(self, request: Request, delivery: Delivery) -> IntakeResult:
+        """A request naming a group of runs, claimed by the coordinator; each run through
+        ``claim_run``, its files read once."""
+        source, source_key, log = delivery.source, delivery.source_key, delivery.log
+        try:
+            return self.coordinator.admit(
+                request,
+                delivery,
+                lambda child, key, member, found: self.claim_run(
+                    child, key, source, source_key, log, member=member, found=found
+                ),
+                lambda req: self.gather_files(req, source),
+            )
+        except RequestInvalid as exc:
+            return self._reject(source_key, source, exc.problems, log)
+        except RequestConflict as exc:
+            return self._conflict(exc.existing, source_key, source, log)
 
     def _record_delivery(self, source_key: str, source: Source, result: IntakeResult) -> None:
         """Say which run this delivery went to, when a ``request_id`` named the run: otherwise the
@@ -363,8 +382,8 @@ class Intake:
             return "failed"
 
         record = self.ledger.edit(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
-        if record.state == "failed" and record.lineage.sweep is not None:
-            coordination.child_ended(self.ledger, record)  # its sweep may end with it
+        if record.state == "failed":
+            self.coordinator.member_ended(record)  # a sweep's child: its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":
             log.error("run failed before it started", reason=message)
             if self.notify is not None:

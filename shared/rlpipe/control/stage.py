@@ -32,8 +32,8 @@ from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
+from rlpipe.control.run_coordinator import RunCoordinator
 from rlpipe.control.settings import Settings
-from rlpipe.control.sweep import operations as stage_sweep
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
 from rlpipe.core.failures import FailureClass, PermanentFailure
@@ -72,6 +72,8 @@ class StageService:
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
+    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -119,7 +121,7 @@ class StageService:
             return {"skip": True, "skip_reason": skip}
         req = Request.model_validate(record.request)
         try:
-            sha, data = stage_sweep.pins(self, record, req)
+            sha, data = self._pins(record, req)
         except PermanentFailure as exc:
             # This execution owns the run (decided above), so the run ends here with the reason.
             self.finish(
@@ -138,7 +140,7 @@ class StageService:
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
-        wait = stage_sweep.slot(self, record, conversion_ready=bool(ready))
+        wait = self.coordinator.slot(record, conversion_ready=bool(ready))
         if wait is not None:  # a sweep's child beyond max_parallel: queued; the workflow asks again
             return {
                 "skip": False,
@@ -146,7 +148,7 @@ class StageService:
                 "wait_reason": wait,
                 "wait_seconds": self.settings.callback_timeout_seconds,
             }
-        stages = stage_sweep.with_selection(self, record, stages)
+        stages = self.coordinator.with_selection(record, stages)
         if req.gate is not None and "export" not in done:
             # The gate (a step, not a workload) sits between train and export; a promoted run
             # passes it by its recorded override.
@@ -173,6 +175,18 @@ class StageService:
             "poll_seconds": self.settings.callback_timeout_seconds,
             "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
+
+    def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
+        """The model commit and datasets this run trains on: pinned once per run (a retried plan
+        or round trains on the same commits), and once per group by its coordinator."""
+        if record.lineage.hf_sha and record.lineage.data:
+            return record.lineage.hf_sha, record.lineage.data
+
+        def resolve() -> tuple[str, dict[str, Any]]:
+            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+            return sha, record.lineage.data or self.pin_data(req)
+
+        return self.coordinator.pins(record, resolve)
 
     # ---- launch -------------------------------------------------------------------------------
 
@@ -399,7 +413,7 @@ class StageService:
         record, req = self._load(run_id)
         require_owner(record, execution_id)
         if record.sweep is not None:  # a sweep's parent: it ends when its children do
-            return stage_sweep.finish_parent(self, record, outcome, caller=caller)
+            return status_message(self._end_group(record, outcome, caller))
 
         def change(r: RunRecord) -> tuple[str | None, bool]:
             """→ (the event, whether this call ended the run)."""
@@ -419,21 +433,39 @@ class StageService:
         )
         message = status_message(updated)
         topic = req.notify or self.settings.status_topic
-        if ended and topic and self.publish is not None:
-            try:
-                self.publish(self.settings.topic_path(topic), message)
-            except Exception as exc:  # a status message must never turn a finished run into a failed call
-                self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
+        if ended:
+            self._publish_status(run_id, message, topic)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
             if req.publish is not None:  # the page its card links, now with how the run ended
                 run_report.write_run_report(self.state, updated, self.log, settings=self.settings)
-        if updated.terminal and updated.lineage.sweep is not None:
+        if updated.terminal:
             # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
-            # parent's refresh is safe to repeat, and its message goes out from one call only.
-            stage_sweep.child_ended(self, updated, topic)
+            # group's refresh is safe to repeat, and its message goes out from one call only (on
+            # the child's topic: the parent's request names the same).
+            group = self.coordinator.member_ended(updated)
+            if group is not None:
+                self._publish_status(group.run_id, status_message(group), topic)
         return message
+
+    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
+        """A person ends a run that stands for a group: each member not ended yet has its
+        workloads deleted and is finished with the group's failure, by the same caller."""
+
+        def end_member(run_id: str, failure: dict[str, Any]) -> None:
+            self.cluster.delete_run(run_id)
+            self.finish(run_id, "cancelled", failure, caller=caller)
+
+        return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
+
+    def _publish_status(self, run_id: str, message: dict[str, Any], topic: str | None) -> None:
+        if not topic or self.publish is None:
+            return
+        try:
+            self.publish(self.settings.topic_path(topic), message)
+        except Exception as exc:  # a status message must never turn a finished run into a failed call
+            self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
 
     # ---- gate ---------------------------------------------------------------------------------
 
@@ -448,7 +480,7 @@ class StageService:
         """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
         record, _ = self._load(run_id)
         require_owner(record, execution_id)
-        return stage_sweep.select(self, record)
+        return self.coordinator.select(record)
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

@@ -12,13 +12,14 @@ run changed without anyone reading function logs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from rlpipe.control import run_metrics
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
+from rlpipe.control.run_coordinator import RunCoordinator
 from rlpipe.control.settings import Settings
 from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.reconcile.rules import Action
@@ -53,6 +54,8 @@ class Repairs:
     intake: Intake
     log: Logger
     publish: Callable[[str, dict[str, Any]], Any] | None = None
+    # A run's part in a group of runs (a sweep's): the group hears of a run this pass finished.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     def apply(self, action: Action) -> Outcome:
         log = self.log.bind(run_id=action.run_id)
@@ -105,12 +108,11 @@ class Repairs:
         if not applied:
             return Outcome(action.run_id, action, "noop", f"run is {updated.state} (changed meanwhile)")
         self._notify(updated, log)
-        if updated.lineage.sweep is not None:  # its slot back to the sweep; the sweep may end with it
-            from rlpipe.control.sweep.coordination import child_ended
-
-            parent = child_ended(self.ledger, updated)
-            if parent is not None:
-                self._notify(parent, log)
+        group = self.coordinator.member_ended(
+            updated
+        )  # a sweep's child: its slot back, maybe the sweep's end
+        if group is not None:
+            self._notify(group, log)
         deleted = self.cluster.delete_run(action.run_id)
         if deleted:
             self.ledger.note(

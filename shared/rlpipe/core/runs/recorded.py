@@ -205,3 +205,19 @@ class CopiedFiles(_View):
 
 def inputs(raw: object) -> CopiedFiles:
     return _read(CopiedFiles, raw)
+
+
+# ---- a failure a round kept (``Round.previous_failure``: the ``Failure`` that ended the round) ----
+
+
+class FailureRecorded(_View):
+    tag: Text = None
+    message: Text = None
+    stage: Text = None
+    attempt: Count = None
+    caller: Text = None
+
+
+def failure(raw: object) -> FailureRecorded | None:
+    """The failure a round kept; None when it kept none."""
+    return _read(FailureRecorded, raw) if isinstance(raw, dict) and raw else None
