@@ -14,10 +14,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rlpipe.cli.runs import describe, parse_time
+from rlpipe.cli.runs import describe
 from rlpipe.control.ledger import Ledger
 from rlpipe.core import cost
-from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.runs.record import RunRecord, parse_time
 
 _STYLE = {
     "succeeded": "green",

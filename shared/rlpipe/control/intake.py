@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.control import blobstore, interleave, retry, run_metrics, user_files
+from rlpipe.control.coordinator import Delivery, RunCoordinator
 from rlpipe.control.events import MessageEvent, ObjectEvent
 from rlpipe.control.intake_result import IntakeResult, RequestConflict
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.run_coordinator import Delivery, RunCoordinator
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid

@@ -17,9 +17,9 @@ from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient
+    from rlpipe.control.coordinator import RunCoordinator
     from rlpipe.control.intake import Intake
     from rlpipe.control.orchestrator import Orchestrator
-    from rlpipe.control.run_coordinator import RunCoordinator
     from rlpipe.control.stage import LogReader, StageService
 
 
@@ -84,7 +84,7 @@ def intake(log: Logger) -> Intake:
 
 def coordinator(log: Logger) -> RunCoordinator:
     """How a run coordinates with others: a sweep's children through their parent's record; any
-    other run alone (``control.run_coordinator``)."""
+    other run alone (``control.coordinator``)."""
     from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     return SweepCoordinator(ledger(), log)

@@ -28,11 +28,11 @@ from rlpipe.control import (
     train_status,
 )
 from rlpipe.control.cluster_port import Cluster
+from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
-from rlpipe.control.run_coordinator import RunCoordinator
 from rlpipe.control.settings import Settings
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from rlpipe.control import run_metrics
+from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
-from rlpipe.control.run_coordinator import RunCoordinator
 from rlpipe.control.settings import Settings
 from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.reconcile.rules import Action

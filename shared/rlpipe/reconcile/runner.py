@@ -31,11 +31,11 @@ from typing import Any
 
 from rlpipe.cluster import RunObject
 from rlpipe.control import blobstore, outputs
+from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.intake import Intake
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.run_coordinator import RunCoordinator
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
 from rlpipe.core.runs.record import RunRecord, now
