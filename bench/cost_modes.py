@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from rlpipe.control import budgets
-from rlpipe.control.ledger import Attempt, RunRecord, Source
 from rlpipe.core import cost, presets, steps
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.identity import Stage
 from rlpipe.core.request import Request, validate_request
 from rlpipe.core.request.provisioning import spot_checkpoint_period
+from rlpipe.core.runs import budgets
+from rlpipe.core.runs.record import Attempt, RunRecord, Source
 from rlpipe.local.simulator.timing import Timing
 from rlpipe.local.workflows.retry import backoff_delay
 

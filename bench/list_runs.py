@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> Section:
 
     from rlpipe.cli import runs
     from rlpipe.control.blobstore import BlobStore, make_client
-    from rlpipe.control.ledger import Ledger, RunRecord, Source
+    from rlpipe.control.ledger import Ledger
+    from rlpipe.core.runs.record import RunRecord, Source
     from rlpipe.local.gcs import FakeGcs
 
     started = time.monotonic()

@@ -1,7 +1,7 @@
 """8. `rlpipe report`: rendering one run's page, with 1,000 evaluation points and 30 attempts.
 
-**What:** the wall time of ``rlpipe.report.render_report`` (pure: the ledger record as a dict
-in, the HTML out; both matplotlib SVG charts and the Jinja2 page) for a synthetic run with
+**What:** the wall time of ``rlpipe.report.render_report`` (pure: the run's record in, the
+HTML out; both matplotlib SVG charts and the Jinja2 page) for a synthetic run with
 ``--points`` (default 1,000) intermediate evaluations, pre and post, ``--attempts`` (default 30)
 attempts over convert/train/export/publish with every outcome and failure class, per-attempt
 chip-hours and a gate with an override. The requirement is a median under 2 s.
@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 from bench.common import PYTHON, Section, ratio, secs, table  # noqa: E402
 
 T0 = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
-LEDGER_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # rlpipe.control.ledger.LEDGER_TIME
+LEDGER_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"  # rlpipe.core.runs.record.LEDGER_TIME
 REQUIREMENT_SECONDS = 2.0
 # Failed attempts cycle through these; the last attempt of each stage succeeds (publish runs).
 FAILURES = ("preempted", "capacity", "resources", "transient", "permanent")
@@ -124,14 +124,16 @@ def minimal_run() -> dict[str, Any]:
 
 
 def _timed(record: dict[str, Any], reps: int) -> tuple[list[float], str]:
+    from rlpipe.core.runs.record import RunRecord
     from rlpipe.report import render_report
 
     now = T0 + timedelta(days=2)
-    html = render_report(record, now=now)  # unmeasured: imports, font lookup, template compile
+    run = RunRecord.model_validate(record)  # what Ledger.get hands the report
+    html = render_report(run, now=now)  # unmeasured: imports, font lookup, template compile
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        html = render_report(record, now=now)
+        html = render_report(run, now=now)
         times.append(time.perf_counter() - t0)
     return times, html
 
@@ -139,10 +141,11 @@ def _timed(record: dict[str, Any], reps: int) -> tuple[list[float], str]:
 _FIRST_CALL = """
 import json, sys, time
 t0 = time.perf_counter()
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report import render_report
 import matplotlib.figure, jinja2
 t1 = time.perf_counter()
-record = json.load(sys.stdin)
+record = RunRecord.model_validate(json.load(sys.stdin))
 t2 = time.perf_counter()
 render_report(record)
 t3 = time.perf_counter()

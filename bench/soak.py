@@ -245,7 +245,7 @@ def check(scenario: Scenario, record: Any, woken: set[tuple[str, str]]) -> tuple
 
 def _validate_ledger(s: BenchStack, run_id: str) -> tuple[bool, str]:
     """The raw run.json through the model, and the history readable with one ``accepted``."""
-    from rlpipe.control.ledger import RunRecord
+    from rlpipe.core.runs.record import RunRecord
 
     try:
         raw = s.client.bucket(s.settings.state_bucket).blob(f"runs/{run_id}/run.json").download_as_bytes()

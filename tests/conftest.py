@@ -119,6 +119,7 @@ def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
     from rlpipe.control.logs import Logger
     from rlpipe.control.orchestrator import Orchestrator
     from rlpipe.control.settings import Settings
+    from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     settings = Settings(
         project="rlpipe-test",
@@ -131,9 +132,11 @@ def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
     kwargs.setdefault(
         "read_gcs", lambda bucket, name, limit: buckets.store_of(bucket).read(name, max_bytes=limit).data
     )
+    ledger = Ledger(buckets.store("state"))
+    kwargs.setdefault("coordinator", SweepCoordinator(ledger, Logger("test")))  # as control.services wires it
     return Intake(
         requests=buckets.store("requests"),
-        ledger=Ledger(buckets.store("state")),
+        ledger=ledger,
         orchestrator=Orchestrator(settings),
         log=Logger("test"),
         **kwargs,

@@ -65,7 +65,8 @@ def _lint_imports(library_root: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(LINT_IMPORTS), "--no-cache", str(ROOT / "pyproject.toml")],
         cwd=library_root,
-        env={"PYTHONPATH": str(library_root), "PATH": "/usr/bin:/bin"},
+        # The library's copy first; the repository for the contract types in tests/harness.
+        env={"PYTHONPATH": f"{library_root}:{ROOT}", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -88,6 +89,16 @@ def library_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("core/presets.py", "import kubernetes", "The core is pure"),
         ("control/ledger.py", "from rlpipe.local import gcs", "Production code never imports"),
         ("cluster/__init__.py", "from rlpipe.control import ledger", "No import cycles"),
+        (
+            "cli/watch.py",
+            "from rlpipe.control.ledger import RunRecord as Passed",
+            "The run record comes from",
+        ),
+        (
+            "reconcile/rules.py",
+            "import rlpipe.control.outcomes as passing; passing.Attempt",
+            "The run record comes from",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(
@@ -123,3 +134,18 @@ def test_the_artifact_events_hot_path_loads_no_request_models() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_no_test_or_bench_takes_a_run_record_name_from_a_module_that_passes_it_on() -> None:
+    """The record contract (tests/harness/import_contracts.py) over the code lint-imports does not
+    read: every test and benchmark imports the record from rlpipe.core.runs."""
+    from tests.harness.import_contracts import passed_on
+
+    library = {
+        ".".join(p.relative_to(LIBRARY.parent).with_suffix("").parts).removesuffix(".__init__")
+        for p in _modules()
+    }
+    others = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    names = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in others if p.name != "__init__.py"]
+    found = [p for name in names for p in passed_on(name, library, "rlpipe.core.runs")]
+    assert not found, found

@@ -10,7 +10,8 @@ import pytest
 from google.api_core import exceptions as gexc
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger, RunRecord, Source
+from rlpipe.control.ledger import Ledger
+from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets
 
 

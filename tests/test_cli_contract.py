@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Failure, GateRecord, RunRecord, Source
 from tests.conftest import ROOT, Buckets, minimal_request
 from tests.harness.cli import run_main
 from tests.harness.functions import FunctionServer
@@ -355,7 +355,7 @@ def test_plan_json_of_a_sweep_follows_its_schema_and_an_invalid_sweep_is_invalid
 
 
 def test_status_json_of_a_sweeps_parent_and_child_follows_the_schema(buckets: Buckets) -> None:
-    from rlpipe.control.ledger import Lineage, SweepMember, SweepParent
+    from rlpipe.core.runs.record import Lineage, SweepMember, SweepParent
 
     ledger = buckets.ledger()
     request = validate_request(
@@ -753,7 +753,7 @@ def test_watch_json_prints_a_line_per_change_only() -> None:
     from types import SimpleNamespace
 
     from rlpipe.cli.watch import watch_json
-    from rlpipe.control.ledger import Attempt
+    from rlpipe.core.runs.record import Attempt
 
     def at(state: str, stage: str | None, attempt: int, phase: str | None = None) -> RunRecord:
         r = _record("rchanges0001", state)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from rlpipe.control.ledger import Failure, GateRecord, RunRecord, Source
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Failure, GateRecord, RunRecord, Source
 from tests.conftest import ROOT, Buckets, minimal_request
 from tests.harness.functions import FunctionServer
 
@@ -154,7 +154,7 @@ def test_piped_watch_prints_one_plain_line_per_change_and_says_simulated() -> No
     plain lines instead, one per change of state, stage, attempt or phase, none for a poll that
     changed nothing, after one line saying the cluster is simulated."""
     from rlpipe.cli.watch import summary, watch
-    from rlpipe.control.ledger import Attempt
+    from rlpipe.core.runs.record import Attempt
 
     training = _record("rwatched0001", "training")
     training.stage, training.attempt = "train", 1
@@ -209,7 +209,7 @@ def test_a_permanent_failure_suggests_fixing_the_request_not_a_retry() -> None:
 
 def test_a_spent_preemption_budget_suggests_retry_resuming_from_the_step_reached() -> None:
     from rlpipe.cli.watch import summary
-    from rlpipe.control.ledger import Attempt
+    from rlpipe.core.runs.record import Attempt
 
     spent = Attempt(
         stage="train",
@@ -245,7 +245,7 @@ def test_a_cancelled_run_before_training_says_it_starts_from_the_beginning() -> 
 
 def test_the_demo_names_no_link_to_a_hub_that_stops_with_it() -> None:
     from rlpipe.cli.watch import summary
-    from rlpipe.control.ledger import Attempt
+    from rlpipe.core.runs.record import Attempt
 
     published = _record("rpublish0001", "succeeded")
     published.request["publish"] = {"repo": "me/model", "branch": "main"}
@@ -273,7 +273,7 @@ def test_a_preempted_attempt_in_backoff_reads_as_retrying_with_class_budget_and_
     from datetime import UTC, datetime
 
     from rlpipe.cli.watch import progress_line, render_view
-    from rlpipe.control.ledger import Attempt
+    from rlpipe.core.runs.record import Attempt
 
     r = _record("rbackoff0001", "training")
     r.stage, r.attempt = "train", 2

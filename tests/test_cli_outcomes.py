@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import main as cli
-from rlpipe.control.ledger import Attempt, GateRecord, RunRecord, Source
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import Attempt, GateRecord, RunRecord, Source
 
 
 def record() -> RunRecord:

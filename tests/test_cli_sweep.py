@@ -20,7 +20,9 @@ import yaml
 from rlpipe.cli import main as cli
 from rlpipe.cli import runs
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.control.ledger import (
+from rlpipe.core import identity
+from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import (
     Execution,
     Lineage,
     RunRecord,
@@ -29,8 +31,6 @@ from rlpipe.control.ledger import (
     SweepParent,
     SweepSelection,
 )
-from rlpipe.core import identity
-from rlpipe.core.request import validate_request
 from tests.conftest import ROOT, minimal_request
 
 PRICE = 1.5  # $ per v6e chip-hour at reservation, the test's own (RLPIPE_PRICES)
@@ -375,7 +375,7 @@ def test_status_json_of_a_run_outside_any_sweep_has_no_sweep(
 
 class Stage:
     """The stage function's cancel, recorded; cancel of the parent does what the real one does to
-    the ledger (``StageService.cancel`` → ``operations.finish_parent``): every child that has not
+    the ledger (``StageService.cancel`` → ``SweepCoordinator.end_group``): every child that has not
     ended, and the parent, end cancelled."""
 
     def __init__(self, ledger: Ledger) -> None:

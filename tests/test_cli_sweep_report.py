@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import RunRecord, Source, SweepParent
 from rlpipe.control.sweep.coordination import selection_record
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.request.sweep import SelectRule
+from rlpipe.core.runs.record import RunRecord, Source, SweepParent
 from tests.test_compare import _with
 from tests.test_report import Page
 from tests.test_report_chromium import MEASURE, browser  # noqa: F401  (browser: a fixture)

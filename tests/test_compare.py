@@ -21,7 +21,7 @@ import pytest
 
 from rlpipe.cli import compare_command
 from rlpipe.cli.exit_codes import CliError
-from rlpipe.control.ledger import RunRecord
+from rlpipe.core.runs.record import RunRecord, Source
 from rlpipe.report import compare
 from rlpipe.report.charts import SERIES_COLOURS
 from tests.test_report import SVG, Page, by_id, charts
@@ -53,6 +53,11 @@ def _with(
     return RunRecord.model_validate(record).model_dump(mode="json")
 
 
+def records(data: list[dict[str, Any]]) -> list[RunRecord]:
+    """The runs as the ledger loads them (``Ledger.get``), which is what the pages read."""
+    return [RunRecord.model_validate(d) for d in data]
+
+
 def runs() -> list[dict[str, Any]]:
     base = story()
     first = _with(base, RUN, 2e-5, 1.0)
@@ -78,7 +83,7 @@ def identical_runs() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def html() -> str:
-    return compare.render_compare(runs(), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES)
+    return compare.render_compare(records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES)
 
 
 def test_one_curve_per_run_with_every_evaluation(html: str) -> None:
@@ -143,10 +148,14 @@ def test_flatten_and_differences_are_exact() -> None:
         "e": {},
     }
     found = compare.config_differences(
-        [{"request": {"x": 1, "y": {"z": True}}}, {"request": {"x": 1, "y": {"z": 1}}}]
+        [_requested({"x": 1, "y": {"z": True}}), _requested({"x": 1, "y": {"z": 1}})]
     )
     assert [(d.key, d.values) for d in found] == [("y.z", ["true", "1"])]
-    assert compare.config_differences([{"request": {"x": 1}}, {"request": {"x": 1}}]) == []
+    assert compare.config_differences([_requested({"x": 1}), _requested({"x": 1})]) == []
+
+
+def _requested(request: dict[str, Any]) -> RunRecord:
+    return RunRecord(run_id="rrequested01", key="k", source=Source(kind="cli"), request=request)
 
 
 def test_data_and_rewards_of_each_run(html: str) -> None:
@@ -168,12 +177,12 @@ def test_the_selected_run_is_marked_with_its_reason(html: str) -> None:
     assert "<b>" not in html and "&lt;b&gt;&amp; cheapest&lt;/b&gt;" in html
     # Self-contained: no script, nothing to load.
     assert not page.tags("script") and not page.tags("link") and not page.tags("img")
-    unselected = compare.render_compare(runs()[:2], now=NOW)
+    unselected = compare.render_compare(records(runs()[:2]), now=NOW)
     assert 'id="selected-mark"' not in unselected and 'id="selection"' not in unselected
     with pytest.raises(ValueError, match="not one of the runs"):
-        compare.render_compare(runs()[:2], selected=SLOW, now=NOW)
+        compare.render_compare(records(runs()[:2]), selected=SLOW, now=NOW)
     with pytest.raises(ValueError, match="at least two"):
-        compare.render_compare(runs()[:1], now=NOW)
+        compare.render_compare(records(runs()[:1]), now=NOW)
 
 
 def test_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,7 +222,9 @@ def test_compare_in_chromium(browser: Any, tmp_path: Path) -> None:
     from PIL import Image
 
     path = tmp_path / "compare.html"
-    path.write_text(compare.render_compare(runs(), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES))
+    path.write_text(
+        compare.render_compare(records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES)
+    )
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable")
     browser.send(
@@ -272,7 +283,7 @@ def _line_style(chart: ET.Element, gid: str) -> tuple[str, str]:
 def test_coinciding_curves_each_keep_a_line_style_and_marker_and_are_named() -> None:
     """Four runs, three with one curve: each run is drawn in a dash pattern and a marker shape of
     its own (so none hides the others), and a note names the three whose curves coincide."""
-    page_html = compare.render_compare(identical_runs(), now=NOW)
+    page_html = compare.render_compare(records(identical_runs()), now=NOW)
     chart = charts(page_html)["compare"]
     styles = [_line_style(chart, f"run{i}") for i in range(1, 5)]
     assert len({dash for dash, _ in styles}) == 4, styles
@@ -283,7 +294,7 @@ def test_coinciding_curves_each_keep_a_line_style_and_marker_and_are_named() -> 
     assert [a["data-coincides"] for a in page.tags("span") if "data-coincides" in a] == [RUN, TWIN_A, TWIN_B]
     assert f"The curves of {RUN}, {TWIN_A} and {TWIN_B} coincide" in shown(page_html)
     # Runs whose curves differ get no such note.
-    assert "data-coinciding" not in compare.render_compare(runs(), now=NOW)
+    assert "data-coinciding" not in compare.render_compare(records(runs()), now=NOW)
 
 
 def test_unset_absent_null_and_empty_are_not_differences() -> None:
@@ -298,14 +309,14 @@ def test_unset_absent_null_and_empty_are_not_differences() -> None:
     for record, request in zip(base, requests, strict=True):
         request.pop("rewards", None)
         record["request"] = request
-    found = {d.key: d.values for d in compare.config_differences(base)}
+    found = {d.key: d.values for d in compare.config_differences(records(base))}
     assert found == {
         "labels.team": ["(unset)", "(unset)", "rl"],
         "training.learning_rate": ["2e-05", "5e-05", "1e-06"],
         "tpu.provisioning": ["(unset)", "(unset)", "spot"],
         "tpu.type": ["(unset)", "(unset)", "v6e-8"],
     }
-    page = Page(compare.render_compare(base, now=NOW))
+    page = Page(compare.render_compare(records(base), now=NOW))
     assert sorted(a["data-key"] for a in page.tags("tr") if "data-key" in a) == sorted(found)
 
 
@@ -318,7 +329,7 @@ def test_coinciding_curves_are_all_visible_in_chromium(browser: Any, tmp_path: P
     from PIL import Image
 
     path = tmp_path / "identical.html"
-    path.write_text(compare.render_compare(identical_runs(), now=NOW), encoding="utf-8")
+    path.write_text(compare.render_compare(records(identical_runs()), now=NOW), encoding="utf-8")
     browser.events.clear()  # the load event of a page opened before is not this one's
     browser.send("Page.enable")
     browser.send(

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from rlpipe.cli import compare_command
-from rlpipe.control.ledger import RunRecord
+from rlpipe.core.runs.record import RunRecord
 from tests.test_compare import FAST, GCP, RUN, SLOW, runs
 
 _METRIC = {

@@ -22,8 +22,8 @@ def test_a_rounds_reason_and_by_are_written_through_the_one_redacting_writer(buc
     """`rlpipe retry --reason/--by` once wrote a token into the requests bucket unmasked; a retry
     now goes to the stage function, and what it records lands in the ledger, masked."""
     from rlpipe.control import retry
-    from rlpipe.control.ledger import Failure, RunRecord, Source
     from rlpipe.core.request import validate_request
+    from rlpipe.core.runs.record import Failure, RunRecord, Source
     from tests.conftest import minimal_request
 
     ledger = buckets.ledger()

@@ -23,9 +23,10 @@ from rlpipe.cli import runs
 from rlpipe.cli import submit as submit_cli
 from rlpipe.control.blobstore import BlobStore, make_client
 from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity, layout
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.local import pubsub
 from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, played_id_token
 from rlpipe.local.stack import LocalStack, StackConfig

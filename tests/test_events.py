@@ -15,8 +15,8 @@ from functions_framework import create_app
 
 from rlpipe.control import services
 from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import ROOT, Buckets
 from tests.harness.functions import gcs_event, pubsub_event
 

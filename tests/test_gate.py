@@ -150,7 +150,7 @@ def test_chip_hours_count_tpu_pods_from_start_to_end_only() -> None:
 
 
 def test_the_baseline_is_the_first_attempts_pre_not_a_resumed_attempts() -> None:
-    from rlpipe.control.outcomes import merge_results, with_baseline
+    from rlpipe.core.runs.results import merge_results, with_baseline
 
     first = merge_results({}, results(), 50)
     resumed_log = LOG.replace("mean_reward=0.1200", "mean_reward=0.4411")  # the partly trained model

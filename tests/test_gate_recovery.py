@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.ledger import GateRecord, RunRecord, Source
 from rlpipe.control.orchestrator import ExecutionInfo
 from rlpipe.control.promotion import NotPromotable, promote
+from rlpipe.core.runs.record import GateRecord, RunRecord, Source
 from rlpipe.reconcile.rules import execution_failure
 from tests.conftest import Buckets
 from tests.harness.functions import cloud_run_token
@@ -63,7 +63,7 @@ def test_a_promote_whose_start_failed_can_be_repeated_and_starts_once(buckets: B
         x.execution.name = "projects/p/locations/l/workflows/w/executions/e2"
         return "execution-started"
 
-    ledger.update(r.run_id, set_execution)
+    ledger.edit(r.run_id, set_execution)
     with pytest.raises(NotPromotable, match="training"):
         promote(ledger, r.run_id, by="bob", reason="again", start=started.append)
 

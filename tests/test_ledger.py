@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlpipe.control import blobstore
-from rlpipe.control.ledger import IllegalTransition, Ledger, RunRecord, Source
+from rlpipe.control import blobstore, interleave
+from rlpipe.control.ledger import Ledger
+from rlpipe.core.runs.record import IllegalTransition, RunRecord, Source
 from tests.conftest import Buckets
 
 
@@ -34,7 +36,7 @@ def test_concurrent_updates_are_never_lost(buckets: Buckets) -> None:
 
     def add_attempt(i: int) -> None:
         barrier.wait()
-        ledger.update("rledger00001", lambda r: r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}")
+        ledger.edit("rledger00001", lambda r: r.callbacks.__setitem__(f"k{i}", str(i)) or f"cb{i}")
 
     with ThreadPoolExecutor(6) as pool:
         list(pool.map(add_attempt, range(6)))
@@ -50,7 +52,7 @@ def test_a_stale_generation_is_refused(buckets: Buckets) -> None:
     ledger = Ledger(store)
     ledger.claim(_record())
     _, generation = ledger.load("rledger00001")
-    ledger.update("rledger00001", lambda r: "touch")
+    ledger.edit("rledger00001", lambda r: "touch")
     with pytest.raises(blobstore.PreconditionFailed):
         store.replace(ledger.layout("rledger00001").ledger, b"{}", generation)
 
@@ -82,3 +84,34 @@ def test_error_record_is_written_once(buckets: Buckets) -> None:
     assert ledger.write_error("rerror000001", {"problems": [{"path": "model"}], "message": "bad"})
     assert not ledger.write_error("rerror000001", {"problems": [], "message": "other"})
     assert buckets.store("state").read("runs/rerror000001/error.json").json()["message"] == "bad"
+
+
+def test_update_hands_back_what_the_written_application_decided_not_a_lost_one(buckets: Buckets) -> None:
+    """A compare-and-swap that loses applies the change again to the newer record: the caller gets
+    the decision of the application that was written, and only that one's (nothing a lost
+    application decided survives, so no caller has to clear what it collected)."""
+    ledger = Ledger(buckets.store("state"), sleep=lambda s: None)
+    ledger.claim(_record())
+    name = ledger.layout("rledger00001").ledger
+    seen: list[dict[str, str]] = []
+
+    def another_writer() -> None:  # once: a sibling's write lands between our read and our write
+        if not seen:
+            data = json.loads(ledger.store.read(name).data)
+            data["callbacks"] = {"x": "1"}
+            ledger.store.put(name, json.dumps(data).encode())
+
+    def change(r: RunRecord) -> tuple[str | None, dict[str, str]]:
+        seen.append(dict(r.callbacks))
+        r.callbacks["mine"] = "2"
+        return "mine", dict(r.callbacks)
+
+    with interleave.hooked("ledger.update:read", another_writer):
+        record, decided = ledger.update("rledger00001", change)
+    assert seen == [{}, {"x": "1"}]  # applied twice: the first write lost to the sibling's
+    assert decided == {"x": "1", "mine": "2"} == record.callbacks
+    assert ledger.get("rledger00001").callbacks == decided  # type: ignore[union-attr]
+
+    # Nothing to do: no write, and the decision still comes back with the record as read.
+    unchanged, why = ledger.update("rledger00001", lambda r: (None, f"already {len(r.callbacks)}"))
+    assert why == "already 2" and unchanged.seq == record.seq

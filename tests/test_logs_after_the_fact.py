@@ -19,8 +19,8 @@ import pytest
 
 from rlpipe.cli import logs as logs_cli
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.control.ledger import Attempt, RunRecord, Source
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import Attempt, RunRecord, Source
 from rlpipe.local.cloud_logging import CloudLogging, Resource
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.pod_logs import ContainerLogFolder

@@ -23,11 +23,11 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
 from rlpipe.control import data_pins, hub_datasets, publishing, user_files
-from rlpipe.control.ledger import GateOverride, GateRecord, RunRecord, Source
 from rlpipe.core import layout
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import Request, validate_request
 from rlpipe.core.request.policy import Policy
+from rlpipe.core.runs.record import GateOverride, GateRecord, RunRecord, Source
 from rlpipe.core.staging import BUILTIN_REWARDS
 from rlpipe.local.hub import HubDouble, HubFile
 from rlpipe.publisher.card import render_card

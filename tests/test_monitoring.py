@@ -516,7 +516,7 @@ def test_a_run_ends_once_in_the_runs_count_and_later_ends_are_rounds(
 ) -> None:
     """A promoted run ended `gated` and then `succeeded`: counted twice before. The first end is
     `run_ended`; the end after the promotion (or after a retry) is `round_ended`."""
-    from rlpipe.control.ledger import GateOverride, GateRecord, RunRecord, Source
+    from rlpipe.core.runs.record import GateOverride, GateRecord, RunRecord, Source
 
     record = RunRecord(run_id="rgated", key="k", source=Source(kind="cli"), request={}, state="gated")
     record.gate = GateRecord(passed=False, reasons=["post mean_reward 0.4 below 0.5"])
@@ -540,10 +540,10 @@ def test_a_run_failed_by_an_exhausted_budget_has_its_last_failures_class(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Lost capacity is not a bug: a run whose preemption budget ran out was logged `permanent`."""
-    from rlpipe.control import budgets
-    from rlpipe.control.ledger import Attempt, Failure, RunRecord, Source
     from rlpipe.core.failures import FailureClass
     from rlpipe.core.request import validate_request
+    from rlpipe.core.runs import budgets
+    from rlpipe.core.runs.record import Attempt, Failure, RunRecord, Source
     from tests.conftest import minimal_request
 
     req = validate_request(minimal_request(retry={"budgets": {"preempted": 1}}))

@@ -95,10 +95,10 @@ def test_the_plan_says_once_which_prices_are_missing(monkeypatch: pytest.MonkeyP
 def test_a_bad_prices_setting_leaves_a_runs_cost_unset_and_says_why() -> None:
     """The stage function prices every attempt on each status read: a setting `rlpipe plan`
     refuses must not fail the run there; the cost is unset, naming the setting."""
-    from rlpipe.control import outcomes
+    from rlpipe.core.runs import pricing
 
     request = {"tpu": {"type": "v6e-32", "provisioning": "spot"}}
-    mode, price = outcomes.run_price(request, '{"v6e": {"spot": {"price": "cheap"}}}') or ("", None)
+    mode, price = pricing.run_price(request, '{"v6e": {"spot": {"price": "cheap"}}}') or ("", None)
     assert mode == "spot" and price is not None and price.per_chip_hour is None
     assert "RLPIPE_PRICES is invalid" in price.describe()
-    assert outcomes.cost_estimate(request, 10.0, "not json") is None
+    assert pricing.cost_estimate(request, 10.0, "not json") is None

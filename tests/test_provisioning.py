@@ -69,7 +69,7 @@ def test_no_price_is_invented_and_an_override_needs_its_source() -> None:
 
 
 def test_the_ledger_costs_what_an_attempt_held_only_at_a_price_someone_published() -> None:
-    from rlpipe.control.outcomes import cost_estimate
+    from rlpipe.core.runs.pricing import cost_estimate
 
     request = validate_request(minimal_request(tpu={"provisioning": "spot"})).model_dump(mode="json")
     assert cost_estimate(request, 12.5, "") is None  # no published v6e price: unset, not guessed

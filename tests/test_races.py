@@ -19,8 +19,8 @@ import yaml
 from rlpipe.control import interleave
 from rlpipe.control.events import ObjectEvent
 from rlpipe.control.intake import MAX_START_ATTEMPTS, Intake
-from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core.failures import PermanentFailure, TransientFailure
+from rlpipe.core.runs.ownership import NotOwner, SupersededAttempt
 from tests.conftest import Buckets, minimal_request, real_intake
 from tests.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures shared with test_stage)
 
@@ -68,7 +68,7 @@ def _jobs(env: dict[str, Any]) -> list[str]:
 
 def _unowned(env: dict[str, Any], run_id: str) -> None:
     env["claim"](run_id)
-    env["ledger"].update(run_id, lambda r: setattr(r.execution, "name", None) or "unrecorded")
+    env["ledger"].edit(run_id, lambda r: setattr(r.execution, "name", None) or "unrecorded")
 
 
 # ---- 2. one owner per run -------------------------------------------------------------------------

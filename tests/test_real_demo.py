@@ -25,8 +25,9 @@ from rlpipe.cli import runs
 from rlpipe.cli import submit as submit_cli
 from rlpipe.cli.main import main
 from rlpipe.control.blobstore import BlobStore, make_client
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.local.stack import LocalStack, StackConfig, describe_cluster
 from tests.conftest import ROOT
 from tests.harness.patience import ceiling, wait_until

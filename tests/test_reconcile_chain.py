@@ -22,12 +22,13 @@ import pytest
 from rlpipe.cluster import ClusterClient
 from rlpipe.control import blobstore
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Attempt, Execution, Ledger, RunRecord, Source
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.settings import Settings
 from rlpipe.core.manifests import RenderContext, render
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Attempt, Execution, RunRecord, Source
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.workflows import LocalWorkflows, RealClock
 from rlpipe.reconcile.cursor import Cursor, CursorStore

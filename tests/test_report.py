@@ -21,7 +21,7 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
 
 T0 = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
 NOW = T0 + timedelta(hours=9)
@@ -70,7 +70,12 @@ ATTEMPTS = [
 ]
 
 
-def record(**overrides: Any) -> dict[str, Any]:
+def record(**overrides: Any) -> RunRecord:
+    return RunRecord.model_validate(ledger_json(**overrides))
+
+
+def ledger_json(**overrides: Any) -> dict[str, Any]:
+    """The run's ``run.json`` as the ledger stores it."""
     base: dict[str, Any] = {
         "run_id": "rtest0000001",
         "key": "request:test",
@@ -359,10 +364,10 @@ def test_user_data_is_escaped() -> None:
     ids=["absent", "empty", "junk"],
 )
 def test_a_run_without_evaluations_says_so(results: dict[str, Any] | None) -> None:
-    data = record(results=results, gate=None)
+    data = ledger_json(results=results, gate=None)
     if results is None:
         del data["results"]
-    html = report.render_report(data, now=NOW)
+    html = report.render_report(RunRecord.model_validate(data), now=NOW)
     page = Page(html)
     assert report.NO_EVALUATION in page.all_text
     assert len(page.tags("svg")) == 1  # the timeline only
@@ -371,14 +376,14 @@ def test_a_run_without_evaluations_says_so(results: dict[str, Any] | None) -> No
 
 def test_a_new_run_renders_without_attempts_or_results() -> None:
     record_model = RunRecord(run_id="rnew00000001", key="k", source=Source(kind="cli"), request={})
-    html = report.render_report(record_model.model_dump(), now=NOW)
+    html = report.render_report(record_model, now=NOW)
     page = Page(html)
     assert not page.tags("svg")
     assert "no attempt launched yet" in page.all_text and report.NO_EVALUATION in page.all_text
 
 
 def test_a_record_of_todays_ledger_model_renders() -> None:
-    """The RunRecord as it is (with or without results, gate and chip_hours) dumps to a renderable dict."""
+    """The RunRecord as it is (with or without results, gate and chip_hours) renders."""
     rec = RunRecord(
         run_id="rmodel000001",
         key="k",
@@ -400,7 +405,7 @@ def test_a_record_of_todays_ledger_model_renders() -> None:
         ],
         lineage=Lineage(hf_repo="google/x", hf_sha="a" * 40),
     )
-    html = report.render_report(rec.model_dump(), now=NOW)
+    html = report.render_report(rec, now=NOW)
     timeline = charts(html)["timeline"]
     by_id(timeline, "timeline-attempt-train-1")
     assert "google/x" in Page(html).all_text
@@ -411,7 +416,7 @@ def test_pre_sits_at_step_zero_and_post_at_the_final_step() -> None:
     assert curve is not None and curve.pre is not None and curve.post is not None
     assert (curve.pre.step, curve.post.step) == (0, 300)
     # Without results.final_step, post goes after the last intermediate evaluation, not before it.
-    results = {**record()["results"], "final_step": None}
+    results = {**record().results, "final_step": None}
     curve = report.reward_curve(record(results=results, lineage={"final_step": 999}))
     assert curve is not None and curve.post is not None and curve.post.step == 300
     # nan/inf become null in the ledger; such a point is skipped, not drawn at 0.

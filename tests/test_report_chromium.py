@@ -36,6 +36,7 @@ from tests.test_report_story import (
     REPO,
     REWARD_SHA,
     RUN,
+    as_record,
     receipt,
     story,
 )
@@ -200,7 +201,10 @@ MEASURE = """(() => {
 def loaded(browser: DevTools, tmp_path_factory: pytest.TempPathFactory) -> Loaded:
     """The story's report, written as ``rlpipe report`` writes it and opened from the file."""
     path = report.write_report(
-        story(), tmp_path_factory.mktemp("report") / f"{RUN}-report.html", now=NOW, receipt=receipt()
+        as_record(story()),
+        tmp_path_factory.mktemp("report") / f"{RUN}-report.html",
+        now=NOW,
+        receipt=receipt(),
     )
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable")
@@ -312,7 +316,7 @@ def test_a_local_cached_runs_page_keeps_dates_on_one_line_and_shows_the_skip_and
     from rlpipe.report.charts import COLOURS
     from tests.test_report_story import cached_story
 
-    path = report.write_report(cached_story(), tmp_path / "cached.html", now=NOW, cluster="double")
+    path = report.write_report(as_record(cached_story()), tmp_path / "cached.html", now=NOW, cluster="double")
     browser.events.clear()  # the load event of the page opened before is not this one's
     browser.send("Page.enable")
     browser.send("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT)

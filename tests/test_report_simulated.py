@@ -24,16 +24,16 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import compare_command, report_command
-from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.run_report import local_cluster, write_run_report
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.compare import render_compare
 from tests.test_cli_sweep_report import CHILDREN, PARENT, _children, _parent
-from tests.test_compare import FAST, runs
+from tests.test_compare import FAST, records, runs
 from tests.test_e2e import faults, local  # noqa: F401  (fixtures: the local stack)
-from tests.test_report_story import NOW, RUN, story
+from tests.test_report_story import NOW, RUN, as_record, story
 
 # What each cluster is, in words a reader of the page must find (the brief's two definitions).
 CLUSTER_WORDS = {
@@ -110,24 +110,23 @@ def _says_nothing_of_it(html: str) -> None:
 
 @pytest.mark.parametrize("cluster", ["double", "real"])
 def test_every_page_of_a_local_run_says_simulated_and_which_cluster(cluster: str) -> None:
-    _says_simulated(report.render_report(story(), now=NOW, cluster=cluster), cluster)
-    _says_simulated(render_compare(runs(), now=NOW, cluster=cluster), cluster)
-    children = [c.model_dump(mode="json") for c in _children()]
-    sweep = _parent(_children()).model_dump(mode="json")
+    _says_simulated(report.render_report(as_record(story()), now=NOW, cluster=cluster), cluster)
+    _says_simulated(render_compare(records(runs()), now=NOW, cluster=cluster), cluster)
+    children = _children()
+    sweep = _parent(_children())
     _says_simulated(render_compare(children, now=NOW, cluster=cluster, sweep=sweep), cluster)
 
 
 def test_a_page_of_a_run_on_google_cloud_says_nothing_of_the_kind() -> None:
-    _says_nothing_of_it(report.render_report(story(), now=NOW))
-    _says_nothing_of_it(render_compare(runs(), now=NOW))
-    children = [c.model_dump(mode="json") for c in _children()]
-    _says_nothing_of_it(render_compare(children, now=NOW, sweep=_parent(_children()).model_dump(mode="json")))
+    _says_nothing_of_it(report.render_report(as_record(story()), now=NOW))
+    _says_nothing_of_it(render_compare(records(runs()), now=NOW))
+    _says_nothing_of_it(render_compare(_children(), now=NOW, sweep=_parent(_children())))
 
 
 def test_a_page_never_guesses_a_cluster() -> None:
     for wrong in ("", "gke", "Double", "double "):
         with pytest.raises(ValueError, match="cluster must be one of double, real"):
-            report.render_report(story(), now=NOW, cluster=wrong)
+            report.render_report(as_record(story()), now=NOW, cluster=wrong)
 
 
 def test_the_cluster_comes_from_the_deployments_settings(monkeypatch: pytest.MonkeyPatch) -> None:

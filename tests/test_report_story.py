@@ -23,7 +23,7 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import report_command
-from rlpipe.control.ledger import LEDGER_TIME, RunRecord
+from rlpipe.core.runs.record import LEDGER_TIME, RunRecord
 from tests.test_report import SVG, Page, by_id, charts, texts
 
 T0 = datetime(2026, 6, 2, 7, 0, tzinfo=UTC)
@@ -240,6 +240,11 @@ def story(**overrides: Any) -> dict[str, Any]:
     return RunRecord.model_validate({**base, **overrides}).model_dump(mode="json")
 
 
+def as_record(data: dict[str, Any]) -> RunRecord:
+    """The record as the ledger loads it (``Ledger.get``), which is what the report reads."""
+    return RunRecord.model_validate(data)
+
+
 def receipt(**overrides: Any) -> dict[str, Any]:
     """What the publish Job wrote (``rlpipe.publisher.program.write_receipt``)."""
     return {
@@ -261,7 +266,7 @@ def shown(html: str) -> str:
 
 @pytest.fixture(scope="module")
 def html() -> str:
-    return report.render_report(story(), now=NOW, receipt=receipt())
+    return report.render_report(as_record(story()), now=NOW, receipt=receipt())
 
 
 def test_the_key_facts_say_rounds_result_and_where_it_was_published(html: str) -> None:
@@ -273,7 +278,7 @@ def test_the_key_facts_say_rounds_result_and_where_it_was_published(html: str) -
 
 
 def test_each_round_says_who_asked_why_how_the_last_ended_and_where_training_resumed(html: str) -> None:
-    rows = report.rounds(story(), report.attempt_rows(story(), NOW))
+    rows = report.rounds(as_record(story()), report.attempt_rows(as_record(story()), NOW))
     assert [r.number for r in rows] == [1, 2]
     first, second = rows
     assert first.asked == "a request file in the requests bucket"
@@ -320,7 +325,7 @@ def test_a_retry_is_a_marked_line_on_the_timeline_not_an_unexplained_gap(html: s
 @pytest.mark.parametrize("hit", [True, False, None])
 def test_a_conversion_of_round_one_is_explained_in_round_two(hit: bool | None) -> None:
     data = story(lineage={**story()["lineage"], "conversion_cache_hit": hit})
-    text = Page(report.render_report(data, now=NOW)).all_text
+    text = Page(report.render_report(as_record(data), now=NOW)).all_text
     assert (
         "conversion converted by this run: convert #1 in round 1; round 2 reused it (no conversion)" in text
     )
@@ -334,14 +339,14 @@ def test_a_conversion_from_another_run_is_named() -> None:
     }
     attempts = [a for a in story()["attempts"] if a["stage"] != "convert"]
     data = story(lineage=lineage, attempts=attempts)
-    rows = report.attempt_rows(data, NOW)
-    assert report.conversion(data, rows) == (
+    rows = report.attempt_rows(as_record(data), NOW)
+    assert report.conversion(as_record(data), rows) == (
         "cache hit: loaded run rother000009's conversion (its convert #2); this run converted nothing"
     )
     # This run converted too, but another run's conversion reached the cache first.
     data = story(lineage=lineage)
     assert "run rother000009's conversion (attempt 2) reached the cache first" in report.conversion(
-        data, report.attempt_rows(data, NOW)
+        as_record(data), report.attempt_rows(as_record(data), NOW)
     )
 
 
@@ -350,7 +355,7 @@ def test_cpu_stages_say_no_tpu_and_tpu_attempts_without_a_reading_say_not_record
         (r["data-stage"], int(r["data-attempt"])): r for r in Page(html).tags("tr") if "data-attempt" in r
     }
     assert set(cells) == {(a["stage"], a["attempt"]) for a in story()["attempts"]}
-    chips = {(r.stage, r.attempt): r.chips for r in report.attempt_rows(story(), NOW)}
+    chips = {(r.stage, r.attempt): r.chips for r in report.attempt_rows(as_record(story()), NOW)}
     assert chips == {
         ("convert", 1): "no TPU",
         ("train", 1): "30.40",
@@ -368,16 +373,16 @@ def test_cpu_stages_say_no_tpu_and_tpu_attempts_without_a_reading_say_not_record
 
     # A train attempt with no reading is "not recorded", and counted as such.
     attempts = [{**a, "chip_hours": None} if a["attempt"] == 3 else a for a in story()["attempts"]]
-    rows = report.attempt_rows(story(attempts=attempts), NOW)
+    rows = report.attempt_rows(as_record(story(attempts=attempts)), NOW)
     assert {(r.stage, r.attempt): r.chips for r in rows}[("train", 3)] == "not recorded"
     assert report.chip_hours(rows)["unknown"] == 1
     # In tpu-slice placement conversion holds chips: a zero is a reading, not "no TPU".
     request = {**story()["request"], "placement": "tpu-slice"}
-    rows = report.attempt_rows(story(request=request), NOW)
+    rows = report.attempt_rows(as_record(story(request=request)), NOW)
     assert {(r.stage, r.attempt): r.chips for r in rows}[("convert", 1)] == "0.00"
     # A record that does not say where a stage ran never claims "no TPU" for it.
     request = {k: v for k, v in story()["request"].items() if k != "placement"}
-    rows = report.attempt_rows(story(request=request), NOW)
+    rows = report.attempt_rows(as_record(story(request=request)), NOW)
     assert {(r.stage, r.attempt): r.on_tpu for r in rows}[("export", 1)] is None
 
 
@@ -410,7 +415,7 @@ def test_evaluations_of_an_older_ledger_are_shown_as_attempt_not_recorded() -> N
         "intermediate": [{"step": s, "mean_reward": r, "accuracy": a} for _, s, r, a in EVALS[:3]]
         + [{"step": 250, "mean_reward": 0.7, "accuracy": 60.0, "attempt": 3}],
     }
-    html = report.render_report(story(results=results), now=NOW)
+    html = report.render_report(as_record(story(results=results)), now=NOW)
     reward = charts(html)["reward"]
     path = by_id(reward, "reward-mean-reward-unlabelled").find(f"{SVG}path")
     assert path is not None and len(re.findall(r"[ML] ", path.get("d", ""))) == 3
@@ -438,7 +443,7 @@ def test_reward_and_accuracy_markers_sit_in_panels_of_their_own(accuracy: float)
     """On twin axes a reward and an accuracy whose scales coincide drew on one spot; in two
     panels each marker is inside its own panel, whatever the values."""
     results = {**story()["results"], "pre": _eval(0.1234, accuracy), "post": _eval(0.5625, accuracy)}
-    reward = charts(report.render_report(story(results=results), now=NOW))["reward"]
+    reward = charts(report.render_report(as_record(story(results=results)), now=NOW))["reward"]
     top, bottom = _box(reward, "reward-axes_1"), _box(reward, "reward-axes_2")
     assert top[1] < bottom[0]  # the mean_reward panel is above the accuracy panel, apart
     for name in ("pre", "post"):
@@ -452,7 +457,7 @@ def test_the_published_commit_comes_from_the_ledger_before_the_receipt() -> None
     ledger_commit = "a" * 40
     data = story()
     data["lineage"]["published_commit"] = ledger_commit  # a field the ledger does not have yet
-    shown = report.published(data, report.attempt_rows(data, NOW), receipt())
+    shown = report.published(as_record(data), report.attempt_rows(as_record(data), NOW), receipt())
     assert shown is not None and (shown["commit"], shown["source"]) == (ledger_commit, "the ledger")
 
 
@@ -469,7 +474,7 @@ def test_the_published_commit_comes_from_the_ledger_before_the_receipt() -> None
     ids=["other-run", "other-repo", "other-branch", "not-published", "not-hex", "no-commit"],
 )
 def test_a_receipt_that_is_not_this_runs_publish_gives_no_commit(bad: dict[str, Any]) -> None:
-    html = report.render_report(story(), now=NOW, receipt=receipt(**bad))
+    html = report.render_report(as_record(story()), now=NOW, receipt=receipt(**bad))
     text = shown(html)
     assert f"published {REPO} branch {BRANCH}, commit not recorded" in text
     assert "not recorded: the ledger has no commit and the publish receipt was not read" in text
@@ -479,12 +484,12 @@ def test_a_receipt_that_is_not_this_runs_publish_gives_no_commit(bad: dict[str, 
 def test_a_run_that_has_not_published_says_so() -> None:
     attempts = [a for a in story()["attempts"] if a["stage"] != "publish"]
     data = story(attempts=attempts, state="exporting", stage="export")
-    text = shown(report.render_report(data, now=NOW, receipt=receipt()))
+    text = shown(report.render_report(as_record(data), now=NOW, receipt=receipt()))
     assert f"published not published yet (to {REPO} branch {BRANCH})" in text
     assert COMMIT not in text
     failed = [*attempts, _attempt("publish", 1, 2, 641, 650, "failed", failure_class="permanent")]
     data = story(attempts=failed, state="failed")
-    assert "every publish attempt failed" in Page(report.render_report(data, now=NOW)).all_text
+    assert "every publish attempt failed" in Page(report.render_report(as_record(data), now=NOW)).all_text
 
 
 def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -512,20 +517,20 @@ def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: 
         project, artifacts_bucket = "acme-ml", "acme-artifacts"
 
     unpublished = story(attempts=[a for a in story()["attempts"] if a["stage"] != "publish"])
-    assert report_command.read_receipt(Settings(), unpublished) is None
+    assert report_command.read_receipt(Settings(), as_record(unpublished)) is None
     committed = story()
     committed["lineage"]["published_commit"] = COMMIT
-    assert report_command.read_receipt(Settings(), committed) is None
+    assert report_command.read_receipt(Settings(), as_record(committed)) is None
     assert not reads
-    assert report_command.read_receipt(Settings(), story()) == receipt()
+    assert report_command.read_receipt(Settings(), as_record(story())) == receipt()
     assert reads == [("acme-artifacts", f"runs/{RUN}/publish/receipt.json")]
     stored["receipt"] = blobstore.NotFound("gone")
-    assert report_command.read_receipt(Settings(), story()) is None
+    assert report_command.read_receipt(Settings(), as_record(story())) is None
 
 
 def test_a_retried_run_renders_without_a_round_record() -> None:
     """A ledger whose attempts name round 2 but whose rounds list is missing still has two rounds."""
-    html = report.render_report(story(rounds=[]), now=NOW)
+    html = report.render_report(as_record(story(rounds=[])), now=NOW)
     rows = {r["data-round"] for r in Page(html).tags("tr") if "data-round" in r and "id" in r}
     assert {"1", "2"} <= rows
     assert "retry by an unnamed person (no verified caller recorded)" in Page(html).all_text
@@ -582,7 +587,7 @@ def test_built_in_rewards_and_a_held_out_evaluation_are_named() -> None:
     del request["rewards"], request["chat_template"]
     train = {**DATA["train"], "repo": "open-r1/OpenR1-Math-220k", "subset": "default"}
     lineage = {**story()["lineage"], "data": {"train": train}, "inputs": None}
-    text = shown(report.render_report(story(request=request, lineage=lineage), now=NOW))
+    text = shown(report.render_report(as_record(story(request=request, lineage=lineage)), now=NOW))
     assert (
         "reward functions MaxText's built-in: match_format_exactly, match_format_approximately, "
         "check_numbers (maxtext 0.2.4 train_rl.py:420-424)"
@@ -600,7 +605,7 @@ def test_built_in_rewards_and_a_held_out_evaluation_are_named() -> None:
 
 def test_a_dataset_not_pinned_yet_is_named_from_the_request() -> None:
     lineage = {**story()["lineage"], "data": None, "inputs": None}
-    text = shown(report.render_report(story(lineage=lineage), now=NOW))
+    text = shown(report.render_report(as_record(story(lineage=lineage)), now=NOW))
     assert "training openai/gsm8k@not pinned yet main main train not pinned yet" in text
     assert f"reward file sha256 {REWARD_SHA}" in text, "the ledger's request names the run's copy and hash"
 
@@ -619,7 +624,7 @@ def test_a_run_whose_data_ran_out_says_at_which_step_of_the_configs_it_ended() -
         (expected, f"trained to step {expected}, the config's final step"),
     ):
         lineage = {**story()["lineage"], "final_step": final}
-        page = Page(report.render_report(story(request=request, lineage=lineage), now=NOW))
+        page = Page(report.render_report(as_record(story(request=request, lineage=lineage)), now=NOW))
         assert f"final step {said}" in page.all_text
         assert ("the data ran out" in page.all_text) == (final < expected)
 
@@ -652,7 +657,7 @@ def test_a_cache_hit_is_a_row_of_the_timeline_on_its_one_time_axis() -> None:
     stage as a row with a mark, in the timeline and in its table; the mark and every bar are
     placed by one time axis: x is the same linear function of time for every row."""
     data = cached_story()
-    html = report.render_report(data, now=NOW)
+    html = report.render_report(as_record(data), now=NOW)
     timeline = charts(html)["timeline"]
     assert "convert · cache hit" in texts(timeline)
     assert "skipped: run rother000009's conversion (its convert #2) reused" in texts(timeline)

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from rlpipe.control.events import MessageEvent
-from rlpipe.control.ledger import Source
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import bounds, load_request
+from rlpipe.core.runs.record import Source
 from tests.conftest import Buckets, minimal_request, real_intake
 
 

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Source
 from rlpipe.control.settings import Settings
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import validate_request
 from rlpipe.core.request.policy import Policy, SettingsInvalid
+from rlpipe.core.runs.record import Source
 from tests.conftest import Buckets, minimal_request, real_intake
 
 ROOT = Path(__file__).resolve().parents[1]

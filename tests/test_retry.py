@@ -13,19 +13,12 @@ import pytest
 
 from rlpipe.cli import runs
 from rlpipe.cluster import RunObject
-from rlpipe.control import budgets, retry
-from rlpipe.control.ledger import (
-    LEDGER_TIME,
-    Attempt,
-    Failure,
-    IllegalTransition,
-    Ledger,
-    Round,
-    RunRecord,
-    Source,
-)
+from rlpipe.control import retry
+from rlpipe.control.ledger import Ledger
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs import budgets
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, Failure, IllegalTransition, Round, RunRecord, Source
 from rlpipe.reconcile import rules
 from tests.conftest import Buckets, minimal_request
 
@@ -121,7 +114,7 @@ def test_the_same_key_twice_is_one_round(ledger: Ledger) -> None:
 def test_a_duplicate_of_an_old_round_is_still_a_duplicate(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000003"))
     retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
-    ledger.update(run_id, lambda r: r.set_state("failed") or "failed")
+    ledger.edit(run_id, lambda r: r.set_state("failed") or "failed")
     assert retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k2").round == 3
     again = retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
     assert (again.outcome, again.round) == ("duplicate", 2)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import requests
 
-from rlpipe.control.ledger import Failure, RunRecord, Source
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Failure, RunRecord, Source
 from tests.conftest import Buckets, minimal_request
 from tests.harness.functions import FunctionServer, cloud_run_token, gcs_event, post, pubsub_event
 from tests.test_intake import PLANTED, TOPIC, _error_records, _upload, functions  # noqa: F401

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from rlpipe.control import blobstore, retry
-from rlpipe.control.ledger import LEDGER_TIME, Attempt, RunRecord
 from rlpipe.core import layout
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, RunRecord
 from tests.test_stage import env, hub, kube  # noqa: F401
 
 
@@ -47,7 +47,7 @@ def _round_one(env: dict[str, Any], run_id: str, *, failed: list[tuple[str, int]
         r.state = "failed"
         return "failed"
 
-    env["ledger"].update(run_id, ended)
+    env["ledger"].edit(run_id, ended)
 
 
 def test_plan_of_a_retried_round_skips_what_is_done_and_continues_the_attempt_numbers(

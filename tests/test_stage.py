@@ -12,14 +12,15 @@ import pytest
 
 from rlpipe.cluster import ClusterClient
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.control.stage import StageService
+from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import RunRecord, Source
 from rlpipe.local.hub import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from tests.conftest import Buckets, minimal_request
@@ -72,6 +73,7 @@ def env(
         cluster=cluster,
         log=Logger("test"),
         publish=lambda topic, msg: published.append((topic, msg)),
+        coordinator=SweepCoordinator(ledger, Logger("test")),  # as control.services wires it
     )
 
     def claim(run_id: str, **fields: Any) -> RunRecord:
@@ -479,7 +481,7 @@ def test_a_train_launch_pins_the_data_a_run_planned_without_it_never_had(env: di
         r.lineage.data = None
         return "forgot"
 
-    env["ledger"].update(run_id, forget)
+    env["ledger"].edit(run_id, forget)
     launched = env["service"].launch(run_id, "train", 1)
     record = env["ledger"].get(run_id)
     assert record.lineage.data and record.lineage.data["train"]["repo"] == "openai/gsm8k"

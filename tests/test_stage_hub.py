@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.control.stage import StageService
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import RunRecord, Source
 from rlpipe.local.hub import HubDouble
 from tests.conftest import ROOT, Buckets, minimal_request
 

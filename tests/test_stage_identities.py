@@ -157,9 +157,8 @@ def test_cancel_deletes_the_workloads_and_ends_the_run_with_the_verified_caller(
     ended = [e for e in env["ledger"].history("rcancel00001") if e["event"] == "cancelled"]
     assert ended and ended[-1]["failure"]["caller"] == OPERATOR  # in the event log too
     # The report says who: beside the run's failure, and in how its round ended.
-    dump = record.model_dump(mode="json")
-    assert f'<span id="failure-caller">(verified caller {OPERATOR})</span>' in render_report(dump)
-    [round_one] = rounds(dump, attempt_rows(dump, datetime.now(UTC)))
+    assert f'<span id="failure-caller">(verified caller {OPERATOR})</span>' in render_report(record)
+    [round_one] = rounds(record, attempt_rows(record, datetime.now(UTC)))
     assert round_one.ended.endswith(f"cancelled by rlpipe cancel (verified caller {OPERATOR})")
     # A second cancel of the ended run changes nothing and says its state.
     again = stage.post("/", json={"op": "cancel", "run_id": "rcancel00001"}, headers=bearer(PERSON))
@@ -199,7 +198,7 @@ def test_cancel_of_a_sweep_records_the_caller_on_the_parent_and_every_child_it_e
     stage: Any,
 ) -> None:
     ledger, parent, children = _claimed(buckets)
-    ledger.update(children[0].run_id, lambda r: (r.set_state("succeeded"), "succeeded")[1])
+    ledger.edit(children[0].run_id, lambda r: (r.set_state("succeeded"), "succeeded")[1])
     response = stage.post("/", json={"op": "cancel", "run_id": parent.run_id}, headers=bearer(OPERATOR))
     assert response.status_code == 200 and response.get_json()["state"] == "cancelled"
     ended = ledger.get(parent.run_id)
@@ -208,5 +207,5 @@ def test_cancel_of_a_sweep_records_the_caller_on_the_parent_and_every_child_it_e
     kids = [ledger.get(c.run_id) for c in children]
     assert kids[0].state == "succeeded" and kids[0].failure is None  # it had ended: left as it was
     assert all(k.state == "cancelled" and k.failure.caller == OPERATOR for k in kids[1:])
-    facts = sweep_facts(ended.model_dump(mode="json"), [k.model_dump(mode="json") for k in kids])
+    facts = sweep_facts(ended, kids)
     assert facts.nothing_published == f"the sweep was cancelled by {OPERATOR}"

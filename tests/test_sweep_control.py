@@ -11,9 +11,11 @@ import pytest
 import yaml
 
 from rlpipe.control.events import ObjectEvent
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
+from rlpipe.control.sweep.coordinator import SweepCoordinator
+from rlpipe.core.runs.record import RunRecord
 from tests.conftest import Buckets, minimal_request, real_intake
 
 GRID = {"training.num_generations": [2, 4, 8, 16]}
@@ -39,10 +41,10 @@ def _sweep(buckets: Buckets, executions: Any, **sweep: Any) -> tuple[Ledger, Run
 def _claimed(buckets: Buckets, **sweep: Any) -> tuple[Ledger, RunRecord, list[RunRecord]]:
     """A sweep's records as intake claims them, without starting executions (faster; the intake
     test above covers the starting)."""
-    from rlpipe.control.ledger import Lineage, Source, SweepMember, SweepParent
     from rlpipe.core import identity
     from rlpipe.core import sweep as core_sweep
     from rlpipe.core.request import validate_request
+    from rlpipe.core.runs.record import Lineage, Source, SweepMember, SweepParent
 
     req = validate_request(
         minimal_request(request_id="lr-sweep", sweep={"grid": GRID, "max_parallel": 2, **sweep})
@@ -118,7 +120,7 @@ def test_one_child_converts_and_no_more_than_max_parallel_hold_a_slot(buckets: B
     assert after is not None and after.sweep is not None and len(after.sweep.slots) == 2
     assert after.state == "accepted"  # children hold slots; none has started a stage yet
     # The converter ends (here: fails): its slot goes to a waiting child.
-    ended = ledger.update(converter, lambda r: (r.set_state("failed"), "failed")[1])
+    ended = ledger.edit(converter, lambda r: (r.set_state("failed"), "failed")[1])
     sweeps.child_ended(ledger, ended)
     waiting = [c for c, w in zip(others, waits, strict=True) if w]
     assert sweeps.take_slot(ledger, waiting[0], conversion_ready=True) is None
@@ -162,7 +164,7 @@ def _trained(ledger: Ledger, run_id: str, post: float) -> RunRecord:
         r.results = {"pre": {"mean_reward": 0.1}, "post": {"mean_reward": post}}
         return "trained"
 
-    return ledger.update(run_id, change)
+    return ledger.edit(run_id, change)
 
 
 def test_selection_waits_for_every_child_then_one_winner_publishes(buckets: Buckets) -> None:
@@ -170,7 +172,7 @@ def test_selection_waits_for_every_child_then_one_winner_publishes(buckets: Buck
     ids = [c.run_id for c in children]
     first = sweeps.arrive(ledger, _trained(ledger, ids[0], 0.55))
     assert first["wait"] is True and first["reason"] == "waiting for children 1, 2, 3 to finish"
-    ledger.update(ids[1], lambda r: (r.set_state("failed"), "failed")[1])
+    ledger.edit(ids[1], lambda r: (r.set_state("failed"), "failed")[1])
     trained = [_trained(ledger, ids[2], 0.71), _trained(ledger, ids[3], 0.62)]
 
     def settle(child: RunRecord) -> dict[str, Any]:
@@ -195,12 +197,12 @@ def test_selection_waits_for_every_child_then_one_winner_publishes(buckets: Buck
 
 def test_cancelling_the_parent_cancels_each_child_still_running_once(buckets: Buckets) -> None:
     ledger, parent, children = _claimed(buckets)
-    ledger.update(children[0].run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
+    ledger.edit(children[0].run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
     cancelled: list[str] = []
 
     def cancel_child(run_id: str) -> None:
         cancelled.append(run_id)
-        ledger.update(run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
+        ledger.edit(run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
 
     after = sweeps.cancel(ledger, parent.run_id, cancel_child)
     assert cancelled == [c.run_id for c in children[1:]]
@@ -213,7 +215,7 @@ def test_retrying_the_parent_retries_only_the_children_that_can_change_the_outco
     ledger, parent, children = _claimed(buckets)
     ids = [c.run_id for c in children]
     for run_id, state in zip(ids, ["succeeded", "failed", "cancelled", "succeeded"], strict=True):
-        ledger.update(run_id, lambda r, s=state: (r.set_state(s), s)[1])  # type: ignore[misc]
+        ledger.edit(run_id, lambda r, s=state: (r.set_state(s), s)[1])  # type: ignore[misc]
     stopped = sweeps.refresh(ledger, parent.run_id)
     assert stopped.state == "failed" and "child 1" in (stopped.failure.message if stopped.failure else "")
     started: list[str] = []
@@ -251,11 +253,9 @@ def test_a_parent_that_succeeded_or_is_running_is_not_retried(
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
-        ledger.update(child.run_id, lambda r: (r.set_state("training"), "t")[1])
+        ledger.edit(child.run_id, lambda r: (r.set_state("training"), "t")[1])
         if state == "succeeded":
-            ledger.update(
-                child.run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2]
-            )
+            ledger.edit(child.run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
     current = sweeps.refresh(ledger, parent.run_id)
     assert current.state == state
     with pytest.raises(PermanentFailure):
@@ -287,7 +287,7 @@ def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: B
         list(pool.map(settle, ids))
 
     def end(run_id: str) -> RunRecord | None:
-        done = ledger.update(run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+        done = ledger.edit(run_id, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
         return sweeps.child_ended(ledger, done)
 
     with ThreadPoolExecutor(4) as pool:
@@ -301,17 +301,17 @@ def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: B
 def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_sweep(buckets: Buckets) -> None:
     """A child whose execution died is finished by the reconciler, not by its workflow: the sweep
     must not wait forever for it (its slot, and the parent's end with its status message)."""
-    from rlpipe.control.ledger import Execution
     from rlpipe.control.logs import Logger
     from rlpipe.control.settings import Settings
+    from rlpipe.core.runs.record import Execution
     from rlpipe.reconcile.repairs import Repairs
     from rlpipe.reconcile.rules import Action
 
     ledger, parent, children = _claimed(buckets)
     ids = [c.run_id for c in children]
     for run_id in ids[:3]:
-        ledger.update(run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
-    ledger.update(ids[3], lambda r: (setattr(r, "execution", Execution(name="executions/x")), "e")[1])
+        ledger.edit(run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+    ledger.edit(ids[3], lambda r: (setattr(r, "execution", Execution(name="executions/x")), "e")[1])
     assert sweeps.take_slot(ledger, ledger.get(ids[3]), conversion_ready=True) is None  # type: ignore[arg-type]
 
     class Cluster:
@@ -332,6 +332,7 @@ def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_swe
         intake=None,  # type: ignore[arg-type]
         log=Logger("test"),
         publish=lambda topic, message: sent.append(message),
+        coordinator=SweepCoordinator(ledger, Logger("test")),
     )
     failure = {"tag": "permanent", "stage": "train", "attempt": 1, "message": "execution x failed"}
     action = Action(
@@ -358,7 +359,7 @@ def test_a_child_that_ended_after_arriving_is_not_selected(buckets: Buckets) -> 
     for run_id, post in zip(ids, [0.5, 0.6, 0.9, 0.4], strict=True):
         _trained(ledger, run_id, post)
     assert sweeps.arrive(ledger, ledger.get(ids[2]))["wait"]  # type: ignore[arg-type]
-    ledger.update(ids[2], lambda r: (r.set_state("cancelled"), "c")[1])  # an operator excludes it
+    ledger.edit(ids[2], lambda r: (r.set_state("cancelled"), "c")[1])  # an operator excludes it
     for run_id in (ids[0], ids[3]):
         assert sweeps.arrive(ledger, ledger.get(run_id))["wait"]  # type: ignore[arg-type]
     answer = sweeps.arrive(ledger, ledger.get(ids[1]))  # type: ignore[arg-type]
@@ -374,11 +375,11 @@ def test_a_stale_refresh_never_undoes_the_parents_end(
     ledger, parent, children = _claimed(buckets)
     ids = [c.run_id for c in children]
     for run_id in ids[:3]:
-        ledger.update(
+        ledger.edit(
             run_id,
             lambda r: (r.set_state("training"), r.set_state("exporting"), r.set_state("succeeded"), "s")[3],
         )
-    ledger.update(ids[3], lambda r: (r.set_state("training"), "t")[1])
+    ledger.edit(ids[3], lambda r: (r.set_state("training"), "t")[1])
     real_get = ledger.get
     raced: list[bool] = []
 
@@ -386,7 +387,7 @@ def test_a_stale_refresh_never_undoes_the_parents_end(
         record = real_get(run_id)
         if run_id == ids[3] and not raced:  # this refresh has read child 3 still training ...
             raced.append(True)
-            ledger.update(ids[3], lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+            ledger.edit(ids[3], lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
             assert sweeps.refresh(ledger, parent.run_id).state == "succeeded"  # ... its own refresh wins
         return record
 
@@ -409,11 +410,11 @@ def test_a_winner_is_not_retrained_behind_its_selection(buckets: Buckets) -> Non
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(settle, ids))
-    ledger.update(
+    ledger.edit(
         ids[2], lambda r: (r.set_state("exporting"), r.set_state("publishing"), r.set_state("failed"), "f")[3]
     )
     for other in (ids[0], ids[1], ids[3]):
-        ledger.update(other, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
+        ledger.edit(other, lambda r: (r.set_state("exporting"), r.set_state("succeeded"), "s")[2])
     failed = sweeps.refresh(ledger, parent.run_id)
     assert failed.state == "failed"
     with pytest.raises(PermanentFailure, match="retry from publish"):
@@ -432,7 +433,7 @@ def test_a_gated_sweep_is_not_promoted_as_if_it_were_a_run(buckets: Buckets) -> 
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
-        ledger.update(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+        ledger.edit(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
     assert sweeps.refresh(ledger, parent.run_id).state == "gated"
     started: list[str] = []
     with pytest.raises(NotPromotable, match="is a sweep; promote one of its gated children"):
@@ -446,7 +447,7 @@ def test_a_gated_sweep_points_to_its_children_not_to_promoting_itself(buckets: B
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
-        ledger.update(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
+        ledger.edit(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
     gated = sweeps.refresh(ledger, parent.run_id)
     assert "promote one of its children" in (retry.refusal(gated) or "")
     assert (next_command(gated) or "").startswith(f"rlpipe status {parent.run_id}")

@@ -17,8 +17,8 @@ import yaml
 
 from rlpipe.control.blobstore import dumps
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import RunRecord, Source
 from rlpipe.core.request import json_schema
+from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 
 SECRET = "PLANTEDsecretTOKENvalue0123456789abcdef"

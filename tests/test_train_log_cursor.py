@@ -202,9 +202,9 @@ def test_a_resumed_attempts_evaluations_are_kept_beside_the_first_ones(env: dict
     """Attempt 1 evaluated at 10, 20, 30 and was preempted; attempt 2 resumed from 30 and
     evaluates at 30 again: both are kept, each with its attempt, and the baseline stays attempt
     1's (a resumed attempt's Pre RL Training line evaluates a partly trained model)."""
-    from rlpipe.control import outcomes
+    from rlpipe.core.runs import results
 
-    first = outcomes.merge_results(
+    first = results.merge_results(
         {},
         {
             "pre": {"mean_reward": 0.1},
@@ -213,7 +213,7 @@ def test_a_resumed_attempts_evaluations_are_kept_beside_the_first_ones(env: dict
         100,
         attempt=1,
     )
-    both = outcomes.merge_results(
+    both = results.merge_results(
         first,
         {
             "pre": {"mean_reward": 0.29},

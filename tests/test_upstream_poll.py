@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from rlpipe.control.intake import Intake, IntakeResult
-from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.local.hub import HubDouble, HubFile, model_files, safetensors_index, shard_file, shard_names
 from rlpipe.upstream.hub import RateLimitBudget
 from rlpipe.upstream.service import EntryOutcome, Poller, PollReport, build_poller, check, run_poll

@@ -9,8 +9,8 @@ from importlib import resources
 import pytest
 
 from rlpipe.cli.watch import summary
-from rlpipe.control.ledger import Attempt, RunRecord, Source
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Attempt, RunRecord, Source
 from tests.conftest import minimal_request
 
 CHIP_HOURS = (12.5, 20.0)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord
 
 
 def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> int:
@@ -34,7 +36,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
             from rlpipe.cli.lookup import not_found
 
             raise not_found(run)
-        records.append(record.model_dump(mode="json"))
+        records.append(record)
     if args.json:
         print(
             json.dumps(
@@ -65,15 +67,16 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
 
 
 def comparison(
-    records: list[dict[str, Any]], selected: str | None, reason: str | None, prices_json: str = ""
+    records: list[RunRecord], selected: str | None, reason: str | None, prices_json: str = ""
 ) -> dict[str, Any]:
     """The page's numbers as data (docs/cli.md, "compare --json"): each run's state, pre/post
     evaluation, chip-hours and cost, and the request fields that differ."""
     from rlpipe.report.compare import METRICS, config_differences, run_rows
 
-    def number(record: dict[str, Any], when: str, field: str) -> float | None:
-        value = ((record.get("results") or {}).get(when) or {}).get(field)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    def number(record: RunRecord, when: str, field: str) -> float | None:
+        evaluation = getattr(recorded.results(record.results), when)
+        value = getattr(evaluation, field) if evaluation is not None else None
+        return float(value) if value is not None else None
 
     runs = []
     for record, row in zip(records, run_rows(records, prices_json=prices_json), strict=True):

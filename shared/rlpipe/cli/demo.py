@@ -261,9 +261,7 @@ def _show_inputs(record: Any, root: Path, cluster: str) -> None:
     since it reads the run's ledger); the summary above named them."""
     from rlpipe.report import write_report
 
-    path = write_report(
-        record.model_dump(mode="json"), root / f"{record.run_id}-report.html", cluster=cluster
-    )
+    path = write_report(record, root / f"{record.run_id}-report.html", cluster=cluster)
     text = path.read_text(encoding="utf-8")
     named = all(e["sha256"] in text for e in (record.lineage.inputs or {}).values())
     print(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
+from rlpipe.core.runs.record import RunRecord
 
 
 def follow(ledger: Ledger, parent_id: str, *, timeout: float, poll: float = 1.0) -> RunRecord | None:
@@ -58,7 +59,7 @@ def summary(
 
     assert parent.sweep is not None
     children = [ledger.get(c) for c in parent.sweep.children]
-    records = [c.model_dump(mode="json") for c in children if c is not None]
+    records = [c for c in children if c is not None]
     selection = parent.sweep.selection
     lines = [
         f"sweep {parent.run_id}: {parent.state}, {len(records)} children, max_parallel {parent.sweep.max_parallel}"
@@ -95,9 +96,7 @@ def summary(
     page = root / f"{parent.run_id}-sweep.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
-        render_compare(
-            records, prices_json=prices_json, cluster=cluster, sweep=parent.model_dump(mode="json")
-        ),
+        render_compare(records, prices_json=prices_json, cluster=cluster, sweep=parent),
         encoding="utf-8",
     )
     lines.append(f"  report      {page} (rlpipe report {parent.run_id} draws the same page)")

@@ -55,7 +55,7 @@ def _positive(value: str) -> int:
 def _run_states() -> tuple[str, ...]:
     from typing import get_args
 
-    from rlpipe.control.ledger import State
+    from rlpipe.core.runs.record import State
 
     return tuple(get_args(State))
 
@@ -88,7 +88,7 @@ def cmd_list(args: argparse.Namespace, settings: Callable[[], Any], ledger: Call
     if not records:
         print("no runs")
     else:
-        from rlpipe.control.outcomes import reward_summary
+        from rlpipe.core.runs.results import reward_summary
 
         print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'REWARD':<18}{'CREATED':<28}MODEL")
         for r in records:

@@ -18,30 +18,23 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.cli.exit_codes import ExitCode
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report import write_report
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def read_receipt(settings: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+def read_receipt(settings: Any, record: RunRecord) -> dict[str, Any] | None:
     """The run's publish receipt from the artifacts bucket (operators may read it), only when the
     report needs it: a publish attempt succeeded and the ledger records no commit. Best effort: a
     receipt that cannot be read leaves the commit unknown, and the page says so."""
-    lineage_commit = _dict(record.get("lineage")).get("published_commit")
-    done = any(
-        _dict(a).get("stage") == "publish" and _dict(a).get("phase") == "succeeded"
-        for a in record.get("attempts") or []
-    )
-    if lineage_commit or not done:
+    done = any(a.stage == "publish" and a.phase == "succeeded" for a in record.attempts)
+    if record.lineage.published_commit or not done:
         return None
     try:
         from rlpipe.control.blobstore import BlobStore, make_client
         from rlpipe.core.layout import RunLayout
 
         store = BlobStore(make_client(settings.project), settings.artifacts_bucket)
-        data = store.read(RunLayout(settings.artifacts_bucket, str(record["run_id"])).publish_receipt).json()
+        data = store.read(RunLayout(settings.artifacts_bucket, record.run_id).publish_receipt).json()
     except Exception as exc:  # the report is still worth writing without the commit
         print(
             f"note: could not read the publish receipt ({type(exc).__name__}); commit not shown",
@@ -55,7 +48,7 @@ def cmd_report(
     args: argparse.Namespace,
     settings: Callable[[], Any],
     ledger: Callable[[Any], Any],
-    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
+    receipt: Callable[[Any, RunRecord], dict[str, Any] | None] = read_receipt,
 ) -> int:
     chosen = settings()
     opened = ledger(chosen)
@@ -70,9 +63,8 @@ def cmd_report(
     try:
         if record.sweep is not None:
             prices = str(getattr(chosen, "prices_json", "") or "")
-            return sweep_report(record, opened, path, prices, lambda data: receipt(chosen, data), cluster)
-        data = record.model_dump(mode="json")
-        path = write_report(data, path, receipt=receipt(chosen, data), cluster=cluster)
+            return sweep_report(record, opened, path, prices, lambda child: receipt(chosen, child), cluster)
+        path = write_report(record, path, receipt=receipt(chosen, record), cluster=cluster)
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
@@ -85,7 +77,7 @@ def sweep_report(
     opened: Any,
     path: Path,
     prices_json: str = "",
-    receipt: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda data: None,
+    receipt: Callable[[RunRecord], dict[str, Any] | None] = lambda child: None,
     cluster: str | None = None,
 ) -> int:
     """The page of a sweep's children (those claimed, in point order), naming the sweep and each
@@ -98,17 +90,15 @@ def sweep_report(
     if not children:
         print(f"sweep {parent.run_id}: none of its children is in the ledger yet", file=sys.stderr)
         return ExitCode.NOT_FOUND  # nothing to report on yet
-    records = [c.model_dump(mode="json") for c in children]
-    if len(records) == 1:  # nothing to compare it with
-        path = write_report(records[0], path, receipt=receipt(records[0]), cluster=cluster)
+    if len(children) == 1:  # nothing to compare it with
+        path = write_report(children[0], path, receipt=receipt(children[0]), cluster=cluster)
         print(f"wrote {path} (sweep {parent.run_id} has one child, {children[0].run_id}: its run page)")
         return 0
-    sweep = parent.model_dump(mode="json")
-    facts = sweep_facts(sweep, records)
-    html = render_compare(records, prices_json=prices_json, cluster=cluster, sweep=sweep)
+    facts = sweep_facts(parent, children)
+    html = render_compare(children, prices_json=prices_json, cluster=cluster, sweep=parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
-    print(f"wrote {path} (sweep {parent.run_id}: {len(records)} children compared)")
+    print(f"wrote {path} (sweep {parent.run_id}: {len(children)} children compared)")
     selection = parent.sweep.selection
     if facts.nothing_published is not None:
         print(f"  nothing was published: {facts.nothing_published}")
@@ -126,7 +116,7 @@ def register(
     *,
     settings: Callable[[], Any],
     ledger: Callable[[Any], Any],
-    receipt: Callable[[Any, dict[str, Any]], dict[str, Any] | None] = read_receipt,
+    receipt: Callable[[Any, RunRecord], dict[str, Any] | None] = read_receipt,
 ) -> None:
     """Add ``report`` to the ``rlpipe`` parser; ``settings`` picks the deployment, ``ledger(settings)``
     opens its ledger (``cli.main._settings`` and ``cli.main._ledger``), ``receipt(settings, record)``

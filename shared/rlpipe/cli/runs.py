@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.control.ledger import TERMINAL, Ledger, RunRecord, parse_time
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity
+from rlpipe.core.runs.record import TERMINAL, RunRecord, parse_time
 
 
 def list_runs(ledger: Ledger, *, page_size: int = 500, workers: int = 16) -> list[RunRecord]:
@@ -109,7 +110,7 @@ def _newest_first(records: list[RunRecord]) -> list[RunRecord]:
 
 def list_entry(record: RunRecord) -> dict[str, Any]:
     """One run as ``rlpipe list --json`` prints it (docs/cli.md, "list")."""
-    from rlpipe.control.outcomes import reward_summary
+    from rlpipe.core.runs.results import reward_summary
 
     post, gain = reward_summary(record.results or {})
     return {
@@ -173,7 +174,7 @@ _parse = parse_time
 def cost_estimate(record: RunRecord) -> dict[str, Any] | None:
     """The TPU chip-hours the run held, at its provisioning mode's list price (``core.cost``;
     ``RLPIPE_PRICES`` overrides); unset when no price is published."""
-    from rlpipe.control.outcomes import run_price
+    from rlpipe.core.runs.pricing import run_price
 
     priced = run_price(record.request, Settings.from_env().prices_json)
     if priced is None:

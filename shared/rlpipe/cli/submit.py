@@ -18,8 +18,9 @@ from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.core import identity
 
 if TYPE_CHECKING:  # the parser is built on every command: the records load when a command runs
-    from rlpipe.control.ledger import Ledger, RunRecord
+    from rlpipe.control.ledger import Ledger
     from rlpipe.control.settings import Settings
+    from rlpipe.core.runs.record import RunRecord
 
 
 @dataclass(frozen=True)

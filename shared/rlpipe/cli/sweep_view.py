@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
+from rlpipe.core.runs.record import RunRecord
 
 
 def children_of(ledger: Ledger, record: RunRecord) -> list[RunRecord | None] | None:

@@ -14,9 +14,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rlpipe.cli.runs import describe, parse_time
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.cli.runs import describe
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import cost
+from rlpipe.core.runs.record import RunRecord, parse_time
 
 _STYLE = {
     "succeeded": "green",
@@ -439,7 +440,7 @@ def _phase(info: dict[str, Any], record: RunRecord) -> str:
 
 def change_line(record: RunRecord) -> dict[str, Any]:
     """One line of ``rlpipe watch --json`` (docs/cli.md, "watch --json"): where the run is now."""
-    from rlpipe.control.ledger import now
+    from rlpipe.core.runs.record import now
 
     info = describe(record)
     return {

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.control import blobstore, interleave, retry, run_metrics, user_files
+from rlpipe.control.coordinator import Delivery, RunCoordinator
 from rlpipe.control.events import MessageEvent, ObjectEvent
-from rlpipe.control.intake_result import IntakeResult
-from rlpipe.control.ledger import Execution, Failure, Ledger, Lineage, RunRecord, Source, SweepMember, now
+from rlpipe.control.intake_result import IntakeResult, RequestConflict
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.sweep import coordination
-from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core import identity, layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
 from rlpipe.core.request.policy import Policy
+from rlpipe.core.runs.record import Execution, Failure, Lineage, RunRecord, Source, SweepMember, now
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
@@ -54,6 +54,8 @@ class Intake:
     # Where a request's own files are copied (the run's prefix), and how a gs:// one is read.
     artifacts: blobstore.BlobStore | None = None
     read_gcs: user_files.GcsReader | None = None
+    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -162,12 +164,30 @@ class Intake:
         if refused:
             return self._reject(source_key, source, refused, log)
         key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else source_key
-        if request.sweep is not None:  # a parent record and its children (control/sweep_intake.py)
-            result = sweep_intake.submit(self, request, source, source_key, key, policy, log)
+        if request.sweep is not None:  # a group of runs: its coordinator claims them (control/sweep)
+            result = self._admit(request, Delivery(source, source_key, key, policy, log))
         else:
             result = self.claim_run(request, key, source, source_key, log)
         self._record_delivery(source_key, source, result)
         return result
+
+    def _admit(self, request: Request, delivery: Delivery) -> IntakeResult:
+        """A request naming a group of runs, claimed by the coordinator; each run through
+        ``claim_run``, its files read once."""
+        source, source_key, log = delivery.source, delivery.source_key, delivery.log
+        try:
+            return self.coordinator.admit(
+                request,
+                delivery,
+                lambda child, key, member, found: self.claim_run(
+                    child, key, source, source_key, log, member=member, found=found
+                ),
+                lambda req: self.gather_files(req, source),
+            )
+        except RequestInvalid as exc:
+            return self._reject(source_key, source, exc.problems, log)
+        except RequestConflict as exc:
+            return self._conflict(exc.existing, source_key, source, log)
 
     def _record_delivery(self, source_key: str, source: Source, result: IntakeResult) -> None:
         """Say which run this delivery went to, when a ``request_id`` named the run: otherwise the
@@ -301,33 +321,29 @@ class Intake:
 
     def _start(self, run_id: str, holder: str, log: Logger, *, already_leased: bool) -> IntakeResult:
         if not already_leased:
-            decision: dict[str, Any] = {}
 
-            def take_lease(r: RunRecord) -> str | None:
+            def take_lease(r: RunRecord) -> tuple[str | None, str]:
+                """→ (the event, what this delivery does: lease, duplicate, start-in-progress, give-up)."""
                 if r.execution.name or r.terminal:
-                    decision["outcome"] = "duplicate"
-                    return None
+                    return None, "duplicate"
                 lease_live = r.execution.lease_until is not None and r.execution.lease_until > self.clock()
                 if r.execution.lease_holder and r.execution.lease_holder != holder and lease_live:
-                    decision["outcome"] = "start-in-progress"
-                    return None
+                    return None, "start-in-progress"
                 if r.execution.start_attempts >= MAX_START_ATTEMPTS:
-                    decision["outcome"] = "give-up"
-                    return None
+                    return None, "give-up"
                 r.execution.lease_holder = holder
                 r.execution.lease_until = self.clock() + self.lease_seconds
                 r.execution.start_attempts += 1
-                decision["outcome"] = "lease"
-                return "start-lease"
+                return "start-lease", "lease"
 
-            record = self.ledger.update(run_id, take_lease)
-            if decision["outcome"] == "give-up":
+            record, decision = self.ledger.update(run_id, take_lease)
+            if decision == "give-up":
                 return self._start_failed(
                     run_id, f"no execution could be started in {MAX_START_ATTEMPTS} tries", log
                 )
-            if decision["outcome"] != "lease":
-                log.info(f"duplicate delivery: {decision['outcome']}", execution=record.execution.name)
-                return IntakeResult(decision["outcome"], run_id, execution=record.execution.name)
+            if decision != "lease":
+                log.info(f"duplicate delivery: {decision}", execution=record.execution.name)
+                return IntakeResult(decision, run_id, execution=record.execution.name)
         interleave.point("intake.start:leased")
         try:
             name = self.orchestrator.start(run_id)
@@ -335,22 +351,21 @@ class Intake:
             # Workflows refused (400/403/404): no redelivery or reconcile pass can change that.
             return self._start_failed(run_id, exc.reason, log)
         interleave.point("intake.start:started")
-        outcome: dict[str, Any] = {}
 
-        def record_execution(r: RunRecord) -> str | None:
+        def record_execution(r: RunRecord) -> tuple[str | None, str | None]:
+            """→ (the event, the execution that was recorded before ours, if one was)."""
             if r.execution.name == name:
-                return None  # the execution's own plan step recorded it first
+                return None, None  # the execution's own plan step recorded it first
             if r.execution.name:
-                outcome["lost"] = r.execution.name
-                return None
+                return None, r.execution.name
             r.execution = Execution(name=name, started_at=now())
-            return "execution-started"
+            return "execution-started", None
 
-        record = self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
-        if "lost" in outcome:  # our lease expired and someone else started one meanwhile
+        record, lost = self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
+        if lost is not None:  # our lease expired and someone else started one meanwhile
             self.orchestrator.cancel(name)
             log.warning("started a second execution after the lease expired; cancelled it", execution=name)
-            return IntakeResult("duplicate", run_id, execution=outcome["lost"])
+            return IntakeResult("duplicate", run_id, execution=lost)
         log.info("execution started", execution=name)
         run_metrics.run_started(self.log, run_id=run_id, source_kind=record.source.kind)
         return IntakeResult("started", run_id, execution=name)
@@ -366,9 +381,9 @@ class Intake:
             r.failure = Failure(tag="permanent", message=message, stage="start")
             return "failed"
 
-        record = self.ledger.update(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
-        if record.state == "failed" and record.lineage.sweep is not None:
-            coordination.child_ended(self.ledger, record)  # its sweep may end with it
+        record = self.ledger.edit(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
+        if record.state == "failed":
+            self.coordinator.member_ended(record)  # a sweep's child: its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":
             log.error("run failed before it started", reason=message)
             if self.notify is not None:

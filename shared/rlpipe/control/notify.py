@@ -6,11 +6,11 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control.outcomes import reward_summary
+from rlpipe.core.runs.results import reward_summary
 
 if TYPE_CHECKING:
-    from rlpipe.control.ledger import RunRecord
     from rlpipe.control.settings import Settings
+    from rlpipe.core.runs.record import RunRecord
 
 
 def publish(topic_path: str, message: dict[str, Any]) -> str:

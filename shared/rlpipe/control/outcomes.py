@@ -1,10 +1,9 @@
-"""What a run achieved: its evaluations, the chips it held, and the quality gate's verdict.
+"""What a run achieved: the quality gate's verdict, and a run's end described for the metrics.
 
 Kept apart from the stage operations (which decide what is *true* about a workload) because these
-are about the *result*: they fold what the head's log printed into the ledger's ``results``, keep
-each attempt's chip-hours, evaluate the gate after train, and describe a run's end for the
-metrics (``run_metrics``). All of it is written in the same compare-and-swap as the phase, so a
-status read never loses an evaluation another read recorded.
+are about the *result*: they evaluate the gate after train and describe how a stage or a run ended
+(``run_metrics``). Folding the head's evaluations into the record is the core's
+(``core.runs.results``), applied in the same compare-and-swap as the phase (``core.runs.phase_record``).
 """
 
 from __future__ import annotations
@@ -12,96 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from rlpipe.control import run_metrics
-from rlpipe.control.ledger import Attempt, GateRecord, Ledger, RunRecord, now, parse_time
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
-from rlpipe.core import cost
 from rlpipe.core import gate as quality_gate
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import Attempt, GateRecord, RunRecord, now, parse_time
+from rlpipe.core.runs.results import reward_summary
 
 GATED = "gated"  # the failure tag, and the run's terminal state, when the gate holds a model back
-
-
-def merge_results(
-    recorded: dict[str, Any],
-    seen: dict[str, Any] | None,
-    final_step: int | None,
-    *,
-    resumed: bool = False,
-    attempt: int | None = None,
-) -> dict[str, Any]:
-    """Recorded evaluations plus those in the log lines just read; nothing recorded is dropped.
-
-    Every intermediate evaluation is kept with the ``attempt`` that printed it: a resumed attempt
-    evaluates again at steps an earlier one reached, and both are facts of the run (the curve is
-    drawn per attempt). ``pre`` is the base model's: train_rl prints a ``Pre RL Training`` line
-    on every start, but an attempt that ``resumed`` from a checkpoint evaluates the partly trained
-    model, which is not the baseline, so only an attempt from step 0 records it."""
-    out = dict(recorded)
-    seen = seen or {}
-    if seen.get("pre") is not None and not resumed:
-        out["pre"] = seen["pre"]
-    if seen.get("post") is not None:
-        out["post"] = seen["post"]
-    out.setdefault("pre", None)
-    out.setdefault("post", None)
-    fresh = [{**e, "attempt": attempt} if attempt is not None else e for e in seen.get("intermediate") or []]
-    keyed = {(e.get("attempt"), e["step"]): e for e in [*(recorded.get("intermediate") or []), *fresh]}
-    out["intermediate"] = [keyed[k] for k in sorted(keyed, key=lambda k: (k[1], k[0] or 0))]
-    if final_step is not None:
-        out["final_step"] = final_step
-    return out
-
-
-def newer_progress(recorded: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The run's progress after a read of new log lines: each value from the newest line that
-    printed it. A read with no ``Train step`` line keeps the step already known, so progress
-    never goes back to an older line's."""
-    if read is None:
-        return None
-    return {**recorded, **{k: v for k, v in read.items() if v is not None}}
-
-
-def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> dict[str, Any] | None:
-    """The live progress with ``pre`` taken from the run's baseline (``results``), not from a
-    resumed attempt's own ``Pre RL Training`` line."""
-    if not progress:
-        return progress
-    pre = results.get("pre") or {}
-    out = {k: v for k, v in progress.items() if k not in ("pre_mean_reward", "pre_accuracy")}
-    if pre:
-        out["pre_mean_reward"], out["pre_accuracy"] = pre.get("mean_reward"), pre.get("accuracy")
-    return out
-
-
-def run_price(request: dict[str, Any], prices_json: str) -> tuple[str, cost.Price] | None:
-    """The run's provisioning mode and its list price per chip-hour (None without a TPU type).
-
-    A deployment's ``RLPIPE_PRICES`` that cannot be read makes the price unset, with the reason:
-    a run must not fail on every status read because of a cost setting, and the list price is
-    not what a deployment that overrides it pays (``rlpipe plan`` refuses the setting outright)."""
-    tpu = request.get("tpu") or {}
-    if not tpu.get("type"):
-        return None
-    mode = str(tpu.get("provisioning") or "reservation")
-    try:
-        override = cost.parse_override(prices_json) if prices_json else None
-    except cost.PricesInvalid as exc:
-        return mode, cost.Price(None, cost.SETTING, "now", f"{cost.SETTING} is invalid: {exc}")
-    return mode, cost.price(str(tpu["type"]), mode, override)
-
-
-def cost_estimate(request: dict[str, Any], chip_hours: float | None, prices_json: str) -> float | None:
-    """What ``chip_hours`` cost at the run's provisioning mode's list price (None when unpublished)."""
-    priced = run_price(request, prices_json)
-    return priced[1].cost(chip_hours) if priced and chip_hours else None
-
-
-def reward_summary(results: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(post mean_reward, post − pre), each None when a number is missing."""
-    post = (results.get("post") or {}).get("mean_reward")
-    pre = (results.get("pre") or {}).get("mean_reward")
-    gain = post - pre if isinstance(post, int | float) and isinstance(pre, int | float) else None
-    return (post if isinstance(post, int | float) else None), gain
 
 
 def evaluate_gate(record: RunRecord, req: Request) -> tuple[GateRecord, quality_gate.GateVerdict | None]:
@@ -134,19 +51,18 @@ def gate_answer(gate: GateRecord) -> dict[str, Any]:
 
 def gate(ledger: Ledger, log: Logger, run_id: str, req: Request) -> dict[str, Any]:
     """The gate op: record the verdict (or keep a person's override) in the ledger, and answer."""
-    verdict: dict[str, Any] = {}
 
-    def change(r: RunRecord) -> str | None:
+    def change(r: RunRecord) -> tuple[str | None, tuple[GateRecord, bool]]:
         recorded, judged = evaluate_gate(r, req)
-        verdict.update(judged=judged is not None, record=recorded)
         if r.gate == recorded or (judged is None and r.gate is not None):
-            return None
+            return None, (recorded, judged is not None)
         r.gate = recorded
-        return "gate"
+        return "gate", (recorded, judged is not None)
 
-    ledger.update(run_id, change, detail=lambda r: r.gate.model_dump() if r.gate else {})
-    recorded = verdict["record"]
-    if verdict["judged"]:
+    _, (recorded, judged) = ledger.update(
+        run_id, change, detail=lambda r: r.gate.model_dump() if r.gate else {}
+    )
+    if judged:
         run_metrics.gate_evaluated(log, run_id=run_id, passed=recorded.passed, reasons=recorded.reasons)
     return gate_answer(recorded)
 

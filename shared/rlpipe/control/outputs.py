@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger, RunRecord, now
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import layout
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import RunRecord, now
 
 
 def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) -> str | None:
@@ -135,7 +136,7 @@ def publish_conversion(
         r.lineage.converted_uri = uri
         return "conversion-published"
 
-    ledger.update(ctx.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
+    ledger.edit(ctx.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
 
 
 def done_stages(

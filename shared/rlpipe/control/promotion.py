@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.ledger import Execution, GateOverride, GateRecord, Ledger, RunRecord, now
+from rlpipe.control.ledger import Ledger
+from rlpipe.core.runs.record import Execution, GateOverride, GateRecord, RunRecord, now
 
 MAX_REASON_CHARS = 2000
 MAX_BY_CHARS = 200
@@ -37,39 +38,39 @@ def promote(
         raise NotPromotable("--reason is required: say why this model should ship despite the gate")
     if ledger.get(run_id) is None:
         raise NotPromotable(f"no run {run_id}")
-    refused: list[str] = []
 
-    def change(r: RunRecord) -> str | None:
-        refused.clear()
+    def change(r: RunRecord) -> tuple[str | None, str | None]:
+        """→ (the event, why the run cannot be promoted)."""
         if (
             r.state == "training"
             and not r.execution.name
             and r.gate is not None
             and r.gate.override is not None
         ):
-            return None  # promoted already (a lost write response, or a start that never happened): start it
+            return (
+                None,
+                None,
+            )  # promoted already (a lost write response, or a start that never happened): start it
         if r.sweep is not None:  # a parent trains nothing itself: its children were gated
-            refused.append(
+            return None, (
                 f"run {run_id} is a sweep; promote one of its gated children (rlpipe status {run_id} lists them)"
             )
-            return None
         if r.state != "gated":
-            refused.append(f"run {run_id} is {r.state}; only a gated run can be promoted")
-            return None
+            return None, f"run {run_id} is {r.state}; only a gated run can be promoted"
         override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)
         r.gate = (r.gate or GateRecord()).model_copy(update={"override": override})
         r.lineage.promoted = override
         r.set_state("training")  # after train: the next execution skips it by its done rule
         r.failure = None
         r.execution = Execution()
-        return "promoted"
+        return "promoted", None
 
-    record = ledger.update(
+    record, refused = ledger.update(
         run_id,
         change,
         detail=lambda r: {"override": r.gate.override.model_dump() if r.gate and r.gate.override else None},
     )
-    if refused:
-        raise NotPromotable(refused[0])
+    if refused is not None:
+        raise NotPromotable(refused)
     start(run_id)
     return ledger.get(run_id) or record

@@ -16,12 +16,12 @@ from typing import Any
 from urllib.parse import quote
 
 from rlpipe.control import blobstore, hub
-from rlpipe.control.ledger import GateRecord, RunRecord
 from rlpipe.control.redaction import mask_tokens
 from rlpipe.core import layout, presets, staging
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.manifests import RenderContext, converted_dir
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import GateRecord, RunRecord
 from rlpipe.publisher import shipped_program
 
 CARD_FILE = "README.md"

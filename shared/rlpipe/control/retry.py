@@ -20,13 +20,14 @@ execution.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Attempt, Execution, Ledger, Round, RunRecord, now
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import identity
 from rlpipe.core.identity import STAGES, Stage
+from rlpipe.core.runs.record import Attempt, Execution, Round, RunRecord, now
 
 DOCUMENT_KEY = "retry"  # a document whose only key is this is a retry document, which intake refuses
 FIELDS = ("run_id", "from", "reason", "by", "key")
@@ -118,18 +119,14 @@ def start_round(
         return RetryDecision(
             "refused", run_id, f"unknown stage {from_stage!r}; use one of {', '.join(STAGES)}"
         )
-    decision: dict[str, Any] = {}
 
-    def change(r: RunRecord) -> str | None:
-        decision.clear()  # a compare-and-swap may run this again on a newer record
+    def change(r: RunRecord) -> tuple[str | None, RetryDecision]:
         same = next((x for x in r.rounds if x.key == key), None)
         if same is not None:
-            decision.update(outcome="duplicate", round=same.round)
-            return None
+            return None, RetryDecision("duplicate", run_id, round=same.round)
         why = refusal(r, from_stage)
         if why is not None:
-            decision.update(outcome="refused", reason=why)
-            return None
+            return None, RetryDecision("refused", run_id, why)
         r.rounds.append(
             Round(
                 round=r.round + 1,
@@ -147,16 +144,13 @@ def start_round(
         r.reopen()
         r.failure = None
         r.execution = Execution()  # fresh: intake's exactly-once start takes a lease on it
-        decision.update(outcome="started", round=r.round)
-        return "retried"
+        return "retried", RetryDecision("started", run_id, round=r.round)
 
     try:
-        record = ledger.update(run_id, change, detail=lambda r: r.rounds[-1].model_dump())
+        record, decision = ledger.update(run_id, change, detail=lambda r: r.rounds[-1].model_dump())
     except blobstore.NotFound:
         return RetryDecision("refused", run_id, f"no run {run_id}")
-    return RetryDecision(
-        decision["outcome"], run_id, decision.get("reason", ""), decision.get("round"), record
-    )
+    return replace(decision, record=record)
 
 
 # ---- the call ----------------------------------------------------------------------------------

@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import RunRecord
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord
 
 CONTENT_TYPE = "text/html; charset=utf-8"
 
@@ -61,7 +61,7 @@ def write_run_report(
     name = layout.RunLayout(state.bucket_name, record.run_id).report
     try:
         cluster = local_cluster(settings if settings is not None else Settings.from_env())
-        html = render_report(record.model_dump(mode="json"), cluster=cluster)
+        html = render_report(record, cluster=cluster)
         state.put(name, html.encode("utf-8"), content_type=CONTENT_TYPE)
     except Exception as exc:  # the page is worth having, never worth failing a run for
         log.warning("run report not written", run_id=record.run_id, error=f"{type(exc).__name__}: {exc}")

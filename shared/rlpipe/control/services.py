@@ -10,12 +10,14 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient
+    from rlpipe.control.coordinator import RunCoordinator
     from rlpipe.control.intake import Intake
     from rlpipe.control.orchestrator import Orchestrator
     from rlpipe.control.stage import LogReader, StageService
@@ -76,7 +78,16 @@ def intake(log: Logger) -> Intake:
         policy=settings().policy(),
         artifacts=artifacts(),
         read_gcs=read_gcs,
+        coordinator=coordinator(log),
     )
+
+
+def coordinator(log: Logger) -> RunCoordinator:
+    """How a run coordinates with others: a sweep's children through their parent's record; any
+    other run alone (``control.coordinator``)."""
+    from rlpipe.control.sweep.coordinator import SweepCoordinator
+
+    return SweepCoordinator(ledger(), log)
 
 
 def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
@@ -104,6 +115,7 @@ def stage_service(log: Logger) -> StageService:
         log=log,
         publish=notify.publish,
         cloud_logs=cloud_log_reader(),
+        coordinator=coordinator(log),
     )
 
 

@@ -17,31 +17,26 @@ from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.control import (
     blobstore,
-    budgets,
     callbacks,
     data_pins,
     hub,
     interleave,
-    launch_record,
     outcomes,
     outputs,
-    phase_record,
-    plan_record,
     publishing,
     run_report,
     train_status,
 )
 from rlpipe.control.cluster_port import Cluster
-from rlpipe.control.ledger import Attempt, Failure, Ledger, RunRecord, parse_time
+from rlpipe.control.coordinator import RunCoordinator
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.notify import status_message
-from rlpipe.control.ownership import SupersededAttempt, require_owner
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
-from rlpipe.control.sweep import operations as stage_sweep
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
-from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
+from rlpipe.core.failures import FailureClass, PermanentFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
     RenderContext,
@@ -52,6 +47,9 @@ from rlpipe.core.manifests import (
 )
 from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
+from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
+from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
+from rlpipe.core.runs.record import Attempt, Failure, RunRecord, parse_time
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -74,6 +72,8 @@ class StageService:
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
+    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -106,26 +106,22 @@ class StageService:
         """
         self._load(run_id)  # a run without a ledger is a permanent failure, before anything else
         log = self.log.bind(run_id=run_id)
-        decision: dict[str, str] = {}
-
-        def take_ownership(r: RunRecord) -> str | None:
-            what, skip = plan_record.take_ownership(r, execution_id, self.settings.workflow_path)
-            if skip is not None:
-                decision["skip"] = skip
-            return what
-
-        record = self.ledger.update(run_id, take_ownership, detail=lambda r: {"execution": r.execution.name})
+        record, skip = self.ledger.update(
+            run_id,
+            lambda r: plan_record.take_ownership(r, execution_id, self.settings.workflow_path),
+            detail=lambda r: {"execution": r.execution.name},
+        )
         interleave.point("stage.plan:owned")
-        if "skip" in decision:
+        if skip is not None:
             log.warning(
                 "this execution does not drive the run; it stops here",
                 execution_id=execution_id,
-                reason=decision["skip"],
+                reason=skip,
             )
-            return {"skip": True, "skip_reason": decision["skip"]}
+            return {"skip": True, "skip_reason": skip}
         req = Request.model_validate(record.request)
         try:
-            sha, data = stage_sweep.pins(self, record, req)
+            sha, data = self._pins(record, req)
         except PermanentFailure as exc:
             # This execution owns the run (decided above), so the run ends here with the reason.
             self.finish(
@@ -144,7 +140,7 @@ class StageService:
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
-        wait = stage_sweep.slot(self, record, conversion_ready=bool(ready))
+        wait = self.coordinator.slot(record, conversion_ready=bool(ready))
         if wait is not None:  # a sweep's child beyond max_parallel: queued; the workflow asks again
             return {
                 "skip": False,
@@ -152,25 +148,20 @@ class StageService:
                 "wait_reason": wait,
                 "wait_seconds": self.settings.callback_timeout_seconds,
             }
-        stages = stage_sweep.with_selection(self, record, stages)
+        stages = self.coordinator.with_selection(record, stages)
         if req.gate is not None and "export" not in done:
             # The gate (a step, not a workload) sits between train and export; a promoted run
             # passes it by its recorded override.
             stages.insert(stages.index("export") if "export" in stages else len(stages), GATE_STEP)
 
         pins = plan_record.Pins(sha, data, cache, ready)
-
-        def record_plan(r: RunRecord) -> str | None:
-            what, skip = plan_record.record_pins(r, execution_id, pins)
-            if skip is not None:
-                decision["skip"] = skip
-            return what
-
-        self.ledger.update(
-            run_id, record_plan, detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)}
+        _, skip = self.ledger.update(
+            run_id,
+            lambda r: plan_record.record_pins(r, execution_id, pins),
+            detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)},
         )
-        if "skip" in decision:  # cancelled (or finished) while we resolved the revision
-            return {"skip": True, "skip_reason": decision["skip"]}
+        if skip is not None:  # cancelled (or finished) while we resolved the revision
+            return {"skip": True, "skip_reason": skip}
         log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready), data=data_pins.summary(data))
         return {
             "skip": False,
@@ -184,6 +175,18 @@ class StageService:
             "poll_seconds": self.settings.callback_timeout_seconds,
             "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
+
+    def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
+        """The model commit and datasets this run trains on: pinned once per run (a retried plan
+        or round trains on the same commits), and once per group by its coordinator."""
+        if record.lineage.hf_sha and record.lineage.data:
+            return record.lineage.hf_sha, record.lineage.data
+
+        def resolve() -> tuple[str, dict[str, Any]]:
+            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+            return sha, record.lineage.data or self.pin_data(req)
+
+        return self.coordinator.pins(record, resolve)
 
     # ---- launch -------------------------------------------------------------------------------
 
@@ -220,7 +223,7 @@ class StageService:
                 r.lineage.data = data
                 return "data-pinned"
 
-            record = self.ledger.update(run_id, pin, detail=lambda r: {"data": data_pins.summary(data)})
+            record = self.ledger.edit(run_id, pin, detail=lambda r: {"data": data_pins.summary(data)})
         ctx = self._context(record)
         if stage == "publish":
             # the run's page first, so the link the card carries resolves (control/run_report.py)
@@ -240,20 +243,12 @@ class StageService:
         name = obj["metadata"]["name"]
         paths_uri = stage_paths(req, ctx, stage, attempt).output
         interleave.point("stage.launch:applied")
-        refused: dict[str, PipelineFailure] = {}
         launched = launch_record.Launch(
             run_id, stage, attempt, name, uid, resume, paths_uri, callback_url, execution_id
         )
-
-        def record_launch(r: RunRecord) -> str | None:
-            what, why = launch_record.apply(r, launched, req, ctx)
-            if why is not None:
-                refused["why"] = why
-            return what
-
-        recorded = self.ledger.update(
+        recorded, refused = self.ledger.update(
             run_id,
-            record_launch,
+            lambda r: launch_record.apply(r, launched, req, ctx),
             detail=lambda r: {
                 "stage": stage,
                 "attempt": attempt,
@@ -262,14 +257,12 @@ class StageService:
                 "resume_step": resume,
             },
         )
-        if "why" in refused:
+        if refused is not None:
             self.cluster.delete(KIND[stage], name)
             log.warning(
-                "launch refused after apply; deleted the workload",
-                workload=name,
-                reason=refused["why"].reason,
+                "launch refused after apply; deleted the workload", workload=name, reason=refused.reason
             )
-            raise refused["why"]
+            raise refused
         # Again after our record: a late launch of an older attempt (an HTTP retry of it) that
         # applied between our delete and our record would otherwise run beside this one until a
         # reconcile pass. From here on, such a launch is refused by the record (superseded).
@@ -343,7 +336,8 @@ class StageService:
             final = (
                 ended.final if ended is not None and ended.final is not None else layout.final_step_for(req)
             )
-        reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, cursor, commit)
+        moved = cursor.to_json() if cursor is not None else None
+        reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, moved, commit)
         self._record_phase(
             run_id,
             stage,
@@ -380,26 +374,23 @@ class StageService:
         *,
         extra: Callable[[RunRecord], None] | None = None,
     ) -> None:
-        ended: list[Attempt] = []
 
-        def change(r: RunRecord) -> str | None:
-            ended.clear()  # a compare-and-swap may run this again on a newer record
-            what, done = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
-            ended.extend([done] if done else [])
+        def change(r: RunRecord) -> tuple[str | None, Attempt | None]:
+            what, ended = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
             if extra is not None and what is not None:
                 extra(r)  # in the same compare-and-swap as the phase: never one without the other
-            return what
+            return what, ended
 
         failure = reading.failure
-        self.ledger.update(
+        _, ended = self.ledger.update(
             run_id,
             change,
             detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
         )
         if failure:
             log.warning("attempt failed", failure=failure)
-        for a in ended:
-            outcomes.log_stage_ended(self.log, run_id, a, self.clock())
+        if ended is not None:
+            outcomes.log_stage_ended(self.log, run_id, ended, self.clock())
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
@@ -422,43 +413,59 @@ class StageService:
         record, req = self._load(run_id)
         require_owner(record, execution_id)
         if record.sweep is not None:  # a sweep's parent: it ends when its children do
-            return stage_sweep.finish_parent(self, record, outcome, caller=caller)
-        ended: list[str] = []
+            return status_message(self._end_group(record, outcome, caller))
 
-        def change(r: RunRecord) -> str | None:
-            ended.clear()  # a compare-and-swap may run this again on a newer record
+        def change(r: RunRecord) -> tuple[str | None, bool]:
+            """→ (the event, whether this call ended the run)."""
             if r.terminal:
-                return None
+                return None, False
             r.set_state(outcome)  # type: ignore[arg-type]
-            ended.append(outcome)
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
                 stage, attempt = failure.get("stage"), failure.get("attempt")
                 r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
-            return outcome
+            return outcome, True
 
-        updated = self.ledger.update(
+        updated, ended = self.ledger.update(
             run_id,
             change,
             detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
         )
         message = status_message(updated)
         topic = req.notify or self.settings.status_topic
-        if ended and topic and self.publish is not None:
-            try:
-                self.publish(self.settings.topic_path(topic), message)
-            except Exception as exc:  # a status message must never turn a finished run into a failed call
-                self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
+        if ended:
+            self._publish_status(run_id, message, topic)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
             if req.publish is not None:  # the page its card links, now with how the run ended
                 run_report.write_run_report(self.state, updated, self.log, settings=self.settings)
-        if updated.terminal and updated.lineage.sweep is not None:
+        if updated.terminal:
             # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
-            # parent's refresh is safe to repeat, and its message goes out from one call only.
-            stage_sweep.child_ended(self, updated, topic)
+            # group's refresh is safe to repeat, and its message goes out from one call only (on
+            # the child's topic: the parent's request names the same).
+            group = self.coordinator.member_ended(updated)
+            if group is not None:
+                self._publish_status(group.run_id, status_message(group), topic)
         return message
+
+    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
+        """A person ends a run that stands for a group: each member not ended yet has its
+        workloads deleted and is finished with the group's failure, by the same caller."""
+
+        def end_member(run_id: str, failure: dict[str, Any]) -> None:
+            self.cluster.delete_run(run_id)
+            self.finish(run_id, "cancelled", failure, caller=caller)
+
+        return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
+
+    def _publish_status(self, run_id: str, message: dict[str, Any], topic: str | None) -> None:
+        if not topic or self.publish is None:
+            return
+        try:
+            self.publish(self.settings.topic_path(topic), message)
+        except Exception as exc:  # a status message must never turn a finished run into a failed call
+            self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
 
     # ---- gate ---------------------------------------------------------------------------------
 
@@ -473,7 +480,7 @@ class StageService:
         """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
         record, _ = self._load(run_id)
         require_owner(record, execution_id)
-        return stage_sweep.select(self, record)
+        return self.coordinator.select(record)
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from rlpipe.control import blobstore, identities, services
 from rlpipe.control.client_errors import classify_exception
-from rlpipe.control.ledger import ConcurrentUpdate, IllegalTransition
+from rlpipe.control.ledger import ConcurrentUpdate
 from rlpipe.control.logs import Logger
-from rlpipe.control.ownership import NotOwner, SupersededAttempt
 from rlpipe.core import identity
 from rlpipe.core import workflow_contract as contract
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
 from rlpipe.core.identity import STAGES
+from rlpipe.core.runs.ownership import NotOwner, SupersededAttempt
+from rlpipe.core.runs.record import IllegalTransition
 
 if TYPE_CHECKING:
     from rlpipe.control.stage import StageService

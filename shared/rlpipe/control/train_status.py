@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import RunRecord
 from rlpipe.core import layout, steps, train_log, train_verdict
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import RunRecord
 
 LogReader = Callable[[str, LogCursor | None], tuple[list[str], LogCursor | None]]
 TRAINING_END = "training_end"  # in a run's results: how training ended, when not at max_steps

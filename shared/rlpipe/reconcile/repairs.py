@@ -12,14 +12,16 @@ run changed without anyone reading function logs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from rlpipe.control import run_metrics
+from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Failure, Ledger, RunRecord
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
+from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.reconcile.rules import Action
 
 Status = Literal["planned", "done", "noop", "error"]
@@ -52,6 +54,8 @@ class Repairs:
     intake: Intake
     log: Logger
     publish: Callable[[str, dict[str, Any]], Any] | None = None
+    # A run's part in a group of runs (a sweep's): the group hears of a run this pass finished.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
 
     def apply(self, action: Action) -> Outcome:
         log = self.log.bind(run_id=action.run_id)
@@ -81,18 +85,16 @@ class Repairs:
     # ---- 2. finish a run whose execution ended --------------------------------------------------
 
     def _finish(self, action: Action, log: Logger) -> Outcome:
-        applied: list[bool] = []
 
-        def change(r: RunRecord) -> str | None:
-            applied.clear()
+        def change(r: RunRecord) -> tuple[str | None, bool]:
+            """→ (the event, whether this repair finished the run)."""
             if r.terminal or r.execution.name != action.execution:
-                return None  # finished meanwhile, or now driven by another execution: not ours
+                return None, False  # finished meanwhile, or now driven by another execution: not ours
             r.set_state(action.outcome)  # type: ignore[arg-type]
             r.failure = Failure(**action.failure) if action.failure else None
-            applied.append(True)
-            return action.event
+            return action.event, True
 
-        updated = self.ledger.update(
+        updated, applied = self.ledger.update(
             action.run_id,
             change,
             detail=lambda r: {
@@ -106,12 +108,11 @@ class Repairs:
         if not applied:
             return Outcome(action.run_id, action, "noop", f"run is {updated.state} (changed meanwhile)")
         self._notify(updated, log)
-        if updated.lineage.sweep is not None:  # its slot back to the sweep; the sweep may end with it
-            from rlpipe.control.sweep.coordination import child_ended
-
-            parent = child_ended(self.ledger, updated)
-            if parent is not None:
-                self._notify(parent, log)
+        group = self.coordinator.member_ended(
+            updated
+        )  # a sweep's child: its slot back, maybe the sweep's end
+        if group is not None:
+            self._notify(group, log)
         deleted = self.cluster.delete_run(action.run_id)
         if deleted:
             self.ledger.note(

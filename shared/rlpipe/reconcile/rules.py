@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlpipe.cluster import RunObject
-from rlpipe.control.ledger import RunRecord, parse_time
 from rlpipe.control.orchestrator import ExecutionInfo
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.layout import Completeness
+from rlpipe.core.runs.record import RunRecord, parse_time
 
 ActionKind = Literal["start", "finish", "delete", "report"]
 MAX_REASON = 1000

@@ -31,12 +31,14 @@ from typing import Any
 
 from rlpipe.cluster import RunObject
 from rlpipe.control import blobstore, outputs
+from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger, RunRecord, now
+from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.control.settings import Settings
 from rlpipe.core import layout
+from rlpipe.core.runs.record import RunRecord, now
 from rlpipe.reconcile import rules as rules
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, Cursor, CursorStore
 from rlpipe.reconcile.repairs import Cluster, Outcome, Repairs
@@ -61,6 +63,7 @@ class Reconciler:
     intake: Intake
     log: Logger
     publish: Callable[[str, dict[str, Any]], Any] | None = None
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)  # a sweep's, when wired
     clock: Callable[[], float] = time.time  # wall-clock seconds: ages and the budget
     budget_seconds: float = DEFAULT_BUDGET_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
@@ -79,6 +82,7 @@ class Reconciler:
             intake=self.intake,
             log=self.log,
             publish=self.publish,
+            coordinator=self.coordinator,
         )
 
     @property
@@ -252,6 +256,7 @@ def from_services(log: Logger, **overrides: Any) -> Reconciler:
         intake=services.intake(log),
         log=log,
         publish=notify.publish,
+        coordinator=services.coordinator(log),
         **overrides,
     )
 
@@ -268,10 +273,12 @@ def build(
     start was refused gets its message, as it does from the function's reconciler."""
     from rlpipe.cluster import ClusterClient
     from rlpipe.control import notify
+    from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     client = blobstore.make_client(settings.project)
     ledger = Ledger(blobstore.BlobStore(client, settings.state_bucket))
     orchestrator = Orchestrator(settings)
+    coordinator = SweepCoordinator(ledger, log)
     intake = Intake(
         requests=blobstore.BlobStore(client, settings.requests_bucket),
         ledger=ledger,
@@ -284,6 +291,7 @@ def build(
         read_gcs=lambda bucket, name, limit: (
             blobstore.BlobStore(client, bucket).read(name, max_bytes=limit).data
         ),
+        coordinator=coordinator,
     )
     return Reconciler(
         settings=settings,
@@ -294,6 +302,7 @@ def build(
         intake=intake,
         log=log,
         publish=send or notify.publish,
+        coordinator=coordinator,
         **overrides,
     )
 

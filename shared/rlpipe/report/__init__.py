@@ -17,9 +17,11 @@ the CPU pool says "no TPU") and the gate's result. It loads nothing from the
 network: the charts are matplotlib SVG inlined in the page (``rlpipe.report.charts``), the styles sit
 in the page, and there is no script.
 
-``render_report`` is pure (a ledger record as a dict in, HTML out; ``now`` and the publish receipt
-are parameters), so it takes records of every ledger version: rounds, per-attempt rounds, chip-hours
-and evaluation attempts are read defensively. Run data is user-controlled (labels, reasons,
+``render_report`` is pure (a run's record, ``core.runs.record.RunRecord``, in, HTML out; ``now`` and
+the publish receipt are parameters). It takes records of every ledger version: the model loads
+them (rounds, per-attempt rounds and chip-hours have defaults), and the record's free-form parts
+(the request as recorded, the evaluations, the pinned data) are read through the lenient views of
+``core.runs.recorded``, where anything missing or unreadable reads as unset. Run data is user-controlled (labels, reasons,
 messages), so the Jinja2 template autoescapes everything; only the SVG that matplotlib wrote is
 marked safe.
 
@@ -35,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.charts import (
     COLOURS,
     Bar,
@@ -56,7 +60,6 @@ from rlpipe.report.rows import (
     _STATE_KEY,
     NO_EVALUATION,
     TEMPLATE,
-    _dict,
     _show_time,
     attempt_rows,
     cache_hit,
@@ -99,13 +102,13 @@ def _environment() -> Any:
 
 
 def render_report(
-    record: dict[str, Any],
+    record: RunRecord,
     *,
     now: datetime | None = None,
     receipt: dict[str, Any] | None = None,
     cluster: str | None = None,
 ) -> str:
-    """The report page for one ledger record (``RunRecord.model_dump()``), as HTML text.
+    """The report page for one run's record, as HTML text.
 
     ``receipt`` is the run's publish receipt, when the caller read it: the commit comes from it
     only when the ledger does not record one. ``cluster`` is where the run ran when it ran on the
@@ -139,29 +142,27 @@ def render_report(
         else []
     )
     curve = reward_curve(record, now)
-    request, failure = _dict(record.get("request")), _dict(record.get("failure"))
-    labels = _dict(request.get("labels"))
-    state = str(record.get("state") or "?")
-    post = finite(_dict(_dict(record.get("results")).get("post")).get("mean_reward"))
-    pre = finite(_dict(_dict(record.get("results")).get("pre")).get("mean_reward"))
+    request, failure = recorded.request(record.request), record.failure
+    results = recorded.results(record.results)
+    state = record.state
+    post = finite(results.post.mean_reward) if results.post else None
+    pre = finite(results.pre.mean_reward) if results.pre else None
     return str(
         _environment()
         .get_template(TEMPLATE)
         .render(
-            run_id=str(record.get("run_id") or "?"),
+            run_id=record.run_id,
             state=state,
             state_key=_STATE_KEY.get(state, "running"),
             stack=local_stack(cluster),
-            stage=record.get("stage"),
-            attempt=record.get("attempt"),
-            model=request.get("model"),
-            created_at=_show_time(record.get("created_at")),
-            updated_at=_show_time(record.get("updated_at")),
+            stage=record.stage,
+            attempt=record.attempt,
+            model=request.model,
+            created_at=_show_time(record.created_at),
+            updated_at=_show_time(record.updated_at),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
-            failure={k: failure.get(k) for k in ("tag", "message", "stage", "attempt", "caller")}
-            if failure
-            else None,
-            labels=sorted((str(k), str(v)) for k, v in labels.items()),
+            failure=failure.model_dump() if failure else None,
+            labels=sorted((str(k), str(v)) for k, v in (request.labels or {}).items()),
             colours=COLOURS,
             attempts=rows,
             rounds=round_rows,
@@ -185,13 +186,13 @@ def render_report(
             data=data_and_rewards(record),
             published=published(record, rows, receipt),
             gate=gate(record),
-            gate_spec={k: v for k, v in _dict(request.get("gate")).items() if v is not None},
+            gate_spec={k: v for k, v in (request.gate or {}).items() if v is not None},
         )
     )
 
 
 def write_report(
-    record: dict[str, Any],
+    record: RunRecord,
     path: Path,
     *,
     now: datetime | None = None,

@@ -8,7 +8,7 @@ values differ between the runs (each request flattened to dotted keys), and name
 reward functions of each (``facts.data_and_rewards``). A run may be marked as selected, with the
 reason given (the sweep passes it).
 
-Pure, like ``render_report``: ledger records (``RunRecord.model_dump(mode="json")``) in, HTML out;
+Pure, like ``render_report``: run records (``core.runs.record.RunRecord``) in, HTML out;
 ``now`` and the price override are parameters. The page is the run report's kind: no script, no
 external resource, the chart inlined SVG, everything from the runs autoescaped.
 
@@ -27,10 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.charts import Point, finite, fmt_accuracy, fmt_reward
 from rlpipe.report.compare_chart import RunLine, coinciding
 from rlpipe.report.facts import data_and_rewards, reward_curve
-from rlpipe.report.rows import _NOT_ID, _dict, attempt_rows, chip_hours
+from rlpipe.report.rows import _NOT_ID, attempt_rows, chip_hours
 from rlpipe.report.stack import local_stack
 from rlpipe.report.sweep_page import sweep_facts
 
@@ -74,10 +76,10 @@ def _unset(value: Any) -> bool:
     return value is None or value == {} or value == []
 
 
-def config_differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
+def config_differences(records: Sequence[RunRecord]) -> list[Difference]:
     """The request fields whose values are not the same in every run, sorted by key: a field set
     in one run and unset in another (absent, null, empty) differs; unset in all of them does not."""
-    flat = [{k: v for k, v in flatten(_dict(r.get("request"))).items() if not _unset(v)} for r in records]
+    flat = [{k: v for k, v in flatten(r.request).items() if not _unset(v)} for r in records]
     missing = object()
     keys = sorted({k for f in flat for k in f})
     found = []
@@ -89,7 +91,7 @@ def config_differences(records: Sequence[dict[str, Any]]) -> list[Difference]:
     return found
 
 
-def run_points(record: dict[str, Any], now: datetime) -> list[Point]:
+def run_points(record: RunRecord, now: datetime) -> list[Point]:
     """The run's curve as one line: pre at 0, one point per step (the latest attempt's where a
     resumed attempt evaluated a step again), post at the final step."""
     curve = reward_curve(record, now)
@@ -104,12 +106,12 @@ def run_points(record: dict[str, Any], now: datetime) -> list[Point]:
     return points
 
 
-def _metrics(record: dict[str, Any]) -> list[dict[str, str]]:
-    results = _dict(record.get("results"))
-    pre, post = _dict(results.get("pre")), _dict(results.get("post"))
+def _metrics(record: RunRecord) -> list[dict[str, str]]:
+    results = recorded.results(record.results)
+    pre, post = results.pre or recorded.Evaluation(), results.post or recorded.Evaluation()
     rows = []
     for field, label, show, change in METRICS:
-        before, after = finite(pre.get(field)), finite(post.get(field))
+        before, after = finite(getattr(pre, field)), finite(getattr(post, field))
         rows.append(
             {
                 "field": field,
@@ -122,39 +124,38 @@ def _metrics(record: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def cost(record: dict[str, Any], hours: float, prices_json: str = "") -> str:
+def cost(record: RunRecord, hours: float, prices_json: str = "") -> str:
     """What the run's chip-hours cost: the ledger's per-attempt estimates when every attempt that
     held chips has one, else the chip-hours at the run's provisioning mode's list price
     (``core.cost``, ``prices_json`` the deployment's override); unset when no price is known."""
     from rlpipe.core import cost as prices
 
-    held = [_dict(a) for a in record.get("attempts") or [] if finite(_dict(a).get("chip_hours"))]
-    recorded = [finite(a.get("cost_estimate")) for a in held]
-    if recorded and None not in recorded:
-        return f"${sum(r or 0.0 for r in recorded):,.2f} (the ledger's estimates)"
-    tpu = _dict(_dict(record.get("request")).get("tpu"))
-    if not tpu.get("type"):
+    held = [a for a in record.attempts if finite(a.chip_hours)]
+    estimates = [finite(a.cost_estimate) for a in held]
+    if estimates and None not in estimates:
+        return f"${sum(e or 0.0 for e in estimates):,.2f} (the ledger's estimates)"
+    tpu = recorded.request(record.request).tpu
+    if tpu is None or not tpu.type:
         return "unset: no TPU type"
-    mode = str(tpu.get("provisioning") or "reservation")
+    mode = tpu.provisioning or "reservation"
     try:
         override = prices.parse_override(prices_json) if prices_json else None
     except prices.PricesInvalid:
         return f"unset: {prices.SETTING} is invalid"
-    price = prices.price(str(tpu["type"]), mode, override)
+    price = prices.price(tpu.type, mode, override)
     amount = price.cost(hours)
     if amount is None:
-        return f"unset: no {mode} price for {tpu['type']}"
+        return f"unset: no {mode} price for {tpu.type}"
     return f"${amount:,.2f} at {mode} list price"
 
 
-def _run(record: dict[str, Any], index: int, now: datetime, prices_json: str) -> dict[str, Any]:
-    run_id = str(record.get("run_id") or "?")
+def _run(record: RunRecord, index: int, now: datetime, prices_json: str) -> dict[str, Any]:
     hours = chip_hours(attempt_rows(record, now))
     return {
-        "run_id": run_id,
+        "run_id": record.run_id,
         "gid": _NOT_ID.sub("_", f"run{index + 1}"),
-        "state": str(record.get("state") or "?"),
-        "model": _dict(record.get("request")).get("model") or "-",
+        "state": record.state,
+        "model": recorded.request(record.request).model or "-",
         "metrics": _metrics(record),
         "chip_hours": f"{hours['total']:.2f}",
         "unknown_hours": hours["unknown"],
@@ -165,16 +166,16 @@ def _run(record: dict[str, Any], index: int, now: datetime, prices_json: str) ->
 
 
 def render_compare(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[RunRecord],
     *,
     selected: str | None = None,
     reason: str | None = None,
     now: datetime | None = None,
     prices_json: str = "",
     cluster: str | None = None,
-    sweep: dict[str, Any] | None = None,
+    sweep: RunRecord | None = None,
 ) -> str:
-    """The comparison page for ledger records (two or more, in the order given), as HTML text.
+    """The comparison page for run records (two or more, in the order given), as HTML text.
 
     ``selected`` names one of the runs to mark as selected, ``reason`` says why. ``cluster`` is
     where the runs ran when on the local stack (``rlpipe.report.stack``; None: Google Cloud).
@@ -192,7 +193,7 @@ def render_compare(
         if selected is not None or reason is not None:
             raise ValueError("a sweep's page takes its selection from the sweep, not from selected/reason")
         selected, reason = facts.selected, facts.reason
-    ids = [str(r.get("run_id") or "?") for r in records]
+    ids = [r.run_id for r in records]
     if selected is not None and selected not in ids:
         raise ValueError(f"selected run {selected} is not one of the runs compared")
     now = now or datetime.now(UTC)
@@ -229,7 +230,7 @@ def render_compare(
 
 
 def run_rows(
-    records: Sequence[dict[str, Any]], *, now: datetime | None = None, prices_json: str = ""
+    records: Sequence[RunRecord], *, now: datetime | None = None, prices_json: str = ""
 ) -> list[dict[str, Any]]:
     """Each run as the page shows it (state, pre/post metrics, chip-hours, cost): for a table of
     the same numbers outside the page (the sweep demo's summary, ``compare --json``)."""

@@ -1,8 +1,9 @@
 """The run report's facts: evaluations and the reward curve, lineage and conversion, publishing
 and the gate.
 
-Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a ledger
-record (as JSON) and the rows of ``.rows`` in, facts out.
+Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a run's
+record (``core.runs.record.RunRecord``, its free-form parts read through ``core.runs.recorded``) and
+the rows of ``.rows`` in, facts out.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.core.staging import BUILTIN_REWARDS, BUILTIN_REWARDS_SOURCE
 from rlpipe.report.charts import (
     Curve,
@@ -26,8 +29,6 @@ from rlpipe.report.rows import (
     _EVAL_FIELDS,
     _PUBLISHED_OUTCOMES,
     AttemptRow,
-    _dict,
-    _int,
     _plural,
     _show_time,
     _str,
@@ -44,17 +45,16 @@ def _label(attempt: int | None, train_rounds: dict[int, int], many_rounds: bool)
     return f"attempt {attempt}" + (f" (round {where})" if many_rounds and where else "")
 
 
-def _point(raw: Any, step: int | None) -> Point | None:
-    data = _dict(raw)
-    if step is None or not data:
+def _point(evaluation: recorded.Evaluation | None, step: int | None) -> Point | None:
+    if step is None or evaluation is None:
         return None
-    reward, accuracy = finite(data.get("mean_reward")), finite(data.get("accuracy"))
+    reward, accuracy = finite(evaluation.mean_reward), finite(evaluation.accuracy)
     if reward is None and accuracy is None:
         return None
-    return Point(step, reward, accuracy, _int(data.get("attempt")))
+    return Point(step, reward, accuracy, evaluation.attempt)
 
 
-def reward_curve(record: dict[str, Any], now: datetime | None = None) -> Curve | None:
+def reward_curve(record: RunRecord, now: datetime | None = None) -> Curve | None:
     """Intermediate evaluations (one series per attempt), pre at step 0 and post at the final
     step; None when there are none.
 
@@ -62,17 +62,15 @@ def reward_curve(record: dict[str, Any], now: datetime | None = None) -> Curve |
     each in its attempt's series (entries from ledgers that did not record the attempt form their
     own series). The final step is ``results.final_step``, never left of the last intermediate
     evaluation (post runs after training); without either, the lineage's final step."""
-    results = _dict(record.get("results"))
+    results = recorded.results(record.results)
     intermediate = sorted(
-        (p for p in (_point(e, _int(_dict(e).get("step"))) for e in results.get("intermediate") or []) if p),
+        (p for p in (_point(e, e.step) for e in results.intermediate or []) if p),
         key=lambda p: (p.step, -1 if p.attempt is None else p.attempt),
     )
-    steps = [
-        s for s in (_int(results.get("final_step")), intermediate[-1].step if intermediate else None) if s
-    ]
-    final = max(steps) if steps else _int(_dict(record.get("lineage")).get("final_step"))
-    pre = _point(results.get("pre"), 0)
-    post = _point(results.get("post"), final if final is not None else 0)
+    steps = [s for s in (results.final_step, intermediate[-1].step if intermediate else None) if s]
+    final = max(steps) if steps else record.lineage.final_step
+    pre = _point(results.pre, 0)
+    post = _point(results.post, final if final is not None else 0)
     if not intermediate and pre is None and post is None:
         return None
     rows = attempt_rows(record, now or datetime.now(UTC))
@@ -95,17 +93,16 @@ def reward_curve(record: dict[str, Any], now: datetime | None = None) -> Curve |
     return Curve(intermediate=intermediate, pre=pre, post=post, series=series, resumes=resumes)
 
 
-def evaluations(record: dict[str, Any]) -> list[dict[str, Any]]:
+def evaluations(record: RunRecord) -> list[dict[str, Any]]:
     """The pre and post evaluations as table rows (every field train_rl prints)."""
-    results = _dict(record.get("results"))
+    results = recorded.results(record.results)
     rows = []
-    for name in ("pre", "post"):
-        data = _dict(results.get(name))
-        if not data:
+    for name, data in (("pre", results.pre), ("post", results.post)):
+        if data is None:
             continue
         row: dict[str, Any] = {"name": name}
         for field in _EVAL_FIELDS:
-            value = finite(data.get(field))
+            value = finite(getattr(data, field))
             if value is None:
                 row[field] = "-"
             elif field == "mean_reward":
@@ -115,7 +112,7 @@ def evaluations(record: dict[str, Any]) -> list[dict[str, Any]]:
             else:
                 row[field] = f"{value:g}"
         rows.append(row)
-    pre, post = (finite(_dict(results.get(n)).get("mean_reward")) for n in ("pre", "post"))
+    pre, post = (finite(e.mean_reward) if e else None for e in (results.pre, results.post))
     if pre is not None and post is not None:
         rows.append(
             {"name": "change", **dict.fromkeys(_EVAL_FIELDS, ""), "mean_reward": f"{post - pre:+.4f}"}
@@ -123,18 +120,16 @@ def evaluations(record: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def conversion(record: dict[str, Any], rows: Sequence[AttemptRow]) -> str:
+def conversion(record: RunRecord, rows: Sequence[AttemptRow]) -> str:
     """Where the converted checkpoint came from, across rounds.
 
     ``lineage.conversion_cache_hit`` is what the latest round's plan found, so on its own it misleads:
     a run that converted in round 1 finds its own conversion in the cache in round 2, and a report
     read between the two says "no" for a round that converted nothing. This says which attempt of
     which run converted it, and what each later round did."""
-    lin = _dict(record.get("lineage"))
-    run_id = str(record.get("run_id") or "")
-    hit = lin.get("conversion_cache_hit")
+    run_id, hit = record.run_id, record.lineage.conversion_cache_hit
     many = round_count(record, rows) > 1
-    maker = converted_by(lin.get("converted_uri"))
+    maker = converted_by(record.lineage.converted_uri)
     convert = [r for r in rows if r.stage == "convert"]
     done = [r for r in convert if r.outcome == "succeeded"]
     if done:
@@ -163,42 +158,44 @@ def conversion(record: dict[str, Any], rows: Sequence[AttemptRow]) -> str:
     return "-"
 
 
-def lineage(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[tuple[str, str]]:
-    lin, request = _dict(record.get("lineage")), _dict(record.get("request"))
-    items = [
-        ("Hugging Face repo", lin.get("hf_repo") or request.get("hf_repo")),
-        ("revision", lin.get("hf_revision") or request.get("hf_revision")),
-        ("pinned sha", lin.get("hf_sha")),
-        ("image", lin.get("image") or request.get("image")),
-        ("conversion key", lin.get("conversion_key")),
+def lineage(record: RunRecord, rows: Sequence[AttemptRow]) -> list[tuple[str, str]]:
+    lin, request = record.lineage, recorded.request(record.request)
+    items: list[tuple[str, object]] = [
+        ("Hugging Face repo", lin.hf_repo or request.hf_repo),
+        ("revision", lin.hf_revision or request.hf_revision),
+        ("pinned sha", lin.hf_sha),
+        ("image", lin.image or request.image),
+        ("conversion key", lin.conversion_key),
         ("conversion", conversion(record, rows)),
-        ("converted checkpoint", lin.get("converted_uri")),
-        ("checkpoint uri", lin.get("checkpoint_uri")),
-        ("export uri", lin.get("export_uri")),
-        ("published to", lin.get("published_to")),
-        ("final step", lin.get("final_step")),
+        ("converted checkpoint", lin.converted_uri),
+        ("checkpoint uri", lin.checkpoint_uri),
+        ("export uri", lin.export_uri),
+        ("published to", lin.published_to),
+        ("final step", lin.final_step),
     ]
     return [(label, "-" if value is None or value == "" else str(value)) for label, value in items]
 
 
-def _where(record: dict[str, Any]) -> tuple[str, str] | None:
+def _where(record: RunRecord) -> tuple[str, str] | None:
     """The Hub repository and branch the run publishes to (the lineage's, else the request's)."""
-    published_to = _str(_dict(record.get("lineage")).get("published_to"))
+    published_to = record.lineage.published_to
     if published_to and "@" in published_to:
         repo, _, branch = published_to.rpartition("@")
         return repo, branch
-    spec = _dict(_dict(record.get("request")).get("publish"))
-    if spec.get("repo"):
-        return str(spec["repo"]), str(spec.get("branch") or "main")
+    spec = recorded.request(record.request).publish
+    if spec is not None and spec.repo:
+        return spec.repo, spec.branch or "main"
     return None
 
 
-def _receipt_commit(receipt: Any, record: dict[str, Any], where: tuple[str, str]) -> tuple[str, str] | None:
+def _receipt_commit(
+    receipt: dict[str, Any] | None, record: RunRecord, where: tuple[str, str]
+) -> tuple[str, str] | None:
     """The commit and outcome of a receipt that is this run's, for this repo and branch. The publish
     Job writes the receipt, so only a hex commit and a known outcome are taken from it."""
-    data = _dict(receipt)
+    data = receipt if isinstance(receipt, dict) else {}
     commit = data.get("commit")
-    if (data.get("repo"), data.get("branch"), data.get("run_id")) != (*where, record.get("run_id")):
+    if (data.get("repo"), data.get("branch"), data.get("run_id")) != (*where, record.run_id):
         return None
     if data.get("outcome") not in _PUBLISHED_OUTCOMES or not isinstance(commit, str):
         return None
@@ -206,7 +203,7 @@ def _receipt_commit(receipt: Any, record: dict[str, Any], where: tuple[str, str]
 
 
 def published(
-    record: dict[str, Any], rows: Sequence[AttemptRow], receipt: dict[str, Any] | None = None
+    record: RunRecord, rows: Sequence[AttemptRow], receipt: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
     """Where the model was published and at which commit, or None for a run that does not publish.
 
@@ -225,7 +222,7 @@ def published(
         status = "not published: every publish attempt failed or was cancelled"
     else:
         status = "not published yet"
-    commit, source, outcome = _str(_dict(record.get("lineage")).get("published_commit")), "the ledger", None
+    commit, source, outcome = record.lineage.published_commit or None, "the ledger", None
     if commit is not None and not _COMMIT.fullmatch(commit):
         commit = None
     # A receipt before the publish attempt's success was read is not yet the stage's word.
@@ -243,25 +240,23 @@ def published(
     }
 
 
-def gate(record: dict[str, Any]) -> dict[str, Any] | None:
+def gate(record: RunRecord) -> dict[str, Any] | None:
     """The gate's result, reasons and override, or None when no gate was evaluated."""
-    raw = record.get("gate")
-    if not isinstance(raw, dict):
+    if record.gate is None:
         return None
-    passed = raw.get("passed")
-    override = _dict(raw.get("override"))
+    passed, override = record.gate.passed, record.gate.override
     return {
         "status": "passed" if passed is True else "failed" if passed is False else "pending",
-        "reasons": [str(r) for r in raw.get("reasons") or []],
-        "evaluated_at": _show_time(raw.get("evaluated_at")),
+        "reasons": list(record.gate.reasons),
+        "evaluated_at": _show_time(record.gate.evaluated_at),
         "override": {
-            "by": str(override.get("by") or "-"),
-            "at": _show_time(override.get("at")),
-            "reason": str(override.get("reason") or "-"),
+            "by": override.by or "-",
+            "at": _show_time(override.at),
+            "reason": override.reason or "-",
             # the identity Google verified on the promote call, beside the name the person gave
-            "caller": _str(override.get("caller")),
+            "caller": _str(override.caller),
         }
-        if override
+        if override is not None
         else None,
     }
 
@@ -270,62 +265,47 @@ def gate(record: dict[str, Any]) -> dict[str, Any] | None:
 
 # train_rl.py: prepare_train_and_eval_dataset(test_size=0.05) (maxtext 0.2.4 train_rl.py:306-330).
 HELD_OUT = "5% held out of the training split by train_rl"
-_ROLES = (("train", "training", "train_split"), ("eval", "evaluation", "eval_split"))
 
 
-def _files_text(entry: dict[str, Any]) -> str:
-    files = entry.get("files")
-    if not isinstance(files, list):
+def _files_text(entry: recorded.PinnedSplit) -> str:
+    if entry.files is None:
         return "not recorded"
-    size = sum(_int(_dict(f).get("size")) or 0 for f in files)
-    return f"{_plural(len(files), 'file')}, {size:,} bytes"
+    size = sum(f.size or 0 for f in entry.files)
+    return f"{_plural(len(entry.files), 'file')}, {size:,} bytes"
 
 
 def _dataset_row(
-    role: str, name: str, entry: dict[str, Any], spec: dict[str, Any], split: Any
+    role: str, name: str, entry: recorded.PinnedSplit | None, spec: recorded.DatasetNamed
 ) -> dict[str, Any]:
     """One split the run read: plan's pin (``lineage.data``) when it has one, else the request's names."""
-    repo = (
-        _str(entry.get("repo"))
-        or _str(spec.get("eval_repo" if role == "eval" else "repo"))
-        or _str(spec.get("repo"))
-    )
-    revision = (
-        _str(entry.get("revision"))
-        or (_str(spec.get("eval_revision")) if role == "eval" else None)
-        or _str(spec.get("revision"))
-    )
-    examples = _int(entry.get("num_examples"))
+    pin = entry or recorded.PinnedSplit()
+    evaluation = role == "eval"
+    repo = pin.repo or (spec.eval_repo if evaluation else spec.repo) or spec.repo
+    revision = pin.revision or (spec.eval_revision if evaluation else None) or spec.revision
+    split = spec.eval_split if evaluation else spec.train_split
     return {
         "role": role,
         "name": name,
         "repo": repo or "-",
-        "sha": _str(entry.get("sha")),
+        "sha": pin.sha or None,
         "revision": revision or "-",
-        "subset": _str(entry.get("subset")) or _str(spec.get("subset")) or "the default config",
-        "split": _str(entry.get("split")) or _str(split) or "-",
-        "files": _files_text(entry) if entry else "not pinned yet",
-        "examples": f"{examples:,}" if examples is not None else "not stated by its card",
+        "subset": pin.subset or spec.subset or "the default config",
+        "split": pin.split or split or "-",
+        "files": _files_text(pin) if entry is not None else "not pinned yet",
+        "examples": f"{pin.num_examples:,}" if pin.num_examples is not None else "not stated by its card",
         "held_out": None,
     }
 
 
-def _user_file(inputs: dict[str, Any], request: dict[str, Any], role: str) -> dict[str, Any] | None:
-    """The request's own file for ``role``: the run's copy and sha256 intake recorded
-    (``lineage.inputs``), else what the ledger's request names (intake rewrote it to that copy)."""
-    if role == "rewards":
-        named = _dict(_dict(request.get("rewards")).get("file"))
-    elif role == "processor":
-        named = _dict(_dict(request.get("dataset")).get("processor"))
-    else:
-        named = _dict(request.get("chat_template"))
-    entry = _dict(inputs.get(role))
-    if not entry and not named:
+def _user_file(named: recorded.FileNamed | None, copied: recorded.CopiedFile | None) -> dict[str, Any] | None:
+    """The request's own file: the run's copy and sha256 intake recorded (``lineage.inputs``),
+    else what the ledger's request names (intake rewrote it to that copy)."""
+    if named is None and copied is None:
         return None
-    path = _str(named.get("path"))
+    path = named.path if named is not None else None
     return {
-        "sha256": _str(entry.get("sha256")) or _str(named.get("sha256")) or "not recorded",
-        "uri": _str(entry.get("uri"))
+        "sha256": (copied.sha256 if copied else None) or (named.sha256 if named else None) or "not recorded",
+        "uri": (copied.uri if copied else None)
         or (path if path and path.startswith("gs://") else None)
         or "not recorded",
     }
@@ -343,13 +323,13 @@ def _expected_final_step(request: dict[str, Any]) -> int | None:
         return None
 
 
-def training_end(record: dict[str, Any]) -> str | None:
+def training_end(record: RunRecord) -> str | None:
     """The step training ended at (``lineage.final_step``) against the config's, in words; None
     before training ended."""
-    actual = _int(_dict(record.get("lineage")).get("final_step"))
+    actual = record.lineage.final_step
     if actual is None:
         return None
-    expected = _expected_final_step(_dict(record.get("request")))
+    expected = _expected_final_step(record.request)
     if expected is None:
         return f"trained to step {actual}"
     if actual < expected:
@@ -359,36 +339,37 @@ def training_end(record: dict[str, Any]) -> str | None:
     return f"trained to step {actual}, the config's final step"
 
 
-def data_and_rewards(record: dict[str, Any]) -> dict[str, Any]:
+def data_and_rewards(record: RunRecord) -> dict[str, Any]:
     """What the run trained and evaluated on (each split at its pinned commit, with its files,
     bytes and examples), what scored the rollouts (MaxText's built-in rewards, or the request's
     functions with the file's sha256 and the run's copy), the request's dataset processor and chat
     template, and where training ended against the config's final step."""
     from rlpipe.core import staging
 
-    lin, request = _dict(record.get("lineage")), _dict(record.get("request"))
-    data, inputs, spec = _dict(lin.get("data")), _dict(lin.get("inputs")), _dict(request.get("dataset"))
+    request = recorded.request(record.request)
+    data, copied = recorded.data(record.lineage.data), recorded.inputs(record.lineage.inputs)
+    spec = request.dataset
     datasets: list[dict[str, Any]] = []
-    repo = _str(spec.get("repo"))
-    for role, name, split_key in _ROLES:
-        entry = _dict(data.get(role))
+    repo = spec.repo if spec is not None else None
+    for role, name, entry in (("train", "training", data.train), ("eval", "evaluation", data.eval)):
         if (
             role == "eval"
-            and not entry
+            and entry is None
+            and spec is not None
             and repo
-            and staging.splits_itself(repo, _str(spec.get("eval_repo")) or repo)
+            and staging.splits_itself(repo, spec.eval_repo or repo)
         ):
             train = datasets[0] if datasets else None
             if train is not None:
                 datasets.append({**train, "role": role, "name": name, "held_out": HELD_OUT})
             continue
-        if entry or spec:
-            datasets.append(_dataset_row(role, name, entry, spec, spec.get(split_key)))
-    rewards = _user_file(inputs, request, "rewards")
-    functions = [str(f) for f in _dict(request.get("rewards")).get("functions") or []]
+        if entry is not None or spec is not None:
+            datasets.append(_dataset_row(role, name, entry, spec or recorded.DatasetNamed()))
+    named = request.rewards or recorded.RewardsNamed()
+    rewards = _user_file(named.file, copied.rewards)
+    functions = named.functions or []
     if rewards is not None and not functions:
-        functions = [str(f) for f in _dict(inputs.get("rewards")).get("functions") or []]
-    template_path = _str(_dict(request.get("training")).get("data_template_path"))
+        functions = (copied.rewards.functions if copied.rewards else None) or []
     return {
         "datasets": datasets,
         "rewards": {
@@ -397,8 +378,8 @@ def data_and_rewards(record: dict[str, Any]) -> dict[str, Any]:
             "source": BUILTIN_REWARDS_SOURCE,
             "file": rewards,
         },
-        "processor": _user_file(inputs, request, "processor"),
-        "chat_template": _user_file(inputs, request, "chat_template"),
-        "template_path": template_path,
+        "processor": _user_file(spec.processor if spec else None, copied.processor),
+        "chat_template": _user_file(request.chat_template, copied.chat_template),
+        "template_path": (request.training.data_template_path if request.training else None) or None,
         "training_end": training_end(record),
     }

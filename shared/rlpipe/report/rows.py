@@ -1,7 +1,7 @@
 """The run report's rows: each attempt, each round, chip-hours per stage.
 
-Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a ledger
-record (as JSON) in, rows out.
+Split from the package's entry point (``rlpipe.report``) so each module has one job; pure: a run's
+record (``core.runs.record.RunRecord``) in, rows out.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.core.timestamps import parse_rfc3339
 from rlpipe.report.charts import (
     FAILURE_CLASSES,
@@ -151,14 +153,6 @@ class RoundRow:
 # ---- reading the record ---------------------------------------------------------------------------
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -203,7 +197,7 @@ def _outcome(phase: str, finished: bool, failure_class: str | None, run_ended: b
     return "cancelled" if run_ended else "running"
 
 
-def on_tpu(stage: str, request: dict[str, Any]) -> bool | None:
+def on_tpu(stage: str, placement: str | None) -> bool | None:
     """Whether a stage's pods hold TPU chips: training always; conversion and export only in
     ``tpu-slice`` placement (``cpu`` runs them on the CPU pool); publish never (a CPU Job). None
     when the record does not say, so an unknown placement is never reported as "no TPU"."""
@@ -211,23 +205,21 @@ def on_tpu(stage: str, request: dict[str, Any]) -> bool | None:
         return True
     if stage == "publish":
         return False
-    placement = request.get("placement")
     if stage in ("convert", "export") and placement in ("cpu", "tpu-slice"):
         return placement == "tpu-slice"
     return None
 
 
-def attempt_rows(record: dict[str, Any], now: datetime) -> list[AttemptRow]:
+def attempt_rows(record: RunRecord, now: datetime) -> list[AttemptRow]:
     """Every attempt, in stage order then attempt number, with its outcome, round and time span."""
-    run_ended = record.get("state") in _TERMINAL_STATES
-    run_end = _time(record.get("updated_at")) or now
-    request = _dict(record.get("request"))
+    run_ended = record.state in _TERMINAL_STATES
+    run_end = _time(record.updated_at) or now
+    placement = recorded.request(record.request).placement
     rows = []
-    for raw in record.get("attempts") or []:
-        a = _dict(raw)
-        stage, phase = str(a.get("stage") or "?"), str(a.get("phase") or "launched")
-        failure_class = a.get("failure_class") or None
-        start, end = _time(a.get("launched_at")), _time(a.get("finished_at"))
+    for a in record.attempts:
+        stage, phase = a.stage, a.phase or "launched"
+        failure_class = a.failure_class or None
+        start, end = _time(a.launched_at), _time(a.finished_at)
         outcome = _outcome(phase, end is not None, failure_class, run_ended)
         if end is None and start is not None:
             end = now if outcome == "running" else max(run_end, start)
@@ -238,22 +230,22 @@ def attempt_rows(record: dict[str, Any], now: datetime) -> list[AttemptRow]:
         rows.append(
             AttemptRow(
                 stage=stage,
-                attempt=_int(a.get("attempt")) or 0,
-                round=_int(a.get("round")) or 1,  # ledgers from before rounds: all round 1
-                workload=str(a.get("workload") or ""),
+                attempt=a.attempt,
+                round=a.round,  # ledgers from before rounds: all round 1 (the model's default)
+                workload=a.workload,
                 phase=phase,
                 outcome=outcome,
                 key=key,
-                failure_class=str(failure_class) if failure_class else None,
-                reason=str(a["reason"]) if a.get("reason") else None,
-                resume_step=_int(a.get("resume_step")),
-                launched_at=_show_time(a.get("launched_at"), zone=False),
-                finished_at=_show_time(a.get("finished_at"), zone=False)
-                if a.get("finished_at")
+                failure_class=failure_class,
+                reason=a.reason or None,
+                resume_step=a.resume_step,
+                launched_at=_show_time(a.launched_at, zone=False),
+                finished_at=_show_time(a.finished_at, zone=False)
+                if a.finished_at
                 else ("now (running)" if outcome == "running" else "-"),
                 duration=_duration((end - start).total_seconds() if start and end else None),
-                chip_hours=finite(a.get("chip_hours")),
-                on_tpu=on_tpu(stage, request),
+                chip_hours=finite(a.chip_hours),
+                on_tpu=on_tpu(stage, placement),
                 start=start,
                 end=end,
             )
@@ -269,15 +261,15 @@ def converted_by(uri: Any) -> tuple[str, int] | None:
     return (found.group(1), int(found.group(2))) if found else None
 
 
-def cache_hit(record: dict[str, Any], rows: Sequence[AttemptRow]) -> CacheHit | None:
+def cache_hit(record: RunRecord, rows: Sequence[AttemptRow]) -> CacheHit | None:
     """The convert stage the run skipped for a cached conversion; None when it converted (a
     later round that reuses its own conversion is told by ``facts.conversion``) or found none.
 
     Placed at the launch of the first attempt after every convert attempt (the skip happened
     just before it), else at none: the row is still listed, without a mark on the timeline."""
-    lin = _dict(record.get("lineage"))
+    lin = record.lineage
     convert = [r for r in rows if r.stage == "convert"]
-    if lin.get("conversion_cache_hit") is not True or any(r.outcome == "succeeded" for r in convert):
+    if lin.conversion_cache_hit is not True or any(r.outcome == "succeeded" for r in convert):
         return None
     tried = max((r.start for r in convert if r.start is not None), default=None)
     after = [
@@ -285,34 +277,31 @@ def cache_hit(record: dict[str, Any], rows: Sequence[AttemptRow]) -> CacheHit | 
         for r in rows
         if r.stage != "convert" and r.start is not None and (tried is None or r.start >= tried)
     ]
-    uri = lin.get("converted_uri")
     return CacheHit(
         at=min(after) if after else None,
-        maker=converted_by(uri),
-        uri=str(uri) if uri else None,
+        maker=converted_by(lin.converted_uri),
+        uri=lin.converted_uri or None,
     )
 
 
-def round_count(record: dict[str, Any], rows: Sequence[AttemptRow]) -> int:
+def round_count(record: RunRecord, rows: Sequence[AttemptRow]) -> int:
     """How many rounds the run has had: the record's own count, never fewer than its evidence."""
-    numbers = [_int(record.get("round")) or 1, *(r.round for r in rows)]
-    numbers += [_int(_dict(r).get("round")) or 1 for r in record.get("rounds") or []]
-    return max(numbers)
+    return max([record.round, *(r.round for r in rows), *(r.round for r in record.rounds)])
 
 
-def _failure_text(failure: dict[str, Any]) -> str:
+def _failure_text(failure: Failure | recorded.FailureRecorded) -> str:
     where = ""
-    if failure.get("stage"):
-        where = f" in {failure['stage']}"
-        if _int(failure.get("attempt")):
-            where += f" attempt {failure['attempt']}"
-    tag = f"[{failure['tag']}] " if failure.get("tag") else ""
+    if failure.stage:
+        where = f" in {failure.stage}"
+        if failure.attempt:
+            where += f" attempt {failure.attempt}"
+    tag = f"[{failure.tag}] " if failure.tag else ""
     # a person ended it (rlpipe cancel): the identity Google verified on that call
-    who = f" (verified caller {failure['caller']})" if _str(failure.get("caller")) else ""
-    return f"{tag}{failure.get('message') or 'no message'}{where}{who}"
+    who = f" (verified caller {failure.caller})" if failure.caller else ""
+    return f"{tag}{failure.message or 'no message'}{where}{who}"
 
 
-def _ended(state: str, failure: dict[str, Any]) -> str:
+def _ended(state: str, failure: Failure | recorded.FailureRecorded | None) -> str:
     return f"{state}: {_failure_text(failure)}" if failure else state
 
 
@@ -330,33 +319,28 @@ def _training(number: int, rows: Sequence[AttemptRow]) -> str:
     return "no training in this round"
 
 
-def rounds(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[RoundRow]:
+def rounds(record: RunRecord, rows: Sequence[AttemptRow]) -> list[RoundRow]:
     """Round 1 (the request) and every retry: when, who asked (the name given and the verified
     caller), why, from which stage, how it ended, where training resumed and what it cost."""
     total = round_count(record, rows)
-    recorded = {
-        n: r
-        for r in (_dict(raw) for raw in record.get("rounds") or [])
-        if (n := _int(r.get("round"))) is not None
-    }
-    source = _dict(record.get("source"))
+    retries = {r.round: r for r in record.rounds}
     out = []
     for number in range(1, total + 1):
-        raw = recorded.get(number, {})
-        if number == 1:
-            started, reason, from_stage = record.get("created_at"), "the original request", "-"
+        retry = retries.get(number)
+        if retry is None:  # round 1, or a round whose retry was not recorded
+            started = record.created_at if number == 1 else None
+            reason = "the original request" if number == 1 else "no reason recorded"
+            from_stage = "-" if number == 1 else "where it stopped (done stages skipped)"
         else:
-            started = raw.get("at")
-            reason = str(raw.get("reason") or "no reason recorded")
-            from_stage = str(raw.get("from_stage") or "where it stopped (done stages skipped)")
-        later = recorded.get(number + 1)
+            started = retry.at
+            reason = retry.reason or "no reason recorded"
+            from_stage = retry.from_stage or "where it stopped (done stages skipped)"
+        later = retries.get(number + 1)
         if later is not None:
-            ended = _ended(str(later.get("previous_state") or "?"), _dict(later.get("previous_failure")))
+            ended = _ended(later.previous_state or "?", recorded.failure(later.previous_failure))
         elif number == total:
-            state = str(record.get("state") or "?")
-            ended = (
-                _ended(state, _dict(record.get("failure"))) if state in _ENDS else f"still going ({state})"
-            )
+            state = record.state
+            ended = _ended(state, record.failure) if state in _ENDS else f"still going ({state})"
         else:
             ended = "-"
         mine = [r for r in rows if r.round == number]
@@ -366,11 +350,9 @@ def rounds(record: dict[str, Any], rows: Sequence[AttemptRow]) -> list[RoundRow]
                 number=number,
                 started_at=_show_time(started, zone=False),
                 start=_time(started),
-                source=_SOURCES.get(str(source.get("kind")), _str(source.get("kind")))
-                if number == 1
-                else None,
-                by=_str(raw.get("by")),
-                caller=_str(raw.get("caller")),
+                source=_SOURCES[record.source.kind] if number == 1 else None,
+                by=(retry.by or None) if retry else None,
+                caller=(retry.caller or None) if retry else None,
                 reason=reason,
                 from_stage=from_stage,
                 ended=ended,

@@ -6,8 +6,7 @@ sweep's page compares its children, and a reader of it asks different questions:
 which line (the legend names points, not run ids), which child won, and did anything publish. A
 cancelled sweep must not show a green "selected" badge as if its winner had published.
 
-Pure, like the rest of the package: the parent's ledger record and its children's (as JSON) in,
-facts out. A point is named as ``rlpipe status PARENT`` names it (``core.request.grid.describe``,
+Pure, like the rest of the package: the parent's record and its children's in, facts out. A point is named as ``rlpipe status PARENT`` names it (``core.request.grid.describe``,
 the ``overrides`` of ``cli/sweep_view.py``).
 """
 
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.core.request.grid import describe
-from rlpipe.report.rows import _dict, _int, _str
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord, SweepParent
 
 
 @dataclass(frozen=True)
@@ -39,27 +39,25 @@ class SweepFacts:
         return self.points.get(run_id) or "point not recorded"
 
 
-def _published(children: Sequence[dict[str, Any]]) -> str | None:
+def _published(children: Sequence[RunRecord]) -> str | None:
     for child in children:
-        for attempt in child.get("attempts") or []:
-            a = _dict(attempt)
-            if a.get("stage") == "publish" and a.get("phase") == "succeeded":
-                return str(child.get("run_id"))
+        if any(a.stage == "publish" and a.phase == "succeeded" for a in child.attempts):
+            return child.run_id
     return None
 
 
-def _points(
-    sweep: dict[str, Any], children: Sequence[dict[str, Any]]
-) -> tuple[dict[str, str], dict[str, int]]:
+def _points(sweep: SweepParent, children: Sequence[RunRecord]) -> tuple[dict[str, str], dict[str, int]]:
     """Each child's point: the parent's grid by the child's index, else the child's own record."""
-    grid = [_dict(p) for p in sweep.get("points") or []]
-    ids = [str(c) for c in sweep.get("children") or []]
     points, indexes = {}, {}
     for child in children:
-        run_id = str(child.get("run_id") or "?")
-        member = _dict(_dict(child.get("lineage")).get("sweep"))
-        index = ids.index(run_id) if run_id in ids else _int(member.get("index"))
-        point = grid[index] if index is not None and index < len(grid) else _dict(member.get("point"))
+        run_id, member = child.run_id, child.lineage.sweep
+        index = (
+            sweep.children.index(run_id) if run_id in sweep.children else (member.index if member else None)
+        )
+        if index is not None and index < len(sweep.points):
+            point: dict[str, Any] = sweep.points[index]
+        else:
+            point = member.point if member is not None else {}
         if index is not None:
             indexes[run_id] = index
         if point:
@@ -67,44 +65,43 @@ def _points(
     return points, indexes
 
 
-def sweep_facts(parent: dict[str, Any], children: Sequence[dict[str, Any]]) -> SweepFacts:
-    """The sweep's facts for its page, from the parent's record (``RunRecord.model_dump``) and
-    the children's records compared on it."""
-    sweep = _dict(parent.get("sweep"))
-    if not sweep:
-        raise ValueError(f"run {parent.get('run_id')} is not a sweep's parent")
-    state = str(parent.get("state") or "?")
-    selection = _dict(sweep.get("selection"))
-    rule = _dict(_dict(_dict(parent.get("request")).get("sweep")).get("select"))
-    cancelled = bool(sweep.get("cancelled")) or state == "cancelled"
+def sweep_facts(parent: RunRecord, children: Sequence[RunRecord]) -> SweepFacts:
+    """The sweep's facts for its page, from the parent's record and the children's records
+    compared on it."""
+    sweep = parent.sweep
+    if sweep is None:
+        raise ValueError(f"run {parent.run_id} is not a sweep's parent")
+    state = parent.state
+    selection = sweep.selection
+    named = recorded.request(parent.request).sweep
+    rule = (named.select if named else None) or recorded.SelectNamed()
+    cancelled = sweep.cancelled or state == "cancelled"
     published = _published(children)
     points, indexes = _points(sweep, children)
-    chosen = _str(selection.get("run_id"))
-    if chosen is not None and chosen not in {str(c.get("run_id")) for c in children}:
+    chosen = selection.run_id if selection is not None else None
+    if chosen is not None and chosen not in {c.run_id for c in children}:
         chosen = None  # the winner's record is not on the page
     why: str | None = None
     if cancelled and published is None:
         why = "the sweep was cancelled"
-        if _str(sweep.get("cancelled_by")):  # the identity Google verified on rlpipe cancel
-            why += f" by {sweep['cancelled_by']}"
+        if sweep.cancelled_by:  # the identity Google verified on rlpipe cancel
+            why += f" by {sweep.cancelled_by}"
         if chosen is not None:
             why += f" after its rule selected {chosen} ({points.get(chosen) or 'point not recorded'})"
-    elif selection and selection.get("run_id") is None:
-        why = f"no child could be selected: {selection.get('reason') or 'no reason recorded'}"
+    elif selection is not None and selection.run_id is None:
+        why = f"no child could be selected: {selection.reason or 'no reason recorded'}"
     marked = chosen if why is None else None
     return SweepFacts(
-        run_id=str(parent.get("run_id") or "?"),
+        run_id=parent.run_id,
         state=state,
-        size=len(sweep.get("children") or []),
+        size=len(sweep.children),
         points=points,
         indexes=indexes,
         rule=(
-            f"the {'lowest' if rule.get('direction') == 'min' else 'highest'} {rule.get('metric')}"
-            if rule.get("metric")
-            else None
+            f"the {'lowest' if rule.direction == 'min' else 'highest'} {rule.metric}" if rule.metric else None
         ),
         selected=marked,
-        reason=_str(selection.get("reason")) if marked is not None else None,
+        reason=(selection.reason or None) if marked is not None and selection is not None else None,
         cancelled=cancelled,
         published=published,
         nothing_published=why,

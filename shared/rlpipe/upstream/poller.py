@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control.ledger import Source
 from rlpipe.control.logs import Logger
 from rlpipe.control.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import Source
 from rlpipe.upstream.hub import (
     Head,
     HubProblem,

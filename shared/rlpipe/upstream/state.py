@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlpipe.control import blobstore
-from rlpipe.control.ledger import now
 from rlpipe.core import layout
+from rlpipe.core.runs.record import now
 
 HISTORY = 20  # decisions kept per watch entry
 CAS_ATTEMPTS = 8

@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.ledger import Failure, Ledger, RunRecord, SweepParent, SweepSelection, now
+from rlpipe.control.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request.sweep import SelectRule, SweepSpec
+from rlpipe.core.runs.record import Failure, RunRecord, SweepParent, SweepSelection, now
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled", "gated"})
 
@@ -63,7 +64,7 @@ def shared_pins(
             r.lineage.data = data
             return "sweep-pinned"
 
-        parent = ledger.update(parent.run_id, pin, detail=lambda r: {"hf_sha": sha, "by": child.run_id})
+        parent = ledger.edit(parent.run_id, pin, detail=lambda r: {"hf_sha": sha, "by": child.run_id})
     assert parent.sweep is not None and parent.sweep.pins is not None
     return parent.sweep.pins["hf_sha"], parent.sweep.pins["data"]
 
@@ -79,25 +80,25 @@ def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> st
     assert parent.sweep is not None
     released = _no_longer_holding(ledger, parent.sweep)
     max_parallel = parent.sweep.max_parallel
-    decision: dict[str, str | None] = {"wait": None}
 
-    def change(r: RunRecord) -> str | None:
+    def change(r: RunRecord) -> tuple[str | None, str | None]:
+        """→ (the event, why this child waits; None: it holds a slot)."""
         s = r.sweep
         assert s is not None
-        decision["wait"] = None
         if me in s.slots:
-            return None
+            return None, None
+        wait = None
         before = (list(s.slots), s.converter)
         s.slots = [h for h in s.slots if h not in released and h not in s.arrived]
         if s.converter is not None and (s.converter in released or s.converter not in s.slots):
             s.converter = None  # it ended or moved on without a conversion in the cache: next one
         if not conversion_ready and s.converter not in (None, me):
-            decision["wait"] = (
+            wait = (
                 f"queued: waiting for child {_index(s, s.converter)} ({s.converter}) to convert the "
                 "checkpoint every child shares"
             )
         elif len(s.slots) >= max_parallel:
-            decision["wait"] = (
+            wait = (
                 f"queued: all {max_parallel} of the sweep's slots are in use "
                 f"(children {', '.join(str(_index(s, h)) for h in s.slots)})"
             )
@@ -106,16 +107,16 @@ def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> st
             s.arrived = [a for a in s.arrived if a != me]  # a retried child works again
             if not conversion_ready:
                 s.converter = me
-            return "sweep-slot-taken"
-        return "sweep-slots-freed" if (s.slots, s.converter) != before else None
+            return "sweep-slot-taken", None
+        return ("sweep-slots-freed" if (s.slots, s.converter) != before else None), wait
 
-    ledger.update(
+    _, wait = ledger.update(
         parent.run_id, change, detail=lambda r: {"child": me, "slots": r.sweep.slots if r.sweep else []}
     )
-    _show_waiting(ledger, me, decision["wait"])
-    if decision["wait"] is None:
+    _show_waiting(ledger, me, wait)
+    if wait is None:
         refresh(ledger, parent.run_id)
-    return decision["wait"]
+    return wait
 
 
 def _no_longer_holding(ledger: Ledger, s: SweepParent) -> set[str]:
@@ -135,7 +136,7 @@ def _show_waiting(ledger: Ledger, run_id: str, why: str | None) -> None:
         r.lineage.sweep.waiting = why
         return "sweep-queued" if why else "sweep-dequeued"
 
-    ledger.update(run_id, change, detail=lambda r: {"waiting": why})
+    ledger.edit(run_id, change, detail=lambda r: {"waiting": why})
 
 
 def _index(s: SweepParent, run_id: str | None) -> int | None:
@@ -161,7 +162,7 @@ def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
         s.converter = None if s.converter == me else s.converter
         return "sweep-arrived"
 
-    parent = ledger.update(parent.run_id, arrived, detail=lambda r: {"child": me})
+    parent = ledger.edit(parent.run_id, arrived, detail=lambda r: {"child": me})
     assert parent.sweep is not None
     if parent.sweep.selection is None:
         children = [ledger.get(c) for c in parent.sweep.children]
@@ -212,7 +213,7 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
         r.sweep.selection = selection
         return "sweep-selected"
 
-    return ledger.update(
+    return ledger.edit(
         parent.run_id,
         record,
         detail=lambda r: r.sweep.selection.model_dump() if r.sweep and r.sweep.selection else {},
@@ -240,7 +241,7 @@ def _mark_selected(ledger: Ledger, run_id: str, chosen: bool) -> None:
         r.lineage.sweep.selected = chosen
         return "sweep-selected" if chosen else "sweep-not-selected"
 
-    ledger.update(run_id, change, detail=lambda r: {"selected": chosen})
+    ledger.edit(run_id, change, detail=lambda r: {"selected": chosen})
 
 
 def _list(indexes: list[int]) -> str:
@@ -265,7 +266,7 @@ def child_ended(ledger: Ledger, child: RunRecord) -> RunRecord | None:
         s.converter = None if s.converter == me else s.converter
         return "sweep-slot-released"
 
-    ledger.update(parent.run_id, release, detail=lambda r: {"child": me, "state": child.state})
+    ledger.edit(parent.run_id, release, detail=lambda r: {"child": me, "state": child.state})
     updated, ended = _refresh(ledger, parent.run_id)
     return updated if ended else None
 
@@ -290,25 +291,23 @@ def _refresh(ledger: Ledger, parent_id: str) -> tuple[RunRecord, bool]:
         cancelled=parent.sweep.cancelled,
     )
     failure = _failure(parent, children, state)
-    ended: list[bool] = []
 
-    def change(r: RunRecord) -> str | None:
-        ended.clear()  # a compare-and-swap may run this again on a newer record
+    def change(r: RunRecord) -> tuple[str | None, bool]:
+        """→ (the event, whether this write ended the parent)."""
         if r.seq != parent.seq:  # the parent changed since the children were read: read them again
             raise _Stale
         if r.state == state and r.failure == failure:
-            return None
-        ended.append(not r.terminal and state in TERMINAL)
+            return None, False
+        ended = not r.terminal and state in TERMINAL
         # Not set_state: the parent runs nothing, so its state is whatever its children's imply.
         r.state = state  # type: ignore[assignment]
         r.failure = failure
-        return f"sweep-{state}"
+        return f"sweep-{state}", ended
 
     try:
-        updated = ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
+        return ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
     except _Stale:
         return _refresh(ledger, parent_id)
-    return updated, bool(ended and ended[0])
 
 
 class _Stale(Exception):
@@ -353,7 +352,7 @@ def cancel(
         r.sweep.cancelled_by = caller
         return "sweep-cancel"
 
-    parent = ledger.update(parent_id, mark)
+    parent = ledger.edit(parent_id, mark)
     assert parent.sweep is not None
     if not parent.sweep.cancelled:  # it had ended before: nothing to cancel
         return parent
@@ -391,5 +390,5 @@ def reopen(ledger: Ledger, parent_id: str) -> RunRecord:
             r.sweep.selection = None
         return "sweep-reopened"
 
-    ledger.update(parent_id, change)
+    ledger.edit(parent_id, change)
     return refresh(ledger, parent_id)

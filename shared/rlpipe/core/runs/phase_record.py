@@ -1,7 +1,7 @@
 """What one status read of an attempt changes in its run's record: phase, failure, evaluations,
 progress, chip-hours, the log cursor and the published commit.
 
-Kept apart from ``stage`` so that the change is one pure function of the record and the reading:
+Kept apart from ``control.stage`` so that the change is one pure function of the record and the reading:
 the ledger's compare-and-swap may apply it again on a newer record, and it must give the same
 answer each time.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.cluster.log_cursor import LogCursor
-from rlpipe.control import outcomes
-from rlpipe.control.ledger import Attempt, RunRecord, now
+from rlpipe.core.runs.pricing import cost_estimate
+from rlpipe.core.runs.record import Attempt, RunRecord, now
+from rlpipe.core.runs.results import merge_results, newer_progress, with_baseline
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class Reading:
     seen: dict[str, Any] | None = None  # the evaluations in those lines (train_log results)
     final: int | None = None  # the run's final step (train)
     chips: float = 0.0  # chip-hours the attempt's pods have held, as far as they are still there
-    cursor: LogCursor | None = None  # where the next log read starts
+    # Where the next log read starts: the cursor's JSON (``cluster.log_cursor.LogCursor.to_json``).
+    cursor: dict[str, Any] | None = None
     commit: str | None = None  # the Hub commit of a publish that succeeded
 
 
@@ -39,16 +40,14 @@ def apply(
     if a is None:
         return None, None
     results = (
-        outcomes.merge_results(
-            r.results, reading.seen, reading.final, resumed=bool(a.resume_step), attempt=attempt
-        )
+        merge_results(r.results, reading.seen, reading.final, resumed=bool(a.resume_step), attempt=attempt)
         if reading.seen is not None
         else r.results
     )
     # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
     held = max(a.chip_hours or 0.0, reading.chips) if reading.chips else a.chip_hours
-    live = outcomes.with_baseline(outcomes.newer_progress(r.progress, reading.progress), results)
-    moved = reading.cursor.to_json() if reading.cursor is not None else a.log_cursor
+    live = with_baseline(newer_progress(r.progress, reading.progress), results)
+    moved = reading.cursor if reading.cursor is not None else a.log_cursor
     if a.phase == reading.phase:
         if (
             (live and live != r.progress)
@@ -58,14 +57,14 @@ def apply(
         ):
             r.progress = live or r.progress
             r.results, a.chip_hours, a.log_cursor = results, held, moved
-            a.cost_estimate = outcomes.cost_estimate(r.request, held, prices_json)
+            a.cost_estimate = cost_estimate(r.request, held, prices_json)
             return "progress", None
         return None, None
     r.progress = live or r.progress
     r.results, a.chip_hours, a.phase, a.log_cursor = results, held, reading.phase, moved
     if reading.commit:
         r.lineage.published_commit = reading.commit
-    a.cost_estimate = outcomes.cost_estimate(r.request, held, prices_json)
+    a.cost_estimate = cost_estimate(r.request, held, prices_json)
     if reading.failure:
         a.failure_class, a.reason = reading.failure["tag"], reading.failure["message"]
         a.budget_exhausted = reading.failure.get("exhausted")

@@ -9,9 +9,9 @@ whole, so only the attempts launched in the record's current round are counted.
 
 from __future__ import annotations
 
-from rlpipe.control.ledger import RunRecord
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.request import Request
+from rlpipe.core.runs.record import RunRecord
 
 
 def classify(

@@ -9,8 +9,8 @@ reconciler) pass no execution id and act as operators.
 
 from __future__ import annotations
 
-from rlpipe.control.ledger import RunRecord
 from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.runs.record import RunRecord
 
 
 class NotOwner(PermanentFailure):

@@ -1,7 +1,7 @@
 """What plan changes in its run's record: which execution drives the run (one adopted when intake
 crashed before recording it), then the commits, data and conversion cache the run is pinned to.
 
-Kept apart from ``stage`` for the reason ``phase_record`` and ``launch_record`` are: the ledger's
+Kept apart from ``control.stage`` for the reason ``phase_record`` and ``launch_record`` are: the ledger's
 compare-and-swap may apply a change again on a newer record, so each is one function of the record
 being replaced. Ownership and the terminal check are decided there, so after a lease lapse two
 executions cannot both be told to go on: the first to write owns the run.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlpipe.control.ledger import RunRecord
-from rlpipe.control.ownership import owns
 from rlpipe.core import layout
+from rlpipe.core.runs.ownership import owns
+from rlpipe.core.runs.record import RunRecord
 
 
 def take_ownership(

@@ -1,0 +1,289 @@
+"""A run's record: the models the ledger stores as ``runs/<run_id>/run.json``, and its state machine.
+
+Pure data, kept in the core so that every layer reads the same typed record: the control plane
+writes it (``control.ledger``, a compare-and-swap store), the report and the CLI read it. The
+field names and shapes are the ledger's JSON on disk; a change here must keep existing ledgers
+loading.
+
+State machine (illegal transitions raise ``IllegalTransition``)::
+
+    accepted → converting → training → exporting → [publishing →] succeeded
+        │           │           │           │              │
+        └───────────┴───────────┴───────────┴──────────────┴──→ failed | cancelled
+    accepted → training            (conversion cache hit)
+    training → gated               (the quality gate held the model back; terminal)
+    gated → training               (``rlpipe promote``: a person overrides the gate; the run goes on)
+    accepted → exporting | publishing | succeeded  (a retried round whose earlier, or all, stages are done)
+    failed | cancelled → accepted  (only ``RunRecord.reopen``: ``rlpipe retry`` starts a new round)
+
+A run's rounds: round 1 is the original request; each retry (``control.retry``) appends a
+``Round`` and continues the same run (same run id, attempt numbers going on, same checkpoints).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlpipe.core.identity import Stage
+
+State = Literal[
+    "accepted",
+    "converting",
+    "training",
+    "exporting",
+    "publishing",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "gated",
+]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "gated"})
+STAGE_STATE: dict[str, State] = {
+    "convert": "converting",
+    "train": "training",
+    "export": "exporting",
+    "publish": "publishing",
+}
+
+_ALLOWED: dict[str, frozenset[str]] = {
+    # exporting, publishing, succeeded, gated: a retried round whose earlier (or all) stages are done
+    "accepted": frozenset(
+        {"converting", "training", "exporting", "publishing", "succeeded", "failed", "cancelled", "gated"}
+    ),
+    "converting": frozenset({"training", "failed", "cancelled"}),
+    "training": frozenset({"exporting", "failed", "cancelled", "gated"}),
+    "exporting": frozenset({"publishing", "succeeded", "failed", "cancelled"}),
+    "publishing": frozenset({"succeeded", "failed", "cancelled"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+    "gated": frozenset({"training"}),  # promote
+}
+# The states a retry may reopen (``RunRecord.reopen``); never through ``set_state``.
+RETRYABLE: frozenset[str] = frozenset({"failed", "cancelled"})
+
+LEDGER_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime(LEDGER_TIME)
+
+
+def parse_time(timestamp: str) -> datetime:
+    """A ledger timestamp (``now()``'s format) as an aware UTC datetime."""
+    return datetime.strptime(timestamp, LEDGER_TIME).replace(tzinfo=UTC)
+
+
+class IllegalTransition(Exception):
+    pass
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Source(_Model):
+    kind: Literal["gcs", "pubsub", "upstream", "cli"]
+    bucket: str | None = None
+    name: str | None = None
+    generation: str | None = None
+    topic: str | None = None
+    message_id: str | None = None
+
+
+class Attempt(_Model):
+    stage: Stage
+    attempt: int
+    workload: str
+    uid: str | None = None
+    launched_at: str
+    finished_at: str | None = None
+    phase: str = "launched"
+    failure_class: str | None = None
+    reason: str | None = None
+    resume_step: int | None = None
+    chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
+    cost_estimate: float | None = None  # chip_hours at the mode's list price (core.cost); None: no price
+    round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)
+    # The failure class whose retry budget (or the retry cap) this failure used up: the attempt
+    # is then ``permanent``, but what happened was that class (core/runs/budgets.py).
+    budget_exhausted: str | None = None
+    # Where the next read of the head's log starts (cluster/log_cursor.py; train attempts only).
+    log_cursor: dict[str, Any] | None = None
+
+
+# ---- a sweep (control/sweep): the parent's coordination record and a child's membership -------
+# Every change to a parent is a compare-and-swap on its run.json (``control.ledger``), which is
+# what makes the slot count, the one converter and the one selection hold when children ask at
+# the same moment.
+
+
+class SweepSelection(_Model):
+    """The child chosen to publish, and why (``core.sweep.select``); run_id None: none could be."""
+
+    run_id: str | None
+    index: int | None
+    metric: str
+    direction: str
+    value: float | None
+    reason: str
+    at: str
+    table: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SweepParent(_Model):
+    """A parent record's sweep: its children (by point index) and what they coordinate through."""
+
+    children: list[str]  # run ids, point index order
+    points: list[dict[str, Any]]
+    max_parallel: int
+    # Children holding a slot (a TPU slice's worth of work: convert, train, export).
+    slots: list[str] = Field(default_factory=list)
+    converter: str | None = None  # the one child converting the checkpoint all of them share
+    # The commits every child trains on, pinned once by the first child to plan:
+    # {"hf_sha": …, "data": …} (lineage.hf_sha and lineage.data of each child).
+    pins: dict[str, Any] | None = None
+    arrived: list[str] = Field(default_factory=list)  # children waiting at selection, trained and gated
+    selection: SweepSelection | None = None
+    cancelled: bool = False
+    # Who cancelled it: the identity Google verified on the rlpipe cancel call (control/callers.py).
+    cancelled_by: str | None = None
+
+
+class SweepMember(_Model):
+    """A child's place in its sweep: which parent, which point of the grid."""
+
+    parent: str
+    index: int
+    size: int
+    point: dict[str, Any]
+    waiting: str | None = None  # why it is queued (no slot, or the shared conversion not ready)
+    selected: bool | None = None  # None until the selection; then whether it is the one that publishes
+
+
+class Execution(_Model):
+    name: str | None = None
+    started_at: str | None = None
+    lease_holder: str | None = None
+    lease_until: float | None = None
+    start_attempts: int = 0  # leases taken to start an execution; capped (intake.MAX_START_ATTEMPTS)
+
+
+class GateOverride(_Model):
+    by: str  # the name the person gave
+    at: str
+    reason: str
+    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
+
+
+class Lineage(_Model):
+    hf_repo: str | None = None
+    hf_revision: str | None = None
+    hf_sha: str | None = None
+    image: str | None = None
+    conversion_key: str | None = None
+    conversion_cache_hit: bool | None = None
+    converted_uri: str | None = None
+    checkpoint_uri: str | None = None
+    final_step: int | None = None
+    export_uri: str | None = None
+    published_to: str | None = None  # repo@branch on the Hugging Face Hub (the publish stage)
+    published_commit: str | None = None  # the Hub commit that holds this run's model (its receipt's)
+    promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
+    pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
+    # The datasets plan pinned: {"train": …, "eval": …}, each control.hub_datasets' record (repo,
+    # commit, subset, split, every data file with its size and sha256) and where it is staged.
+    data: dict[str, Any] | None = None
+    # The user's files intake copied under the run's prefix: role (rewards, processor,
+    # chat_template) → {uri, sha256, size, functions}; every attempt checks these bytes.
+    inputs: dict[str, Any] | None = None
+    sweep: SweepMember | None = None  # a sweep's child: its parent and its point (control/sweep)
+
+
+class GateRecord(_Model):
+    """The quality gate's verdict (``core.gate``), and a person's override (``rlpipe promote``)."""
+
+    passed: bool | None = None  # None: could not be evaluated
+    reasons: list[str] = Field(default_factory=list)
+    evaluated_at: str | None = None
+    override: GateOverride | None = None
+
+
+class Failure(_Model):
+    tag: str
+    message: str
+    stage: str | None = None
+    attempt: int | None = None
+    # A person ended the run (rlpipe cancel): the identity Google verified on that call
+    # (control/callers.py); None when the pipeline ended it.
+    caller: str | None = None
+
+
+class Round(_Model):
+    """One retry of the run (``rlpipe retry``, through the stage function): round 2 onwards."""
+
+    round: int
+    by: str  # the name the person gave
+    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
+    at: str
+    from_stage: Stage | None = None  # stages at or after it run again even if done
+    reason: str
+    key: str  # the caller's idempotency key (one round per key, however often it is sent)
+    previous_state: str  # failed or cancelled
+    previous_failure: dict[str, Any] | None = None  # the Failure that ended the previous round
+
+
+class RunRecord(_Model):
+    run_id: str
+    key: str
+    source: Source
+    request: dict[str, Any]
+    state: State = "accepted"
+    stage: Stage | None = None
+    attempt: int = 0
+    attempts: list[Attempt] = Field(default_factory=list)
+    execution: Execution = Field(default_factory=Execution)
+    callbacks: dict[str, str] = Field(default_factory=dict)
+    lineage: Lineage = Field(default_factory=Lineage)
+    failure: Failure | None = None
+    progress: dict[str, Any] = Field(default_factory=dict)  # e.g. {"step": 40, "mean_reward": 0.61}
+    # Every evaluation train_rl printed (train_log.TrainLog.results) and the final step.
+    results: dict[str, Any] = Field(default_factory=dict)
+    gate: GateRecord | None = None
+    round: int = 1  # 1 for the original request; +1 for each retry
+    rounds: list[Round] = Field(default_factory=list)  # the retries, oldest first
+    sweep: SweepParent | None = None  # a sweep's parent: no workloads of its own, only children
+    created_at: str = Field(default_factory=now)
+    updated_at: str = Field(default_factory=now)
+    seq: int = 1
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def set_state(self, new: State) -> None:
+        if new == self.state:
+            return
+        if new not in _ALLOWED[self.state]:
+            raise IllegalTransition(f"run {self.run_id}: {self.state} → {new} is not allowed")
+        self.state = new
+
+    def reopen(self) -> None:
+        """failed | cancelled → accepted, for a new round (``control.retry.start_round`` only)."""
+        if self.state not in RETRYABLE:
+            raise IllegalTransition(f"run {self.run_id}: {self.state} cannot be retried")
+        self.state = "accepted"
+
+    def current_round(self) -> Round | None:
+        """The retry that started the current round; None in round 1."""
+        return next((r for r in reversed(self.rounds) if r.round == self.round), None)
+
+    def current_attempt(self, stage: str) -> Attempt | None:
+        found = [a for a in self.attempts if a.stage == stage]
+        return max(found, key=lambda a: a.attempt) if found else None
+
+    def attempt_record(self, stage: str, attempt: int) -> Attempt | None:
+        return next((a for a in self.attempts if a.stage == stage and a.attempt == attempt), None)

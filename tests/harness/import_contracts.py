@@ -1,0 +1,137 @@
+"""An import-linter contract the built-in types cannot state: a run record's names are taken from
+the core, never from a module that passes them on.
+
+Why: the record (``rlpipe.core.runs``) is used by every layer, and the easy way back to the old
+shape is a module above the core that imports ``RunRecord`` for its own use and is then imported
+*for* it (``from rlpipe.control.ledger import RunRecord``). Module-level contracts cannot see that:
+``control.ledger`` importing the core is right, and ``cli.watch`` importing ``control.ledger`` is
+right too (for ``Ledger``). This contract reads the import statements: a module outside the core
+that takes a name, directly or as an attribute of a module it imported, from a module which itself
+got that name from the record package, breaks it.
+
+Registered in ``pyproject.toml`` (``contract_types``); ``tests/test_architecture.py`` shows it bites.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import grimp
+from importlinter import Contract, ContractCheck, fields, output
+
+
+@dataclass(frozen=True)
+class Passed:
+    """``importer`` took ``name`` from ``passer``, which had it from the record package."""
+
+    importer: str
+    line: int
+    passer: str
+    name: str
+
+
+def _source(module: str) -> tuple[Path, ast.Module] | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    path = Path(spec.origin)
+    return path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The module an ``ImportFrom`` names, relative imports resolved against ``module``."""
+    if not node.level:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+@cache
+def _from_record(module: str, record_package: str) -> frozenset[str]:
+    """The names ``module`` imports from the record package (what it could pass on)."""
+    found = _source(module)
+    if found is None:
+        return frozenset()
+    path, tree = found
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            origin = _absolute(module, node, path.name == "__init__.py")
+            if origin == record_package or origin.startswith(record_package + "."):
+                names.update(alias.asname or alias.name for alias in node.names)
+    return frozenset(names)
+
+
+def passed_on(importer: str, modules: set[str], record_package: str) -> list[Passed]:
+    """Each record name ``importer`` takes from a module (one of ``modules``) that passes it on."""
+    found = _source(importer)
+    if found is None:
+        return []
+    path, tree = found
+    aliases: dict[str, str] = {}  # a local name → the module it is
+    taken: list[tuple[int, str, str]] = []  # (line, from module, name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else ""
+        elif isinstance(node, ast.ImportFrom):
+            origin = _absolute(importer, node, path.name == "__init__.py")
+            for alias in node.names:
+                if f"{origin}.{alias.name}" in modules:  # a module: its attributes are checked below
+                    aliases[alias.asname or alias.name] = f"{origin}.{alias.name}"
+                elif origin in modules:
+                    taken.append((node.lineno, origin, alias.name))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and aliases.get(node.value.id)
+        ):
+            taken.append((node.lineno, aliases[node.value.id], node.attr))
+    return [
+        Passed(importer, line, origin, name)
+        for line, origin, name in sorted(set(taken))
+        if not (origin == record_package or origin.startswith(record_package + "."))
+        and name in _from_record(origin, record_package)
+    ]
+
+
+class RecordFromCoreContract(Contract):
+    """Modules outside ``core_package`` take the names of ``record_package`` from it alone.
+
+    Options:
+        - record_package: the package whose names must come from itself (``rlpipe.core.runs``).
+        - core_package: the package inside which mypy's ``no_implicit_reexport`` already holds.
+    """
+
+    type_name = "record_from_core"
+
+    record_package = fields.ModuleField()
+    core_package = fields.ModuleField()
+
+    def check(self, graph: grimp.ImportGraph, verbose: bool) -> ContractCheck:
+        record = self.record_package.name  # type: ignore[attr-defined]
+        core = self.core_package.name  # type: ignore[attr-defined]
+        modules = set(graph.modules)
+        importers = sorted(m for m in modules if m != core and not m.startswith(core + "."))
+        found = [p for m in importers for p in passed_on(m, modules, record)]
+        return ContractCheck(kept=not found, metadata={"passed": found})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for p in check.metadata["passed"]:
+            output.print_error(
+                f"{p.importer}:{p.line} takes {p.name} from {p.passer}; import it from "
+                f"{self.record_package.name} instead",  # type: ignore[attr-defined]
+                bold=False,
+            )
+            output.new_line()
