@@ -1,4 +1,4 @@
-"""Golden manifests for every example × stage, reviewed by eye against DESIGN §7 when (re)generated.
+"""Golden manifests for every example × stage, reviewed by eye against docs/design.md#what-we-hand-kubernetes-kueue-and-jobset when (re)generated.
 
 Regenerate deliberately with `UPDATE_GOLDENS=1 make test` and review the diff before committing.
 """

@@ -1,4 +1,4 @@
-"""Deterministic names and the GCS layout's completion rules (DESIGN §4, §5, §7)."""
+"""Deterministic names and the GCS layout's completion rules (docs/design.md#stages-and-what-done-means, docs/design.md#the-gcs-layout, docs/design.md#names-and-labels)."""
 
 from __future__ import annotations
 

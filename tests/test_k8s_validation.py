@@ -1,6 +1,6 @@
 """Tests for rlpipe.core.k8s_validation: a real Pathways JobSet passes, and each likely mistake fails at its path.
 
-The JobSet is written out by hand from DESIGN §7 and manifests.md §2.2, not
+The JobSet is written out by hand from docs/design.md#what-we-hand-kubernetes-kueue-and-jobset and manifests.md §2.2, not
 produced by the renderer, so a renderer bug cannot hide a validator bug here.
 """
 

@@ -230,7 +230,7 @@ def test_an_eviction_is_classified_by_its_reason(
 
 
 def test_a_kueue_preemption_of_a_running_jobset_is_preempted_and_resumed() -> None:
-    """The pipeline retries a ``preempted`` failure from the last committed checkpoint (DESIGN §6);
+    """The pipeline retries a ``preempted`` failure from the last committed checkpoint (docs/design.md#retries-preemption-and-resume);
     the pods are still terminating on their nodes when the verdict is given."""
     js = jobset(suspended_at=EVICTED_AT, created=RAN_FOR_HOURS)
     st = classify(

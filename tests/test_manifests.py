@@ -1,4 +1,4 @@
-"""Structural checks of rendered workloads that do not depend on the goldens (DESIGN §7)."""
+"""Structural checks of rendered workloads that do not depend on the goldens (docs/design.md#what-we-hand-kubernetes-kueue-and-jobset)."""
 
 from __future__ import annotations
 

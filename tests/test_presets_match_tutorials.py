@@ -19,12 +19,12 @@ from rlpipe.core.request import validate_request
 from tests.conftest import minimal_request
 
 PRESETS = ("v6e-32", "v6e-64")
-# Run-scoped paths, and the repo reads that rlpipe pins to the resolved sha (DESIGN §4): the
+# Run-scoped paths, and the repo reads that rlpipe pins to the resolved sha (docs/design.md#departures-from-the-tutorials): the
 # tutorials read google/gemma-4-26b-a4b-it from the Hub's default branch; rlpipe reads a local
 # copy of the repo at the pinned sha (core/pinning.py). Checked for their form below.
 CONTROLLED = {"base_output_directory", "load_parameters_path", "tokenizer_path", "--hf_model_path"}
 # Deliberate differences from the tutorials, each for a stated reason.
-DROPPED_ARGS = {"hf_access_token"}  # MaxText reads HF_TOKEN from the environment (DESIGN §7)
+DROPPED_ARGS = {"hf_access_token"}  # MaxText reads HF_TOKEN from the environment (docs/design.md#secrets)
 ADDED_ARGS = {"export": {"--hf_model_path"}}  # the tokenizer at the pinned sha, not MaxText's table
 # Train's data, appended after the tutorial's arguments: the tutorials rely on rl.yml's GSM8K
 # defaults, which the presets' `dataset` states, and read it from the Hub unpinned; the pipeline

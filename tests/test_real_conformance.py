@@ -40,7 +40,7 @@ from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F40
 from tests.test_stage import env, hub  # noqa: F401  (fixtures: the stage function, the Hub double)
 
 # (scenario, the double's fault for the convert Job, what the real pods' containers do, and the
-# verdict DESIGN §6 gives it: both clusters must reach it, not merely agree)
+# verdict docs/design.md#failure-classes-and-retry-budgets gives it: both clusters must reach it, not merely agree)
 CONVERT_SCENARIOS = [
     ("success", "", Outcome(exit_code=0, seconds=0.5), ("succeeded", None)),
     ("exit-1", "convert:exit:1", Outcome(exit_code=1, seconds=0.5), ("failed", FailureClass.PERMANENT)),

@@ -146,7 +146,7 @@ def test_a_workload_waiting_for_capacity_is_queued_then_capacity_after_the_deadl
     simulate: Callable[..., ClusterSimulator],
 ) -> None:
     """Pods the scheduler cannot place, and a workload Kueue cannot admit, wait as ``queued``
-    until the queued deadline, then fail as ``capacity`` (DESIGN §6): on the double from its
+    until the queued deadline, then fail as ``capacity`` (docs/design.md#failure-classes-and-retry-budgets): on the double from its
     fault, on the real plane from the real scheduler's and Kueue's own conditions and events."""
     kind = "Job" if stage == "convert" else "JobSet"
     dbl = render(buckets, stage, run_id=f"rdbl{scenario[:8]}")
@@ -215,7 +215,7 @@ def test_kueue_preempting_a_running_jobset_for_higher_priority_work_is_preempted
 ) -> None:
     """Kueue evicts the running JobSet's Workload (``Preempted``), suspends the JobSet again and
     its controller removes the pods; the classifier reads the eviction from the Workload's events
-    and says ``preempted`` (DESIGN §6). On the real plane the JobSet, once the urgent work is gone,
+    and says ``preempted`` (docs/design.md#failure-classes-and-retry-budgets). On the real plane the JobSet, once the urgent work is gone,
     is admitted again, and the classifier then says ``running``: the eviction is history."""
     from tests.test_simulator import program_args, seed
 

@@ -375,7 +375,7 @@ def test_a_failed_request_with_retries_left_keeps_its_quota_through_the_backoff_
     pkg/workload/admissionchecks.go:231-250), then returns early until that time
     (workload_controller.go:396-401), before it reaches the check-based eviction (:611). So the
     Workload holds its quota (TPU, and the head's cpu-np quota borrowed from the cohort) through
-    the backoff. The classifier says ``queued``: a capacity wait, not a failure (DESIGN §6). The
+    the backoff. The classifier says ``queued``: a capacity wait, not a failure (docs/design.md#failure-classes-and-retry-budgets). The
     double has no such state: its ``provision-fail`` plays the terminal rejection only."""
     plane = flex_start
     train = _flex_train(buckets, "rflexretry")

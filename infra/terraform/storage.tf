@@ -1,4 +1,4 @@
-# The buckets of DESIGN §5 and the bucket that holds the functions' source archive. The artifacts
+# The buckets of docs/design.md#the-gcs-layout and the bucket that holds the functions' source archive. The artifacts
 # bucket holds what workloads write; the state bucket the control plane's own records (ledgers,
 # events, error records, READY.json, upstream state, the reconcile cursor), which no workload may
 # touch (iam.tf; core/layout.py names which object lives where).

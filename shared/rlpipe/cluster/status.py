@@ -1,7 +1,7 @@
 """Status classification: a Job or JobSet, its pods and its events folded into one :class:`WorkloadStatus`.
 
 * **One status answer per workload.** The workflow asks "is stage N done, and if it failed, which
-  retry budget pays for it?" (DESIGN §6). Kubernetes spreads that answer over the Job/JobSet
+  retry budget pays for it?" (docs/design.md#failure-classes-and-retry-budgets). Kubernetes spreads that answer over the Job/JobSet
   conditions, Kueue's suspension, the pods' conditions and container states, and events.
   :func:`summarize` folds them into one :class:`WorkloadStatus` whose ``reason`` names the pod,
   the container, the exit code and Kubernetes' own message, so a person can act on one line.

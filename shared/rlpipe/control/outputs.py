@@ -35,7 +35,7 @@ def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) 
 def stage_complete(
     artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, stage: str, attempt: int
 ) -> layout.Completeness:
-    """The stage's done rule (DESIGN §4) applied to what the bucket lists now.
+    """The stage's done rule (docs/design.md#stages-and-what-done-means) applied to what the bucket lists now.
 
     Train's final step is ``ctx.final_step`` (the ledger's ``lineage.final_step``: the step
     training actually ended at once it ended, which the data can make lower than the config's),

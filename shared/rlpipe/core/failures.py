@@ -1,4 +1,4 @@
-"""The failure taxonomy (DESIGN §6): every failure has a class, and the class decides the retry.
+"""The failure taxonomy (docs/design.md#failure-classes-and-retry-budgets): every failure has a class, and the class decides the retry.
 
 The ``tag`` is what the workflow matches on in its retry predicate, so tags are stable strings,
 never reworded. ``transient`` failures are first retried inside the library with jitter; only

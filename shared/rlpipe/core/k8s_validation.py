@@ -243,7 +243,7 @@ def _generated_name_problems(
     path: str, jobset: str, rjob: str, replicas: int, job_spec: dict[str, Any]
 ) -> list[str]:
     # Child Jobs are <jobset>-<rjob>-<index> and pods add -<completion-index>-<5 random>;
-    # all must be DNS-1035 labels. DESIGN caps JobSet names at 28 characters for this.
+    # all must be DNS-1035 labels. docs/design.md#names-and-labels caps JobSet names at 28 characters for this.
     problems = []
     job_name = f"{jobset}-{rjob}-{replicas - 1}"
     if len(job_name) > 63 or not _DNS1035.match(job_name):

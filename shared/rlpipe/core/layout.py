@@ -1,7 +1,7 @@
 """Every GCS path of a run, and the rule that says when each stage's output is complete.
 
-This module is the only place that spells an object name (DESIGN §5). The completion rules
-follow what MaxText and Orbax actually write (DESIGN §4): Orbax writes a step directory in place
+This module is the only place that spells an object name (docs/design.md#the-gcs-layout). The completion rules
+follow what MaxText and Orbax actually write (docs/design.md#stages-and-what-done-means): Orbax writes a step directory in place
 under its final name and marks it complete with ``commit_success.txt`` last. The HF export has no
 marker of MaxText's; the export script's own step writes one, the export manifest
 (:data:`EXPORT_MANIFEST`), last: every file the program wrote, with its size and sha256

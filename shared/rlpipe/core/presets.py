@@ -5,7 +5,7 @@ values reproduce the two tutorials argument for argument (``v6e-32``: the Japane
 tutorial; ``v6e-64``: the Chinese v6e-64 8x8 tutorial). A training field set to ``None`` means
 "not passed to MaxText", so MaxText's own default applies, exactly as when the tutorial omits it.
 
-Where rlpipe deliberately improves on the tutorials (DESIGN §4), the improvement lives here too:
+Where rlpipe deliberately improves on the tutorials (docs/design.md#departures-from-the-tutorials), the improvement lives here too:
 conversion and export on the CPU pool, the HF token from a Secret, pinned Pathways images.
 """
 

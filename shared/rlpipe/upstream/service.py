@@ -1,6 +1,6 @@
 """Upstream watch: a new Hugging Face release of a watched repo becomes one run, pinned to its commit.
 
-DESIGN §3.4: the poller is the source of truth and the webhook only makes it faster. Both end in
+docs/design.md#upstream-releases: the poller is the source of truth and the webhook only makes it faster. Both end in
 ``Poller.poll`` and then in the intake every other source uses, keyed
 ``hf:<repo>@<sha>:<template-hash>``, so a release seen by two polls, or by a webhook and a poll,
 is one run. This module is the public face and the wiring from ``Settings``; the parts:

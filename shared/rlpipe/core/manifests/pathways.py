@@ -1,4 +1,4 @@
-"""GRPO training as a Pathways JobSet (DESIGN §7; Cluster Toolkit's Pathways template as reference).
+"""GRPO training as a Pathways JobSet (docs/design.md#what-we-hand-kubernetes-kueue-and-jobset; Cluster Toolkit's Pathways template as reference).
 
 The head (``pathways-head``) runs on the CPU pool: the Pathways proxy and resource manager as
 native sidecars, and train_rl as the main container. The workers are one Job per slice on the TPU

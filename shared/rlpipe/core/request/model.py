@@ -230,7 +230,7 @@ class TrainingSpec(_Strict):
 
 
 class Budgets(_Strict):
-    """Retries allowed per failure class (DESIGN §6); `permanent` is never retried."""
+    """Retries allowed per failure class (docs/design.md#failure-classes-and-retry-budgets); `permanent` is never retried."""
 
     preempted: Annotated[int, Field(ge=0, le=50)]
     capacity: Annotated[int, Field(ge=0, le=50)]

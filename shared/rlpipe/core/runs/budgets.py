@@ -1,4 +1,4 @@
-"""Which retry budget pays for a failed attempt, and when the budgets are spent (DESIGN §6).
+"""Which retry budget pays for a failed attempt, and when the budgets are spent (docs/design.md#failure-classes-and-retry-budgets).
 
 A failure class the workflow would retry becomes ``permanent`` once its own budget, or the request's
 overall retry cap, is used up for the stage; the message then says which one ran out.

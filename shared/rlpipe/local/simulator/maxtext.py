@@ -1,6 +1,6 @@
 """What the three MaxText programs write to GCS, and in which order: tiny files, real names.
 
-Everything here comes from DESIGN §4 and reference/manifests.md §4 (Orbax on GCS writes in
+Everything here comes from docs/design.md#independent-knowledge and reference/manifests.md §4 (Orbax on GCS writes in
 place and ``commit_success.txt`` last; MaxText's conversion step 0 with item ``items``; Tunix
 checkpoints under ``<base>/<run_name>/checkpoints/actor/<step>/`` with ``model_params`` and
 ``optimizer_state``; the HF export's tokenizer, config, shards and index last). It is written

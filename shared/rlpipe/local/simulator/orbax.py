@@ -1,6 +1,6 @@
 """An Orbax checkpoint as MaxText's programs leave it on GCS, file by file and in Orbax's order.
 
-Orbax on GCS writes in place and ``commit_success.txt`` last (DESIGN §4, reference/manifests.md
+Orbax on GCS writes in place and ``commit_success.txt`` last (docs/design.md#stages-and-what-done-means, reference/manifests.md
 §4): a PyTree item is its per-array zarr v2 directories, then its sharding and metadata files; a
 step adds ``_CHECKPOINT_METADATA``; each item and step is finalized by its own commit file.
 

@@ -2,7 +2,7 @@
 evaluation and metrics lines, and where its data or max_steps ends it.
 
 Tunix checkpoints go under ``<base>/<run_name>/checkpoints/actor/<step>/`` with ``model_params``
-and ``optimizer_state`` (DESIGN §4, reference/manifests.md §4), saved every ``checkpoint_period``
+and ``optimizer_state`` (docs/design.md#stages-and-what-done-means, reference/manifests.md §4), saved every ``checkpoint_period``
 steps and at the end, the newest N kept. Its own module because it is the one program with a
 loop, data and rewards; ``rlpipe.local.simulator.maxtext`` holds the other two and names all three.
 train_rl prints rewards only in its Pre/Post RL Training and Intermediate Eval lines
