@@ -292,9 +292,9 @@ class BenchStack:
         self.child_env = dict(child_env or {})
 
     def __enter__(self) -> BenchStack:
-        from rlpipe.control.blobstore import BlobStore, make_client
-        from rlpipe.control.ledger import Ledger
-        from rlpipe.control.settings import Settings
+        from rlpipe.control.adapters.blobstore import BlobStore, make_client
+        from rlpipe.control.adapters.settings import Settings
+        from rlpipe.control.lifecycle.ledger import Ledger
 
         for old in (self.root / "logs").glob("*.log"):  # the stack appends; a replay must not read old lines
             old.unlink()

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> Section:
     from cloudevents.conversion import to_binary
     from functions_framework import create_app
 
-    from rlpipe.control.events import match_artifact
+    from rlpipe.control.adapters.events import match_artifact
     from rlpipe.local.shim import storage_event
 
     started = time.monotonic()

@@ -103,8 +103,8 @@ def _burst(url: str, event: Any, n: int) -> tuple[float, list[int]]:
 def run(args: argparse.Namespace) -> Section:
     import os
 
-    from rlpipe.control.blobstore import BlobStore, make_client
-    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.core.identity import key_for_object, run_id_for
     from rlpipe.local.gcs import binary_path
     from rlpipe.local.ports import free_port

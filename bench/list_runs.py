@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> Section:
     import os
 
     from rlpipe.cli import runs
-    from rlpipe.control.blobstore import BlobStore, make_client
-    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.core.runs.record import RunRecord, Source
     from rlpipe.local.gcs import FakeGcs
 

@@ -87,7 +87,7 @@ def slow_storage(client: Any, latency: float) -> None:
 def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
     from concurrent.futures import ThreadPoolExecutor
 
-    from rlpipe.control.blobstore import make_client
+    from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.local.gcs import FakeGcs
     from rlpipe.local.kube_api import KubeApiServer
     from tests.test_reconcile_chain import Chain, chain_settings, workflows_engine
@@ -103,7 +103,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
                 artifacts = client.create_bucket(f"bench-artifacts-{suffix}").name
                 state = client.create_bucket(f"bench-state-{suffix}").name
                 requests = client.create_bucket(f"bench-requests-{suffix}").name
-                from rlpipe.control.blobstore import BlobStore
+                from rlpipe.control.adapters.blobstore import BlobStore
 
                 chain = Chain(
                     BlobStore(client, state),
@@ -174,7 +174,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
 def _timed(chain: Any, concurrency: int, *, dry_run: bool) -> tuple[Any, float]:
     import io
 
-    from rlpipe.control.logs import Logger
+    from rlpipe.control.adapters.logs import Logger
 
     reconciler = chain.reconciler(concurrency=concurrency)
     reconciler.log = Logger("reconcile", stream=io.StringIO())  # the figures, not 1,000 log lines

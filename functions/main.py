@@ -10,8 +10,8 @@ import functions_framework
 # module on each cold start. `rlpipe.control.services` (the ledger's pydantic models, ~150 ms; bench/
 # RESULTS.md §2) is imported by the entries that use it, so `artifact_event`, the function that
 # scales out during a checkpoint write, starts without it.
-from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
-from rlpipe.control.logs import Logger, configure_stdlib_logging
+from rlpipe.control.adapters.events import BadEvent, match_artifact, message_event, object_event
+from rlpipe.control.adapters.logs import Logger, configure_stdlib_logging
 
 configure_stdlib_logging()
 
@@ -104,7 +104,7 @@ def artifact_event(cloud_event: Any) -> None:
     signal = match_artifact(name) if isinstance(name, str) else None
     if signal is None:
         return  # the hot path: thousands of checkpoint objects, no I/O at all
-    from rlpipe.control.artifacts import wake
+    from rlpipe.control.completion_signals import wake
 
     wake(signal, name, Logger("artifact_event"))
 
@@ -112,8 +112,8 @@ def artifact_event(cloud_event: Any) -> None:
 @functions_framework.http
 def stage(request: Any) -> tuple[dict[str, Any], int]:
     """The workflow's door into the pipeline (plan, launch, status, gate, select, finish, cleanup)
-    and the operators' (cancel, retry, promote); which identity may call which: control/identities.py."""
-    from rlpipe.control.callers import caller_of
+    and the operators' (cancel, retry, promote); which identity may call which: control/adapters/identities.py."""
+    from rlpipe.control.adapters.callers import caller_of
     from rlpipe.control.stage_http import handle
 
     return handle(request.get_json(silent=True), Logger("stage"), caller=caller_of(request.headers))

@@ -56,20 +56,20 @@ class Buckets:
 
     def store(self, which: str) -> Any:
         """``requests``, ``artifacts`` (what workloads write) or ``state`` (ledgers, READY.json, ...)."""
-        from rlpipe.control.blobstore import BlobStore
+        from rlpipe.control.adapters.blobstore import BlobStore
 
         names = {"requests": self.requests, "artifacts": self.artifacts, "state": self.state}
         return BlobStore(self.client, names[which])
 
     def store_of(self, bucket: str) -> Any:
         """Any bucket by name (a request may name a gs:// file in a shared read-only bucket)."""
-        from rlpipe.control.blobstore import BlobStore
+        from rlpipe.control.adapters.blobstore import BlobStore
 
         return BlobStore(self.client, bucket)
 
     def ledger(self) -> Any:
         """The ledger, where production keeps it: in the state bucket."""
-        from rlpipe.control.ledger import Ledger
+        from rlpipe.control.lifecycle.ledger import Ledger
 
         return Ledger(self.store("state"))
 
@@ -88,7 +88,7 @@ class Buckets:
 def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
     """Fresh requests, artifacts and state buckets on the shared fake-gcs-server, reached by the
     real storage client."""
-    from rlpipe.control.blobstore import make_client
+    from rlpipe.control.adapters.blobstore import make_client
 
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
     client = make_client("rlpipe-test")
@@ -114,11 +114,11 @@ def all_objects(store: Any) -> dict[str, bytes]:
 
 def real_intake(buckets: Buckets, executions: Any, **kwargs: Any) -> Any:
     """The library's Intake on the test buckets, starting executions on the recording servicer."""
-    from rlpipe.control.intake import Intake
-    from rlpipe.control.ledger import Ledger
-    from rlpipe.control.logs import Logger
-    from rlpipe.control.orchestrator import Orchestrator
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.logs import Logger
+    from rlpipe.control.adapters.orchestrator import Orchestrator
+    from rlpipe.control.adapters.settings import Settings
+    from rlpipe.control.lifecycle.intake import Intake
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     settings = Settings(

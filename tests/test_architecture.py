@@ -52,13 +52,51 @@ def test_no_package_groups_modules_by_a_name_prefix() -> None:
         assert not families, f"{package.relative_to(ROOT)}: make a package of {families}"
 
 
-def test_the_function_entry_points_import_no_local_stand_in_or_cli() -> None:
-    tree = ast.parse((ROOT / "functions" / "main.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    rlpipe = {m for m in imported if m.startswith("rlpipe")}
-    assert rlpipe, "main.py should call the library"
-    assert not {m for m in rlpipe if m.startswith(("rlpipe.local", "rlpipe.cli"))}
+# What functions/main.py may import of rlpipe: the control plane's entry points and wiring, the
+# doors every entry needs (parsing events, logs, the verified caller), and the two services' ticks.
+# import-linter sees packages only, and main.py is a module on the function's path: this holds it
+# to the same layers (above the control plane, below the local stand-ins and the CLI).
+FUNCTION_MAY_IMPORT = (
+    "rlpipe.control.stage_http",
+    "rlpipe.control.completion_signals",
+    "rlpipe.control.services",
+    "rlpipe.control.adapters",
+    "rlpipe.upstream.service",
+    "rlpipe.reconcile.runner",
+)
+
+
+def _rlpipe_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlpipe"):
+            found |= {
+                f"{node.module}.{a.name}" if node.module == "rlpipe.control" else node.module
+                for a in node.names
+            }
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("rlpipe")}
+    return found
+
+
+def test_the_function_entry_points_import_only_the_control_planes_entries_and_the_services() -> None:
+    imported = _rlpipe_imports(ROOT / "functions" / "main.py")
+    assert imported, "main.py should call the library"
+    outside = sorted(m for m in imported if not m.startswith(FUNCTION_MAY_IMPORT))
+    assert not outside, f"functions/main.py imports {outside}: call the control plane's entry points instead"
+
+
+def test_the_function_layer_rule_bites(tmp_path: Path) -> None:
+    planted = tmp_path / "main.py"
+    planted.write_text(
+        (ROOT / "functions" / "main.py").read_text()
+        + "\nfrom rlpipe.control.stage.service import StageService\nfrom rlpipe.local import gcs\n"
+    )
+    imported = _rlpipe_imports(planted)
+    assert {"rlpipe.control.stage.service", "rlpipe.local"} <= {
+        m for m in imported if not m.startswith(FUNCTION_MAY_IMPORT)
+    }
 
 
 def _lint_imports(library_root: Path) -> subprocess.CompletedProcess[str]:
@@ -87,16 +125,16 @@ def library_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("core/layout.py", "from rlpipe.local import stack", "The core is pure"),
         ("core/presets.py", "import kubernetes", "The core is pure"),
-        ("control/ledger.py", "from rlpipe.local import gcs", "Production code never imports"),
+        ("control/lifecycle/ledger.py", "from rlpipe.local import gcs", "Production code never imports"),
         ("cluster/__init__.py", "from rlpipe.control import ledger", "No import cycles"),
         (
             "cli/watch.py",
-            "from rlpipe.control.ledger import RunRecord as Passed",
+            "from rlpipe.control.lifecycle.ledger import RunRecord as Passed",
             "The run record comes from",
         ),
         (
             "reconcile/rules.py",
-            "import rlpipe.control.outcomes as passing; passing.Attempt",
+            "import rlpipe.control.lifecycle.quality_gate as passing; passing.Attempt",
             "The run record comes from",
         ),
     ],
@@ -129,7 +167,7 @@ def test_the_artifact_events_hot_path_loads_no_request_models() -> None:
     import sys
 
     code = (
-        "import sys; sys.path.insert(0, 'shared'); import rlpipe.control.artifacts, rlpipe.control.settings; "
+        "import sys; sys.path.insert(0, 'shared'); import rlpipe.control.completion_signals, rlpipe.control.adapters.settings; "
         "print('rlpipe.core.request' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

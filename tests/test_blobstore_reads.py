@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from google.api_core import exceptions as gexc
 
-from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets
 

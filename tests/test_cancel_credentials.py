@@ -25,7 +25,7 @@ from google.auth import exceptions as auth_exceptions
 from google.auth import impersonated_credentials
 
 from rlpipe.cli import runs
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 
 STAGE_URL = "https://rlpipe-stage-abc123-uc.a.run.app"
 OPERATOR_SA = "rlpipe-operator@my-project.iam.gserviceaccount.com"
@@ -193,7 +193,7 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(
 
     monkeypatch.setattr(runs, "call_stage", fake_stage)
     result = runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=Refusing())
-    # One operator operation: the stage function cleans up and finishes (control/stage.py cancel).
+    # One operator operation: the stage function cleans up and finishes (control/stage/service.py cancel).
     assert calls == [{"op": "cancel", "run_id": "r1"}]
     assert result["execution_cancelled"] is False and result["state"] == "cancelled"
     assert result["deleted"] == ["r1-train-a1"]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import runs
-from rlpipe.control import workload_logs
+from rlpipe.control.adapters import workload_logs
 from tests.conftest import ROOT
 from tests.harness.patience import ceiling, wait_until
 from tests.test_e2e import Local, faults, local  # noqa: F401

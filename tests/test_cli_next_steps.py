@@ -66,7 +66,8 @@ def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     from rlpipe.cli import demo
     from rlpipe.cli import submit as submit_cli
     from rlpipe.cli import watch as watch_module
-    from rlpipe.control import blobstore, ledger
+    from rlpipe.control.adapters import blobstore
+    from rlpipe.control.lifecycle import ledger
 
     gated = _record("rgatedemo001", "gated")
     from rlpipe.local import stack

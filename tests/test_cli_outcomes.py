@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import main as cli
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.runs.record import Attempt, GateRecord, RunRecord, Source
 
 

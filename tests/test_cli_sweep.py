@@ -435,7 +435,7 @@ def test_cancel_of_a_parent_cancels_each_running_childs_execution_first(
 def test_cancel_of_a_parent_prints_each_child_and_warns_of_an_execution_it_could_not_cancel(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rlpipe.control import orchestrator
+    from rlpipe.control.adapters import orchestrator
 
     ledger = _sweep(["training", "failed", "training"])
     monkeypatch.setattr(cli, "_settings", lambda: SimpleNamespace())

@@ -1,6 +1,6 @@
 """The local Cloud Logging plays ``entries.list`` as Google documents it, over the container lines
-the local clusters keep, and the production readers (``control/cloud_logs.py``,
-``control/workload_logs.py``) read it as they read Google's.
+the local clusters keep, and the production readers (``control/adapters/cloud_logs.py``,
+``control/adapters/workload_logs.py``) read it as they read Google's.
 
 Each rule is the reference's (cited in ``local/cloud_logging.py`` and ``local/logging_query.py``):
 the query language's precedence and case rules, ordering, paging and the request's limits.
@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from rlpipe.cluster.client import ClusterClient
-from rlpipe.control import cloud_logs, workload_logs
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import cloud_logs, workload_logs
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.local import logging_query
 from rlpipe.local.cloud_logging import CloudLogging, Resource
 from rlpipe.local.kube_api import KubeApiServer

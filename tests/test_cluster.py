@@ -28,7 +28,7 @@ from kubernetes import client
 from rlpipe import cluster
 from rlpipe.cluster import RBAC_RULES, ClusterClient, RbacRule, WorkloadStatus, api_errors, kinds
 from rlpipe.cluster import transport as cluster_client
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.failures import FailureClass, PermanentFailure, Preempted, TransientFailure
 from rlpipe.core.manifests import RenderContext, pathways, render

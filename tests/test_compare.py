@@ -32,7 +32,7 @@ FAST, SLOW = "rfast0000002", "rslow0000003"
 TWIN_A, TWIN_B = "rtwina000004", "rtwinb000005"
 PRICES = '{"v6e": {"spot": {"price": 1.25, "source": "our contract", "read": "2026-11-30"}}}'
 REASON = "highest post mean_reward <b>& cheapest</b>"
-# A deployment on Google Cloud, as the CLI's settings describe it (control.run_report.local_cluster).
+# A deployment on Google Cloud, as the CLI's settings describe it (control.lifecycle.run_report.local_cluster).
 GCP = SimpleNamespace(local=False, kubeconfig="", prices_json="")
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.identities import WORKFLOW_IDENTITY_ENV
+from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.stage_http import handle
 from rlpipe.core import identity
 from tests.conftest import Buckets
@@ -21,7 +21,7 @@ WORKFLOW = "rlpipe-workflow@my-project.iam.gserviceaccount.com"
 def test_a_rounds_reason_and_by_are_written_through_the_one_redacting_writer(buckets: Buckets) -> None:
     """`rlpipe retry --reason/--by` once wrote a token into the requests bucket unmasked; a retry
     now goes to the stage function, and what it records lands in the ledger, masked."""
-    from rlpipe.control import retry
+    from rlpipe.control.lifecycle import retry_rounds
     from rlpipe.core.request import validate_request
     from rlpipe.core.runs.record import Failure, RunRecord, Source
     from tests.conftest import minimal_request
@@ -36,7 +36,7 @@ def test_a_rounds_reason_and_by_are_written_through_the_one_redacting_writer(buc
         failure=Failure(tag="permanent", message="exit code 1"),
     )
     assert ledger.claim(record)
-    decision = retry.start_round(
+    decision = retry_rounds.start_round(
         ledger, "rabcdefghijk", by=PLANTED, reason=f"token is {PLANTED}", from_stage=None, key="call:k"
     )
     assert decision.outcome == "started"

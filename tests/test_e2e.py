@@ -21,10 +21,10 @@ import yaml
 
 from rlpipe.cli import runs
 from rlpipe.cli import submit as submit_cli
-from rlpipe.control.blobstore import BlobStore, make_client
-from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.blobstore import BlobStore, make_client
+from rlpipe.control.adapters.identities import WORKFLOW_IDENTITY_ENV
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity, layout
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.local import pubsub
@@ -84,7 +84,7 @@ class Local:
         """Executions started for a run, counted through the real ExecutionsClient."""
         from google.cloud.workflows.executions_v1 import ExecutionView, ListExecutionsRequest
 
-        from rlpipe.control.orchestrator import Orchestrator
+        from rlpipe.control.adapters.orchestrator import Orchestrator
 
         client = Orchestrator(self.settings).client
         listing = client.list_executions(

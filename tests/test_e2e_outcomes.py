@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from huggingface_hub import HfApi
 
-from rlpipe.control.blobstore import BlobStore
-from rlpipe.control.intake import Intake
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.promotion import NotPromotable, promote
+from rlpipe.control.adapters.blobstore import BlobStore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.lifecycle.intake import Intake
+from rlpipe.control.lifecycle.promotion import NotPromotable, promote
 from rlpipe.core import layout
 from tests.test_e2e import Local, faults, local  # noqa: F401
 

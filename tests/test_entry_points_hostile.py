@@ -19,7 +19,8 @@ from functions_framework import create_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlpipe.control import blobstore, services
+from rlpipe.control import services
+from rlpipe.control.adapters import blobstore
 from rlpipe.core import identity
 from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV
 from tests.conftest import ROOT, Buckets, minimal_request

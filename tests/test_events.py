@@ -14,7 +14,7 @@ from cloudevents.conversion import to_binary
 from functions_framework import create_app
 
 from rlpipe.control import services
-from rlpipe.control.events import BadEvent, match_artifact, message_event, object_event
+from rlpipe.control.adapters.events import BadEvent, match_artifact, message_event, object_event
 from rlpipe.core import layout
 from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import ROOT, Buckets

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control import outputs
+from rlpipe.control.lifecycle import stored_outputs
 from rlpipe.core import commands, export_manifest, layout
 from tests.conftest import Buckets
 from tests.harness import exported
@@ -151,7 +151,7 @@ def test_exactly_the_files_the_program_wrote_are_uploaded_and_listed_with_the_ma
     assert objects[run.export_manifest].generation > max(uploaded), "the manifest is written last"
     assert "rlpipe-manifest: 5 files (" in out and f"{run.uri(run.export_manifest)} written last" in out
 
-    done = outputs.export_completeness(buckets.store("artifacts"), RUN)
+    done = stored_outputs.export_completeness(buckets.store("artifacts"), RUN)
     assert done.complete, done.reason
 
 
@@ -173,7 +173,7 @@ def test_nothing_is_uploaded_unless_the_program_succeeded_with_regular_files(
     assert code == 1, out
     assert said in out
     assert _objects(buckets) == {}
-    assert not outputs.export_completeness(buckets.store("artifacts"), RUN).complete
+    assert not stored_outputs.export_completeness(buckets.store("artifacts"), RUN).complete
 
 
 def test_a_directory_that_is_there_before_the_program_stops_the_script(
@@ -216,10 +216,10 @@ def test_the_done_rule_wants_every_listed_file_at_its_size(buckets: Buckets) -> 
     exported.export(buckets.artifacts, RUN, files)
     store = buckets.store("artifacts")
     run = layout.RunLayout(buckets.artifacts, RUN)
-    assert outputs.export_completeness(store, RUN).complete
+    assert stored_outputs.export_completeness(store, RUN).complete
 
     store.put(run.hf_dir + "model-00002-of-00002.safetensors", os.urandom(3999))
-    resized = outputs.export_completeness(store, RUN)
+    resized = stored_outputs.export_completeness(store, RUN)
     assert not resized.complete and resized.missing == (run.hf_dir + "model-00002-of-00002.safetensors",)
     store.delete(run.hf_dir + "model-00002-of-00002.safetensors")
-    assert not outputs.export_completeness(store, RUN).complete
+    assert not stored_outputs.export_completeness(store, RUN).complete

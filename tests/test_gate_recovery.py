@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.orchestrator import ExecutionInfo
-from rlpipe.control.promotion import NotPromotable, promote
+from rlpipe.control.adapters.orchestrator import ExecutionInfo
+from rlpipe.control.lifecycle.promotion import NotPromotable, promote
 from rlpipe.core.runs.record import GateRecord, RunRecord, Source
 from rlpipe.reconcile.rules import execution_failure
 from tests.conftest import Buckets

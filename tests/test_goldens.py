@@ -64,7 +64,7 @@ def _match(golden: Path, text: str) -> None:
 def test_the_publish_job_matches_its_golden() -> None:
     """The publish Job of the publish example: CPU pool, its own write-token Secret, the program
     shipped in the manifest, LFS uploads (no Xet), the card in an env value."""
-    from rlpipe.control.publishing import UNRENDERED_CARD, publisher_program
+    from rlpipe.control.lifecycle.publishing import UNRENDERED_CARD, publisher_program
 
     example = next(p for p in EXAMPLES if p.stem.endswith("-publish"))
     req = load_request(example.read_bytes(), source=str(example), policy=Policy(allow_user_code=True))

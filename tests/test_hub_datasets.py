@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.hub import check_access, resolve_revision
-from rlpipe.control.hub_datasets import (
+from rlpipe.control.adapters.hub_client import check_access, resolve_revision
+from rlpipe.control.adapters.hub_datasets import (
     EVAL_FIELDS,
     DataFile,
     PinnedDataset,

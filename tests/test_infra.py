@@ -534,7 +534,7 @@ def test_workflow(tf: dict[str, Any]) -> None:
 
 
 def test_the_stage_function_names_the_account_the_workflow_runs_as_its_workflow_identity() -> None:
-    """RLPIPE_WORKFLOW_IDENTITY (control/identities.py) is the only caller the stage function takes
+    """RLPIPE_WORKFLOW_IDENTITY (control/adapters/identities.py) is the only caller the stage function takes
     the workflow's operations from: the service account the workflow runs as (asserted above:
     google_service_account.workflow). tfparse leaves an account's e-mail unresolved: read the source."""
     text = (TF_DIR / "functions.tf").read_text()
@@ -1020,7 +1020,7 @@ def test_rbac_role_equals_cluster_role_rules(manifests: list[dict[str, Any]]) ->
 
 
 def test_identities_match_settings(manifests: list[dict[str, Any]]) -> None:
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
 
     settings = Settings()
     (ns,) = find(manifests, "Namespace")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.intake import Intake
+from rlpipe.control.lifecycle.intake import Intake
 from rlpipe.core import identity
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
@@ -269,7 +269,7 @@ def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, execution
     def crash(run_id: str) -> None:
         raise Crash(run_id)
 
-    from rlpipe.control.events import ObjectEvent
+    from rlpipe.control.adapters.events import ObjectEvent
 
     generation, size = _upload(buckets, "requests/c.yaml", REQUEST)
     event = ObjectEvent(buckets.requests, "requests/c.yaml", str(generation), size, "e1")
@@ -291,7 +291,7 @@ def test_crash_after_claim_is_finished_by_redelivery(buckets: Buckets, execution
 def test_transient_failure_to_start_is_retried_by_redelivery(buckets: Buckets, executions: Any) -> None:
     import grpc
 
-    from rlpipe.control.events import ObjectEvent
+    from rlpipe.control.adapters.events import ObjectEvent
     from rlpipe.core.failures import TransientFailure
 
     generation, size = _upload(buckets, "requests/t.yaml", REQUEST)
@@ -311,7 +311,7 @@ def test_a_submitter_finds_the_rejection_of_a_request_that_names_its_run_by_requ
     of why is under the delivery's own id, which `rlpipe submit` now returns (the demo said only
     "never accepted")."""
     from rlpipe.cli import submit as submit_cli
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
 
     path = tmp_path / "elsewhere.yaml"
     path.write_text(

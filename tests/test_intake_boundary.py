@@ -18,7 +18,7 @@ from cloudevents.conversion import to_binary
 from functions_framework import create_app
 
 from rlpipe.control import services
-from rlpipe.control.intake import MAX_PROBLEMS_RECORDED
+from rlpipe.control.lifecycle.intake import MAX_PROBLEMS_RECORDED
 from rlpipe.core import identity
 from tests.conftest import ROOT, Buckets, minimal_request
 from tests.harness.functions import gcs_event, pubsub_event

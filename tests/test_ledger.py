@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlpipe.control import blobstore, interleave
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.adapters import blobstore, interleave
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import IllegalTransition, RunRecord, Source
 from tests.conftest import Buckets
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlpipe.cli import runs
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets
 

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from rlpipe.control.logs import JsonFormatter, Logger
+from rlpipe.control.adapters.logs import JsonFormatter, Logger
 
 TOKEN = "hf_" + "Z" * 34
 

@@ -19,7 +19,7 @@ import pytest
 
 from rlpipe.cli import logs as logs_cli
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.runs.record import Attempt, RunRecord, Source
 from rlpipe.local.cloud_logging import CloudLogging, Resource
 from rlpipe.local.kube_api import KubeApiServer

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.publishing import publisher_program
+from rlpipe.control.lifecycle.publishing import publisher_program
 from rlpipe.core import identity, tpu
 from rlpipe.core.k8s_validation import validate_object
 from rlpipe.core.manifests import RenderContext, render, render_all, request_stages

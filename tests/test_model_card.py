@@ -4,7 +4,7 @@ and reach the Hub as evaluation results (``model-index``) on the dataset and spl
 the task is the base card's at the pinned sha, read on the Hub; the title is the repository's; the
 run's checkpoints and export are linked.
 
-Facts come from a real ``RunRecord`` and a validated request through ``control.publishing``, the
+Facts come from a real ``RunRecord`` and a validated request through ``control.lifecycle.publishing``, the
 way the stage function gathers them; the card is parsed with ``huggingface_hub``'s ``ModelCard``
 and ``ModelCardData``, pushed to the Hub double and read back with the real client.
 """
@@ -22,7 +22,8 @@ import yaml
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.repocard_data import model_index_to_eval_results
 
-from rlpipe.control import data_pins, hub_datasets, publishing, user_files
+from rlpipe.control.adapters import hub_datasets
+from rlpipe.control.lifecycle import data_pins, publishing, user_files
 from rlpipe.core import layout
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import Request, validate_request
@@ -248,8 +249,8 @@ def test_the_card_links_the_runs_checkpoints_and_export_in_gcs() -> None:
 
 
 def test_the_card_links_the_runs_report_where_the_control_plane_keeps_it() -> None:
-    """Issue 26: the run's page, kept in the state bucket (control.run_report), is linked."""
-    from rlpipe.control.run_report import report_uri
+    """Issue 26: the run's page, kept in the state bucket (control.lifecycle.run_report), is linked."""
+    from rlpipe.control.lifecycle.run_report import report_uri
 
     record, req = _run()
     uri = report_uri("rlpipe-state", RUN)
@@ -289,7 +290,7 @@ def test_no_token_and_no_markup_from_a_promote_reaches_the_card() -> None:
 
 TRAIN_SHA = "a1" * 20
 EVAL_SHA = "b2" * 20
-# Plan's pins as the Hub (here: a resolver standing in for control.hub_datasets) gives them: one
+# Plan's pins as the Hub (here: a resolver standing in for control.adapters.hub_datasets) gives them: one
 # parquet file per split, with its size, and the example counts of the dataset card's dataset_info.
 SIZES = {"train": 2_306_545, "test": 419_088, "validation": 98_304}
 EXAMPLES: dict[str, int | None] = {"train": 7473, "test": 1319, "validation": None}
@@ -574,7 +575,7 @@ def test_publish_context_tells_a_promoted_runs_story_from_the_ledger_the_pinned_
 ) -> None:
     """The stage function's path: license from the card convert pinned in GCS (which names no
     task), pipeline_tag from the same card on the Hub at the pinned sha, the rest from the ledger."""
-    from rlpipe.control.blobstore import BlobStore
+    from rlpipe.control.adapters.blobstore import BlobStore
     from rlpipe.core.manifests import RenderContext
 
     base = f"google/base-{os.urandom(3).hex()}"

@@ -2,7 +2,7 @@
 
 infra/terraform/monitoring.tf selects log lines by ``jsonPayload.event`` and reads their fields
 (filters, label and value extractors, the dashboard's logs panel, the alert's condition);
-``rlpipe.control.run_metrics`` writes those lines. The static check below parses the Terraform as
+``rlpipe.control.lifecycle.run_metrics`` writes those lines. The static check below parses the Terraform as
 tests/test_infra.py does (tfparse, from the tools virtualenv) and fails on any field, event name
 or label value the code does not write; a planted mistake shows the check bites.
 """
@@ -23,8 +23,8 @@ from urllib.parse import unquote
 import pytest
 
 from rlpipe.cli import console_links
-from rlpipe.control import run_metrics as rm
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.lifecycle import run_metrics as rm
 
 ROOT = Path(__file__).resolve().parent.parent
 TF_DIR = ROOT / "infra" / "terraform"
@@ -504,9 +504,9 @@ def test_every_percentile_line_has_a_legend_naming_it_and_its_series(tf: dict[st
 
 
 def _ended(record: Any, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    from rlpipe.control import outcomes
+    from rlpipe.control.lifecycle import quality_gate
 
-    outcomes.log_run_ended(Logger("stage"), record)
+    quality_gate.log_run_ended(Logger("stage"), record)
     [line] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     return line
 

@@ -8,8 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 
 

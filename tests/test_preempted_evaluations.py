@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control import cloud_logs
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import cloud_logs
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import train_log
 from rlpipe.local.cloud_logging import CloudLogging, Resource
 from rlpipe.local.hub import HubDouble

@@ -25,7 +25,7 @@ import pytest
 from programs import parts
 from programs.cases import BUCKET, HF_REVISION, RUN_ID, cases, container
 from programs.converters_part import KEPT_EXPORT
-from rlpipe.control import outputs
+from rlpipe.control.lifecycle import stored_outputs
 from rlpipe.core import export_manifest, layout
 from rlpipe.core.manifests import RenderContext, render
 from rlpipe.local.simulator import testbed
@@ -138,7 +138,7 @@ def test_the_manifest_step_uploads_exactly_the_real_exports_files(buckets: Bucke
 
 def test_our_export_done_rule_accepts_the_real_export_as_the_script_leaves_it(buckets: Buckets) -> None:
     _uploaded(buckets)
-    verdict = outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
+    verdict = stored_outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
     assert verdict.complete, verdict.reason
 
 
@@ -160,7 +160,7 @@ def test_both_checks_refuse_the_real_export_with_its_weights_missing(buckets: Bu
     _uploaded(buckets)
     run = layout.RunLayout(buckets.artifacts, RUN_ID)
     buckets.client.bucket(buckets.artifacts).blob(run.hf_dir + layout.HF_SINGLE).delete()
-    verdict = outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
+    verdict = stored_outputs.export_completeness(buckets.store("artifacts"), RUN_ID)
     assert not verdict.complete and verdict.missing == (run.hf_dir + layout.HF_SINGLE,)
     bucket = buckets.client.bucket(buckets.artifacts)
     files = publisher.read_manifest(bucket.get_blob(run.export_manifest), run.uri(run.export_manifest))

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from google.protobuf import duration_pb2
 
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.logs import Logger
 from rlpipe.local import pubsub
 from rlpipe.local.shim import EmulatorShim, Redelivery, Routes
 

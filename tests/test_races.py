@@ -1,6 +1,6 @@
 """Races of the control plane, each played in both orders with the interleave barriers.
 
-A caller is parked at a named point (``rlpipe.control.interleave``) between two of its side
+A caller is parked at a named point (``rlpipe.control.adapters.interleave``) between two of its side
 effects while the competing call runs to the end; then it is released. Everything runs on real
 servers: fake-gcs-server behind the strict GCS proxy, the Kubernetes API double with the real
 client, the Executions servicer with the real ExecutionsClient.
@@ -16,9 +16,9 @@ import grpc
 import pytest
 import yaml
 
-from rlpipe.control import interleave
-from rlpipe.control.events import ObjectEvent
-from rlpipe.control.intake import MAX_START_ATTEMPTS, Intake
+from rlpipe.control.adapters import interleave
+from rlpipe.control.adapters.events import ObjectEvent
+from rlpipe.control.lifecycle.intake import MAX_START_ATTEMPTS, Intake
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 from rlpipe.core.runs.ownership import NotOwner, SupersededAttempt
 from tests.conftest import Buckets, minimal_request, real_intake

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.publishing import publisher_program
+from rlpipe.control.lifecycle.publishing import publisher_program
 from rlpipe.core.manifests import RenderContext, render_all
 from rlpipe.core.request import load_request, validate_request
 from rlpipe.core.request.policy import Policy

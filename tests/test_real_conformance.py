@@ -276,8 +276,8 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
     containers' log files. Every evaluation the head printed must be in the ledger."""
     from kubernetes import client as k8s
 
-    from rlpipe.control import cloud_logs
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters import cloud_logs
+    from rlpipe.control.adapters.settings import Settings
     from rlpipe.core import train_log
     from rlpipe.local.cloud_logging import CloudLogging, Resource
     from rlpipe.local.controlplane.log_endpoint import LogEndpoint, node_endpoint

@@ -24,9 +24,9 @@ import yaml
 from rlpipe.cli import runs
 from rlpipe.cli import submit as submit_cli
 from rlpipe.cli.main import main
-from rlpipe.control.blobstore import BlobStore, make_client
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.blobstore import BlobStore, make_client
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.local.stack import LocalStack, StackConfig, describe_cluster
 from tests.conftest import ROOT

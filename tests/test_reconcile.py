@@ -295,7 +295,7 @@ class SteppedClock:
 
 
 def _slow_reconciler(chain: Chain, clock: SteppedClock, **kwargs: Any) -> Reconciler:
-    from rlpipe.control.orchestrator import Orchestrator
+    from rlpipe.control.adapters.orchestrator import Orchestrator
 
     class Slow(Orchestrator):
         def get(self, name: str) -> Any:
@@ -386,7 +386,7 @@ def test_the_tick_entry_point_runs_a_pass_on_the_deployments_clients(
     chain: Chain, buckets: Any, monkeypatch: Any
 ) -> None:
     from rlpipe.control import services
-    from rlpipe.control.logs import Logger
+    from rlpipe.control.adapters.logs import Logger
     from rlpipe.reconcile import runner as reconcile
 
     s = chain.settings
@@ -417,7 +417,7 @@ def test_a_start_the_clis_pass_cannot_make_ends_the_run_with_its_status_message(
     sent no status message, while the function's did."""
     import dataclasses
 
-    from rlpipe.control.logs import Logger
+    from rlpipe.control.adapters.logs import Logger
     from rlpipe.reconcile import runner
 
     chain.run("rrefused0001", "accepted", age=600, lease_until=time.time() - 300)

@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from rlpipe.cluster import ClusterClient
-from rlpipe.control import blobstore
-from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.intake import Intake
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.manifests import RenderContext, render
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import Attempt, Execution, RunRecord, Source

@@ -5,7 +5,7 @@ The run report, the comparison page and a sweep's page are rendered for each clu
 (``html.parser``, via ``tests.test_report.Page``): the notice must sit inside ``<header>`` and in
 the title, so a page shared on its own (or a tab, or a link preview) cannot pass simulated numbers
 off as a trained model's. Where the cluster comes from is checked too: the deployment's settings
-(``control.run_report.local_cluster``) as the CLI reads them, and the copy the control plane
+(``control.lifecycle.run_report.local_cluster``) as the CLI reads them, and the copy the control plane
 writes beside the ledger, through the real storage client on fake-gcs-server.
 """
 
@@ -24,9 +24,9 @@ import pytest
 
 from rlpipe import report
 from rlpipe.cli import compare_command, report_command
-from rlpipe.control.logs import Logger
-from rlpipe.control.run_report import local_cluster, write_run_report
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.run_report import local_cluster, write_run_report
 from rlpipe.core import layout
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.compare import render_compare
@@ -40,7 +40,7 @@ CLUSTER_WORDS = {
     "double": ("Kubernetes API double", "cluster simulator", "the TPU", "SIMULATED"),
     "real": ("real Kubernetes control plane", "JobSet", "Kueue", "nodes", "containers", "PLAYED"),
 }
-# Variables that make Settings.local true (control/settings.py); cleared for a "GCP" deployment.
+# Variables that make Settings.local true (control/adapters/settings.py); cleared for a "GCP" deployment.
 LOCAL_ENV = ("RLPIPE_LOCAL", "STORAGE_EMULATOR_HOST", "RLPIPE_KUBE_URL", "RLPIPE_WORKFLOWS_ENDPOINT")
 
 
@@ -130,7 +130,7 @@ def test_a_page_never_guesses_a_cluster() -> None:
 
 
 def test_the_cluster_comes_from_the_deployments_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """As the CLI and the control plane build them: from the environment (control/settings.py)."""
+    """As the CLI and the control plane build them: from the environment (control/adapters/settings.py)."""
     for name in (*LOCAL_ENV, "RLPIPE_KUBECONFIG"):
         monkeypatch.delenv(name, raising=False)
     assert local_cluster(Settings.from_env()) is None  # Google Cloud

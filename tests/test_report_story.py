@@ -46,7 +46,7 @@ REWARD_COPY = f"gs://acme-artifacts/runs/{RUN}/inputs/rewards.py"
 
 
 def _split(split: str, files: list[tuple[str, int]], examples: int | None) -> dict[str, Any]:
-    """One split as plan pins it (``control.data_pins``: lineage.data's train/eval entries)."""
+    """One split as plan pins it (``control.lifecycle.data_pins``: lineage.data's train/eval entries)."""
     return {
         "repo": "openai/gsm8k",
         "revision": "main",
@@ -495,7 +495,7 @@ def test_a_run_that_has_not_published_says_so() -> None:
 def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     """``rlpipe report`` reads the artifacts bucket only for a published run without a commit in
     its ledger; anything that goes wrong reading it leaves the commit unknown, not the page."""
-    from rlpipe.control import blobstore
+    from rlpipe.control.adapters import blobstore
 
     reads: list[tuple[str, str]] = []
     stored: dict[str, Any] = {"receipt": receipt()}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.events import MessageEvent
+from rlpipe.control.adapters.events import MessageEvent
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import bounds, load_request
 from rlpipe.core.runs.record import Source

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
 from rlpipe.core.request.env_names import judge, parts

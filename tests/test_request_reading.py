@@ -176,7 +176,7 @@ def test_rlpipe_validate_answers_a_quoted_huge_number_without_a_traceback(
 
 def test_intake_refuses_a_quoted_huge_number_with_an_error_record(buckets: Any, executions: Any) -> None:
     """It answered 500 (redelivered to the dead-letter topic, no error.json)."""
-    from rlpipe.control.events import MessageEvent
+    from rlpipe.control.adapters.events import MessageEvent
     from tests.conftest import real_intake
 
     data = json.dumps(minimal_request(maxtext_overrides={"num_epoch": HUGE_TEXT[0][1]})).encode()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.intake import Intake
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.intake import Intake
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import validate_request
 from rlpipe.core.request.policy import Policy, SettingsInvalid

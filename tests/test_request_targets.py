@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import validate_request
 from rlpipe.core.request.policy import Policy, SettingsInvalid

@@ -13,8 +13,8 @@ import pytest
 
 from rlpipe.cli import runs
 from rlpipe.cluster import RunObject
-from rlpipe.control import retry
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle import retry_rounds
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs import budgets
@@ -60,7 +60,7 @@ def _claim(ledger: Ledger, record: RunRecord) -> str:
 
 def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000001"))
-    decision = retry.start_round(
+    decision = retry_rounds.start_round(
         ledger, run_id, by="alice", reason=" flaky host fixed ", from_stage="train", key=KEY, caller="op@sa"
     )
     assert (decision.outcome, decision.round) == ("started", 2)
@@ -100,9 +100,9 @@ def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
 
 def test_the_same_key_twice_is_one_round(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000002", state="cancelled"))
-    first = retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
+    first = retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
     seq = ledger.get(run_id).seq  # type: ignore[union-attr]
-    second = retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
+    second = retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
     assert (first.outcome, second.outcome) == ("started", "duplicate")
     assert second.round == 2
     record = ledger.get(run_id)
@@ -113,10 +113,10 @@ def test_the_same_key_twice_is_one_round(ledger: Ledger) -> None:
 
 def test_a_duplicate_of_an_old_round_is_still_a_duplicate(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000003"))
-    retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
+    retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
     ledger.edit(run_id, lambda r: r.set_state("failed") or "failed")
-    assert retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k2").round == 3
-    again = retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
+    assert retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k2").round == 3
+    again = retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key="k1")
     assert (again.outcome, again.round) == ("duplicate", 2)
     assert ledger.get(run_id).round == 3  # type: ignore[union-attr]
 
@@ -132,7 +132,7 @@ def test_a_duplicate_of_an_old_round_is_still_a_duplicate(ledger: Ledger) -> Non
 )
 def test_a_run_that_is_not_failed_or_cancelled_is_refused(ledger: Ledger, state: str, words: str) -> None:
     run_id = _claim(ledger, _record(f"rrefuse{state[:5]}", state=state))
-    decision = retry.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
+    decision = retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage=None, key=KEY)
     assert decision.outcome == "refused" and words in decision.reason
     record = ledger.get(run_id)
     assert record is not None and record.state == state and record.round == 1 and not record.rounds
@@ -141,10 +141,14 @@ def test_a_run_that_is_not_failed_or_cancelled_is_refused(ledger: Ledger, state:
 def test_other_refusals(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000004"))
     refused = {
-        "no run": retry.start_round(ledger, "rnosuchrun01", by="a", reason="r", from_stage=None, key=KEY),
-        "no reason": retry.start_round(ledger, run_id, by="a", reason="  ", from_stage=None, key=KEY),
-        "bad stage": retry.start_round(ledger, run_id, by="a", reason="r", from_stage="gate", key=KEY),
-        "no publish": retry.start_round(ledger, run_id, by="a", reason="r", from_stage="publish", key=KEY),
+        "no run": retry_rounds.start_round(
+            ledger, "rnosuchrun01", by="a", reason="r", from_stage=None, key=KEY
+        ),
+        "no reason": retry_rounds.start_round(ledger, run_id, by="a", reason="  ", from_stage=None, key=KEY),
+        "bad stage": retry_rounds.start_round(ledger, run_id, by="a", reason="r", from_stage="gate", key=KEY),
+        "no publish": retry_rounds.start_round(
+            ledger, run_id, by="a", reason="r", from_stage="publish", key=KEY
+        ),
     }
     assert {k: d.outcome for k, d in refused.items()} == dict.fromkeys(refused, "refused")
     assert "no run rnosuchrun01" in refused["no run"].reason
@@ -207,8 +211,8 @@ def test_budgets_count_only_the_current_rounds_attempts() -> None:
 
 def test_forced_stages_and_first_attempts() -> None:
     record = _record("rretry000009", publish={"repo": "rlpipe-demo/model"})
-    assert retry.forced_stages(record) == set()
-    assert retry.first_attempts(record) == {"convert": 1, "train": 4, "export": 1, "publish": 1}
+    assert retry_rounds.forced_stages(record) == set()
+    assert retry_rounds.first_attempts(record) == {"convert": 1, "train": 4, "export": 1, "publish": 1}
     record.reopen()
     retry_round = {
         "round": 2,
@@ -220,9 +224,9 @@ def test_forced_stages_and_first_attempts() -> None:
     }
     record.round = 2
     record.rounds = [Round.model_validate({**retry_round, "from_stage": "export"})]
-    assert retry.forced_stages(record) == {"export", "publish"}
+    assert retry_rounds.forced_stages(record) == {"export", "publish"}
     record.rounds = [Round.model_validate(retry_round)]
-    assert retry.forced_stages(record) == set(), "without `from`, only what is not done runs"
+    assert retry_rounds.forced_stages(record) == set(), "without `from`, only what is not done runs"
 
 
 def test_a_retried_runs_old_attempts_do_not_make_its_new_one_stuck() -> None:
@@ -258,12 +262,15 @@ CALL_KEY = "0123456789abcdef0123456789abcdef"
 
 
 def test_retry_documents_are_told_from_requests_and_calls_are_parsed() -> None:
-    assert retry.is_retry_document({"retry": {"run_id": "rabc"}})
-    assert not retry.is_retry_document(minimal_request(retry={"max_retries": 3}))
-    body = retry.call_body("rabc123def45", reason=" why ", key=CALL_KEY, from_stage="train", by="bob")
-    order = retry.parse_order(body)
-    assert order == retry.RetryOrder("rabc123def45", "why", f"call:{CALL_KEY}", "train", "bob")
-    assert retry.parse_order({"run_id": "rabc123def45", "reason": "r", "key": CALL_KEY}).from_stage is None
+    assert retry_rounds.is_retry_document({"retry": {"run_id": "rabc"}})
+    assert not retry_rounds.is_retry_document(minimal_request(retry={"max_retries": 3}))
+    body = retry_rounds.call_body("rabc123def45", reason=" why ", key=CALL_KEY, from_stage="train", by="bob")
+    order = retry_rounds.parse_order(body)
+    assert order == retry_rounds.RetryOrder("rabc123def45", "why", f"call:{CALL_KEY}", "train", "bob")
+    assert (
+        retry_rounds.parse_order({"run_id": "rabc123def45", "reason": "r", "key": CALL_KEY}).from_stage
+        is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -281,8 +288,8 @@ def test_retry_documents_are_told_from_requests_and_calls_are_parsed() -> None:
     ],
 )
 def test_malformed_retry_calls_say_what_to_fix(body: Any, words: str) -> None:
-    with pytest.raises(retry.BadRetry) as caught:
-        retry.parse_order({"key": CALL_KEY, **body})
+    with pytest.raises(retry_rounds.BadRetry) as caught:
+        retry_rounds.parse_order({"key": CALL_KEY, **body})
     assert words in str(caught.value)
 
 
@@ -291,7 +298,7 @@ def test_malformed_retry_calls_say_what_to_fix(body: Any, words: str) -> None:
 
 def test_describe_shows_the_rounds(ledger: Ledger) -> None:
     run_id = _claim(ledger, _record("rretry000012"))
-    retry.start_round(ledger, run_id, by="alice", reason="node fixed", from_stage="train", key=KEY)
+    retry_rounds.start_round(ledger, run_id, by="alice", reason="node fixed", from_stage="train", key=KEY)
     info = runs.describe(ledger.get(run_id))  # type: ignore[arg-type]
     assert info["round"] == 2
     first, second = info["rounds"]

@@ -10,7 +10,7 @@ import pytest
 
 from rlpipe.cli import runs
 from rlpipe.cli.retry import NotRetried, Retried, request_retry
-from rlpipe.control import retry
+from rlpipe.control.lifecycle import retry_rounds
 from tests.test_e2e import FAST_RETRY, Local, faults, local  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def test_the_same_retry_sent_twice_after_a_lost_answer_makes_one_round_and_one_e
     key = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
     first = _retry(local, run_id, key=key)
     # As the CLI does when the first answer was lost: the same call again, straight to stage
-    body = retry.call_body(run_id, reason="the cause is fixed", key=key, by="alice")
+    body = retry_rounds.call_body(run_id, reason="the cause is fixed", key=key, by="alice")
     again = runs.call_stage(local.settings, body)
     assert (first.outcome, again["outcome"], first.round, again["round"]) == ("started", "duplicate", 2, 2)
     record = local.wait(run_id)

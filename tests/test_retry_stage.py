@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rlpipe.control import blobstore, retry
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.lifecycle import retry_rounds
 from rlpipe.core import layout
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
@@ -55,7 +56,10 @@ def test_plan_of_a_retried_round_skips_what_is_done_and_continues_the_attempt_nu
 ) -> None:
     run_id = "rrplan000001"
     _round_one(env, run_id, failed=[("export", 1), ("export", 2)], done=["train"])
-    assert retry.start_round(env["ledger"], run_id, by="a", reason="r", from_stage=None, key="k2").round == 2
+    assert (
+        retry_rounds.start_round(env["ledger"], run_id, by="a", reason="r", from_stage=None, key="k2").round
+        == 2
+    )
     plan = env["service"].plan(run_id, "exec-2")  # the new execution adopts the run
     assert plan["skip"] is False and plan["stages"] == ["export"], "train is done: only export runs"
     assert plan["first_attempt"] == {"convert": 2, "train": 2, "export": 3}
@@ -67,7 +71,10 @@ def test_plan_of_a_retried_round_skips_what_is_done_and_continues_the_attempt_nu
 
     env["service"].finish(run_id, "failed", {"tag": "permanent", "message": "again"})
     assert (
-        retry.start_round(env["ledger"], run_id, by="a", reason="r", from_stage="train", key="k3").round == 3
+        retry_rounds.start_round(
+            env["ledger"], run_id, by="a", reason="r", from_stage="train", key="k3"
+        ).round
+        == 3
     )
     plan = env["service"].plan(run_id, "exec-3")
     assert plan["stages"] == ["train", "export"], "`from train` runs train again although it is done"
@@ -84,7 +91,7 @@ def test_a_stage_deadline_counts_from_the_first_launch_of_the_current_round(env:
     launched and is queued: it is waiting, not past its deadline."""
     run_id = "rrdeadline01"
     _round_one(env, run_id, failed=[("train", 1), ("train", 2), ("train", 3)], done=[])
-    retry.start_round(env["ledger"], run_id, by="a", reason="r", from_stage=None, key="k2")
+    retry_rounds.start_round(env["ledger"], run_id, by="a", reason="r", from_stage=None, key="k2")
     plan = env["service"].plan(run_id, "exec-2")
     assert plan["stages"] == ["train", "export"] and plan["first_attempt"]["train"] == 4
     env["service"].launch(run_id, "train", 4, None, "exec-2")

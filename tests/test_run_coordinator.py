@@ -1,4 +1,4 @@
-"""Sweeps are a coordinator the services are wired with (control.coordinator): the deployment's
+"""Sweeps are a coordinator the services are wired with (control.lifecycle.coordinator): the deployment's
 intake and stage operations coordinate a sweep's runs, a service wired without one treats every run
 alone, and the sweep's coordinator leaves a run that is in no sweep exactly as if it did not exist."""
 
@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from rlpipe.control import services
-from rlpipe.control.coordinator import RunCoordinator
-from rlpipe.control.events import ObjectEvent
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.events import ObjectEvent
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.lifecycle.coordinator import RunCoordinator
 from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import identity
 from rlpipe.core.failures import PermanentFailure

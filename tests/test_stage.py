@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from rlpipe.cluster import ClusterClient
-from rlpipe.control import blobstore
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
-from rlpipe.control.stage import StageService
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.stage.service import StageService
 from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure
@@ -26,7 +26,7 @@ from rlpipe.local.kube_api import KubeApiServer
 from tests.conftest import Buckets, minimal_request
 
 NS = "rlpipe"
-# The local stack's shape of a Workflows callback URL (rlpipe.control.callbacks).
+# The local stack's shape of a Workflows callback URL (rlpipe.control.adapters.callbacks).
 CALLBACK = "http://127.0.0.1:9/v1/projects/p/locations/us-central1/workflows/rlpipe-pipeline/executions/e/callbacks/c1"
 REPO = "google/gemma-4-26b-a4b-it"
 
@@ -369,7 +369,8 @@ def test_status_codes_come_from_the_real_exceptions(
     env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each mapping is driven by the library raising its own exception, not by a stand-in."""
-    from rlpipe.control import interleave, services
+    from rlpipe.control import services
+    from rlpipe.control.adapters import interleave
 
     monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
     client = _stage_app().test_client()

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
-from rlpipe.control.stage import StageService
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.stage.service import StageService
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import RunRecord, Source
@@ -112,7 +112,7 @@ def test_the_classifier_makes_the_hub_clients_network_errors_transient() -> None
     """stage_http hands unknown exceptions to classify_exception; these are not OSError."""
     from huggingface_hub.utils import httpx
 
-    from rlpipe.control.client_errors import classify_exception
+    from rlpipe.control.adapters.client_errors import classify_exception
 
     for exc in (
         httpx.ConnectError("connection refused"),

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from rlpipe.control import services
-from rlpipe.control.identities import OPERATOR_OPS, WORKFLOW_IDENTITY_ENV, WORKFLOW_OPS, CallerPolicy
+from rlpipe.control.adapters.identities import OPERATOR_OPS, WORKFLOW_IDENTITY_ENV, WORKFLOW_OPS, CallerPolicy
 from rlpipe.local.identities import played_id_token
 from rlpipe.report import render_report
 from rlpipe.report.rows import attempt_rows, rounds

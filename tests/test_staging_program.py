@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.control import data_pins
+from rlpipe.control.lifecycle import data_pins
 from rlpipe.core import layout, staging
 from rlpipe.core.request import validate_request
 from rlpipe.local.hub import HubDouble, HubFile

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.events import ObjectEvent
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.adapters.events import ObjectEvent
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
 from rlpipe.control.sweep.coordinator import SweepCoordinator
@@ -272,7 +272,7 @@ def test_a_parent_that_succeeded_or_is_running_is_not_retried(
 
 
 def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: Buckets) -> None:
-    from rlpipe.control.notify import status_message
+    from rlpipe.control.adapters.notify import status_message
 
     ledger, _parent, children = _claimed(buckets, select={"metric": "post_mean_reward"})
     ids = [c.run_id for c in children]
@@ -301,8 +301,8 @@ def test_the_parent_ends_once_with_a_status_message_naming_the_winner(buckets: B
 def test_a_child_the_reconciler_finishes_gives_its_slot_back_and_can_end_the_sweep(buckets: Buckets) -> None:
     """A child whose execution died is finished by the reconciler, not by its workflow: the sweep
     must not wait forever for it (its slot, and the parent's end with its status message)."""
-    from rlpipe.control.logs import Logger
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.logs import Logger
+    from rlpipe.control.adapters.settings import Settings
     from rlpipe.core.runs.record import Execution
     from rlpipe.reconcile.repairs import Repairs
     from rlpipe.reconcile.rules import Action
@@ -429,7 +429,7 @@ def test_a_winner_is_not_retrained_behind_its_selection(buckets: Buckets) -> Non
 
 
 def test_a_gated_sweep_is_not_promoted_as_if_it_were_a_run(buckets: Buckets) -> None:
-    from rlpipe.control.promotion import NotPromotable, promote
+    from rlpipe.control.lifecycle.promotion import NotPromotable, promote
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
@@ -443,11 +443,11 @@ def test_a_gated_sweep_is_not_promoted_as_if_it_were_a_run(buckets: Buckets) -> 
 
 def test_a_gated_sweep_points_to_its_children_not_to_promoting_itself(buckets: Buckets) -> None:
     from rlpipe.cli.watch import next_command
-    from rlpipe.control import retry
+    from rlpipe.control.lifecycle import retry_rounds
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
         ledger.edit(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
     gated = sweeps.refresh(ledger, parent.run_id)
-    assert "promote one of its children" in (retry.refusal(gated) or "")
+    assert "promote one of its children" in (retry_rounds.refusal(gated) or "")
     assert (next_command(gated) or "").startswith(f"rlpipe status {parent.run_id}")

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control import blobstore, orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import blobstore, orchestrator
+from rlpipe.control.adapters.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TERRAFORM = ROOT / "infra" / "terraform"

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.blobstore import dumps
-from rlpipe.control.intake import Intake
+from rlpipe.control.adapters.blobstore import dumps
+from rlpipe.control.lifecycle.intake import Intake
 from rlpipe.core.request import json_schema
 from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake

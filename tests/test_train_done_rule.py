@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from rlpipe.cli.watch import summary
-from rlpipe.control import blobstore
+from rlpipe.control.adapters import blobstore
 from rlpipe.core import layout, steps, train_log, train_verdict
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
@@ -513,12 +513,12 @@ def test_a_clean_early_end_succeeds_at_its_actual_step_and_export_loads_it(
     assert exported["phase"] == "succeeded", exported  # the simulated export found step 30's files
     record = env["ledger"].get(run_id)
     assert record.lineage.final_step == 30 and record.attempt_record("export", 1).phase == "succeeded"
-    from rlpipe.control import outputs
+    from rlpipe.control.lifecycle import stored_outputs
 
     ctx = RenderContext(run_id=run_id, bucket=env["store"].bucket_name, final_step=30)
     req = validate_request(record.request)
-    assert outputs.stage_complete(env["store"], req, ctx, "train", 1).complete
-    assert outputs.done_stages(env["store"], record, req, ctx) == {"train", "export"}
+    assert stored_outputs.stage_complete(env["store"], req, ctx, "train", 1).complete
+    assert stored_outputs.done_stages(env["store"], record, req, ctx) == {"train", "export"}
 
 
 def test_a_crash_at_that_step_is_still_a_failure(

@@ -274,7 +274,7 @@ class _LoggingApi:
 def test_a_gone_head_pods_evaluations_come_from_cloud_logging(env: dict[str, Any]) -> None:
     import requests
 
-    from rlpipe.control import cloud_logs
+    from rlpipe.control.adapters import cloud_logs
     from tests.test_stage import _convert_done
 
     def entry(second: int, text: str) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.intake import Intake, IntakeResult
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.intake import Intake, IntakeResult
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.local.hub import HubDouble, HubFile, model_files, safetensors_index, shard_file, shard_names
 from rlpipe.upstream.hub import RateLimitBudget

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rlpipe.control.events import MessageEvent, ObjectEvent
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.events import MessageEvent, ObjectEvent
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import identity, layout
 from tests.conftest import Buckets, all_objects, minimal_request, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post

@@ -129,7 +129,7 @@ def post_json(url: str, body: Any, timeout: float = 60) -> requests.Response:
 
 def cloud_run_token(email: str) -> str:
     """An ID token as Cloud Run hands it to the service: header and claims, the signature part
-    replaced (Cloud Run has verified it before the request arrives; control/callers.py)."""
+    replaced (Cloud Run has verified it before the request arrives; control/adapters/callers.py)."""
 
     def part(d: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")

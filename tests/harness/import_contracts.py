@@ -3,8 +3,8 @@ the core, never from a module that passes them on.
 
 Why: the record (``rlpipe.core.runs``) is used by every layer, and the easy way back to the old
 shape is a module above the core that imports ``RunRecord`` for its own use and is then imported
-*for* it (``from rlpipe.control.ledger import RunRecord``). Module-level contracts cannot see that:
-``control.ledger`` importing the core is right, and ``cli.watch`` importing ``control.ledger`` is
+*for* it (``from rlpipe.control.lifecycle.ledger import RunRecord``). Module-level contracts cannot see that:
+``control.lifecycle.ledger`` importing the core is right, and ``cli.watch`` importing ``control.lifecycle.ledger`` is
 right too (for ``Ledger``). This contract reads the import statements: a module outside the core
 that takes a name, directly or as an attribute of a module it imported, from a module which itself
 got that name from the record package, breaks it.

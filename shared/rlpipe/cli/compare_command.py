@@ -1,6 +1,6 @@
 """``rlpipe compare RUN RUN … [-o FILE] [--select RUN --reason TEXT]``: one page comparing runs
 (``rlpipe.report.compare``) written where you ask; on the local stack the page says the runs were
-simulated, and on which cluster (``control.run_report.local_cluster``)."""
+simulated, and on which cluster (``control.lifecycle.run_report.local_cluster``)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
         )
         return 0
     path = Path(args.output or f"compare-{'-'.join(runs)}.html")
-    from rlpipe.control.run_report import local_cluster
+    from rlpipe.control.lifecycle.run_report import local_cluster
 
     try:
         from rlpipe.report.compare import render_compare

@@ -116,9 +116,9 @@ def run_demo(
 ) -> int:
     from rlpipe.cli import submit as submit_cli
     from rlpipe.cli.watch import summary, watch
-    from rlpipe.control.blobstore import BlobStore, make_client
-    from rlpipe.control.ledger import Ledger
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.adapters.settings import Settings
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.local.stack import LocalStack, StackConfig
 
     console = Console()
@@ -273,7 +273,7 @@ def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
     """Upload the watch list, take the baseline, push a release to the Hub double, poll again."""
     import yaml
 
-    from rlpipe.control.blobstore import make_client
+    from rlpipe.control.adapters.blobstore import make_client
 
     watch_list = yaml.safe_load(WATCH_LIST.read_text())
     for entry in watch_list["watch"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.runs.record import RunRecord
 

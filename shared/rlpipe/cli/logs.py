@@ -2,7 +2,7 @@
 attempt's log.
 
 While the attempt's pods exist, from the cluster (``cluster/pod_logs.py``: the kubelet's log, with
-timestamps); after they are gone, from Cloud Logging (``control/workload_logs.py``): Google's on GCP,
+timestamps); after they are gone, from Cloud Logging (``control/adapters/workload_logs.py``): Google's on GCP,
 the local stack's stand-in locally (``RLPIPE_LOGGING_ENDPOINT``). The container is the program's
 unless ``-c`` names another: found by its role (``workload_logs.program_container``), so after a
 preemption that deleted the head but left the failed worker's pods, it is still the head's program.
@@ -210,7 +210,7 @@ def _from_cluster(
 def _from_cloud_logging(
     settings: Any, target: Target, since: str, container: str, *, replicated_job: str | None
 ) -> int:
-    from rlpipe.control import cloud_logs, workload_logs
+    from rlpipe.control.adapters import cloud_logs, workload_logs
 
     try:
         query = workload_logs.workload_filter(
@@ -253,7 +253,7 @@ def _read(client: Any, settings: Any, store: Any, target: Target, args: Any, wai
     """Read the attempt's log from its pod if it has one, else from Cloud Logging; with
     ``--follow``, an attempt whose pods have not started yet is waited for."""
     from rlpipe.cluster import pod_logs
-    from rlpipe.control import workload_logs
+    from rlpipe.control.adapters import workload_logs
 
     while True:
         workload = target.workload

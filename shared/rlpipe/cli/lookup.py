@@ -15,7 +15,7 @@ from rlpipe.core import identity
 T = TypeVar("T")
 
 if TYPE_CHECKING:  # the records' module loads the storage client: only once a ledger is read
-    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.core.runs.record import RunRecord
 
 

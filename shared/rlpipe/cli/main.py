@@ -77,7 +77,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     run_id = args.run_id or identity.run_id_for(
         identity.key_for_request_id(req.request_id) if req.request_id else f"render:{args.request}"
     )
-    from rlpipe.control.publishing import UNRENDERED_CARD, publisher_program
+    from rlpipe.control.lifecycle.publishing import UNRENDERED_CARD, publisher_program
     from rlpipe.core.manifests import request_stages
 
     ctx = RenderContext(
@@ -118,7 +118,7 @@ def _settings() -> Any:
     """Settings from the environment; with a local stack up (and RLPIPE_TARGET≠gcp), its endpoints."""
     import os
 
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
     from rlpipe.local.stack_state import StackState, state_path
 
     path = state_path(local_root())
@@ -149,16 +149,16 @@ def _answers_or_fail(url: str, path: Path) -> None:
 
 
 def _local_cluster(settings: Any) -> str:
-    """Which cluster a local stack runs on (``control.run_report.local_cluster``: the pages say
+    """Which cluster a local stack runs on (``control.lifecycle.run_report.local_cluster``: the pages say
     the same)."""
-    from rlpipe.control.run_report import local_cluster
+    from rlpipe.control.lifecycle.run_report import local_cluster
 
     return local_cluster(settings) or "double"
 
 
 def _ledger(settings: Any) -> Any:
-    from rlpipe.control.blobstore import BlobStore, make_client
-    from rlpipe.control.ledger import Ledger
+    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.lifecycle.ledger import Ledger
 
     return Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
 
@@ -435,9 +435,9 @@ def _refused_before_asking(args: argparse.Namespace) -> int | None:
         raise lookup.not_found(args.run)
     why: str | None = None
     if args.command == "retry":
-        from rlpipe.control import retry
+        from rlpipe.control.lifecycle import retry_rounds
 
-        why = retry.refusal(record, args.from_stage)
+        why = retry_rounds.refusal(record, args.from_stage)
     elif args.command == "promote" and record.state != "gated":
         why = f"run {args.run} is {record.state}: only a gated run can be promoted"
     if why is not None:

@@ -108,7 +108,7 @@ def _params(path: Path) -> dict[str, str]:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
     from rlpipe.core import cost
     from rlpipe.core import sweep as core_sweep
     from rlpipe.core.plan import build_plan, render_text

@@ -1,6 +1,6 @@
 """``rlpipe promote RUN --reason …``: asks the stage function to override a gated run's gate.
 
-The decision is made in the control plane (``rlpipe.control.promotion``), which may write ledgers;
+The decision is made in the control plane (``rlpipe.control.lifecycle.promotion``), which may write ledgers;
 the CLI only calls it, as ``rlpipe cancel`` does, and prints sentences: what happened and how to
 follow the run, or the stage function's reason for refusing (not its JSON answer).
 """
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle.ledger import Ledger
 
 
 def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Ledger]) -> None:

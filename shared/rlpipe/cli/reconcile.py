@@ -18,7 +18,7 @@ from rlpipe.cli.exit_codes import ExitCode
 
 
 def cmd_reconcile(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
-    from rlpipe.control.logs import Logger
+    from rlpipe.control.adapters.logs import Logger
     from rlpipe.reconcile.runner import DEFAULT_BUDGET_SECONDS, build
 
     budget = DEFAULT_BUDGET_SECONDS if args.budget is None else args.budget
@@ -53,7 +53,7 @@ def cmd_reconcile(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
 
 
 def _env_settings() -> Any:
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
 
     return Settings.from_env()
 

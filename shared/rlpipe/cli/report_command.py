@@ -6,7 +6,7 @@ each child's point, with the child the sweep selected marked and the selection's
 nothing was published, why).
 
 On the local stack every page says it was simulated and on which cluster: the deployment's
-settings say so (``control.run_report.local_cluster``), as they do for the copy the control plane
+settings say so (``control.lifecycle.run_report.local_cluster``), as they do for the copy the control plane
 keeps."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def read_receipt(settings: Any, record: RunRecord) -> dict[str, Any] | None:
     if record.lineage.published_commit or not done:
         return None
     try:
-        from rlpipe.control.blobstore import BlobStore, make_client
+        from rlpipe.control.adapters.blobstore import BlobStore, make_client
         from rlpipe.core.layout import RunLayout
 
         store = BlobStore(make_client(settings.project), settings.artifacts_bucket)
@@ -57,7 +57,7 @@ def cmd_report(
         print(f"no run {args.run}", file=sys.stderr)
         return 1
     path = Path(args.output or f"{args.run}-report.html")
-    from rlpipe.control.run_report import local_cluster
+    from rlpipe.control.lifecycle.run_report import local_cluster
 
     cluster = local_cluster(chosen)
     try:

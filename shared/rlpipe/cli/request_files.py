@@ -12,7 +12,7 @@ from typing import Any
 def read_request(path: str) -> Any:
     """The request, its own files checked as intake will check them: beside the file on disk (a
     gs:// file is read by intake, not here). Raises ``RequestInvalid``."""
-    from rlpipe.control import user_files
+    from rlpipe.control.lifecycle import user_files
     from rlpipe.core.request import load_request
 
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
@@ -26,15 +26,16 @@ def hub_pins(req: Any) -> tuple[str, dict[str, Any]]:
     """``--hub``: the model's commit and the datasets' pins, made now as the pipeline's plan will
     make them, with this machine's Hub token (``HF_TOKEN``/``RLPIPE_HF_TOKEN``). Raises
     ``PermanentFailure`` (naming the field) or ``TransientFailure``."""
-    from rlpipe.control import data_pins, hub
+    from rlpipe.control.adapters import hub_client
+    from rlpipe.control.lifecycle import data_pins
 
-    return hub.resolve_revision(req.hf_repo, req.hf_revision), data_pins.pin(req)
+    return hub_client.resolve_revision(req.hf_repo, req.hf_revision), data_pins.pin(req)
 
 
 def hub_pins_or_exit(req: Any, who: str) -> tuple[str, dict[str, Any], list[str]]:
     """:func:`hub_pins`, with one line per pin; a refusal is printed naming the field and ends the
     command (exit 1), a Hub that does not answer too (exit 75, worth trying again)."""
-    from rlpipe.control import data_pins
+    from rlpipe.control.lifecycle import data_pins
     from rlpipe.core.failures import PermanentFailure, TransientFailure
 
     try:
@@ -48,7 +49,7 @@ def hub_pins_or_exit(req: Any, who: str) -> tuple[str, dict[str, Any], list[str]
     return sha, data, [f"model: {req.hf_repo}@{sha[:12]} ({req.hf_revision})", *data_pins.summary(data)]
 
 
-# Settings that change what a request may reach (rlpipe.control.settings; terraform's cli_env
+# Settings that change what a request may reach (rlpipe.control.adapters.settings; terraform's cli_env
 # exports them): with any of them set, the CLI checks requests as this deployment's intake would.
 _POLICY_SETTINGS = (
     "RLPIPE_PROJECT",
@@ -72,7 +73,7 @@ def policy() -> Any:
     """The deployment's allowlists when its settings are in the environment, else the defaults."""
     import os
 
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
     from rlpipe.core.request.policy import Policy
 
     present = [name for name in _POLICY_SETTINGS if name in os.environ]

@@ -3,7 +3,7 @@
 The ledger is checked first, so a run that cannot be retried (running, succeeded, gated) is
 refused at once with the reason. Then the stage function is called (``op: retry``, with the same
 ID token as ``rlpipe cancel``): it checks the caller, opens the round once per key and starts its
-execution (``control/retry.py``). The key is made once here, so a call repeated after a lost
+execution (``control/lifecycle/retry_rounds.py``). The key is made once here, so a call repeated after a lost
 answer opens no second round. docs/retry.md explains the rest.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.cli.exit_codes import ExitCode
-from rlpipe.control import retry
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle import retry_rounds
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity
 
 CALL_TRIES = 3  # a lost answer is asked again with the same key: still one round
@@ -65,10 +65,10 @@ def request_retry(
     record = ledger.get(run_id)
     if record is None:
         raise NotRetried(f"no run {run_id}")
-    why = retry.refusal(record, from_stage)
+    why = retry_rounds.refusal(record, from_stage)
     if why is not None:
         raise NotRetried(why)
-    body = retry.call_body(
+    body = retry_rounds.call_body(
         run_id, reason=reason.strip(), key=key or uuid.uuid4().hex, from_stage=from_stage, by=by
     )
     for tries in range(1, CALL_TRIES + 1):

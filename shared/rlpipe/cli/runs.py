@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity
 from rlpipe.core.runs.record import TERMINAL, RunRecord, parse_time
 
@@ -247,7 +247,7 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     Workflows runs no ``except`` block when an execution is cancelled from outside, so the stage
     function's ``cancel`` does what the workflow would have done: it deletes the run's workloads
     and finishes the run ``cancelled``, recording the identity Google verified on this call
-    (control/stage.py ``StageService.cancel``). The execution is cancelled here, with the
+    (control/stage/service.py ``StageService.cancel``). The execution is cancelled here, with the
     operator's own credentials, since the stage function may not cancel executions. Each step is
     attempted whatever the one before did: an execution the operator may not cancel
     (PermissionDenied) or a failed cleanup is reported in the result (``execution_error``,
@@ -268,7 +268,7 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
         nonlocal executions
         try:
             if executions is None:
-                from rlpipe.control.orchestrator import Orchestrator
+                from rlpipe.control.adapters.orchestrator import Orchestrator
 
                 executions = Orchestrator(settings)
             return {"execution_cancelled": bool(executions.cancel(name))}

@@ -18,8 +18,8 @@ from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.core import identity
 
 if TYPE_CHECKING:  # the parser is built on every command: the records load when a command runs
-    from rlpipe.control.ledger import Ledger
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
+    from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.core.runs.record import RunRecord
 
 
@@ -32,12 +32,12 @@ class Submitted:
     via: str
     where: str
     delivery_id: str  # run_id_for(the delivery's key): where intake records its answer
-    source: dict[str, str]  # the ledger's Source of this delivery (control/ledger.py)
+    source: dict[str, str]  # the ledger's Source of this delivery (control/lifecycle/ledger.py)
 
 
 def beside(request: Any) -> list[str]:
-    """The relative paths of the files a request names beside itself (control/user_files.py)."""
-    from rlpipe.control import user_files
+    """The relative paths of the files a request names beside itself (control/lifecycle/user_files.py)."""
+    from rlpipe.control.lifecycle import user_files
 
     return [f.path for f in user_files.files_of(request).values() if f.path is not None and not f.is_gs]
 
@@ -91,7 +91,7 @@ def submit(
         raise CliError(ExitCode.USAGE, f"unknown --via {via!r}; use gcs or pubsub")
     data = edited_document(path, sets or [], name)
     from rlpipe.cli.request_files import policy
-    from rlpipe.control import user_files
+    from rlpipe.control.lifecycle import user_files
     from rlpipe.core import layout
     from rlpipe.core.request import load_request
 
@@ -116,7 +116,7 @@ def submit(
             "beside it; use --via gcs, or name them gs:// or inline",
         )
     if via == "gcs":
-        from rlpipe.control.blobstore import make_client
+        from rlpipe.control.adapters.blobstore import make_client
 
         client = storage_client or make_client(settings.project)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
@@ -177,7 +177,7 @@ def intake_answer(ledger: Ledger, submitted: Submitted) -> IntakeAnswer:
     record = ledger.get(submitted.run_id)
     if record is not None and record.source.model_dump(exclude_none=True) == submitted.source:
         return IntakeAnswer("started", record)
-    went_to = ledger.delivery(submitted.delivery_id)  # control/intake.py: _record_delivery
+    went_to = ledger.delivery(submitted.delivery_id)  # control/lifecycle/intake.py: _record_delivery
     if went_to is not None:
         record = ledger.get(str(went_to.get("run_id")))
         if record is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.runs.record import RunRecord
 

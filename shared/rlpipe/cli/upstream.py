@@ -37,7 +37,7 @@ def cmd_watch_list_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_upstream_check(args: argparse.Namespace, settings: Callable[[], Any]) -> int:
-    from rlpipe.control.logs import Logger
+    from rlpipe.control.adapters.logs import Logger
     from rlpipe.upstream.service import check
 
     # Log lines go to stderr: stdout carries the report (and must stay parseable with --json).
@@ -52,7 +52,7 @@ def cmd_upstream_check(args: argparse.Namespace, settings: Callable[[], Any]) ->
 
 
 def _env_settings() -> Any:
-    from rlpipe.control.settings import Settings
+    from rlpipe.control.adapters.settings import Settings
 
     return Settings.from_env()
 

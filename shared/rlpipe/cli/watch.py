@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlpipe.cli.runs import describe
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import cost
 from rlpipe.core.runs.record import RunRecord, parse_time
 
@@ -164,7 +164,7 @@ def _reward_text(progress: dict[str, Any]) -> str:
 def _inputs_lines(lineage: Any) -> list[str]:
     """What the run trained on (each split at its pinned commit) and with (the request's own files,
     by sha256; else MaxText's built-in rewards)."""
-    from rlpipe.control import data_pins
+    from rlpipe.control.lifecycle import data_pins
     from rlpipe.core.staging import BUILTIN_REWARDS
 
     lines = [f"  data        {line}" for line in data_pins.summary(lineage.data)]
@@ -205,7 +205,7 @@ def summary(
     if lineage.checkpoint_uri:
         step = f" (final step {lineage.final_step})" if lineage.final_step else ""
         lines.append(f"  checkpoints {lineage.checkpoint_uri}rl/checkpoints/actor/{step}")
-    end = (record.results or {}).get("training_end")  # control/stage.py: a clean end below max_steps
+    end = (record.results or {}).get("training_end")  # control/stage/service.py: a clean end below max_steps
     if isinstance(end, dict) and end.get("explanation"):
         lines.append(f"  training    {end['explanation']}")
     if lineage.export_uri:
@@ -290,14 +290,18 @@ def trained_steps(record: RunRecord) -> int | None:
 def next_command(record: RunRecord, run: str | None = None) -> str | None:
     """The command that takes a run that ended without shipping further (``run``: the id to show
     in it, the record's own by default); None when there is nothing a command can do."""
-    from rlpipe.control import retry
+    from rlpipe.control.lifecycle import retry_rounds
 
     run = run or record.run_id
     if record.state == "gated" and record.sweep is not None:  # promote a child, never the parent
         return f'rlpipe status {run}  (then rlpipe promote CHILD --reason "…" for the child to ship)'
     if record.state == "gated":
         return f'rlpipe promote {run} --reason "…"'
-    if record.state in ("failed", "cancelled") and retry.refusal(record) is None and retry_would_help(record):
+    if (
+        record.state in ("failed", "cancelled")
+        and retry_rounds.refusal(record) is None
+        and retry_would_help(record)
+    ):
         return f'rlpipe retry {run} --reason "…"'
     return None
 

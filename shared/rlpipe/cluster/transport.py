@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 
 class ConnectionSettings(Protocol):
-    """Where the cluster is; ``rlpipe.control.settings.Settings`` has these fields. A protocol, so
+    """Where the cluster is; ``rlpipe.control.adapters.settings.Settings`` has these fields. A protocol, so
     the cluster client stays below the control plane and imports nothing from it."""
 
     @property

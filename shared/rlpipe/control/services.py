@@ -9,18 +9,18 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control import blobstore
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient
-    from rlpipe.control.coordinator import RunCoordinator
-    from rlpipe.control.intake import Intake
-    from rlpipe.control.orchestrator import Orchestrator
-    from rlpipe.control.stage import LogReader, StageService
+    from rlpipe.control.adapters.orchestrator import Orchestrator
+    from rlpipe.control.lifecycle.coordinator import RunCoordinator
+    from rlpipe.control.lifecycle.intake import Intake
+    from rlpipe.control.stage.service import LogReader, StageService
 
 
 @cache
@@ -53,7 +53,7 @@ def ledger() -> Ledger:
 
 @cache
 def orchestrator() -> Orchestrator:
-    from rlpipe.control.orchestrator import Orchestrator
+    from rlpipe.control.adapters.orchestrator import Orchestrator
 
     return Orchestrator(settings())
 
@@ -66,7 +66,7 @@ def cluster() -> ClusterClient:
 
 
 def intake(log: Logger) -> Intake:
-    from rlpipe.control.intake import Intake
+    from rlpipe.control.lifecycle.intake import Intake
 
     return Intake(
         requests=requests_store(),
@@ -84,7 +84,7 @@ def intake(log: Logger) -> Intake:
 
 def coordinator(log: Logger) -> RunCoordinator:
     """How a run coordinates with others: a sweep's children through their parent's record; any
-    other run alone (``control.coordinator``)."""
+    other run alone (``control.lifecycle.coordinator``)."""
     from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     return SweepCoordinator(ledger(), log)
@@ -97,14 +97,14 @@ def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
 
 def notify_status(record: RunRecord) -> None:
     """The terminal status message of a run ended outside the workflow (it could not start)."""
-    from rlpipe.control import notify
+    from rlpipe.control.adapters import notify
 
     notify.status_notifier(settings())(record)
 
 
 def stage_service(log: Logger) -> StageService:
-    from rlpipe.control import notify
-    from rlpipe.control.stage import StageService
+    from rlpipe.control.adapters import notify
+    from rlpipe.control.stage.service import StageService
 
     return StageService(
         settings=settings(),
@@ -123,7 +123,7 @@ def stage_service(log: Logger) -> StageService:
 def cloud_log_reader() -> LogReader | None:
     """The head's train_rl lines from Cloud Logging (GKE ships every container line there; the
     local stack plays it), or None where there is none."""
-    from rlpipe.control import cloud_logs
+    from rlpipe.control.adapters import cloud_logs
 
     return cloud_logs.head_reader(settings())
 

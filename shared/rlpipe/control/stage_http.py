@@ -6,7 +6,7 @@ that is not the run's execution gets 409 with the tag ``not_owner`` (or ``supers
 attempt older than the run's latest): the workflow then stops without cleaning up or finishing a
 run that another execution drives. Storage errors are 503, never 500: a 500 is not retried.
 
-Who may call what is decided first, before the body's fields are read (control/identities.py):
+Who may call what is decided first, before the body's fields are read (control/adapters/identities.py):
 plan, launch, status, gate, select, finish and cleanup are the workflow's own and are accepted
 from the workflow's identity only; cancel, retry and promote are an operator's, accepted from any
 caller IAM let in and recorded with that caller. Any other identity is answered 403 (``forbidden``)
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control import blobstore, identities, services
-from rlpipe.control.client_errors import classify_exception
-from rlpipe.control.ledger import ConcurrentUpdate
-from rlpipe.control.logs import Logger
+from rlpipe.control import services
+from rlpipe.control.adapters import blobstore, identities
+from rlpipe.control.adapters.client_errors import classify_exception
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.lifecycle.ledger import ConcurrentUpdate
 from rlpipe.core import identity
 from rlpipe.core import workflow_contract as contract
 from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
@@ -32,7 +33,7 @@ from rlpipe.core.runs.ownership import NotOwner, SupersededAttempt
 from rlpipe.core.runs.record import IllegalTransition
 
 if TYPE_CHECKING:
-    from rlpipe.control.stage import StageService
+    from rlpipe.control.stage.service import StageService
 
 _CODES = {FailureClass.TRANSIENT: 503, FailureClass.PERMANENT: 422}
 _STORE_ERRORS = (blobstore.PreconditionFailed, blobstore.NotFound, blobstore.TooLarge)
@@ -46,7 +47,7 @@ class BadCall(PipelineFailure):
 
 
 def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[str, Any], int]:
-    """``caller``: the identity Google verified on the call (control/callers.py), None locally."""
+    """``caller``: the identity Google verified on the call (control/adapters/callers.py), None locally."""
     if not isinstance(body, dict):
         return {"error": {"tag": "permanent", "message": "expected a JSON object body"}}, 400
     # Only a well-formed run id is logged or used; anything else is refused without echoing it.
@@ -139,14 +140,14 @@ def cancel(service: StageService, body: dict[str, Any], caller: str | None) -> d
     run_id = body.get("run_id")
     if not identity.is_run_id(run_id):
         raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
-    from rlpipe.control import cancellation
+    from rlpipe.control.stage import cancellation
 
     return cancellation.cancel(service, run_id, caller=caller)
 
 
 def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
     """``rlpipe promote``: the gate override, decided here where ledgers may be written."""
-    from rlpipe.control import promotion
+    from rlpipe.control.lifecycle import promotion
 
     run_id, by, reason = body.get("run_id"), body.get("by"), body.get("reason")
     if not identity.is_run_id(run_id):
@@ -178,11 +179,11 @@ def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, 
 
 def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
     """``rlpipe retry``: a new round of a failed or cancelled run, once per caller-made key."""
-    from rlpipe.control import retry
+    from rlpipe.control.lifecycle import retry_rounds
 
     try:
-        order = retry.parse_order(body)
-    except retry.BadRetry as exc:
+        order = retry_rounds.parse_order(body)
+    except retry_rounds.BadRetry as exc:
         raise BadCall(str(exc)) from None
     parent = services.ledger().get(order.run_id)
     if parent is not None and parent.sweep is not None:  # a sweep: its children go on
@@ -198,7 +199,7 @@ def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str
             caller=caller,
             start=services.intake(log).start_claimed,
         )
-    decision = retry.start_round(
+    decision = retry_rounds.start_round(
         services.ledger(),
         order.run_id,
         by=order.by or caller or "unknown",

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 REQUESTS_PREFIX = "requests/"
 REQUEST_SUFFIXES = (".json", ".yaml", ".yml")
-# A request's own files uploaded beside it (control/user_files.py): code, and chat templates
+# A request's own files uploaded beside it (control/lifecycle/user_files.py): code, and chat templates
 # spelled so that no template is taken for a JSON request. Intake reads them only when a request
 # names them.
 USER_FILE_SUFFIXES = (".py", ".template.json")

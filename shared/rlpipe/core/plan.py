@@ -95,7 +95,7 @@ def build_plan(
     request that skipped validation: validation refuses those). ``bucket`` is the artifacts
     bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json).
     ``quotas``: the deployment's TPU quota by LocalQueue, where it is known. ``data``: the datasets
-    pinned now (``control.data_pins``, ``rlpipe plan --hub``), whose split sizes fix the end."""
+    pinned now (``control.lifecycle.data_pins``, ``rlpipe plan --hub``), whose split sizes fix the end."""
     sha = pinned_sha(req, hf_sha)
     ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
     run = layout.RunLayout(bucket, run_id)

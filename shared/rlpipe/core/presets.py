@@ -284,7 +284,7 @@ def preset_defaults(name: str) -> dict[str, Any]:
     return copy.deepcopy(_PRESETS[name])
 
 
-# ---- what a deployment allows by default (rlpipe.core.request.policy; control.settings) ----------
+# ---- what a deployment allows by default (rlpipe.core.request.policy; control.adapters.settings) ----------
 
 
 def _repository_of(image: str) -> str:

@@ -185,7 +185,7 @@ def parse(text: str) -> TrainLog:
 
 
 def training_progress(log_text: str) -> dict[str, Any] | None:
-    """Drop-in for ``control.stage.training_progress``: the ledger's ``progress`` from a log tail."""
+    """Drop-in for ``control.stage.service.training_progress``: the ledger's ``progress`` from a log tail."""
     return parse(log_text).progress()
 
 

@@ -1,8 +1,8 @@
 """Cloud Logging's ``entries.list``, played from the local clusters' retained container lines.
 
 On GKE every line a container prints is also a Cloud Logging entry, kept after its pod is gone; the
-stage function reads a gone head's evaluations from there (``control/cloud_logs.py``) and
-``rlpipe logs`` an ended attempt's lines (``control/workload_logs.py``). Locally both clusters keep
+stage function reads a gone head's evaluations from there (``control/adapters/cloud_logs.py``) and
+``rlpipe logs`` an ended attempt's lines (``control/adapters/workload_logs.py``). Locally both clusters keep
 every container line in a :class:`~rlpipe.local.pod_logs.ContainerLogFolder`; this server answers
 ``POST /v2/entries:list`` from it, so the production code runs unchanged against it
 (``RLPIPE_LOGGING_ENDPOINT``). What it plays, each from Google's reference:

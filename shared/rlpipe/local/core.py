@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.identities import WORKFLOW_IDENTITY_ENV
+from rlpipe.control.adapters.logs import Logger
 
 ROOT = Path(__file__).resolve().parents[3]
 SHORT_DATASET = "rlpipe-demo/gsm8k-30"  # GSM8K's layout with 30 training examples
@@ -102,7 +102,7 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
 
 
 def run(config: dict[str, Any]) -> None:
-    from rlpipe.control.blobstore import make_client
+    from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.local import clusters
     from rlpipe.local.hub import HubDouble
     from rlpipe.local.hub.datasets import gsm8k_files

@@ -4,11 +4,11 @@ On Google Cloud, Workflows attaches a Google-signed ID token naming the workflow
 account to an ``http.post`` with ``auth: {type: OIDC}``, the CLI one naming the operators'
 service account (``RLPIPE_IMPERSONATE_SERVICE_ACCOUNT``), and Cloud Run checks the signature
 before the stage function sees the call, which then only reads whose token it is
-(control/callers.py). Locally there is no Cloud Run and nothing to sign with, so the stack plays
+(control/adapters/callers.py). Locally there is no Cloud Run and nothing to sign with, so the stack plays
 both callers: the local Workflows engine and the CLI attach a token of the same shape and claims,
 **unsigned** (``alg: none``). Nothing verifies it locally, just as the function does not re-verify
 on Google Cloud; what it makes testable is which operation each identity may call
-(control/identities.py), on the same code path as in production.
+(control/adapters/identities.py), on the same code path as in production.
 
 The names mirror the deployment's service accounts (infra/terraform/main.tf ``sa_ids``): the
 stack's settings name the workflow's (``RLPIPE_WORKFLOW_IDENTITY``, read by the stage function)
@@ -23,7 +23,7 @@ from typing import Any
 
 from google.auth import crypt, jwt
 
-from rlpipe.control.identities import WORKFLOW_IDENTITY_ENV
+from rlpipe.control.adapters.identities import WORKFLOW_IDENTITY_ENV
 
 OPERATOR_IDENTITY_ENV = "RLPIPE_LOCAL_OPERATOR_IDENTITY"
 TOKEN_SECONDS = 3600  # an ID token Google issues lives an hour
@@ -43,7 +43,7 @@ def operator_account(project: str) -> str:
 
 def played(project: str) -> dict[str, str]:
     """The stack's settings naming both: the stage function takes the workflow's operations from
-    the first only (control/identities.py), the local Workflows engine calls as it (local/core.py),
+    the first only (control/adapters/identities.py), the local Workflows engine calls as it (local/core.py),
     and the CLI calls as the second."""
     return {
         WORKFLOW_IDENTITY_ENV: workflow_account(project),

@@ -33,7 +33,7 @@ import requests
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.logs import Logger
 
 GCS_FINALIZED = "google.cloud.storage.object.v1.finalized"
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"

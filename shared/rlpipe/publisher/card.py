@@ -11,7 +11,7 @@ https://huggingface.co/docs/hub/model-cards#model-card-metadata); the text is pa
 ``huggingface_hub.ModelCard`` and must give the same metadata, so a header the Hub would read
 differently never leaves this module.
 
-The facts, a plain dict (JSON-able; ``rlpipe.control.publishing.card_facts`` gathers them):
+The facts, a plain dict (JSON-able; ``rlpipe.control.lifecycle.publishing.card_facts`` gathers them):
 
 - ``base_model`` (repo id), ``base_sha`` (the pinned 40-hex commit): the header's ``base_model``
   with ``base_model_relation: finetune``, and the text's pinned revision.
@@ -33,7 +33,7 @@ The facts, a plain dict (JSON-able; ``rlpipe.control.publishing.card_facts`` gat
 - ``gate``: ``{passed, reasons, thresholds: {name: value}, override: {by, at, reason, caller}}``;
   empty when the request set no gate.
 - ``links``: ``{checkpoints, final_checkpoint, export, report}``, GCS URIs of the run's files and
-  of its report page (in the state bucket, ``control.run_report``).
+  of its report page (in the state bucket, ``control.lifecycle.run_report``).
 - ``run_id``, ``request_id``; optional ``model_name`` and extra ``tags``.
 
 The datasets: the header's ``datasets`` lists the training dataset and, when it is another one,

@@ -11,7 +11,7 @@ rendered as "Evaluation results": https://huggingface.co/docs/hub/model-cards#ev
 holds the post-training values only: they describe this model, the pre-training ones its base.
 Each entry names the task, the dataset at its config and split, and the metric.
 
-The evaluation set, a plain dict (``rlpipe.control.publishing.evaluation_set`` derives it from the
+The evaluation set, a plain dict (``rlpipe.control.lifecycle.publishing.evaluation_set`` derives it from the
 request): ``dataset`` (a Hub dataset id), ``subset``, ``split``, ``sha`` (the commit plan pinned it
 to); ``held_out`` when train_rl split the evaluation examples off the training split itself;
 ``data_files`` when they came from parquet files instead of a Hub dataset. The pinned commit is the

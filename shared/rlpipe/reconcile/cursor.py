@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rlpipe.control import blobstore
+from rlpipe.control.adapters import blobstore
 from rlpipe.core import layout
 
 CURSOR_OBJECT = layout.RECONCILE_CURSOR

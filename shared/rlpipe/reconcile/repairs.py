@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from rlpipe.control import run_metrics
-from rlpipe.control.coordinator import RunCoordinator
-from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle import run_metrics
+from rlpipe.control.lifecycle.coordinator import RunCoordinator
+from rlpipe.control.lifecycle.intake import Intake
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core.runs.record import Failure, RunRecord
 from rlpipe.reconcile.rules import Action
 
@@ -132,7 +132,7 @@ class Repairs:
         )
 
     def _notify(self, record: RunRecord, log: Logger) -> None:
-        from rlpipe.control.notify import status_message
+        from rlpipe.control.adapters.notify import status_message
 
         topic = self._topic(record)
         if topic is None or self.publish is None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from rlpipe.cluster import RunObject
-from rlpipe.control.orchestrator import ExecutionInfo
+from rlpipe.control.adapters.orchestrator import ExecutionInfo
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.layout import Completeness
 from rlpipe.core.runs.record import RunRecord, parse_time

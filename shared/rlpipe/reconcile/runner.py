@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.cluster import RunObject
-from rlpipe.control import blobstore, outputs
-from rlpipe.control.coordinator import RunCoordinator
-from rlpipe.control.intake import Intake
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
-from rlpipe.control.orchestrator import Orchestrator
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle import stored_outputs
+from rlpipe.control.lifecycle.coordinator import RunCoordinator
+from rlpipe.control.lifecycle.intake import Intake
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import layout
 from rlpipe.core.runs.record import RunRecord, now
 from rlpipe.reconcile import rules as rules
@@ -237,7 +238,7 @@ class Reconciler:
 
     def _export(self, run_id: str) -> layout.Completeness:
         """The export's completeness by the layout's rule (the manifest, every file it lists)."""
-        return outputs.export_completeness(self.artifacts, run_id)
+        return stored_outputs.export_completeness(self.artifacts, run_id)
 
 
 # ---- wiring -------------------------------------------------------------------------------------
@@ -245,7 +246,8 @@ class Reconciler:
 
 def from_services(log: Logger, **overrides: Any) -> Reconciler:
     """The function's reconciler: the process's cached clients (``services``), ``notify`` to publish."""
-    from rlpipe.control import notify, services
+    from rlpipe.control import services
+    from rlpipe.control.adapters import notify
 
     return Reconciler(
         settings=services.settings(),
@@ -272,7 +274,7 @@ def build(
     ``send`` publishes status messages (Pub/Sub by default): a run the pass ends because its
     start was refused gets its message, as it does from the function's reconciler."""
     from rlpipe.cluster import ClusterClient
-    from rlpipe.control import notify
+    from rlpipe.control.adapters import notify
     from rlpipe.control.sweep.coordinator import SweepCoordinator
 
     client = blobstore.make_client(settings.project)

@@ -27,7 +27,7 @@ marked safe.
 
 Heavy imports (Jinja2, matplotlib, the ledger, the storage client) happen when a report is
 rendered, never when the CLI parser is built. The CLI (``rlpipe report``, ``cli/report_command.py``)
-and the control plane (``control/run_report.py``, the copy in the state bucket the card links) render it.
+and the control plane (``control/lifecycle/run_report.py``, the copy in the state bucket the card links) render it.
 """
 
 from __future__ import annotations

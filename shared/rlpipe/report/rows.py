@@ -126,7 +126,7 @@ class RoundRow:
     start: datetime | None
     source: str | None  # round 1: what the request came as
     by: str | None  # a retry: the name the person gave
-    caller: str | None  # a retry: the identity Google verified on the call (control/callers.py)
+    caller: str | None  # a retry: the identity Google verified on the call (control/adapters/callers.py)
     reason: str
     from_stage: str
     ended: str  # how this round ended (the next round's record of it, or the run's state now)

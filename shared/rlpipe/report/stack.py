@@ -6,7 +6,7 @@ on the local stack that looks like a page of a run on GCP passes simulated numbe
 model's. So each page (run report, comparison, sweep) carries this notice in its header and title.
 
 The ledger record has no field for where a run ran, so the notice comes from whoever renders the
-page, from its own settings (``control.run_report.local_cluster``): the CLI from the deployment it
+page, from its own settings (``control.lifecycle.run_report.local_cluster``): the CLI from the deployment it
 talks to, the control plane from its own. The local stack keeps its buckets in memory
 (``local/gcs.py``), so a stack's ledger holds only runs of that stack's cluster. ``None`` is a
 deployment on Google Cloud: the page says nothing of the kind.

@@ -12,7 +12,7 @@ window): ``list_repo_commits`` pages go through ``http_backoff`` (``utils/_pagin
 and ``hf_hub_download`` with an empty cache repeats a failed HEAD with retries
 (``file_download.py:1170-1188``); ``auth_check`` and ``list_repo_commits`` take no timeout at
 all. So ``model_info`` (one request, ``hf_api.py:3214``) is called with a timeout, and the
-commit log, the access check and the index are read with ``rlpipe.control.hub.hub_get``: one
+commit log, the access check and the index are read with ``rlpipe.control.adapters.hub_client.hub_get``: one
 GET on the client's session, errors raised by the client's ``hf_raise_for_status``.
 
 Rate limits: the Hub answers 429 with ``RateLimit: "api";r=0;t=<seconds to reset>`` (and
@@ -34,7 +34,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from rlpipe.control.hub import MAX_ANSWER_BYTES, HubAnswer, hub_get, transport_errors
+from rlpipe.control.adapters.hub_client import MAX_ANSWER_BYTES, HubAnswer, hub_get, transport_errors
 from rlpipe.core.timestamps import parse_rfc3339
 from rlpipe.upstream.release import INDEX, FileIds, file_ids
 

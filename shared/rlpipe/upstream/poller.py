@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
@@ -58,7 +58,7 @@ from rlpipe.upstream.state import NoAccess as NoAccessRecord
 from rlpipe.upstream.watchlist import RejectedEntry, WatchEntry, WatchList
 
 if TYPE_CHECKING:
-    from rlpipe.control.intake import Intake, IntakeResult
+    from rlpipe.control.lifecycle.intake import Intake, IntakeResult
 
 ACCEPTED = frozenset({"started", "duplicate"})  # intake outcomes after which the release is processed
 

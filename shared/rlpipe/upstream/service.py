@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rlpipe.control import blobstore
-from rlpipe.control.logs import Logger
-from rlpipe.control.settings import Settings
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import MAX_DOCUMENT_BYTES
 from rlpipe.upstream.hub import HubReader, RateLimitBudget
@@ -41,7 +41,7 @@ from rlpipe.upstream.watchlist import WATCH_LIST, WatchList, WatchListInvalid, l
 from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV, BodyStream, handle_webhook, webhook_secret
 
 if TYPE_CHECKING:
-    from rlpipe.control.intake import Intake
+    from rlpipe.control.lifecycle.intake import Intake
 
 __all__ = [
     "WATCH_LIST",
@@ -93,11 +93,11 @@ def build_poller(
     publish: Callable[[str, dict[str, Any]], Any] | None = None,
 ) -> Poller:
     """A Poller on the deployment named by ``settings`` (state in the state bucket)."""
-    from rlpipe.control import hub, notify
+    from rlpipe.control.adapters import hub_client, notify
 
     client = client or blobstore.make_client(settings.project)
     reader = HubReader(
-        token=token or hub.pipeline_token(),
+        token=token or hub_client.pipeline_token(),
         sleep=sleep,
         clock=clock,
         budget=budget or RateLimitBudget(),

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlpipe.control import blobstore
+from rlpipe.control.adapters import blobstore
 from rlpipe.core import layout
 from rlpipe.core.runs.record import now
 

@@ -1,4 +1,4 @@
-"""A sweep's coordinator: the hooks of ``control.coordinator`` for a sweep's parent and children.
+"""A sweep's coordinator: the hooks of ``control.lifecycle.coordinator`` for a sweep's parent and children.
 
 Wired into intake and the stage operations by ``control.services`` (and the reconciler's wiring),
 so a sweep's runs coordinate through their parent's record (``coordination``) while a run that
@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control.coordinator import ClaimMember, Delivery, EndMember, GatherFiles, Pins, RunCoordinator
-from rlpipe.control.intake_result import IntakeResult
-from rlpipe.control.ledger import Ledger
-from rlpipe.control.logs import Logger
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.lifecycle.coordinator import (
+    ClaimMember,
+    Delivery,
+    EndMember,
+    GatherFiles,
+    Pins,
+    RunCoordinator,
+)
+from rlpipe.control.lifecycle.intake_result import IntakeResult
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core.failures import PermanentFailure

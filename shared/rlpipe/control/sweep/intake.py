@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rlpipe.control import user_files
-from rlpipe.control.coordinator import ClaimMember, Delivery, GatherFiles
-from rlpipe.control.intake_result import IntakeResult, RequestConflict
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle import user_files
+from rlpipe.control.lifecycle.coordinator import ClaimMember, Delivery, GatherFiles
+from rlpipe.control.lifecycle.intake_result import IntakeResult, RequestConflict
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity
 from rlpipe.core import sweep as core_sweep
 from rlpipe.core.request import Request

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlpipe.control import retry
-from rlpipe.control.ledger import Ledger
+from rlpipe.control.lifecycle import retry_rounds
+from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord
@@ -36,18 +36,18 @@ def retry_parent(
         )
     children = [ledger.get(c) for c in parent.sweep.children]
     targets = sweeps.retry_targets(parent, children)
-    if not targets and retry.refusal(parent, from_stage) is None:
+    if not targets and retry_rounds.refusal(parent, from_stage) is None:
         raise PermanentFailure(
             f"sweep {parent.run_id}: no child that failed or was cancelled can change its outcome"
         )
-    decision = retry.start_round(
+    decision = retry_rounds.start_round(
         ledger, parent.run_id, by=by, reason=reason, from_stage=from_stage, key=key, caller=caller
     )
     if decision.outcome == "refused":
         raise PermanentFailure(decision.reason)
     started: list[str] = []
     for run_id in targets:
-        child = retry.start_round(
+        child = retry_rounds.start_round(
             ledger, run_id, by=by, reason=reason, from_stage=from_stage, key=f"{key}:{run_id}", caller=caller
         )
         if child.outcome == "refused":

@@ -31,7 +31,7 @@ from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import env_allowlist, reading, targets
 from rlpipe.core.request.model import Request
 
-# Setting names, as the problems quote them (rlpipe.control.settings reads them).
+# Setting names, as the problems quote them (rlpipe.control.adapters.settings reads them).
 SETTINGS = {
     "images": "RLPIPE_ALLOWED_IMAGE_PREFIXES",
     "env": env_allowlist.SETTING,

@@ -4,5 +4,5 @@ launch and a status read change in the record (``plan_record``, ``launch_record`
 ``phase_record``, with ``results`` and ``pricing``); ``recorded`` reads the record's free-form
 parts (the request as recorded, the evaluations, the pinned data) as types.
 
-The control plane stores the record (``control.ledger``, compare-and-swap); every layer reads it
+The control plane stores the record (``control.lifecycle.ledger``, compare-and-swap); every layer reads it
 from here."""

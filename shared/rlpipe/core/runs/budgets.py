@@ -3,7 +3,7 @@
 A failure class the workflow would retry becomes ``permanent`` once its own budget, or the request's
 overall retry cap, is used up for the stage; the message then says which one ran out.
 
-Budgets are per round: a retried run (``control.retry``) starts its new round with every budget
+Budgets are per round: a retried run (``control.lifecycle.retry_rounds``) starts its new round with every budget
 whole, so only the attempts launched in the record's current round are counted.
 """
 

@@ -1,7 +1,7 @@
 """What a launch changes in its run's record: the run's state and stage, the new attempt, the
 older attempts it supersedes, and where the stage's outputs will be found.
 
-Kept apart from ``control.stage`` for the reason ``phase_record`` is: the ledger's compare-and-swap may
+Kept apart from ``control.stage.service`` for the reason ``phase_record`` is: the ledger's compare-and-swap may
 apply the change again on a newer record, so it is one function of the record being replaced and
 the launch. That record decides whether the launch still stands: a cancel, another owner or a
 newer attempt that landed while the workload was applied wins, and ``stage`` deletes what it applied.

@@ -1,7 +1,7 @@
 """What one status read of an attempt changes in its run's record: phase, failure, evaluations,
 progress, chip-hours, the log cursor and the published commit.
 
-Kept apart from ``control.stage`` so that the change is one pure function of the record and the reading:
+Kept apart from ``control.stage.service`` so that the change is one pure function of the record and the reading:
 the ledger's compare-and-swap may apply it again on a newer record, and it must give the same
 answer each time.
 """

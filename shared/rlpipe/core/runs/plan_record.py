@@ -1,7 +1,7 @@
 """What plan changes in its run's record: which execution drives the run (one adopted when intake
 crashed before recording it), then the commits, data and conversion cache the run is pinned to.
 
-Kept apart from ``control.stage`` for the reason ``phase_record`` and ``launch_record`` are: the ledger's
+Kept apart from ``control.stage.service`` for the reason ``phase_record`` and ``launch_record`` are: the ledger's
 compare-and-swap may apply a change again on a newer record, so each is one function of the record
 being replaced. Ownership and the terminal check are decided there, so after a lease lapse two
 executions cannot both be told to go on: the first to write owns the run.
@@ -38,7 +38,7 @@ class Pins:
     """What plan pinned the run to."""
 
     sha: str  # the model repo's commit
-    data: dict[str, Any]  # the datasets at their commits (control/data_pins.py)
+    data: dict[str, Any]  # the datasets at their commits (control/lifecycle/data_pins.py)
     cache: layout.ConversionCache
     ready: str | None  # the cache's finished conversion attempt, if any
 

@@ -1,7 +1,7 @@
 """A run's record: the models the ledger stores as ``runs/<run_id>/run.json``, and its state machine.
 
 Pure data, kept in the core so that every layer reads the same typed record: the control plane
-writes it (``control.ledger``, a compare-and-swap store), the report and the CLI read it. The
+writes it (``control.lifecycle.ledger``, a compare-and-swap store), the report and the CLI read it. The
 field names and shapes are the ledger's JSON on disk; a change here must keep existing ledgers
 loading.
 
@@ -16,7 +16,7 @@ State machine (illegal transitions raise ``IllegalTransition``)::
     accepted → exporting | publishing | succeeded  (a retried round whose earlier, or all, stages are done)
     failed | cancelled → accepted  (only ``RunRecord.reopen``: ``rlpipe retry`` starts a new round)
 
-A run's rounds: round 1 is the original request; each retry (``control.retry``) appends a
+A run's rounds: round 1 is the original request; each retry (``control.lifecycle.retry_rounds``) appends a
 ``Round`` and continues the same run (same run id, attempt numbers going on, same checkpoints).
 """
 
@@ -116,7 +116,7 @@ class Attempt(_Model):
 
 
 # ---- a sweep (control/sweep): the parent's coordination record and a child's membership -------
-# Every change to a parent is a compare-and-swap on its run.json (``control.ledger``), which is
+# Every change to a parent is a compare-and-swap on its run.json (``control.lifecycle.ledger``), which is
 # what makes the slot count, the one converter and the one selection hold when children ask at
 # the same moment.
 
@@ -149,7 +149,7 @@ class SweepParent(_Model):
     arrived: list[str] = Field(default_factory=list)  # children waiting at selection, trained and gated
     selection: SweepSelection | None = None
     cancelled: bool = False
-    # Who cancelled it: the identity Google verified on the rlpipe cancel call (control/callers.py).
+    # Who cancelled it: the identity Google verified on the rlpipe cancel call (control/adapters/callers.py).
     cancelled_by: str | None = None
 
 
@@ -176,7 +176,7 @@ class GateOverride(_Model):
     by: str  # the name the person gave
     at: str
     reason: str
-    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
+    caller: str | None = None  # the identity Google verified on the call (control/adapters/callers.py)
 
 
 class Lineage(_Model):
@@ -194,7 +194,7 @@ class Lineage(_Model):
     published_commit: str | None = None  # the Hub commit that holds this run's model (its receipt's)
     promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
     pinning: dict[str, Any] | None = None  # what every read of the HF repo is pinned to, and how
-    # The datasets plan pinned: {"train": …, "eval": …}, each control.hub_datasets' record (repo,
+    # The datasets plan pinned: {"train": …, "eval": …}, each control.adapters.hub_datasets' record (repo,
     # commit, subset, split, every data file with its size and sha256) and where it is staged.
     data: dict[str, Any] | None = None
     # The user's files intake copied under the run's prefix: role (rewards, processor,
@@ -218,7 +218,7 @@ class Failure(_Model):
     stage: str | None = None
     attempt: int | None = None
     # A person ended the run (rlpipe cancel): the identity Google verified on that call
-    # (control/callers.py); None when the pipeline ended it.
+    # (control/adapters/callers.py); None when the pipeline ended it.
     caller: str | None = None
 
 
@@ -227,7 +227,7 @@ class Round(_Model):
 
     round: int
     by: str  # the name the person gave
-    caller: str | None = None  # the identity Google verified on the call (control/callers.py)
+    caller: str | None = None  # the identity Google verified on the call (control/adapters/callers.py)
     at: str
     from_stage: Stage | None = None  # stages at or after it run again even if done
     reason: str
@@ -272,7 +272,7 @@ class RunRecord(_Model):
         self.state = new
 
     def reopen(self) -> None:
-        """failed | cancelled → accepted, for a new round (``control.retry.start_round`` only)."""
+        """failed | cancelled → accepted, for a new round (``control.lifecycle.retry_rounds.start_round`` only)."""
         if self.state not in RETRYABLE:
             raise IllegalTransition(f"run {self.run_id}: {self.state} cannot be retried")
         self.state = "accepted"

@@ -163,7 +163,7 @@ class PinnedFile(_View):
 
 
 class PinnedSplit(_View):
-    """One dataset split at its commit (``control.hub_datasets``' record)."""
+    """One dataset split at its commit (``control.adapters.hub_datasets``' record)."""
 
     repo: Text = None
     revision: Text = None
@@ -190,7 +190,7 @@ def data(raw: object) -> PinnedData:
 
 
 class CopiedFile(_View):
-    """A request's own file as intake copied it under the run's prefix (``control.user_files``)."""
+    """A request's own file as intake copied it under the run's prefix (``control.lifecycle.user_files``)."""
 
     uri: Text = None
     sha256: Text = None

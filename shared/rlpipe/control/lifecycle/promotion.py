@@ -1,0 +1,76 @@
+"""Promote: a person overrides the quality gate of a ``gated`` run, through the stage function.
+
+Why through ``stage`` and not a ledger write from a laptop: operators hold only read access to the
+state bucket (infra/terraform/iam.tf), and the one door they may open is the stage function (as
+``rlpipe cancel`` does, with the operators' service account's ID token). The override (who, when,
+why) is recorded on the gate and in the lineage, the run leaves ``gated``, and a new execution of
+the same run is started through intake's exactly-once start. That execution skips every stage
+whose done rule already holds, passes the gate by the override, and goes on to export and publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.core.runs.record import Execution, GateOverride, GateRecord, RunRecord, now
+
+MAX_REASON_CHARS = 2000
+MAX_BY_CHARS = 200
+
+
+class NotPromotable(Exception):
+    """The run is not ``gated`` (or does not exist): the reason says what it is."""
+
+
+def promote(
+    ledger: Ledger,
+    run_id: str,
+    *,
+    by: str,
+    reason: str,
+    start: Callable[[str], Any],
+    caller: str | None = None,
+) -> RunRecord:
+    """Record the override and start the run's next execution (``start``: ``Intake.start_claimed``)."""
+    if not reason.strip():
+        raise NotPromotable("--reason is required: say why this model should ship despite the gate")
+    if ledger.get(run_id) is None:
+        raise NotPromotable(f"no run {run_id}")
+
+    def change(r: RunRecord) -> tuple[str | None, str | None]:
+        """→ (the event, why the run cannot be promoted)."""
+        if (
+            r.state == "training"
+            and not r.execution.name
+            and r.gate is not None
+            and r.gate.override is not None
+        ):
+            return (
+                None,
+                None,
+            )  # promoted already (a lost write response, or a start that never happened): start it
+        if r.sweep is not None:  # a parent trains nothing itself: its children were gated
+            return None, (
+                f"run {run_id} is a sweep; promote one of its gated children (rlpipe status {run_id} lists them)"
+            )
+        if r.state != "gated":
+            return None, f"run {run_id} is {r.state}; only a gated run can be promoted"
+        override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)
+        r.gate = (r.gate or GateRecord()).model_copy(update={"override": override})
+        r.lineage.promoted = override
+        r.set_state("training")  # after train: the next execution skips it by its done rule
+        r.failure = None
+        r.execution = Execution()
+        return "promoted", None
+
+    record, refused = ledger.update(
+        run_id,
+        change,
+        detail=lambda r: {"override": r.gate.override.model_dump() if r.gate and r.gate.override else None},
+    )
+    if refused is not None:
+        raise NotPromotable(refused)
+    start(run_id)
+    return ledger.get(run_id) or record

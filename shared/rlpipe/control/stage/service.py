@@ -1,0 +1,488 @@
+"""The operations the workflow calls through the ``stage`` function: plan, launch, status, finish, cleanup.
+
+The workflow only sequences and retries; every decision about what is *true* is made here, from
+two independent facts: what the cluster says about the workload and what the bucket holds. A Job
+that succeeded without its artifact is a failure, and an artifact without a finished Job is not
+done yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rlpipe.cluster.kinds import Kind
+from rlpipe.cluster.log_cursor import LogCursor
+from rlpipe.control.adapters import blobstore, callbacks, hub_client, interleave
+from rlpipe.control.adapters.cluster_port import Cluster
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.notify import status_message
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_report, stored_outputs
+from rlpipe.control.lifecycle.coordinator import RunCoordinator
+from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
+from rlpipe.control.stage import train_status
+from rlpipe.control.stage.train_status import LogReader
+from rlpipe.core import layout, staging, train_verdict
+from rlpipe.core.failures import FailureClass, PermanentFailure
+from rlpipe.core.identity import STAGES, Stage, workload_name
+from rlpipe.core.manifests import (
+    RenderContext,
+    conversion_cache,
+    render,
+    request_stages,
+    stage_paths,
+)
+from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
+from rlpipe.core.request import Request
+from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
+from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
+from rlpipe.core.runs.record import Attempt, Failure, RunRecord, parse_time
+
+GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
+KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
+
+
+@dataclass
+class StageService:
+    settings: Settings
+    ledger: Ledger
+    artifacts: blobstore.BlobStore  # what workloads write: every completeness check reads here
+    state: blobstore.BlobStore  # the control plane's: the conversion cache's READY.json
+    cluster: Cluster
+    log: Logger
+    resolve_revision: Callable[[str, str], str] = field(
+        default=lambda repo, rev: hub_client.resolve_revision(repo, rev)
+    )
+    # The run's datasets at their commits (control/lifecycle/data_pins.py): request → lineage.data.
+    pin_data: Callable[[Request], dict[str, Any]] = field(default=lambda req: data_pins.pin(req))
+    publish: Callable[[str, dict[str, Any]], Any] | None = None
+    clock: Callable[[], float] = time.time
+    # The head's lines from Cloud Logging once its pod is gone (control/adapters/cloud_logs.py; GCP only).
+    cloud_logs: LogReader | None = None
+    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
+    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _load(self, run_id: str) -> tuple[RunRecord, Request]:
+        record = self.ledger.get(run_id)
+        if record is None:
+            raise PermanentFailure(f"run {run_id} has no ledger")
+        return record, Request.model_validate(record.request)
+
+    def _context(self, record: RunRecord) -> RenderContext:
+        return RenderContext(
+            run_id=record.run_id,
+            bucket=self.artifacts.bucket_name,
+            namespace=self.settings.namespace,
+            service_account=self.settings.workload_service_account,
+            hf_revision=record.lineage.hf_sha,
+            converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
+            final_step=record.lineage.final_step,  # train's actual end, once it ended
+            data=record.lineage.data,  # what the head stages, at the commits plan pinned
+            inputs=record.lineage.inputs,  # the request's own files, by the run's copy and sha256
+        )
+
+    # ---- plan ---------------------------------------------------------------------------------
+
+    def plan(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        """Take (or confirm) ownership of the run, pin the revision, check the conversion cache.
+
+        Ownership and the terminal check are decided inside the compare-and-swap, so after a lease
+        lapse two executions cannot both be told ``skip: false``: the first to write owns the run.
+        """
+        self._load(run_id)  # a run without a ledger is a permanent failure, before anything else
+        log = self.log.bind(run_id=run_id)
+        record, skip = self.ledger.update(
+            run_id,
+            lambda r: plan_record.take_ownership(r, execution_id, self.settings.workflow_path),
+            detail=lambda r: {"execution": r.execution.name},
+        )
+        interleave.point("stage.plan:owned")
+        if skip is not None:
+            log.warning(
+                "this execution does not drive the run; it stops here",
+                execution_id=execution_id,
+                reason=skip,
+            )
+            return {"skip": True, "skip_reason": skip}
+        req = Request.model_validate(record.request)
+        try:
+            sha, data = self._pins(record, req)
+        except PermanentFailure as exc:
+            # This execution owns the run (decided above), so the run ends here with the reason.
+            self.finish(
+                run_id,
+                "failed",
+                {"tag": "permanent", "message": exc.reason, "stage": "plan"},
+                execution_id=execution_id,
+            )
+            raise
+        rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
+        cache = conversion_cache(req, rev_ctx)
+        ready = stored_outputs.ready_conversion(self.state, cache)
+        # A retry's `from` stage and those after it run again even if done (control/lifecycle/retry_rounds.py).
+        done = stored_outputs.done_stages(self.artifacts, record, req, self._context(record))
+        done -= forced_stages(record)
+        stages: list[str] = [
+            s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
+        ]
+        wait = self.coordinator.slot(record, conversion_ready=bool(ready))
+        if wait is not None:  # a sweep's child beyond max_parallel: queued; the workflow asks again
+            return {
+                "skip": False,
+                "wait": True,
+                "wait_reason": wait,
+                "wait_seconds": self.settings.callback_timeout_seconds,
+            }
+        stages = self.coordinator.with_selection(record, stages)
+        if req.gate is not None and "export" not in done:
+            # The gate (a step, not a workload) sits between train and export; a promoted run
+            # passes it by its recorded override.
+            stages.insert(stages.index("export") if "export" in stages else len(stages), GATE_STEP)
+
+        pins = plan_record.Pins(sha, data, cache, ready)
+        _, skip = self.ledger.update(
+            run_id,
+            lambda r: plan_record.record_pins(r, execution_id, pins),
+            detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)},
+        )
+        if skip is not None:  # cancelled (or finished) while we resolved the revision
+            return {"skip": True, "skip_reason": skip}
+        log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready), data=data_pins.summary(data))
+        return {
+            "skip": False,
+            "skip_reason": None,
+            "stages": stages,
+            "cache_hit": bool(ready),
+            "timeouts": {s: getattr(req.timeouts, s) for s in STAGES},
+            "backoff": req.retry.backoff.model_dump(),
+            "budgets": req.retry.budgets.model_dump(),
+            "max_retries": req.retry.max_retries,
+            "poll_seconds": self.settings.callback_timeout_seconds,
+            "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
+        }
+
+    def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
+        """The model commit and datasets this run trains on: pinned once per run (a retried plan
+        or round trains on the same commits), and once per group by its coordinator."""
+        if record.lineage.hf_sha and record.lineage.data:
+            return record.lineage.hf_sha, record.lineage.data
+
+        def resolve() -> tuple[str, dict[str, Any]]:
+            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
+            return sha, record.lineage.data or self.pin_data(req)
+
+        return self.coordinator.pins(record, resolve)
+
+    # ---- launch -------------------------------------------------------------------------------
+
+    def launch(
+        self,
+        run_id: str,
+        stage: Stage,
+        attempt: int,
+        callback_url: str | None = None,
+        execution_id: str | None = None,
+    ) -> dict[str, Any]:
+        record, req = self._load(run_id)
+        log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
+        require_owner(record, execution_id)
+        if callback_url is not None and not callbacks.is_allowed(callback_url, self.settings):
+            raise PermanentFailure(
+                "callback_url is not a Workflows callback of this deployment's workflow; not stored"
+            )
+        if record.terminal:
+            raise PermanentFailure(f"run {run_id} is {record.state}; not launching {stage}")
+        newer = record.current_attempt(stage)
+        if newer is not None and newer.attempt > attempt:
+            raise SupersededAttempt(
+                f"{stage} attempt {newer.attempt} exists; attempt {attempt} is not launched"
+            )
+        if stage == "train" and not record.lineage.data:
+            # A run planned before datasets were pinned: pin them now, once, so train never runs
+            # on a manifest that points train_rl at files nobody staged.
+            data = self.pin_data(req)
+
+            def pin(r: RunRecord) -> str | None:
+                if r.lineage.data:
+                    return None
+                r.lineage.data = data
+                return "data-pinned"
+
+            record = self.ledger.edit(run_id, pin, detail=lambda r: {"data": data_pins.summary(data)})
+        ctx = self._context(record)
+        if stage == "publish":
+            # the run's page first, so the link the card carries resolves (control/lifecycle/run_report.py)
+            page = run_report.write_run_report(self.state, record, log, settings=self.settings)
+            ctx = publishing.publish_context(self.artifacts, record, req, ctx, report=page)
+        obj = render(req, stage, attempt, ctx)
+        resume = None
+        if stage == "train" and attempt > 1:
+            run = layout.RunLayout(self.artifacts.bucket_name, run_id)
+            resume = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
+        # Older attempts of this stage must not keep holding the slice while the new one waits.
+        for old in record.attempts:
+            if old.stage == stage and old.attempt < attempt and old.phase not in ("deleted",):
+                self.cluster.delete(KIND[stage], old.workload)
+        created = self.cluster.apply(obj)
+        uid = (created.get("metadata") or {}).get("uid")
+        name = obj["metadata"]["name"]
+        paths_uri = stage_paths(req, ctx, stage, attempt).output
+        interleave.point("stage.launch:applied")
+        launched = launch_record.Launch(
+            run_id, stage, attempt, name, uid, resume, paths_uri, callback_url, execution_id
+        )
+        recorded, refused = self.ledger.update(
+            run_id,
+            lambda r: launch_record.apply(r, launched, req, ctx),
+            detail=lambda r: {
+                "stage": stage,
+                "attempt": attempt,
+                "workload": name,
+                "uid": uid,
+                "resume_step": resume,
+            },
+        )
+        if refused is not None:
+            self.cluster.delete(KIND[stage], name)
+            log.warning(
+                "launch refused after apply; deleted the workload", workload=name, reason=refused.reason
+            )
+            raise refused
+        # Again after our record: a late launch of an older attempt (an HTTP retry of it) that
+        # applied between our delete and our record would otherwise run beside this one until a
+        # reconcile pass. From here on, such a launch is refused by the record (superseded).
+        for old in recorded.attempts:  # the record as our update left it: no second read
+            if old.stage == stage and old.attempt < attempt:
+                self.cluster.delete(KIND[stage], old.workload)
+        log.info("launched", workload=name, uid=uid, resume_step=resume)
+        return {"workload": name, "uid": uid, "resume_step": resume}
+
+    # ---- status -------------------------------------------------------------------------------
+
+    def status(
+        self, run_id: str, stage: Stage, attempt: int, execution_id: str | None = None
+    ) -> dict[str, Any]:
+        record, req = self._load(run_id)
+        log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
+        require_owner(record, execution_id)
+        name = workload_name(run_id, stage, attempt)
+        ws = self.cluster.status(
+            name,
+            kind=KIND[stage],
+            retryable_exit_codes=TRANSIENT_EXIT_CODES
+            if stage == "publish"
+            # the head's staging step exits 75 when the Hub or GCS failed on the way (core.staging)
+            else (*req.retry.retryable_exit_codes, *((staging.EXIT_TRANSIENT,) if stage == "train" else ())),
+            queued_deadline_seconds=float(req.timeouts.queued),
+        )
+        progress = seen = cursor = None
+        ended: train_verdict.TrainOutcome | None = None
+        if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
+            progress, seen, cursor, found = self._read_train_log(record, name, attempt)
+            if ws.phase == "succeeded":
+                ended = self._train_end(record, req, attempt, progress, log_read=found)
+        ctx = self._context(record)
+        if ended is not None and ended.final is not None:
+            ctx = replace(ctx, final_step=ended.final)
+        complete = stored_outputs.stage_complete(self.artifacts, req, ctx, stage, attempt)
+        phase, failure = ws.phase, None
+        if ended is not None and ended.final is None:
+            # train_rl exited 0, but not the way it ends a training: which evidence is missing
+            # (no checkpoint, no end line, a commit that is not the last step reported) is said.
+            phase, failure = "failed", {"tag": "permanent", "message": f"{name}: {ended.reason}"}
+        elif ended is None and ws.phase == "succeeded" and not complete.complete:
+            message = f"{name} succeeded but its output is incomplete: {complete.reason}"
+            phase, failure = "failed", {"tag": "permanent", "message": message}
+        elif ws.phase == "failed":
+            failure = budgets.classify(
+                record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
+            )
+        elif ws.phase in ("queued", "running"):
+            # The deadline counts from the stage's first launch in this round (a retry starts afresh).
+            first = min((a.launched_at for a in this_round(record, stage)), default=None)
+            if first and _age_seconds(first, self.clock()) > getattr(req.timeouts, stage):
+                phase, failure = (
+                    "failed",
+                    {
+                        "tag": "permanent",
+                        "message": f"{stage} deadline exceeded "
+                        f"({getattr(req.timeouts, stage)} s since its first launch)",
+                    },
+                )
+        if phase == "succeeded" and stage == "convert":
+            stored_outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
+        commit = (
+            stored_outputs.published_commit(self.artifacts, run_id)
+            if phase == "succeeded" and stage == "publish"
+            else None
+        )
+        final = None
+        if stage == "train":
+            final = (
+                ended.final if ended is not None and ended.final is not None else layout.final_step_for(req)
+            )
+        moved = cursor.to_json() if cursor is not None else None
+        reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, moved, commit)
+        self._record_phase(
+            run_id,
+            stage,
+            attempt,
+            reading,
+            log,
+            extra=train_status.record_train_end(ended, attempt) if ended else None,
+        )
+        return {
+            "phase": phase,
+            "failure": failure,
+            "reason": ws.reason,
+            "artifact": complete.reason,
+            "progress": progress,
+        }
+
+    def _read_train_log(
+        self, record: RunRecord, name: str, attempt: int
+    ) -> tuple[dict[str, Any], dict[str, Any], LogCursor | None, bool]:
+        return train_status.read_train_log(self.cluster, self.cloud_logs, record, name, attempt)
+
+    def _train_end(
+        self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
+    ) -> train_verdict.TrainOutcome:
+        return train_status.train_end(self.artifacts, record, req, attempt, progress, log_read=log_read)
+
+    def _record_phase(
+        self,
+        run_id: str,
+        stage: str,
+        attempt: int,
+        reading: phase_record.Reading,
+        log: Logger,
+        *,
+        extra: Callable[[RunRecord], None] | None = None,
+    ) -> None:
+
+        def change(r: RunRecord) -> tuple[str | None, Attempt | None]:
+            what, ended = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
+            if extra is not None and what is not None:
+                extra(r)  # in the same compare-and-swap as the phase: never one without the other
+            return what, ended
+
+        failure = reading.failure
+        _, ended = self.ledger.update(
+            run_id,
+            change,
+            detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
+        )
+        if failure:
+            log.warning("attempt failed", failure=failure)
+        if ended is not None:
+            quality_gate.log_stage_ended(self.log, run_id, ended, self.clock())
+
+    # ---- finish / cleanup ---------------------------------------------------------------------
+
+    def finish(
+        self,
+        run_id: str,
+        outcome: str,
+        failure: dict[str, Any] | None = None,
+        execution_id: str | None = None,
+        *,
+        caller: str | None = None,
+    ) -> dict[str, Any]:
+        """End the run once. The status message goes out only from the call that ended it: a late
+        duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing.
+        ``caller``: the verified identity of a person who ended it (``cancel``), kept on the failure."""
+        if outcome == "failed" and (failure or {}).get("tag") == quality_gate.GATED:
+            outcome = quality_gate.GATED  # the workflow reports the gate's failure like any other
+        if outcome not in ("succeeded", "failed", "cancelled", quality_gate.GATED):
+            raise PermanentFailure(f"unknown outcome {outcome!r}")
+        record, req = self._load(run_id)
+        require_owner(record, execution_id)
+        if record.sweep is not None:  # a sweep's parent: it ends when its children do
+            return status_message(self._end_group(record, outcome, caller))
+
+        def change(r: RunRecord) -> tuple[str | None, bool]:
+            """→ (the event, whether this call ended the run)."""
+            if r.terminal:
+                return None, False
+            r.set_state(outcome)  # type: ignore[arg-type]
+            if failure:
+                tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
+                stage, attempt = failure.get("stage"), failure.get("attempt")
+                r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
+            return outcome, True
+
+        updated, ended = self.ledger.update(
+            run_id,
+            change,
+            detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
+        )
+        message = status_message(updated)
+        topic = req.notify or self.settings.status_topic
+        if ended:
+            self._publish_status(run_id, message, topic)
+        self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
+        if ended:
+            quality_gate.log_run_ended(self.log, updated)
+            if req.publish is not None:  # the page its card links, now with how the run ended
+                run_report.write_run_report(self.state, updated, self.log, settings=self.settings)
+        if updated.terminal:
+            # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
+            # group's refresh is safe to repeat, and its message goes out from one call only (on
+            # the child's topic: the parent's request names the same).
+            group = self.coordinator.member_ended(updated)
+            if group is not None:
+                self._publish_status(group.run_id, status_message(group), topic)
+        return message
+
+    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
+        """A person ends a run that stands for a group: each member not ended yet has its
+        workloads deleted and is finished with the group's failure, by the same caller."""
+
+        def end_member(run_id: str, failure: dict[str, Any]) -> None:
+            self.cluster.delete_run(run_id)
+            self.finish(run_id, "cancelled", failure, caller=caller)
+
+        return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
+
+    def _publish_status(self, run_id: str, message: dict[str, Any], topic: str | None) -> None:
+        if not topic or self.publish is None:
+            return
+        try:
+            self.publish(self.settings.topic_path(topic), message)
+        except Exception as exc:  # a status message must never turn a finished run into a failed call
+            self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
+
+    # ---- gate ---------------------------------------------------------------------------------
+
+    def gate(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        """After train: does the model meet the request's thresholds? The verdict (or a person's
+        override) is recorded in the ledger; the workflow raises the answer's ``tag`` when not passed."""
+        record, req = self._load(run_id)
+        require_owner(record, execution_id)
+        return quality_gate.gate(self.ledger, self.log, run_id, req)
+
+    def select(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
+        record, _ = self._load(run_id)
+        require_owner(record, execution_id)
+        return self.coordinator.select(record)
+
+    def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
+        record = self.ledger.get(run_id)
+        if record is not None:
+            require_owner(record, execution_id)  # a lagging execution must not delete the live attempt
+        deleted = self.cluster.delete_run(run_id)
+        if self.ledger.get(run_id) is not None:
+            self.ledger.note(run_id, "cleanup", {"deleted": deleted})
+        self.log.bind(run_id=run_id).info("cleaned up", deleted=deleted)
+        return {"deleted": deleted}
+
+
+def _age_seconds(timestamp: str, now_epoch: float) -> float:
+    return now_epoch - parse_time(timestamp).timestamp()
