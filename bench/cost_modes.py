@@ -15,7 +15,7 @@ The policy is production's, imported, never re-implemented:
 * the verdict on a failed attempt: ``budgets.classify`` on a ``RunRecord`` holding the attempts so
   far (``permanent`` once a class's budget or the retry cap is spent: the run fails);
 * the wait before a retry: the Workflows backoff (``initial_delay × multiplier**n`` capped at
-  ``max_delay``, ``rlpipe.local.workflows.retry.backoff_delay``).
+  ``max_delay``, ``rlpipe.local.workflows.retry_policies.backoff_delay``).
 
 What is assumed (Google publishes neither a TPU spot reclaim rate nor a flex-start wait
 distribution, nor v6e prices) is stated in ``ASSUMPTIONS`` and printed under the table.
@@ -42,7 +42,7 @@ from rlpipe.core.request.provisioning import spot_checkpoint_period
 from rlpipe.core.runs import budgets
 from rlpipe.core.runs.record import Attempt, RunRecord, Source
 from rlpipe.local.simulator.timing import Timing
-from rlpipe.local.workflows.retry import backoff_delay
+from rlpipe.local.workflows.retry_policies import backoff_delay
 
 PRESET = "v6e-32"
 CHIPS = 32  # v6e-32: a 4x8 slice

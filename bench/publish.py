@@ -108,7 +108,7 @@ def _shard(path: Path, size: int, seed: int) -> None:
 
 def run(args: argparse.Namespace) -> Section:
     from rlpipe.local.gcs import FakeGcs
-    from rlpipe.local.hub import HubDouble
+    from rlpipe.local.hub_double import HubDouble
 
     started = time.monotonic()
     rows: list[list[str]] = []

@@ -34,7 +34,7 @@ from programs import config_part, converters_part, process, reader_part, train_d
 from programs.cases import EXAMPLES, PROGRAMS, ROOT, Case, cases
 from programs.data_shapes import SHAPES
 from rlpipe.core import layout
-from rlpipe.local.hub import parquet
+from rlpipe.local.hub_double import parquet
 from rlpipe.local.simulator import testbed
 
 HERE = Path(__file__).resolve().parent

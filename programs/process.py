@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpipe.local.hub.parquet import parquet_bytes
+from rlpipe.local.hub_double.parquet import parquet_bytes
 from rlpipe.local.simulator import testbed
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -683,7 +683,7 @@ def test_upstream_check_json_follows_its_schema_and_an_error_is_transient(
     from rlpipe.cli.upstream import register
     from rlpipe.core.problems import Problem
     from rlpipe.upstream import service
-    from rlpipe.upstream.report import EntryOutcome, PollReport
+    from rlpipe.upstream.poll_outcomes import EntryOutcome, PollReport
 
     released = EntryOutcome(
         "google/gemma",

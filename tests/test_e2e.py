@@ -401,7 +401,7 @@ def test_a_short_split_ends_training_early_and_cleanly_on_the_staged_pinned_data
     """Issue 27: plan pins the dataset, the head stages its files under the run's prefix, train_rl
     reads them, and a split shorter than the run asks for ends training early: `succeeded` at the
     step the data allows (30 examples, batch 4, drop_remainder: 7 batches), which export loads."""
-    from rlpipe.local.core import SHORT_DATASET
+    from rlpipe.local.standins_process import SHORT_DATASET
 
     faults([])
     run_id = local.submit(local.request(dataset={"repo": SHORT_DATASET}))

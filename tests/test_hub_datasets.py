@@ -25,7 +25,7 @@ from rlpipe.control.adapters.hub_datasets import (
     resolve_dataset,
 )
 from rlpipe.core.failures import PermanentFailure, TransientFailure
-from rlpipe.local.hub import (
+from rlpipe.local.hub_double import (
     DATASET,
     GATED_DATASET,
     HubDouble,
@@ -34,8 +34,8 @@ from rlpipe.local.hub import (
     gsm8k_files,
     parquet_bytes,
 )
-from rlpipe.local.hub.data import GITATTRIBUTES
-from rlpipe.local.hub.datasets import gsm8k_row
+from rlpipe.local.hub_double.data import GITATTRIBUTES
+from rlpipe.local.hub_double.datasets import gsm8k_row
 
 TOKEN = "datasets-token"
 GRANTED = "granted-token"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rlpipe.local.hub import HubDouble, HubFile
+from rlpipe.local.hub_double import HubDouble, HubFile
 
 T0 = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 TOKEN = "double-token"

@@ -30,7 +30,7 @@ from rlpipe.core.request import Request, validate_request
 from rlpipe.core.request.policy import Policy
 from rlpipe.core.runs.record import GateOverride, GateRecord, RunRecord, Source
 from rlpipe.core.staging import BUILTIN_REWARDS
-from rlpipe.local.hub import HubDouble, HubFile
+from rlpipe.local.hub_double import HubDouble, HubFile
 from rlpipe.publisher.card import render_card
 from tests.conftest import Buckets, minimal_request
 

@@ -120,8 +120,8 @@ def test_an_unpinned_revision_is_resolved_at_run_time(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def hub() -> Iterator[Any]:
-    from rlpipe.local.hub import HubDouble
-    from rlpipe.local.hub.datasets import gsm8k_files
+    from rlpipe.local.hub_double import HubDouble
+    from rlpipe.local.hub_double.datasets import gsm8k_files
 
     server = HubDouble().start()
     server.add_repo("google/gemma-4-26b-a4b-it")

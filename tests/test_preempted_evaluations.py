@@ -26,7 +26,7 @@ from rlpipe.control.adapters import cloud_logs
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import train_log
 from rlpipe.local.cloud_logging import CloudLogging, Resource
-from rlpipe.local.hub import HubDouble
+from rlpipe.local.hub_double import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.pod_logs import ContainerLogFolder
 from rlpipe.local.simulator import ClusterSimulator, Scenario, Timing

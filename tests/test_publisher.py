@@ -2,7 +2,7 @@
 
 The program (``rlpipe.publisher.program``) runs here the way the Job runs it, ``python -c <source>``
 in a subprocess (the shipped text: ``exported.py``'s in place of its import), and in-process (``main(argv)``) where a test needs to watch or break it from
-inside. The Hub double (``rlpipe.local.hub``) answers over HTTP with the upload routes the real
+inside. The Hub double (``rlpipe.local.hub_double``) answers over HTTP with the upload routes the real
 ``huggingface_hub`` client calls; the client uploads over LFS (Xet disabled: the double has no Xet).
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from rlpipe.core import layout
-from rlpipe.local.hub import HubDouble, HubFile
+from rlpipe.local.hub_double import HubDouble, HubFile
 from rlpipe.publisher import exported as export_check
 from rlpipe.publisher import program, shipped_program
 from rlpipe.publisher.card import render_card

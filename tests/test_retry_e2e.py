@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import runs
-from rlpipe.cli.retry import NotRetried, Retried, request_retry
+from rlpipe.cli.retry_command import NotRetried, Retried, request_retry
 from rlpipe.control.lifecycle import retry_rounds
 from tests.test_e2e import FAST_RETRY, Local, faults, local  # noqa: F401
 

@@ -21,7 +21,7 @@ from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import RunRecord, Source
-from rlpipe.local.hub import HubDouble
+from rlpipe.local.hub_double import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from tests.conftest import Buckets, minimal_request
 

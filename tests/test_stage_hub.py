@@ -21,7 +21,7 @@ from rlpipe.control.stage.service import StageService
 from rlpipe.core.failures import TransientFailure
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import RunRecord, Source
-from rlpipe.local.hub import HubDouble
+from rlpipe.local.hub_double import HubDouble
 from tests.conftest import ROOT, Buckets, minimal_request
 
 REPO = "google/gemma-4-26b-a4b-it"

@@ -23,7 +23,7 @@ import pytest
 from rlpipe.control.lifecycle import data_pins
 from rlpipe.core import layout, staging
 from rlpipe.core.request import validate_request
-from rlpipe.local.hub import HubDouble, HubFile
+from rlpipe.local.hub_double import HubDouble, HubFile
 from tests.conftest import Buckets, minimal_request
 
 RUN = "rstaging0001"

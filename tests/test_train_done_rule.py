@@ -27,7 +27,7 @@ from rlpipe.control.adapters import blobstore
 from rlpipe.core import layout, steps, train_log, train_verdict
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import validate_request
-from rlpipe.local.hub import HubDouble
+from rlpipe.local.hub_double import HubDouble
 from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator, Scenario, ScenarioError
 from rlpipe.local.simulator import maxtext as sim_maxtext

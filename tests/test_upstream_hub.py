@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from rlpipe.local.hub import HubDouble, HubFile, model_files
-from rlpipe.upstream.hub import HubReader, NoAccess, NotFound, RateLimitBudget, RateLimited, Unavailable
+from rlpipe.local.hub_double import HubDouble, HubFile, model_files
+from rlpipe.upstream.hub_calls import HubReader, NoAccess, NotFound, RateLimitBudget, RateLimited, Unavailable
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 TOKEN = "reader-token"
@@ -187,7 +187,7 @@ def test_a_429_that_is_not_about_the_rate_limit_waits_for_retry_after(api: Any, 
     assert _reader(sleeps, seconds=120, retries=3).head("org/open", "main").sha
     assert sleeps == [3.0]
 
-    from rlpipe.upstream.hub import retry_after
+    from rlpipe.upstream.hub_calls import retry_after
 
     assert retry_after("Wed, 02 Dec 2026 12:00:30 GMT", now=T0) == 30  # RFC 9110 HTTP-date form
     assert retry_after("soon") is None

@@ -21,8 +21,15 @@ from rlpipe.control.adapters.orchestrator import Orchestrator
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.intake import Intake, IntakeResult
 from rlpipe.core.runs.record import RunRecord
-from rlpipe.local.hub import HubDouble, HubFile, model_files, safetensors_index, shard_file, shard_names
-from rlpipe.upstream.hub import RateLimitBudget
+from rlpipe.local.hub_double import (
+    HubDouble,
+    HubFile,
+    model_files,
+    safetensors_index,
+    shard_file,
+    shard_names,
+)
+from rlpipe.upstream.hub_calls import RateLimitBudget
 from rlpipe.upstream.service import EntryOutcome, Poller, PollReport, build_poller, check, run_poll
 from rlpipe.upstream.state import state_path
 from rlpipe.upstream.watchlist import WATCH_LIST, template_hash

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlpipe.local.hub.parquet import parquet_bytes
+from rlpipe.local.hub_double.parquet import parquet_bytes
 
 
 def head_args(obj: dict[str, Any]) -> dict[str, str]:

@@ -187,7 +187,7 @@ class LocalStack:
         (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
         core = Child(
             "core",
-            [sys.executable, "-m", "rlpipe.local.core", str(self.root / "core.json")],
+            [sys.executable, "-m", "rlpipe.local.standins_process", str(self.root / "core.json")],
             log_path=self.logs / "core.log",
             env=env,
             cwd=ROOT,

@@ -42,8 +42,8 @@ from rlpipe.core import layout
 from rlpipe.core.runs.record import RunRecord, now
 from rlpipe.reconcile import rules as rules
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, Cursor, CursorStore
+from rlpipe.reconcile.pass_report import PassReport
 from rlpipe.reconcile.repairs import Cluster, Outcome, Repairs
-from rlpipe.reconcile.report import PassReport
 from rlpipe.reconcile.rules import Action
 
 DEFAULT_BUDGET_SECONDS = 240.0  # the tick is every 5 minutes; leave room for the tail and the cursor

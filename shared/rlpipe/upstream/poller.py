@@ -28,7 +28,7 @@ from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import Source
-from rlpipe.upstream.hub import (
+from rlpipe.upstream.hub_calls import (
     Head,
     HubProblem,
     HubReader,
@@ -38,6 +38,7 @@ from rlpipe.upstream.hub import (
     Refused,
     Unavailable,
 )
+from rlpipe.upstream.poll_outcomes import EntryOutcome, Outcome, PollReport
 from rlpipe.upstream.release import (
     INDEX,
     WEIGHT_SUFFIX,
@@ -52,7 +53,6 @@ from rlpipe.upstream.release import (
     release_key,
     short,
 )
-from rlpipe.upstream.report import EntryOutcome, Outcome, PollReport
 from rlpipe.upstream.state import Decision, Examined, Release, Snapshot, StateStore, WatchState
 from rlpipe.upstream.state import NoAccess as NoAccessRecord
 from rlpipe.upstream.watchlist import RejectedEntry, WatchEntry, WatchList

@@ -33,9 +33,9 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.problems import Problem
 from rlpipe.core.request import MAX_DOCUMENT_BYTES
-from rlpipe.upstream.hub import HubReader, RateLimitBudget
+from rlpipe.upstream.hub_calls import HubReader, RateLimitBudget
+from rlpipe.upstream.poll_outcomes import EntryOutcome, PollReport
 from rlpipe.upstream.poller import Poller, utc_now
-from rlpipe.upstream.report import EntryOutcome, PollReport
 from rlpipe.upstream.state import StateStore, state_path
 from rlpipe.upstream.watchlist import WATCH_LIST, WatchList, WatchListInvalid, load_watch_list
 from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV, BodyStream, handle_webhook, webhook_secret

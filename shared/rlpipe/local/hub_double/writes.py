@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 
 import yaml
 
-from rlpipe.local.hub.data import (
+from rlpipe.local.hub_double.data import (
     GITATTRIBUTES,
     HubCommit,
     HubFile,
@@ -66,8 +66,8 @@ from rlpipe.local.hub.data import (
     matches_any,
     stamp,
 )
-from rlpipe.local.hub.routes import STORAGE, Exchange, HubState, lookup, revision_commit
-from rlpipe.local.hub.store import BadUpload, git_blob_id
+from rlpipe.local.hub_double.routes import STORAGE, Exchange, HubState, lookup, revision_commit
+from rlpipe.local.hub_double.store import BadUpload, git_blob_id
 
 REGULAR_MAX = 5_000_000
 CONFLICT = "A commit has happened since. Please refresh and try again."

@@ -2,8 +2,8 @@
 stalled, failed or limited when a test forced that, counted against its rate-limit bucket, and
 refused when its token was revoked.
 
-Its own module because none of this depends on the route: ``rlpipe.local.hub.routes`` (and
-``.writes``, ``.listing``) answer only what passes. Sources as in ``rlpipe.local.hub.routes``:
+Its own module because none of this depends on the route: ``rlpipe.local.hub_double.routes`` (and
+``.writes``, ``.listing``) answer only what passes. Sources as in ``rlpipe.local.hub_double.routes``:
 
 - A bad token: 401 with ``X-Error-Message: Invalid credentials in Authorization header`` and no
   error code, which the client leaves a plain ``HfHubHTTPError`` (``utils/_http.py:933-936``;
@@ -26,7 +26,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlparse
 
-from rlpipe.local.hub.routes import STORAGE, Exchange, HubState
+from rlpipe.local.hub_double.routes import STORAGE, Exchange, HubState
 
 STALL_MAX_SECONDS = 600.0  # a stalled request is closed after this even if nobody releases it
 BAD_TOKEN = "Invalid credentials in Authorization header"  # the message the client special-cases

@@ -2,7 +2,7 @@
 cluster simulator, or the real control plane with its pod player: ``rlpipe.local.clusters``), the
 Workflows engine (Executions gRPC + callback HTTP), the Hub double, and the Eventarc shim.
 
-Started by ``LocalStack`` as ``python -m rlpipe.local.core CONFIG.json``; runs until SIGTERM.
+Started by ``LocalStack`` as ``python -m rlpipe.local.standins_process CONFIG.json``; runs until SIGTERM.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
                 return
             import uuid
 
-            from rlpipe.local.hub import model_files
+            from rlpipe.local.hub_double import model_files
 
             body = self._body()
             repo = body.get("repo", "")
@@ -104,8 +104,8 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
 def run(config: dict[str, Any]) -> None:
     from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.local import clusters
-    from rlpipe.local.hub import HubDouble
-    from rlpipe.local.hub.datasets import gsm8k_files
+    from rlpipe.local.hub_double import HubDouble
+    from rlpipe.local.hub_double.datasets import gsm8k_files
     from rlpipe.local.shim import BucketWatcher, EmulatorShim, Routes
     from rlpipe.local.workflows import LocalWorkflows
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from rlpipe.local.hub.data import HubCommit, HubFile, commit_sha
-from rlpipe.local.hub.routes import Exchange, HubState, api_repo, bounded_int, lookup, revision_commit
+from rlpipe.local.hub_double.data import HubCommit, HubFile, commit_sha
+from rlpipe.local.hub_double.routes import Exchange, HubState, api_repo, bounded_int, lookup, revision_commit
 
 TREE_PAGE = 1000
 

@@ -2,7 +2,7 @@
 
 Synthetic rows in the real datasets' columns (openai/gsm8k, open-r1/OpenR1-Math-220k, a gated one),
 deterministic in split and index, so a run on the local stack trains on data shaped like the real
-thing. ``rlpipe.local.hub.parquet`` writes the files, ``rlpipe.local.hub.data`` holds the repos.
+thing. ``rlpipe.local.hub_double.parquet`` writes the files, ``rlpipe.local.hub_double.data`` holds the repos.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from rlpipe.local.hub.data import GITATTRIBUTES, HubFile
-from rlpipe.local.hub.parquet import Cell, dtype_of, parquet_bytes
+from rlpipe.local.hub_double.data import GITATTRIBUTES, HubFile
+from rlpipe.local.hub_double.parquet import Cell, dtype_of, parquet_bytes
 
 # ``push_to_hub`` writes ``{dir}/{split}-NNNNN-of-NNNNN.parquet`` (``dir`` is ``data`` for the
 # "default" config, else the config's name) and a card whose YAML has ``configs`` (hub-docs

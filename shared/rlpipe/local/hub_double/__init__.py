@@ -2,10 +2,10 @@
 
 The client library stays real; only the server is ours. Repositories live in memory: each has
 branches pointing at commits, and each commit has files (LFS files carry a sha256); uploaded bytes
-live on disk, in a temporary directory of the double (``rlpipe.local.hub.store``). How each route
-answers, and where that behaviour is documented, is in ``rlpipe.local.hub.gate`` (what every request
-goes through first), ``rlpipe.local.hub.routes`` (reads), ``rlpipe.local.hub.listing`` (tree,
-paths-info, refs) and ``rlpipe.local.hub.writes`` (uploads). In short:
+live on disk, in a temporary directory of the double (``rlpipe.local.hub_double.store``). How each route
+answers, and where that behaviour is documented, is in ``rlpipe.local.hub_double.gate`` (what every request
+goes through first), ``rlpipe.local.hub_double.routes`` (reads), ``rlpipe.local.hub_double.listing`` (tree,
+paths-info, refs) and ``rlpipe.local.hub_double.writes`` (uploads). In short:
 
 - ``GET /api/models/{repo}[/revision/{rev}]``  ``model_info`` (``?blobs=true`` adds sizes, blob ids, LFS)
 - ``GET /api/models/{repo}/auth-check``        ``auth_check``
@@ -47,8 +47,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rlpipe.local.hub import gate, listing, routes, writes
-from rlpipe.local.hub.data import (
+from rlpipe.local.hub_double import gate, listing, routes, writes
+from rlpipe.local.hub_double.data import (
     DATASET,
     INDEX,
     MODEL,
@@ -67,7 +67,7 @@ from rlpipe.local.hub.data import (
     shard_names,
     stamp,
 )
-from rlpipe.local.hub.datasets import (
+from rlpipe.local.hub_double.datasets import (
     GATED_DATASET,
     KNOWN_DATASETS,
     dataset_files,
@@ -75,8 +75,8 @@ from rlpipe.local.hub.datasets import (
     gsm8k_files,
     openr1_math_files,
 )
-from rlpipe.local.hub.parquet import parquet_bytes
-from rlpipe.local.hub.store import BlobStore
+from rlpipe.local.hub_double.parquet import parquet_bytes
+from rlpipe.local.hub_double.store import BlobStore
 
 __all__ = [
     "DATASET",
@@ -203,7 +203,9 @@ class HubDouble:
         """A commit on ``branch`` holding ``files`` (default: a model checkpoint), creating the repo
         if needed; returns the commit sha. ``add_dataset`` is this for dataset repos."""
         if files is None and repo_type != MODEL:
-            raise ValueError("name the files of a dataset repo (rlpipe.local.hub.datasets.dataset_files)")
+            raise ValueError(
+                "name the files of a dataset repo (rlpipe.local.hub_double.datasets.dataset_files)"
+            )
         with self.lock:
             repo = self.repos.setdefault(
                 repo_key(repo_id, repo_type),

@@ -15,7 +15,7 @@ Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs
   double also sends ``X-Error-Code: RepoNotFound`` on it, because the client's fallback for a bare
   401 matches only ``https://`` endpoints (``REPO_API_REGEX``, ``utils/_http.py:175-188``).
 - What every request goes through before a route (rate limits, stalls, forced failures, revoked
-  tokens) is ``rlpipe.local.hub.gate``'s, with its sources.
+  tokens) is ``rlpipe.local.hub_double.gate``'s, with its sources.
 - ``/commits/{rev}``: sorted by date, newest first (``hf_api.py:4196``), in pages linked "using
   the same Link header format as GitHub" (``utils/_pagination.py:36-39``, read at ``:68-69``).
   The Hub's default page size is not documented (the Python client sends no ``limit``;
@@ -23,7 +23,7 @@ Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs
   ``HubDouble.commits_page_size``, and it honours ``?limit=``.
 - A private repo (``create_repo(private=True)``) answers anonymous callers as if missing (401
   RepoNotFound, as above); any valid token may read it (the double has no accounts).
-- Uploaded files (``rlpipe.local.hub.writes``) are served by ``/resolve`` from disk, streamed.
+- Uploaded files (``rlpipe.local.hub_double.writes``) are served by ``/resolve`` from disk, streamed.
 - ``/resolve`` honours one ``Range: bytes=…`` with 206 and ``Content-Range`` (416 when it cannot),
   as ``HfFileSystem`` reads files in ranges (``hf_file_system.py:1575-1583``).
 
@@ -54,7 +54,7 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 
 import yaml
 
-from rlpipe.local.hub.data import (
+from rlpipe.local.hub_double.data import (
     DATASET,
     MODEL,
     ForcedFailure,
@@ -66,14 +66,14 @@ from rlpipe.local.hub.data import (
     Stall,
     repo_key,
 )
-from rlpipe.local.hub.store import BlobStore, body_chunks, drain
+from rlpipe.local.hub_double.store import BlobStore, body_chunks, drain
 
 MAX_PAGE = 1000
 STORAGE = "/lfs-storage/"  # where LFS uploads go (the Hub's S3): no Hub rate limit, no Hub auth
 
 
 class HubState(Protocol):
-    """What the answers read and count (``rlpipe.local.hub.HubDouble`` holds it)."""
+    """What the answers read and count (``rlpipe.local.hub_double.HubDouble`` holds it)."""
 
     repos: dict[str, HubRepo]
     requests: list[tuple[str, str]]
@@ -171,7 +171,7 @@ def api_repo(parts: list[str]) -> tuple[str, list[str]] | None:
 
 
 def answer(hub: HubState, x: Exchange, token: str, method: str) -> None:
-    """The first read routes, then 404 (``rlpipe.local.hub.writes`` and ``.listing`` go first)."""
+    """The first read routes, then 404 (``rlpipe.local.hub_double.writes`` and ``.listing`` go first)."""
     url = urlparse(x.req.path)
     query = parse_qs(url.query or "")
     parts = [unquote(p) for p in url.path.strip("/").split("/")]

@@ -1,9 +1,9 @@
 """The Hub double's data: repositories, commits, files, and the knobs that make it misbehave.
 
-Plain data, no I/O; ``rlpipe.local.hub`` serves it, ``rlpipe.local.hub.routes`` (reads) and
-``rlpipe.local.hub.writes`` (uploads) answer requests, ``rlpipe.local.hub.store`` keeps uploaded bytes.
-The datasets the double is seeded with are ``rlpipe.local.hub.datasets``'s, their parquet files
-``rlpipe.local.hub.parquet``'s.
+Plain data, no I/O; ``rlpipe.local.hub_double`` serves it, ``rlpipe.local.hub_double.routes`` (reads) and
+``rlpipe.local.hub_double.writes`` (uploads) answer requests, ``rlpipe.local.hub_double.store`` keeps uploaded bytes.
+The datasets the double is seeded with are ``rlpipe.local.hub_double.datasets``'s, their parquet files
+``rlpipe.local.hub_double.parquet``'s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ class HubFile:
     size: int
     sha256: str | None = None  # LFS files only
     content: bytes | None = None  # served by /resolve; None = a small placeholder body
-    blob: str | None = None  # uploaded files: the sha256 naming their bytes in ``rlpipe.local.hub.store``
+    blob: str | None = (
+        None  # uploaded files: the sha256 naming their bytes in ``rlpipe.local.hub_double.store``
+    )
     oid: str | None = None  # uploaded files: git's blob id, computed when the bytes were stored
 
     @classmethod

@@ -1,6 +1,6 @@
 """Parquet files written by hand: the bytes of the Hub double's dataset repositories.
 
-Its own module because the format is a job of its own (``rlpipe.local.hub.datasets`` only says
+Its own module because the format is a job of its own (``rlpipe.local.hub_double.datasets`` only says
 which rows go in the files); how the bytes are laid out, and where each number comes from, is below.
 """
 
