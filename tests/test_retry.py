@@ -321,7 +321,7 @@ def test_rlpipe_retry_refuses_at_once_with_the_reason(
     ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from rlpipe.cli import main as cli_main
-    from rlpipe.cli import retry as retry_cli
+    from rlpipe.cli import retry_command as retry_cli
 
     run_id = _claim(ledger, _record("rretry000013", state="training"))
     args = cli_main.build_parser().parse_args(
@@ -338,7 +338,7 @@ def test_rlpipe_retry_refuses_at_once_with_the_reason(
 def test_rlpipe_retry_asks_again_with_the_same_key_when_an_answer_is_lost(
     ledger: Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rlpipe.cli import retry as retry_cli
+    from rlpipe.cli import retry_command as retry_cli
     from rlpipe.cli import runs as runs_cli
 
     run_id = _claim(ledger, _record("rretry000014"))

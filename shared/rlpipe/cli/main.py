@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import promote as promote_cli
 
     promote_cli.register(sub, settings=_settings, ledger=_ledger)
-    from rlpipe.cli import retry as retry_cli
+    from rlpipe.cli import retry_command as retry_cli
 
     retry_cli.register(sub, settings=_settings, ledger=_ledger)
     return parser

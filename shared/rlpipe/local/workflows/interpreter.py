@@ -52,7 +52,7 @@ from .model import (
     TryStep,
     Workflow,
 )
-from .retry import BUILTIN_PREDICATES, backoff_delay
+from .retry_policies import BUILTIN_PREDICATES, backoff_delay
 from .services import ExecutionServices
 from .templates import Template
 from .values import clone, is_int, is_number, type_name

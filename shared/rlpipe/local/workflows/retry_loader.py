@@ -13,7 +13,7 @@ from typing import Any
 from .errors import LoadError
 from .expressions import Attr, ExpressionSyntaxError, Var, parse_expression
 from .model import Param, RetryPolicy
-from .retry import BUILTIN_PREDICATES, DEFAULT_BACKOFF, DEFAULT_MAX_RETRIES, DEFAULT_POLICIES
+from .retry_policies import BUILTIN_PREDICATES, DEFAULT_BACKOFF, DEFAULT_MAX_RETRIES, DEFAULT_POLICIES
 from .templates import LiteralT, Template, whole_expression
 from .values import is_int, is_number
 
