@@ -36,6 +36,8 @@ from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
+from rlpipe.core.failure_rules.attempt import decide_attempt
+from rlpipe.core.failure_rules.evidence import AttemptEvidence
 from rlpipe.core.failures import FailureClass, PermanentFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
@@ -300,30 +302,26 @@ class StageService:
         if ended is not None and ended.final is not None:
             ctx = replace(ctx, final_step=ended.final)
         complete = outputs.stage_complete(self.artifacts, req, ctx, stage, attempt)
-        phase, failure = ws.phase, None
-        if ended is not None and ended.final is None:
-            # train_rl exited 0, but not the way it ends a training: which evidence is missing
-            # (no checkpoint, no end line, a commit that is not the last step reported) is said.
-            phase, failure = "failed", {"tag": "permanent", "message": f"{name}: {ended.reason}"}
-        elif ended is None and ws.phase == "succeeded" and not complete.complete:
-            message = f"{name} succeeded but its output is incomplete: {complete.reason}"
-            phase, failure = "failed", {"tag": "permanent", "message": message}
-        elif ws.phase == "failed":
-            failure = budgets.classify(
-                record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
+        # What the workload says, judged with what the bucket holds, the deadline and the budgets
+        # (core.failure_rules.attempt): a Job that succeeded without its artifact is a failure.
+        cls = FailureClass(ws.failure_class or "permanent") if ws.phase == "failed" else None
+        first = min((a.launched_at for a in this_round(record, stage)), default=None)  # a retry starts afresh
+        verdict = decide_attempt(
+            AttemptEvidence(
+                stage=stage,
+                workload=name,
+                phase=ws.phase,
+                failure_class=cls,
+                message=ws.reason,
+                rule=ws.rule,
+                train_end=ended,
+                output=complete,
+                age_seconds=_age_seconds(first, self.clock()) if first else None,
+                timeout_seconds=getattr(req.timeouts, stage),
+                budget=budgets.use(record, req, stage, attempt, cls) if cls else None,
             )
-        elif ws.phase in ("queued", "running"):
-            # The deadline counts from the stage's first launch in this round (a retry starts afresh).
-            first = min((a.launched_at for a in this_round(record, stage)), default=None)
-            if first and _age_seconds(first, self.clock()) > getattr(req.timeouts, stage):
-                phase, failure = (
-                    "failed",
-                    {
-                        "tag": "permanent",
-                        "message": f"{stage} deadline exceeded "
-                        f"({getattr(req.timeouts, stage)} s since its first launch)",
-                    },
-                )
+        )
+        phase, failure = verdict.phase, verdict.failure()
         if phase == "succeeded" and stage == "convert":
             outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
         commit = (

@@ -68,6 +68,7 @@ def apply(
     if reading.failure:
         a.failure_class, a.reason = reading.failure["tag"], reading.failure["message"]
         a.budget_exhausted = reading.failure.get("exhausted")
+        a.failure_rule = reading.failure.get("rule")
     ended = None
     if reading.phase in ("succeeded", "failed"):
         a.finished_at = now()
