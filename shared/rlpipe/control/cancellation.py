@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def cancel(service: StageService, run_id: str, *, caller: str | None) -> dict[st
     except Exception as exc:  # the cluster or the bucket refused: the run is still finished
         answer["cleanup_error"] = f"{type(exc).__name__}: {exc}".strip()
         log.warning("cancel: cleanup failed (reconcile deletes what is left)", error=answer["cleanup_error"])
-    ended = service.finish(run_id, "cancelled", {"tag": "cancelled", "message": CANCELLED}, caller=caller)
+    failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
+    ended = service.finish(run_id, "cancelled", failure, caller=caller)
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}

@@ -23,6 +23,7 @@ from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
 from rlpipe.control.orchestrator import Orchestrator
 from rlpipe.core import identity, layout
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
@@ -378,7 +379,9 @@ class Intake:
             if r.terminal or r.execution.name:
                 return None
             r.set_state("failed")
-            r.failure = Failure(tag="permanent", message=message, stage="start")
+            r.failure = Failure(
+                tag="permanent", message=message, stage="start", rule=reported.EXECUTION_NOT_STARTED
+            )
             return "failed"
 
         record = self.ledger.edit(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})

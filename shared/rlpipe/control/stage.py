@@ -36,6 +36,7 @@ from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
 from rlpipe.control.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failure_rules.attempt import decide_attempt
 from rlpipe.core.failure_rules.evidence import AttemptEvidence
 from rlpipe.core.failures import FailureClass, PermanentFailure
@@ -129,7 +130,7 @@ class StageService:
             self.finish(
                 run_id,
                 "failed",
-                {"tag": "permanent", "message": exc.reason, "stage": "plan"},
+                {"tag": "permanent", "message": exc.reason, "stage": "plan", "rule": reported.PLAN_REFUSED},
                 execution_id=execution_id,
             )
             raise
@@ -421,7 +422,14 @@ class StageService:
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
                 stage, attempt = failure.get("stage"), failure.get("attempt")
-                r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
+                # The workflow's report names no rule: the attempt it names had it recorded.
+                named = r.attempt_record(stage, attempt) if stage and attempt else None
+                rule = failure.get("rule") or reported.reported_rule(
+                    tag, message, named, otherwise=reported.WORKFLOW_REPORTED
+                )
+                r.failure = Failure(
+                    tag=tag, message=message, stage=stage, attempt=attempt, caller=caller, rule=rule
+                )
             return outcome, True
 
         updated, ended = self.ledger.update(

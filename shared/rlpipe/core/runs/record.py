@@ -222,6 +222,8 @@ class Failure(_Model):
     # A person ended the run (rlpipe cancel): the identity Google verified on that call
     # (control/callers.py); None when the pipeline ended it.
     caller: str | None = None
+    # The rule that ended the run (core.failure_rules.reported); None in ledgers older than the rules.
+    rule: str | None = None
 
 
 class Round(_Model):
