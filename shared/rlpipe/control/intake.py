@@ -50,7 +50,8 @@ class Intake:
     lease_seconds: float = 60.0
     clock: Callable[[], float] = time.time
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
-    notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
+    # The status message of a run that could not start (control.notify.Notifier.send: it never raises).
+    notify: Callable[[RunRecord], object] | None = None
     policy: Policy = field(default_factory=Policy)  # the deployment's allowlists
     # Where a request's own files are copied (the run's prefix), and how a gs:// one is read.
     artifacts: blobstore.BlobStore | None = None
@@ -389,11 +390,8 @@ class Intake:
             self.coordinator.member_ended(record)  # a sweep's child: its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":
             log.error("run failed before it started", reason=message)
-            if self.notify is not None:
-                try:
-                    self.notify(record)
-                except Exception as exc:  # a status message never turns an answer into a redelivery
-                    log.warning("could not publish the status message", error=str(exc))
+            if self.notify is not None:  # best-effort: it never turns an answer into a redelivery
+                self.notify(record)
         return IntakeResult("start-failed", run_id, detail=message)
 
     # ---- rejections ---------------------------------------------------------------------------

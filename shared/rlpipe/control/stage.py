@@ -31,7 +31,7 @@ from rlpipe.control.cluster_port import Cluster
 from rlpipe.control.coordinator import RunCoordinator
 from rlpipe.control.ledger import Ledger
 from rlpipe.control.logs import Logger
-from rlpipe.control.notify import status_message
+from rlpipe.control.notify import Notifier, Publish, status_message
 from rlpipe.control.retry import first_attempts, forced_stages, this_round
 from rlpipe.control.settings import Settings
 from rlpipe.control.train_status import LogReader
@@ -71,7 +71,7 @@ class StageService:
     )
     # The run's datasets at their commits (control/data_pins.py): request → lineage.data.
     pin_data: Callable[[Request], dict[str, Any]] = field(default=lambda req: data_pins.pin(req))
-    publish: Callable[[str, dict[str, Any]], Any] | None = None
+    publish: Publish | None = None  # status messages (control.notify.Notifier sends them)
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
@@ -438,9 +438,9 @@ class StageService:
             detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
         )
         message = status_message(updated)
-        topic = req.notify or self.settings.status_topic
+        notifier = Notifier(self.settings, self.publish, self.log)
         if ended:
-            self._publish_status(run_id, message, topic)
+            notifier.send(updated)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             outcomes.log_run_ended(self.log, updated)
@@ -452,7 +452,7 @@ class StageService:
             # the child's topic: the parent's request names the same).
             group = self.coordinator.member_ended(updated)
             if group is not None:
-                self._publish_status(group.run_id, status_message(group), topic)
+                notifier.send(group, topic=req.notify or self.settings.status_topic)
         return message
 
     def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
@@ -464,14 +464,6 @@ class StageService:
             self.finish(run_id, "cancelled", failure, caller=caller)
 
         return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
-
-    def _publish_status(self, run_id: str, message: dict[str, Any], topic: str | None) -> None:
-        if not topic or self.publish is None:
-            return
-        try:
-            self.publish(self.settings.topic_path(topic), message)
-        except Exception as exc:  # a status message must never turn a finished run into a failed call
-            self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
 
     # ---- gate ---------------------------------------------------------------------------------
 
