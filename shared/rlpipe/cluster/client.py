@@ -85,7 +85,7 @@ class ClusterClient(KubeTransport):
         retryable_exit_codes: Collection[int] = (),
         queued_deadline_seconds: float | None = None,
     ) -> WorkloadStatus:
-        """The workload's phase and, when failed, its failure class (precedence: ``status``).
+        """The workload's phase and, when failed, its failure class (precedence: ``core.failure_rules.workload``).
 
         A missing workload is reported, not raised: ``failed``/``permanent`` "not found (deleted?)";
         the caller knows whether it just launched it or cleaned it up."""
