@@ -89,6 +89,7 @@ def test_a_failed_run_gets_a_new_round_with_its_record(ledger: Ledger) -> None:
             "stage": "train",
             "attempt": 3,
             "caller": None,  # the workflow ended it: no operator to name
+            "rule": None,  # a failure recorded without the rule that decided it (as older ledgers hold)
         },
     }
     datetime.strptime(round_.at, LEDGER_TIME)  # the ledger's own timestamp format

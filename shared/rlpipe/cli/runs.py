@@ -242,21 +242,15 @@ CANCEL_HINT = (
 
 
 def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any = None) -> dict[str, Any]:
-    """Cancel the execution, then ask the stage function to cancel the run (``op: cancel``).
-
-    Workflows runs no ``except`` block when an execution is cancelled from outside, so the stage
-    function's ``cancel`` does what the workflow would have done: it deletes the run's workloads
-    and finishes the run ``cancelled``, recording the identity Google verified on this call
-    (control/stage/service.py ``StageService.cancel``). The execution is cancelled here, with the
-    operator's own credentials, since the stage function may not cancel executions. Each step is
-    attempted whatever the one before did: an execution the operator may not cancel
-    (PermissionDenied) or a failed cleanup is reported in the result (``execution_error``,
-    ``cleanup_error``), not fatal; an execution left running finds the run terminal and stops
-    (stage refuses calls for a terminal run), workloads left behind go with reconcile.
-    A sweep's parent: first each unended child's execution (``children``, cli/sweep_view.py); the
-    stage function's cancel of the parent then deletes their workloads and ends them cancelled.
-    """
+    """``rlpipe cancel``: the run's Workflows executions cancelled with the operator's own
+    credentials, then the stage function asked to cancel the run (``op: cancel``: its workloads
+    deleted and the run finished ``cancelled``, recording the identity Google verified on this
+    call). Which executions, in what order, and what is reported rather than fatal, is decided by
+    ``control.operator_ops.cancel_from_outside``; here are the CLI's identity (its Workflows
+    client, ``orchestrator``) and its call to the stage function."""
     import logging
+
+    from rlpipe.control import operator_ops
 
     log = logging.getLogger("rlpipe.cli")
     record = ledger.get(run_id)
@@ -279,24 +273,19 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
             log.warning("run %s: the execution was not cancelled: %s", who, error)
             return {"execution_cancelled": False, "execution_error": error}
 
-    result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
-    from rlpipe.cli import sweep_view
-
-    children = sweep_view.cancel_children(ledger, record, cancel_execution)  # None: not a sweep
-    if record.execution.name:
-        result.update(cancel_execution(run_id, record.execution.name))
-    cancelled = call_stage(settings, {"op": "cancel", "run_id": run_id})
-    result["deleted"] = list(cancelled.get("deleted") or [])
-    if cancelled.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
-        result["cleanup_error"] = str(cancelled["cleanup_error"])
+    result = operator_ops.cancel_from_outside(
+        ledger,
+        run_id,
+        record,
+        cancel_execution=cancel_execution,
+        end_run=lambda run: call_stage(settings, {"op": "cancel", "run_id": run}),
+    )
+    if result.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
         log.warning(
             "run %s: cleanup failed (reconcile will delete its workloads): %s",
             run_id,
             result["cleanup_error"],
         )
-    result["state"] = cancelled.get("state")
-    if children is not None:
-        result["children"] = sweep_view.settled(ledger, children)
     return result
 
 

@@ -1,15 +1,15 @@
-"""A sweep as the CLI shows and cancels it (docs/sweeps.md, "Operating a sweep").
+"""A sweep as the CLI shows it (docs/sweeps.md, "Operating a sweep").
 
 Why a module of its own: a sweep's parent is an ordinary ledger record whose state follows from
 its children's, so what a person needs of it (each child's point, state, reward, and which one
 was selected and why) is read from the children's records, not from the parent's. ``status``
-(``runs.describe``), ``cancel`` (``runs.cancel``) and ``report`` (``report_command``) of a parent
-read the children through here; ``status`` of a child shows its parent and point.
+(``runs.describe``) and ``report`` (``report_command``) of a parent read the children through
+here (``cancel`` decides which children's executions to cancel in ``control.operator_ops``);
+``status`` of a child shows its parent and point.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rlpipe.control.lifecycle.ledger import Ledger
@@ -167,49 +167,6 @@ def member_lines(info: dict[str, Any] | None) -> list[str]:
     if info["waiting"]:
         lines.append(f"  queued      {_why(info['waiting'])}")
     return lines
-
-
-# ---- cancel -------------------------------------------------------------------------------------
-
-
-def cancel_children(
-    ledger: Ledger, record: RunRecord, cancel_execution: Callable[[str, str], dict[str, Any]]
-) -> list[dict[str, Any]] | None:
-    """Before ``rlpipe cancel PARENT`` asks the stage function to cancel the parent (which deletes
-    the children's workloads and ends them, recording who asked): the execution of each child
-    that has not ended, cancelled by ``cancel_execution(run_id, execution name)`` (``runs.cancel``'s
-    own, with the operator's credentials, which reports an error rather than raising). A row per
-    such child; None: not a parent."""
-    sweep = getattr(record, "sweep", None)  # (a record-like stand-in without one is no parent)
-    if sweep is None:
-        return None
-    if record.terminal:  # its children have all ended: the stage function refuses the cancel
-        return []
-    rows = []
-    for index, run_id in enumerate(sweep.children):
-        child = ledger.get(run_id)
-        if child is None or child.terminal:
-            continue
-        row: dict[str, Any] = {
-            "index": index,
-            "run_id": run_id,
-            "was": child.state,
-            "execution": child.execution.name,
-            "execution_cancelled": False,
-        }
-        if child.execution.name:
-            row.update(cancel_execution(run_id, child.execution.name))
-        rows.append(row)
-    return rows
-
-
-def settled(ledger: Ledger, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The cancelled children's states after the stage function's cancel of the parent
-    (``cancelled`` when it ended them)."""
-    for row in rows:
-        child = ledger.get(row["run_id"])
-        row["state"] = child.state if child is not None else None
-    return rows
 
 
 def final_summary(ledger: Ledger, record: RunRecord, single: Any) -> str:

@@ -17,6 +17,7 @@ from rich.text import Text
 from rlpipe.cli.runs import describe
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import cost
+from rlpipe.core.failure_rules.reported import ROUND_BOUND
 from rlpipe.core.runs.record import RunRecord, parse_time
 
 _STYLE = {
@@ -272,11 +273,12 @@ def retry_would_help(record: RunRecord) -> bool:
         return True
     if failure.tag != "permanent":
         return True  # a retryable class ended the round (e.g. the execution was lost)
-    last = record.attempt_record(failure.stage or "", failure.attempt or 0) if failure.stage else None
-    if last is not None and last.budget_exhausted:
+    # The rule that ended it (core.failure_rules): a spent budget or retry cap, a stage deadline.
+    if failure.rule in ROUND_BOUND:
         return True
-    # "deadline exceeded" (workflows/pipeline.yaml) or "<stage> deadline exceeded (...)" (stage status)
-    return "deadline exceeded" in failure.message
+    # A ledger older than the rules names none; its last attempt still says when a budget ran out.
+    last = record.attempt_record(failure.stage or "", failure.attempt or 0) if failure.stage else None
+    return last is not None and bool(last.budget_exhausted)
 
 
 def trained_steps(record: RunRecord) -> int | None:

@@ -4,8 +4,9 @@
   delete by run label) with the API retry loop, and the Google auth/CA plumbing for GKE;
 * :mod:`~rlpipe.cluster.api_errors`: which API answers are retried, ``Retry-After``, and the
   classified failure a person reads for the rest;
-* :mod:`~rlpipe.cluster.status`: Job/JobSet/pod/Kueue evidence → one :class:`WorkloadStatus`
-  (the classification precedence is documented there);
+* :mod:`~rlpipe.cluster.status`: Job/JobSet/pod/Kueue evidence (read as facts by
+  :mod:`~rlpipe.cluster.evidence`) → one :class:`WorkloadStatus`, by the rules of
+  ``rlpipe.core.failure_rules.workload`` (where the precedence is documented);
 * :mod:`~rlpipe.cluster.rbac`: every API call the package makes (:data:`RBAC_RULES`), from which
   infra's Role is checked;
 * :mod:`~rlpipe.cluster.kinds`: the shared vocabulary (kinds, API groups, controller labels).

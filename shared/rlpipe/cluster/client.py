@@ -32,10 +32,10 @@ from rlpipe.cluster.kinds import (
     _ts,
 )
 from rlpipe.cluster.log_cursor import LogCursor
-from rlpipe.cluster.status import RunObject, WorkloadStatus, _summary_phase, summarize
+from rlpipe.cluster.status import RunObject, WorkloadStatus, _summary_phase, missing, summarize
 from rlpipe.cluster.transport import KubeTransport
 from rlpipe.core import identity
-from rlpipe.core.failures import FailureClass, PermanentFailure, TransientFailure
+from rlpipe.core.failures import PermanentFailure, TransientFailure
 
 # The package's name, as before the split: log lines keep their ``component``.
 log = logging.getLogger("rlpipe.cluster")
@@ -85,7 +85,7 @@ class ClusterClient(KubeTransport):
         retryable_exit_codes: Collection[int] = (),
         queued_deadline_seconds: float | None = None,
     ) -> WorkloadStatus:
-        """The workload's phase and, when failed, its failure class (precedence: ``status``).
+        """The workload's phase and, when failed, its failure class (precedence: ``core.failure_rules.workload``).
 
         A missing workload is reported, not raised: ``failed``/``permanent`` "not found (deleted?)";
         the caller knows whether it just launched it or cleaned it up."""
@@ -97,14 +97,7 @@ class ClusterClient(KubeTransport):
             obj = self._read(kind, name)
         except ApiException as exc:
             if exc.status == 404:
-                return WorkloadStatus(
-                    kind=kind,
-                    name=name,
-                    phase="failed",
-                    exists=False,
-                    failure_class=FailureClass.PERMANENT,
-                    reason=f"workload {name} not found (deleted?)",
-                )
+                return missing(kind, name, now=self._now())
             raise _api_failure(exc, f"get {kind} {name}") from exc
         try:
             return self._status_of(kind, obj, retryable_exit_codes, queued_deadline_seconds)

@@ -1,14 +1,15 @@
-"""Evidence: what Jobs, pods, Kueue and events say about why a workload failed.
+"""Evidence: what Jobs, pods, Kueue and events say about a workload, read as facts.
 
-Each finding is one fact with a failure class and a line a person reads; ``status.summarize`` picks
-the strongest. Kept apart from the summary so each rule can be read (and cited) on its own.
+Each :class:`~rlpipe.core.failure_rules.evidence.Finding` is one fact (its ``Sign``) with the line a
+person reads; :func:`gather` collects them with the rest of what the rules judge (conditions,
+suspension, waits, events) into a ``WorkloadEvidence``. Nothing here decides a phase or a failure
+class: the rules do (``core.failure_rules.workload``), and ``status.summarize`` applies them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rlpipe.cluster.kinds import (
@@ -29,9 +30,9 @@ from rlpipe.cluster.kinds import (
     _true,
     _ts,
 )
-from rlpipe.core.failures import FailureClass
-
-# --------------------------------------------------------------------------- results
+from rlpipe.core import identity
+from rlpipe.core.failure_rules.evidence import Finding, Sign, WorkloadEvidence
+from rlpipe.core.failure_rules.workload import DEACTIVATED_BY_ADMISSION_CHECK
 
 
 def _cond_text(cond: Obj) -> str:
@@ -41,15 +42,12 @@ def _cond_text(cond: Obj) -> str:
 
 # --------------------------------------------------------------------------- evidence
 
-# Ranks: lower wins (module docstring, rule 2).
-RANK_PREEMPTED, RANK_RESOURCES, RANK_CONFIG, RANK_CAPACITY, RANK_PROGRAM_EXIT, RANK_OTHER_EXIT = range(6)
-
 IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 # Waiting reasons that never resolve by themselves (a person must fix the image or the Secret).
 FATAL_WAITING_REASONS = IMAGE_PULL_REASONS | {"CreateContainerConfigError"}
 CONFIG_WAITING_REASONS = FATAL_WAITING_REASONS | {"CreateContainerError", "RunContainerError"}
 CANNOT_START_REASONS = frozenset({"ContainerCannotRun", "StartError"})
-# A pull failing for these reasons is the registry's hiccup, not a wrong image.
+# A pull failing with these words is the registry's hiccup, not a wrong image.
 _TRANSIENT_PULL = re.compile(
     r"timeout|timed out|i/o|connection (reset|refused)|too many requests|\b429\b|\b50[0234]\b|"
     r"temporar|unavailable|EOF",
@@ -64,16 +62,7 @@ _MAINTENANCE = re.compile(r"maintenance", re.IGNORECASE)
 UNSCHEDULED_REASONS = frozenset({"Unschedulable", "SchedulingGated"})
 
 
-@dataclass(frozen=True)
-class _Finding:
-    failure_class: FailureClass
-    rank: int
-    text: str
-    fatal_now: bool = False  # fails the workload before the controller does (it can never start)
-    pending_since: datetime | None = None  # for unscheduled pods: when the wait started
-
-
-def _job_findings(job: Obj) -> list[_Finding]:
+def _job_findings(job: Obj) -> list[Finding]:
     """A Job failed by its podFailurePolicy on a DisruptionTarget pod: preemption evidence that
     outlives the pod (the Job's condition message names it even after the pod is deleted)."""
     if (job.get("kind") or "Job") != "Job":
@@ -86,11 +75,7 @@ def _job_findings(job: Obj) -> list[_Finding]:
         return []
     name = (job.get("metadata") or {}).get("name", "?")
     return [
-        _Finding(
-            FailureClass.PREEMPTED,
-            RANK_PREEMPTED,
-            f"Job {name} was failed by its pod failure policy: {message}",
-        )
+        Finding(Sign.JOB_FAILED_ON_DISRUPTION, f"Job {name} was failed by its pod failure policy: {message}")
     ]
 
 
@@ -113,8 +98,8 @@ def _memory_limit(pod: Obj, container: str) -> str | None:
 
 
 def _terminated_finding(
-    pod: Obj, who: str, cname: str, term: Obj, *, program: bool, retryable: Collection[int], restarted: bool
-) -> _Finding | None:
+    pod: Obj, who: str, cname: str, term: Obj, *, program: bool, restarted: bool
+) -> Finding | None:
     code = term.get("exitCode")
     reason = term.get("reason") or ""
     message = _clean(term.get("message"), 200)
@@ -123,15 +108,12 @@ def _terminated_finding(
     if reason == "OOMKilled":
         limit = _memory_limit(pod, cname)
         lim = f", memory limit {limit}" if limit else ""
-        return _Finding(
-            FailureClass.RESOURCES,
-            RANK_RESOURCES,
-            f"{who} container {cname} was OOMKilled{before} (exit code {code}{lim})",
+        return Finding(
+            Sign.OOM_KILLED, f"{who} container {cname} was OOMKilled{before} (exit code {code}{lim})"
         )
     if reason in CANNOT_START_REASONS:
-        return _Finding(
-            FailureClass.PERMANENT,
-            RANK_CONFIG,
+        return Finding(
+            Sign.CONTAINER_CANNOT_START,
             f"{who} container {cname} could not start ({reason}, exit code {code}){tail}",
         )
     if not isinstance(code, int) or code == 0:
@@ -139,15 +121,10 @@ def _terminated_finding(
     what = (
         f"{who} container {cname} exited with code {code}{before}" + (f" ({reason})" if reason else "") + tail
     )
-    if program:
-        cls = FailureClass.TRANSIENT if code in retryable else FailureClass.PERMANENT
-        if cls is FailureClass.TRANSIENT:
-            what += " [retryable exit code]"
-        return _Finding(cls, RANK_PROGRAM_EXIT, what)
-    return _Finding(FailureClass.PERMANENT, RANK_OTHER_EXIT, what)
+    return Finding(Sign.PROGRAM_EXIT if program else Sign.OTHER_EXIT, what, exit_code=code)
 
 
-def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int] = ()) -> list[_Finding]:
+def _pod_findings(kind: Kind, pod: Obj) -> list[Finding]:
     """Everything one pod says about why its workload is stuck or failed."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     name = meta.get("name", "?")
@@ -156,25 +133,15 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
     who = f"{role} {name}"
     where = f" on node {node}" if node else ""
     conds = _conditions(pod)
-    found: list[_Finding] = []
+    found: list[Finding] = []
 
     disruption = _true(conds, "DisruptionTarget")
     if disruption:
-        found.append(
-            _Finding(
-                FailureClass.PREEMPTED,
-                RANK_PREEMPTED,
-                f"{who}{where} was disrupted ({_cond_text(disruption)})",
-            )
-        )
+        found.append(Finding(Sign.POD_DISRUPTED, f"{who}{where} was disrupted ({_cond_text(disruption)})"))
     pod_reason, pod_message = status.get("reason") or "", _clean(status.get("message"))
     if pod_reason == "Evicted":
-        cls, rank = (
-            (FailureClass.RESOURCES, RANK_RESOURCES)
-            if _OVERUSE.search(pod_message)
-            else (FailureClass.PREEMPTED, RANK_PREEMPTED)
-        )
-        found.append(_Finding(cls, rank, f"{who}{where} was evicted: {pod_message}"))
+        sign = Sign.POD_EVICTED_FOR_OVERUSE if _OVERUSE.search(pod_message) else Sign.POD_EVICTED
+        found.append(Finding(sign, f"{who}{where} was evicted: {pod_message}"))
     elif (
         pod_reason in NODE_LOST_REASONS
         or status.get("phase") == "Unknown"
@@ -182,9 +149,8 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
     ):
         why = pod_reason or status.get("phase") or "maintenance"
         found.append(
-            _Finding(
-                FailureClass.PREEMPTED,
-                RANK_PREEMPTED,
+            Finding(
+                Sign.NODE_LOST,
                 f"{who}{where} lost its node ({why}" + (f": {pod_message})" if pod_message else ")"),
             )
         )
@@ -193,9 +159,8 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
     if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") in UNSCHEDULED_REASONS:
         since = _ts(meta.get("creationTimestamp")) or _ts(scheduled.get("lastTransitionTime"))
         found.append(
-            _Finding(
-                FailureClass.CAPACITY,
-                RANK_CAPACITY,
+            Finding(
+                Sign.POD_UNSCHEDULABLE,
                 f"{who} is {scheduled.get('reason')}: {_clean(scheduled.get('message'))}",
                 pending_since=since,
             )
@@ -212,16 +177,11 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
                 wmessage = _clean(waiting.get("message"))
                 text = f"{who} container {cname} is waiting: {wreason}: {wmessage or cs.get('image', '')}"
                 if wreason in IMAGE_PULL_REASONS and _TRANSIENT_PULL.search(wmessage):
-                    found.append(
-                        _Finding(FailureClass.TRANSIENT, RANK_OTHER_EXIT, text + " [registry error]")
-                    )
+                    found.append(Finding(Sign.IMAGE_PULL_REGISTRY_ERROR, text))
                 else:
                     found.append(
-                        _Finding(
-                            FailureClass.PERMANENT,
-                            RANK_CONFIG,
-                            text,
-                            fatal_now=wreason in FATAL_WAITING_REASONS,
+                        Finding(
+                            Sign.CONTAINER_CONFIG_ERROR, text, never_resolves=wreason in FATAL_WAITING_REASONS
                         )
                     )
             for term, restarted in ((state.get("terminated"), False), (last.get("terminated"), True)):
@@ -232,7 +192,6 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
                         cname,
                         term,
                         program=program,
-                        retryable=retryable_exit_codes,
                         restarted=restarted,
                     )
                     if finding:
@@ -240,33 +199,8 @@ def _pod_findings(kind: Kind, pod: Obj, *, retryable_exit_codes: Collection[int]
     return found
 
 
-def _strongest(findings: Iterable[_Finding]) -> list[_Finding]:
-    """Strongest first; a stable sort keeps pod order (by name) within a rank."""
-    return sorted(findings, key=lambda f: f.rank)
-
-
 # --------------------------------------------------------------------------- Kueue eviction
 
-# The Evicted condition's reason (Kueue v0.14.8, apis/kueue/v1beta1/workload_types.go:673-705) and
-# what it means for the pipeline. Deactivated carries its cause ("DeactivatedDueTo<cause>",
-# pkg/workload/workload.go:1306-1307). AdmissionCheck (a ProvisioningRequest to retry) is not a
-# failure: Kueue requeues the workload itself after a backoff (workload_controller.go:553-556).
-# A workload deactivated because an admission check was Rejected: for flex-start, Kueue's
-# ProvisioningRequest failed past its retries (or its capacity was revoked), i.e. no TPU capacity
-# to be had now (Kueue pkg/controller/admissionchecks/provisioning/controller.go:617-679,
-# core/workload_controller.go:905-936: Evicted reason DeactivatedDueToAdmissionCheck). A new
-# attempt makes a new ProvisioningRequest, so it is `capacity`, not the request's fault.
-DEACTIVATED_BY_ADMISSION_CHECK = "DeactivatedDueToAdmissionCheck"
-EVICTION_CLASSES: dict[str, FailureClass | None] = {
-    "Preempted": FailureClass.PREEMPTED,  # L673: another workload needed the quota
-    "NodeFailures": FailureClass.PREEMPTED,  # L693: TAS nodes failed under it
-    "PodsReadyTimeout": FailureClass.CAPACITY,  # L677: pods not ready in time (no room to start)
-    "LocalQueueStopped": FailureClass.PERMANENT,  # L689: a person stopped the queue
-    "ClusterQueueStopped": FailureClass.PERMANENT,  # L685
-    "Deactivated": FailureClass.PERMANENT,  # L705: spec.active=false; nothing resumes it by itself
-    DEACTIVATED_BY_ADMISSION_CHECK: FailureClass.CAPACITY,
-    "AdmissionCheck": None,  # L681: requeued by Kueue with a backoff
-}
 # The Stopped event's message is the Evicted condition's message (jobframework/reconciler.go:542,
 # 1151, 1184); when the Workload's own events are gone, the message still says which reason it was.
 _STOPPED_MESSAGES = (
@@ -289,46 +223,11 @@ _STOPPED_MESSAGES = (
 )
 
 
-def eviction_class(reason: str) -> FailureClass | None:
-    """The failure class of a Kueue eviction reason; an unknown reason is a preemption (Kueue took
-    the admission back; the next attempt resumes from the last checkpoint)."""
-    if reason == DEACTIVATED_BY_ADMISSION_CHECK:
-        return FailureClass.CAPACITY
-    if reason.startswith("Deactivated"):
-        return FailureClass.PERMANENT
-    return EVICTION_CLASSES.get(reason, FailureClass.PREEMPTED)
-
-
-@dataclass(frozen=True)
-class KueueEviction:
-    """Kueue evicted the workload since its latest admission: ``reason`` is the Workload's Evicted
-    condition reason, ``failure_class`` None when Kueue requeues it by itself."""
-
-    reason: str
-    message: str
-    failure_class: FailureClass | None
-
-    @property
-    def text(self) -> str:
-        return (
-            f"evicted by Kueue ({self.reason}: {self.message})"
-            if self.message
-            else f"evicted by Kueue ({self.reason})"
-        )
-
-    def finding(self) -> _Finding:
-        cls = self.failure_class or FailureClass.CAPACITY
-        rank = {FailureClass.PREEMPTED: RANK_PREEMPTED, FailureClass.CAPACITY: RANK_CAPACITY}.get(
-            cls, RANK_CONFIG
-        )
-        return _Finding(cls, rank, self.text)
-
-
 def _stopped_reason(message: str) -> str | None:
     return next((reason for pattern, reason in _STOPPED_MESSAGES if pattern.search(message)), None)
 
 
-def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> KueueEviction | None:
+def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> Finding | None:
     """Kueue took the admission back: while the workload is suspended, Kueue's ``EvictedDueTo<reason>``
     (and ``Preempted``) events on its Workload, or its ``Stopped`` event on the workload, newer than
     its latest admission (``Started`` on the workload, ``QuotaReserved``/``Admitted`` on the Workload).
@@ -359,13 +258,17 @@ def _kueue_eviction(obj: Obj, events: Iterable[Obj]) -> KueueEviction | None:
             stopped = event
     if evicted is not None:
         message = _clean(evicted.get("message")) or _clean((stopped or {}).get("message"))
-        why = (evicted.get("reason") or "")[len(KUEUE_EVICTED_PREFIX) :]
-        return KueueEviction(why, message, eviction_class(why))
+        return _eviction((evicted.get("reason") or "")[len(KUEUE_EVICTED_PREFIX) :], message)
     if stopped is not None:
         message = _clean(stopped.get("message"))
-        why = _stopped_reason(message) or "Preempted"
-        return KueueEviction(why, message, eviction_class(why))
+        return _eviction(_stopped_reason(message) or "Preempted", message)
     return None
+
+
+def _eviction(reason: str, message: str) -> Finding:
+    """Kueue's eviction: ``reason`` is the Workload's Evicted condition reason."""
+    text = f"evicted by Kueue ({reason}: {message})" if message else f"evicted by Kueue ({reason})"
+    return Finding(Sign.KUEUE_EVICTED, text, eviction_reason=reason)
 
 
 def _is_admission(event: Obj) -> bool:
@@ -384,7 +287,7 @@ def _is_admission(event: Obj) -> bool:
 # therefore given as soon as the failure is certain, before the JobSet controller acts.
 
 
-def _doomed(kind: Kind, obj: Obj, pods: Iterable[Obj], child_jobs: Iterable[Obj]) -> _Finding | None:
+def _doomed(kind: Kind, obj: Obj, pods: Iterable[Obj], child_jobs: Iterable[Obj]) -> Finding | None:
     """A disruption the controllers are certain to turn into the workload's failure, before they do:
     a child Job at ``FailureTarget`` by its podFailurePolicy on ``DisruptionTarget``, or a disrupted
     pod that its Job's podFailurePolicy fails (a TPU worker from the moment it is disrupted, the
@@ -402,9 +305,7 @@ def _doomed(kind: Kind, obj: Obj, pods: Iterable[Obj], child_jobs: Iterable[Obj]
             for finding in _job_findings(job):
                 how = _jobset_fails_on(obj, rjob, "PodFailurePolicy", _clean(target.get("message")))
                 if how:
-                    return _Finding(
-                        finding.failure_class, finding.rank, f"{finding.text}; the JobSet fails next: {how}"
-                    )
+                    return Finding(Sign.FAILURE_CERTAIN, f"{finding.text}; the JobSet fails next: {how}")
     for pod in pods:
         disruption = _true(_conditions(pod), "DisruptionTarget")
         if not disruption:
@@ -429,9 +330,8 @@ def _doomed(kind: Kind, obj: Obj, pods: Iterable[Obj], child_jobs: Iterable[Obj]
         )
         if how:
             who = f"{_pod_role(kind, pod)} {(pod.get('metadata') or {}).get('name', '?')}"
-            return _Finding(
-                FailureClass.PREEMPTED,
-                RANK_PREEMPTED,
+            return Finding(
+                Sign.FAILURE_CERTAIN,
                 f"{who} was disrupted ({_cond_text(disruption)}) and its Job's podFailurePolicy fails it; "
                 f"{'the JobSet fails next: ' if kind == 'JobSet' else ''}{how}",
             )
@@ -468,3 +368,77 @@ def _is_scheduled(pod: Obj) -> bool:
     workload's place: after a Kueue eviction every pod is terminating on its node while the
     reasons are in the events (the client reads them when no pod is scheduled)."""
     return _on_node(pod) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+# --------------------------------------------------------------------------- all of it
+
+
+def gather(
+    kind: Kind,
+    obj: Obj,
+    pods: list[Obj],
+    events: list[Obj],
+    *,
+    now: datetime,
+    retryable_exit_codes: Collection[int] = (),
+    queued_deadline_seconds: float | None = None,
+    child_jobs: Iterable[Obj] = (),
+) -> WorkloadEvidence:
+    """What a workload, its pods, its child Jobs and its events say, as the rules read it."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    conds = _conditions(obj)
+    created = _ts(meta.get("creationTimestamp"))
+    suspended = bool(spec.get("suspend"))
+    success = _true(conds, "Complete") or _true(conds, "Completed") or _true(conds, "SuccessCriteriaMet")
+    failed = _true(conds, "Failed") or _true(conds, "FailureTarget")
+    child_jobs = list(child_jobs)
+    # Timed from the latest suspension (Kueue's at creation, or an eviction after hours of
+    # running); a Suspended condition keeps its transition time while its status stays True.
+    held = _true(conds, "Suspended")
+    # Measured from admission, not creation: a workload queued in Kueue for hours has had no
+    # chance to create pods until a moment ago.
+    resumed = conds.get("Suspended")
+    resumed_at = (
+        _ts(resumed.get("lastTransitionTime")) if resumed and resumed.get("status") == "False" else None
+    )
+    return WorkloadEvidence(
+        kind=kind,
+        name=meta.get("name", "?"),
+        now=now,
+        succeeded=bool(success) or status.get("terminalState") == "Completed",
+        success_condition=_cond_text(success) if success else None,
+        failed=bool(failed) or status.get("terminalState") == "Failed",
+        failed_condition=_cond_text(failed) if failed else None,
+        findings=(
+            *(f for pod in pods for f in _pod_findings(kind, pod)),
+            *(f for job in [obj, *child_jobs] for f in _job_findings(job)),
+        ),
+        eviction=_kueue_eviction(obj, events),
+        failure_certain=_doomed(kind, obj, pods, child_jobs),
+        suspended=suspended,
+        suspended_since=_ts((held or {}).get("lastTransitionTime")) or created,
+        queue=(meta.get("labels") or {}).get(identity.LABEL_QUEUE),
+        # The Workload's "Pending" says why it is not admitted; the Job's "Suspended" only that it is not.
+        kueue_says=next(
+            (
+                _clean(e.get("message"))
+                for wanted in ("Pending", "Suspended")
+                for e in _newest_first(events)
+                if e.get("reason") == wanted and e.get("message")
+            ),
+            "",
+        ),
+        on_node=any(_on_node(p) for p in pods),
+        awaiting_pods_since=_ts(status.get("startTime")) or resumed_at or created,
+        failed_create=next(
+            (
+                f"{e.get('reason')}: {_clean(e.get('message'))}"
+                for e in _newest_first(events)
+                if e.get("reason") == "FailedCreate"
+            ),
+            "",
+        ),
+        pod_phases=_pod_counts(pods),
+        retryable_exit_codes=frozenset(retryable_exit_codes),
+        queued_deadline_seconds=queued_deadline_seconds,
+    )

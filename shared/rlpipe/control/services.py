@@ -13,10 +13,10 @@ from rlpipe.control.adapters import blobstore
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
     from rlpipe.cluster import ClusterClient
+    from rlpipe.control.adapters.notify import Notifier
     from rlpipe.control.adapters.orchestrator import Orchestrator
     from rlpipe.control.lifecycle.coordinator import RunCoordinator
     from rlpipe.control.lifecycle.intake import Intake
@@ -74,7 +74,7 @@ def intake(log: Logger) -> Intake:
         orchestrator=orchestrator(),
         log=log,
         lease_seconds=settings().start_lease_seconds,
-        notify=notify_status,
+        notify=notifier(log).send,
         policy=settings().policy(),
         artifacts=artifacts(),
         read_gcs=read_gcs,
@@ -95,11 +95,11 @@ def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
     return blobstore.BlobStore(storage_client(), bucket).read(name, max_bytes=max_bytes).data
 
 
-def notify_status(record: RunRecord) -> None:
-    """The terminal status message of a run ended outside the workflow (it could not start)."""
+def notifier(log: Logger) -> Notifier:
+    """Status messages, best-effort, to Pub/Sub (control.adapters.notify)."""
     from rlpipe.control.adapters import notify
 
-    notify.status_notifier(settings())(record)
+    return notify.Notifier(settings(), notify.publish, log)
 
 
 def stage_service(log: Logger) -> StageService:

@@ -27,7 +27,7 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import ConcurrentUpdate
 from rlpipe.core import identity
 from rlpipe.core import workflow_contract as contract
-from rlpipe.core.failures import FailureClass, PermanentFailure, PipelineFailure
+from rlpipe.core.failures import FailureClass, PipelineFailure
 from rlpipe.core.identity import STAGES
 from rlpipe.core.runs.ownership import NotOwner, SupersededAttempt
 from rlpipe.core.runs.record import IllegalTransition
@@ -63,12 +63,8 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
         log.warning("caller refused", caller=caller or "(no verified caller)", reason=refusal)
         return {"error": {"tag": FORBIDDEN, "message": refusal}}, 403
     try:
-        if op == "promote":  # an operator's: needs no cluster, only the ledger
-            return promote(body, log, caller), 200
-        if op == "retry":  # an operator's, too
-            return retry_run(body, log, caller), 200
-        if op == "cancel":  # an operator's: cleanup and finish as cancelled, with who asked
-            return cancel(services.stage_service(log), body, caller), 200
+        if isinstance(op, str) and op in identities.OPERATOR_OPS:  # an operator's: control/operator_ops.py
+            return operate(op, body, log, caller), 200
         return dispatch(services.stage_service(log), body), 200
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
@@ -134,97 +130,23 @@ def _call(
     return service.select(run_id, execution_id)
 
 
-def cancel(service: StageService, body: dict[str, Any], caller: str | None) -> dict[str, Any]:
-    """``rlpipe cancel``: the run's workloads deleted and the run finished ``cancelled``, with the
-    caller recorded on it (a sweep's parent: its children too)."""
-    run_id = body.get("run_id")
-    if not identity.is_run_id(run_id):
-        raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
-    from rlpipe.control.stage import cancellation
+def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
+    """An operator's operation: its order read from the body (a malformed one is a bad call), then
+    the operation with the verified caller. Promote and retry need no cluster, only the ledger
+    and intake's start; cancel deletes the run's workloads and finishes it."""
+    from rlpipe.control import operator_ops
 
-    return cancellation.cancel(service, run_id, caller=caller)
-
-
-def promote(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
-    """``rlpipe promote``: the gate override, decided here where ledgers may be written."""
-    from rlpipe.control.lifecycle import promotion
-
-    run_id, by, reason = body.get("run_id"), body.get("by"), body.get("reason")
-    if not identity.is_run_id(run_id):
-        raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
-    if not isinstance(by, str) or not by.strip() or len(by) > promotion.MAX_BY_CHARS:
-        raise BadCall(f"by must name who decides, in at most {promotion.MAX_BY_CHARS} characters")
-    if not isinstance(reason, str) or len(reason) > promotion.MAX_REASON_CHARS:
-        raise BadCall(f"reason must be text of at most {promotion.MAX_REASON_CHARS} characters")
     try:
-        record = promotion.promote(
-            services.ledger(),
-            run_id,
-            by=by.strip(),
-            reason=reason,
-            caller=caller,
-            start=services.intake(log).start_claimed,
+        if op == "cancel":
+            return operator_ops.cancel(services.stage_service(log), operator_ops.cancel_order(body), caller)
+        if op == "retry":
+            order = operator_ops.retry_order(body)
+            return operator_ops.retry_run(
+                services.ledger(), services.intake(log).start_claimed, order, caller, log
+            )
+        promoted = operator_ops.promote_order(body)
+        return operator_ops.promote(
+            services.ledger(), services.intake(log).start_claimed, promoted, caller, log
         )
-    except promotion.NotPromotable as exc:
-        raise PermanentFailure(str(exc)) from None
-    log.info("promoted", by=by.strip(), caller=caller)
-    promoted = record.lineage.promoted
-    return {
-        "run_id": record.run_id,
-        "by": promoted.by if promoted else by.strip(),
-        "state": record.state,
-        "execution": record.execution.name,
-    }
-
-
-def retry_run(body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
-    """``rlpipe retry``: a new round of a failed or cancelled run, once per caller-made key."""
-    from rlpipe.control.lifecycle import retry_rounds
-
-    try:
-        order = retry_rounds.parse_order(body)
-    except retry_rounds.BadRetry as exc:
+    except operator_ops.BadOrder as exc:
         raise BadCall(str(exc)) from None
-    parent = services.ledger().get(order.run_id)
-    if parent is not None and parent.sweep is not None:  # a sweep: its children go on
-        from rlpipe.control.sweep import operations as stage_sweep
-
-        return stage_sweep.retry_parent(
-            services.ledger(),
-            parent,
-            by=order.by or caller or "unknown",
-            reason=order.reason,
-            from_stage=order.from_stage,
-            key=order.key,
-            caller=caller,
-            start=services.intake(log).start_claimed,
-        )
-    decision = retry_rounds.start_round(
-        services.ledger(),
-        order.run_id,
-        by=order.by or caller or "unknown",
-        reason=order.reason,
-        from_stage=order.from_stage,
-        key=order.key,
-        caller=caller,
-    )
-    if decision.outcome == "refused":
-        raise PermanentFailure(decision.reason)
-    started = services.intake(log).start_claimed(order.run_id)
-    if started.outcome == "start-failed":
-        raise PermanentFailure(f"round {decision.round} was opened but its execution could not start")
-    log.info(
-        "retry: new round" if decision.outcome == "started" else "retry repeated: its round exists",
-        round=decision.round,
-        by=order.by,
-        caller=caller,
-        from_stage=order.from_stage,
-    )
-    record = services.ledger().get(order.run_id)
-    return {
-        "run_id": order.run_id,
-        "outcome": decision.outcome,
-        "round": decision.round,
-        "state": record.state if record else None,
-        "execution": record.execution.name if record else None,
-    }

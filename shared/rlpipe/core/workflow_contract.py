@@ -147,6 +147,7 @@ class StageFailure(BaseModel):
     tag: str
     message: str
     exhausted: str | None = None  # the class whose retry budget ran out
+    rule: str | None = None  # the rule that decided it (core.failure_rules); recorded on the attempt
 
 
 class StatusAnswer(_Answer):

@@ -132,15 +132,10 @@ class Repairs:
         )
 
     def _notify(self, record: RunRecord, log: Logger) -> None:
-        from rlpipe.control.adapters.notify import status_message
+        """Best-effort: the ledger is the record; a lost status message is only a message."""
+        from rlpipe.control.adapters.notify import Notifier
 
-        topic = self._topic(record)
-        if topic is None or self.publish is None:
-            return
-        try:
-            self.publish(topic, status_message(record))
-        except Exception as exc:  # the ledger is the record; a lost status message is only a message
-            log.warning("could not publish the status message", error=str(exc))
+        Notifier(self.settings, self.publish, log).send(record)
 
     def _topic(self, record: RunRecord) -> str | None:
         topic = record.request.get("notify") or self.settings.status_topic

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from rlpipe.cluster import RunObject
 from rlpipe.control.adapters.orchestrator import ExecutionInfo
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import FailureClass
 from rlpipe.core.layout import Completeness
 from rlpipe.core.runs.record import RunRecord, parse_time
@@ -56,7 +57,7 @@ class Action:
     do: str
     execution: str | None = None  # finish: the execution whose state is the evidence
     outcome: str | None = None  # finish: succeeded | failed | cancelled
-    failure: dict[str, Any] | None = None  # finish: {tag, message, stage, attempt}
+    failure: dict[str, Any] | None = None  # finish: {tag, message, stage, attempt, rule}
     workload: Workload | None = None  # delete / report
     run_known: bool = True  # delete: False when no ledger exists (nothing to record it in)
     message: dict[str, Any] | None = None  # report: the status message
@@ -131,6 +132,7 @@ def execution_action(
                 "stage": record.stage,
                 "attempt": record.attempt or None,
                 "message": f"workflow execution {short} no longer exists; nothing drives this run",
+                "rule": reported.EXECUTION_MISSING,
             },
         )
     if info.state == "FAILED":
@@ -149,6 +151,7 @@ def execution_action(
                 "message": _bounded(
                     f"workflow execution {short} was cancelled" + (f": {why}" if why else "")
                 ),
+                "rule": reported.EXECUTION_CANCELLED,
             },
         )
     if info.state == "SUCCEEDED":
@@ -168,6 +171,7 @@ def execution_action(
                 "stage": "export",
                 "attempt": None,
                 "message": _bounded(f"workflow execution {short} succeeded but {why}"),
+                "rule": reported.EXECUTION_SUCCEEDED_INCOMPLETE,
             },
         )
     return None  # ACTIVE (or QUEUED): the workflow owns the run
@@ -186,11 +190,16 @@ def execution_failure(info: ExecutionInfo, record: RunRecord) -> dict[str, Any]:
         raw = payload.get("attempt")
         attempt = int(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else attempt
     message = _payload_message(info.error) or "no error payload"
+    # The error the workflow raised: the named attempt's recorded failure, or its own deadline.
+    said = payload.get("message") if isinstance(payload, dict) else None
+    named = record.attempt_record(stage, attempt) if stage and attempt else None
+    rule = reported.reported_rule(tag, str(said or ""), named, otherwise=reported.EXECUTION_FAILED)
     return {
         "tag": tag,
         "stage": stage,
         "attempt": attempt,
         "message": _bounded(f"workflow execution {short} failed: {message}"),
+        "rule": rule,
     }
 
 

@@ -287,7 +287,7 @@ def build(
         orchestrator=orchestrator,
         log=log,
         lease_seconds=settings.start_lease_seconds,
-        notify=notify.status_notifier(settings, send or notify.publish),
+        notify=notify.Notifier(settings, send or notify.publish, log).send,
         policy=settings.policy(),
         artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
         read_gcs=lambda bucket, name, limit: (

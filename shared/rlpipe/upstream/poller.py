@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.notify import Notice, Notifier
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
@@ -335,9 +336,6 @@ class Poller:
         return outcome
 
     def _notify(self, entry: WatchEntry, sha: str | None, message: str) -> bool:
-        topic = entry.template.get("notify") or self.settings.status_topic
-        if not topic or self.publish is None:
-            return False
         body = {
             "kind": "upstream",
             "state": "no-access",
@@ -347,12 +345,9 @@ class Poller:
             "watch": entry.key,
             "message": message,
         }
-        try:
-            self.publish(self.settings.topic_path(str(topic)), body)
-        except Exception as exc:  # a status message must never break the poll; retried next tick
-            self.log.warning("could not publish the no-access message", repo=entry.hf_repo, error=str(exc))
-            return False
-        return True
+        # Best-effort: a message must never break the poll; one not sent is sent at the next tick.
+        notice = Notice("the no-access message", body, entry.template.get("notify"), {"repo": entry.hf_repo})
+        return Notifier(self.settings, self.publish, self.log).send(notice)
 
     def _rejected(self, bad: RejectedEntry) -> EntryOutcome:
         count = len(bad.problems)

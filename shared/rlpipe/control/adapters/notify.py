@@ -1,16 +1,16 @@
-"""Status messages to Pub/Sub: one per terminal state of a run."""
+"""Status messages to Pub/Sub: one per terminal state of a run, sent best-effort by :class:`Notifier`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.core.runs.results import reward_summary
-
-if TYPE_CHECKING:
-    from rlpipe.control.adapters.settings import Settings
-    from rlpipe.core.runs.record import RunRecord
 
 
 def publish(topic_path: str, message: dict[str, Any]) -> str:
@@ -23,19 +23,48 @@ def publish(topic_path: str, message: dict[str, Any]) -> str:
     return str(future.result(timeout=30))
 
 
-def status_notifier(
-    settings: Settings, send: Callable[[str, dict[str, Any]], Any] = publish
-) -> Callable[[RunRecord], None]:
-    """The terminal status message of a run that ended outside the workflow (it could not start),
-    for ``settings``' deployment: to the request's ``notify`` topic, else the status topic. The
-    function's intake and the CLI's reconciler both use it, so neither ends a run in silence."""
+Publish = Callable[[str, dict[str, Any]], Any]  # (topic path, message) → the message id
 
-    def notify(record: RunRecord) -> None:
-        topic = record.request.get("notify") or settings.status_topic
-        if topic:
-            send(settings.topic_path(topic), status_message(record))
 
-    return notify
+@dataclass(frozen=True)
+class Notice:
+    """A message that is not a run's status message (the upstream poller's no-access notice)."""
+
+    what: str  # what it is, as the log names it when it cannot be sent ("the no-access message")
+    body: dict[str, Any]
+    topic: str | None = None  # as a request or a watch names it; None: the deployment's status topic
+    context: Mapping[str, Any] = field(default_factory=dict)  # what its log line says it is about
+
+
+@dataclass(frozen=True)
+class Notifier:
+    """Best-effort messages on the status topic (or the one a request names): a run's status
+    message, or a :class:`Notice`. A message is only a message: the ledger is the record, so a
+    failed publish never turns a finished run, an intake answer, a repair or a poll into a
+    failure; it is logged, naming what could not be sent, and swallowed. No topic, or no
+    ``publish`` (a deployment that sends none): nothing is sent."""
+
+    settings: Settings
+    publish: Publish | None
+    log: Logger
+
+    def send(self, item: RunRecord | Notice, *, topic: str | None = None) -> bool:
+        """Publish ``item`` (a run's record: its status message); ``topic`` overrides the one its
+        request names. → whether it was published."""
+        if isinstance(item, Notice):
+            what, body, named, log, context = item.what, item.body, item.topic, self.log, dict(item.context)
+        else:
+            what, body, named = "the status message", status_message(item), item.request.get("notify")
+            log, context = self.log.bind(run_id=item.run_id), {}
+        target = topic or named or self.settings.status_topic
+        if not target or self.publish is None:
+            return False
+        try:
+            self.publish(self.settings.topic_path(str(target)), body)
+        except Exception as exc:  # a message must never turn what was done into a failure
+            log.warning(f"could not publish {what}", **context, error=str(exc))
+            return False
+        return True
 
 
 def status_message(record: RunRecord) -> dict[str, Any]:

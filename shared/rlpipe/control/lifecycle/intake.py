@@ -24,6 +24,7 @@ from rlpipe.control.lifecycle.coordinator import Delivery, RunCoordinator
 from rlpipe.control.lifecycle.intake_result import IntakeResult, RequestConflict
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity, layout
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
@@ -50,7 +51,8 @@ class Intake:
     lease_seconds: float = 60.0
     clock: Callable[[], float] = time.time
     after_claim: Callable[[str], None] | None = field(default=None)  # test hook: simulate a crash here
-    notify: Callable[[RunRecord], None] | None = None  # the status message of a run that could not start
+    # The status message of a run that could not start (control.adapters.notify.Notifier.send: it never raises).
+    notify: Callable[[RunRecord], object] | None = None
     policy: Policy = field(default_factory=Policy)  # the deployment's allowlists
     # Where a request's own files are copied (the run's prefix), and how a gs:// one is read.
     artifacts: blobstore.BlobStore | None = None
@@ -383,7 +385,9 @@ class Intake:
             if r.terminal or r.execution.name:
                 return None
             r.set_state("failed")
-            r.failure = Failure(tag="permanent", message=message, stage="start")
+            r.failure = Failure(
+                tag="permanent", message=message, stage="start", rule=reported.EXECUTION_NOT_STARTED
+            )
             return "failed"
 
         record = self.ledger.edit(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
@@ -391,11 +395,8 @@ class Intake:
             self.coordinator.member_ended(record)  # a sweep's child: its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":
             log.error("run failed before it started", reason=message)
-            if self.notify is not None:
-                try:
-                    self.notify(record)
-                except Exception as exc:  # a status message never turns an answer into a redelivery
-                    log.warning("could not publish the status message", error=str(exc))
+            if self.notify is not None:  # best-effort: it never turns an answer into a redelivery
+                self.notify(record)
         return IntakeResult("start-failed", run_id, detail=message)
 
     # ---- rejections ---------------------------------------------------------------------------

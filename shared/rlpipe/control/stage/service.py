@@ -18,7 +18,7 @@ from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.control.adapters import blobstore, callbacks, hub_client, interleave
 from rlpipe.control.adapters.cluster_port import Cluster
 from rlpipe.control.adapters.logs import Logger
-from rlpipe.control.adapters.notify import status_message
+from rlpipe.control.adapters.notify import Notifier, Publish, status_message
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_report, stored_outputs
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
@@ -27,6 +27,9 @@ from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages,
 from rlpipe.control.stage import train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
+from rlpipe.core.failure_rules import reported
+from rlpipe.core.failure_rules.attempt import decide_attempt
+from rlpipe.core.failure_rules.evidence import AttemptEvidence
 from rlpipe.core.failures import FailureClass, PermanentFailure
 from rlpipe.core.identity import STAGES, Stage, workload_name
 from rlpipe.core.manifests import (
@@ -59,7 +62,7 @@ class StageService:
     )
     # The run's datasets at their commits (control/lifecycle/data_pins.py): request → lineage.data.
     pin_data: Callable[[Request], dict[str, Any]] = field(default=lambda req: data_pins.pin(req))
-    publish: Callable[[str, dict[str, Any]], Any] | None = None
+    publish: Publish | None = None  # status messages (control.adapters.notify.Notifier sends them)
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/adapters/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
@@ -118,7 +121,7 @@ class StageService:
             self.finish(
                 run_id,
                 "failed",
-                {"tag": "permanent", "message": exc.reason, "stage": "plan"},
+                {"tag": "permanent", "message": exc.reason, "stage": "plan", "rule": reported.PLAN_REFUSED},
                 execution_id=execution_id,
             )
             raise
@@ -291,30 +294,26 @@ class StageService:
         if ended is not None and ended.final is not None:
             ctx = replace(ctx, final_step=ended.final)
         complete = stored_outputs.stage_complete(self.artifacts, req, ctx, stage, attempt)
-        phase, failure = ws.phase, None
-        if ended is not None and ended.final is None:
-            # train_rl exited 0, but not the way it ends a training: which evidence is missing
-            # (no checkpoint, no end line, a commit that is not the last step reported) is said.
-            phase, failure = "failed", {"tag": "permanent", "message": f"{name}: {ended.reason}"}
-        elif ended is None and ws.phase == "succeeded" and not complete.complete:
-            message = f"{name} succeeded but its output is incomplete: {complete.reason}"
-            phase, failure = "failed", {"tag": "permanent", "message": message}
-        elif ws.phase == "failed":
-            failure = budgets.classify(
-                record, req, stage, attempt, FailureClass(ws.failure_class or "permanent"), ws.reason
+        # What the workload says, judged with what the bucket holds, the deadline and the budgets
+        # (core.failure_rules.attempt): a Job that succeeded without its artifact is a failure.
+        cls = FailureClass(ws.failure_class or "permanent") if ws.phase == "failed" else None
+        first = min((a.launched_at for a in this_round(record, stage)), default=None)  # a retry starts afresh
+        verdict = decide_attempt(
+            AttemptEvidence(
+                stage=stage,
+                workload=name,
+                phase=ws.phase,
+                failure_class=cls,
+                message=ws.reason,
+                rule=ws.rule,
+                train_end=ended,
+                output=complete,
+                age_seconds=_age_seconds(first, self.clock()) if first else None,
+                timeout_seconds=getattr(req.timeouts, stage),
+                budget=budgets.use(record, req, stage, attempt, cls) if cls else None,
             )
-        elif ws.phase in ("queued", "running"):
-            # The deadline counts from the stage's first launch in this round (a retry starts afresh).
-            first = min((a.launched_at for a in this_round(record, stage)), default=None)
-            if first and _age_seconds(first, self.clock()) > getattr(req.timeouts, stage):
-                phase, failure = (
-                    "failed",
-                    {
-                        "tag": "permanent",
-                        "message": f"{stage} deadline exceeded "
-                        f"({getattr(req.timeouts, stage)} s since its first launch)",
-                    },
-                )
+        )
+        phase, failure = verdict.phase, verdict.failure()
         if phase == "succeeded" and stage == "convert":
             stored_outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
         commit = (
@@ -414,7 +413,14 @@ class StageService:
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
                 stage, attempt = failure.get("stage"), failure.get("attempt")
-                r.failure = Failure(tag=tag, message=message, stage=stage, attempt=attempt, caller=caller)
+                # The workflow's report names no rule: the attempt it names had it recorded.
+                named = r.attempt_record(stage, attempt) if stage and attempt else None
+                rule = failure.get("rule") or reported.reported_rule(
+                    tag, message, named, otherwise=reported.WORKFLOW_REPORTED
+                )
+                r.failure = Failure(
+                    tag=tag, message=message, stage=stage, attempt=attempt, caller=caller, rule=rule
+                )
             return outcome, True
 
         updated, ended = self.ledger.update(
@@ -423,9 +429,9 @@ class StageService:
             detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
         )
         message = status_message(updated)
-        topic = req.notify or self.settings.status_topic
+        notifier = Notifier(self.settings, self.publish, self.log)
         if ended:
-            self._publish_status(run_id, message, topic)
+            notifier.send(updated)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
             quality_gate.log_run_ended(self.log, updated)
@@ -437,7 +443,7 @@ class StageService:
             # the child's topic: the parent's request names the same).
             group = self.coordinator.member_ended(updated)
             if group is not None:
-                self._publish_status(group.run_id, status_message(group), topic)
+                notifier.send(group, topic=req.notify or self.settings.status_topic)
         return message
 
     def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
@@ -449,14 +455,6 @@ class StageService:
             self.finish(run_id, "cancelled", failure, caller=caller)
 
         return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
-
-    def _publish_status(self, run_id: str, message: dict[str, Any], topic: str | None) -> None:
-        if not topic or self.publish is None:
-            return
-        try:
-            self.publish(self.settings.topic_path(topic), message)
-        except Exception as exc:  # a status message must never turn a finished run into a failed call
-            self.log.bind(run_id=run_id).warning("could not publish the status message", error=str(exc))
 
     # ---- gate ---------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import sweep as core_sweep
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request.sweep import SelectRule, SweepSpec
 from rlpipe.core.runs.record import Failure, RunRecord, SweepParent, SweepSelection, now
@@ -321,18 +322,27 @@ def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) ->
             tag="cancelled",
             message="the sweep was cancelled, and its children with it",
             caller=parent.sweep.cancelled_by,
+            rule=reported.SWEEP_CANCELLED,
         )
     if state not in ("failed", "gated"):
         return None
     selection = parent.sweep.selection
     if selection is not None and selection.run_id is None:
-        return Failure(tag=state if state == "gated" else "permanent", message=selection.reason)
+        return Failure(
+            tag=state if state == "gated" else "permanent",
+            message=selection.reason,
+            rule=reported.SWEEP_NONE_SELECTED,
+        )
     ended = [
         f"child {i} ({c.run_id}) {c.state}" + (f": {c.failure.message}" if c.failure else "")
         for i, c in enumerate(children)
         if c is not None and c.state in ("failed", "cancelled", "gated")
     ]
-    return Failure(tag=state if state == "gated" else "permanent", message="; ".join(ended)[:2000] or state)
+    return Failure(
+        tag=state if state == "gated" else "permanent",
+        message="; ".join(ended)[:2000] or state,
+        rule=reported.SWEEP_CHILDREN_ENDED,
+    )
 
 
 # ---- operators: cancel and retry the parent --------------------------------------------------------

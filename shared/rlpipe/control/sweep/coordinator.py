@@ -23,6 +23,7 @@ from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import intake as sweep_intake
+from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
 from rlpipe.core.runs.record import RunRecord
@@ -82,7 +83,11 @@ class SweepCoordinator(RunCoordinator):
             raise PermanentFailure(
                 f"run {record.run_id} is a sweep; it ends when its children do (only cancel ends it early)"
             )
-        failure = {"tag": "cancelled", "message": f"cancelled with its sweep {record.run_id}"}
+        failure = {
+            "tag": "cancelled",
+            "message": f"cancelled with its sweep {record.run_id}",
+            "rule": reported.SWEEP_CANCELLED,
+        }
         updated = sweeps.cancel(
             self.ledger, record.run_id, lambda run_id: end_member(run_id, failure), caller=caller
         )

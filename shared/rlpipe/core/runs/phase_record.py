@@ -1,7 +1,7 @@
 """What one status read of an attempt changes in its run's record: phase, failure, evaluations,
 progress, chip-hours, the log cursor and the published commit.
 
-Kept apart from ``control.stage.service`` so that the change is one pure function of the record and the reading:
+Kept apart from ``control.stage.service.service`` so that the change is one pure function of the record and the reading:
 the ledger's compare-and-swap may apply it again on a newer record, and it must give the same
 answer each time.
 """
@@ -68,6 +68,7 @@ def apply(
     if reading.failure:
         a.failure_class, a.reason = reading.failure["tag"], reading.failure["message"]
         a.budget_exhausted = reading.failure.get("exhausted")
+        a.failure_rule = reading.failure.get("rule")
     ended = None
     if reading.phase in ("succeeded", "failed"):
         a.finished_at = now()

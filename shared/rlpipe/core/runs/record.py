@@ -111,6 +111,8 @@ class Attempt(_Model):
     # The failure class whose retry budget (or the retry cap) this failure used up: the attempt
     # is then ``permanent``, but what happened was that class (core/runs/budgets.py).
     budget_exhausted: str | None = None
+    # The rule that decided the failure (core.failure_rules); None in ledgers older than the rules.
+    failure_rule: str | None = None
     # Where the next read of the head's log starts (cluster/log_cursor.py; train attempts only).
     log_cursor: dict[str, Any] | None = None
 
@@ -220,6 +222,8 @@ class Failure(_Model):
     # A person ended the run (rlpipe cancel): the identity Google verified on that call
     # (control/adapters/callers.py); None when the pipeline ended it.
     caller: str | None = None
+    # The rule that ended the run (core.failure_rules.reported); None in ledgers older than the rules.
+    rule: str | None = None
 
 
 class Round(_Model):

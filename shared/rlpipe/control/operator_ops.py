@@ -1,0 +1,249 @@
+"""An operator's operations on a run: cancel, retry and promote (``rlpipe cancel|retry|promote``).
+
+Each is one function of what it acts through (the stage service, or the ledger and intake's
+exactly-once start), the order (which run, and what the operator gave), and the caller: the
+identity Google verified on the call (control/adapters/callers.py), recorded with what it did. The order
+is read from the call's body here too (:class:`BadOrder` names what to fix); ``stage_http`` maps
+the HTTP call to these functions and their answers and refusals back to status codes, and the CLI
+reaches them through the stage function.
+
+**Cancel** runs in two places, because two identities are involved. Workflows runs no ``except``
+block when an execution is cancelled from outside, so what the workflow would have done on its way
+out is done by the stage function (:func:`cancel`): the run's workloads deleted, then the run
+finished ``cancelled`` with the caller kept on its failure. The Workflows executions, though, are
+cancelled by the CLI with the operator's own credentials (the stage function may not cancel
+executions); which ones, and in what order, is decided here (:func:`cancel_from_outside`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.lifecycle import promotion, retry_rounds
+from rlpipe.control.lifecycle.intake_result import IntakeResult
+from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.core import identity
+from rlpipe.core.failure_rules import reported
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.runs.record import RunRecord
+
+if TYPE_CHECKING:
+    from rlpipe.control.stage.service import StageService
+
+CANCELLED = "cancelled by rlpipe cancel"  # the failure message of a run a person cancelled
+Start = Callable[[str], IntakeResult]  # intake's exactly-once start of a run's execution
+
+
+class BadOrder(ValueError):
+    """The operator's call is malformed; the message says what to fix (never echoing a value)."""
+
+
+@dataclass(frozen=True)
+class CancelOrder:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class PromoteOrder:
+    run_id: str
+    by: str  # the name the person gave
+    reason: str
+
+
+def _run_id(body: dict[str, Any]) -> str:
+    run_id = body.get("run_id")
+    if not identity.is_run_id(run_id):
+        raise BadOrder("run_id is missing or not a run id (lowercase letters, digits and -)")
+    return str(run_id)
+
+
+def cancel_order(body: dict[str, Any]) -> CancelOrder:
+    return CancelOrder(_run_id(body))
+
+
+def promote_order(body: dict[str, Any]) -> PromoteOrder:
+    run_id, by, reason = _run_id(body), body.get("by"), body.get("reason")
+    if not isinstance(by, str) or not by.strip() or len(by) > promotion.MAX_BY_CHARS:
+        raise BadOrder(f"by must name who decides, in at most {promotion.MAX_BY_CHARS} characters")
+    if not isinstance(reason, str) or len(reason) > promotion.MAX_REASON_CHARS:
+        raise BadOrder(f"reason must be text of at most {promotion.MAX_REASON_CHARS} characters")
+    return PromoteOrder(run_id, by.strip(), reason)
+
+
+def retry_order(body: dict[str, Any]) -> retry_rounds.RetryOrder:
+    try:
+        return retry_rounds.parse_order(body)
+    except retry_rounds.BadRetry as exc:
+        raise BadOrder(str(exc)) from None
+
+
+# ---- cancel --------------------------------------------------------------------------------------
+
+
+def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dict[str, Any]:
+    """The run's workloads deleted, then the run finished ``cancelled`` by ``caller``; the answer
+    is the finish's status message with ``deleted`` (and ``cleanup_error`` when cleanup failed).
+
+    A cleanup that fails is reported, not fatal: the run is still finished, an execution left
+    running finds it terminal and stops, and reconcile deletes what is left. A sweep's parent ends
+    its children that had not ended, each with the same caller. A run that had ended keeps its
+    state (the answer's ``state`` says which)."""
+    run_id = order.run_id
+    if service.ledger.get(run_id) is None:  # before anything is deleted
+        raise PermanentFailure(f"run {run_id} has no ledger")
+    log = service.log.bind(run_id=run_id)
+    answer: dict[str, Any] = {"deleted": []}
+    try:
+        answer["deleted"] = service.cleanup(run_id)["deleted"]
+    except Exception as exc:  # the cluster or the bucket refused: the run is still finished
+        answer["cleanup_error"] = f"{type(exc).__name__}: {exc}".strip()
+        log.warning("cancel: cleanup failed (reconcile deletes what is left)", error=answer["cleanup_error"])
+    failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
+    ended = service.finish(run_id, "cancelled", failure, caller=caller)
+    log.info("cancel asked", caller=caller, state=ended.get("state"))
+    return {**ended, **answer}
+
+
+CancelExecution = Callable[[str, str], dict[str, Any]]
+
+
+def cancel_from_outside(
+    ledger: Ledger,
+    run_id: str,
+    record: RunRecord,
+    *,
+    cancel_execution: CancelExecution,
+    end_run: Callable[[str], dict[str, Any]],
+) -> dict[str, Any]:
+    """``rlpipe cancel`` from the operator's side: first the Workflows executions, a sweep's children
+    that have not ended and then the run's own, each by ``cancel_execution(run_id, execution)``
+    (with the operator's credentials; it reports an error in its answer rather than raising), so
+    none of them goes on launching; then ``end_run(run_id)`` (the stage function's :func:`cancel`:
+    the workloads deleted, the run and a sweep's children finished, with the caller).
+
+    Each step is attempted whatever the one before did: an execution the operator may not cancel
+    or a failed cleanup is reported in the result (``execution_error``, ``cleanup_error``); an
+    execution left running finds the run terminal and stops, workloads left behind go with
+    reconcile. The result: ``execution_cancelled``, ``deleted``, ``state``, and for a sweep
+    ``children`` (each child's index, state before and after, and its execution's cancel).
+    ``record``: the run's, as the caller read it to learn that the run exists."""
+    children = _cancel_children(ledger, record, cancel_execution)  # None: not a sweep
+    result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
+    if record.execution.name:
+        result.update(cancel_execution(run_id, record.execution.name))
+    ended = end_run(run_id)
+    result["deleted"] = list(ended.get("deleted") or [])
+    if ended.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
+        result["cleanup_error"] = str(ended["cleanup_error"])
+    result["state"] = ended.get("state")
+    if children is not None:
+        for row in children:  # their states once the stage function's cancel ended them
+            child = ledger.get(row["run_id"])
+            row["state"] = child.state if child is not None else None
+        result["children"] = children
+    return result
+
+
+def _cancel_children(
+    ledger: Ledger, record: RunRecord, cancel_execution: CancelExecution
+) -> list[dict[str, Any]] | None:
+    """The execution of each child of a sweep that has not ended; a row per such child. None: not
+    a sweep's parent."""
+    sweep = getattr(record, "sweep", None)  # (a record-like stand-in without one is no parent)
+    if sweep is None:
+        return None
+    if record.terminal:  # its children have all ended: the stage function refuses the cancel
+        return []
+    rows = []
+    for index, run_id in enumerate(sweep.children):
+        child = ledger.get(run_id)
+        if child is None or child.terminal:
+            continue
+        row: dict[str, Any] = {
+            "index": index,
+            "run_id": run_id,
+            "was": child.state,
+            "execution": child.execution.name,
+            "execution_cancelled": False,
+        }
+        if child.execution.name:
+            row.update(cancel_execution(run_id, child.execution.name))
+        rows.append(row)
+    return rows
+
+
+# ---- retry and promote -----------------------------------------------------------------------------
+
+
+def retry_run(
+    ledger: Ledger, start: Start, order: retry_rounds.RetryOrder, caller: str | None, log: Logger
+) -> dict[str, Any]:
+    """A new round of a failed or cancelled run, once per caller-made key, and its execution
+    started (control/retry_rounds.py); a sweep's parent: a round of it and of each child that can still
+    change its outcome."""
+    by = order.by or caller or "unknown"
+    parent = ledger.get(order.run_id)
+    if parent is not None and parent.sweep is not None:  # a sweep: its children go on
+        from rlpipe.control.sweep import operations as stage_sweep
+
+        return stage_sweep.retry_parent(
+            ledger,
+            parent,
+            by=by,
+            reason=order.reason,
+            from_stage=order.from_stage,
+            key=order.key,
+            caller=caller,
+            start=start,
+        )
+    decision = retry_rounds.start_round(
+        ledger,
+        order.run_id,
+        by=by,
+        reason=order.reason,
+        from_stage=order.from_stage,
+        key=order.key,
+        caller=caller,
+    )
+    if decision.outcome == "refused":
+        raise PermanentFailure(decision.reason)
+    if start(order.run_id).outcome == "start-failed":
+        raise PermanentFailure(f"round {decision.round} was opened but its execution could not start")
+    log.info(
+        "retry: new round" if decision.outcome == "started" else "retry repeated: its round exists",
+        round=decision.round,
+        by=order.by,
+        caller=caller,
+        from_stage=order.from_stage,
+    )
+    record = ledger.get(order.run_id)
+    return {
+        "run_id": order.run_id,
+        "outcome": decision.outcome,
+        "round": decision.round,
+        "state": record.state if record else None,
+        "execution": record.execution.name if record else None,
+    }
+
+
+def promote(
+    ledger: Ledger, start: Start, order: PromoteOrder, caller: str | None, log: Logger
+) -> dict[str, Any]:
+    """The gate's override recorded (control/lifecycle/promotion.py) and the run's next execution started."""
+    try:
+        record = promotion.promote(
+            ledger, order.run_id, by=order.by, reason=order.reason, caller=caller, start=start
+        )
+    except promotion.NotPromotable as exc:
+        raise PermanentFailure(str(exc)) from None
+    log.info("promoted", by=order.by, caller=caller)
+    promoted = record.lineage.promoted
+    return {
+        "run_id": record.run_id,
+        "by": promoted.by if promoted else order.by,
+        "state": record.state,
+        "execution": record.execution.name,
+    }
