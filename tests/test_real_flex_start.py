@@ -269,12 +269,16 @@ def _launched(plane: ControlPlane, train: Obj) -> Iterator[ClusterClient]:
 
 
 def _first_request(plane: ControlPlane, name: str) -> tuple[Obj, Obj]:
-    """Kueue's Workload for the JobSet once it has created its ProvisioningRequest, and the request."""
+    """Kueue's Workload for the JobSet once it lists the flex check's state and has created its
+    ProvisioningRequest, and the request. Kueue's two controllers write these separately: the
+    request can exist before the Workload's status lists the check, so both are waited for (the
+    Workload is read again after the requests, never a copy from before them)."""
 
     def found() -> tuple[Obj, Obj] | None:
-        workload = _workload_of(plane, name)
-        requests = _requests_of(plane, workload) if workload else []
-        return (workload, requests[0]) if workload and requests else None
+        first = _workload_of(plane, name)
+        requests = _requests_of(plane, first) if first else []
+        workload = _workload_of(plane, name) if requests else None
+        return (workload, requests[0]) if workload and requests and _check(workload).get("state") else None
 
     return wait_until(found, 10, what=f"Kueue's ProvisioningRequest for {name}")
 
