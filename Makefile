@@ -46,7 +46,7 @@ pstest-if-go:
 # the lock changes), then each part of the tier run on what rlpipe renders today, its result stored
 # under .cache/programs/results/ by the hash of its inputs (seconds when nothing changed; the
 # converters take minutes when the rendering, the lock, the fixture or a driver changed). A program
-# that refuses is recorded, not an error here: the tests/test_programs_*.py tests read the results.
+# that refuses is recorded, not an error here: the tests/programs/test_programs_*.py tests read the results.
 programs: $(STAMP)
 	programs/venv.sh
 	$(BIN)/python -m programs.run
@@ -89,7 +89,7 @@ check: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/deptry shared functions
 
-# Debian's Chromium, for the report's browser test (tests/test_report_chromium.py): installed
+# Debian's Chromium, for the report's browser test (tests/report/test_report_chromium.py): installed
 # quietly when /usr/bin/chromium is missing. Without root or apt-get it says so and goes on; the test
 # then skips, naming this target (under CI=true it fails instead).
 .PHONY: browser

@@ -2,7 +2,7 @@
 
 Eventarc delivers at least once, and a retry storm delivers the same event many times at once.
 The real ``intake_object`` runs as a functions-framework server (a real process, as in
-``tests/test_intake.py``) against fake-gcs-server (real generation preconditions) and a recording
+``tests/control/lifecycle/test_intake.py``) against fake-gcs-server (real generation preconditions) and a recording
 Executions gRPC server (the real ``ExecutionsClient`` talks to it). For N = 1 (the baseline), 10,
 100 and 1000, N client threads wait on a barrier and POST the same binary CloudEvent at once.
 

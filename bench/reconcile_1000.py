@@ -1,6 +1,6 @@
 """Reconcile: one pass over 1,000 ledgers on the real chain, and what bounded concurrency buys.
 
-The chain is the tests' (``tests/test_reconcile_chain.py``): fake-gcs-server reached by the real
+The chain is the tests' (``tests/reconcile/test_reconcile_chain.py``): fake-gcs-server reached by the real
 storage client, the Kubernetes API double reached by the real kubernetes client, and the local
 Workflows engine serving the Executions API to the real ``ExecutionsClient``. The world:
 
@@ -22,7 +22,7 @@ Measured, in this order (dry runs are read-only, so they repeat on the same worl
 4. a steady-state pass right after: nothing left to do.
 
 Figures are wall-clock seconds on this machine; they are reported, never asserted
-(``tests/test_reconcile.py`` asserts the behaviour).
+(``tests/reconcile/test_reconcile.py`` asserts the behaviour).
 
     .venv/bin/python -m bench.reconcile_1000 [--ledgers 1000] [--gcs-latency-ms 20] [--json]
 """
@@ -48,7 +48,7 @@ CONCURRENCIES = (1, 4, 8, 16)
 
 def world(n: int) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, int]]:
     """Ledger specs for ``n`` runs in the proportions of the module docstring."""
-    from tests.test_reconcile_chain import GONE_PREFIX
+    from tests.reconcile.test_reconcile_chain import GONE_PREFIX
 
     active, gone, stranded = n // 5, n // 20, n // 20
     specs: list[tuple[str, dict[str, Any]]] = []
@@ -90,7 +90,7 @@ def measure(n: int, latency_ms: float = 20.0) -> dict[str, Any]:
     from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.local.gcs import FakeGcs
     from rlpipe.local.kube_api import KubeApiServer
-    from tests.test_reconcile_chain import Chain, chain_settings, workflows_engine
+    from tests.reconcile.test_reconcile_chain import Chain, chain_settings, workflows_engine
 
     out: dict[str, Any] = {"ledgers": n}
     with tempfile.TemporaryDirectory(prefix="bench-reconcile-") as tmp:

@@ -4,7 +4,7 @@
 draws a scenario from the simulator's fault kinds (``FAULT_KINDS``) with a seeded generator (the
 seed is printed and written to RESULTS.md; ``--seed`` replays it). The kinds are dealt like cards
 (every kind the same number of times, ± 1, in a shuffled order) so a 20-run soak covers all of
-them; a kind the soak cannot deal is in ``EXCLUDED`` with the reason (``tests/test_bench_soak.py``
+them; a kind the soak cannot deal is in ``EXCLUDED`` with the reason (``tests/repo/test_bench_soak.py``
 holds every kind to one or the other). Each fault is scoped to its run with the scenario entry's
 ``run`` field, matched against the workload's ``rlpipe.dev/run`` label, so concurrent runs never
 see each other's faults (except ``api-5xx``, which by nature fails the next n requests to the API
@@ -186,7 +186,7 @@ EXCLUDED = {
         "a workload Kueue never admits is `capacity` only once the request's queued deadline has "
         "passed on the wall clock (2 h by default, 60 s at the least), so one such run would make "
         "the soak's time to all-terminal a measure of that deadline, not of the pipeline "
-        "(held in tests/test_real_conformance_capacity.py, on the double and the real Kueue)"
+        "(held in tests/cluster/real_plane/test_real_conformance_capacity.py, on the double and the real Kueue)"
     ),
 }
 

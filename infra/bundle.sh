@@ -23,7 +23,7 @@
 # schema check of the Kubernetes API double, and the JobSet schema it reads). They are the
 # library paths pyproject.toml's [tool.deptry] extend_exclude leaves out of the check of
 # requirements.txt, so the archive holds exactly the code deptry holds to requirements.txt;
-# tests/test_bundle.py checks that the two agree.
+# tests/repo/test_bundle.py checks that the two agree.
 #
 # The archive is deterministic: entries sorted by name, a fixed timestamp (1980-01-01), fixed
 # permissions, no directory entries, no caches or bytecode. The same sources give the same bytes,

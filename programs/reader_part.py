@@ -1,7 +1,7 @@
 """The ``reader`` part: MaxText's own reading of each line of the differential corpus.
 
 One driver process (``drivers/read_values.py``) runs pyconfig on every line and keeps what it would
-hand to pydantic; ``tests/test_programs_reader_differential.py`` reads each line again with rlpipe's
+hand to pydantic; ``tests/programs/test_programs_reader_differential.py`` reads each line again with rlpipe's
 reader and compares.
 """
 

@@ -1,5 +1,5 @@
 # One 2nd-gen function per entry point of functions/main.py, each with its own trigger and its own
-# service account. tests/test_infra.py checks this table against the decorators in main.py.
+# service account. tests/repo/test_infra.py checks this table against the decorators in main.py.
 
 locals {
   storage_finalized = "google.cloud.storage.object.v1.finalized"
@@ -153,7 +153,7 @@ locals {
 }
 
 resource "google_cloudfunctions2_function" "fn" {
-  #checkov:skip=CKV_GCP_124:Only upstream_webhook (a public webhook that checks X-Webhook-Secret) and stage (var.stage_ingress, IAM-only invokers, so operators can run `rlpipe cancel`) allow external ingress; tests/test_infra.py enforces that every other function is internal-only.
+  #checkov:skip=CKV_GCP_124:Only upstream_webhook (a public webhook that checks X-Webhook-Secret) and stage (var.stage_ingress, IAM-only invokers, so operators can run `rlpipe cancel`) allow external ingress; tests/repo/test_infra.py enforces that every other function is internal-only.
   for_each = local.functions
 
   project     = var.project_id

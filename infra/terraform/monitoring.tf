@@ -1,5 +1,5 @@
 # What an operator sees in Cloud Monitoring: log-based metrics on the control plane's structured
-# events (shared/rlpipe/control/run_metrics.py writes them; tests/test_monitoring.py checks that
+# events (shared/rlpipe/control/run_metrics.py writes them; tests/control/lifecycle/test_monitoring.py checks that
 # every jsonPayload field read here is one those lines carry), a dashboard with a widget per
 # metric, and one alert policy on failed, gated and stuck runs. docs/monitoring.md.
 #

@@ -1,5 +1,5 @@
 """What the conformance tests share: the real plane's nodes, a pod player per test, and reading a
-workload's verdict on either cluster (tests/test_real_conformance*.py)."""
+workload's verdict on either cluster (tests/cluster/real_plane/test_real_conformance*.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rlpipe.local.kube_api import KubeApiServer
 from rlpipe.local.simulator import ClusterSimulator
 from tests.harness.patience import wait_until
 from tests.harness.real_cluster import PARAMS
-from tests.test_simulator import NS, create, kube, render, simulate  # noqa: F401
+from tests.local.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 STAGE_USER = PARAMS["STAGE_GSA"]
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"

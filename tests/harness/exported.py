@@ -36,7 +36,7 @@ def run_step(bucket: str, run_id: str, local: Path) -> subprocess.CompletedProce
     }
     assert env.get("STORAGE_EMULATOR_HOST"), "the step would write to real GCS"
     # No timeout of its own: waiting with one polls with time.sleep, which some tests count
-    # (tests/test_publisher.py's no_sleep); the suite's per-test timeout bounds it instead.
+    # (tests/publisher/test_publisher.py's no_sleep); the suite's per-test timeout bounds it instead.
     return subprocess.run([sys.executable, "-c", step_source()], env=env, capture_output=True, text=True)
 
 

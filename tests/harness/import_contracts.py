@@ -9,7 +9,7 @@ right too (for ``Ledger``). This contract reads the import statements: a module 
 that takes a name, directly or as an attribute of a module it imported, from a module which itself
 got that name from the record package, breaks it.
 
-Registered in ``pyproject.toml`` (``contract_types``); ``tests/test_architecture.py`` shows it bites.
+Registered in ``pyproject.toml`` (``contract_types``); ``tests/repo/test_architecture.py`` shows it bites.
 """
 
 from __future__ import annotations

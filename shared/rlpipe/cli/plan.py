@@ -41,7 +41,7 @@ class QuotaParam:
 
 # The LocalQueue each ClusterQueue's quota key caps (infra/cluster/k8s/kueue.yaml: user-queue →
 # rlpipe, both TPU flavors at TPU_CHIPS; flex-start/kueue-flex-start.yaml: flex-queue →
-# rlpipe-flex at FLEX_TPU_CHIPS). tests/test_plan_quota.py holds this table to those manifests.
+# rlpipe-flex at FLEX_TPU_CHIPS). tests/cli/test_plan_quota.py holds this table to those manifests.
 DEPLOYMENT_QUOTAS = (
     QuotaParam(
         Path("infra/cluster/k8s/params.env"),

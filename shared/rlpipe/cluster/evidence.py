@@ -211,7 +211,7 @@ _STOPPED_MESSAGES = (
     # evict.go:180-183: "The workload is deactivated due to <what>"; an admission check's rejection
     # names it (workload_controller.go:905-936, patching.go:302-304). Kueue v0.17.1 words it
     # "... due to Admission check(s): <names>, were rejected" (workload_controller.go:463-468, :737),
-    # as the real Kueue wrote it in tests/test_real_flex_start.py.
+    # as the real Kueue wrote it in tests/cluster/real_plane/test_real_flex_start.py.
     (
         re.compile(r"^The workload is deactivated due to (AdmissionCheck|Admission [Cc]heck)"),
         DEACTIVATED_BY_ADMISSION_CHECK,

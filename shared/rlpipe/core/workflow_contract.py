@@ -9,7 +9,7 @@ one request model and one answer model per operation:
 - ``stage_http`` reads every call's body through its request model, and hands every answer
   through its answer model before it leaves (a field the model does not declare, or one it needs
   and the answer lacks, is a bug of ours: :class:`ContractBroken`);
-- ``tests/test_workflow_contract.py`` reads every body the workflow sends and every field it reads
+- ``tests/core/test_workflow_contract.py`` reads every body the workflow sends and every field it reads
   of an answer and checks them against these models.
 
 Numbers arrive as Workflows writes them: an integer that went through arithmetic may come as a

@@ -25,7 +25,7 @@ from typing import Any
 
 MANIFEST_MAX_BYTES = 16 << 20
 # The names an export manifest may list: rlpipe.core.layout.EXPORTED_PATH_PATTERN (this module is
-# shipped without rlpipe; tests/test_publisher.py holds the two equal).
+# shipped without rlpipe; tests/publisher/test_publisher.py holds the two equal).
 EXPORTED_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 NAMED_AT_MOST = 20  # objects named in one failure line; the rest are counted

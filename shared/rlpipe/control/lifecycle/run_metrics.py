@@ -4,7 +4,7 @@ Each function below writes one JSON line through ``rlpipe.control.adapters.logs.
 functions the line becomes a log entry whose fields sit under ``jsonPayload`` (``severity`` and
 ``time`` are lifted into the entry itself: https://cloud.google.com/logging/docs/structured-logging).
 infra/terraform/monitoring.tf builds its log-based metrics, dashboard and alert policy on
-``jsonPayload.event`` and the fields named here, and tests/test_monitoring.py checks that every
+``jsonPayload.event`` and the fields named here, and tests/control/lifecycle/test_monitoring.py checks that every
 field it reads is one these lines carry (``EMITTED_FIELDS``). The functions build their lines
 from the same tables, and refuse a value a metric label would not expect.
 

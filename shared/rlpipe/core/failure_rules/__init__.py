@@ -4,7 +4,7 @@ Kept in the core because everything the rules judge can be plain data (``evidenc
 ``cluster.evidence`` reads from Kubernetes objects, the train verdict (``core.train_verdict``), the
 output's completeness (``core.layout``), the stage's age and the budgets a round has used
 (``core.runs.budgets``). So the rules are pure functions, tested row by row in one table
-(tests/test_failure_rules.py), and the layers that gather the evidence only gather it:
+(tests/core/test_failure_rules.py), and the layers that gather the evidence only gather it:
 
 - ``workload``: a Job or JobSet, its pods and events → its phase and class
   (``cluster.status.summarize`` and the client's missing workload call it);

@@ -36,7 +36,7 @@ JOB_TTL_SECONDS = 3600
 # An ephemeral-storage request equal to the volume's sizeLimit lets the scheduler place the pod
 # only where the disk fits. Kueue admits only resources its ClusterQueue covers ("resource
 # ephemeral-storage unavailable in ClusterQueue", kubernetes-sigs/kueue#4848, and the real Kueue
-# v0.17.1 in tests/test_real_conformance.py): infra/cluster/k8s/kueue.yaml covers it on cpu-np
+# v0.17.1 in tests/cluster/real_plane/test_real_conformance.py): infra/cluster/k8s/kueue.yaml covers it on cpu-np
 # (CPU_NP_EPHEMERAL_STORAGE). A resource belongs to one resource group, and the TPU group's flavors
 # are the TPU pools, so a TPU-placed Job does not request it.
 REQUEST_EPHEMERAL_STORAGE = True

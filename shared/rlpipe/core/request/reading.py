@@ -23,7 +23,7 @@ Values never reach a shell (``core.commands`` passes them as ``"$@"``), so no ch
 refused for its own sake: what matters is what MaxText reads.
 
 The renderings mirror ``core.commands`` (which imports this package's types, so it cannot be
-imported from here); ``tests/test_request_reading.py`` holds that every argument read here is an
+imported from here); ``tests/core/request/test_request_reading.py`` holds that every argument read here is an
 element of the argv ``core.commands`` renders, and that every request-carrying element is read.
 """
 

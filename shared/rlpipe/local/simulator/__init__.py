@@ -62,7 +62,7 @@ CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
     The ClusterQueue's quota is all in use by other workloads: Kueue never admits this one. Its
     Workload's ``QuotaReserved`` is False ``Pending`` with the flavor assigner's message, also the
     Workload event ``Pending``; the job stays suspended until deleted (the real Kueue, holding the
-    same state, in tests/test_real_conformance_capacity.py).
+    same state, in tests/cluster/real_plane/test_real_conformance_capacity.py).
 ``unschedulable:<seconds>``
     Pods (a JobSet's TPU pods) stay Pending, ``PodScheduled`` False ``Unschedulable``, with a
     ``FailedScheduling`` event, for that many simulated seconds.

@@ -10,7 +10,7 @@ the mixture-of-experts block (``num_experts`` > 1: gemma4-26b has 128,
 ``configs/models/gemma4-26b.yml:44``; gemma4-31b sets none, so one).
 
 Written from MaxText's sources, not from rlpipe's layout code. The programs tier holds the names
-to a real conversion of the gemma4-26b fixture (``tests/test_programs_simulator.py``): every name
+to a real conversion of the gemma4-26b fixture (``tests/programs/test_programs_simulator.py``): every name
 here is one the real program writes, and every kind of array it writes is here. A model name not
 known here gets the dense layer (an approximation, never checked). Tiny contents, real names: the
 simulator writes two layers where the model has tens.

@@ -4,9 +4,9 @@ staged from the Hub double (or verified), and the staged split's size as ``datas
 The real step is ``rlpipe.core.staging``'s program, shipped in the manifest; the simulator reads
 the same environment (``RLPIPE_USER_FILES``, ``RLPIPE_DATA_PLAN``), does the same checks in the
 same order and prints the same kind of lines, in-process (a subprocess per attempt would cost
-every simulated run a second). ``tests/test_staging_program.py`` runs the real program against
-the same emulators; the two are held together by what they write (the staged objects and the
-manifest) in ``tests/test_simulated_inputs.py``.
+every simulated run a second). ``tests/publisher/test_staging_program.py`` runs the real program against
+the same emulators. No test yet compares what the two write (the staged objects and the
+manifest) side by side.
 
 Then, as train_rl: ``hf_train_files`` is loaded with ``datasets.load_dataset("parquet",
 data_files=...)`` (maxtext 0.2.4 ``train_rl.py:176-190``); a pattern that matches no file raises

@@ -88,7 +88,7 @@ EVICTIONS: dict[str, tuple[str, str, str | None, bool]] = {
     # flex-start: the ProvisioningRequest failed past its retries, so the admission check is
     # Rejected and Kueue deactivates the workload; not requeued. Message as Kueue v0.17.1 words it
     # (core/workload_controller.go:463-468 around :737), seen on the real plane
-    # (tests/test_real_flex_start.py).
+    # (tests/cluster/real_plane/test_real_flex_start.py).
     "provisioning-rejected": (
         "DeactivatedDueToAdmissionCheck",
         "The workload is deactivated due to Admission check(s): {check}, were rejected",
@@ -190,7 +190,7 @@ class KueueWorkload:
 
     def provisioning_rejected(self, failed: str) -> tuple[str, str]:
         """flex-start's ProvisioningRequest ``Failed`` past its retries, as the real Kueue v0.17.1
-        plays it (tests/test_real_flex_start.py): quota reserved in the flex ClusterQueue, the
+        plays it (tests/cluster/real_plane/test_real_flex_start.py): quota reserved in the flex ClusterQueue, the
         request created, the check Rejected with the request's ``Failed`` message
         (provisioning/controller.go:323, 555-559, 605-622), the Workload deactivated
         (core/workload_controller.go:729-745, 389-394, 461-503; event

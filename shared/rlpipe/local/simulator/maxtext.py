@@ -12,7 +12,7 @@ this module knows MaxText and nothing about Kubernetes. Log lines are the progra
 format each program prints them (``.absl_log``: absl's prefix for to_huggingface, Python logging's
 default one for to_maxtext); every one is described, with its source, in
 ``tests/fixtures/maxtext_facts.yaml``. The converted arrays' names are ``.converted_params``'.
-``tests/test_programs_simulator.py`` holds both converters' files and lines to the real programs'. The conversion and the export are played here, train_rl in
+``tests/programs/test_programs_simulator.py`` holds both converters' files and lines to the real programs'. The conversion and the export are played here, train_rl in
 ``.train_rl``; Orbax's checkpoint files are ``.orbax``'s, and the ``rlpipe-pin``/``rlpipe-fetch``
 steps, rlpipe's own script lines before each program, ``.pinning``'s; the export script's last
 step, which uploads what to_huggingface wrote with its manifest, is rlpipe's own program, run for

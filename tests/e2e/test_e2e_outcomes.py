@@ -1,0 +1,166 @@
+"""Outcomes end to end on the local stack: the quality gate, a person's promote, and publishing
+to the Hub double, with the real ``huggingface_hub`` client reading what was pushed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from huggingface_hub import HfApi
+
+from rlpipe.control.adapters.blobstore import BlobStore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.orchestrator import Orchestrator
+from rlpipe.control.lifecycle.intake import Intake
+from rlpipe.control.lifecycle.promotion import NotPromotable, promote
+from rlpipe.core import layout
+from tests.e2e.test_e2e import Local, faults, local  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def intake_for(local: Local) -> Intake:
+    s = local.settings
+    return Intake(
+        requests=BlobStore(local.client, s.requests_bucket),
+        ledger=local.ledger,
+        orchestrator=Orchestrator(s),
+        log=Logger("test-promote"),
+        lease_seconds=s.start_lease_seconds,
+        notify=lambda record: None,
+        policy=s.policy(),
+    )
+
+
+def test_a_gated_run_keeps_its_checkpoints_and_a_promote_ships_it_without_training_again(
+    local: Local, faults: Any
+) -> None:
+    faults([])
+    run_id = local.submit(local.request(gate={"min_post_mean_reward": 0.99}))
+    record = local.wait(run_id)
+    assert record.state == "gated", record.failure
+    assert record.failure is not None and record.failure.tag == "gated"
+    assert (
+        "min_post_mean_reward 0.99" in record.failure.message
+        and "post mean_reward 0.5627" in record.failure.message
+    )
+    assert [a.stage for a in record.attempts] == ["convert", "train"]  # export skipped
+    assert record.gate is not None and record.gate.passed is False
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    final = record.lineage.final_step
+    assert final and local.client.bucket(run.bucket).blob(run.step_commit(final)).exists(), "checkpoints kept"
+
+    # As `rlpipe promote` does: through the stage function, which may write the ledger
+    from rlpipe.cli.runs import call_stage
+
+    assert local.settings.stage_url, "the stack gives the CLI the stage function's URL"
+    with pytest.raises(RuntimeError, match="reason"):
+        call_stage(local.settings, {"op": "promote", "run_id": run_id, "by": "alice", "reason": " "})
+    answer = call_stage(
+        local.settings,
+        {"op": "promote", "run_id": run_id, "by": "alice", "reason": "reviewed the samples by hand"},
+    )
+    assert answer["by"] == "alice"
+    # A snapshot read after the new execution started: it may already be past train
+    assert answer["state"] in ("training", "exporting", "succeeded"), answer
+    record = local.wait(run_id)
+    assert record.state == "succeeded", record.failure
+    assert [(a.stage, a.attempt) for a in record.attempts] == [("convert", 1), ("train", 1), ("export", 1)]
+    assert record.lineage.promoted is not None
+    assert (record.lineage.promoted.by, record.lineage.promoted.reason) == (
+        "alice",
+        "reviewed the samples by hand",
+    )
+    assert record.gate is not None and record.gate.override == record.lineage.promoted
+    with pytest.raises(NotPromotable, match="succeeded; only a gated run"):
+        promote(local.ledger, run_id, by="bob", reason="again", start=intake_for(local).start_claimed)
+
+
+def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_base_sha(
+    local: Local, faults: Any
+) -> None:
+    faults([])
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
+    run_id = local.submit(local.request(gate={"min_reward_gain": 0.1}, publish={"repo": repo}))
+    record = local.wait(run_id, expected=30)
+    assert record.state == "succeeded", record.failure
+    assert record.gate is not None and record.gate.passed is True
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    commits = [c for c in api.list_repo_commits(repo, revision="main") if f"rlpipe run {run_id}" in c.title]
+    assert len(commits) == 1
+    assert record.lineage.published_commit == commits[0].commit_id, "the ledger names the commit"
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    manifest = local.client.bucket(run.bucket).blob(run.export_manifest).download_as_bytes()
+    exported = {f["path"]: f["size"] for f in json.loads(manifest)["files"]}
+    in_bucket = {b.name: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)}
+    assert set(in_bucket) == {run.hf_dir + p for p in exported} | {run.export_manifest}
+    on_hub = {
+        f.path: f.size
+        for f in api.list_repo_tree(repo, revision="main", recursive=True)
+        if hasattr(f, "size") and f.path != ".gitattributes"
+    }
+    assert {k: v for k, v in on_hub.items() if k != "README.md"} == exported
+    card = Path(api.hf_hub_download(repo, "README.md", revision="main")).read_text()
+    assert record.lineage.hf_sha and record.lineage.hf_sha in card
+    assert "license: gemma" in card and f"base_model: {record.request['hf_repo']}" in card
+    assert "local-write-token" not in card
+    from huggingface_hub import ModelCard
+
+    data = ModelCard(card).data
+    assert data.model_name == repo.rsplit("/", 1)[1] and f"# {repo.rsplit('/', 1)[1]}" in card, "title = repo"
+    post = record.results["post"]
+    assert {(r.metric_type, r.metric_value) for r in data.eval_results or []} >= {
+        ("mean_reward", round(post["mean_reward"], 4)),
+        ("accuracy", round(post["accuracy"], 4)),
+    }
+    assert record.lineage.checkpoint_uri and record.lineage.checkpoint_uri in card
+
+
+def test_a_sweep_file_becomes_its_children_with_one_conversion_and_only_the_winner_published(
+    local: Local, faults: Any
+) -> None:
+    """One file, delivered three times (dropped twice, one event redelivered), is exactly three
+    child runs: one conversion between them, the same pinned commits, two at a time, and the one
+    with the highest post mean_reward (rl.grpo_beta 0.04 rises fastest in the simulator) is the
+    only one that publishes."""
+    from tests.harness.functions import gcs_event, post
+
+    faults([])
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"  # an organisation the default allowlist publishes to
+    grid = {"maxtext_overrides.rl.grpo_beta": [0.16, 0.04, 0.08]}
+    path = local.request(
+        fresh_cache=True,
+        sweep={"grid": grid, "max_parallel": 2, "select": {"metric": "post_mean_reward"}},
+        publish={"repo": repo},
+    )
+    parent_id = local.submit(path)
+    assert local.submit(path) == parent_id
+    blob = next(local.client.list_blobs(local.settings.requests_bucket, prefix=f"requests/{path.stem}"))
+    event = gcs_event(local.settings.requests_bucket, blob.name, blob.generation, blob.size)
+    assert post(local.state.endpoints["function intake_object"], event).status_code == 200
+    parent = local.wait(parent_id, expected=60)
+    assert parent.state == "succeeded", parent.failure
+    assert parent.sweep is not None and len(parent.sweep.children) == 3
+    members = [r for r in (local.ledger.get(i) for i in local.ledger.list_run_ids()) if r and r.lineage.sweep]
+    children = sorted(
+        (r for r in members if r.lineage.sweep and r.lineage.sweep.parent == parent_id),
+        key=lambda r: r.lineage.sweep.index if r.lineage.sweep else -1,
+    )
+    assert [c.run_id for c in children] == parent.sweep.children
+    assert [local.executions_of(c.run_id) for c in children] == [1, 1, 1]
+    assert [a.stage for c in children for a in c.attempts].count("convert") == 1
+    assert (
+        len({c.lineage.hf_sha for c in children}) == 1
+        and len({c.lineage.conversion_key for c in children}) == 1
+    )
+    assert all(c.lineage.data == children[0].lineage.data for c in children)
+    assert parent.sweep.selection is not None and parent.sweep.selection.run_id == children[1].run_id
+    assert [c.lineage.sweep.selected for c in children if c.lineage.sweep] == [False, True, False]
+    assert [c.state for c in children] == ["succeeded"] * 3
+    assert [any(a.stage == "publish" for a in c.attempts) for c in children] == [False, True, False]
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    titles = [c.title for c in api.list_repo_commits(repo, revision="main") if "rlpipe run" in c.title]
+    assert len(titles) == 1 and children[1].run_id in titles[0]
