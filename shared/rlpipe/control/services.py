@@ -76,6 +76,7 @@ def intake(log: Logger) -> Intake:
         lease_seconds=settings().start_lease_seconds,
         notify=notifier(log).send,
         policy=settings().policy(),
+        teams=settings().teams(),
         artifacts=artifacts(),
         read_gcs=read_gcs,
         coordinator=coordinator(log),

@@ -289,6 +289,7 @@ def build(
         lease_seconds=settings.start_lease_seconds,
         notify=notify.Notifier(settings, send or notify.publish, log).send,
         policy=settings.policy(),
+        teams=settings.teams(),
         artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
         read_gcs=lambda bucket, name, limit: (
             blobstore.BlobStore(client, bucket).read(name, max_bytes=limit).data

@@ -255,7 +255,7 @@ class Poller:
         log = self.log.bind(repo=entry.hf_repo, sha=head.sha)
         result = self.intake.submit(
             json.dumps(doc, sort_keys=True).encode(),
-            Source(kind="upstream", name=entry.hf_repo, generation=head.sha),
+            Source(kind="upstream", name=entry.hf_repo, generation=head.sha, team=entry.team),
             key,
             source_name=f"hf:{entry.hf_repo}@{short(head.sha)}",
             log=log,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import parse_document, validate_request
 from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN
+from rlpipe.core.teams import TEAM_NAME
 
 WATCH_LIST = "config/watch.yaml"  # in the requests bucket; outside requests/, so never a request itself
 DEFAULT_TRIGGER_FILES = (
@@ -70,6 +71,9 @@ class WatchEntry(BaseModel):
         default_factory=lambda: list(DEFAULT_TRIGGER_FILES)
     )
     enabled: bool = True
+    # The team its releases run for (core.teams), on a deployment that declares teams: the watch
+    # list is the operators' file (config/watch.yaml), so the entry, not the request, says whose.
+    team: Annotated[str, Field(pattern=TEAM_NAME)] | None = None
 
     @field_validator("branch")
     @classmethod

@@ -19,6 +19,7 @@ from rlpipe.core.presets import (
 
 if TYPE_CHECKING:  # the request models load only where a request is checked, not on every cold start
     from rlpipe.core.request.policy import Policy
+    from rlpipe.core.teams import Teams
 
 ENV_PREFIX = "RLPIPE_"
 
@@ -125,6 +126,9 @@ class Settings:
     allowed_queues: tuple[str, ...] | None = None
     allowed_reservations: tuple[str, ...] | None = None
     allowed_node_pools: tuple[str, ...] | None = None
+    # The deployment's teams (core.teams; docs/teams.md): RLPIPE_TEAMS, the JSON Terraform renders
+    # from var.teams. Empty: one team, ``default``, with the deployment-wide allowlists above.
+    teams_json: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -164,7 +168,15 @@ class Settings:
             allowed_queues=_optional_list("ALLOWED_QUEUES"),
             allowed_reservations=_optional_list("ALLOWED_RESERVATIONS"),
             allowed_node_pools=_optional_list("ALLOWED_NODE_POOLS"),
+            teams_json=os.environ.get(ENV_PREFIX + "TEAMS", "").strip(),
         )
+
+    def teams(self) -> Teams:
+        """The declared teams. Raises ``RequestInvalid`` naming each wrong field: a deployment
+        with a declaration it cannot read refuses to load rather than run as one team."""
+        from rlpipe.core.teams import parse_teams
+
+        return parse_teams(self.teams_json, source=ENV_PREFIX + "TEAMS")
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
         """The allowlists a request is checked against. Raises ``SettingsInvalid`` (a

@@ -30,6 +30,7 @@ from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
 from rlpipe.core.request.policy import Policy
 from rlpipe.core.runs.record import Execution, Failure, Lineage, RunRecord, Source, SweepMember, now
+from rlpipe.core.teams import Team, Teams
 
 # The error record lists this many problems and counts the rest, so that a document with
 # thousands of unknown keys still gets an error.json far below the blob size limit.
@@ -59,6 +60,8 @@ class Intake:
     read_gcs: user_files.GcsReader | None = None
     # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
     coordinator: RunCoordinator = field(default_factory=RunCoordinator)
+    # The deployment's teams (core.teams): the source decides a request's team and its allowlists.
+    teams: Teams = field(default_factory=Teams)
 
     # ---- sources ------------------------------------------------------------------------------
 
@@ -152,7 +155,16 @@ class Intake:
     ) -> IntakeResult:
         log = log or self.log
         namespace = layout.request_namespace(source.name) if source.kind == "gcs" and source.name else ""
-        policy = self.policy.for_namespace(namespace)
+        if self.teams.declared:
+            team = self._team_of(source, namespace)
+            if isinstance(team, Problem):
+                return self._reject(source_key, source, [team], log)
+            source = source.model_copy(update={"team": team.name})
+            policy = self.policy.for_team(team)
+            namespace = team.folder
+            log = log.bind(team=team.name)
+        else:
+            policy = self.policy.for_namespace(namespace)
         if request is None:
             try:
                 doc = parse_document(data, source=source_name)
@@ -177,6 +189,40 @@ class Intake:
             result = self.claim_run(request, key, source, source_key, log)
         self._record_delivery(source_key, source, result)
         return result
+
+    def _team_of(self, source: Source, folder: str) -> Team | Problem:
+        """The team where ``source`` came from, or why it is no team's: the folder of a drop, the
+        topic of a message, the team a watch entry names. A request never names its own team."""
+        names = ", ".join(self.teams.names())
+        if source.kind == "gcs":
+            team = self.teams.for_folder(folder)
+            if team is None:
+                return Problem(
+                    "",
+                    f"{source.name} is in no team's folder",
+                    f"drop it under requests/<team>/ of your team (teams: {names}); "
+                    "only a team's submitters may write its folder",
+                )
+            return team
+        if source.kind == "pubsub":
+            team = self.teams.for_topic(source.topic or "")
+            if team is None:
+                return Problem(
+                    "",
+                    f"the message arrived on {source.topic}, a topic no team owns",
+                    f"publish on your team's topic ({', '.join(t.topic_id for t in self.teams)})",
+                )
+            return team
+        team = self.teams.named(source.team or "")
+        if team is None:
+            return Problem(
+                "",
+                f"the {source.kind} request names team {source.team!r}, which this deployment does not declare"
+                if source.team
+                else f"the {source.kind} request belongs to no team",
+                f"name one of the teams ({names}) where the request is made (a watch entry's team)",
+            )
+        return team
 
     def _admit(self, request: Request, delivery: Delivery) -> IntakeResult:
         """A request naming a group of runs, claimed by the coordinator; each run through

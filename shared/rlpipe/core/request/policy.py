@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.core import identity, layout
@@ -30,6 +30,15 @@ from rlpipe.core.presets import (
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import env_allowlist, reading, targets
 from rlpipe.core.request.model import Request
+from rlpipe.core.teams import Team
+
+# A team's settings, as core.teams names them (where they differ from the keys here).
+TEAM_FIELDS = {
+    "gcs": "read_only_gcs",
+    "code": "allow_user_code",
+    "env": "extra_env",
+    "publish": "publish_repos",
+}
 
 # Setting names, as the problems quote them (rlpipe.control.adapters.settings reads them).
 SETTINGS = {
@@ -80,6 +89,10 @@ class Policy:
     # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
     # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).
     namespace: str = ""
+    # Whose allowlists these are, as a problem names them: the deployment's settings (SETTINGS),
+    # or a team's (``Policy.for_team``: ``teams.<name>.read_secrets``...).
+    names: Mapping[str, str] = field(default_factory=lambda: dict(SETTINGS))
+    holder: str = "this deployment"
 
     def __post_init__(self) -> None:
         """A deployment's settings are checked when it loads, not when a request arrives: an
@@ -89,13 +102,43 @@ class Policy:
             raise SettingsInvalid(problems)
 
     def _targets(self) -> targets.Targets:
-        return targets.Targets(self.publish_repos, self.queues, self.reservations, self.node_pools)
+        return targets.Targets(
+            self.publish_repos, self.queues, self.reservations, self.node_pools, self.names, self.holder
+        )
 
     def _target_setting_problems(self) -> list[Problem]:
         return self._targets().setting_problems()
 
     def for_namespace(self, namespace: str) -> Policy:
         return dataclasses.replace(self, namespace=namespace)
+
+    def for_team(self, team: Team) -> Policy:
+        """The allowlists a request of ``team`` is checked against: the team's own lists in place of
+        the deployment's (one team can never name another's Secret, data, target or queue), the
+        deployment's image registries and the environment names every team may set, plus the team's.
+        Its folder is its request_id namespace."""
+        names = {key: f"teams.{team.name}.{TEAM_FIELDS.get(key, key)}" for key in SETTINGS}
+        names["images"], names["topics"], names["sweep"] = (
+            SETTINGS["images"],
+            SETTINGS["topics"],
+            SETTINGS["sweep"],
+        )
+        return dataclasses.replace(
+            self,
+            extra_env=(*self.extra_env, *team.extra_env),
+            read_secrets=team.read_secrets,
+            write_secrets=team.write_secrets,
+            read_only_gcs=team.read_only_gcs,
+            allow_user_code=team.allow_user_code,
+            publish_repos=team.publish_repos,
+            queues=targets.DEFAULT_QUEUES if team.queues is None else team.queues,
+            reservations=team.reservations,
+            node_pools=targets.DEFAULT_NODE_POOLS if team.node_pools is None else team.node_pools,
+            namespace=team.folder,
+            names=names,
+            holder=f"team {team.name}",
+            source=f"team {team.name}'s allowlists",
+        )
 
     def problems(self, request: Request, run_id: str | None = None) -> list[Problem]:
         """Everything in ``request`` this policy does not allow. ``run_id`` (when the run is known)
@@ -123,7 +166,7 @@ class Policy:
                     path,
                     f"{image} is not from a registry this deployment runs",
                     f"use an image under {' or '.join(allowed) or '(no registry is allowed)'}, "
-                    f"or ask the operator to add its registry to {SETTINGS['images']}",
+                    f"or ask the operator to add its registry to {self.names['images']}",
                 )
 
     def _secrets(self, request: Request) -> Iterator[Problem]:
@@ -136,9 +179,9 @@ class Policy:
             if f"{ref.name}:{ref.key}" not in allowed:
                 yield Problem(
                     path,
-                    f"Secret {ref.name} (key {ref.key}) is not one this deployment lets requests use here",
+                    f"Secret {ref.name} (key {ref.key}) is not one {self.holder} lets requests use here",
                     f"use one of: {', '.join(allowed) or '(none)'} (name:key); an operator lists them in "
-                    f"{SETTINGS[setting]}",
+                    f"{self.names[setting]}",
                 )
 
     def _gcs(self, strings: Iterable[tuple[str, str]], run_id: str | None) -> Iterator[Problem]:
@@ -162,10 +205,10 @@ class Policy:
             if normal is None or not any(_as_dir(normal).startswith(_as_dir(p)) for p in allowed):
                 yield Problem(
                     path,
-                    f"{value[:200]} is outside this run's own prefix and the deployment's read-only data",
+                    f"{value[:200]} is outside this run's own prefix and the read-only data of {self.holder}",
                     "use data under "
                     + (" or ".join(allowed) if allowed else "a prefix the deployment lists")
-                    + f"; an operator lists shared read-only prefixes in {SETTINGS['gcs']}",
+                    + f"; an operator lists shared read-only prefixes in {self.names['gcs']}",
                 )
 
     def _code(self, request: Request) -> Iterator[Problem]:
@@ -182,14 +225,14 @@ class Policy:
             if used:
                 yield Problem(
                     path,
-                    "this deployment runs no code a request brings",
+                    f"{self.holder} runs no code a request brings",
                     "remove it and use MaxText's built-in "
                     + (
                         "rewards"
                         if path == "rewards"
                         else "processor (a dataset with question and answer columns)"
                     )
-                    + f", or ask the operator to set {SETTINGS['code']}=true",
+                    + f", or ask the operator to set {self.names['code']} to true",
                 )
 
     def _notify(self, topic: str | None) -> Iterator[Problem]:
@@ -200,7 +243,7 @@ class Policy:
         yield Problem(
             "notify",
             f"{topic} is not a topic of this deployment's project ({self.project})",
-            f"use a topic of {self.project}, or ask the operator to list it in {SETTINGS['topics']}",
+            f"use a topic of {self.project}, or ask the operator to list it in {self.names['topics']}",
         )
 
 

@@ -16,8 +16,8 @@ repository of that organisation) or ``org/name`` (that one).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from rlpipe.core import presets
 from rlpipe.core.problems import Problem
@@ -60,6 +60,10 @@ class Targets:
     queues: tuple[str, ...] = DEFAULT_QUEUES
     reservations: tuple[str, ...] = DEFAULT_RESERVATIONS
     node_pools: tuple[str, ...] = DEFAULT_NODE_POOLS
+    # Whose lists these are, as a problem names them: the deployment's settings, or a team's
+    # (core.teams: ``teams.<name>.queues``...).
+    names: Mapping[str, str] = field(default_factory=lambda: dict(SETTINGS))
+    holder: str = "this deployment"
 
     def setting_problems(self) -> list[Problem]:
         """Entries that are not names of their kind (``*`` included), checked when the deployment loads."""
@@ -74,7 +78,7 @@ class Targets:
                 if not pattern.match(entry):
                     found.append(
                         Problem(
-                            SETTINGS[setting],
+                            self.names[setting],
                             f"{entry!r} is not {shape}" + (" (no wildcard is read)" if "*" in entry else ""),
                             f"list each allowed one as {shape}",
                         )
@@ -86,19 +90,19 @@ class Targets:
         if request.publish is not None and not self._publishes_to(request.publish.repo):
             yield Problem(
                 "publish.repo",
-                f"{request.publish.repo} is not a repository this deployment publishes to",
+                f"{request.publish.repo} is not a repository {self.holder} publishes to",
                 f"publish under {' or '.join(self.publish_repos) or '(no repository is allowed)'}, or ask the "
-                f"operator to list it in {SETTINGS['publish']}",
+                f"operator to list it in {self.names['publish']}",
             )
-        yield from _listed("tpu.queue", request.tpu.queue, self.queues, "queues", "Kueue LocalQueue")
+        yield from self._listed("tpu.queue", request.tpu.queue, self.queues, "queues", "Kueue LocalQueue")
         if request.tpu.reservation is not None:
-            yield from _listed(
+            yield from self._listed(
                 "tpu.reservation", request.tpu.reservation, self.reservations, "reservations", "reservation"
             )
-        yield from _listed(
+        yield from self._listed(
             "cpu_job.node_pool", request.cpu_job.node_pool, self.node_pools, "node_pools", "node pool"
         )
-        yield from _listed(
+        yield from self._listed(
             "pathways.head_node_pool",
             request.pathways.head_node_pool,
             self.node_pools,
@@ -112,11 +116,13 @@ class Targets:
         org = repo.split("/", 1)[0] + "/"
         return any(entry in (repo, org) for entry in self.publish_repos)
 
-
-def _listed(path: str, value: str, allowed: tuple[str, ...], setting: str, kind: str) -> Iterator[Problem]:
-    if value not in allowed:
-        yield Problem(
-            path,
-            f"{value} is not a {kind} this deployment lets requests use",
-            f"use one of: {', '.join(allowed) or '(none)'}, or ask the operator to list it in {SETTINGS[setting]}",
-        )
+    def _listed(
+        self, path: str, value: str, allowed: tuple[str, ...], setting: str, kind: str
+    ) -> Iterator[Problem]:
+        if value not in allowed:
+            yield Problem(
+                path,
+                f"{value} is not a {kind} {self.holder} lets requests use",
+                f"use one of: {', '.join(allowed) or '(none)'}, or ask the operator to list it in "
+                f"{self.names[setting]}",
+            )

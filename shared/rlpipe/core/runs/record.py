@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlpipe.core.identity import Stage
+from rlpipe.core.teams import DEFAULT_TEAM
 
 State = Literal[
     "accepted",
@@ -92,6 +93,9 @@ class Source(_Model):
     generation: str | None = None
     topic: str | None = None
     message_id: str | None = None
+    # The team the source decided (core.teams: its folder, its topic, its watch entry); None is
+    # the deployment's one team when it declares none, and every run recorded before teams.
+    team: str | None = None
 
 
 class Attempt(_Model):
@@ -267,6 +271,11 @@ class RunRecord(_Model):
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def team(self) -> str:
+        """The team whose run this is (``default`` on a deployment without teams)."""
+        return self.source.team or DEFAULT_TEAM
 
     def set_state(self, new: State) -> None:
         if new == self.state:
