@@ -193,8 +193,9 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(
 
     monkeypatch.setattr(runs, "call_stage", fake_stage)
     result = runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=Refusing())
-    # One operator operation: the stage function cleans up and finishes (control/stage/service.py cancel).
-    assert calls == [{"op": "cancel", "run_id": "r1"}]
+    # Whether this operator may, then the operation: the stage function cleans up and finishes
+    # (control/stage/service.py cancel).
+    assert calls == [{"op": "cancel", "run_id": "r1", "check_only": True}, {"op": "cancel", "run_id": "r1"}]
     assert result["execution_cancelled"] is False and result["state"] == "cancelled"
     assert result["deleted"] == ["r1-train-a1"]
     assert (
@@ -231,3 +232,31 @@ def test_the_cli_prints_why_the_execution_was_not_cancelled(
     out, err = capsys.readouterr()
     assert "run r1: cancelled" in out
     assert "the execution was not cancelled: PermissionDenied" in err and "roles/workflows.invoker" in err
+
+
+def test_an_operator_the_stage_function_refuses_cancels_no_execution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a deployment with teams, the stage function decides whose run it is before the CLI
+    touches the run's Workflows execution (IAM lets any operator cancel any execution of the one
+    workflow): its refusal stops everything."""
+    refusal = runs.StageRefused(
+        "cancel", 403, "forbidden", "sam@example.com is not an operator of team vision"
+    )
+    calls: list[dict[str, Any]] = []
+
+    def refusing_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
+        calls.append(body)
+        raise refusal
+
+    class Recording:
+        cancelled: list[str] = []
+
+        def cancel(self, name: str) -> bool:
+            self.cancelled.append(name)
+            return True
+
+    monkeypatch.setattr(runs, "call_stage", refusing_stage)
+    executions = Recording()
+    with pytest.raises(runs.StageRefused) as refused:
+        runs.cancel(Settings(stage_url=STAGE_URL), _ledger(), "r1", orchestrator=executions)
+    assert refused.value is refusal and executions.cancelled == []
+    assert calls == [{"op": "cancel", "run_id": "r1", "check_only": True}]

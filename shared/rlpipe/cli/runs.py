@@ -273,6 +273,10 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
             log.warning("run %s: the execution was not cancelled: %s", who, error)
             return {"execution_cancelled": False, "execution_error": error}
 
+    # Whether this operator may cancel the run at all (on a deployment with teams, only its team's
+    # operators may), decided by the stage function before any execution is touched: a refusal
+    # raises StageRefused here, and nothing is cancelled.
+    call_stage(settings, {"op": "cancel", "run_id": run_id, "check_only": True})
     result = operator_ops.cancel_from_outside(
         ledger,
         run_id,

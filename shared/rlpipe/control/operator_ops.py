@@ -29,6 +29,7 @@ from rlpipe.core import identity
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.teams import Teams
 
 if TYPE_CHECKING:
     from rlpipe.control.stage.service import StageService
@@ -53,7 +54,7 @@ class PromoteOrder:
     reason: str
 
 
-def _run_id(body: dict[str, Any]) -> str:
+def run_id_of(body: dict[str, Any]) -> str:
     run_id = body.get("run_id")
     if not identity.is_run_id(run_id):
         raise BadOrder("run_id is missing or not a run id (lowercase letters, digits and -)")
@@ -61,11 +62,11 @@ def _run_id(body: dict[str, Any]) -> str:
 
 
 def cancel_order(body: dict[str, Any]) -> CancelOrder:
-    return CancelOrder(_run_id(body))
+    return CancelOrder(run_id_of(body))
 
 
 def promote_order(body: dict[str, Any]) -> PromoteOrder:
-    run_id, by, reason = _run_id(body), body.get("by"), body.get("reason")
+    run_id, by, reason = run_id_of(body), body.get("by"), body.get("reason")
     if not isinstance(by, str) or not by.strip() or len(by) > promotion.MAX_BY_CHARS:
         raise BadOrder(f"by must name who decides, in at most {promotion.MAX_BY_CHARS} characters")
     if not isinstance(reason, str) or len(reason) > promotion.MAX_REASON_CHARS:
@@ -105,6 +106,31 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}
+
+
+def team_refusal(ledger: Ledger, teams: Teams, run_id: str, caller: str | None) -> str | None:
+    """Why ``caller`` may not operate on ``run_id``, on a deployment with teams: only the operators
+    its run's team declares may cancel, retry or promote it (core.teams). Decided here, where the
+    operation is, so that no client (the CLI or a hand-made call) can act on another team's run.
+    None: allowed, or no such run (each operation answers that itself)."""
+    if not teams.declared:
+        return None
+    record = ledger.get(run_id)
+    if record is None:
+        return None
+    team = teams.named(record.team)
+    who = caller or "a caller without a verified identity"
+    if team is None:
+        return (
+            f"run {run_id} is of team {record.team}, which this deployment no longer declares: "
+            "no one may operate on it until the team is declared again"
+        )
+    if team.may_operate(caller):
+        return None
+    return (
+        f"{who} is not an operator of team {team.name}, whose run {run_id} is: ask one of its "
+        f"operators, or have the deployment add you to teams.{team.name}.operators"
+    )
 
 
 CancelExecution = Callable[[str, str], dict[str, Any]]

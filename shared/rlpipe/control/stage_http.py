@@ -9,8 +9,9 @@ run that another execution drives. Storage errors are 503, never 500: a 500 is n
 Who may call what is decided first, before the body's fields are read (control/adapters/identities.py):
 plan, launch, status, gate, select, finish and cleanup are the workflow's own and are accepted
 from the workflow's identity only; cancel, retry and promote are an operator's, accepted from any
-caller IAM let in and recorded with that caller. Any other identity is answered 403 (``forbidden``)
-and the refusal is logged with the caller's identity, never its token.
+caller IAM let in and recorded with that caller; on a deployment with teams (core.teams), only
+from an operator of the run's team. Any other identity is answered 403 (``forbidden``) and the
+refusal is logged with the caller's identity, never its token.
 
 The workflow (``workflows/pipeline.yaml``) sends ``execution_id`` with every operation; plan,
 launch and status refuse a call without one.
@@ -46,6 +47,10 @@ class BadCall(PipelineFailure):
     """The workflow sent a malformed call: a bug, never retried."""
 
 
+class NotTheTeamsOperator(Exception):
+    """The caller is not an operator of the run's team (control.operator_ops.team_refusal): 403."""
+
+
 def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[str, Any], int]:
     """``caller``: the identity Google verified on the call (control/adapters/callers.py), None locally."""
     if not isinstance(body, dict):
@@ -66,6 +71,9 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
         if isinstance(op, str) and op in identities.OPERATOR_OPS:  # an operator's: control/operator_ops.py
             return operate(op, body, log, caller), 200
         return dispatch(services.stage_service(log), body), 200
+    except NotTheTeamsOperator as exc:
+        log.warning("caller refused", caller=caller or "(no verified caller)", reason=str(exc))
+        return {"error": {"tag": FORBIDDEN, "message": str(exc)}}, 403
     except BadCall as exc:
         log.error("bad call", error=exc.reason)
         return {"error": {"tag": "permanent", "message": exc.reason}}, 400
@@ -137,6 +145,16 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
     from rlpipe.control import operator_ops
 
     try:
+        refusal = operator_ops.team_refusal(
+            services.ledger(), services.settings().teams(), operator_ops.run_id_of(body), caller
+        )
+        if refusal is not None:
+            raise NotTheTeamsOperator(refusal)
+        if op == "cancel" and body.get("check_only") is True:
+            # The CLI asks first, before it cancels the run's Workflows executions with the
+            # operator's own credentials: IAM lets any operator cancel any execution of the one
+            # workflow, so whose run it is must be decided here, before anything is touched.
+            return {"run_id": operator_ops.run_id_of(body), "allowed": True}
         if op == "cancel":
             return operator_ops.cancel(services.stage_service(log), operator_ops.cancel_order(body), caller)
         if op == "retry":

@@ -209,3 +209,70 @@ def test_cancel_of_a_sweep_records_the_caller_on_the_parent_and_every_child_it_e
     assert all(k.state == "cancelled" and k.failure.caller == OPERATOR for k in kids[1:])
     facts = sweep_facts(ended, kids)
     assert facts.nothing_published == f"the sweep was cancelled by {OPERATOR}"
+
+
+# ---- teams: an operator operates on its own team's runs only ------------------------------------
+
+TEAMS = {
+    "vision": {"operators": [f"serviceAccount:{OPERATOR}"]},
+    "speech": {"operators": [f"user:{PERSON}"]},
+}
+
+
+@pytest.fixture
+def teams_stage(env: dict[str, Any], stage: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The stage function of a deployment declaring two teams, ``vision`` run by OPERATOR and
+    ``speech`` by PERSON."""
+    import json
+
+    declared = replace(env["service"].settings, teams_json=json.dumps(TEAMS))
+    monkeypatch.setattr(services, "settings", lambda: declared)
+    monkeypatch.setattr(services, "ledger", lambda: env["ledger"])
+    return stage
+
+
+def _of_team(env: dict[str, Any], run_id: str, team: str) -> None:
+    from rlpipe.core.runs.record import Source
+
+    env["claim"](run_id)
+
+    def move(record: Any) -> tuple[str, None]:
+        record.source = Source(
+            kind="gcs", bucket="b", name=f"requests/{team}/r.json", generation="1", team=team
+        )
+        return "moved", None
+
+    env["ledger"].update(run_id, move)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"op": "cancel"},
+        {"op": "retry", "key": "k-1", "reason": "flaky host", "by": "sam"},
+        {"op": "promote", "by": "sam", "reason": "good enough"},
+    ],
+    ids=["cancel", "retry", "promote"],
+)
+def test_an_operator_of_another_team_is_refused_and_the_run_is_untouched(
+    body: dict[str, Any], env: dict[str, Any], teams_stage: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _of_team(env, "rvision0001", "vision")
+    before = env["ledger"].get("rvision0001")
+    response = teams_stage.post("/", json={**body, "run_id": "rvision0001"}, headers=bearer(PERSON))
+    assert response.status_code == 403, response.get_json()
+    error = response.get_json()["error"]
+    assert error["tag"] == "forbidden"
+    assert PERSON in error["message"] and "team vision" in error["message"]
+    assert "teams.vision.operators" in error["message"]
+    after = env["ledger"].get("rvision0001")
+    assert (after.state, after.seq, after.rounds) == (before.state, before.seq, before.rounds)
+    assert "caller refused" in capsys.readouterr().out
+
+
+def test_the_teams_own_operator_cancels_its_run(env: dict[str, Any], teams_stage: Any) -> None:
+    _of_team(env, "rvision0002", "vision")
+    response = teams_stage.post("/", json={"op": "cancel", "run_id": "rvision0002"}, headers=bearer(OPERATOR))
+    assert response.status_code == 200, response.get_json()
+    record = env["ledger"].get("rvision0002")
+    assert record.state == "cancelled" and record.failure.caller == OPERATOR
