@@ -248,7 +248,8 @@ def test_an_operator_the_stage_function_refuses_cancels_no_execution(monkeypatch
         raise refusal
 
     class Recording:
-        cancelled: list[str] = []
+        def __init__(self) -> None:
+            self.cancelled: list[str] = []
 
         def cancel(self, name: str) -> bool:
             self.cancelled.append(name)
