@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import functools
 import json
 import logging
@@ -190,6 +191,14 @@ class KubeTransport:
         config.refresh_api_key_hook = hook  # type: ignore[assignment]
         kwargs.setdefault("retryable_errors", (google.auth.exceptions.TransportError,))
         return cls(client.ApiClient(config), settings.namespace, **kwargs)
+
+    def in_namespace(self, namespace: str) -> Self:
+        """The same client (connection, credentials, retry settings) for another namespace: a
+        team's workloads live in the team's (core.teams), and every operation of a client is on
+        its one namespace, so that status and cleanup look where apply created."""
+        other = copy.copy(self)
+        other.namespace = namespace
+        return other
 
     # -- the retry loop ---------------------------------------------------------------------
 

@@ -145,8 +145,11 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
     from rlpipe.control import operator_ops
 
     try:
-        refusal = operator_ops.team_refusal(
-            services.ledger(), services.settings().teams(), operator_ops.run_id_of(body), caller
+        run_id = body.get("run_id")  # a malformed one is refused by the operation's own reading
+        refusal = (
+            operator_ops.team_refusal(services.ledger(), services.settings().teams(), run_id, caller)
+            if identity.is_run_id(run_id)
+            else None
         )
         if refusal is not None:
             raise NotTheTeamsOperator(refusal)

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.log_cursor import LogCursor
-from rlpipe.control.adapters import blobstore, callbacks, hub_client, interleave
+from rlpipe.control.adapters import blobstore, callbacks, cloud_logs, hub_client, interleave
 from rlpipe.control.adapters.cluster_port import Cluster
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.notify import Notifier, Publish, status_message
@@ -77,11 +77,23 @@ class StageService:
             raise PermanentFailure(f"run {run_id} has no ledger")
         return record, Request.model_validate(record.request)
 
+    def _namespace(self, record: RunRecord) -> str:
+        """Where the run's workloads live: its team's namespace (core.teams; the team's LocalQueues,
+        Secrets and quota are there), or the deployment's when it declares no teams."""
+        teams = self.settings.teams()
+        team = teams.named(record.team) if teams.declared else None
+        return team.k8s_namespace if team is not None else self.settings.namespace
+
+    def _cluster(self, record: RunRecord) -> Cluster:
+        """The cluster client for the run's namespace (one connection, another namespace)."""
+        namespace = self._namespace(record)
+        return self.cluster if namespace == self.settings.namespace else self.cluster.in_namespace(namespace)
+
     def _context(self, record: RunRecord) -> RenderContext:
         return RenderContext(
             run_id=record.run_id,
             bucket=self.artifacts.bucket_name,
-            namespace=self.settings.namespace,
+            namespace=self._namespace(record),
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
@@ -229,10 +241,11 @@ class StageService:
             run = layout.RunLayout(self.artifacts.bucket_name, run_id)
             resume = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
         # Older attempts of this stage must not keep holding the slice while the new one waits.
+        cluster = self._cluster(record)
         for old in record.attempts:
             if old.stage == stage and old.attempt < attempt and old.phase not in ("deleted",):
-                self.cluster.delete(KIND[stage], old.workload)
-        created = self.cluster.apply(obj)
+                cluster.delete(KIND[stage], old.workload)
+        created = cluster.apply(obj)
         uid = (created.get("metadata") or {}).get("uid")
         name = obj["metadata"]["name"]
         paths_uri = stage_paths(req, ctx, stage, attempt).output
@@ -252,7 +265,7 @@ class StageService:
             },
         )
         if refused is not None:
-            self.cluster.delete(KIND[stage], name)
+            cluster.delete(KIND[stage], name)
             log.warning(
                 "launch refused after apply; deleted the workload", workload=name, reason=refused.reason
             )
@@ -262,7 +275,7 @@ class StageService:
         # reconcile pass. From here on, such a launch is refused by the record (superseded).
         for old in recorded.attempts:  # the record as our update left it: no second read
             if old.stage == stage and old.attempt < attempt:
-                self.cluster.delete(KIND[stage], old.workload)
+                cluster.delete(KIND[stage], old.workload)
         log.info("launched", workload=name, uid=uid, resume_step=resume)
         return {"workload": name, "uid": uid, "resume_step": resume}
 
@@ -275,7 +288,7 @@ class StageService:
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
         require_owner(record, execution_id)
         name = workload_name(run_id, stage, attempt)
-        ws = self.cluster.status(
+        ws = self._cluster(record).status(
             name,
             kind=KIND[stage],
             retryable_exit_codes=TRANSIENT_EXIT_CODES
@@ -347,7 +360,11 @@ class StageService:
     def _read_train_log(
         self, record: RunRecord, name: str, attempt: int
     ) -> tuple[dict[str, Any], dict[str, Any], LogCursor | None, bool]:
-        return train_status.read_train_log(self.cluster, self.cloud_logs, record, name, attempt)
+        reader = self.cloud_logs
+        namespace = self._namespace(record)
+        if reader is not None and namespace != self.settings.namespace:  # the team's pods' lines
+            reader = cloud_logs.head_reader(replace(self.settings, namespace=namespace))
+        return train_status.read_train_log(self._cluster(record), reader, record, name, attempt)
 
     def _train_end(
         self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
@@ -451,7 +468,7 @@ class StageService:
         workloads deleted and is finished with the group's failure, by the same caller."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
-            self.cluster.delete_run(run_id)
+            self._cluster(record).delete_run(run_id)  # a group's members are of its team
             self.finish(run_id, "cancelled", failure, caller=caller)
 
         return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
@@ -475,7 +492,7 @@ class StageService:
         record = self.ledger.get(run_id)
         if record is not None:
             require_owner(record, execution_id)  # a lagging execution must not delete the live attempt
-        deleted = self.cluster.delete_run(run_id)
+        deleted = (self._cluster(record) if record is not None else self.cluster).delete_run(run_id)
         if self.ledger.get(run_id) is not None:
             self.ledger.note(run_id, "cleanup", {"deleted": deleted})
         self.log.bind(run_id=run_id).info("cleaned up", deleted=deleted)

@@ -232,7 +232,7 @@ class Policy:
                         if path == "rewards"
                         else "processor (a dataset with question and answer columns)"
                     )
-                    + f", or ask the operator to set {self.names['code']} to true",
+                    + f", or ask the operator to set {self.names['code']}=true",
                 )
 
     def _notify(self, topic: str | None) -> Iterator[Problem]:
