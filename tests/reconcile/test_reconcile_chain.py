@@ -114,7 +114,7 @@ class Chain:
             ledger=self.ledger,
             artifacts=self.artifacts,
             orchestrator=orchestrator,
-            cluster=self.cluster,
+            cluster=kwargs.pop("cluster", self.cluster),
             intake=intake,
             log=Logger("reconcile"),
             publish=lambda topic, msg: self.published.append((topic, msg)),

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.cluster import RunObject
+from rlpipe.cluster.namespaces import across_teams
 from rlpipe.control.adapters import blobstore
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.orchestrator import Orchestrator
@@ -254,7 +255,7 @@ def from_services(log: Logger, **overrides: Any) -> Reconciler:
         ledger=services.ledger(),
         artifacts=services.artifacts(),
         orchestrator=services.orchestrator(),
-        cluster=services.cluster(),
+        cluster=across_teams(services.cluster(), [t.k8s_namespace for t in services.settings().teams()]),
         intake=services.intake(log),
         log=log,
         publish=notify.publish,
@@ -301,7 +302,9 @@ def build(
         ledger=ledger,
         artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
         orchestrator=orchestrator,
-        cluster=ClusterClient.from_settings(settings),
+        cluster=across_teams(
+            ClusterClient.from_settings(settings), [t.k8s_namespace for t in settings.teams()]
+        ),
         intake=intake,
         log=log,
         publish=send or notify.publish,

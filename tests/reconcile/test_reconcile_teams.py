@@ -1,0 +1,57 @@
+"""A reconcile pass sees every team's namespace (core.teams): a team's orphan is found and deleted
+where it is, a terminal team run's workloads too, and nothing of the same name elsewhere is
+touched. Over the Kubernetes API double and fake-gcs-server, as the reconcile chain tests are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlpipe.cluster.namespaces import AcrossNamespaces, across_teams
+from rlpipe.core.manifests import RenderContext, render
+from tests.reconcile.test_reconcile_chain import (  # noqa: F401  (fixtures)
+    NS,
+    REQUEST,
+    Chain,
+    chain_fixture,
+    kube_server,
+    local_workflows,
+)
+
+TEAM_NS = "rlpipe-vision"
+
+
+def _apply(chain: Chain, run_id: str, stage: str, attempt: int, namespace: str) -> str:
+    ctx = RenderContext(run_id=run_id, bucket=chain.store.bucket_name, namespace=namespace)
+    obj = render(REQUEST, stage, attempt, ctx)  # type: ignore[arg-type]
+    chain.cluster.in_namespace(namespace).apply(obj)
+    return str(obj["metadata"]["name"])
+
+
+def _names(chain: Chain, resource: str, namespace: str) -> list[str]:
+    return [o["metadata"]["name"] for o in chain.kube.list(resource, namespace=namespace)]
+
+
+def test_without_teams_the_pass_looks_in_the_deployments_namespace_alone(chain: Chain) -> None:
+    assert across_teams(chain.cluster, []) is chain.cluster
+    assert across_teams(chain.cluster, [NS]) is chain.cluster
+
+
+def test_a_teams_orphan_and_a_terminal_team_runs_workload_are_deleted_where_they_are(chain: Chain) -> None:
+    orphan = _apply(chain, "rghostteam01", "train", 1, TEAM_NS)
+    chain.run("rendedteam01", "succeeded", attempts=(("export", 1, 600),))
+    ended = _apply(chain, "rendedteam01", "export", 1, TEAM_NS)
+    cluster: Any = across_teams(chain.cluster, [TEAM_NS])
+    assert isinstance(cluster, AcrossNamespaces) and cluster.namespaces == (NS, TEAM_NS)
+    report = chain.reconciler(cluster=cluster).run_pass()
+    assert report.workloads == 2
+    assert _names(chain, "jobsets", TEAM_NS) == [] and _names(chain, "jobs", TEAM_NS) == []
+    assert f"deleted JobSet {orphan}" in [o.detail for o in report.outcomes]
+    [note] = [e for e in chain.ledger.history("rendedteam01") if e["event"] == "reconcile-deleted"]
+    assert note["workload"] == ended
+
+
+def test_the_deployments_own_pass_without_the_team_namespace_never_sees_it(chain: Chain) -> None:
+    """What the pass would miss without the teams: the reason it looks across them."""
+    orphan = _apply(chain, "rghostteam02", "train", 1, TEAM_NS)
+    assert chain.reconciler().run_pass().workloads == 0
+    assert _names(chain, "jobsets", TEAM_NS) == [orphan]
