@@ -130,6 +130,7 @@ locals {
     RLPIPE_ALLOWED_RESERVATIONS     = join(",", var.allowed_reservations)
     RLPIPE_ALLOWED_NODE_POOLS       = join(",", var.allowed_node_pools)
     RLPIPE_PRICES                   = var.tpu_prices_json
+    RLPIPE_TEAMS                    = length(var.teams) > 0 ? jsonencode(local.teams_declaration) : ""
     # The only identity the stage function takes the workflow's operations from (plan, launch,
     # status, gate, select, finish, cleanup; control/identities.py); operators cancel, retry and promote.
     RLPIPE_WORKFLOW_IDENTITY = google_service_account.workflow.email

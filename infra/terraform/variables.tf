@@ -438,3 +438,41 @@ variable "tpu_prices_json" {
   type        = string
   default     = ""
 }
+
+variable "teams" {
+  description = "Teams on this deployment (docs/teams.md; rlpipe.core.teams reads the same declaration as RLPIPE_TEAMS). Each gets its own request folder (requests/<team>/, objectCreator for its submitters only), its own requests topic (<prefix>-requests-<team>, publisher for its submitters only), its own operator service account (op-<team>, impersonated by its operators, the only identity the stage function lets cancel, retry or promote the team's runs), and its own allowlists: nothing of the deployment-wide lists is inherited but the image registries and the environment names. Empty: one team, as before."
+  type = map(object({
+    submitters      = optional(list(string), [])
+    operators       = optional(list(string), [])
+    read_secrets    = optional(list(string), [])
+    write_secrets   = optional(list(string), [])
+    publish_repos   = optional(list(string), [])
+    read_only_gcs   = optional(list(string), [])
+    queues          = optional(list(string))
+    reservations    = optional(list(string), [])
+    node_pools      = optional(list(string))
+    extra_env       = optional(list(string), [])
+    allow_user_code = optional(bool, false)
+    quota = optional(object({
+      chips           = number
+      borrowing_limit = optional(number)
+      lending_limit   = optional(number)
+    }))
+    limits = optional(object({
+      active_runs        = optional(number)
+      sweep_children     = optional(number)
+      monthly_chip_hours = optional(number)
+    }), {})
+  }))
+  default = {}
+
+  validation {
+    # core.teams.TEAM_NAME, at most 20 characters here: the operator service account's id is op-<team>.
+    condition     = alltrue([for name in keys(var.teams) : can(regex("^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$", name))])
+    error_message = "A team's name is lowercase letters, digits and -, starting with a letter and not ending with -, at most 20 characters (its operator service account is op-<team>)."
+  }
+  validation {
+    condition     = alltrue(flatten([for t in values(var.teams) : [for m in concat(t.submitters, t.operators) : can(regex("^(user|group|serviceAccount):[^@ ]+@[^@ ]+$", m))]]))
+    error_message = "Team members are user:, group: or serviceAccount: and an e-mail; never allUsers or allAuthenticatedUsers."
+  }
+}
