@@ -64,9 +64,10 @@ def pubsub_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pubsub.Pub
 @pytest.fixture(scope="module")
 def shim_deliveries(
     pubsub_fake: pubsub.PubSubEmulator, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[list[Delivered]]:
+) -> list[Delivered]:
     """What the shim posts to the functions for objects written to fake-gcs-server (its real
-    OBJECT_FINALIZE notifications) and for messages published to the requests topic."""
+    OBJECT_FINALIZE notifications) and for messages published to the requests topic. Everything
+    is stopped, and the environment restored, before the tests read it."""
     from google.cloud import pubsub_v1
 
     from rlpipe.control.adapters.blobstore import make_client
@@ -95,11 +96,12 @@ def shim_deliveries(
             topic = publisher.topic_path(PROJECT, "requests")
             publisher.publish(topic, b'{"model": "gemma4-26b"}', origin="test").result()
             publisher.publish(topic, b"{}").result()
-            yield sink.wait_for(4, timeout=30)
+            delivered = sink.wait_for(4, timeout=30)
         finally:
             emulator_shim.stop()
             gcs.stop()
             sink.stop()
+    return delivered
 
 
 @pytest.mark.integration
