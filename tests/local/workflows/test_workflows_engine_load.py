@@ -167,6 +167,63 @@ def test_unsupported_http_arguments_and_bad_auth_are_rejected() -> None:
     assert "private_service_name" in str(_rejects(private))
 
 
+# Shapes the published Workflows syntax schema refuses (SchemaStore's workflows.json; docs/workflow.md,
+# Testing), refused at load time naming the field; test_workflow_schema.py holds the schema to
+# refusing each of them too.
+_HTTP_GET = "- a:\n    call: http.get\n    args:\n      url: http://x\n"
+REFUSED_SHAPES = {
+    "auth computed by an expression": (_HTTP_GET + "      auth: ${x}\n", "args.auth must be a map"),
+    "auth type computed by an expression": (
+        _HTTP_GET + "      auth:\n        type: ${x}\n",
+        "args.auth.type",
+    ),
+    "positional call arguments": ("- a:\n    call: sys.sleep\n    args: [1]\n", "args must be a map"),
+    "a default for main's parameter": (
+        "main:\n  params: [{args: 1}]\n  steps:\n    - a:\n        return: 1\n",
+        "main's parameter is a name",
+    ),
+    "expressions inside a range list": (
+        "- a:\n    for:\n      value: v\n      range: ['${1}', '${2}']\n      steps:\n        - b:\n            return: 1\n",
+        "range must be two numbers",
+    ),
+    "a range expression that is not a list": (
+        "- a:\n    for:\n      value: v\n      range: ${x}\n      steps:\n        - b:\n            return: 1\n",
+        "range must be a list of two bounds",
+    ),
+    "a for.in that is a plain string": (
+        "- a:\n    for:\n      value: v\n      in: abc\n      steps:\n        - b:\n            return: 1\n",
+        "for.in must be a list or an expression",
+    ),
+    "a raised code that is not an integer": ("- a:\n    raise:\n      code: abc\n", "raise: code"),
+    "a raised message that is not a string": ("- a:\n    raise:\n      message: 5\n", "raise: message"),
+    "a timeout that is not a number": (_HTTP_GET + "      timeout: soon\n", "args.timeout"),
+    "an HTTP method the syntax does not name": (
+        "- a:\n    call: http.request\n    args:\n      url: http://x\n      method: FETCH\n",
+        "args.method",
+    ),
+    "empty headers": (_HTTP_GET + "      headers: {}\n", "args.headers"),
+    "a query that is a plain string": (_HTTP_GET + "      query: a=b\n", "args.query"),
+    "a url that is not a string": ("- a:\n    call: http.get\n    args:\n      url: 5\n", "args.url"),
+    "a body that is a list": (
+        "- a:\n    call: http.post\n    args:\n      url: http://x\n      body: [1]\n",
+        "args.body",
+    ),
+}
+
+
+@pytest.mark.parametrize(("definition", "named"), REFUSED_SHAPES.values(), ids=list(REFUSED_SHAPES))
+def test_shapes_the_workflows_syntax_refuses_are_refused_at_load(definition: str, named: str) -> None:
+    error = _rejects(definition)
+    assert named in str(error)
+    assert error.step in ("a", None)
+
+
+def test_an_http_method_workflows_names_but_this_engine_does_not_send_is_not_supported() -> None:
+    # https://cloud.google.com/workflows/docs/reference/stdlib/http/request (method: HEAD, OPTIONS, ...)
+    head = "- a:\n    call: http.request\n    args:\n      url: http://x\n      method: HEAD\n"
+    assert "not supported by the local engine" in str(_rejects(head))
+
+
 def test_retry_predicate_must_exist_and_backoff_must_be_complete() -> None:
     # https://cloud.google.com/workflows/docs/reference/syntax/retrying
     template = """

@@ -284,8 +284,9 @@ def test_http_timeout_raises_timeout_error() -> None:
         assert error_of(definition, {"url": server.url})["tags"] == ["TimeoutError"]
 
 
-def test_invalid_auth_type_is_rejected_when_computed_at_runtime() -> None:
-    # https://cloud.google.com/workflows/docs/reference/stdlib/http/post (auth: a map with type in ["OIDC", "OAuth2"])
+def test_invalid_auth_audience_is_rejected_when_computed_at_runtime() -> None:
+    # https://cloud.google.com/workflows/docs/reference/stdlib/http/post (auth.audience: a string). auth
+    # itself is a map written in the definition (refused at load otherwise); its audience may be computed.
     definition = """
     main:
       params: [args]
@@ -294,9 +295,11 @@ def test_invalid_auth_type_is_rejected_when_computed_at_runtime() -> None:
             call: http.get
             args:
               url: ${args.url}
-              auth: ${args.auth}
+              auth:
+                type: OIDC
+                audience: ${args.audience}
     """
     with ScriptedServer(Reply(200, {})) as server:
-        error = error_of(definition, {"url": server.url, "auth": {"type": "Basic"}})
+        error = error_of(definition, {"url": server.url, "audience": 5})
         assert server.received == []
     assert error["tags"] == ["ValueError"]

@@ -150,6 +150,29 @@ def test_for_range_includes_both_ends_and_index_counts_from_zero() -> None:
     assert result_of(definition) == [[1, 2, 3], ["0a", "1b"]]
 
 
+def test_for_range_bounds_may_be_one_expression_of_a_list() -> None:
+    # https://cloud.google.com/workflows/docs/reference/syntax/iteration (range: ${[BEGIN_EXPRESSION, END_EXPRESSION]})
+    definition = """
+    main:
+      params: [args]
+      steps:
+        - init:
+            assign:
+              - values: []
+        - by_range:
+            for:
+              value: v
+              range: ${[args.first, args.first + args.count - 1]}
+              steps:
+                - add:
+                    assign:
+                      - values: ${list.concat(values, v)}
+        - done:
+            return: ${values}
+    """
+    assert result_of(definition, {"first": 4, "count": 3}) == [4, 5, 6]
+
+
 def test_break_and_continue() -> None:
     # https://cloud.google.com/workflows/docs/reference/syntax/iteration (next: break / next: continue)
     definition = """

@@ -13,7 +13,11 @@ within a subworkflow (so jumps are unambiguous), and ``next`` cannot leave a
 ``for`` loop body except through ``break``/``continue``/``end``. As strict as
 Workflows where a definition would not deploy or would fail there: ``for``
 directly under ``try`` (a documented known issue), and a variable created in a
-loop used after it (``scoping``).
+loop used after it (``scoping``). Never looser than Google's published schema of
+the syntax (SchemaStore's ``workflows.json``, checked against every definition
+the engine's tests load: docs/workflow.md, Testing): a value the schema types
+(a call argument, a raised code, a range, main's parameter) is refused when it
+has another shape (``call_args``).
 """
 
 from __future__ import annotations
@@ -25,10 +29,20 @@ from typing import Any
 import yaml
 
 from . import blocking, stdlib  # noqa: F401 - importing registers the functions
+from .call_args import argument_problem
 from .errors import LoadError
-from .expressions import Attr, Call, ExpressionSyntaxError, Index, Node, Var, parse_expression
+from .expressions import (
+    Attr,
+    Call,
+    Expression,
+    ExpressionSyntaxError,
+    Index,
+    ListLit,
+    Node,
+    Var,
+    parse_expression,
+)
 from .functions import REGISTRY, FunctionSpec, missing_function
-from .http_client import auth_problem
 from .model import (
     AssignStep,
     AssignTarget,
@@ -50,7 +64,16 @@ from .model import (
 )
 from .retry_loader import RetryLoading
 from .scoping import check_loop_scopes
-from .templates import LiteralT, Template, TemplateError, compile_value, literal_value
+from .templates import (
+    ExprT,
+    LiteralT,
+    Template,
+    TemplateError,
+    compile_value,
+    is_expression,
+    literal_value,
+)
+from .values import is_int, is_number
 from .yaml_source import load_yaml
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -103,6 +126,12 @@ def load_workflow(text: str) -> Workflow:
         signatures[name] = _params(name, raw.get("params"))
     if len(signatures["main"]) > 1:
         raise LoadError("main takes at most one parameter (the execution argument)", subworkflow="main")
+    if any(param.has_default for param in signatures["main"]):
+        # https://cloud.google.com/workflows/docs/passing-runtime-arguments: main's params is [NAME]
+        raise LoadError(
+            "main's parameter is a name without a default (params: [args]); defaults are for subworkflows",
+            subworkflow="main",
+        )
     loaded = {
         name: _SubworkflowLoader(name, signatures).load(raw.get("steps", None))
         for name, raw in raw_subworkflows.items()
@@ -302,6 +331,15 @@ class _SubworkflowLoader(RetryLoading):
         value = self.compile(body["raise"], name)
         if value.is_literal and not isinstance(literal_value(value), (str, dict)):
             raise self.error("raise takes a string or a map", name)
+        raw = body["raise"]
+        if isinstance(raw, dict):
+            # https://cloud.google.com/workflows/docs/reference/syntax/raising-errors: an error map's
+            # code is an integer and its message a string (either may be an expression).
+            code, message = raw.get("code"), raw.get("message")
+            if "code" in raw and not (is_int(code) or is_expression(code)):
+                raise self.error(f"raise: code must be an integer or an expression, got {code!r}", name)
+            if "message" in raw and not isinstance(message, str):
+                raise self.error(f"raise: message must be a string or an expression, got {message!r}", name)
         return RaiseStep(name, value=value)
 
     def build_steps(self, name: str, body: dict[str, Any], visible: list[StepList], in_loop: bool) -> Step:
@@ -312,6 +350,9 @@ class _SubworkflowLoader(RetryLoading):
         if not isinstance(target, str):
             raise self.error(f"call target must be a name, got {target!r}", name)
         raw_args = body.get("args")
+        problem = argument_problem(raw_args) if isinstance(raw_args, dict) else None
+        if problem:
+            raise self.error(problem, name)
         result = self.identifier(body["result"], "result", name) if "result" in body else None
         if target in self.signatures:
             self.check_subworkflow_args(target, raw_args, name)
@@ -341,27 +382,21 @@ class _SubworkflowLoader(RetryLoading):
 
     def check_function_args(self, spec: FunctionSpec, raw_args: Any, step: str) -> None:
         if raw_args is None:
-            count = 0
-        elif isinstance(raw_args, list):
-            count = len(raw_args)
-        elif isinstance(raw_args, dict):
-            unknown = set(raw_args) - set(spec.params)
-            if unknown:
-                raise self.error(f"{spec.name} has no arguments {sorted(map(str, unknown))}", step)
-            missing = [p for p in spec.params[: spec.required] if p not in raw_args]
-            if missing:
-                raise self.error(f"{spec.name} misses arguments {missing}", step)
-            if spec.name.startswith("http.") and "auth" in raw_args:
-                auth = self.compile(raw_args["auth"], step)
-                problem = auth_problem(literal_value(auth)) if auth.is_literal else None
-                if problem:
-                    raise self.error(problem, step)
+            problem = spec.check_arity(0)
+            if problem:
+                raise self.error(problem, step)
             return
-        else:
-            raise self.error(f"args must be a map or a list, got {raw_args!r}", step)
-        problem = spec.check_arity(count)
-        if problem:
-            raise self.error(problem, step)
+        if not isinstance(raw_args, dict):
+            # https://cloud.google.com/workflows/docs/reference/syntax/calls: args is a map of names.
+            raise self.error(
+                f"args must be a map of argument names, such as args: {{seconds: 1}}, got {raw_args!r}", step
+            )
+        unknown = set(raw_args) - set(spec.params)
+        if unknown:
+            raise self.error(f"{spec.name} has no arguments {sorted(map(str, unknown))}", step)
+        missing = [p for p in spec.params[: spec.required] if p not in raw_args]
+        if missing:
+            raise self.error(f"{spec.name} misses arguments {missing}", step)
 
     def build_switch(self, name: str, body: dict[str, Any], visible: list[StepList], in_loop: bool) -> Step:
         raw_cases = body["switch"]
@@ -411,15 +446,32 @@ class _SubworkflowLoader(RetryLoading):
         if "index" in spec:
             step.index = self.identifier(spec["index"], "for.index", name)
         if "in" in spec:
+            if not isinstance(spec["in"], list) and not is_expression(spec["in"]):
+                raise self.error(f"for.in must be a list or an expression, got {spec['in']!r}", name)
             step.items = self.compile(spec["in"], name)
         else:
-            bounds = spec["range"]
-            if not isinstance(bounds, list) or len(bounds) != 2:
-                raise self.error("range must be a list [start, end]", name)
-            step.range = (self.compile(bounds[0], name), self.compile(bounds[1], name))
+            step.range = self.range_bounds(spec["range"], name)
         # A loop body is its own jump scope: leave it with break/continue/end only.
         step.body = self.step_list(spec.get("steps"), [], in_loop=True, owner=name)
         return step
+
+    def range_bounds(self, raw: Any, step: str) -> tuple[Template, Template]:
+        """``[1, 10]``, or one expression of a two-item list, ``${[start, end]}``
+        (https://cloud.google.com/workflows/docs/reference/syntax/iteration). The published syntax
+        schema (definitions.for.range) warns against two expressions inside a list, ``[${a}, ${b}]``."""
+        fix = "write range: [start, end] with numbers, or range: ${[start, end]} with expressions"
+        if isinstance(raw, list):
+            if len(raw) != 2 or not all(is_number(bound) for bound in raw):
+                raise self.error(f"range must be two numbers, got {raw!r}: {fix}", step)
+            return LiteralT(raw[0]), LiteralT(raw[1])
+        template = self.compile(raw, step) if is_expression(raw) else None
+        if not isinstance(template, ExprT):
+            raise self.error(f"range must be a list of two bounds, got {raw!r}: {fix}", step)
+        bounds = template.expression.root
+        if not isinstance(bounds, ListLit) or len(bounds.items) != 2:
+            raise self.error(f"range must be a list of two bounds, got {raw!r}: {fix}", step)
+        start, end = (ExprT(Expression(template.expression.source, bound)) for bound in bounds.items)
+        return start, end
 
     def build_try(self, name: str, body: dict[str, Any], visible: list[StepList], in_loop: bool) -> Step:
         if "retry" not in body and "except" not in body:

@@ -96,6 +96,11 @@ def whole_expression(text: str) -> str | None:
     return None
 
 
+def is_expression(value: Any) -> bool:
+    """Whether a value of the definition, as written, is one whole ``${...}`` expression."""
+    return isinstance(value, str) and whole_expression(value) is not None
+
+
 def compile_value(raw: Any) -> Template:
     """Turn a YAML value into a template; raises ``TemplateError`` on a bad expression."""
     if isinstance(raw, str):
