@@ -33,10 +33,9 @@ def _fields(type_expression: str, block: str | None = None) -> set[str]:
         text = text[start + len(f"{block} = optional(") :]
     body = text[text.index("object({") + len("object({") :]
     depth, end = 1, 0
-    for end, char in enumerate(body):
-        depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(char, 0)
-        if depth == 0:
-            break
+    while depth and end < len(body):
+        depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(body[end], 0)
+        end += 1
     top, nested = [], 0
     for token in re.finditer(r"[(){}]|(\b[a-z_]+) =", body[:end]):
         if token.group(1) is None:
