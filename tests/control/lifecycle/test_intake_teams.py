@@ -174,3 +174,36 @@ def test_a_message_decides_its_team_by_its_topic_and_one_on_no_teams_topic_is_re
     assert ok.status_code == 200
     [run_id] = _runs(buckets)
     assert buckets.ledger().get(run_id).team == "vision"  # type: ignore[union-attr]
+
+
+def test_an_upstream_release_runs_for_its_watch_entrys_team_and_one_without_a_team_is_refused(
+    buckets: Buckets, executions: Any
+) -> None:
+    from rlpipe.core.request import validate_request
+    from rlpipe.core.runs.record import Source
+    from rlpipe.core.teams import parse_teams
+    from tests.conftest import real_intake
+
+    from rlpipe.core.request.policy import Policy
+
+    teams = parse_teams(TEAMS)
+    intake = real_intake(buckets, executions, teams=teams)
+    request = validate_request(vision_request(), Policy().for_team(teams.named("vision")))  # type: ignore[arg-type]
+    body = json.dumps(vision_request()).encode()
+    ours = intake.submit(
+        body,
+        Source(kind="upstream", name="google/x", generation="a" * 40, team="vision"),
+        "up:1",
+        request=request,
+    )
+    assert ours.outcome == "started" and buckets.ledger().get(ours.run_id).team == "vision"  # type: ignore[union-attr]
+    for team, fragment in ((None, "belongs to no team"), ("nobody", "does not declare")):
+        refused = intake.submit(
+            body,
+            Source(kind="upstream", name="google/x", generation="b" * 40, team=team),
+            f"up:{team}",
+            request=request,
+        )
+        assert refused.outcome == "rejected"
+    messages = [p["message"] for e in _error_records(buckets) for p in e["problems"]]
+    assert any("belongs to no team" in m for m in messages) and any("does not declare" in m for m in messages)
