@@ -180,11 +180,10 @@ def test_an_upstream_release_runs_for_its_watch_entrys_team_and_one_without_a_te
     buckets: Buckets, executions: Any
 ) -> None:
     from rlpipe.core.request import validate_request
+    from rlpipe.core.request.policy import Policy
     from rlpipe.core.runs.record import Source
     from rlpipe.core.teams import parse_teams
     from tests.conftest import real_intake
-
-    from rlpipe.core.request.policy import Policy
 
     teams = parse_teams(TEAMS)
     intake = real_intake(buckets, executions, teams=teams)
