@@ -36,7 +36,7 @@ from pathlib import Path
 
 assert sys.argv[1] == "-m", sys.argv
 module, argv = sys.argv[2], sys.argv[3:]
-with open(Path(__file__).resolve().parents[2].parent / "ran.jsonl", "a") as ran:
+with open(Path(__file__).resolve().parent.parent.parent / "ran.jsonl", "a") as ran:
     ran.write(json.dumps({"module": module, "argv": argv}) + "\n")
 values = dict(a.lstrip("-").split("=", 1) for a in argv if "=" in a)
 if module.endswith(".to_maxtext"):
