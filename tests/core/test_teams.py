@@ -99,3 +99,10 @@ def test_a_teams_lists_replace_the_deployments_and_keep_its_registries() -> None
         validate_request(minimal_request(), policy)  # the deployment's Secret is not vision's
     [problem] = refused.value.problems
     assert problem.path == "hf_token_secret" and "teams.vision.read_secrets" in problem.fix
+
+
+def test_a_runs_namespace_is_its_teams_and_the_deployments_for_any_other() -> None:
+    teams = parse_teams({"vision": {}, "speech": {"namespace": "speech-runs"}})
+    assert teams.namespace_of("vision", "rlpipe") == "rlpipe-vision"
+    assert teams.namespace_of("speech", "rlpipe") == "speech-runs"
+    assert teams.namespace_of("default", "rlpipe") == "rlpipe" and Teams().namespace_of("vision", "x") == "x"

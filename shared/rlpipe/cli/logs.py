@@ -22,7 +22,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlpipe.cli.exit_codes import ExitCode
@@ -303,6 +303,8 @@ def cmd_logs(args: argparse.Namespace, settings: Callable[[], Any], ledger: Call
             return target
         from rlpipe.cluster import pod_logs
 
+        # A team's run has its pods in its team's namespace (docs/teams.md): read, and say, there.
+        chosen = replace(chosen, namespace=chosen.teams().namespace_of(target.record.team, chosen.namespace))
         client = pod_logs.PodLogs.from_settings(chosen, api_retries=2)
         return _read(client, chosen, store, target, args, waiting)
     except KeyboardInterrupt:

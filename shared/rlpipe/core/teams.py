@@ -156,6 +156,12 @@ class Teams(_Strict):
         topic_id = topic.rsplit("/topics/", 1)[-1]
         return next((t for t in self.teams if t.topic_id == topic_id), None)
 
+    def namespace_of(self, team: str, default: str) -> str:
+        """Where a run of ``team`` has its workloads: the team's namespace, or ``default`` (the
+        deployment's) for a team this deployment does not declare, ``default`` among them."""
+        named = self.named(team)
+        return named.k8s_namespace if named is not None else default
+
     def names(self) -> list[str]:
         return [t.name for t in self.teams]
 

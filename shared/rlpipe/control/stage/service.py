@@ -80,9 +80,7 @@ class StageService:
     def _namespace(self, record: RunRecord) -> str:
         """Where the run's workloads live: its team's namespace (core.teams; the team's LocalQueues,
         Secrets and quota are there), or the deployment's when it declares no teams."""
-        teams = self.settings.teams()
-        team = teams.named(record.team) if teams.declared else None
-        return team.k8s_namespace if team is not None else self.settings.namespace
+        return self.settings.teams().namespace_of(record.team, self.settings.namespace)
 
     def _cluster(self, record: RunRecord) -> Cluster:
         """The cluster client for the run's namespace (one connection, another namespace)."""
