@@ -437,4 +437,6 @@ def _share_of(resource: str, pool: str, share: Fraction) -> str:
         milli = math.floor(total * share * 1000)
         return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
     mib = math.floor(total * share / MI)
+    if mib == 0:
+        return "0"
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
