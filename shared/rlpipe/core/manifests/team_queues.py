@@ -33,9 +33,11 @@ installs v0.17.x):
   - ``reclaimWithinCohort: Any``: a workload that fits its queue's nominal quota preempts workloads
     of queues in the cohort that are over theirs, "irrespective of priority" (:456-475). rlpipe's
     workloads carry no priority (all 0), so ``LowerPriority`` would never reclaim anything
-    (pkg/scheduler/preemption/common/preemption_policy.go:32-50). Only borrowers are candidates
-    (pkg/scheduler/preemption/preemption.go:563-582), most recently admitted first
-    (preemption.md:86-90): a team within its share is never preempted by another.
+    (pkg/scheduler/preemption/common/preemption_policy.go:32-50). Only workloads of queues over
+    their nominal quota are candidates (pkg/scheduler/preemption/classical/
+    hierarchical_preemption.go:198-205), the most recently admitted first (pkg/scheduler/
+    preemption/common/ordering.go:72-74; preemption.md:86-90): a team within its share is never
+    preempted by another.
   - ``borrowWithinCohort: Never``: a workload that must borrow never preempts anyone (:477-531):
     borrowing takes only what is idle.
   - ``withinClusterQueue: Never``: a team's own runs wait their turn, first in first out, as in the
@@ -52,15 +54,18 @@ resource_node.go:223-233, called at pkg/scheduler/preemption/classical/hierarchi
 158); failing it, other queues' workloads are candidates only "without borrowing"
 (hierarchical_preemption.go:100-106), and a workload that borrows any resource, cpu included, never
 fits that way (preemption.go:599-610). A Pathways head with zero cpu quota of its own would borrow
-cpu, so its team could never take its chips back. The cpu-np pool (params.env ``CPU_NP_*``) is
+cpu, so its team could never take its chips back (so the real Kueue does: tests/cluster/real_plane/
+test_real_teams.py). The cpu-np pool (params.env ``CPU_NP_*``) is
 therefore split between the teams in proportion to their chips; idle cpu is lent like idle chips.
 
 Why a cohort of its own (:data:`COHORT`), not ``rlpipe``: the deployment's ClusterQueue ``rlpipe``
 is in cohort ``rlpipe`` with the whole cluster as its quota (``TPU_CHIPS``, ``CPU_NP_*``). In the
 same cohort it would lend all of it to the teams on top of their own shares, and Kueue would admit
-twice the chips the cluster has. With teams declared no request renders into namespace ``rlpipe``
-(a drop outside every team's folder is refused, ``core.teams``), so that queue stays idle, and
-flex-start (``rlpipe-flex``, which admits namespace ``rlpipe`` only) is not offered to teams.
+twice the chips the cluster has. With teams declared every run is a team's and runs in the team's
+namespace (a drop outside every team's folder is refused, ``core.teams``), so that queue, which
+admits namespace ``rlpipe`` only, stays idle; its quota counts the same chips again, harmlessly while
+nothing is submitted there. Flex-start (``rlpipe-flex``, namespace ``rlpipe`` only) is not offered
+to teams.
 """
 
 from __future__ import annotations
