@@ -420,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlpipe.cli import retry_command as retry_cli
 
     retry_cli.register(sub, settings=_settings, ledger=_ledger)
+    from rlpipe.cli import teams_command
+
+    teams_command.register(sub)
     return parser
 
 
