@@ -114,3 +114,23 @@ resource "google_cloud_run_v2_service_iam_member" "team_operator_invokes_stage" 
   role     = "roles/run.invoker"
   member   = "serviceAccount:${google_service_account.team_operator[each.key].email}"
 }
+
+# A team's workloads run in its own namespace (rlpipe-<team>, rendered by `rlpipe teams render`):
+# its rlpipe-workload ServiceAccount acts as the workload Google service account, and its
+# rlpipe-secret-sync ServiceAccount reads the token the namespace syncs, as namespace rlpipe's do.
+resource "google_service_account_iam_member" "team_workload_identity" {
+  for_each = var.teams
+
+  service_account_id = google_service_account.workload.name
+  role               = "roles/iam.workloadIdentityUser"
+  member             = "serviceAccount:${local.workload_pool}[rlpipe-${each.key}/${var.k8s_workload_service_account}]"
+}
+
+resource "google_secret_manager_secret_iam_member" "team_hf_token_secret_sync" {
+  for_each = var.teams
+
+  project   = var.project_id
+  secret_id = google_secret_manager_secret.hf_token.secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "principal://iam.googleapis.com/projects/${local.project_number}/locations/global/workloadIdentityPools/${local.workload_pool}/subject/ns/rlpipe-${each.key}/sa/${var.k8s_secret_sync_service_account}"
+}
