@@ -290,6 +290,17 @@ resource "google_storage_bucket_iam_member" "operators_requests" {
   bucket = google_storage_bucket.requests.name
   role   = "roles/storage.objectCreator"
   member = each.value
+
+  # With teams (var.teams), a folder under requests/ decides a team, so only its submitters may
+  # write there: the deployment's operators keep config/ (the watch list) and nothing else.
+  dynamic "condition" {
+    for_each = length(var.teams) > 0 ? [1] : []
+    content {
+      title       = "rlpipe-operators-config"
+      description = "The watch list and other configuration; requests go through a team's folder."
+      expression  = "resource.name.startsWith(\"${local.requests_object}config/\")"
+    }
+  }
 }
 
 resource "google_storage_bucket_iam_member" "operators_artifacts" {

@@ -101,3 +101,15 @@ output "cli_env" {
     ["export RLPIPE_IMPERSONATE_SERVICE_ACCOUNT='${google_service_account.operator.email}'", ""],
   ))
 }
+
+output "team_cli_env" {
+  description = "Per team (var.teams), the CLI's environment for that team's operators: as cli_env, but the ID token for the stage function is the team's operator service account's, the only identity the stage function lets cancel, retry and promote the team's runs: eval \"$(terraform output -json team_cli_env | jq -r .vision)\""
+  value = {
+    for team in keys(var.teams) : team => join("\n", concat(
+      ["export RLPIPE_TARGET=gcp"],
+      [for k, v in local.function_env : "export ${k}='${v}'" if !contains(["RLPIPE_GKE_CA_CERT", "RLPIPE_GKE_ENDPOINT"], k)],
+      ["export RLPIPE_STAGE_URL='${google_cloudfunctions2_function.fn["stage"].service_config[0].uri}'"],
+      ["export RLPIPE_IMPERSONATE_SERVICE_ACCOUNT='${google_service_account.team_operator[team].email}'", ""],
+    ))
+  }
+}

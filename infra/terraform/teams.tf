@@ -28,6 +28,13 @@ resource "google_pubsub_topic" "team_requests" {
   #checkov:skip=CKV_GCP_83:Google-managed encryption; messages are requests (no secrets), as on the deployment's requests topic.
   for_each = var.teams
 
+  lifecycle {
+    precondition {
+      condition     = length(setintersection(keys(var.teams), keys(var.request_namespaces))) == 0
+      error_message = "A request namespace (var.request_namespaces) may not have a team's name: its members could write into the team's folder. Declare them as the team's submitters instead."
+    }
+  }
+
   project = var.project_id
   name    = "${var.name_prefix}-requests-${each.key}"
   labels  = { rlpipe-team = each.key }
@@ -76,7 +83,8 @@ resource "google_eventarc_trigger" "team_requests" {
 
   destination {
     cloud_run_service {
-      service = google_cloudfunctions2_function.fn["intake-message"].service_config[0].service
+      # The function's Cloud Run service has the function's name (a bare name, as Eventarc takes it).
+      service = google_cloudfunctions2_function.fn["intake-message"].name
       region  = var.region
     }
   }
@@ -92,7 +100,7 @@ resource "google_service_account" "team_operator" {
   for_each = var.teams
 
   project      = var.project_id
-  account_id   = "op-${each.key}"
+  account_id   = "${var.name_prefix}-op-${each.key}"
   display_name = "rlpipe operators of team ${each.key}"
   description  = "Impersonated by team ${each.key}'s operators for an ID token to the stage function: the identity it lets cancel, retry and promote the team's runs."
 }
@@ -133,4 +141,29 @@ resource "google_secret_manager_secret_iam_member" "team_hf_token_secret_sync" {
   secret_id = google_secret_manager_secret.hf_token.secret_id
   role      = "roles/secretmanager.secretAccessor"
   member    = "principal://iam.googleapis.com/projects/${local.project_number}/locations/global/workloadIdentityPools/${local.workload_pool}/subject/ns/rlpipe-${each.key}/sa/${var.k8s_secret_sync_service_account}"
+}
+
+# What a team's operators need besides the stage function: to read the ledgers and what runs wrote
+# (rlpipe status, list, watch, logs; the state and artifacts buckets are shared, see docs/teams.md),
+# and to cancel executions (Workflows has no per-workflow IAM: the CLI asks the stage function
+# first whether the run is their team's).
+resource "google_storage_bucket_iam_member" "team_operators_read" {
+  for_each = merge([for key, m in local.team_members.operate : {
+    "${key}/state"     = { bucket = google_storage_bucket.state.name, member = m.member }
+    "${key}/artifacts" = { bucket = google_storage_bucket.artifacts.name, member = m.member }
+  }]...)
+
+  bucket = each.value.bucket
+  role   = "roles/storage.objectViewer"
+  member = each.value.member
+}
+
+resource "google_project_iam_member" "team_operators_cancel" {
+  for_each = toset([for m in values(local.team_members.operate) : m.member])
+
+  project = var.project_id
+  role    = "roles/workflows.invoker"
+  member  = each.value
+
+  depends_on = [time_sleep.api_propagation]
 }

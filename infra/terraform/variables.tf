@@ -467,12 +467,14 @@ variable "teams" {
   default = {}
 
   validation {
-    # core.teams.TEAM_NAME, at most 20 characters here: the operator service account's id is op-<team>.
-    condition     = alltrue([for name in keys(var.teams) : can(regex("^[a-z]([a-z0-9-]{0,18}[a-z0-9])?$", name))])
-    error_message = "A team's name is lowercase letters, digits and -, starting with a letter and not ending with -, at most 20 characters (its operator service account is op-<team>)."
+    # core.teams.TEAM_NAME, 3 to 14 characters here: the operator service account's id is
+    # <name_prefix>-op-<team>, 6 to 30 characters with a prefix of at most 12. `default` names the
+    # runs of a deployment without teams.
+    condition     = alltrue([for name in keys(var.teams) : can(regex("^[a-z][a-z0-9-]{1,12}[a-z0-9]$", name)) && name != "default"])
+    error_message = "A team's name is 3 to 14 lowercase letters, digits and -, starting with a letter and not ending with -, and not `default` (its operator service account is <name_prefix>-op-<team>)."
   }
   validation {
-    condition     = alltrue(flatten([for t in values(var.teams) : [for m in concat(t.submitters, t.operators) : can(regex("^(user|group|serviceAccount):[^@ ]+@[^@ ]+$", m))]]))
+    condition     = alltrue(flatten([for t in values(var.teams) : [for m in concat(t.submitters, t.operators) : can(regex("^(user|group|serviceAccount):[^@ :]+@[^@ :]+$", m))]]))
     error_message = "Team members are user:, group: or serviceAccount: and an e-mail; never allUsers or allAuthenticatedUsers."
   }
 }

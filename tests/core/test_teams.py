@@ -74,8 +74,19 @@ def test_an_operator_is_matched_by_the_verified_email_only() -> None:
             "greater than or equal to 1",
         ),
         ({"a": {"topic": "t"}, "b": {"topic": "t"}}, "RLPIPE_TEAMS", "two teams share a topic: t"),
+        ({"default": {}}, "RLPIPE_TEAMS.default.name", "give the team another name"),
+        ({"vision": {"namespace": "kube-system"}}, "RLPIPE_TEAMS.vision.namespace", "kube-system"),
     ],
-    ids=["name", "group-operator", "unknown-setting", "lends-more-than-it-has", "no-runs", "shared-topic"],
+    ids=[
+        "name",
+        "group-operator",
+        "unknown-setting",
+        "lends-more-than-it-has",
+        "no-runs",
+        "shared-topic",
+        "the-default-teams-name",
+        "a-namespace-outside-rlpipe",
+    ],
 )
 def test_a_declaration_that_cannot_be_right_is_refused_naming_the_field(
     declaration: dict[str, Any], path: str, fragment: str
@@ -102,7 +113,33 @@ def test_a_teams_lists_replace_the_deployments_and_keep_its_registries() -> None
 
 
 def test_a_runs_namespace_is_its_teams_and_the_deployments_for_any_other() -> None:
-    teams = parse_teams({"vision": {}, "speech": {"namespace": "speech-runs"}})
+    teams = parse_teams({"vision": {}, "speech": {"namespace": "rlpipe-speech-runs"}})
     assert teams.namespace_of("vision", "rlpipe") == "rlpipe-vision"
-    assert teams.namespace_of("speech", "rlpipe") == "speech-runs"
+    assert teams.namespace_of("speech", "rlpipe") == "rlpipe-speech-runs"
     assert teams.namespace_of("default", "rlpipe") == "rlpipe" and Teams().namespace_of("vision", "x") == "x"
+
+
+def test_operators_match_without_case() -> None:
+    vision = parse_teams(TWO).named("vision")
+    assert vision is not None and vision.may_operate("Ana@Example.com")
+
+
+def test_a_teams_conversions_are_its_own_and_the_deployments_keys_are_unchanged() -> None:
+    from rlpipe.core import layout
+
+    args = ("google/gemma", "a" * 40, ["--x"], "img")
+    unscoped = layout.conversion_cache_key(*args)
+    assert unscoped == layout.conversion_cache_key(*args, scope="")
+    vision, speech = (
+        layout.conversion_cache_key(*args, scope="vision"),
+        layout.conversion_cache_key(*args, scope="speech"),
+    )
+    assert len({unscoped, vision, speech}) == 3
+
+
+def test_a_redelivery_is_the_same_delivery_whatever_team_the_deployment_made_of_it() -> None:
+    from rlpipe.core.runs.record import Source
+
+    before = Source(kind="gcs", bucket="b", name="requests/vision/a.json", generation="1")
+    assert before.same_delivery(before.model_copy(update={"team": "vision"}))
+    assert not before.same_delivery(before.model_copy(update={"generation": "2"}))

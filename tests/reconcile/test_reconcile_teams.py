@@ -55,3 +55,27 @@ def test_the_deployments_own_pass_without_the_team_namespace_never_sees_it(chain
     orphan = _apply(chain, "rghostteam02", "train", 1, TEAM_NS)
     assert chain.reconciler().run_pass().workloads == 0
     assert _names(chain, "jobsets", TEAM_NS) == [orphan]
+
+
+def test_a_namespace_that_cannot_be_listed_is_reported_and_the_others_are_still_reconciled(
+    chain: Chain,
+) -> None:
+    """During a rollout the declaration can name a namespace the cluster does not have yet."""
+    orphan = _apply(chain, "rghostteam03", "train", 1, TEAM_NS)
+    cluster = AcrossNamespaces(chain.cluster, (NS, TEAM_NS))
+    real_in = cluster._in
+
+    def missing(namespace: str) -> Any:
+        if namespace == NS:
+
+            class Refusing:
+                def list_run_objects(self, run_id: str | None = None) -> list[Any]:
+                    raise PermissionError('namespaces "rlpipe" is forbidden')
+
+            return Refusing()
+        return real_in(namespace)
+
+    cluster._in = missing  # type: ignore[method-assign]
+    report = chain.reconciler(cluster=cluster).run_pass()
+    assert any("could not list namespace rlpipe's workloads" in p for p in report.problems), report.problems
+    assert _names(chain, "jobsets", TEAM_NS) == [], f"{orphan} was left: one namespace blinded the pass"

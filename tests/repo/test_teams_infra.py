@@ -11,7 +11,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from rlpipe.core.teams import TEAM_NAME, Limits, Quota, Team
+from rlpipe.core.teams import DEFAULT_TEAM, TEAM_NAME, Limits, Quota, Team, parse_teams
 
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "infra" / "terraform"
@@ -54,12 +54,21 @@ def test_terraforms_team_settings_are_core_teams_by_name() -> None:
     assert _fields(declared, "limits") == set(Limits.model_fields)
 
 
-@pytest.mark.parametrize("name", ["vision", "a", "ml-2", "x" * 20, "Vision", "-a", "a-", "9a", "x" * 21])
+@pytest.mark.parametrize(
+    "name", ["vision", "abc", "ml-2", "x" * 14, "x" * 20, "Vision", "-a", "a-", "9a", "a", "default"]
+)
 def test_a_team_name_terraform_accepts_is_one_rlpipe_accepts(name: str) -> None:
     [terraform] = [v for v in _teams_variable()["validation"] if "keys(var.teams)" in v["condition"]]
     pattern = re.search(r'regex\("([^"]+)"', terraform["condition"]).group(1)  # type: ignore[union-attr]
-    if re.fullmatch(pattern, name):
+    takes = bool(re.fullmatch(pattern, name)) and f'name != "{DEFAULT_TEAM}"' in terraform["condition"]
+    takes = takes and name != DEFAULT_TEAM
+    if takes:
         assert re.fullmatch(TEAM_NAME, name), f"Terraform takes {name!r}, rlpipe refuses it"
+        parse_teams({name: {}})  # and the whole declaration reads
+    if name == DEFAULT_TEAM:
+        assert f'name != "{DEFAULT_TEAM}"' in terraform["condition"], (
+            "Terraform must refuse the default team's name"
+        )
 
 
 def test_the_functions_read_the_declaration_as_rlpipe_teams() -> None:

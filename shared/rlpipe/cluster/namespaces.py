@@ -24,24 +24,36 @@ class AcrossNamespaces:
     client: ClusterClient
     namespaces: tuple[str, ...]
     _where: dict[tuple[Kind, str], str] = field(default_factory=dict)  # (kind, name) → its namespace
+    unlisted: dict[str, str] = field(default_factory=dict)  # the last listing's failures, by namespace
 
     def _in(self, namespace: str) -> ClusterClient:
         return self.client if namespace == self.client.namespace else self.client.in_namespace(namespace)
 
     def list_run_objects(self, run_id: str | None = None) -> list[RunObject]:
+        """Every namespace's run objects. A namespace that cannot be listed (not created yet: the
+        declaration and the cluster's objects are applied separately) is named in ``unlisted``
+        and skipped; the others are still reconciled. All of them failing raises the first error."""
         found: list[RunObject] = []
+        self.unlisted = {}
         for namespace in self.namespaces:
-            objects = self._in(namespace).list_run_objects(run_id)
+            try:
+                objects = self._in(namespace).list_run_objects(run_id)
+            except Exception as exc:  # a missing namespace, a forbidden one: report, go on
+                self.unlisted[namespace] = f"{type(exc).__name__}: {exc}"
+                continue
             self._where.update({(o.kind, o.name): namespace for o in objects})
             found += objects
+        if len(self.unlisted) == len(self.namespaces):
+            raise RuntimeError(f"no namespace could be listed: {self.unlisted}")
         return found
 
     def delete(self, kind: Kind, name: str) -> bool:
-        """Delete where the object was listed; one never listed is looked for in each namespace."""
+        """Delete where the object was listed. One never listed is deleted in the first namespace
+        that has it, and only there (workload names carry their run's id: no two runs share one)."""
         namespace = self._where.get((kind, name))
         if namespace is not None:
             return self._in(namespace).delete(kind, name)
-        return any([self._in(ns).delete(kind, name) for ns in self.namespaces])
+        return any(self._in(ns).delete(kind, name) for ns in self.namespaces)
 
     def delete_run(self, run_id: str) -> list[str]:
         """A run's workloads by its label, in every namespace (names carry the run id: no clash)."""

@@ -29,7 +29,7 @@ from rlpipe.core import identity
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord
-from rlpipe.core.teams import Teams
+from rlpipe.core.teams import DEFAULT_TEAM, Teams
 
 if TYPE_CHECKING:
     from rlpipe.control.stage.service import StageService
@@ -116,7 +116,9 @@ def team_refusal(ledger: Ledger, teams: Teams, run_id: str, caller: str | None) 
     if not teams.declared:
         return None
     record = ledger.get(run_id)
-    if record is None:
+    if record is None or record.team == DEFAULT_TEAM:
+        # No such run (each operation says so), or one from before the deployment declared teams:
+        # operated as it was then, by any caller IAM lets in.
         return None
     team = teams.named(record.team)
     who = caller or "a caller without a verified identity"

@@ -276,10 +276,22 @@ def converted_items(attempt_dir: str) -> str:
     return f"{attempt_dir}{CONVERTED_STEP}/items/"
 
 
-def conversion_cache_key(hf_repo: str, hf_sha: str, conversion_flags: Sequence[str], image: str) -> str:
-    """Hash of everything that determines the converted bytes; paths and the token are excluded."""
+def conversion_cache_key(
+    hf_repo: str, hf_sha: str, conversion_flags: Sequence[str], image: str, *, scope: str = ""
+) -> str:
+    """Hash of everything that determines the converted bytes; paths and the token are excluded.
+    ``scope``: whose cache it is (a team's; core.teams), hashed only when set, so the deployment's
+    one team keeps its keys."""
+    fields: dict[str, object] = {
+        "hf_repo": hf_repo,
+        "sha": hf_sha,
+        "flags": list(conversion_flags),
+        "image": image,
+    }
+    if scope:
+        fields["scope"] = scope
     material = json.dumps(
-        {"hf_repo": hf_repo, "sha": hf_sha, "flags": list(conversion_flags), "image": image},
+        fields,
         sort_keys=True,
         separators=(",", ":"),
     )

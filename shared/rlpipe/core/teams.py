@@ -88,7 +88,11 @@ class Team(_Strict):
     submitters: tuple[Submitter, ...] = ()
     operators: tuple[Operator, ...] = ()
     topic: str | None = None  # default rlpipe-requests-<name>
-    namespace: str | None = None  # default rlpipe-<name>
+    # default rlpipe-<name>; always under rlpipe-, where the deployment's roles and the render of the
+    # team's queues (core.manifests.team_queues) reach, never another system's namespace
+    namespace: (
+        Annotated[str, StringConstraints(pattern=r"^rlpipe-[a-z0-9]([-a-z0-9]{0,53}[a-z0-9])?$")] | None
+    ) = None
     read_secrets: tuple[Entry, ...] = ()
     write_secrets: tuple[Entry, ...] = ()
     publish_repos: tuple[Entry, ...] = ()
@@ -100,6 +104,16 @@ class Team(_Strict):
     allow_user_code: bool = False
     quota: Quota | None = None
     limits: Limits = Field(default_factory=Limits)
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_default(cls, name: str) -> str:
+        if name == DEFAULT_TEAM:
+            raise ValueError(
+                f"{DEFAULT_TEAM!r} names the runs of a deployment without teams (and those from before "
+                "teams were declared): give the team another name"
+            )
+        return name
 
     @property
     def topic_id(self) -> str:
@@ -115,8 +129,11 @@ class Team(_Strict):
         return self.name
 
     def may_operate(self, caller: str | None) -> bool:
-        """Whether the verified ``caller`` (an e-mail) is one of this team's operators."""
-        return caller is not None and any(m.split(":", 1)[1] == caller for m in self.operators)
+        """Whether the verified ``caller`` (an e-mail) is one of this team's operators. E-mail
+        addresses compare without case, as Google's identities do."""
+        return caller is not None and any(
+            m.split(":", 1)[1].lower() == caller.lower() for m in self.operators
+        )
 
 
 class Teams(_Strict):
@@ -236,4 +253,5 @@ def _problem(source: str, team: str, error: Any) -> Problem:
 _MEMBER_FIX = {
     "operators": "name each operator as user:EMAIL or serviceAccount:EMAIL (the stage function checks the caller's verified e-mail; a group cannot be checked there)",
     "submitters": "name each submitter as user:, group: or serviceAccount: and an e-mail",
+    "namespace": "leave it out (rlpipe-<team>), or name one under rlpipe-: lowercase letters, digits and -",
 }

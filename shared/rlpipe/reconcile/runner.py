@@ -156,6 +156,9 @@ class Reconciler:
             report.problems.append(f"could not list the cluster's workloads: {exc}")
             self.log.warning("could not list workloads", error=repr(exc))
             return
+        for namespace, error in (getattr(self.cluster, "unlisted", None) or {}).items():
+            report.problems.append(f"could not list namespace {namespace}'s workloads: {error}")
+            self.log.warning("could not list a namespace's workloads", namespace=namespace, error=error)
         report.workloads = len(objects)
         run_ids = sorted({o.run_id for o in objects if o.run_id})
         records: dict[str, RunRecord | None] = {}

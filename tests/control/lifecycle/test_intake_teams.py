@@ -206,3 +206,14 @@ def test_an_upstream_release_runs_for_its_watch_entrys_team_and_one_without_a_te
         assert refused.outcome == "rejected"
         messages = [p["message"] for e in _error_records(buckets) for p in e["problems"]]
         assert any(fragment in m for m in messages), messages
+
+
+def test_a_teams_list_no_request_could_satisfy_refuses_the_declaration_naming_the_team() -> None:
+    from rlpipe.control.adapters.settings import Settings
+    from rlpipe.core.problems import RequestInvalid
+
+    declared = Settings(teams_json=json.dumps({"vision": {"extra_env": ["*"]}, "speech": {}}))
+    with pytest.raises(RequestInvalid) as refused:
+        declared.teams()
+    [problem] = refused.value.problems
+    assert problem.path == "RLPIPE_TEAMS.vision" and "*" in problem.message

@@ -249,7 +249,7 @@ def _of_team(env: dict[str, Any], run_id: str, team: str) -> None:
     "body",
     [
         {"op": "cancel"},
-        {"op": "retry", "key": "k-1", "reason": "flaky host", "by": "sam"},
+        {"op": "retry", "key": "retry-after-the-flaky-host", "reason": "flaky host", "by": "sam"},
         {"op": "promote", "by": "sam", "reason": "good enough"},
     ],
     ids=["cancel", "retry", "promote"],
@@ -276,3 +276,27 @@ def test_the_teams_own_operator_cancels_its_run(env: dict[str, Any], teams_stage
     assert response.status_code == 200, response.get_json()
     record = env["ledger"].get("rvision0002")
     assert record.state == "cancelled" and record.failure.caller == OPERATOR
+
+
+def test_the_clis_question_before_a_cancel_is_answered_by_the_team_rule_and_changes_nothing(
+    env: dict[str, Any], teams_stage: Any
+) -> None:
+    """``rlpipe cancel`` asks first (``check_only``), before it cancels any Workflows execution."""
+    _of_team(env, "rvision0003", "vision")
+    before = env["ledger"].get("rvision0003")
+    ask = {"op": "cancel", "run_id": "rvision0003", "check_only": True}
+    refused = teams_stage.post("/", json=ask, headers=bearer(PERSON))
+    assert refused.status_code == 403 and "team vision" in refused.get_json()["error"]["message"]
+    allowed = teams_stage.post("/", json=ask, headers=bearer(OPERATOR))
+    assert allowed.status_code == 200 and allowed.get_json() == {"run_id": "rvision0003", "allowed": True}
+    after = env["ledger"].get("rvision0003")
+    assert (after.state, after.seq, after.failure) == (before.state, before.seq, None)
+
+
+def test_a_run_from_before_teams_is_operated_as_it_was_then(env: dict[str, Any], teams_stage: Any) -> None:
+    """A run claimed before the deployment declared teams has no team (``default``): any caller IAM
+    lets in may operate on it, as before, rather than no one."""
+    env["claim"]("rbeforeteams")
+    response = teams_stage.post("/", json={"op": "cancel", "run_id": "rbeforeteams"}, headers=bearer(PERSON))
+    assert response.status_code == 200, response.get_json()
+    assert env["ledger"].get("rbeforeteams").state == "cancelled"

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.control.stage.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures)
 
-TEAMS = {"vision": {"operators": ["user:ana@example.com"]}, "speech": {"namespace": "speech-runs"}}
+TEAMS = {"vision": {"operators": ["user:ana@example.com"]}, "speech": {"namespace": "rlpipe-speech-runs"}}
 
 
 def _team_run(env: dict[str, Any], run_id: str, team: str) -> Any:
@@ -53,8 +53,20 @@ def test_a_declared_namespace_is_used_and_a_run_without_teams_stays_in_the_deplo
     service = _team_run(env, "rteamns00002", "speech")
     service.plan("rteamns00002", "rteamns00002-exec")
     service.launch("rteamns00002", "convert", 1, None, "rteamns00002-exec")
-    assert len(_names(env, "speech-runs")) == 1
+    assert len(_names(env, "rlpipe-speech-runs")) == 1
     env["claim"]("rteamns00003")  # the same service without teams: today's namespace
     env["service"].plan("rteamns00003", "rteamns00003-exec")
     env["service"].launch("rteamns00003", "convert", 1, None, "rteamns00003-exec")
     assert len(_names(env, NS)) == 1
+
+
+def test_a_run_of_a_team_no_longer_declared_is_never_launched_elsewhere(env: dict[str, Any]) -> None:
+    import pytest
+
+    from rlpipe.core.failures import PermanentFailure
+
+    service = _team_run(env, "rteamns00004", "retired")
+    service.plan("rteamns00004", "rteamns00004-exec")
+    with pytest.raises(PermanentFailure, match="team retired, which this deployment no longer declares"):
+        service.launch("rteamns00004", "convert", 1, None, "rteamns00004-exec")
+    assert _names(env, NS) == [] and _names(env, "rlpipe-retired") == []

@@ -174,9 +174,24 @@ class Settings:
     def teams(self) -> Teams:
         """The declared teams. Raises ``RequestInvalid`` naming each wrong field: a deployment
         with a declaration it cannot read refuses to load rather than run as one team."""
+        from rlpipe.core.problems import Problem
+        from rlpipe.core.request.policy import SettingsInvalid
         from rlpipe.core.teams import parse_teams
 
-        return parse_teams(self.teams_json, source=ENV_PREFIX + "TEAMS")
+        source = ENV_PREFIX + "TEAMS"
+        teams = parse_teams(self.teams_json, source=source)
+        deployment = self.policy() if teams.declared else None
+        problems: list[Problem] = []
+        for team in teams:  # a list no request could ever satisfy (``extra_env: ["*"]``): refused now
+            try:
+                deployment.for_team(team)  # type: ignore[union-attr]
+            except SettingsInvalid as exc:
+                problems += [
+                    Problem(f"{source}.{team.name}", f"{p.path}: {p.message}", p.fix) for p in exc.problems
+                ]
+        if problems:
+            raise SettingsInvalid(problems)
+        return teams
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
         """The allowlists a request is checked against. Raises ``SettingsInvalid`` (a

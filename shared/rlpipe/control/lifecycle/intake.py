@@ -284,7 +284,7 @@ class Intake:
         inputs: dict[str, Any] = {}
         if user_files.files_of(request):
             existing = self.ledger.get(run_id)
-            if existing is not None and existing.source == source:
+            if existing is not None and existing.source.same_delivery(source):
                 # This very delivery again: the run keeps the files it was started with, whatever
                 # happened to them at their source since.
                 return self._start(run_id, holder, log, already_leased=False)

@@ -44,6 +44,7 @@ from rlpipe.core.request import Request
 from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import Attempt, Failure, RunRecord, parse_time
+from rlpipe.core.teams import DEFAULT_TEAM
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -92,6 +93,7 @@ class StageService:
             run_id=record.run_id,
             bucket=self.artifacts.bucket_name,
             namespace=self._namespace(record),
+            cache_scope=record.team if self.settings.teams().declared else "",
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
@@ -211,6 +213,13 @@ class StageService:
             )
         if record.terminal:
             raise PermanentFailure(f"run {run_id} is {record.state}; not launching {stage}")
+        teams = self.settings.teams()
+        if teams.declared and record.team != DEFAULT_TEAM and teams.named(record.team) is None:
+            # Its namespace, queue and quota went with the declaration: never launch it elsewhere.
+            raise PermanentFailure(
+                f"run {run_id} is of team {record.team}, which this deployment no longer declares; "
+                f"not launching {stage} (declare the team again, then retry the run)"
+            )
         newer = record.current_attempt(stage)
         if newer is not None and newer.attempt > attempt:
             raise SupersededAttempt(

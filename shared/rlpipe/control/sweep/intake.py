@@ -48,7 +48,7 @@ def submit(
     if existing is not None and existing.request != parent.request:
         raise RequestConflict(existing)
     found = None
-    if user_files.files_of(request) and not (existing is not None and existing.source == source):
+    if user_files.files_of(request) and not (existing is not None and existing.source.same_delivery(source)):
         found = gather(request)  # read once: every child gets a copy of the same bytes under its own prefix
     claimed = ledger.claim(parent)
     if claimed:

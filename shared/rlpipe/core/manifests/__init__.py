@@ -40,6 +40,10 @@ class RenderContext:
     inputs: Mapping[str, Any] | None = None
     model_card: str = ""  # publish: the card the control plane rendered (rlpipe.publisher.card)
     publisher_program: str = ""  # publish: the program's source (rlpipe.publisher.program)
+    # Whose conversions a run may reuse: a team's (core.teams) are its own, so a team never gets
+    # another's converted weights of a repository only the other's token can read. "": the
+    # deployment's one team, whose keys are as before.
+    cache_scope: str = ""
 
     @property
     def pathways_scratch_uri(self) -> str:
@@ -60,7 +64,9 @@ def revision(req: Request, ctx: RenderContext) -> str:
 
 def conversion_cache(req: Request, ctx: RenderContext) -> layout.ConversionCache:
     rev = revision(req, ctx)
-    key = layout.conversion_cache_key(req.hf_repo, rev, commands.conversion_flags(req, rev), req.image)
+    key = layout.conversion_cache_key(
+        req.hf_repo, rev, commands.conversion_flags(req, rev), req.image, scope=ctx.cache_scope
+    )
     return layout.ConversionCache(ctx.bucket, key)
 
 

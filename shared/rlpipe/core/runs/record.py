@@ -97,6 +97,12 @@ class Source(_Model):
     # the deployment's one team when it declares none, and every run recorded before teams.
     team: str | None = None
 
+    def same_delivery(self, other: Source) -> bool:
+        """Whether ``other`` is this very delivery again. The team is what the deployment made of
+        the source, not part of it: a redelivery of a run claimed before teams were declared is
+        still that delivery."""
+        return self.model_dump(exclude={"team"}) == other.model_dump(exclude={"team"})
+
 
 class Attempt(_Model):
     stage: Stage
