@@ -46,7 +46,7 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     "sweep": ("examples/sweep-lr.yaml", []),
     # Two teams (examples/teams/teams.yaml) submit at once, each via its own folder or topic and
     # run in its own namespace; speech takes back the chips vision borrowed (played on the double);
-    # a request of vision's naming speech's Secret is refused; a per-team summary (cli/demo_teams.py).
+    # a request of vision's naming speech's Secret is refused; a per-team summary (cli/teams_demo.py).
     "teams": ("examples/teams/teams.yaml", []),
 }
 # The outcome each scenario is meant to show (anything else is a failed demo).
@@ -168,9 +168,9 @@ def run_demo(
         settings = Settings.from_env()
         ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
         if scenario == "teams":
-            from rlpipe.cli import demo_teams
+            from rlpipe.cli import teams_demo
 
-            return demo_teams.run(
+            return teams_demo.run(
                 stack,
                 settings,
                 ledger,
