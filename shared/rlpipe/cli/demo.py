@@ -44,6 +44,10 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     # A 2×2 grid from one file: four children, two at a time, one shared conversion; the best
     # (highest post mean_reward that passed the gate) publishes (cli/demo_sweep.py).
     "sweep": ("examples/sweep-lr.yaml", []),
+    # Two teams (examples/teams/teams.yaml) submit at once, each via its own folder or topic and
+    # run in its own namespace; speech takes back the chips vision borrowed (played on the double);
+    # a request of vision's naming speech's Secret is refused; a per-team summary (cli/teams_demo.py).
+    "teams": ("examples/teams/teams.yaml", []),
 }
 # The outcome each scenario is meant to show (anything else is a failed demo).
 EXPECTED_STATE = {"gate": "gated"}
@@ -55,6 +59,7 @@ DEMO_TIMEOUT_SECONDS = {"double": 150, "real": 600}
 # thousands of objects go through the local GCS and its events.
 REAL_PROGRAMS_TIMEOUT_SECONDS = 2400
 SWEEP_TIMEOUT_FACTOR = 3  # four children, two at a time, then selection and one publish
+TEAMS_TIMEOUT_FACTOR = 2  # two runs at once, one of them trains twice (taken back, then resumed)
 
 
 def choose_scenario(
@@ -148,6 +153,7 @@ def run_demo(
             poll_seconds=2,
             cluster=cluster,
             programs=programs,
+            teams_file=str(example) if scenario == "teams" else None,
         ),
         say=lambda text: print(text, flush=True),
     )
@@ -161,6 +167,17 @@ def run_demo(
         os.environ.update(state.env)
         settings = Settings.from_env()
         ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
+        if scenario == "teams":
+            from rlpipe.cli import teams_demo
+
+            return teams_demo.run(
+                stack,
+                settings,
+                ledger,
+                cluster=cluster,
+                timeout=timeout * TEAMS_TIMEOUT_FACTOR,
+                started=started,
+            )
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:

@@ -58,6 +58,7 @@ def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
         detached=not args.foreground,
         cluster=args.cluster,
         programs=args.programs,
+        teams_file=args.teams,
     )
     if stack.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
@@ -128,6 +129,13 @@ def register(subparsers: Any, *, local_root: Callable[[], Path]) -> None:
     p.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops everything")
     p.add_argument("--cluster", **CLUSTER_ARGUMENT)
     p.add_argument("--programs", **PROGRAMS_ARGUMENT)
+    p.add_argument(
+        "--teams",
+        metavar="FILE",
+        help="the teams declaration (YAML, {teams: {NAME: {...}}}, as Terraform's var.teams): each team "
+        "gets its requests folder and topic, its namespace and its allowlists' Secrets "
+        "(docs/teams-local.md; examples/teams/teams.yaml)",
+    )
     p.set_defaults(func=lambda args: cmd_local(args, local_root))
 
     p = subparsers.add_parser(

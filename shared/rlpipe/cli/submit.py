@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the parser is built on every command: the records load when
     from rlpipe.control.adapters.settings import Settings
     from rlpipe.control.lifecycle.ledger import Ledger
     from rlpipe.core.runs.record import RunRecord
+    from rlpipe.core.teams import Team
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,52 @@ def edited_document(path: Path, sets: list[str], name: str | None) -> bytes:
     return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).encode()
 
 
+def submitting_team(settings: Settings, team: str = "", namespace: str = "") -> Team | None:
+    """The team a submission goes as, or None on a deployment that declares none (core.teams).
+
+    Where a request arrives decides its team, so with teams declared every submission names one:
+    ``--team``, or ``--namespace`` (a team's folder is its name, so the two say the same). A team
+    the deployment does not declare is refused here, naming the declared ones, before anything is
+    uploaded: intake would refuse the drop or the message anyway."""
+    from rlpipe.core.problems import RequestInvalid
+
+    try:
+        teams = settings.teams()
+    except RequestInvalid as exc:
+        raise CliError(
+            ExitCode.USAGE, f"this deployment's RLPIPE_TEAMS is not a teams declaration: {exc}"
+        ) from None
+    if not teams.declared:
+        if team:
+            raise CliError(
+                ExitCode.USAGE,
+                f"--team {team}: this deployment declares no teams (RLPIPE_TEAMS is empty); "
+                "`rlpipe local up --teams FILE` starts a local stack with teams, and --namespace "
+                "drops under a folder of its own",
+            )
+        return None
+    names = ", ".join(teams.names())
+    if team and namespace and team != namespace:
+        raise CliError(
+            ExitCode.USAGE,
+            f"--team {team} and --namespace {namespace} name two teams; a team's folder is its name: give one",
+        )
+    chosen = team or namespace
+    if not chosen:
+        raise CliError(
+            ExitCode.USAGE,
+            f"this deployment declares teams ({names}): submit as yours with --team NAME; a request "
+            "outside every team's folder and topic is refused",
+        )
+    found = teams.named(chosen)
+    if found is None:
+        raise CliError(
+            ExitCode.USAGE,
+            f"--team {chosen}: this deployment declares no team {chosen!r}; its teams are {names}",
+        )
+    return found
+
+
 def submit(
     settings: Settings,
     path: Path,
@@ -74,28 +121,36 @@ def submit(
     via: str = "gcs",
     storage_client: Any = None,
     namespace: str = "",
+    team: str = "",
     sets: list[str] | None = None,
     name: str | None = None,
     open_ledger: Callable[[], Ledger] | None = None,
 ) -> Submitted:
     """Validate locally first (fast feedback), then hand the file to the same intake users use.
     ``namespace``: the team folder under requests/ whose request_ids this one shares (gcs only).
+    ``team``: on a deployment with teams, the team it goes as (its folder, or its topic with
+    ``via="pubsub"``), checked against the team's allowlists (:func:`submitting_team`).
     ``sets``/``name``: ``--set PATH=VALUE`` edits and a new ``request_id``; an edit of a request
     whose request_id already names a run is refused here (intake would refuse it as a conflict)."""
-    if namespace and (via != "gcs" or not identity.is_namespace(namespace)):
+    if via not in ("gcs", "pubsub"):
+        raise CliError(ExitCode.USAGE, f"unknown --via {via!r}; use gcs or pubsub")
+    as_team = submitting_team(settings, team, namespace)
+    if as_team is not None:
+        namespace = as_team.folder
+    elif namespace and (via != "gcs" or not identity.is_namespace(namespace)):
         raise CliError(
             ExitCode.USAGE,
             "--namespace is a folder under requests/ (lowercase letters, digits and -), for --via gcs only",
         )
-    if via not in ("gcs", "pubsub"):
-        raise CliError(ExitCode.USAGE, f"unknown --via {via!r}; use gcs or pubsub")
     data = edited_document(path, sets or [], name)
     from rlpipe.cli.request_files import policy
     from rlpipe.control.lifecycle import user_files
     from rlpipe.core import layout
     from rlpipe.core.request import load_request
 
-    request = load_request(data, source=str(path), policy=policy().for_namespace(namespace))
+    deployment = policy()
+    checked = deployment.for_team(as_team) if as_team is not None else deployment.for_namespace(namespace)
+    request = load_request(data, source=str(path), policy=checked)
     # and its own files, beside it, as intake will check them
     user_files.gather(request, read_relative=user_files.disk_neighbours(path), read_gcs=None)
     if sets and request.request_id and name is None and open_ledger is not None:
@@ -136,13 +191,17 @@ def submit(
             "name": object_name,
             "generation": str(blob.generation),
         }
+        if as_team is not None:  # intake records the team the folder decided
+            source["team"] = as_team.name
         where = f"gs://{settings.requests_bucket}/{object_name}"
         return Submitted(identity.run_id_for(key), "gcs", where, identity.run_id_for(delivery), source)
-    topic = settings.topic_path(settings.requests_topic)
+    topic = settings.topic_path(as_team.topic_id if as_team is not None else settings.requests_topic)
     message_id = _publish(settings, topic, data)
     delivery = identity.key_for_message(topic, message_id)
-    key = identity.key_for_request_id(request.request_id) if request.request_id else delivery
+    key = identity.key_for_request_id(request.request_id, namespace) if request.request_id else delivery
     source = {"kind": "pubsub", "topic": topic, "message_id": message_id}
+    if as_team is not None:  # intake records the team the topic decided
+        source["team"] = as_team.name
     return Submitted(
         identity.run_id_for(key),
         "pubsub",
@@ -224,6 +283,7 @@ def cmd_submit(args: argparse.Namespace, settings: Callable[[], Any], ledger: Ca
         Path(args.file),
         via=args.via,
         namespace=args.namespace,
+        team=args.team,
         sets=args.set,
         name=args.name,
         open_ledger=lambda: ledger(chosen),
@@ -296,6 +356,14 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
     p.add_argument(
         "--namespace",
         default="",
-        help="drop under requests/NAMESPACE/: your team's folder, whose request_ids no other team can take",
+        help="drop under requests/NAMESPACE/: your team's folder, whose request_ids no other team can take "
+        "(on a deployment with teams, the same as --team)",
+    )
+    p.add_argument(
+        "--team",
+        default="",
+        metavar="NAME",
+        help="on a deployment with teams (RLPIPE_TEAMS): submit as team NAME, into its folder "
+        "requests/NAME/ (--via gcs) or on its requests topic (--via pubsub), checked against its allowlists",
     )
     p.set_defaults(func=lambda args: cmd_submit(args, settings, ledger))

@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlpipe.core.teams import Team, Teams, parse_teams
 from rlpipe.local.simulator.real_programs import RealPrograms
 from rlpipe.local.simulator.timing import Timing
 
@@ -106,6 +107,7 @@ class StackCluster(Protocol):
 
     def ready(self) -> dict[str, Any]: ...
     def workloads(self) -> list[str]: ...
+    def placed(self) -> dict[str, str]: ...
     def set_timing(self, timing: Timing) -> None: ...
     def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]: ...
     def scenario(self) -> dict[str, Any]: ...
@@ -123,10 +125,14 @@ class DoubleCluster:
         from rlpipe.local.kube_api import KubeApiServer
         from rlpipe.local.pod_logs import CONTAINER_LOGS, ContainerLogFolder
         from rlpipe.local.simulator import ClusterSimulator
+        from rlpipe.local.teams_declaration import secret_documents as team_secret_documents
 
         self.kube = KubeApiServer(port=config["kube_port"])
         self.kube.start()
-        for secret in secret_documents(LOCAL_HUB_SECRETS, config.get("namespace", "rlpipe")):
+        secrets = secret_documents(LOCAL_HUB_SECRETS, config.get("namespace", "rlpipe"))
+        for team in declared_teams(config):  # the double needs no Namespace: any name is one
+            secrets += team_secret_documents(team)
+        for secret in secrets:
             self.kube.create("secrets", secret, namespace=secret["metadata"]["namespace"])
         real = config.get("real_programs")
         self.simulator = ClusterSimulator(
@@ -147,12 +153,16 @@ class DoubleCluster:
         return {"cluster": self.name, "kube": self.kube.url}
 
     def workloads(self) -> list[str]:
-        return [
-            o["metadata"]["name"]
+        return list(self.placed())
+
+    def placed(self) -> dict[str, str]:
+        """The pipeline's Jobs and JobSets in every namespace (the simulator watches them all)."""
+        return {
+            o["metadata"]["name"]: o["metadata"]["namespace"]
             for r in ("jobs", "jobsets")
             for o in self.kube.list(r)
             if "rlpipe.dev/run" in (o["metadata"].get("labels") or {})
-        ]
+        }
 
     def set_timing(self, value: Timing) -> None:
         self.simulator.env.timing = value
@@ -192,6 +202,7 @@ class RealStackCluster:
             timing=timing(config.get("timing", "demo")),
             hub_url=hub_url,
             secrets=LOCAL_HUB_SECRETS,
+            teams=Teams(teams=tuple(declared_teams(config))),
             say=lambda text: print(text, flush=True),
         ).start()
 
@@ -209,6 +220,9 @@ class RealStackCluster:
 
     def workloads(self) -> list[str]:
         return self.cluster.workloads()
+
+    def placed(self) -> dict[str, str]:
+        return self.cluster.placed()
 
     def set_timing(self, value: Timing) -> None:
         self.cluster.set_timing(value)
@@ -243,6 +257,11 @@ def start(config: dict[str, Any], storage: Any, hub_url: str) -> StackCluster:
     if kind == "double":
         return DoubleCluster(config, storage, hub_url)
     raise ValueError(f"cluster must be one of {CLUSTERS}, not {kind!r}")
+
+
+def declared_teams(config: dict[str, Any]) -> list[Team]:
+    """The teams of the stack's declaration (``rlpipe local up --teams``; none by default)."""
+    return list(parse_teams(config.get("teams") or {}, source="--teams"))
 
 
 def _scenario(config: dict[str, Any]) -> Any:

@@ -3,9 +3,9 @@
 With Pub/Sub (Google's pstest, local/pubsub.py), fake-gcs-server publishes real GCS notifications (OBJECT_FINALIZE,
 JSON_API_V1) to a topic; this shim pulls them, maps them to
 ``google.cloud.storage.object.v1.finalized`` CloudEvents and POSTs them, in binary mode, to the
-function that owns the bucket. Messages on the requests topic become
-``google.cloud.pubsub.topic.v1.messagePublished`` events. A message is acked only after a 2xx,
-so a failing function gets the event again, as with Eventarc.
+function that owns the bucket. Messages on the requests topic, and on each declared team's
+requests topic, become ``google.cloud.pubsub.topic.v1.messagePublished`` events. A message is
+acked only after a 2xx, so a failing function gets the event again, as with Eventarc.
 
 The shim's subscriptions have production's shape (infra/terraform/functions.tf, the Eventarc
 subscription's dead-letter topic, delivery attempts and retry backoff), at local speed
@@ -94,12 +94,20 @@ def deliver(url: str, event: CloudEvent, timeout: float = 60) -> bool:
 
 @dataclass
 class Routes:
-    """Which function receives events for which bucket, and the requests topic's function."""
+    """Which function receives events for which bucket, and the requests topics' function: the
+    deployment's requests topic and each declared team's own (core.teams), all to ``intake_message``,
+    which decides a message's team by the topic it arrived on."""
 
     buckets: dict[str, str]  # bucket → function URL
     requests_topic: str | None = None
     intake_message_url: str | None = None
     drop: DropFilter = field(default=lambda bucket, name: False)
+    team_topics: tuple[str, ...] = ()
+
+    @property
+    def message_topics(self) -> list[str]:
+        """Every topic whose messages become ``messagePublished`` events for ``intake_message``."""
+        return [t for t in (self.requests_topic, *self.team_topics) if t]
 
 
 PSTEST_RETENTION_SECONDS = 600  # pstest/fake.go retentionDuration (docs/pubsub.md)
@@ -162,7 +170,7 @@ class EmulatorShim:
             subscriber.create_subscription(
                 name=subscriber.subscription_path(self.project, policy.dead_letter_topic), topic=dead_letter
             )
-        topics = [self.gcs_topic] + ([self.routes.requests_topic] if self.routes.requests_topic else [])
+        topics = [self.gcs_topic, *self.routes.message_topics]
         for topic in topics:
             path = publisher.topic_path(self.project, topic)
             with contextlib.suppress(gexc.AlreadyExists):
@@ -192,13 +200,15 @@ class EmulatorShim:
         subscriber = pubsub_v1.SubscriberClient()
         gcs_sub = subscriber.subscription_path(self.project, f"{self.gcs_topic}-shim")
         self._futures.append(subscriber.subscribe(gcs_sub, callback=self._on_gcs))
-        if self.routes.requests_topic:
-            sub = subscriber.subscription_path(self.project, f"{self.routes.requests_topic}-shim")
-            topic_path = f"projects/{self.project}/topics/{self.routes.requests_topic}"
-            self._futures.append(
-                subscriber.subscribe(sub, callback=lambda m: self._on_request(m, topic_path, sub))
-            )
+        for topic in self.routes.message_topics:
+            self._futures.append(self._subscribe_requests(subscriber, topic))
         return self
+
+    def _subscribe_requests(self, subscriber: Any, topic: str) -> Any:
+        """One topic's messages to ``intake_message``, each event naming the topic it came from."""
+        sub = subscriber.subscription_path(self.project, f"{topic}-shim")
+        topic_path = f"projects/{self.project}/topics/{topic}"
+        return subscriber.subscribe(sub, callback=lambda m: self._on_request(m, topic_path, sub))
 
     def _on_gcs(self, message: Any) -> None:
         attrs = dict(message.attributes)

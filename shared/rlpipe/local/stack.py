@@ -4,6 +4,7 @@ Every component listens on a free loopback port and is its own process group, so
 health-checked and stopped reliably (``down`` works from another shell through the state file):
 
     fake-gcs-server ─(notifications)→ Pub/Sub emulator ─→ shim ─(CloudEvents)→ functions-framework × 4
+    requests topics (the deployment's, each team's) ─→ shim ─→ intake_message
     functions → Workflows engine (gRPC) → stage → the cluster
     the cluster's container lines → Cloud Logging's entries.list (``local/cloud_logging.py``)
 
@@ -36,6 +37,7 @@ from rlpipe.local.pod_logs import CONTAINER_LOGS
 from rlpipe.local.ports import free_port
 from rlpipe.local.procs import Child, http_ready, stop_all
 from rlpipe.local.stack_state import StackState, state_path
+from rlpipe.local.teams_declaration import LocalTeams, read_teams_file
 
 ROOT = Path(__file__).resolve().parents[3]
 FUNCTIONS: dict[str, str] = {
@@ -77,6 +79,9 @@ class StackConfig:
     detached: bool = False  # `rlpipe local up`: the components outlive the command that started them
     cluster: str = "double"  # double (API double + simulator) | real (the real control plane)
     programs: str = "played"  # played | real (convert and export run MaxText for real; double only)
+    # The teams declaration (YAML, core.teams; docs/teams-local.md): None runs one team, as a
+    # deployment without teams does.
+    teams_file: str | None = None
 
 
 def describe_cluster(cluster: str) -> str:
@@ -113,6 +118,7 @@ class LocalStack:
         self.gcs: FakeGcs | None = None
         self.pubsub: pubsub.PubSubEmulator | None = None
         self.state: StackState | None = None
+        self.teams: LocalTeams | None = None
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -128,9 +134,13 @@ class LocalStack:
         c = self.config
         self._check_cluster()
         real = real_programs(c.cluster, c.programs)  # NoRealPrograms (a ValueError): nothing started
+        # TeamsFileInvalid (a ValueError) names the file and each wrong field: nothing started
+        self.teams = read_teams_file(c.teams_file) if c.teams_file else None
         self.logs.mkdir(parents=True, exist_ok=True)
         self.say(f"[local] cluster: {describe_cluster(c.cluster)}")
         self.say(f"[local] programs: {describe_programs(c.programs)}")
+        for line in self.teams.describe() if self.teams else []:
+            self.say(f"[local] team {line}")
         use_pubsub, note = self._events_mode()
         self.say(f"[local] events: {note}")
         if use_pubsub:
@@ -182,6 +192,8 @@ class LocalStack:
             "real_programs": {"python": str(real.python), "fixture": str(real.fixture)} if real else None,
             "cluster_root": str(self.root / "controlplane"),
             "logs": str(self.logs),
+            "teams": dict(self.teams.declaration) if self.teams else {},
+            "team_topics": self._team_topics(),
         }
         (self.root / "core.ready").unlink(missing_ok=True)
         (self.root / "core.json").write_text(json.dumps(core_config, indent=2))
@@ -279,9 +291,13 @@ class LocalStack:
 
     def workloads(self) -> list[str]:
         """The pipeline's Jobs and JobSets in the cluster, by name."""
+        return list(self.placed())
+
+    def placed(self) -> dict[str, str]:
+        """The pipeline's Jobs and JobSets in the cluster, each with the namespace it is in."""
         response = requests.get(self._control() + "/workloads", timeout=30)
         response.raise_for_status()
-        return list(response.json()["workloads"])
+        return dict(response.json()["namespaces"])
 
     def _control(self) -> str:
         assert self.state is not None
@@ -394,7 +410,12 @@ class LocalStack:
         os.environ["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
         publisher = pubsub_v1.PublisherClient()
         subscriber = pubsub_v1.SubscriberClient()
-        for topic in (self.config.gcs_topic, self.config.requests_topic, self.config.status_topic):
+        for topic in (
+            self.config.gcs_topic,
+            self.config.requests_topic,
+            self.config.status_topic,
+            *self._team_topics(),
+        ):
             with contextlib.suppress(gexc.AlreadyExists):
                 publisher.create_topic(name=publisher.topic_path(self.config.project, topic))
         status_sub = subscriber.subscription_path(self.config.project, f"{self.config.status_topic}-cli")
@@ -402,6 +423,10 @@ class LocalStack:
             subscriber.create_subscription(
                 name=status_sub, topic=publisher.topic_path(self.config.project, self.config.status_topic)
             )
+
+    def _team_topics(self) -> list[str]:
+        """Each declared team's requests topic (``rlpipe-requests-<team>``, or the one it names)."""
+        return [t.topic_id for t in self.teams.teams] if self.teams else []
 
     def _create_buckets(self) -> None:
         assert self.gcs is not None
@@ -448,6 +473,9 @@ class LocalStack:
         if self.pubsub:
             env["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
             env["RLPIPE_STATUS_TOPIC"] = c.status_topic
+        # The declaration, as Terraform hands it to the functions (infra/terraform/functions.tf);
+        # always set, so a stack without teams never inherits the shell's.
+        env["RLPIPE_TEAMS"] = self.teams.env_json if self.teams else ""
         return env | identities.played(c.project)  # the identities it plays (local/identities.py)
 
 

@@ -24,7 +24,7 @@ SHORT_DATASET = "rlpipe-demo/gsm8k-30"  # GSM8K's layout with 30 training exampl
 
 def _control_server(port: int, cluster: Any, hub: Any) -> Any:
     """Loopback control API for tests and benchmarks: swap the fault scenario (the double's), switch
-    the programs' timing, push a release to the Hub double, list workloads."""
+    the programs' timing, push a release to the Hub double, list workloads (and their namespaces)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from rlpipe.local.clusters import TIMINGS, timing
@@ -89,7 +89,8 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
             if self.path == "/scenario":
                 self._reply(200, cluster.scenario())
             elif self.path == "/workloads":
-                self._reply(200, {"workloads": cluster.workloads()})
+                placed = cluster.placed()
+                self._reply(200, {"workloads": list(placed), "namespaces": placed})
             else:
                 self._reply(404, {"error": "unknown path"})
 
@@ -159,6 +160,8 @@ def run(config: dict[str, Any]) -> None:
             config["artifacts_bucket"]: config["functions"]["artifact_event"],
         },
         requests_topic=config["requests_topic"] if config.get("pubsub_host") else None,
+        # each declared team's own topic, to the same function (infra/terraform/teams.tf)
+        team_topics=tuple(config.get("team_topics") or ()) if config.get("pubsub_host") else (),
         intake_message_url=config["functions"]["intake_message"],
         drop=dropped,
     )

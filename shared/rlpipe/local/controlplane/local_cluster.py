@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlpipe.core.teams import Teams
 from rlpipe.local.controlplane.cluster import ControlPlane
-from rlpipe.local.controlplane.deploy import NAMESPACE, deploy
+from rlpipe.local.controlplane.deploy import deploy, deploy_documents
 from rlpipe.local.controlplane.kubelet import PodPlayer
 from rlpipe.local.controlplane.log_endpoint import LogEndpoint, node_endpoint
 from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
@@ -46,6 +47,7 @@ class RealCluster:
         hub_url: str = "",
         secrets: Mapping[str, str] | None = None,
         topology: str = TOPOLOGY,
+        teams: Teams | None = None,
         say: Any = None,
     ) -> None:
         self.root = root
@@ -55,6 +57,7 @@ class RealCluster:
         self.hub_url = hub_url
         self.secrets = dict(secrets or {})
         self.topology = topology
+        self.teams = teams or Teams()
         self.say = say or (lambda text: None)
         self.plane: ControlPlane | None = None
         self.endpoint: LogEndpoint | None = None
@@ -79,6 +82,11 @@ class RealCluster:
         plane.logs = self.logs  # one log folder for the whole stack
         plane.start()
         self.stage_kubeconfig = deploy(plane, secrets=self.secrets)
+        if self.teams.declared:  # each team's namespace, as its runs need it (team_namespaces.py)
+            from rlpipe.local.controlplane.team_namespaces import team_documents
+
+            plane.apply(team_documents(self.teams, deploy_documents()))
+            self.say(f"[controlplane] team namespaces: {', '.join(t.k8s_namespace for t in self.teams)}")
         nodes = plane.add_nodes([*cpu_pool(), *tpu_slice(self.topology)])
         assert plane.ca is not None
         pod_logs = PodLogs(self.logs / "pods")
@@ -119,11 +127,18 @@ class RealCluster:
 
     def workloads(self) -> list[str]:
         """The pipeline's Jobs and JobSets still in the cluster (a JobSet's child Jobs included)."""
+        return list(self.placed())
+
+    def placed(self) -> dict[str, str]:
+        """The pipeline's Jobs and JobSets, each with its namespace (the deployment's or a team's)."""
         assert self.plane is not None
         out = self.plane.kubectl(
-            "get", "jobs.batch,jobsets.jobset.x-k8s.io", "-n", NAMESPACE, "-l", RUN_LABEL, "-o", "json"
+            "get", "jobs.batch,jobsets.jobset.x-k8s.io", "--all-namespaces", "-l", RUN_LABEL, "-o", "json"
         )
-        return [item["metadata"]["name"] for item in json.loads(out).get("items") or []]
+        return {
+            item["metadata"]["name"]: item["metadata"]["namespace"]
+            for item in json.loads(out).get("items") or []
+        }
 
     @property
     def errors(self) -> list[str]:

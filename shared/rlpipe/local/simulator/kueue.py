@@ -95,6 +95,21 @@ EVICTIONS: dict[str, tuple[str, str, str | None, bool]] = {
         None,
         False,
     ),
+    # A team takes its own chips back from a team of the cohort that borrowed them while they
+    # were idle (docs/teams-local.md). Kueue v0.17.1: the target's reason InCohortReclamation
+    # (pkg/scheduler/preemption/preemption.go:405; classical/hierarchical_preemption.go:48-58), in
+    # words "reclamation within the cohort" (preemption.go:156-162); the Evicted reason stays
+    # Preempted (WorkloadEvictedByPreemption, preemption.go:226-230) and the job is requeued as for
+    # any preemption. v0.17.1 appends the preemptor's and the preemptee's ClusterQueue paths to the
+    # message (preemption.go:171-185); the double plays one ClusterQueue and no preemptor, so it
+    # ends the message where the older releases did, as the "preempted" entry above does.
+    "cohort-reclamation": (
+        "Preempted",
+        "Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to reclamation within "
+        "the cohort",
+        "InCohortReclamation",
+        True,
+    ),
     "local-queue-stopped": ("LocalQueueStopped", "The LocalQueue is stopped", None, False),
     "cluster-queue-stopped": ("ClusterQueueStopped", "The ClusterQueue is stopped", None, False),
 }

@@ -38,8 +38,8 @@ FAULT_KINDS = (
 )
 FAULT_SYNTAX = (
     "preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]",
-    "evict@<step>[:preempted|:pods-ready-timeout|:node-failures|:deactivated|:local-queue-stopped"
-    "|:cluster-queue-stopped]",
+    "evict@<step>[:preempted|:cohort-reclamation|:pods-ready-timeout|:node-failures|:deactivated"
+    "|:local-queue-stopped|:cluster-queue-stopped]",
     "unschedulable:<seconds>",
     "oom",
     "exit:<code>",
@@ -67,6 +67,7 @@ DISRUPTION_REASONS = {
 # Why Kueue evicts (see kueue.EVICTIONS for the reasons and messages).
 EVICTION_WHY = (
     "preempted",
+    "cohort-reclamation",
     "pods-ready-timeout",
     "node-failures",
     "deactivated",

@@ -1,0 +1,125 @@
+"""Teams on the local stack (``rlpipe local up --teams examples/teams/teams.yaml``), end to end:
+each team's folder and its own topic reach intake, which makes each request its team's run, and
+the run's workloads are in its team's namespace, where the Secrets its allowlists name are (the
+publish step reads the team's write token there and publishes to the team's organisation)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlpipe.cli import submit as submit_cli
+from rlpipe.local.stack import LocalStack, StackConfig
+from rlpipe.local.teams_declaration import TeamsFileInvalid
+from tests.conftest import ROOT, minimal_request
+from tests.e2e.test_e2e import EVENTS, FAST_RETRY, Local
+from tests.harness.patience import ceiling
+
+pytestmark = pytest.mark.slow
+TEAMS_FILE = ROOT / "examples" / "teams" / "teams.yaml"
+SECRETS = {
+    "vision": {"name": "hf-vision", "key": "token"},
+    "speech": {"name": "hf-speech", "key": "token"},
+}
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    root = tmp_path_factory.mktemp("teams-stack")
+    saved = dict(os.environ)
+    config = StackConfig(root=root, poll_seconds=1, timing="fast", events=EVENTS, teams_file=str(TEAMS_FILE))
+    stack = LocalStack(config, say=lambda text: None)
+    stack.start()
+    try:
+        yield Local(stack, root)
+    finally:
+        stack.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _request(local: Local, team: str, **fields: Any) -> Path:
+    fields.setdefault("request_id", f"{team}-{uuid.uuid4().hex[:10]}")
+    path = local.tmp / f"{fields['request_id']}.yaml"
+    path.write_text(
+        yaml.safe_dump(minimal_request(hf_token_secret=SECRETS[team], retry=FAST_RETRY, **fields))
+    )
+    return path
+
+
+def _namespaces_until_done(local: Local, run_ids: list[str]) -> dict[str, set[str]]:
+    """The namespaces each run's workloads were seen in, from the cluster's own listing, until the
+    runs end."""
+    seen: dict[str, set[str]] = {run_id: set() for run_id in run_ids}
+    deadline = time.monotonic() + ceiling(40)
+    while time.monotonic() < deadline:
+        for workload, namespace in local.stack.placed().items():
+            for run_id in run_ids:
+                if workload.startswith(run_id):
+                    seen[run_id].add(namespace)
+        records = [local.ledger.get(r) for r in run_ids]
+        if all(r is not None and r.terminal for r in records):
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"runs not done: {[local.ledger.get(r) for r in run_ids]}\n{local.stack.logs}")
+
+
+def test_each_teams_folder_and_topic_make_its_runs_in_its_namespace(local: Local) -> None:
+    repo = f"vision-org/e2e-{uuid.uuid4().hex[:8]}"  # vision's own organisation, with its own write token
+    publish = {"repo": repo, "token_secret": {"name": "hf-vision-write", "key": "token"}}
+    vision = submit_cli.submit(
+        local.settings,
+        _request(local, "vision", publish=publish),
+        via="gcs",
+        team="vision",
+        storage_client=local.client,
+    )
+    speech = submit_cli.submit(local.settings, _request(local, "speech"), via="pubsub", team="speech")
+    assert vision.where.startswith(f"gs://{local.settings.requests_bucket}/requests/vision/")
+
+    seen = _namespaces_until_done(local, [vision.run_id, speech.run_id])
+    assert seen == {vision.run_id: {"rlpipe-vision"}, speech.run_id: {"rlpipe-speech"}}
+    by_folder, by_topic = local.ledger.get(vision.run_id), local.ledger.get(speech.run_id)
+    assert by_folder is not None and by_topic is not None
+    assert (by_folder.team, by_folder.state) == ("vision", "succeeded"), by_folder.failure
+    assert (by_topic.team, by_topic.state) == ("speech", "succeeded"), by_topic.failure
+    assert by_topic.source.kind == "pubsub" and (by_topic.source.topic or "").endswith(
+        "/rlpipe-requests-speech"
+    )
+    assert by_folder.lineage.published_commit, "the publish step read vision's write token in rlpipe-vision"
+
+
+def test_a_message_on_the_deployments_own_topic_is_no_teams_and_is_refused(local: Local) -> None:
+    """The deployment's requests topic is still routed (as Terraform keeps it); with teams declared
+    intake refuses what arrives there, naming the teams' topics."""
+    settings = local.settings
+    topic = settings.topic_path(settings.requests_topic)
+    message_id = submit_cli._publish(settings, topic, yaml.safe_dump(minimal_request()).encode())
+    from rlpipe.core import identity
+
+    delivery = identity.run_id_for(identity.key_for_message(topic, message_id))
+    deadline = time.monotonic() + ceiling(10)
+    while time.monotonic() < deadline and local.ledger.rejection(delivery) is None:
+        time.sleep(0.2)
+    rejection = local.ledger.rejection(delivery)
+    assert rejection is not None, local.stack.logs
+    [problem] = rejection["problems"]
+    assert "a topic no team owns" in problem["message"] and "rlpipe-requests-vision" in problem["fix"]
+
+
+def test_a_teams_file_that_is_no_declaration_stops_the_stack_before_anything_starts(tmp_path: Path) -> None:
+    """A copy of the example with one setting misspelt: the stack names the file and the field."""
+    broken = tmp_path / "teams.yaml"
+    broken.write_text(TEAMS_FILE.read_text().replace("read_secrets:", "read_secret:", 1))
+    stack = LocalStack(StackConfig(root=tmp_path / "stack", teams_file=str(broken)), say=lambda text: None)
+    with pytest.raises(TeamsFileInvalid) as refused:
+        stack.start()
+    assert f"{broken}.vision.read_secret: is not a team setting" in str(refused.value)
+    assert stack.children == {} and not (tmp_path / "stack" / "logs").exists()
