@@ -1,0 +1,77 @@
+"""The stage plan under a team's limits (core.team_limits): a run over active_runs is queued with the
+count, and goes on when a place is given back at the end of another; a run its team's monthly
+budget cannot hold fails at plan with the numbers and its rule, before any workload exists. Over
+the Kubernetes API double and fake-gcs-server, as the stage tests are."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rlpipe.core import layout
+from rlpipe.core.failure_rules import reported
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.runs.record import Source
+from tests.control.stage.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures)
+
+TEAMS = {
+    "vision": {"limits": {"active_runs": 1}},
+    "speech": {"limits": {"monthly_chip_hours": 500}},
+}
+
+
+def _team_service(env: dict[str, Any]) -> Any:
+    service = env["service"]
+    return replace(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
+
+
+def _team_run(env: dict[str, Any], run_id: str, team: str) -> None:
+    env["claim"](run_id)
+
+    def of_team(record: Any) -> tuple[str, None]:
+        record.source = Source(
+            kind="gcs", bucket="b", name=f"requests/{team}/r.json", generation="1", team=team
+        )
+        return "team", None
+
+    env["ledger"].update(run_id, of_team)
+
+
+def test_a_run_over_the_teams_active_runs_waits_and_goes_on_when_one_ends(env: dict[str, Any]) -> None:
+    service = _team_service(env)
+    _team_run(env, "rlimita0001", "vision")
+    _team_run(env, "rlimitb0001", "vision")
+    assert service.plan("rlimita0001", "rlimita0001-exec")["skip"] is False
+    queued = service.plan("rlimitb0001", "rlimitb0001-exec")
+    assert queued["wait"] is True and queued["wait_seconds"] == service.settings.callback_timeout_seconds
+    assert "team vision has 1 of 1 active runs" in queued["wait_reason"]
+    assert env["ledger"].get("rlimitb0001").waiting == queued["wait_reason"]  # rlpipe status shows it
+    service.finish("rlimita0001", "cancelled", None, "rlimita0001-exec")  # its end gives the place back
+    going = service.plan("rlimitb0001", "rlimitb0001-exec")
+    assert going.get("wait") is None and going["stages"], going
+    assert env["ledger"].get("rlimitb0001").waiting is None
+
+
+def test_a_run_its_teams_budget_cannot_hold_fails_at_plan_with_the_numbers(env: dict[str, Any]) -> None:
+    service = _team_service(env)
+    _team_run(env, "rbudget0001", "speech")  # reserves 32 chips × 24 h = 768 of 500
+    with pytest.raises(PermanentFailure, match="cannot hold this run") as refused:
+        service.plan("rbudget0001", "rbudget0001-exec")
+    assert (
+        "768 chip-hours" in refused.value.reason
+        and "500.0 of the team's 500 chip-hours" in refused.value.reason
+    )
+    record = env["ledger"].get("rbudget0001")
+    assert record.state == "failed" and record.failure is not None
+    assert (record.failure.rule, record.failure.stage) == (reported.TEAM_BUDGET_EXCEEDED, "plan")
+    assert record.attempts == [] and env["kube"].list("jobs", namespace="rlpipe-speech") == []
+    assert env["published"][-1][1]["failure"]["rule"] == reported.TEAM_BUDGET_EXCEEDED
+
+
+def test_a_deployment_without_teams_keeps_no_usage(env: dict[str, Any]) -> None:
+    env["claim"]("rnoteams001")
+    env["service"].plan("rnoteams001", "rnoteams001-exec")
+    assert list(env["state"].list(layout.TEAMS_PREFIX)) == []
