@@ -53,6 +53,11 @@ def test_a_run_over_the_teams_active_runs_waits_and_goes_on_when_one_ends(env: d
     going = service.plan("rlimitb0001", "rlimitb0001-exec")
     assert going.get("wait") is None and going["stages"], going
     assert env["ledger"].get("rlimitb0001").waiting is None
+    service.launch("rlimitb0001", "convert", 1, None, "rlimitb0001-exec")
+    (job,) = env["kube"].list("jobs", namespace="rlpipe-vision")
+    assert job["metadata"]["labels"]["rlpipe.dev/team"] == "vision"
+    assert job["spec"]["template"]["metadata"]["labels"]["rlpipe.dev/team"] == "vision"
+    service.cleanup("rlimitb0001", "rlimitb0001-exec")
 
 
 def test_a_run_its_teams_budget_cannot_hold_fails_at_plan_with_the_numbers(env: dict[str, Any]) -> None:

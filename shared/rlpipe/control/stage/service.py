@@ -111,6 +111,7 @@ class StageService:
             run_id=record.run_id,
             bucket=self.artifacts.bucket_name,
             namespace=self._namespace(record),
+            team=record.team,
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,

@@ -12,6 +12,7 @@ from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
 from rlpipe.core.manifests.publish import publish_args, publish_job
 from rlpipe.core.request import Request
+from rlpipe.core.teams import DEFAULT_TEAM
 
 DEFAULT_NAMESPACE = "rlpipe"
 DEFAULT_SERVICE_ACCOUNT = "rlpipe-workload"
@@ -40,6 +41,7 @@ class RenderContext:
     inputs: Mapping[str, Any] | None = None
     model_card: str = ""  # publish: the card the control plane rendered (rlpipe.publisher.card)
     publisher_program: str = ""  # publish: the program's source (rlpipe.publisher.program)
+    team: str = DEFAULT_TEAM  # the run's team (core.teams): the rlpipe.dev/team label on its objects
 
     @property
     def pathways_scratch_uri(self) -> str:
