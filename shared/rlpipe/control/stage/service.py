@@ -460,7 +460,7 @@ class StageService:
             return what, ended
 
         failure = reading.failure
-        _, ended = self.ledger.update(
+        recorded, ended = self.ledger.update(
             run_id,
             change,
             detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
@@ -468,7 +468,7 @@ class StageService:
         if failure:
             log.warning("attempt failed", failure=failure)
         if ended is not None:
-            quality_gate.log_stage_ended(self.log, run_id, ended, self.clock())
+            quality_gate.log_stage_ended(self.log, recorded, ended, self.clock())
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
