@@ -42,7 +42,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlpipe.core import tpu
-from rlpipe.core.runs.record import RunRecord, parse_time
+from rlpipe.core.runs.record import LEDGER_TIME, RunRecord, parse_time
 from rlpipe.core.teams import Limits
 
 # Earlier months kept in the document (visibility only; the limit reads the current month).
@@ -318,6 +318,15 @@ def decide(
         )
     )
     return "admitted", Decision("admitted", budget=budget)
+
+
+def preview(usage: TeamUsage, ask: Ask, limits: Limits, *, now: datetime) -> Decision:
+    """What plan would decide for ``ask`` on ``usage`` now, without changing it (``rlpipe plan``):
+    the holders' ledgers unread, so a place that ended unseen still counts."""
+    copy = usage.model_copy(deep=True)
+    return decide(
+        copy, ask, limits, now=now, stamp=now.strftime(LEDGER_TIME), stale_after=timedelta(days=3650)
+    )[1]
 
 
 def _queue(usage: TeamUsage, ask: Ask, stamp: str, waits_for: Literal["slot", "budget"]) -> None:
