@@ -113,3 +113,21 @@ def test_status_names_the_team_and_why_the_run_is_queued(
     assert cli.main(["status", "rqueued00001", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["team"], info["waiting"]) == ("vision", "queued: team vision has 4 of 4 active runs")
+
+
+def test_a_run_its_teams_budget_refused_is_told_both_ways_on() -> None:
+    from rlpipe.cli.watch import next_step
+    from rlpipe.core.failure_rules import reported
+    from rlpipe.core.runs.record import Failure
+
+    refused = _run("rbudget00001", "vision", "2026-12-03T10:00:00.000000Z")
+    refused.state = "failed"
+    refused.failure = Failure(
+        tag="permanent",
+        message="team vision's TPU budget ...",
+        stage="plan",
+        rule=reported.TEAM_BUDGET_EXCEEDED,
+    )
+    step = next_step(refused) or ""
+    assert "fewer chips or shorter deadlines" in step and 'rlpipe retry rbudget00001 --reason "…"' in step
+    assert "would fail the same way" not in step

@@ -6,8 +6,8 @@ by re-reading and deciding again, so two plans at a team's limit cannot both be 
 
 What a plan costs: one read of the document and, when it admits or queues the run, one write. The
 holders' ledgers are read only when the decision is not to go on (to find holdings that ended
-without a release: a run the reconciler or ``rlpipe cancel`` ended, and to count what the running
-ones held) or when the document holds many holders (``PRUNE_AT``), at most one read per holder.
+without a release: a run the reconciler ended, or one whose finish never came; and to count what
+the running ones held) or when the document holds many holders (``PRUNE_AT``), one read per holder.
 The ledgers are listed once per team, when its document does not exist yet (``seed``): a cost
 that grows with every run in the bucket, measured in docs/teams-limits.md.
 """
