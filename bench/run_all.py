@@ -6,7 +6,7 @@ collects their results as JSON and writes one report. Figures are never asserted
 1 only when a correctness check inside a benchmark failed (e.g. a burst made two runs, a soak run
 ended in the wrong state), so a broken pipeline cannot produce a green benchmark.
 
-    .venv/bin/python -m bench.run_all                     # all ten, ~6 minutes on 2 cores
+    .venv/bin/python -m bench.run_all                     # all eleven, ~7 minutes on 2 cores
     .venv/bin/python -m bench.run_all --only soak --seed 1234
     .venv/bin/python -m bench.run_all --quick             # smaller repetitions, for a quick look
 """
@@ -35,8 +35,9 @@ SECTIONS = {
     "report": "bench.report",
     "publish": "bench.publish",
     "cost": "bench.cost_modes",
+    "team": "bench.team_limits",
 }
-ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak", "list", "report", "publish", "cost")
+ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak", "list", "report", "publish", "cost", "team")
 TITLES = {
     "tpu": "1. TPU chips held outside training",
     "cold": "2. Function cold start",
@@ -48,6 +49,7 @@ TITLES = {
     "report": "8. `rlpipe report` render time",
     "publish": "9. Publishing to the Hub: memory and disk against export size",
     "cost": "10. Cost by provisioning mode (simulated, not measured)",
+    "team": "11. A team's limits at plan",
 }
 QUICK = {
     "cold_reps": 5,

@@ -109,6 +109,7 @@ resource "google_project_iam_member" "project" {
 #                     cache/maxtext/<key>/READY.json              stage (it checks the commit marker, then names the winner)
 #                     upstream/<repo>/state.json                  upstream poll and webhook
 #                     reconcile/cursor.json                       reconcile
+#                     teams/<team>/usage.json                     stage (a team's places and chip-hours: core/team_limits.py)
 #   artifacts bucket  runs/<id>/trained/, runs/<id>/hf/           workloads write; stage and reconcile read
 #                     cache/maxtext/<key>/<run>-a<N>/             workloads write; stage reads
 #                     pathways/                                   workloads (Pathways scratch)
@@ -122,7 +123,7 @@ resource "google_project_iam_member" "project" {
 locals {
   # "<prefix>" → the condition clause allowing the objects under it and listings of it.
   state_prefix = {
-    for p in ["runs/", "cache/maxtext/", "upstream/", "reconcile/"] :
+    for p in ["runs/", "cache/maxtext/", "upstream/", "reconcile/", "teams/"] :
     p => "resource.name.startsWith(\"${local.state_condition}${p}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${p}\")"
   }
   artifacts_prefix = {
@@ -134,7 +135,7 @@ locals {
     "intake-object"    = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.state_prefix["runs/"] }
     "intake-message"   = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.state_prefix["runs/"] }
     "artifact-event"   = { member = local.sa_member["artifact-event"], role = "roles/storage.objectViewer", condition = local.state_prefix["runs/"] }
-    "stage"            = { member = local.sa_member["stage"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["cache/maxtext/"]}" }
+    "stage"            = { member = local.sa_member["stage"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["cache/maxtext/"]} || ${local.state_prefix["teams/"]}" }
     "reconcile"        = { member = local.sa_member["reconcile"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["reconcile/"]}" }
     "upstream-poll"    = { member = local.sa_member["upstream-poll"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["upstream/"]}" }
     "upstream-webhook" = { member = local.sa_member["upstream-webhook"], role = "roles/storage.objectUser", condition = "${local.state_prefix["runs/"]} || ${local.state_prefix["upstream/"]}" }

@@ -41,10 +41,13 @@ locals {
       description  = "Runs claimed by intake and handed to their workflow execution."
       event        = "run_started"
       where        = ""
-      labels       = { source_kind = "Where the request came from: gcs, pubsub, upstream or cli." }
-      value        = ""
-      unit         = "1"
-      bounds       = []
+      labels = {
+        source_kind = "Where the request came from: gcs, pubsub, upstream or cli."
+        team        = "The run's team (core/teams.py; default on a deployment without teams)."
+      }
+      value  = ""
+      unit   = "1"
+      bounds = []
     }
     runs_ended = {
       display_name = "Runs ended"
@@ -55,6 +58,7 @@ locals {
         outcome          = "succeeded, failed, cancelled or gated."
         failure_class    = "preempted, capacity, transient, resources or permanent; empty when the run did not fail."
         budget_exhausted = "true when the run failed because a retry budget (or the retry cap) ran out."
+        team             = "The run's team (core/teams.py; default on a deployment without teams)."
       }
       value  = ""
       unit   = "1"
@@ -69,6 +73,7 @@ locals {
         outcome          = "succeeded, failed, cancelled or gated."
         failure_class    = "preempted, capacity, transient, resources or permanent; empty when the round did not fail."
         budget_exhausted = "true when the round failed because a retry budget (or the retry cap) ran out."
+        team             = "The run's team (core/teams.py; default on a deployment without teams)."
       }
       value  = ""
       unit   = "1"
@@ -109,12 +114,13 @@ locals {
     }
     stage_chip_hours = {
       display_name = "Stage attempt TPU chip-hours"
-      description  = "TPU chip-hours an attempt's pods held, by stage and final phase."
+      description  = "TPU chip-hours an attempt's pods held, by stage, final phase and team."
       event        = "stage_ended"
       where        = "NOT jsonPayload.chip_hours=NULL_VALUE"
       labels = {
         stage = "convert, train or export."
         phase = "succeeded, failed, superseded or cancelled."
+        team  = "The run's team (core/teams.py; default on a deployment without teams)."
       }
       value  = "chip_hours"
       unit   = "h"
@@ -237,6 +243,74 @@ locals {
     } if m.value != ""
   ]
 
+  # Runs and TPU chip-hours by team (docs/teams-limits.md, "Cost and visibility"). A label added
+  # to a metric that exists is allowed (LogMetric.metricDescriptor: "New labels can be added ...,
+  # but existing labels cannot be modified", https://cloud.google.com/logging/docs/reference/v2/rest/v2/projects.metrics).
+  # The chip-hours are a distribution, whose values only PromQL sums: a distribution metric reads as
+  # a Prometheus histogram, its values' total as <name>_sum, the name mapped by
+  # https://cloud.google.com/monitoring/promql/promql-mapping (first "/" to ":", any other
+  # character outside [A-Za-z0-9_] to "_").
+  chip_hours_promql = "logging_googleapis_com:user_${replace(google_logging_metric.run["stage_chip_hours"].name, "/[^A-Za-z0-9_]/", "_")}_sum"
+  team_widgets = [
+    {
+      title = "TPU chip-hours by team"
+      xyChart = {
+        dataSets = [{
+          timeSeriesQuery = {
+            prometheusQuery = "sum by (team) (increase(${local.chip_hours_promql}{monitored_resource=\"cloud_run_revision\"}[1h]))"
+          }
+          plotType   = "STACKED_BAR"
+          targetAxis = "Y1"
+        }]
+        yAxis = { label = "chip-hours per hour", scale = "LINEAR" }
+      }
+    },
+    {
+      title = "Runs ended by team"
+      xyChart = {
+        dataSets = [{
+          legendTemplate = "$${metric.labels.team} $${metric.labels.outcome}"
+          timeSeriesQuery = {
+            timeSeriesFilter = {
+              filter = local.metric_filter["runs_ended"]
+              aggregation = {
+                alignmentPeriod    = "3600s"
+                perSeriesAligner   = "ALIGN_SUM"
+                crossSeriesReducer = "REDUCE_SUM"
+                groupByFields      = ["metric.label.\"team\"", "metric.label.\"outcome\""]
+              }
+            }
+          }
+          plotType   = "STACKED_BAR"
+          targetAxis = "Y1"
+        }]
+        yAxis = { label = "per hour", scale = "LINEAR" }
+      }
+    },
+    {
+      title = "Runs started by team"
+      xyChart = {
+        dataSets = [{
+          legendTemplate = "$${metric.labels.team}"
+          timeSeriesQuery = {
+            timeSeriesFilter = {
+              filter = local.metric_filter["runs_started"]
+              aggregation = {
+                alignmentPeriod    = "3600s"
+                perSeriesAligner   = "ALIGN_SUM"
+                crossSeriesReducer = "REDUCE_SUM"
+                groupByFields      = ["metric.label.\"team\""]
+              }
+            }
+          }
+          plotType   = "STACKED_BAR"
+          targetAxis = "Y1"
+        }]
+        yAxis = { label = "per hour", scale = "LINEAR" }
+      }
+    },
+  ]
+
   attention_panel = {
     title = "Runs that failed, were gated or are stuck"
     logsPanel = {
@@ -252,7 +326,7 @@ resource "google_monitoring_dashboard" "runs" {
     displayName = "${var.name_prefix}: runs"
     gridLayout = {
       columns = "2"
-      widgets = concat(local.counter_widgets, local.distribution_widgets, [local.attention_panel])
+      widgets = concat(local.team_widgets, local.counter_widgets, local.distribution_widgets, [local.attention_panel])
     }
   })
 

@@ -47,6 +47,7 @@ LIST_SCHEMA: dict[str, Any] = {
                     "stage",
                     "attempt",
                     "created_at",
+                    "team",
                     "model",
                     "labels",
                     "post_mean_reward",
@@ -59,6 +60,7 @@ LIST_SCHEMA: dict[str, Any] = {
                     "stage": NULLABLE_STR,
                     "attempt": {"type": "integer"},
                     "created_at": {"type": "string"},
+                    "team": {"type": "string", "pattern": "^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$"},
                     "model": NULLABLE_STR,
                     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
                     "post_mean_reward": NULLABLE_NUM,
@@ -227,6 +229,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "lineage",
         "terminal",
         "sweep",
+        "team",
+        "waiting",
     ],
     "properties": {
         "run_id": {"type": "string"},
@@ -259,6 +263,8 @@ STATUS_SCHEMA: dict[str, Any] = {
         "lineage": {"type": "object"},
         "terminal": {"type": "boolean"},
         "sweep": {"oneOf": [{"type": "null"}, SWEEP_PARENT_SCHEMA, SWEEP_CHILD_SCHEMA]},
+        "team": {"type": "string"},
+        "waiting": NULLABLE_STR,
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }

@@ -67,7 +67,7 @@ def test_each_object_lives_under_its_buckets_prefixes() -> None:
     (Terraform's IAM conditions grant exactly these; tests/repo/test_infra.py checks that side)."""
     run, cache = layout.RunLayout("b", "rabc"), layout.ConversionCache("b", "k")
     state = [run.ledger, run.event(1, "x"), run.error, cache.ready, layout.upstream_state("org/m")]
-    state.append(layout.RECONCILE_CURSOR)
+    state += [layout.RECONCILE_CURSOR, layout.team_usage("vision")]
     workloads = [
         run.step_commit(50),
         run.hf_dir + layout.HF_INDEX,
@@ -79,6 +79,7 @@ def test_each_object_lives_under_its_buckets_prefixes() -> None:
     assert all(name.startswith(layout.WORKLOAD_PREFIXES) for name in workloads)
     assert layout.upstream_state("org/m") == "upstream/org/m/state.json"
     assert layout.RECONCILE_CURSOR == "reconcile/cursor.json"
+    assert layout.team_usage("vision") == "teams/vision/usage.json"
 
 
 def test_nothing_the_pipeline_writes_triggers_intake() -> None:

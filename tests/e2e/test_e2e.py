@@ -331,7 +331,7 @@ def _is_control_plane_state(name: str) -> bool:
             and (parts[2] in ("run.json", "error.json", "delivery.json", "events"))
         )
         or (name.startswith(layout.CACHE_PREFIX) and name.endswith("/READY.json"))
-        or name.startswith((layout.UPSTREAM_PREFIX, layout.RECONCILE_PREFIX))
+        or name.startswith((layout.UPSTREAM_PREFIX, layout.RECONCILE_PREFIX, layout.TEAMS_PREFIX))
     )
 
 

@@ -641,7 +641,7 @@ def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
         "intake-object": ("roles/storage.objectUser", {"runs/"}),
         "intake-message": ("roles/storage.objectUser", {"runs/"}),
         "artifact-event": ("roles/storage.objectViewer", {"runs/"}),
-        "stage": ("roles/storage.objectUser", {"runs/", "cache/maxtext/"}),  # READY.json
+        "stage": ("roles/storage.objectUser", {"runs/", "cache/maxtext/", "teams/"}),  # READY.json, usage
         "reconcile": ("roles/storage.objectUser", {"runs/", "reconcile/"}),
         "upstream-poll": ("roles/storage.objectUser", {"runs/", "upstream/"}),
         "upstream-webhook": ("roles/storage.objectUser", {"runs/", "upstream/"}),

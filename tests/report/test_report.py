@@ -470,3 +470,10 @@ def test_a_long_curve_keeps_every_point() -> None:
     assert not list(
         by_id(reward, "reward-mean-reward-unlabelled").iter(f"{SVG}use")
     )  # no markers at this density
+
+
+@pytest.mark.parametrize(("team", "shown"), [("vision", "vision"), (None, "default")])
+def test_the_page_names_the_runs_team(team: str | None, shown: str) -> None:
+    record_model = RunRecord(run_id="rteam0000001", key="k", source=Source(kind="gcs", team=team), request={})
+    html = report.render_report(record_model, now=NOW)
+    assert re.search(rf'<dt>team</dt><dd id="fact-team">{shown}</dd>', html), "the team fact"

@@ -1,4 +1,4 @@
-"""``rlpipe list [--state S]... [--label K=V]... [--since WHEN] [--limit N [--page-token T]] [--json]``.
+"""``rlpipe list [--state S]... [--label K=V]... [--team T]... [--since WHEN] [--limit N [--page-token T]] [--json]``.
 
 Kept apart from ``main.py`` (like ``reconcile`` and ``report``) so ``register`` is the only line the
 main parser needs. The filters and the page token are described in docs/cli.md.
@@ -42,6 +42,18 @@ def _label(value: str) -> tuple[str, str]:
     return key.strip(), wanted.strip()
 
 
+def _team(value: str) -> str:
+    import re
+
+    from rlpipe.core.teams import TEAM_NAME
+
+    if not re.match(TEAM_NAME, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: not a team name (lowercase letters, digits and -, starting with a letter)"
+        )
+    return value
+
+
 def _positive(value: str) -> int:
     try:
         number = int(value)
@@ -67,7 +79,10 @@ def cmd_list(args: argparse.Namespace, settings: Callable[[], Any], ledger: Call
     from rlpipe.cli import runs
 
     where = runs.RunFilter(
-        states=frozenset(args.state or ()), labels=tuple(args.label or ()), since=args.since
+        states=frozenset(args.state or ()),
+        labels=tuple(args.label or ()),
+        since=args.since,
+        teams=frozenset(args.team or ()),
     )
     if args.page_token is not None and not identity.is_run_id(args.page_token):
         print(f"--page-token {args.page_token!r}: not a token `rlpipe list` gave", file=sys.stderr)
@@ -90,13 +105,16 @@ def cmd_list(args: argparse.Namespace, settings: Callable[[], Any], ledger: Call
     else:
         from rlpipe.core.runs.results import reward_summary
 
-        print(f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'REWARD':<18}{'CREATED':<28}MODEL")
+        wide = max(len("TEAM"), *(len(r.team) for r in records)) + 2
+        print(
+            f"{'RUN':<14}{'STATE':<11}{'STAGE':<9}{'ATTEMPT':<8}{'TEAM':<{wide}}{'REWARD':<18}{'CREATED':<28}MODEL"
+        )
         for r in records:
             post, gain = reward_summary(r.results or {})
             reward = "-" if post is None else f"{post:.4f}" + (f" ({gain:+.4f})" if gain is not None else "")
             print(
-                f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{reward:<18}{r.created_at:<28}"
-                f"{r.request.get('model')}"
+                f"{r.run_id:<14}{r.state:<11}{r.stage or '-':<9}{r.attempt:<8}{r.team:<{wide}}{reward:<18}"
+                f"{r.created_at:<28}{r.request.get('model')}"
             )
     if token:
         print(f"more: rlpipe list --limit {args.limit} --page-token {token}")
@@ -120,6 +138,14 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
         type=_label,
         metavar="KEY=VALUE",
         help="only runs whose request has this label (repeatable: all of them)",
+    )
+    p.add_argument(
+        "--team",
+        action="append",
+        type=_team,
+        metavar="NAME",
+        help="only runs of this team (repeatable: any of them); default is the team of runs on a "
+        "deployment without teams",
     )
     p.add_argument(
         "--since",

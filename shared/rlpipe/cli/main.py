@@ -201,6 +201,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(sweep_view.parent_summary(record, info["sweep"]))
     else:
         print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
+    print(f"  team        {record.team}")
+    if record.waiting and record.lineage.sweep is None:  # queued under its team's limits (a child's: below)
+        print(f"  queued      {record.waiting}")
     for line in sweep_view.member_lines(info["sweep"]):  # a sweep's child: its parent and point
         print(line)
     for what, url in links.items():
@@ -354,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from rlpipe.cli import plan as plan_cli
 
-    plan_cli.register(sub)
+    plan_cli.register(sub, settings=_settings)
 
     from rlpipe.cli import submit as submit_cli
 

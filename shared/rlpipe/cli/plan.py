@@ -6,7 +6,10 @@ run time"), budgets and deadlines. ``--json`` prints the stable form documented 
 With the deployment's params files (``--params``, else where docs/deploy.md writes them), a
 request over its queue's TPU quota is warned about: Kueue would never admit it. A request with a
 ``sweep`` is planned child by child (``sweep_plan``): each child's overrides, final step,
-chip-hours and cost, and the sweep's totals.
+chip-hours and cost, and the sweep's totals. With ``--team NAME`` (a team the deployment's
+``RLPIPE_TEAMS`` declares), the run is planned as that team's: its namespace, its limits, the
+chip-hours the run reserves at plan, and with ``--usage`` what its team has left this month and
+what plan would decide now (docs/teams-limits.md).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def _params(path: Path) -> dict[str, str]:
     return values
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_plan(args: argparse.Namespace, settings: Callable[[], Any] | None = None) -> int:
     from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
     from rlpipe.control.adapters.settings import Settings
     from rlpipe.core import cost
@@ -114,11 +117,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rlpipe.core.plan import build_plan, render_text
 
     try:  # the deployment's settings first: a bad one is named with its fix, not a traceback
-        prices = cost.parse_override(Settings.from_env().prices_json)
+        deployment = Settings.from_env()
+        prices = cost.parse_override(deployment.prices_json)
         quotas = read_quotas([Path(p) for p in args.params] if args.params else None)
-    except (cost.PricesInvalid, ParamsInvalid) as exc:
+        team = _team(deployment, args.team) if args.team else None
+    except (cost.PricesInvalid, ParamsInvalid, TeamUnknown) as exc:
         print(f"rlpipe plan: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    except RequestInvalid as exc:  # RLPIPE_TEAMS that cannot be read
+        print(exc.render(), file=sys.stderr)
+        return ExitCode.USAGE
+    if args.usage and team is None:
+        print("rlpipe plan: --usage goes with --team (whose usage to read)", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.namespace is None:  # a team's run lives in its team's namespace
+        args.namespace = team.k8s_namespace if team is not None else "rlpipe"
     try:  # a sweep's every child is checked as a request of its own (load_request does it too)
         req = read_request(args.request)
         children = core_sweep.children(req, policy()) if req.sweep is not None else []
@@ -162,15 +175,145 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     if pinned:
         plan["hub_check"] = pinned
+    if team is not None:
+        usage = _read_usage(settings, team.name) if args.usage else None
+        if isinstance(usage, str):  # why it could not be read
+            print(f"rlpipe plan: {usage}", file=sys.stderr)
+            return ExitCode.TRANSIENT
+        requests = [c.request for c in children] if children else [req]
+        plan["team"] = team_plan(team, requests, run_id, usage)
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_text(plan))
         if "sweep" in plan:
             sys.stdout.write(render_sweep(plan["sweep"], plan["conversion"]))
+        if "team" in plan:
+            sys.stdout.write(render_team(plan["team"]))
         for line in pinned:
             print(f"pinned now: {line}")
     return ExitCode.OK
+
+
+class TeamUnknown(ValueError):
+    """``--team`` names no team of the deployment's declaration."""
+
+
+def _team(deployment: Any, name: str) -> Any:
+    from rlpipe.core.teams import DEFAULT_TEAM, Team
+
+    teams = deployment.teams()
+    if not teams.declared and name == DEFAULT_TEAM:
+        return Team(name=DEFAULT_TEAM, namespace=deployment.namespace)  # no limits: the one team
+    team = teams.named(name)
+    if team is None:
+        declared = ", ".join(teams.names()) or f"none: RLPIPE_TEAMS is empty, the one team is {DEFAULT_TEAM}"
+        raise TeamUnknown(f"--team {name}: this deployment declares no such team (teams: {declared})")
+    return team
+
+
+def _read_usage(settings: Callable[[], Any] | None, team: str) -> Any:
+    """The team's usage document from the deployment's state bucket; None before its first plan;
+    a sentence when it cannot be read."""
+    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.lifecycle.ledger import Ledger
+    from rlpipe.control.lifecycle.team_usage import TeamUsageStore
+
+    chosen = settings() if settings is not None else None
+    if chosen is None or not chosen.state_bucket:
+        return (
+            "--usage needs the deployment's state bucket (RLPIPE_STATE_BUCKET, or a local stack that is up)"
+        )
+    try:
+        store = BlobStore(make_client(chosen.project), chosen.state_bucket)
+        return TeamUsageStore(store, Ledger(store), poll_seconds=chosen.callback_timeout_seconds).read(team)
+    except Exception as exc:  # credentials, network: say which, never a traceback
+        return f"the usage of team {team} could not be read from gs://{chosen.state_bucket}: {exc}"
+
+
+def team_plan(team: Any, requests: list[Any], run_id: str, usage: Any) -> dict[str, Any]:
+    """The plan's ``team`` object (docs/plan.md): the team, its limits, what the run (or each of a
+    sweep's children) reserves at plan, and with ``usage`` the month so far and what plan would
+    decide now for this run (the first child, for a sweep)."""
+    from datetime import UTC, datetime
+
+    from rlpipe.core import team_limits
+
+    reserved = [team_limits.reservation(r.model_dump(mode="json")) for r in requests]
+    limits = team.limits
+    budget = limits.monthly_chip_hours
+    notes = []
+    biggest = max(r.chip_hours for r in reserved)
+    if budget is not None and biggest > budget:
+        notes.append(
+            f"a run here reserves {biggest:g} chip-hours, more than the team's whole monthly budget "
+            f"({budget:g}): plan refuses it every month; ask for fewer chips or shorter deadlines"
+        )
+    entry: dict[str, Any] = {
+        "name": team.name,
+        "namespace": team.k8s_namespace,
+        "limits": limits.model_dump(),
+        "reserves_chip_hours": reserved[0].chip_hours,
+        "reservation": reserved[0].explained,
+        "children_reserve_chip_hours": round(sum(r.chip_hours for r in reserved), 3)
+        if len(requests) > 1
+        else None,
+        "usage": None,
+        "at_plan": None,
+        "notes": notes,
+    }
+    if usage is not None:
+        now = datetime.now(UTC)
+        preview = usage.model_copy(deep=True)
+        team_limits.roll_month(preview, now)
+        held = team_limits.budget_of(preview, budget or 0.0, team_limits.Observed(), 0.0)
+        entry["usage"] = {
+            "month": preview.month,
+            "used": round(held.used, 3),
+            "running": len(preview.holders),
+            "running_sweep_children": sum(h.sweep_child for h in preview.holders),
+            "running_reserved": round(held.running_reserved, 3),
+            "waiting": len(preview.waiting),
+            "left": round(held.left, 3) if budget is not None else None,
+        }
+        ask = team_limits.Ask(run_id, len(requests) > 1, reserved[0])
+        decided = team_limits.preview(usage, ask, limits, now=now)
+        entry["at_plan"] = {"outcome": decided.outcome, "reason": decided.reason}
+    return entry
+
+
+def render_team(team: dict[str, Any]) -> str:
+    """The team's part of the plan for a person."""
+    limits = team["limits"]
+    shown = [
+        f"{limits['active_runs']} active runs" if limits["active_runs"] else None,
+        f"{limits['sweep_children']} sweep children" if limits["sweep_children"] else None,
+        f"{limits['monthly_chip_hours']:g} chip-hours a month (UTC)"
+        if limits["monthly_chip_hours"]
+        else None,
+    ]
+    lines = [
+        f"team: {team['name']} (namespace {team['namespace']})",
+        f"  limits: {', '.join(s for s in shown if s) or 'none'}",
+        f"  reserves at plan: up to {team['reserves_chip_hours']:g} chip-hours ({team['reservation']})",
+    ]
+    if team["children_reserve_chip_hours"] is not None:
+        lines.append(
+            f"  the sweep's children reserve {team['children_reserve_chip_hours']:g} chip-hours together"
+        )
+    usage = team["usage"]
+    if usage is not None:
+        left = f"; {usage['left']:g} left" if usage["left"] is not None else ""
+        lines.append(
+            f"  {usage['month']}: {usage['used']:g} chip-hours used by ended runs, {usage['running']} running "
+            f"reserving {usage['running_reserved']:g}, {usage['waiting']} queued{left}"
+        )
+        at_plan = team["at_plan"]
+        lines.append(
+            f"  at plan now: {at_plan['outcome']}" + (f": {at_plan['reason']}" if at_plan["reason"] else "")
+        )
+    lines += [f"  note: {n}" for n in team["notes"]]
+    return "\n".join(lines) + "\n"
 
 
 def sweep_plan(
@@ -282,7 +425,7 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
-def register(sub: Any) -> None:
+def register(sub: Any, *, settings: Callable[[], Any] | None = None) -> None:
     p = sub.add_parser("plan", help="what the pipeline will do for a request (dry run, no cluster)")
     p.add_argument("request", help="request file (JSON or YAML), or - for stdin")
     p.add_argument("--json", action="store_true", help="the stable JSON form (docs/plan.md)")
@@ -290,7 +433,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--state-bucket", default="STATE_BUCKET", help="state bucket name (ledger, events, READY.json)"
     )
-    p.add_argument("--namespace", default="rlpipe", help="Kubernetes namespace (default rlpipe)")
+    p.add_argument("--namespace", help="Kubernetes namespace (default: the team's with --team, else rlpipe)")
     p.add_argument("--run-id", help="run id (default: derived from request_id or the file name)")
     p.add_argument("--hf-revision", help="resolved commit sha (default: the request's, if it is a sha)")
     p.add_argument(
@@ -311,4 +454,16 @@ def register(sub: Any) -> None:
         help="a deployment's params.env, to check the request against its TPU quota (repeatable; "
         "default: infra/cluster/k8s/params.env and flex-start/params.env, where they exist)",
     )
-    p.set_defaults(func=cmd_plan)
+    p.add_argument(
+        "--team",
+        metavar="NAME",
+        help="plan as a run of this team (RLPIPE_TEAMS): its namespace, its limits, the chip-hours the run "
+        "reserves at plan",
+    )
+    p.add_argument(
+        "--usage",
+        action="store_true",
+        help="with --team: read the team's usage this month from the deployment's state bucket, and say "
+        "what plan would decide now (goes on, queued, or refused with how much is left)",
+    )
+    p.set_defaults(func=lambda args: cmd_plan(args, settings))

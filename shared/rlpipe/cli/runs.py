@@ -43,14 +43,18 @@ def list_runs(ledger: Ledger, *, page_size: int = 500, workers: int = 16) -> lis
 @dataclass(frozen=True)
 class RunFilter:
     """Which runs ``rlpipe list`` shows: any of ``states`` (none: every state), every one of
-    ``labels`` (the request's labels), created at or after ``since``."""
+    ``labels`` (the request's labels), created at or after ``since``, of any of ``teams`` (none:
+    every team; a run recorded before teams, or on a deployment without them, is ``default``'s)."""
 
     states: frozenset[str] = frozenset()
     labels: tuple[tuple[str, str], ...] = ()
     since: datetime | None = None
+    teams: frozenset[str] = frozenset()
 
     def matches(self, record: RunRecord) -> bool:
         if self.states and record.state not in self.states:
+            return False
+        if self.teams and record.team not in self.teams:
             return False
         labels = record.request.get("labels") or {}
         if any(labels.get(key) != value for key, value in self.labels):
@@ -119,6 +123,7 @@ def list_entry(record: RunRecord) -> dict[str, Any]:
         "stage": record.stage,
         "attempt": record.attempt,
         "created_at": record.created_at,
+        "team": record.team,
         "model": record.request.get("model"),
         "labels": dict(record.request.get("labels") or {}),
         "post_mean_reward": post,
@@ -229,6 +234,9 @@ def describe(record: RunRecord, children: list[RunRecord | None] | None = None) 
         "lineage": record.lineage.model_dump(exclude_none=True),
         "terminal": record.state in TERMINAL,
         "sweep": sweep_info(record, children),
+        "team": record.team,
+        # why plan queued it under its team's limits (core.team_limits); null once it goes on
+        "waiting": record.waiting,
     }
 
 

@@ -25,12 +25,13 @@ def children_of(ledger: Ledger, record: RunRecord) -> list[RunRecord | None] | N
 
 
 def waiting(child: RunRecord) -> str | None:
-    """Why the child waits, while it does: queued for a slot (``accepted``), or at selection for
-    its siblings; None once it ended."""
+    """Why the child waits, while it does: queued for a slot of its sweep (``accepted``) or of its
+    team (``RunRecord.waiting``, core.team_limits), or at selection for its siblings; None once it
+    ended."""
     member = child.lineage.sweep
-    if member is None or not member.waiting or child.terminal:
+    if member is None or child.terminal:
         return None
-    return member.waiting
+    return member.waiting or child.waiting
 
 
 def post_mean_reward(record: RunRecord) -> float | None:

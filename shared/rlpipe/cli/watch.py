@@ -17,7 +17,7 @@ from rich.text import Text
 from rlpipe.cli.runs import describe
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import cost
-from rlpipe.core.failure_rules.reported import ROUND_BOUND
+from rlpipe.core.failure_rules.reported import ROUND_BOUND, TEAM_BUDGET_EXCEEDED
 from rlpipe.core.runs.record import RunRecord, parse_time
 
 _STYLE = {
@@ -313,6 +313,18 @@ def next_step(record: RunRecord) -> str | None:
     summary that stops at `gated` or `failed` leaves the reader to find the command in the docs,
     and a hint that a retry would fail the same way sends them round in a circle."""
     command = next_command(record)
+    if (
+        record.state == "failed"
+        and record.failure is not None
+        and record.failure.rule == TEAM_BUDGET_EXCEEDED
+    ):
+        # refused at plan by its team's monthly budget (core.team_limits): the same request fits
+        # once the budget has room, so a retry later is a way on as well as a changed request
+        return (
+            "its team's monthly TPU budget could not hold it (nothing of it held a TPU): ask for fewer "
+            "chips or shorter deadlines and submit again, or once the budget allows (next month, or "
+            f'raised by the deployment) rlpipe retry {record.run_id} --reason "…"'
+        )
     if record.state == "gated" and command is not None:
         return (
             f"the quality gate held the model back; to ship it anyway: {command} "

@@ -21,6 +21,10 @@ LABEL_RUN = "rlpipe.dev/run"
 LABEL_STAGE = "rlpipe.dev/stage"
 LABEL_ATTEMPT = "rlpipe.dev/attempt"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# The team whose run it is (core.teams; ``default`` without teams): cost allocation and any
+# per-team view of the cluster group by it. The source decides it; a request's own labels cannot
+# set it (core.request.checks reserves rlpipe.dev/).
+LABEL_TEAM = "rlpipe.dev/team"
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 
 RUN_ID_LENGTH = 12
@@ -100,12 +104,14 @@ def network_subdomain(run_id: str, attempt: int) -> str:
     return f"{run_id}-a{attempt}"
 
 
-def run_labels(run_id: str, stage: Stage, attempt: int) -> dict[str, str]:
-    """Labels on every object of a run, so cleanup and reconciliation work by selector."""
+def run_labels(run_id: str, stage: Stage, attempt: int, team: str) -> dict[str, str]:
+    """Labels on every object of a run, so cleanup and reconciliation work by selector, and a
+    cluster's cost and usage can be read by team."""
     return {
         LABEL_RUN: run_id,
         LABEL_STAGE: stage,
         LABEL_ATTEMPT: str(attempt),
+        LABEL_TEAM: team,
         LABEL_MANAGED_BY: "rlpipe",
     }
 

@@ -50,9 +50,10 @@ PATHWAYS_PREFIX = "pathways/"
 UPSTREAM_PREFIX = "upstream/"
 RECONCILE_PREFIX = "reconcile/"
 RECONCILE_CURSOR = f"{RECONCILE_PREFIX}cursor.json"  # state bucket
+TEAMS_PREFIX = "teams/"  # state bucket: each team's usage (core.team_limits), written by stage only
 
 # Where each bucket's objects live (Terraform's IAM conditions grant exactly these prefixes).
-STATE_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, UPSTREAM_PREFIX, RECONCILE_PREFIX)
+STATE_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, UPSTREAM_PREFIX, RECONCILE_PREFIX, TEAMS_PREFIX)
 WORKLOAD_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, PATHWAYS_PREFIX)
 
 COMMIT_MARKER = "commit_success.txt"
@@ -109,6 +110,11 @@ def request_namespace(name: str) -> str:
     rest = name.removeprefix(REQUESTS_PREFIX)
     folder, slash, _ = rest.partition("/")
     return folder if slash and name.startswith(REQUESTS_PREFIX) else ""
+
+
+def team_usage(team: str) -> str:
+    """A team's usage: its runs holding a place, its queue, its chip-hours by month (state bucket)."""
+    return f"{TEAMS_PREFIX}{team}/usage.json"
 
 
 def upstream_state(repo: str) -> str:

@@ -175,6 +175,7 @@ class StatusMessage(_Answer):
 
     run_id: str
     state: str
+    team: str  # whose run (core.teams; default without teams)
     message: str
     failure: dict[str, Any] | None
     attempts: dict[str, int]

@@ -158,6 +158,7 @@ def render_report(
             stage=record.stage,
             attempt=record.attempt,
             model=request.model,
+            team=record.team,
             created_at=_show_time(record.created_at),
             updated_at=_show_time(record.updated_at),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.notify import Notice, Notifier, status_message
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.runs.record import Failure, RunRecord, Source
+from tests.harness.mutants import mutant
 
 
 def _record(notify: str | None = None) -> RunRecord:
@@ -112,3 +114,27 @@ def test_a_notice_goes_to_its_own_topic_else_the_deployments() -> None:
         "projects/my-project/topics/rlpipe-status",
     ]
     assert sent.messages[0][1] == {"state": "no-access"}
+
+
+def team_problems(status_message: Any) -> list[str]:
+    """What a status message (``status_message`` of a module) says wrong about whose run it is."""
+    problems = []
+    for team, expected in (("vision", "vision"), (None, "default")):
+        record = _record()
+        record.source = Source(kind="gcs", team=team)
+        said = status_message(record).get("team")
+        if said != expected:
+            problems.append(f"a run of team {team or '(none)'} is announced as team {said!r}")
+    return problems
+
+
+def test_a_status_message_names_the_runs_team() -> None:
+    assert team_problems(status_message) == []
+
+
+def test_a_status_message_without_the_team_is_reported(tmp_path: Path) -> None:
+    from rlpipe.control.adapters import notify
+
+    with mutant(notify, '        "team": record.team,\n', "", tmp_path) as careless:
+        problems = team_problems(careless.status_message)
+    assert any("announced as team None" in p for p in problems), problems

@@ -255,12 +255,13 @@ def test_a_planted_mistake_fails_the_check(
 
 
 CALLS: list[tuple[str, Callable[[Logger], None]]] = [
-    (rm.RUN_STARTED, lambda log: rm.run_started(log, run_id="rabc", source_kind="gcs")),
+    (rm.RUN_STARTED, lambda log: rm.run_started(log, run_id="rabc", source_kind="gcs", team="vision")),
     (
         rm.RUN_ENDED,
         lambda log: rm.run_ended(
             log,
             run_id="rabc",
+            team="vision",
             outcome="gated",
             failure_class="permanent",
             stage="train",
@@ -274,6 +275,7 @@ CALLS: list[tuple[str, Callable[[Logger], None]]] = [
         lambda log: rm.run_ended(
             log,
             run_id="rabc",
+            team="vision",
             outcome="failed",
             failure_class="preempted",
             budget_exhausted=True,
@@ -289,6 +291,7 @@ CALLS: list[tuple[str, Callable[[Logger], None]]] = [
         lambda log: rm.stage_ended(
             log,
             run_id="rabc",
+            team="vision",
             stage="train",
             attempt=2,
             phase="failed",
@@ -324,6 +327,8 @@ def test_each_function_writes_exactly_its_declared_fields(
     line = json.loads(lines[0])
     assert set(line) == rm.EMITTED_FIELDS[event]
     assert line["event"] == event and line["run_id"] == "rabc" and line["component"] == "stage"
+    if rm.TEAM in rm.EVENT_FIELDS[event]:  # runs and chip-hours are charted by team
+        assert line[rm.TEAM] == "vision"
     for field, allowed in rm.LABEL_VALUES.items():
         if field in line and line[field] is not None:
             assert line[field] in allowed, (field, line[field])
@@ -335,6 +340,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
     rm.stage_ended(
         log,
         run_id="r",
+        team="vision",
         stage="train",
         attempt=1,
         phase="succeeded",
@@ -358,6 +364,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
         lambda log: rm.run_ended(
             log,
             run_id="r",
+            team="vision",
             outcome="done",
             failure_class=None,
             stage=None,
@@ -368,6 +375,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
         lambda log: rm.run_ended(
             log,
             run_id="r",
+            team="vision",
             outcome="failed",
             failure_class="oom",
             stage=None,
@@ -378,6 +386,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
         lambda log: rm.run_ended(
             log,
             run_id="r",
+            team="vision",
             outcome="succeeded",
             failure_class=None,
             stage=None,
@@ -388,6 +397,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
         lambda log: rm.stage_ended(
             log,
             run_id="r",
+            team="vision",
             stage="train",
             attempt=1,
             phase="running",
@@ -398,6 +408,7 @@ def test_values_are_what_the_label_extractors_expect() -> None:
         lambda log: rm.stage_ended(
             log,
             run_id="r",
+            team="vision",
             stage="train",
             attempt=1,
             phase="failed",
@@ -405,8 +416,20 @@ def test_values_are_what_the_label_extractors_expect() -> None:
             duration_seconds=-1,
             chip_hours=None,
         ),
+        lambda log: rm.run_started(log, run_id="r", source_kind="gcs", team="Vision Team"),
+        lambda log: rm.stage_ended(
+            log,
+            run_id="r",
+            team=None,  # type: ignore[arg-type]
+            stage="train",
+            attempt=1,
+            phase="succeeded",
+            failure_class=None,
+            duration_seconds=1,
+            chip_hours=2.0,
+        ),
     ],
-    ids=["outcome", "failure-class", "gate", "phase", "negative-duration"],
+    ids=["outcome", "failure-class", "gate", "phase", "negative-duration", "team-name", "no-team"],
 )
 def test_a_value_no_label_expects_is_refused(call: Callable[[Logger], None]) -> None:
     out = io.StringIO()
@@ -488,6 +511,8 @@ def test_every_percentile_line_has_a_legend_naming_it_and_its_series(tf: dict[st
         if _from_monitoring_tf(dashboard):
             for node in _walk(json.loads(dashboard["dashboard_json"])):
                 for data_set in node.get("dataSets") or []:
+                    if "timeSeriesFilter" not in data_set["timeSeriesQuery"]:
+                        continue  # a PromQL line (the chip-hours by team) names its series by its legend
                     reducer = data_set["timeSeriesQuery"]["timeSeriesFilter"]["aggregation"][
                         "crossSeriesReducer"
                     ]
@@ -565,3 +590,105 @@ def test_a_run_failed_by_an_exhausted_budget_has_its_last_failures_class(
     record.attempts[1].budget_exhausted = None  # a real bug: permanent, and no budget involved
     line = _ended(record, capsys)
     assert (line["failure_class"], line["budget_exhausted"]) == ("permanent", False)
+
+
+# ------------------------------------------------------------------------------ by team
+
+
+# The metrics a team's runs and chip-hours are read from: each extracts the lines' team.
+TEAM_METRICS = ("runs_started", "runs_ended", "rounds_ended", "stage_chip_hours")
+PROMQL_METRIC = re.compile(r"logging_googleapis_com:user_(\w+?)_(sum|count|bucket)\b")
+
+
+def team_problems(tf: dict[str, Any]) -> list[str]:
+    """What keeps the dashboard from breaking runs and chip-hours down by team (empty: nothing)."""
+    problems = []
+    metrics = {
+        m["name"].rsplit("/", 1)[-1]: m
+        for m in tf.get("google_logging_metric") or []
+        if _from_monitoring_tf(m)
+    }
+    for key in TEAM_METRICS:
+        extractor = (metrics.get(key, {}).get("label_extractors") or {}).get(rm.TEAM)
+        if extractor != f"EXTRACT(jsonPayload.{rm.TEAM})":
+            problems.append(f"{key} is not broken down by team (label_extractors.team is {extractor!r})")
+    promql_names = {re.sub(r"[^A-Za-z0-9_]", "_", m["name"]): key for key, m in metrics.items()}
+    runs_by_team = chip_hours_by_team = False
+    for dashboard in tf.get("google_monitoring_dashboard") or []:
+        if not _from_monitoring_tf(dashboard):
+            continue
+        for node in _walk(json.loads(dashboard["dashboard_json"])):
+            for data_set in node.get("dataSets") or []:
+                query = data_set["timeSeriesQuery"]
+                promql = query.get("prometheusQuery")
+                if promql is not None:
+                    read = PROMQL_METRIC.findall(promql)
+                    unknown = [name for name, _ in read if name not in promql_names]
+                    problems += [
+                        f"{node.get('title')!r}: PromQL reads {n}, no metric of monitoring.tf"
+                        for n in unknown
+                    ]
+                    grouped = re.search(r"sum by \(([^)]*)\)", promql)
+                    sums_hours = ("stage_chip_hours", "sum") in {(promql_names.get(n), s) for n, s in read}
+                    if sums_hours and grouped and rm.TEAM in [g.strip() for g in grouped.group(1).split(",")]:
+                        chip_hours_by_team = True
+                    continue
+                series = query["timeSeriesFilter"]
+                groups = series["aggregation"].get("groupByFields") or []
+                for name in METRIC_TYPE.findall(series["filter"]):
+                    have = set(metrics.get(name.rsplit("/", 1)[-1], {}).get("label_extractors") or {})
+                    for label in [re.sub(r'^metric\.label\."(.*)"$', r"\1", g) for g in groups]:
+                        if label not in have:
+                            problems.append(
+                                f"{node.get('title')!r} groups by {label}, a label {name} does not have"
+                            )
+                if '/runs_ended"' in series["filter"] and f'metric.label."{rm.TEAM}"' in groups:
+                    runs_by_team = True
+    if not runs_by_team:
+        problems.append("no chart groups ended runs by team")
+    if not chip_hours_by_team:
+        problems.append("no chart sums TPU chip-hours by team")
+    return problems
+
+
+def test_the_dashboard_breaks_runs_and_chip_hours_down_by_team(tf: dict[str, Any]) -> None:
+    assert team_problems(tf) == []
+
+
+TEAM_PLANTED = [
+    (
+        'groupByFields      = ["metric.label.\\"team\\"", "metric.label.\\"outcome\\""]',
+        'groupByFields      = ["metric.label.\\"teams\\"", "metric.label.\\"outcome\\""]',
+        "groups by teams, a label rlpipe/runs_ended does not have",
+    ),
+    (
+        'ran out."\n        team             = "The run\'s team (core/teams.py; default on a deployment without teams)."\n      }\n      value  = ""\n      unit   = "1"\n      bounds = []\n    }\n    rounds_ended',
+        'ran out."\n      }\n      value  = ""\n      unit   = "1"\n      bounds = []\n    }\n    rounds_ended',
+        "runs_ended is not broken down by team",
+    ),
+    ("sum by (team)", "sum by (stage)", "no chart sums TPU chip-hours by team"),
+    (
+        '"/[^A-Za-z0-9_]/", "_")}_sum"',
+        '"/[^A-Za-z0-9_]/", "_")}_count"',
+        "no chart sums TPU chip-hours by team",
+    ),
+    ("user_${replace(", "user_x_${replace(", "PromQL reads x_rlpipe_stage_chip_hours"),
+    (
+        '        team  = "The run\'s team (core/teams.py; default on a deployment without teams)."\n      }',
+        "      }",
+        "stage_chip_hours is not broken down by team",
+    ),
+]
+
+
+@pytest.mark.parametrize(("original", "planted", "reported"), TEAM_PLANTED, ids=[p[2] for p in TEAM_PLANTED])
+def test_a_dashboard_that_loses_the_team_is_reported(
+    tmp_path: Path, original: str, planted: str, reported: str
+) -> None:
+    text = MONITORING_TF.read_text()
+    assert text.count(original) == 1, f"monitoring.tf changed: update this test's {original!r}"
+    copy = tmp_path / "terraform"
+    shutil.copytree(TF_DIR, copy, ignore=shutil.ignore_patterns(".terraform", "*.tfstate*", "*.zip"))
+    (copy / "monitoring.tf").write_text(text.replace(original, planted))
+    problems = team_problems(parse_terraform(copy, tmp_path))
+    assert any(reported in p for p in problems), problems

@@ -97,6 +97,8 @@ def status_message(record: RunRecord) -> dict[str, Any]:
     return {
         "run_id": record.run_id,
         "state": record.state,
+        # whose run it is (core.teams; default without teams): a subscriber can route by it
+        "team": record.team,
         "message": text,
         "failure": record.failure.model_dump() if record.failure else None,
         "attempts": attempts,

@@ -420,7 +420,7 @@ class Intake:
             log.warning("started a second execution after the lease expired; cancelled it", execution=name)
             return IntakeResult("duplicate", run_id, execution=lost)
         log.info("execution started", execution=name)
-        run_metrics.run_started(self.log, run_id=run_id, source_kind=record.source.kind)
+        run_metrics.run_started(self.log, run_id=run_id, source_kind=record.source.kind, team=record.team)
         return IntakeResult("started", run_id, execution=name)
 
     def _start_failed(self, run_id: str, reason: str, log: Logger) -> IntakeResult:

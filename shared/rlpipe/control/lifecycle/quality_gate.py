@@ -77,18 +77,20 @@ def gate_label(record: RunRecord) -> str:
     return {True: "passed", False: "failed"}.get(gate.passed, "none")  # type: ignore[arg-type]
 
 
-def log_stage_ended(log: Logger, run_id: str, a: Attempt, now_epoch: float) -> None:
-    """The ``stage_ended`` line of an attempt that just finished (once: the phase change's writer)."""
+def log_stage_ended(log: Logger, record: RunRecord, a: Attempt, now_epoch: float) -> None:
+    """The ``stage_ended`` line of an attempt of ``record``'s run that just finished (once: the
+    phase change's writer)."""
     tag = a.failure_class
     run_metrics.stage_ended(
         log,
-        run_id=run_id,
+        run_id=record.run_id,
         stage=a.stage,
         attempt=a.attempt,
         phase=a.phase,
         failure_class=tag if tag in run_metrics.FAILURE_CLASSES else None,
         duration_seconds=max(0.0, now_epoch - parse_time(a.launched_at).timestamp()),
         chip_hours=a.chip_hours,
+        team=record.team,
     )
 
 
@@ -116,5 +118,6 @@ def log_run_ended(log: Logger, record: RunRecord) -> None:
         post_mean_reward=post,
         reward_gain=gain,
         gate=gate_label(record),
+        team=record.team,
         round=record.round if ended_before else None,
     )

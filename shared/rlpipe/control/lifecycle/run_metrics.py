@@ -14,11 +14,13 @@ exactly its declared fields whatever logger is passed in.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.core.failures import FailureClass
+from rlpipe.core.teams import TEAM_NAME
 
 # ---- event names (jsonPayload.event) ---------------------------------------------------------------
 
@@ -52,6 +54,8 @@ REASONS = "reasons"
 REASON = "reason"
 BUDGET_EXHAUSTED = "budget_exhausted"
 ROUND = "round"
+# The run's team (core.teams; ``default`` without teams): runs and chip-hours are charted by it.
+TEAM = "team"
 
 # Every Logger line carries these (rlpipe.control.adapters.logs.Logger.log), whatever the event.
 LINE_FIELDS: frozenset[str] = frozenset({"severity", "message", "component", "time", RUN_ID, STAGE, ATTEMPT})
@@ -77,10 +81,10 @@ LABEL_VALUES: Mapping[str, tuple[str, ...]] = {
 
 # event -> the fields its line adds to LINE_FIELDS and EVENT.
 EVENT_FIELDS: Mapping[str, tuple[str, ...]] = {
-    RUN_STARTED: (SOURCE_KIND,),
-    RUN_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE),
-    ROUND_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE, ROUND),
-    STAGE_ENDED: (PHASE, FAILURE_CLASS, DURATION_SECONDS, CHIP_HOURS),
+    RUN_STARTED: (SOURCE_KIND, TEAM),
+    RUN_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE, TEAM),
+    ROUND_ENDED: (OUTCOME, FAILURE_CLASS, BUDGET_EXHAUSTED, POST_MEAN_REWARD, REWARD_GAIN, GATE, ROUND, TEAM),
+    STAGE_ENDED: (PHASE, FAILURE_CLASS, DURATION_SECONDS, CHIP_HOURS, TEAM),
     GATE_EVALUATED: (PASSED, VERDICT, REASONS),
     RUN_STUCK: (REASON,),
 }
@@ -112,6 +116,13 @@ def _one_of(name: str, value: str | None, allowed: Sequence[str], *, optional: b
         raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+def _team(value: str) -> str:
+    """A team is a label value of every chart that breaks runs down by team: a declared name only."""
+    if not isinstance(value, str) or not re.match(TEAM_NAME, value):
+        raise ValueError(f"{TEAM} must be a team name (core.teams); got {value!r}")
+    return value
+
+
 def _number(name: str, value: float | None) -> float | None:
     if value is None:
         return None
@@ -141,10 +152,10 @@ def _emit(
     )
 
 
-def run_started(log: Logger, *, run_id: str, source_kind: str) -> None:
+def run_started(log: Logger, *, run_id: str, source_kind: str, team: str) -> None:
     """A run was claimed and its execution started (intake); ``source_kind`` is the ledger's
-    ``Source.kind`` (gcs, pubsub, upstream, cli)."""
-    _emit(log, RUN_STARTED, "INFO", run_id=run_id, fields={SOURCE_KIND: source_kind})
+    ``Source.kind`` (gcs, pubsub, upstream, cli), ``team`` the run's (``RunRecord.team``)."""
+    _emit(log, RUN_STARTED, "INFO", run_id=run_id, fields={SOURCE_KIND: source_kind, TEAM: _team(team)})
 
 
 def run_ended(
@@ -157,6 +168,7 @@ def run_ended(
     post_mean_reward: float | None,
     reward_gain: float | None,
     gate: str,
+    team: str,
     budget_exhausted: bool = False,
     round: int | None = None,
 ) -> None:
@@ -176,6 +188,7 @@ def run_ended(
         POST_MEAN_REWARD: _number(POST_MEAN_REWARD, post_mean_reward),
         REWARD_GAIN: _number(REWARD_GAIN, reward_gain),
         GATE: gate,
+        TEAM: _team(team),
     }
     if round is not None:
         fields[ROUND] = round
@@ -199,9 +212,10 @@ def stage_ended(
     failure_class: str | None,
     duration_seconds: float,
     chip_hours: float | None,
+    team: str,
 ) -> None:
     """One attempt of a stage finished: ``phase`` succeeded, failed, superseded or cancelled;
-    ``duration_seconds`` from its launch to its end; ``chip_hours`` when known."""
+    ``duration_seconds`` from its launch to its end; ``chip_hours`` when known; ``team`` the run's."""
     _one_of(PHASE, phase, STAGE_END_PHASES)
     _one_of(FAILURE_CLASS, failure_class, FAILURE_CLASSES, optional=True)
     duration = _number(DURATION_SECONDS, duration_seconds)
@@ -219,6 +233,7 @@ def stage_ended(
             FAILURE_CLASS: failure_class,
             DURATION_SECONDS: duration,
             CHIP_HOURS: _number(CHIP_HOURS, chip_hours),
+            TEAM: _team(team),
         },
     )
 

@@ -24,6 +24,7 @@ from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_re
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
+from rlpipe.control.lifecycle.team_usage import TeamUsageStore
 from rlpipe.control.stage import train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
@@ -44,7 +45,7 @@ from rlpipe.core.request import Request
 from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import Attempt, Failure, RunRecord, parse_time
-from rlpipe.core.teams import DEFAULT_TEAM
+from rlpipe.core.teams import DEFAULT_TEAM, Team
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -69,6 +70,8 @@ class StageService:
     cloud_logs: LogReader | None = None
     # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
     coordinator: RunCoordinator = field(default_factory=RunCoordinator)
+    # The teams' usage documents (control/lifecycle/team_usage.py); by default in ``state``.
+    team_usage: TeamUsageStore | None = None
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -83,6 +86,19 @@ class StageService:
         Secrets and quota are there), or the deployment's when it declares no teams."""
         return self.settings.teams().namespace_of(record.team, self.settings.namespace)
 
+    def _team(self, record: RunRecord) -> Team | None:
+        """The run's declared team, whose limits it plans under; None without teams (or when its
+        team is no longer declared: nothing to count it against)."""
+        teams = self.settings.teams()
+        return teams.named(record.team) if teams.declared else None
+
+    def _usage(self) -> TeamUsageStore:
+        if self.team_usage is None:
+            self.team_usage = TeamUsageStore(
+                self.state, self.ledger, poll_seconds=self.settings.callback_timeout_seconds, clock=self.clock
+            )
+        return self.team_usage
+
     def _cluster(self, record: RunRecord) -> Cluster:
         """The cluster client for the run's namespace (one connection, another namespace)."""
         namespace = self._namespace(record)
@@ -94,6 +110,7 @@ class StageService:
             bucket=self.artifacts.bucket_name,
             namespace=self._namespace(record),
             cache_scope=record.team if self.settings.teams().declared else "",
+            team=record.team,
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
@@ -147,7 +164,11 @@ class StageService:
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
         wait = self.coordinator.slot(record, conversion_ready=bool(ready))
-        if wait is not None:  # a sweep's child beyond max_parallel: queued; the workflow asks again
+        if wait is None:  # its team's limits (core.team_limits), before anything holds a TPU
+            wait = self._team_admission(record, execution_id, log)
+        if (
+            wait is not None
+        ):  # beyond a sweep's max_parallel or a team's limit: queued; the workflow asks again
             return {
                 "skip": False,
                 "wait": True,
@@ -161,12 +182,14 @@ class StageService:
             stages.insert(stages.index("export") if "export" in stages else len(stages), GATE_STEP)
 
         pins = plan_record.Pins(sha, data, cache, ready)
-        _, skip = self.ledger.update(
+        pinned, skip = self.ledger.update(
             run_id,
             lambda r: plan_record.record_pins(r, execution_id, pins),
             detail=lambda r: {"stages": stages, "hf_sha": sha, "cache_hit": bool(ready)},
         )
         if skip is not None:  # cancelled (or finished) while we resolved the revision
+            if pinned.terminal:  # its end may have come before our admission: give the place back
+                self._release(pinned)
             return {"skip": True, "skip_reason": skip}
         log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready), data=data_pins.summary(data))
         return {
@@ -181,6 +204,53 @@ class StageService:
             "poll_seconds": self.settings.callback_timeout_seconds,
             "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
+
+    def _team_admission(self, record: RunRecord, execution_id: str | None, log: Logger) -> str | None:
+        """None: the run goes on under its team's limits (or has none); else why it is queued. A
+        run whose reservation its team's monthly budget cannot hold is finished here, failed with
+        the numbers, and ``PermanentFailure`` raised: nothing of it ever held a TPU."""
+        team = self._team(record)
+        if team is None or record.sweep is not None:
+            return None
+        decision = self._usage().admit(team, record)
+        waiting = decision.reason if decision.outcome == "wait" else None
+
+        def show(r: RunRecord) -> str | None:
+            if r.waiting == waiting:
+                return None
+            r.waiting = waiting
+            return "team-queued" if waiting else "team-dequeued"
+
+        if record.waiting != waiting:
+            self.ledger.edit(record.run_id, show, detail=lambda r: {"team": team.name, "waiting": waiting})
+        if decision.outcome == "refused":
+            reason = decision.reason or f"team {team.name}'s monthly chip-hour budget cannot hold this run"
+            log.warning("refused by the team's budget", team=team.name, reason=reason)
+            self.finish(
+                record.run_id,
+                "failed",
+                {
+                    "tag": "permanent",
+                    "message": reason,
+                    "stage": "plan",
+                    "rule": reported.TEAM_BUDGET_EXCEEDED,
+                },
+                execution_id=execution_id,
+            )
+            raise PermanentFailure(reason)
+        if waiting is not None:
+            log.info("queued under the team's limits", team=team.name, reason=waiting)
+        return waiting
+
+    def _release(self, record: RunRecord) -> None:
+        """The run ended: its place under its team's limits goes back (best effort: a place not
+        given back here is found ended by the next plan that needs it, from the run's ledger)."""
+        if self._team(record) is None or record.sweep is not None:
+            return
+        try:
+            self._usage().release(record)
+        except Exception as exc:  # the run has ended; nothing of it may fail now
+            self.log.bind(run_id=record.run_id).warning("team usage not released", error=repr(exc))
 
     def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
         """The model commit and datasets this run trains on: pinned once per run (a retried plan
@@ -396,7 +466,7 @@ class StageService:
             return what, ended
 
         failure = reading.failure
-        _, ended = self.ledger.update(
+        recorded, ended = self.ledger.update(
             run_id,
             change,
             detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
@@ -404,7 +474,7 @@ class StageService:
         if failure:
             log.warning("attempt failed", failure=failure)
         if ended is not None:
-            quality_gate.log_stage_ended(self.log, run_id, ended, self.clock())
+            quality_gate.log_stage_ended(self.log, recorded, ended, self.clock())
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
@@ -455,6 +525,7 @@ class StageService:
         message = status_message(updated)
         notifier = Notifier(self.settings, self.publish, self.log)
         if ended:
+            self._release(updated)
             notifier.send(updated)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:

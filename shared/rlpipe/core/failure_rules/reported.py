@@ -22,6 +22,9 @@ GATED_TAG = "gated"
 # Any other error the workflow caught and reported (an HTTP error of a stage call, a refusal).
 WORKFLOW_REPORTED = "workflow-reported"
 PLAN_REFUSED = "plan-refused"  # plan could not pin the model's revision or the datasets
+# plan refused the run before it held a TPU: its reservation would cross its team's monthly
+# chip-hour budget (core.team_limits; the message says how much is left)
+TEAM_BUDGET_EXCEEDED = "team-budget-exceeded"
 EXECUTION_NOT_STARTED = "execution-not-started"  # intake could not start the workflow execution
 OPERATOR_CANCELLED = "operator-cancelled"  # rlpipe cancel (the caller is on the failure)
 SWEEP_CANCELLED = "sweep-cancelled"  # a sweep's child or parent, ended with its sweep
@@ -39,6 +42,7 @@ RUN_ENDINGS: frozenset[str] = frozenset(
         QUALITY_GATE,
         WORKFLOW_REPORTED,
         PLAN_REFUSED,
+        TEAM_BUDGET_EXCEEDED,
         EXECUTION_NOT_STARTED,
         OPERATOR_CANCELLED,
         SWEEP_CANCELLED,

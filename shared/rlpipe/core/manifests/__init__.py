@@ -12,6 +12,7 @@ from rlpipe.core.manifests.jobs import stage_job
 from rlpipe.core.manifests.pathways import train_jobset
 from rlpipe.core.manifests.publish import publish_args, publish_job
 from rlpipe.core.request import Request
+from rlpipe.core.teams import DEFAULT_TEAM
 
 DEFAULT_NAMESPACE = "rlpipe"
 DEFAULT_SERVICE_ACCOUNT = "rlpipe-workload"
@@ -44,6 +45,7 @@ class RenderContext:
     # another's converted weights of a repository only the other's token can read. "": the
     # deployment's one team, whose keys are as before.
     cache_scope: str = ""
+    team: str = DEFAULT_TEAM  # the run's team (core.teams): the rlpipe.dev/team label on its objects
 
     @property
     def pathways_scratch_uri(self) -> str:

@@ -12,20 +12,22 @@ if TYPE_CHECKING:
     from rlpipe.core.request import Request
 
 
-def labels(req: Request, run_id: str, stage: Stage, attempt: int) -> dict[str, str]:
+def labels(req: Request, run_id: str, stage: Stage, attempt: int, team: str) -> dict[str, str]:
     """User labels first, so the pipeline's own labels always win on a clash."""
     return {
         **req.labels,
         checks.MODEL_LABEL: req.model,
-        **identity.run_labels(run_id, stage, attempt),
+        **identity.run_labels(run_id, stage, attempt, team),
     }
 
 
-def metadata(req: Request, run_id: str, stage: Stage, attempt: int, namespace: str) -> dict[str, Any]:
+def metadata(
+    req: Request, run_id: str, stage: Stage, attempt: int, namespace: str, team: str
+) -> dict[str, Any]:
     return {
         "name": identity.workload_name(run_id, stage, attempt),
         "namespace": namespace,
-        "labels": {**labels(req, run_id, stage, attempt), identity.LABEL_QUEUE: req.tpu.queue},
+        "labels": {**labels(req, run_id, stage, attempt, team), identity.LABEL_QUEUE: req.tpu.queue},
     }
 
 

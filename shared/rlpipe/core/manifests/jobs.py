@@ -75,8 +75,8 @@ def stage_job(
     pinned_uri: str,
     step_env: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    meta = metadata(req, ctx.run_id, stage, attempt, ctx.namespace)
-    pod_labels = labels(req, ctx.run_id, stage, attempt)
+    meta = metadata(req, ctx.run_id, stage, attempt, ctx.namespace, ctx.team)
+    pod_labels = labels(req, ctx.run_id, stage, attempt, ctx.team)
     gated = req.placement != "cpu"
     script = (
         commands.convert_script(gated=gated) if stage == "convert" else commands.export_script(gated=gated)

@@ -75,7 +75,7 @@ def train_jobset(
 ) -> dict[str, Any]:
     shape = tpu.SHAPES[req.tpu.type]
     scratch = ctx.pathways_scratch_uri
-    pod_labels = labels(req, ctx.run_id, "train", attempt)
+    pod_labels = labels(req, ctx.run_id, "train", attempt, ctx.team)
     p = req.pathways
 
     proxy = {
@@ -241,7 +241,7 @@ def train_jobset(
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": metadata(req, ctx.run_id, "train", attempt, ctx.namespace),
+        "metadata": metadata(req, ctx.run_id, "train", attempt, ctx.namespace, ctx.team),
         "spec": {
             "ttlSecondsAfterFinished": p.ttl_seconds_after_finished,
             "network": {

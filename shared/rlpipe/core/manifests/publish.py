@@ -97,7 +97,7 @@ def publish_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": metadata(req, ctx.run_id, "publish", attempt, ctx.namespace),
+        "metadata": metadata(req, ctx.run_id, "publish", attempt, ctx.namespace, ctx.team),
         "spec": {
             "backoffLimit": 0,
             "ttlSecondsAfterFinished": JOB_TTL_SECONDS,
@@ -105,7 +105,7 @@ def publish_job(
             "parallelism": 1,
             "completions": 1,
             "template": {
-                "metadata": {"labels": labels(req, ctx.run_id, "publish", attempt)},
+                "metadata": {"labels": labels(req, ctx.run_id, "publish", attempt, ctx.team)},
                 "spec": pod_spec,
             },
         },

@@ -270,6 +270,8 @@ class RunRecord(_Model):
     round: int = 1  # 1 for the original request; +1 for each retry
     rounds: list[Round] = Field(default_factory=list)  # the retries, oldest first
     sweep: SweepParent | None = None  # a sweep's parent: no workloads of its own, only children
+    # Why plan queued the run under its team's limits (core.team_limits); None once it goes on.
+    waiting: str | None = None
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1

@@ -1,0 +1,147 @@
+"""The stage plan under a team's limits (core.team_limits): a run over active_runs is queued with the
+count, and goes on when a place is given back at the end of another; a run its team's monthly
+budget cannot hold fails at plan with the numbers and its rule, before any workload exists. Over
+the Kubernetes API double and fake-gcs-server, as the stage tests are."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from rlpipe.core import layout
+from rlpipe.core.failure_rules import reported
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.runs.record import Source
+from tests.control.stage.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures)
+
+TEAMS = {
+    "vision": {"limits": {"active_runs": 1}},
+    "speech": {"limits": {"monthly_chip_hours": 500}},
+}
+
+
+def _team_service(env: dict[str, Any]) -> Any:
+    service = env["service"]
+    return replace(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
+
+
+def _team_run(env: dict[str, Any], run_id: str, team: str) -> None:
+    env["claim"](run_id)
+
+    def of_team(record: Any) -> tuple[str, None]:
+        record.source = Source(
+            kind="gcs", bucket="b", name=f"requests/{team}/r.json", generation="1", team=team
+        )
+        return "team", None
+
+    env["ledger"].update(run_id, of_team)
+
+
+def test_a_run_over_the_teams_active_runs_waits_and_goes_on_when_one_ends(env: dict[str, Any]) -> None:
+    service = _team_service(env)
+    _team_run(env, "rlimita0001", "vision")
+    _team_run(env, "rlimitb0001", "vision")
+    assert service.plan("rlimita0001", "rlimita0001-exec")["skip"] is False
+    queued = service.plan("rlimitb0001", "rlimitb0001-exec")
+    assert queued["wait"] is True and queued["wait_seconds"] == service.settings.callback_timeout_seconds
+    assert "team vision has 1 of 1 active runs" in queued["wait_reason"]
+    assert env["ledger"].get("rlimitb0001").waiting == queued["wait_reason"]  # rlpipe status shows it
+    service.finish("rlimita0001", "cancelled", None, "rlimita0001-exec")  # its end gives the place back
+    going = service.plan("rlimitb0001", "rlimitb0001-exec")
+    assert going.get("wait") is None and going["stages"], going
+    assert env["ledger"].get("rlimitb0001").waiting is None
+    service.launch("rlimitb0001", "convert", 1, None, "rlimitb0001-exec")
+    (job,) = env["kube"].list("jobs", namespace="rlpipe-vision")
+    assert job["metadata"]["labels"]["rlpipe.dev/team"] == "vision"
+    assert job["spec"]["template"]["metadata"]["labels"]["rlpipe.dev/team"] == "vision"
+    service.cleanup("rlimitb0001", "rlimitb0001-exec")
+
+
+def test_a_run_its_teams_budget_cannot_hold_fails_at_plan_with_the_numbers(env: dict[str, Any]) -> None:
+    service = _team_service(env)
+    _team_run(env, "rbudget0001", "speech")  # reserves 32 chips × 24 h = 768 of 500
+    with pytest.raises(PermanentFailure, match="cannot hold this run") as refused:
+        service.plan("rbudget0001", "rbudget0001-exec")
+    assert (
+        "768 chip-hours" in refused.value.reason
+        and "500.0 of the team's 500 chip-hours" in refused.value.reason
+    )
+    record = env["ledger"].get("rbudget0001")
+    assert record.state == "failed" and record.failure is not None
+    assert (record.failure.rule, record.failure.stage) == (reported.TEAM_BUDGET_EXCEEDED, "plan")
+    assert record.attempts == [] and env["kube"].list("jobs", namespace="rlpipe-speech") == []
+    assert env["published"][-1][1]["failure"]["rule"] == reported.TEAM_BUDGET_EXCEEDED
+
+
+def test_a_deployment_without_teams_keeps_no_usage(env: dict[str, Any]) -> None:
+    env["claim"]("rnoteams001")
+    env["service"].plan("rnoteams001", "rnoteams001-exec")
+    assert list(env["state"].list(layout.TEAMS_PREFIX)) == []
+
+
+def _sweep_of(env: dict[str, Any], team: str) -> list[str]:
+    """A sweep of two children claimed for ``team`` (as intake claims them), its conversion cached."""
+    from rlpipe.control.adapters import blobstore
+    from rlpipe.core import identity
+    from rlpipe.core import sweep as core_sweep
+    from rlpipe.core.manifests import RenderContext, conversion_cache
+    from rlpipe.core.request import validate_request
+    from rlpipe.core.runs.record import Lineage, RunRecord, SweepMember, SweepParent
+    from tests.conftest import minimal_request
+    from tests.control.stage.test_stage import REPO
+
+    req = validate_request(
+        minimal_request(
+            request_id=f"team-sweep-{team}",
+            sweep={"grid": {"training.num_generations": [2, 4]}, "max_parallel": 2},
+        )
+    )
+    key = identity.key_for_request_id(f"team-sweep-{team}")
+    kids = core_sweep.children(req)
+    ids = [identity.run_id_for(core_sweep.child_key(key, c.index)) for c in kids]
+    source = Source(kind="gcs", team=team)
+    parent = RunRecord(
+        run_id=identity.run_id_for(key),
+        key=key,
+        source=source,
+        request=req.model_dump(mode="json"),
+        sweep=SweepParent(children=ids, points=[c.point for c in kids], max_parallel=2),
+    )
+    env["ledger"].claim(parent)
+    for child, run_id in zip(kids, ids, strict=True):
+        member = SweepMember(parent=parent.run_id, index=child.index, size=len(kids), point=child.point)
+        record = RunRecord(
+            run_id=run_id,
+            key=core_sweep.child_key(key, child.index),
+            source=source,
+            request=child.request.model_dump(mode="json"),
+            lineage=Lineage(sweep=member),
+        )
+        record.execution.name = f"projects/p/locations/l/workflows/w/executions/{run_id}-exec"
+        env["ledger"].claim(record)
+    sha = env["service"].resolve_revision(REPO, "main")
+    cache = conversion_cache(req, RenderContext(run_id="x", bucket=env["store"].bucket_name, hf_revision=sha))
+    env["state"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
+    return ids
+
+
+def test_a_sweeps_child_over_the_teams_sweep_children_waits_and_a_plain_run_goes_on(
+    env: dict[str, Any],
+) -> None:
+    service = _team_service(env)
+    service = replace(
+        service,
+        settings=replace(
+            service.settings,
+            teams_json=json.dumps({"vision": {"limits": {"active_runs": 3, "sweep_children": 1}}}),
+        ),
+    )
+    first, second = _sweep_of(env, "vision")
+    assert service.plan(first, f"{first}-exec").get("wait") is None  # the sweep's slot, then the team's
+    queued = service.plan(second, f"{second}-exec")
+    assert queued["wait"] is True and "team vision has 1 of 1 sweep children running" in queued["wait_reason"]
+    _team_run(env, "rplainrun001", "vision")
+    assert service.plan("rplainrun001", "rplainrun001-exec").get("wait") is None
