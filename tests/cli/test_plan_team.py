@@ -18,7 +18,7 @@ from tests.harness.cli import run_main
 TEAMS = json.dumps(
     {
         "vision": {"limits": {"active_runs": 2, "monthly_chip_hours": 1000}},
-        "speech": {"namespace": "speech-runs", "limits": {"monthly_chip_hours": 500}},
+        "speech": {"namespace": "rlpipe-speech-runs", "limits": {"monthly_chip_hours": 500}},
     }
 )
 
@@ -44,7 +44,7 @@ def test_a_teams_plan_names_its_namespace_limits_and_reservation(tmp_path: Path)
     assert "reserves at plan: up to 768 chip-hours (32 chips × 24 h of train" in done.stdout
     as_json = run_main(["plan", _request(tmp_path), "--team", "speech", "--json"], _env())
     plan = json.loads(as_json.stdout)
-    assert {s["namespace"] for s in plan["stages"]} == {"speech-runs"}
+    assert {s["namespace"] for s in plan["stages"]} == {"rlpipe-speech-runs"}
     team = plan["team"]
     assert (team["name"], team["reserves_chip_hours"], team["usage"]) == ("speech", 768.0, None)
     assert any("more than the team's whole monthly budget (500)" in n for n in team["notes"])

@@ -186,12 +186,13 @@ def test_the_mirror_check_reports_a_base_object_the_team_copy_differs_from(
     [
         ({"a": {"quota": {"chips": 48}}, "b": {"quota": {"chips": 32}}}, "teams", "add up to 80, more than"),
         ({"flex": {"quota": {"chips": 8}}}, "teams.flex", "rlpipe-flex, which the deployment has"),
+        # refused by the declaration itself (core.teams), before anything is rendered
         (
             {"a": {"quota": {"chips": 8}, "namespace": "kube-system"}},
-            "teams.a.namespace",
-            "not a team namespace",
+            "RLPIPE_TEAMS.a.namespace",
+            "kube-system",
         ),
-        ({"a": {"quota": {"chips": 8}, "namespace": "rlpipe"}}, "teams.a.namespace", "not a team namespace"),
+        ({"a": {"quota": {"chips": 8}, "namespace": "rlpipe"}}, "RLPIPE_TEAMS.a.namespace", "'rlpipe'"),
         ({"a": {}, "b": {"quota": {"chips": 0}}}, "teams", "no team has quota.chips"),
     ],
 )

@@ -80,7 +80,7 @@ from typing import Any
 import yaml
 
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.teams import NAMESPACE_PREFIX, Team, Teams
+from rlpipe.core.teams import Team, Teams
 
 Obj = dict[str, Any]
 
@@ -93,8 +93,6 @@ PART_OF = {"app.kubernetes.io/part-of": "rlpipe"}
 TPU = "google.com/tpu"
 # ClusterQueues infra/cluster/k8s already has (kueue.yaml, flex-start/): no team's may take a name.
 DEPLOYMENT_QUEUES = frozenset({"rlpipe", "rlpipe-flex"})
-# A team's namespace is one the pipeline is granted: rlpipe-… only, never another's (kube-system).
-TEAM_NAMESPACE = re.compile(rf"^{NAMESPACE_PREFIX}[a-z0-9]([-a-z0-9]{{0,54}}[a-z0-9])?$")
 # params.env keys (infra/cluster/k8s/params.env.example, terraform output k8s_params_env).
 PARAM_TPU_CHIPS = "TPU_CHIPS"
 PARAMS_CPU_NP = {
@@ -224,15 +222,6 @@ def _refuse(teams: Teams, capacity: Capacity) -> None:
                     where,
                     f"its ClusterQueue would be {cluster_queue_name(team)}, which the deployment has",
                     "name the team otherwise",
-                )
-            )
-        if not TEAM_NAMESPACE.match(team.k8s_namespace):
-            problems.append(
-                Problem(
-                    f"{where}.namespace",
-                    f"{team.k8s_namespace!r} is not a team namespace: the render creates it and grants the "
-                    "pipeline's identities jobs there",
-                    f"leave it unset ({NAMESPACE_PREFIX}{team.name}) or name one {NAMESPACE_PREFIX}…",
                 )
             )
     for resource in PARAMS_CPU_NP:
