@@ -389,3 +389,18 @@ class BenchStack:
 def dump_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, default=str))
+
+
+def count_requests(client: Any) -> list[str]:
+    """The HTTP methods ``client`` (a google-cloud-storage Client) sends from now on, in order: a
+    benchmark's requests counted on the real client's session, not estimated."""
+    seen: list[str] = []
+    session = client._http
+    original = session.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(method)
+        return original(method, url, *args, **kwargs)
+
+    session.request = request
+    return seen

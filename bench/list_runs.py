@@ -18,20 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.common import Section, table
-
-
-def _count(client: Any) -> list[str]:
-    seen: list[str] = []
-    session = client._http
-    original = session.request
-
-    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        seen.append(method)
-        return original(method, url, *args, **kwargs)
-
-    session.request = request
-    return seen
+from bench.common import Section, count_requests, table
 
 
 def _full_walk(ledger: Any) -> list[Any]:
@@ -61,7 +48,7 @@ def run(args: argparse.Namespace) -> Section:
             ledger.claim(
                 RunRecord(run_id=f"rbench{i:06d}", key=str(i), source=Source(kind="cli"), request={})
             )
-        seen = _count(client)
+        seen = count_requests(client)
 
         def measure(label: str) -> None:
             for name, fn in (

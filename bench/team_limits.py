@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.common import Section, say, table
+from bench.common import Section, count_requests, say, table
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,19 +32,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--team-holders", type=int, default=8, help="of the team's, still running")
     p.add_argument("--team-reps", type=int, default=5, help="timed admissions per row (median reported)")
     return p
-
-
-def _count(client: Any) -> list[str]:
-    seen: list[str] = []
-    session = client._http
-    original = session.request
-
-    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
-        seen.append(method)
-        return original(method, url, *args, **kwargs)
-
-    session.request = request
-    return seen
 
 
 def run(args: argparse.Namespace) -> Section:
@@ -101,22 +88,22 @@ def run(args: argparse.Namespace) -> Section:
         say(f"team limits: writing {n} ledgers")
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(claim, range(n)))
-        seen = _count(client)
+        seen = count_requests(client)
         usage = TeamUsageStore(store, ledger, poll_seconds=300)
 
         seen.clear()
         t0 = time.perf_counter()
         seeded = usage.seed("vision")
-        count_seconds, count_requests = time.perf_counter() - t0, len(seen)
+        count_seconds, counted = time.perf_counter() - t0, len(seen)
         ok &= len(seeded.holders) == holding
         rows.append(
             [
                 f"count from the ledgers ({n:,} runs; baseline)",
-                str(count_requests),
+                str(counted),
                 f"{count_seconds:.3f} s",
             ]
         )
-        data["count"] = {"requests": count_requests, "seconds": count_seconds, "holders": len(seeded.holders)}
+        data["count"] = {"requests": counted, "seconds": count_seconds, "holders": len(seeded.holders)}
 
         team = Team(name="vision", limits=Limits(active_runs=holding + 1, monthly_chip_hours=1e9))
 
@@ -167,7 +154,7 @@ def run(args: argparse.Namespace) -> Section:
         (
             f"a plan's admission under its team's limits, {n:,} runs in the bucket",
             f"{on['requests']:g} requests, {on['seconds'] * 1000:.0f} ms",
-            f"counting the ledgers: {count_requests} requests, {count_seconds * 1000:.0f} ms",
+            f"counting the ledgers: {counted} requests, {count_seconds * 1000:.0f} ms",
         )
     ]
     return Section(

@@ -24,6 +24,11 @@ TOPIC = "projects/rlpipe-test/topics/requests"
 @pytest.fixture
 def functions(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:
     env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_HF_TOKEN=PLANTED, THREADS="16")
+    yield from intake_functions(env, tmp_path)
+
+
+def intake_functions(env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:
+    """Both intake functions, each its own functions-framework process with ``env``."""
     servers = {
         "object": FunctionServer("intake_object", "cloudevent", env, tmp_path),
         "message": FunctionServer("intake_message", "cloudevent", env, tmp_path),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Buckets, minimal_request
-from tests.control.lifecycle.test_intake import _error_records, _runs, _upload
+from tests.control.lifecycle.test_intake import _error_records, _runs, _upload, intake_functions
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
 TEAMS = {
@@ -50,17 +50,7 @@ def vision_request(**fields: Any) -> dict[str, Any]:
 @pytest.fixture
 def functions(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:
     env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_TEAMS=json.dumps(TEAMS))
-    servers = {
-        "object": FunctionServer("intake_object", "cloudevent", env, tmp_path),
-        "message": FunctionServer("intake_message", "cloudevent", env, tmp_path),
-    }
-    for server in servers.values():
-        server.spawn()
-    for server in servers.values():
-        server.wait()
-    yield servers
-    for server in servers.values():
-        server.stop()
+    yield from intake_functions(env, tmp_path)
 
 
 def _drop(buckets: Buckets, functions: dict[str, FunctionServer], name: str, request: dict[str, Any]) -> None:
