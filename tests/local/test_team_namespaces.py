@@ -1,9 +1,9 @@
-"""What the local stack puts in each team's namespace on the real control plane
-(local/controlplane/team_namespaces.py), from the deploy as ``kubectl kustomize`` renders it: the
-deploy's own ServiceAccount, Role, RoleBinding and LocalQueue, unchanged but for the namespace
-and the team label; the Secrets the team's allowlists name; and the ClusterQueue admitting the
-team namespaces as well as its own. A deploy that no longer holds one of the copied objects is
-refused, naming it, instead of leaving a team's namespace without it."""
+"""What the local stack puts on the real control plane for the declared teams
+(local/controlplane/team_namespaces.py): what ``rlpipe teams render`` writes into
+infra/cluster/k8s/teams.yaml, as ``kubectl kustomize`` gives it with the deploy's params, for the
+TPU chips of the plane's nodes; and the Secrets the teams' allowlists name. The deploy's own
+ClusterQueue ``rlpipe`` is left as deployed. A declaration the plane cannot hold, and a
+kustomization that no longer takes teams.yaml, are refused, naming what is wrong."""
 
 from __future__ import annotations
 
@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 import yaml
 
+from rlpipe.core.problems import RequestInvalid
+from rlpipe.core.teams import parse_teams
 from rlpipe.local.controlplane import missing_reason
-from rlpipe.local.controlplane.team_namespaces import COPIED, team_documents
+from rlpipe.local.controlplane.nodes import cpu_pool, tpu_chips, tpu_slice
+from rlpipe.local.controlplane.team_namespaces import team_documents
 from rlpipe.local.teams_declaration import read_teams_file
 from tests.conftest import ROOT
 from tests.harness.real_cluster import K8S_DIR, deploy_documents
 
-TEAMS = read_teams_file(ROOT / "examples" / "teams" / "teams.yaml").teams
+TEAMS_FILE = ROOT / "examples" / "teams" / "teams.yaml"
+TEAMS = read_teams_file(TEAMS_FILE).teams
+PLANE_CHIPS = 32  # the local stack's one v6e 4x8 slice: 8 hosts of 4 chips (GKE "About TPUs in GKE")
 pytestmark = pytest.mark.skipif(
     missing_reason(("kubectl",)) is not None, reason=str(missing_reason(("kubectl",)))
 )
@@ -36,41 +41,65 @@ def _by(documents: list[Obj], namespace: str | None) -> dict[tuple[str, str], Ob
     }
 
 
-def _without_metadata(doc: Obj) -> Obj:
-    return {k: v for k, v in doc.items() if k != "metadata"}
+def test_the_stacks_plane_gives_one_v6e_32_slice_of_chips() -> None:
+    assert tpu_chips([*cpu_pool(), *tpu_slice("4x8")]) == PLANE_CHIPS
+    assert tpu_chips(cpu_pool()) == 0
 
 
-def test_each_team_namespace_holds_the_deploys_objects_and_its_own_secrets() -> None:
+def test_each_team_gets_its_namespace_queue_and_the_deployments_identities() -> None:
     deployed = deploy_documents()
-    documents = team_documents(TEAMS, deployed)
+    documents = team_documents(TEAMS, PLANE_CHIPS)
     originals = _by(deployed, "rlpipe")
+    declared = yaml.safe_load(TEAMS_FILE.read_text())["teams"]
     for team in TEAMS:
         mine = _by(documents, team.k8s_namespace)
-        assert set(COPIED) <= set(mine), sorted(mine)
-        for key in COPIED:  # the same rules, subjects, annotations and queue, in the team's namespace
-            assert _without_metadata(mine[key]) == _without_metadata(originals[key]), key
-            assert mine[key]["metadata"]["labels"]["rlpipe.dev/team"] == team.name
+        # the pipeline's identities and rules are the deployment's, placeholders filled as it fills them
+        for key in (("Role", "rlpipe-pipeline"), ("RoleBinding", "rlpipe-pipeline")):
+            assert {k: v for k, v in mine[key].items() if k != "metadata"} == {
+                k: v for k, v in originals[key].items() if k != "metadata"
+            }, key
+        workload_sa = mine[("ServiceAccount", "rlpipe-workload")]["metadata"]["annotations"]
+        assert workload_sa == originals[("ServiceAccount", "rlpipe-workload")]["metadata"]["annotations"]
+        assert mine[("LocalQueue", "user-queue")]["spec"] == {"clusterQueue": f"rlpipe-{team.name}"}
         secrets = {name: doc for (kind, name), doc in mine.items() if kind == "Secret"}
         assert set(secrets) == {entry.split(":")[0] for entry in (*team.read_secrets, *team.write_secrets)}
         assert all(base64.b64decode(s["data"]["token"]) for s in secrets.values())
-        [namespace] = [
-            d for d in documents if d["kind"] == "Namespace" and d["metadata"]["name"] == team.k8s_namespace
-        ]
-        assert namespace["metadata"]["labels"]["rlpipe.dev/team"] == team.name
-    [queue] = [d for d in documents if d["kind"] == "ClusterQueue"]
-    [selector] = queue["spec"]["namespaceSelector"]["matchExpressions"]
-    assert (selector["key"], selector["operator"]) == ("kubernetes.io/metadata.name", "In")
-    assert selector["values"] == ["rlpipe", "rlpipe-vision", "rlpipe-speech"]
-    original = next(d for d in deployed if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "rlpipe")
-    assert queue["spec"]["resourceGroups"] == original["spec"]["resourceGroups"], "only the selector changes"
+        queue = _by(documents, None)[("ClusterQueue", f"rlpipe-{team.name}")]
+        assert queue["spec"]["cohortName"] == "rlpipe-teams"
+        assert queue["spec"]["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": team.k8s_namespace}
+        }
+        [tpu] = {r["name"]: r for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}.values()
+        quota = declared[team.name]["quota"]
+        assert tpu["nominalQuota"] == quota["chips"]
+        assert tpu.get("borrowingLimit") == quota.get("borrowing_limit")
+    assert not [d for d in documents if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "rlpipe"]
+    assert not [d for d in documents if d["kind"] in ("SecretProviderClass", "SecretSync")]  # GKE-only
 
 
-def test_a_deploy_without_the_local_queue_is_refused_naming_it(tmp_path: Path) -> None:
-    """A copy of infra/cluster/k8s whose kueue.yaml lost its LocalQueue."""
+def test_the_example_has_a_borrower_and_an_owner_of_the_whole_plane() -> None:
+    """What makes a real reclaim possible on the stack's plane: speech's v6e-32 run fits speech's own
+    quota, so it may take back the chips vision borrowed (team_queues: reclaimWithinCohort)."""
+    chips = {team.name: team.quota.chips if team.quota else 0 for team in TEAMS}
+    assert chips == {"vision": 0, "speech": PLANE_CHIPS}
+
+
+def test_a_declaration_the_plane_cannot_hold_is_refused_naming_its_chips() -> None:
+    """The example's declaration as it was (32 chips each) on the stack's 32-chip plane."""
+    document = yaml.safe_load(TEAMS_FILE.read_text())["teams"]
+    document["vision"]["quota"] = {"chips": 32}
+    with pytest.raises(RequestInvalid, match=r"add up to 64, more than the cluster's 32"):
+        team_documents(parse_teams(document), PLANE_CHIPS)
+
+
+def test_a_kustomization_without_teams_yaml_is_refused_naming_what_each_team_lacks(tmp_path: Path) -> None:
+    """A copy of infra/cluster/k8s whose kustomization lost teams.yaml from its resources."""
     copy = tmp_path / K8S_DIR.name
     shutil.copytree(K8S_DIR, copy)
-    kueue = copy / "kueue.yaml"
-    kept = [d for d in yaml.safe_load_all(kueue.read_text()) if d and d.get("kind") != "LocalQueue"]
-    kueue.write_text(yaml.safe_dump_all(kept, sort_keys=False))
-    with pytest.raises(ValueError, match=r"no longer holds \[\('LocalQueue', 'user-queue'\)\]"):
-        team_documents(TEAMS, deploy_documents(copy))
+    kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
+    kustomization["resources"].remove("teams.yaml")
+    (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    with pytest.raises(
+        ValueError, match=r"lacks ClusterQueue rlpipe-vision, .*LocalQueue rlpipe-speech/user-queue"
+    ):
+        team_documents(TEAMS, PLANE_CHIPS, directory=copy)

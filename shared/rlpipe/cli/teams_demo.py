@@ -9,8 +9,10 @@ What it shows, each from what the pipeline recorded, never from what the demo as
 * a team takes its chips back: vision's training runs on chips speech left idle; when speech wants
   them, Kueue evicts vision's training for ``InCohortReclamation`` and vision's run resumes from its
   last checkpoint as after any preemption. On the double this eviction is PLAYED (a fault of the
-  cluster simulator, ``evict@<step>:cohort-reclamation``); the real control plane plays no faults,
-  and its teams share one ClusterQueue until each team has its own (docs/teams-local.md, "Kueue");
+  cluster simulator, ``evict@<step>:cohort-reclamation``). The real control plane plays no faults:
+  there each team has its own ClusterQueue (vision owning no chips, speech the plane's slice;
+  docs/teams-local.md, "Kueue"), and whether Kueue reclaims depends on whose training is admitted
+  first, so the demo does not claim it;
 * a request of vision's that names speech's Secret, dropped in vision's folder as any client with
   write access to it could: intake refuses it naming the field and vision's allowlist (its error
   record, as ``rlpipe status`` reads it);
@@ -111,12 +113,13 @@ def run(
         say(
             f"[played on the double] speech's quota is idle, so vision's training may borrow it; at step "
             f"{RECLAIM_STEP} speech takes its chips back and Kueue evicts vision's training "
-            "(InCohortReclamation). Real on CLUSTER=real only once each team has its own ClusterQueue."
+            "(InCohortReclamation)."
         )
     else:
         say(
-            "[real control plane] the teams share the deploy's ClusterQueue here until each has its own, "
-            "and the real plane plays no faults: the reclaim is shown on the double only (CLUSTER=double)"
+            "[real control plane] each team has its own ClusterQueue in cohort rlpipe-teams (vision owns "
+            "no chips and borrows speech's idle ones): if vision's training is admitted first, speech's takes "
+            "the chips back for real; the demo does not time it, so it does not check it here"
         )
 
     followed: list[Followed] = []

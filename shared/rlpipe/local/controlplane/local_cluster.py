@@ -20,10 +20,10 @@ from typing import Any
 
 from rlpipe.core.teams import Teams
 from rlpipe.local.controlplane.cluster import ControlPlane
-from rlpipe.local.controlplane.deploy import deploy, deploy_documents
+from rlpipe.local.controlplane.deploy import deploy
 from rlpipe.local.controlplane.kubelet import PodPlayer
 from rlpipe.local.controlplane.log_endpoint import LogEndpoint, node_endpoint
-from rlpipe.local.controlplane.nodes import cpu_pool, tpu_slice
+from rlpipe.local.controlplane.nodes import cpu_pool, tpu_chips, tpu_slice
 from rlpipe.local.controlplane.programs import PodLogs, ProgramScript, SecretReader, Services
 from rlpipe.local.simulator.gcs_io import GcsIO
 from rlpipe.local.simulator.timing import Timing
@@ -82,12 +82,17 @@ class RealCluster:
         plane.logs = self.logs  # one log folder for the whole stack
         plane.start()
         self.stage_kubeconfig = deploy(plane, secrets=self.secrets)
-        if self.teams.declared:  # each team's namespace, as its runs need it (team_namespaces.py)
+        specs = [*cpu_pool(), *tpu_slice(self.topology)]
+        if self.teams.declared:  # each team's namespace and queue, as a deploy renders them
             from rlpipe.local.controlplane.team_namespaces import team_documents
 
-            plane.apply(team_documents(self.teams, deploy_documents()))
-            self.say(f"[controlplane] team namespaces: {', '.join(t.k8s_namespace for t in self.teams)}")
-        nodes = plane.add_nodes([*cpu_pool(), *tpu_slice(self.topology)])
+            chips = tpu_chips(specs)
+            plane.apply(team_documents(self.teams, chips))
+            self.say(
+                f"[controlplane] team namespaces and ClusterQueues (cohort rlpipe-teams, {chips} chips): "
+                + ", ".join(f"{t.k8s_namespace} {t.quota.chips if t.quota else 0}" for t in self.teams)
+            )
+        nodes = plane.add_nodes(specs)
         assert plane.ca is not None
         pod_logs = PodLogs(self.logs / "pods")
         certificate = plane.ca.issue("kubelet", "kubelet", server=True, hosts=("127.0.0.1", "localhost"))

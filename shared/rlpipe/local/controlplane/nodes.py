@@ -56,6 +56,11 @@ def cpu_pool(count: int = 2, pool: str = "cpu-np") -> list[tuple[dict[str, Any],
     return [(_node(f"gke-{pool}-{i}", labels, capacity, []), capacity) for i in range(count)]
 
 
+def tpu_chips(nodes: list[tuple[dict[str, Any], dict[str, str]]]) -> int:
+    """The TPU chips ``nodes`` give (their ``google.com/tpu`` capacity): what Kueue may admit on them."""
+    return sum(int(capacity.get("google.com/tpu", "0")) for _, capacity in nodes)
+
+
 def tpu_slice(
     topology: str = "4x8", pool: str = "tpu-v6e-4x8", *, spot: bool = False, queued: bool = False
 ) -> list[tuple[dict[str, Any], dict[str, str]]]:

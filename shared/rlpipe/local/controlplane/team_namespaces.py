@@ -1,96 +1,89 @@
-"""Each declared team's namespace on the real control plane, made usable for its runs.
+"""Each declared team's namespace and Kueue queue on the real control plane, as a deploy with teams
+holds them.
 
-Why copies of the deploy's own objects: a team's workloads need in ``rlpipe-<team>`` what
-``infra/cluster/k8s`` gives namespace ``rlpipe`` (namespace.yaml, serviceaccounts.yaml, rbac.yaml,
-the LocalQueue of kueue.yaml): the ServiceAccount its pods run as, the Role and RoleBinding that
-let the pipeline's identities (the stage and reconcile functions) act there and nowhere else, and
-the LocalQueue ``user-queue`` every request names (``core.presets``). Copied from the rendered
-deploy (``deploy.deploy_documents``), so the identities and rules are the deployment's, and the
-copy cannot drift from the original.
+Why the rendering a deployment applies, and not objects made here: ``rlpipe teams render`` writes
+infra/cluster/k8s/teams.yaml from the declaration (``core.manifests.team_queues``): per team its
+Namespace, the ServiceAccount its pods run as, the Role and RoleBinding that let the pipeline's
+identities act there and nowhere else, its ClusterQueue ``rlpipe-<team>`` in the teams' cohort
+with ``quota.chips`` as nominal quota, and the LocalQueue ``user-queue`` every request names. The
+stack renders the same file into a copy of infra/cluster/k8s and takes the teams' objects from
+``kubectl kustomize`` (``deploy.deploy_documents``) with the deploy's params, so the placeholders
+are filled by the kustomization's replacements as on a deployment, and the real Kueue borrows,
+lends and reclaims between the teams as it would there.
 
-Until the teams' own ClusterQueues exist (one per team in a cohort of their own, rendered from the
-same declaration: docs/teams-local.md, "Kueue"), each team's LocalQueue points at the deploy's
-ClusterQueue ``rlpipe``, whose ``namespaceSelector`` (``kubernetes.io/metadata.name: rlpipe``)
-is widened here to the team namespaces too. Kueue admits a LocalQueue's workloads only from
-namespaces its ClusterQueue selects (Kueue v0.17.1 apis/kueue/v1beta2/clusterqueue_types.go:99-105);
-without the widening they would wait forever.
+The capacity the teams share is the plane's: the TPU chips its played nodes give (one slice, not
+the deploy's ``TPU_CHIPS``, which is larger than the plane), and the deploy's cpu-np pool. The
+deploy's ClusterQueue ``rlpipe`` stays as deployed: it admits namespace ``rlpipe`` only.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from rlpipe.core.teams import Team, Teams
-from rlpipe.local.teams_declaration import TEAM_LABEL, secret_documents
+from rlpipe.cluster import role_rules
+from rlpipe.core.manifests import team_queues
+from rlpipe.core.teams import Teams
+from rlpipe.local.controlplane.deploy import K8S_DIR, PARAMS, deploy_documents
+from rlpipe.local.teams_declaration import secret_documents
 
 Obj = dict[str, Any]
-PART_OF = {"app.kubernetes.io/part-of": "rlpipe"}
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # the API server sets it on every Namespace
-CLUSTER_QUEUE = "rlpipe"
-# The deploy's objects a team's namespace holds a copy of, by (kind, name).
-COPIED = frozenset(
-    {
-        ("ServiceAccount", "rlpipe-workload"),
-        ("Role", "rlpipe-pipeline"),
-        ("RoleBinding", "rlpipe-pipeline"),
-        ("LocalQueue", "user-queue"),
-    }
+# What each team's namespace must hold once rendered, by (kind, name): its runs need every one.
+NAMESPACED = (
+    ("ServiceAccount", "rlpipe-workload"),
+    ("Role", "rlpipe-pipeline"),
+    ("RoleBinding", "rlpipe-pipeline"),
+    ("LocalQueue", team_queues.LOCAL_QUEUE),
 )
 
 
-def team_documents(teams: Teams, deployed: Iterable[Obj]) -> list[Obj]:
-    """Per team: its Namespace, the deploy's objects of :data:`COPIED` in it, and the Secrets its
-    allowlists name; then the ClusterQueue ``rlpipe`` admitting the team namespaces too."""
-    deployed = list(deployed)
-    missing = COPIED - {(d.get("kind"), (d.get("metadata") or {}).get("name")) for d in deployed}
-    if missing:  # the deploy changed: say what, rather than leave a team without it
-        raise ValueError(f"the deploy no longer holds {sorted(missing)}: update {__name__}.COPIED")
-    documents: list[Obj] = []
+def team_documents(
+    teams: Teams,
+    tpu_chips: int,
+    *,
+    directory: Path = K8S_DIR,
+    params: Mapping[str, str] = PARAMS,
+) -> list[Obj]:
+    """The teams' objects of ``directory`` with ``teams.yaml`` rendered for ``teams`` on
+    ``tpu_chips`` chips, as ``kubectl kustomize`` gives them, then the Secrets each team's
+    allowlists name. Raises ``RequestInvalid`` for a declaration the plane cannot hold (naming it),
+    ``ValueError`` if the kustomization leaves out a team's objects."""
+    values = {**params, team_queues.PARAM_TPU_CHIPS: str(tpu_chips)}
+    capacity = team_queues.Capacity.from_params(values, "the local control plane")
+    text = team_queues.render_file(teams, capacity, role_rules())
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / directory.name
+        shutil.copytree(directory, work, ignore=shutil.ignore_patterns("params.env"))
+        (work / "teams.yaml").write_text(text)
+        rendered = [
+            d
+            for d in deploy_documents(work, values)
+            if team_queues.TEAM_LABEL in ((d.get("metadata") or {}).get("labels") or {})
+        ]
+    _refuse_incomplete(teams, rendered)
+    documents = list(rendered)
     for team in teams:
-        documents.append(_namespace(team))
-        for doc in deployed:
-            if (doc.get("kind"), doc["metadata"].get("name")) in COPIED:
-                documents.append(_in_namespace(doc, team))
         documents += secret_documents(team)
-    queue = next(
-        d for d in deployed if (d.get("kind"), d["metadata"].get("name")) == ("ClusterQueue", CLUSTER_QUEUE)
-    )
-    documents.append(admitting(queue, [t.k8s_namespace for t in teams]))
     return documents
 
 
-def admitting(cluster_queue: Obj, team_namespaces: list[str]) -> Obj:
-    """The ClusterQueue, selecting its own namespace and the team namespaces."""
-    own = ((cluster_queue["spec"].get("namespaceSelector") or {}).get("matchLabels") or {}).get(
-        NAMESPACE_NAME_LABEL
-    )
-    if own is None:
-        raise ValueError(f"ClusterQueue {CLUSTER_QUEUE} no longer selects one namespace by name")
-    widened = copy.deepcopy(cluster_queue)
-    widened["spec"]["namespaceSelector"] = {
-        "matchExpressions": [
-            {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": [own, *team_namespaces]}
-        ]
-    }
-    return widened
-
-
-def _labels(team: Team) -> dict[str, str]:
-    return {**PART_OF, TEAM_LABEL: team.name}
-
-
-def _namespace(team: Team) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": team.k8s_namespace, "labels": _labels(team)},
-    }
-
-
-def _in_namespace(doc: Obj, team: Team) -> Obj:
-    copied = copy.deepcopy(doc)
-    copied["metadata"]["namespace"] = team.k8s_namespace
-    copied["metadata"]["labels"] = {**(copied["metadata"].get("labels") or {}), TEAM_LABEL: team.name}
-    return copied
+def _refuse_incomplete(teams: Teams, rendered: list[Obj]) -> None:
+    """Say what a team would lack (the kustomization no longer takes teams.yaml, say), rather than
+    start a stack whose team runs wait forever."""
+    held = {(d.get("kind"), d["metadata"].get("namespace"), d["metadata"].get("name")) for d in rendered}
+    missing = [
+        f"{kind} {namespace or ''}/{name}".replace(" /", " ")
+        for team in teams
+        for kind, namespace, name in (
+            ("ClusterQueue", None, team_queues.cluster_queue_name(team)),
+            *((kind, team.k8s_namespace, name) for kind, name in NAMESPACED),
+        )
+        if (kind, namespace, name) not in held
+    ]
+    if missing:
+        raise ValueError(
+            f"the kustomization's output lacks {', '.join(missing)}: is teams.yaml still among its resources?"
+        )
