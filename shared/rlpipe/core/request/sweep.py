@@ -24,6 +24,9 @@ MAX_VALUES_PER_KEY = 64
 
 # The post-training numbers train_rl prints (train_log), by the names the gate uses for them.
 Metric = Literal["post_mean_reward", "reward_gain", "post_accuracy"]
+# Which way is better for a metric: max, the highest value wins. Selection and early stopping
+# (core.early_stop) read it the same way.
+Direction = Literal["max", "min"]
 
 
 class SelectRule(Strict):
@@ -33,7 +36,7 @@ class SelectRule(Strict):
     has one) is a candidate: a gated or failed child ended before selection."""
 
     metric: Metric = Field(description="post_mean_reward, reward_gain (post minus pre) or post_accuracy")
-    direction: Literal["max", "min"] = Field(default="max", description="max: the highest value wins")
+    direction: Direction = Field(default="max", description="max: the highest value wins")
 
 
 class SweepSpec(Strict):
