@@ -48,9 +48,10 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     # Export never starts (a stall), so the run stays up with the training head's pod ended but
     # there, until it is cancelled: then its workloads are deleted.
     faults(["export:stall"], timing="demo")
-    # 300 steps at the demo's pace (about 20 s): long enough that a follow started on a busy
-    # machine still finds the head running and has to poll, not read a log that already ended.
-    run_id = local.submit(local.request(training={"num_batches": 300}))
+    # 900 steps at the demo's pace (about 60 s): long enough that a follow started on a busy
+    # machine still finds the head running and has to poll, not read a log that already ended
+    # (with 300, about 20 s, a fresh-clone CI run once saw the follow arrive after the end).
+    run_id = local.submit(local.request(training={"num_batches": 900}))
     local.wait(run_id, expected=30, until=lambda r: r.stage == "train" and r.attempts[-1].phase == "running")
     workload = f"{run_id}-train-a1"
     head = re.compile(
