@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from rlpipe.core.presets import (
@@ -173,7 +174,13 @@ class Settings:
 
     def teams(self) -> Teams:
         """The declared teams. Raises ``RequestInvalid`` naming each wrong field: a deployment
-        with a declaration it cannot read refuses to load rather than run as one team."""
+        with a declaration it cannot read refuses every call that needs it rather than run as one
+        team. Read and checked once per Settings: the stage operations ask for a run's namespace
+        several times a call."""
+        return self._declared_teams
+
+    @cached_property
+    def _declared_teams(self) -> Teams:
         from rlpipe.core.problems import Problem
         from rlpipe.core.request.policy import SettingsInvalid
         from rlpipe.core.teams import parse_teams
