@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlpipe.core import early_stop
-from rlpipe.core.early_stop import asha, asha_rungs, median
+from rlpipe.core.early_stop import asha, median
+from rlpipe.core.request.stop_schedule import asha_rungs
 from tests.harness.mutants import mutant
 
 # ---- median ---------------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rlpipe.core.problems import Problem
-from rlpipe.core.request.sweep import Direction
+from rlpipe.core.request.sweep import Direction, EarlyStop, Metric, SelectRule
+from rlpipe.core.runs import recorded
 
 Rule = Literal["median", "asha"]
 # A child's evaluations: step → the select metric's value at that step.
@@ -159,7 +159,7 @@ def asha(
 ) -> Decision:
     """Asynchronous successive halving, by stopping, exactly.
 
-    ``rungs`` are the steps ``asha_rungs`` returns (min_step * eta^k below the final step). The
+    ``rungs`` are the steps ``core.request.stop_schedule.asha_rungs`` returns (min_step * eta^k below the final step). The
     child is judged at its *rung*: the highest rung at which it has an evaluation; with none it
     continues. The *cohort* is every child of the sweep (this one included, running or ended) with
     an evaluation at exactly that step, each by its value there; n is its size. Asynchronous: only
@@ -218,76 +218,56 @@ def _ordinal(n: int) -> str:
     return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
-@dataclass(frozen=True)
-class Rungs:
-    """The steps ASHA judges at, and what is wrong with the parameters (empty when usable)."""
+# ---- what the control plane asks ---------------------------------------------------------------
 
-    steps: tuple[int, ...]
-    problems: tuple[Problem, ...]
+# The number each select metric is at an intermediate evaluation: the field of train_rl's
+# ``Intermediate Eval`` line that its post value is read from (``core.gate.metric``).
+_FIELD: dict[str, str] = {
+    "post_mean_reward": "mean_reward",
+    "reward_gain": "mean_reward",
+    "post_accuracy": "accuracy",
+}
 
 
-def asha_rungs(*, eval_interval: int, final_step: int, eta: int, min_step: int) -> Rungs:
-    """The rungs min_step * eta^k (k = 0, 1, ...) strictly below ``final_step``, and the problems.
+def evaluations(raw_results: object, metric: Metric) -> dict[int, float]:
+    """A child's evaluations of ``metric`` by step, from its record's results.
 
-    Why each problem: a rung is judged on the evaluation at exactly that step, so a rung that is
-    not a multiple of ``eval_interval`` would never be reached by any child (and silently never
-    stop one); with no rung before the final step ASHA would judge nothing, which is a request
-    that asks for early stopping and gets none. ``final_step`` is in the unit of the evaluations'
-    steps (outer steps). Problems name the request field to change and how.
-    """
-    problems: list[Problem] = []
-    if eval_interval < 1:
-        problems.append(
-            Problem(
-                "training.eval_interval",
-                "early stopping decides at evaluations and this run prints none",
-                "set eval_interval to 1 or more (and num_test_batches above 0)",
-            )
-        )
-    if eta < 2:
-        problems.append(
-            Problem(
-                "sweep.early_stop.eta",
-                f"eta {eta} keeps every child at every rung",
-                "give eta 2 or more (3 keeps the top third at each rung)",
-            )
-        )
-    if min_step < 1:
-        problems.append(
-            Problem("sweep.early_stop.min_step", f"min_step {min_step} is not a step", "give 1 or more")
-        )
-    if problems:
-        return Rungs((), tuple(problems))
-    steps: list[int] = []
-    rung = min_step
-    while rung < final_step:
-        steps.append(rung)
-        rung *= eta
-    if not steps:
-        fix = (
-            f"lower min_step below {final_step}, e.g. to eval_interval ({eval_interval})"
-            if eval_interval < final_step
-            else f"lower eval_interval below the final step {final_step} and min_step with it"
-        )
-        problems.append(
-            Problem(
-                "sweep.early_stop.min_step",
-                f"the first rung, step {min_step}, is not before the final step {final_step}: no child would be judged",
-                fix,
-            )
-        )
-    off = [s for s in steps if s % eval_interval]
-    if off:
-        multiple = -(-min_step // eval_interval) * eval_interval
-        problems.append(
-            Problem(
-                "sweep.early_stop.min_step",
-                f"rung{'s' if len(off) != 1 else ''} at step{'s' if len(off) != 1 else ''} "
-                f"{', '.join(map(str, off))} {'are' if len(off) != 1 else 'is'} not an evaluation step "
-                f"(evaluations every {eval_interval} steps), so no child would be judged there",
-                f"make min_step a multiple of eval_interval, e.g. {multiple}"
-                if multiple < final_step
-                else f"make min_step a multiple of eval_interval ({eval_interval})",
-            )
-        )
-    return Rungs(tuple(steps), tuple(problems))
+    A resumed attempt evaluates again at steps an earlier one reached; the newest attempt's value
+    stands, as it is the model that goes on. ``reward_gain`` at a step is that step's mean_reward
+    minus the base model's (``pre``): without a ``pre`` there is no gain, so no evaluation. Every
+    child of a sweep starts from the same pinned model and data, so the gain orders the children
+    as mean_reward does; it is read as a gain so the values shown are the metric's own."""
+    read = recorded.results(raw_results)
+    pre = read.pre.mean_reward if read.pre is not None else None
+    field = _FIELD[metric]
+    newest: dict[int, tuple[int, float]] = {}
+    for e in read.intermediate or []:
+        value = getattr(e, field)
+        if e.step is None or value is None:
+            continue
+        if metric == "reward_gain":
+            if pre is None:
+                continue
+            value = value - pre
+        attempt = e.attempt or 0
+        if e.step not in newest or attempt >= newest[e.step][0]:
+            newest[e.step] = (attempt, float(value))
+    return _finite({step: value for step, (_, value) in newest.items()})
+
+
+def decide(
+    stop: EarlyStop,
+    tables: Tables,
+    child: int,
+    run_id: str,
+    select: SelectRule,
+    rungs: Sequence[int],
+) -> Decision | None:
+    """The request's rule on one child (None: the sweep stops nobody early). ``rungs``: ASHA's
+    (``core.request.stop_schedule.rungs``); the median rule judges from ``min_step`` on."""
+    if stop.rule == "median":
+        first = stop.min_step if stop.min_step is not None else (min(rungs) if rungs else 1)
+        return median(tables, child, run_id, select.direction, metric=select.metric, min_step=first)
+    if stop.rule == "asha":
+        return asha(tables, child, run_id, select.direction, rungs=rungs, eta=stop.eta, metric=select.metric)
+    return None

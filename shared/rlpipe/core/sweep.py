@@ -88,7 +88,9 @@ def select(rule: SelectRule, candidates: Sequence[Candidate]) -> Selection:
     ranked: list[tuple[float, int, Candidate]] = []
     for c in sorted(candidates, key=lambda c: c.index):
         value = gate.metric(c.results, rule.metric) if c.arrived else None
-        if not c.arrived:
+        if c.state == "stopped":  # early, by the sweep's rule (core.early_stop): never a candidate
+            status = "not a candidate: stopped early"
+        elif not c.arrived:
             status = f"not a candidate: it ended {c.state}"
         elif value is None:
             status = f"not a candidate: no {rule.metric} was printed"
@@ -128,6 +130,8 @@ def _why_none(table: Sequence[Mapping[str, Any]]) -> str:
 # ---- the parent's state -------------------------------------------------------------------------
 
 ACTIVE_STATES = frozenset({"converting", "training", "exporting", "publishing"})
+# A child stopped early ended as its sweep meant it to: it neither fails nor cancels the sweep.
+ENDED_STATES = frozenset({"succeeded", "failed", "cancelled", "gated", "stopped"})
 
 
 def parent_state(states: Sequence[str], *, selecting: bool, winner_state: str | None, cancelled: bool) -> str:
@@ -135,12 +139,12 @@ def parent_state(states: Sequence[str], *, selecting: bool, winner_state: str | 
     follows from what they are (docs/sweeps.md has the table)."""
     if cancelled:
         return "cancelled"
-    if any(s not in ("succeeded", "failed", "cancelled", "gated") for s in states):
+    if any(s not in ENDED_STATES for s in states):
         if winner_state == "publishing":
             return "publishing"
         return (
             "training"
-            if any(s in ACTIVE_STATES or s in ("succeeded", "failed", "gated") for s in states)
+            if any(s in ACTIVE_STATES or s in ("succeeded", "failed", "gated", "stopped") for s in states)
             else "accepted"
         )
     if selecting:
@@ -155,4 +159,4 @@ def parent_state(states: Sequence[str], *, selecting: bool, winner_state: str | 
         return "failed"
     if "cancelled" in states:
         return "cancelled"
-    return "gated" if all(s == "gated" for s in states) else "succeeded"
+    return "gated" if all(s == "gated" for s in states) else "succeeded"  # stopped counts as neither

@@ -18,6 +18,7 @@ from typing import Any
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request.model import TYPED_OVERRIDE_KEYS, Request, TrainingSpec
 from rlpipe.core.request.policy import SETTINGS, Policy
+from rlpipe.core.request.stop_schedule import stop_problems
 from rlpipe.core.request.sweep import Scalar, SweepSpec
 
 Validate = Callable[[dict[str, Any], Policy], Request]
@@ -122,6 +123,8 @@ def children(request: Request, policy: Policy, validate: Validate) -> list[Child
                 Problem(f"{where}: {p.path}" if p.path else where, p.message, p.fix) for p in exc.problems
             )
     found.extend(_collisions(made))
+    if not found:
+        found.extend(stop_problems(spec, made))
     if found:
         raise RequestInvalid(list(dict.fromkeys(found)))
     return made

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlpipe.core.request.base import Strict, custom_error
 
@@ -39,6 +39,34 @@ class SelectRule(Strict):
     direction: Direction = Field(default="max", description="max: the highest value wins")
 
 
+StopRule = Literal["none", "median", "asha"]
+
+
+class EarlyStop(Strict):
+    """Whether and how a sweep stops its losing children before their final step (docs/sweeps.md).
+
+    Written either as the rule alone (``early_stop: asha``) or with its parameters. Both rules
+    read the metric and direction of ``sweep.select`` at each intermediate evaluation, and are
+    decided in ``core.early_stop``; whether ``min_step`` and the rungs fall on evaluation steps
+    depends on each child's steps, so that is checked with the children (``core.request.grid``)."""
+
+    rule: StopRule = Field(default="none", description="none, median (the median stopping rule) or asha")
+    eta: Annotated[int, Field(ge=2, le=16)] = Field(
+        default=3, description="asha: the top 1/eta of the children at each rung go on"
+    )
+    min_step: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="the first step a child is judged at (asha: the first rung); "
+        "None: the first evaluation step (eval_interval)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rule_alone(cls, value: object) -> object:
+        """``early_stop: median`` is ``early_stop: {rule: median}``."""
+        return {"rule": value} if isinstance(value, str) else value
+
+
 class SweepSpec(Strict):
     """A grid (every combination) or a list of points; each point is one child run."""
 
@@ -55,6 +83,15 @@ class SweepSpec(Strict):
     select: SelectRule | None = Field(
         default=None, description="pick one child after all have ended; only it publishes"
     )
+    early_stop: EarlyStop | None = Field(
+        default=None,
+        description="stop losing children at intermediate evaluations of select's metric; None: none",
+    )
+
+    @property
+    def stopping(self) -> EarlyStop:
+        """The early-stopping rule, ``none`` when the request names none."""
+        return self.early_stop or EarlyStop()
 
     @field_validator("grid", "points")
     @classmethod

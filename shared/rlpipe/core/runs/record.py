@@ -40,8 +40,11 @@ State = Literal[
     "failed",
     "cancelled",
     "gated",
+    "stopped",
 ]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "gated"})
+# stopped: a sweep's early-stopping rule ended a child while it trained (core.early_stop); its
+# chip-hours are kept and it is never a candidate for selection.
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "gated", "stopped"})
 STAGE_STATE: dict[str, State] = {
     "convert": "converting",
     "train": "training",
@@ -55,13 +58,14 @@ _ALLOWED: dict[str, frozenset[str]] = {
         {"converting", "training", "exporting", "publishing", "succeeded", "failed", "cancelled", "gated"}
     ),
     "converting": frozenset({"training", "failed", "cancelled"}),
-    "training": frozenset({"exporting", "failed", "cancelled", "gated"}),
+    "training": frozenset({"exporting", "failed", "cancelled", "gated", "stopped"}),
     "exporting": frozenset({"publishing", "succeeded", "failed", "cancelled"}),
     "publishing": frozenset({"succeeded", "failed", "cancelled"}),
     "succeeded": frozenset(),
     "failed": frozenset(),
     "cancelled": frozenset(),
     "gated": frozenset({"training"}),  # promote
+    "stopped": frozenset(),
 }
 # The states a retry may reopen (``RunRecord.reopen``); never through ``set_state``.
 RETRYABLE: frozenset[str] = frozenset({"failed", "cancelled"})
@@ -146,6 +150,22 @@ class SweepSelection(_Model):
     table: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class EarlyStopRecord(_Model):
+    """Why the sweep's rule stopped a child early (``core.early_stop.Decision``, as kept): the rule,
+    the step, the child's value, the threshold it missed and the values it was measured against."""
+
+    run_id: str
+    index: int
+    rule: str
+    metric: str
+    step: int | None
+    value: float | None
+    threshold: float | None
+    compared: dict[str, float] = Field(default_factory=dict)  # peer index → its value
+    reason: str
+    at: str
+
+
 class SweepParent(_Model):
     """A parent record's sweep: its children (by point index) and what they coordinate through."""
 
@@ -160,6 +180,11 @@ class SweepParent(_Model):
     pins: dict[str, Any] | None = None
     arrived: list[str] = Field(default_factory=list)  # children waiting at selection, trained and gated
     selection: SweepSelection | None = None
+    # Every child's intermediate evaluations of the select metric, run id → {step: value}, copied
+    # here by each child's status read so that an early-stopping decision reads one record,
+    # under one compare-and-swap (control/sweep/early_stopping.py).
+    evaluations: dict[str, dict[str, float]] = Field(default_factory=dict)
+    stopped: list[EarlyStopRecord] = Field(default_factory=list)  # the children stopped early
     cancelled: bool = False
     # Who cancelled it: the identity Google verified on the rlpipe cancel call (control/adapters/callers.py).
     cancelled_by: str | None = None
