@@ -164,3 +164,52 @@ def test_a_sweep_file_becomes_its_children_with_one_conversion_and_only_the_winn
     api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
     titles = [c.title for c in api.list_repo_commits(repo, revision="main") if "rlpipe run" in c.title]
     assert len(titles) == 1 and children[1].run_id in titles[0]
+
+
+def test_a_sweep_stops_its_losing_children_early_and_publishes_the_best(local: Local, faults: Any) -> None:
+    """The median rule on a 2×2 grid whose learning rate 2e-7 (a hundredth of the reference) barely
+    learns in the simulator (the children in key order: grpo_beta 0.04 then 0.08, each with the
+    learning rate 2e-5 then 2e-7, so children 1 and 3 are the slow ones): those two children fall below the median of their siblings at an
+    intermediate evaluation and are stopped there (their slices deleted, their chip-hours kept),
+    while the two at the reference go on; the best of those publishes. Each good child is never
+    stopped: its best value is at least every sibling's running average at the same step."""
+    # The demo's pace (about 15 steps per status read here): evaluations arrive while the
+    # children train, as they do on a slice, where a step takes minutes and a read seconds.
+    faults([], timing="demo")
+    repo = f"rlpipe-demo/e2e-{os.urandom(4).hex()}"
+    grid = {"training.learning_rate": [2e-5, 2e-7], "maxtext_overrides.rl.grpo_beta": [0.04, 0.08]}
+    sweep = {
+        "grid": grid,
+        "max_parallel": 4,
+        "select": {"metric": "post_mean_reward"},
+        "early_stop": "median",
+    }
+    path = local.request(fresh_cache=True, sweep=sweep, publish={"repo": repo}, training={"num_batches": 200})
+    parent = local.wait(local.submit(path), expected=90)
+    assert parent.state == "succeeded", parent.failure
+    assert parent.sweep is not None
+    children = [local.ledger.get(c) for c in parent.sweep.children]
+    assert [c.state if c else None for c in children] == ["succeeded", "stopped", "succeeded", "stopped"], [
+        (s.index, s.reason) for s in parent.sweep.stopped
+    ]
+    assert sorted(s.index for s in parent.sweep.stopped) == [1, 3]
+    for child in children[1::2]:
+        assert child is not None and child.failure is not None
+        assert child.failure.tag == "stopped" and child.failure.rule == "sweep-early-stopped"
+        assert child.failure.message.startswith("stopped early by median: at step ")
+        assert "below the median" in child.failure.message
+        [train] = [a for a in child.attempts if a.stage == "train"]
+        assert train.phase == "failed" and train.failure_class == "stopped"
+        assert train.chip_hours and train.chip_hours > 0, "the chip-hours it used are kept"
+        assert [a.stage for a in child.attempts] == ["train"] or "export" not in [
+            a.stage for a in child.attempts
+        ]
+        assert not any(w.startswith(child.run_id) for w in local.workloads()), "its workloads are deleted"
+        stop = next(s for s in parent.sweep.stopped if s.run_id == child.run_id)
+        assert stop.step is not None and stop.step < 200 and stop.threshold is not None
+        assert stop.value is not None and stop.value < stop.threshold
+    selection = parent.sweep.selection
+    assert selection is not None and selection.index == 0  # grpo_beta 0.04 rises fastest
+    assert {r["index"]: r["status"] for r in selection.table}[1] == "not a candidate: stopped early"
+    published = [any(a.stage == "publish" for a in c.attempts) for c in children if c]
+    assert published == [True, False, False, False]

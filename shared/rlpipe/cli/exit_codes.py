@@ -50,7 +50,7 @@ class ExitCode(IntEnum):
 
 def for_ended(state: str) -> ExitCode:
     """The code ``watch`` exits with for a run that ended in ``state``."""
-    if state == "succeeded":
+    if state in ("succeeded", "stopped"):  # stopped: its sweep's rule ended it, as the request asked
         return ExitCode.OK
     if state == "gated":
         return ExitCode.RUN_GATED

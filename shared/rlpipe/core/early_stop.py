@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -156,6 +156,7 @@ def asha(
     rungs: Sequence[int],
     eta: int,
     metric: str = "metric",
+    new_steps: Collection[int] | None = None,
 ) -> Decision:
     """Asynchronous successive halving, by stopping, exactly.
 
@@ -163,10 +164,11 @@ def asha(
     child is judged at its *rung*: the highest rung at which it has an evaluation; with none it
     continues. The *cohort* is every child of the sweep (this one included, running or ended) with
     an evaluation at exactly that step, each by its value there; n is its size. Asynchronous: only
-    what has arrived counts, so the same child can be judged again at the same rung as more
-    children reach it (until it records an evaluation at a higher rung), which is the paper's "a
-    configuration is promoted only if it is in the top 1/eta of its rung", applied to a child that
-    went on before the rung filled up.
+    what has arrived counts. ``new_steps``, the steps the read being judged brought: a child is
+    judged at a rung once, when its evaluation there arrives (a rung not among them: it
+    continues, having passed that rung when it reached it), as Ray Tune's ASHAScheduler records a
+    trial at a milestone once and never demotes it; the paper's promoted configurations are not
+    demoted either. None judges at the highest rung whatever arrived (a table read afterwards).
 
     * n < eta: the child continues. The top 1/eta of fewer than eta children is less than one
       child, so too few peers never stop anyone.
@@ -186,6 +188,14 @@ def asha(
         return Decision(child, run_id, "asha", False, f"child {child} has not reached {where}")
     rung = reached[-1]
     value = own[rung]
+    if new_steps is not None and rung not in new_steps:
+        later = [r for r in sorted(rungs) if r > rung]
+        return Decision(
+            child, run_id, "asha", False,
+            f"judged at the rung at step {rung} when it reached it; "
+            + (f"the next rung is at step {later[0]}" if later else "no rung is left before the final step"),
+            rung, value,
+        )  # fmt: skip
     cohort: list[tuple[int, float]] = []
     for index in sorted(tables):
         at = _finite(tables[index]).get(rung)
@@ -262,12 +272,17 @@ def decide(
     run_id: str,
     select: SelectRule,
     rungs: Sequence[int],
+    new_steps: Collection[int] | None = None,
 ) -> Decision | None:
     """The request's rule on one child (None: the sweep stops nobody early). ``rungs``: ASHA's
-    (``core.request.stop_schedule.rungs``); the median rule judges from ``min_step`` on."""
+    (``core.request.stop_schedule.rungs``); the median rule judges from ``min_step`` on.
+    ``new_steps``: the steps of the child's evaluations this read brought (``asha``)."""
     if stop.rule == "median":
         first = stop.min_step if stop.min_step is not None else (min(rungs) if rungs else 1)
         return median(tables, child, run_id, select.direction, metric=select.metric, min_step=first)
     if stop.rule == "asha":
-        return asha(tables, child, run_id, select.direction, rungs=rungs, eta=stop.eta, metric=select.metric)
+        return asha(
+            tables, child, run_id, select.direction,
+            rungs=rungs, eta=stop.eta, metric=select.metric, new_steps=new_steps,
+        )  # fmt: skip
     return None

@@ -31,7 +31,7 @@ Phase = Literal["queued", "running", "succeeded", "failed"]
 # not workloads (the quality gate after train; a sweep child's wait for its siblings' selection
 # before publish).
 PlanStep = Literal["convert", "train", "gate", "export", "select", "publish"]
-Outcome = Literal["succeeded", "failed", "cancelled", "gated"]
+Outcome = Literal["succeeded", "failed", "cancelled", "gated", "stopped"]
 
 
 def _whole_number(value: Any) -> Any:

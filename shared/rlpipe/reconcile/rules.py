@@ -29,9 +29,10 @@ from rlpipe.core.runs.record import RunRecord, parse_time
 
 ActionKind = Literal["start", "finish", "delete", "report"]
 MAX_REASON = 1000
-# The failure tags a workflow error may carry: the failure classes, and the gate's `gated` (a run the
-# quality gate held back ends `gated`, not `failed`, whoever finishes it).
-_CLASSES = frozenset(c.value for c in FailureClass) | {"gated"}
+# The failure tags a workflow error may carry: the failure classes, the gate's `gated` (a run the
+# quality gate held back ends `gated`, not `failed`, whoever finishes it) and early stopping's
+# `stopped` (a sweep's child its rule stopped ends `stopped`).
+_CLASSES = frozenset(c.value for c in FailureClass) | {"gated", "stopped"}
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,14 @@ NOT_RECORDED = "not recorded"
 _DONE_PHASES = {"succeeded": "succeeded", "failed": "failed"}
 _ENDED_PHASES = frozenset({"cancelled", "superseded", "deleted"})
 _TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-_ENDS = _TERMINAL_STATES | {"gated"}
-_STATE_KEY = {"succeeded": "succeeded", "failed": "permanent", "cancelled": "cancelled", "gated": "gated"}
+_ENDS = _TERMINAL_STATES | {"gated", "stopped"}
+_STATE_KEY = {
+    "succeeded": "succeeded",
+    "failed": "permanent",
+    "cancelled": "cancelled",
+    "gated": "gated",
+    "stopped": "stopped",
+}
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]+")
 _EVAL_FIELDS = ("corr", "total", "accuracy", "partial_accuracy", "format_accuracy", "mean_reward")
 # A conversion's attempt directory ends in ``<run_id>-a<attempt>/`` (core.layout.ConversionCache).

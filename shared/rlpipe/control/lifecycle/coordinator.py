@@ -25,7 +25,7 @@ from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import Request
 from rlpipe.core.request.policy import Policy
-from rlpipe.core.runs.record import RunRecord, Source, SweepMember
+from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepMember
 
 # The run's commits: (model repo sha, datasets at their commits as ``lineage.data`` holds them).
 Pins = tuple[str, dict[str, Any]]
@@ -90,6 +90,13 @@ class RunCoordinator:
     def select(self, record: RunRecord) -> dict[str, Any]:
         """The ``select`` step: whether this run goes on to publish, or waits for its group."""
         raise PermanentFailure(f"run {record.run_id} is not part of a sweep; there is nothing to select")
+
+    # ---- train ---------------------------------------------------------------------------------
+
+    def evaluated(self, record: RunRecord) -> EarlyStopRecord | None:
+        """A status read of the run's training recorded evaluations: None, it goes on; else why its
+        group stops it now (the caller deletes its workloads and finishes it ``stopped``)."""
+        return None
 
     # ---- the end --------------------------------------------------------------------------------
 

@@ -65,7 +65,7 @@ PROMOTED_FIELDS: frozenset[str] = frozenset({"severity", "time"})
 
 # ---- the values metric labels take -----------------------------------------------------------------
 
-OUTCOMES: tuple[str, ...] = ("succeeded", "failed", "cancelled", "gated")
+OUTCOMES: tuple[str, ...] = ("succeeded", "failed", "cancelled", "gated", "stopped")
 GATE_RESULTS: tuple[str, ...] = ("passed", "failed", "overridden", "none")
 VERDICTS: tuple[str, ...] = ("passed", "failed", "not_evaluated")
 STAGE_END_PHASES: tuple[str, ...] = ("succeeded", "failed", "superseded", "cancelled")
@@ -173,14 +173,16 @@ def run_ended(
     round: int | None = None,
 ) -> None:
     """A run reached its end: ``run_ended`` the first time, ``round_ended`` (with ``round``) for
-    a later end, after a retry or a promotion. ``outcome``: succeeded, failed, cancelled or gated;
+    a later end, after a retry or a promotion. ``outcome``: succeeded, failed, cancelled, gated or stopped (early, by its sweep's rule);
     ``gate``: passed, failed, overridden or none. A run that failed because a retry budget ran
     out has the class of its last failure (preempted, capacity, …) and ``budget_exhausted``, so
     lost capacity is not counted as a bug."""
     _one_of(OUTCOME, outcome, OUTCOMES)
     _one_of(GATE, gate, GATE_RESULTS)
     _one_of(FAILURE_CLASS, failure_class, FAILURE_CLASSES, optional=True)
-    severity = {"succeeded": "INFO", "cancelled": "WARNING", "gated": "WARNING"}.get(outcome, "ERROR")
+    severity = {"succeeded": "INFO", "stopped": "INFO", "cancelled": "WARNING", "gated": "WARNING"}.get(
+        outcome, "ERROR"
+    )
     fields: dict[str, Any] = {
         OUTCOME: outcome,
         FAILURE_CLASS: failure_class,

@@ -44,7 +44,7 @@ from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
 from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
-from rlpipe.core.runs.record import Attempt, Failure, RunRecord, parse_time
+from rlpipe.core.runs.record import Attempt, EarlyStopRecord, Failure, RunRecord, parse_time
 from rlpipe.core.teams import DEFAULT_TEAM, Team
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
@@ -418,7 +418,7 @@ class StageService:
             )
         moved = cursor.to_json() if cursor is not None else None
         reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, moved, commit)
-        self._record_phase(
+        recorded = self._record_phase(
             run_id,
             stage,
             attempt,
@@ -426,6 +426,10 @@ class StageService:
             log,
             extra=train_status.record_train_end(ended, attempt) if ended else None,
         )
+        if stage == "train" and phase == "running" and (seen or {}).get("intermediate"):
+            stop = self.coordinator.evaluated(recorded)  # a sweep's early-stopping rule
+            if stop is not None:
+                return self._stop_early(recorded, attempt, stop, ws.chip_hours, execution_id, log)
         return {
             "phase": phase,
             "failure": failure,
@@ -457,7 +461,7 @@ class StageService:
         log: Logger,
         *,
         extra: Callable[[RunRecord], None] | None = None,
-    ) -> None:
+    ) -> RunRecord:
 
         def change(r: RunRecord) -> tuple[str | None, Attempt | None]:
             what, ended = phase_record.apply(r, stage, attempt, reading, self.settings.prices_json)
@@ -475,6 +479,34 @@ class StageService:
             log.warning("attempt failed", failure=failure)
         if ended is not None:
             quality_gate.log_stage_ended(self.log, recorded, ended, self.clock())
+        return recorded
+
+    def _stop_early(
+        self,
+        record: RunRecord,
+        attempt: int,
+        stop: EarlyStopRecord,
+        chips: float,
+        execution_id: str | None,
+        log: Logger,
+    ) -> dict[str, Any]:
+        """Its sweep's rule stopped this child: its workloads deleted (the slice goes back), the
+        attempt ended with the chip-hours it held, the run finished ``stopped`` (its slot goes back
+        to the sweep there), and the workflow told, by a failure it does not retry."""
+        failure = {
+            "tag": reported.STOPPED_TAG,
+            "message": stop.reason,
+            "stage": "train",
+            "attempt": attempt,
+            "rule": reported.SWEEP_EARLY_STOPPED,
+        }
+        deleted = self._cluster(record).delete_run(record.run_id)
+        why = {"tag": reported.STOPPED_TAG, "message": stop.reason, "rule": reported.SWEEP_EARLY_STOPPED}
+        ended = phase_record.Reading("failed", why, chips=chips)
+        self._record_phase(record.run_id, "train", attempt, ended, log)
+        self.finish(record.run_id, reported.STOPPED_TAG, failure, execution_id=execution_id)
+        log.info("stopped early", rule=stop.rule, step=stop.step, deleted=deleted)
+        return {"phase": "failed", "failure": failure, "reason": stop.reason, "artifact": None, "progress": None}
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 
@@ -490,9 +522,10 @@ class StageService:
         """End the run once. The status message goes out only from the call that ended it: a late
         duplicate ``finish`` (an HTTP retry, a second execution, the reconciler) publishes nothing.
         ``caller``: the verified identity of a person who ended it (``cancel``), kept on the failure."""
-        if outcome == "failed" and (failure or {}).get("tag") == quality_gate.GATED:
-            outcome = quality_gate.GATED  # the workflow reports the gate's failure like any other
-        if outcome not in ("succeeded", "failed", "cancelled", quality_gate.GATED):
+        tag = (failure or {}).get("tag")
+        if outcome == "failed" and tag in (quality_gate.GATED, reported.STOPPED_TAG):
+            outcome = str(tag)  # the workflow reports the gate's and early stopping's failure like any other
+        if outcome not in ("succeeded", "failed", "cancelled", quality_gate.GATED, reported.STOPPED_TAG):
             raise PermanentFailure(f"unknown outcome {outcome!r}")
         record, req = self._load(run_id)
         require_owner(record, execution_id)

@@ -22,11 +22,12 @@ from rlpipe.control.lifecycle.coordinator import (
 from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
+from rlpipe.control.sweep import early_stopping
 from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
-from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.runs.record import EarlyStopRecord, RunRecord
 
 SELECT_STEP = "select"  # in the plan's stage list: the workflow calls the select op there
 
@@ -71,6 +72,17 @@ class SweepCoordinator(RunCoordinator):
         answer = sweeps.arrive(self.ledger, record)
         self.log.bind(run_id=record.run_id).info("sweep selection", **answer)
         return answer
+
+    def evaluated(self, record: RunRecord) -> EarlyStopRecord | None:
+        """A child's new evaluations, judged by its sweep's early-stopping rule (``early_stopping``)."""
+        if record.lineage.sweep is None:
+            return super().evaluated(record)
+        stop = early_stopping.judge(self.ledger, record)
+        if stop is not None:
+            self.log.bind(run_id=record.run_id).info(
+                "sweep stopped a child early", rule=stop.rule, step=stop.step, reason=stop.reason
+            )
+        return stop
 
     def end_group(
         self, record: RunRecord, outcome: str, *, caller: str | None, end_member: EndMember
