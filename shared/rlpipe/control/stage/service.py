@@ -506,7 +506,13 @@ class StageService:
         self._record_phase(record.run_id, "train", attempt, ended, log)
         self.finish(record.run_id, reported.STOPPED_TAG, failure, execution_id=execution_id)
         log.info("stopped early", rule=stop.rule, step=stop.step, deleted=deleted)
-        return {"phase": "failed", "failure": failure, "reason": stop.reason, "artifact": None, "progress": None}
+        return {
+            "phase": "failed",
+            "failure": failure,
+            "reason": stop.reason,
+            "artifact": None,
+            "progress": None,
+        }
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 

@@ -30,7 +30,8 @@ OPERATOR_CANCELLED = "operator-cancelled"  # rlpipe cancel (the caller is on the
 SWEEP_CANCELLED = "sweep-cancelled"  # a sweep's child or parent, ended with its sweep
 SWEEP_NONE_SELECTED = "sweep-none-selected"  # a sweep's selection found no child to publish
 SWEEP_CHILDREN_ENDED = "sweep-children-ended"  # a sweep's children all ended without shipping
-SWEEP_EARLY_STOPPED = "sweep-early-stopped"  # the sweep's early-stopping rule stopped a child (core.early_stop)
+# The sweep's early-stopping rule stopped a child (core.early_stop).
+SWEEP_EARLY_STOPPED = "sweep-early-stopped"
 STOPPED_TAG = "stopped"  # its failure's tag, which the workflow reports back and the state it maps to
 # Reconciliation (reconcile/rules.py): a run whose execution ended without finishing it.
 EXECUTION_MISSING = "execution-missing"
