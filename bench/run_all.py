@@ -6,7 +6,7 @@ collects their results as JSON and writes one report. Figures are never asserted
 1 only when a correctness check inside a benchmark failed (e.g. a burst made two runs, a soak run
 ended in the wrong state), so a broken pipeline cannot produce a green benchmark.
 
-    .venv/bin/python -m bench.run_all                     # all eleven, ~7 minutes on 2 cores
+    .venv/bin/python -m bench.run_all                     # all twelve, ~8 minutes on 2 cores
     .venv/bin/python -m bench.run_all --only soak --seed 1234
     .venv/bin/python -m bench.run_all --quick             # smaller repetitions, for a quick look
 """
@@ -36,8 +36,22 @@ SECTIONS = {
     "publish": "bench.publish",
     "cost": "bench.cost_modes",
     "team": "bench.team_limits",
+    "early": "bench.early_stop",
 }
-ORDER = ("tpu", "cold", "fastpath", "latency", "intake", "soak", "list", "report", "publish", "cost", "team")
+ORDER = (
+    "tpu",
+    "cold",
+    "fastpath",
+    "latency",
+    "intake",
+    "soak",
+    "list",
+    "report",
+    "publish",
+    "cost",
+    "team",
+    "early",
+)
 TITLES = {
     "tpu": "1. TPU chips held outside training",
     "cold": "2. Function cold start",
@@ -50,6 +64,7 @@ TITLES = {
     "publish": "9. Publishing to the Hub: memory and disk against export size",
     "cost": "10. Cost by provisioning mode (simulated, not measured)",
     "team": "11. A team's limits at plan",
+    "early": "12. Early stopping for sweeps (simulated, not measured)",
 }
 QUICK = {
     "cold_reps": 5,
@@ -62,6 +77,7 @@ QUICK = {
     "reps": 3,
     "publish_shard_mib": [8, 32],
     "cost_runs": 500,
+    "early_sweeps": 40,
 }
 
 
@@ -120,6 +136,11 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--cost-runs", type=int, default=2000, help="trainings simulated per row")
     g.add_argument("--cost-seed", type=int, default=1, help="the simulation's seed")
+    g = p.add_argument_group(
+        "12. early stopping for sweeps (its other knobs: `python -m bench.early_stop --help`)"
+    )
+    g.add_argument("--early-sweeps", type=int, default=200, help="simulated sweeps per final step and grid")
+    g.add_argument("--early-seed", type=int, default=1, help="the simulation's seed")
     p.add_argument("--section", choices=ORDER, help=argparse.SUPPRESS)  # internal: run one, in this process
     p.add_argument("--json-out", type=Path, help=argparse.SUPPRESS)
     return p
@@ -195,7 +216,7 @@ def _settings(args: argparse.Namespace) -> str:
         f"--report-attempts {args.attempts} --report-reps {args.reps} --publish-shard-mib "
         f"{' '.join(str(n) for n in args.publish_shard_mib)} --publish-shards {args.publish_shards} "
         f"--publish-budget-shards {args.publish_budget_shards} --cost-runs {args.cost_runs} "
-        f"--cost-seed {args.cost_seed}`"
+        f"--cost-seed {args.cost_seed} --early-sweeps {args.early_sweeps} --early-seed {args.early_seed}`"
     )
 
 

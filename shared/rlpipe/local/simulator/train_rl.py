@@ -28,6 +28,13 @@ from rlpipe.local.simulator.orbax import (
 )
 from rlpipe.local.simulator.pinning import pinned_steps
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
+from rlpipe.local.simulator.reward_curve import (
+    DEFAULT_KL_WEIGHT,
+    REFERENCE_LEARNING_RATE,
+    SEED_FLAG,
+    Curve,
+    curve,
+)
 from rlpipe.local.simulator.rl_eval import TrainConfig, TrainSplit, eval_examples, train_data
 from rlpipe.local.simulator.rl_eval import final_step as data_final_step
 
@@ -46,35 +53,30 @@ RL_DEFAULTS = {  # rl.yml at maxtext-v0.2.4 (lines 43, 110, 113, 120, 128, 130, 
 }
 
 
-# The learning rate of the tutorials' train_rl command (the v6e-32 preset's), and MaxText's KL
-# weight rl.grpo_beta (rl.yml:48 at maxtext-v0.2.4).
-REFERENCE_LEARNING_RATE = 2e-5
-DEFAULT_KL_WEIGHT = 0.08
-
-
 def mean_reward(step: int, pace: float = 1.0) -> float:
-    """A deterministic, rising reward curve (what a healthy GRPO run looks like); ``pace`` scales
-    how fast it rises (``learning_pace``), so a sweep's children end at different rewards."""
-    return round(0.12 + 0.66 * (1.0 - math.exp(-step * pace / 45.0)), 4)
+    """The tuned curve's mean_reward at ``step`` (``pace`` scales how fast it rises): what a run
+    that sets no learning rate or KL weight prints (``reward_curve``)."""
+    return Curve(rate=pace).value(step)
 
 
-def learning_pace(args: Arguments) -> float:
-    """How fast the simulated reward rises for these hyper-parameters: fastest at the tutorials'
-    learning rate, slower a factor of ten away from it, and faster with a weaker KL pull. A played
-    stand-in for what a sweep measures: 1.0 when neither is passed or both are the reference, so
-    every run that sets neither reads as it always did."""
-    pace = 1.0
-    if args.get("learning_rate") is not None:
-        rate = args.number("learning_rate", str(REFERENCE_LEARNING_RATE))
-        if rate > 0:
-            pace *= math.exp(-(math.log10(rate / REFERENCE_LEARNING_RATE) ** 2))
-    kl = args.number("rl.grpo_beta", str(DEFAULT_KL_WEIGHT))
-    return pace * (DEFAULT_KL_WEIGHT / kl) ** 0.25 if kl > 0 else pace
+def reward_curve_of(args: Arguments) -> Curve:
+    """This train_rl's reward curve (``reward_curve``): its learning rate, KL weight and
+    ``data_shuffle_seed`` as passed; the tuned values' curve when it passes neither."""
+    rate = (
+        args.number("learning_rate", str(REFERENCE_LEARNING_RATE))
+        if args.get("learning_rate") is not None
+        else None
+    )
+    beta = (
+        args.number("rl.grpo_beta", str(DEFAULT_KL_WEIGHT)) if args.get("rl.grpo_beta") is not None else None
+    )
+    seed = args.integer(SEED_FLAG, 0) if args.get(SEED_FLAG) is not None else None
+    return curve(rate, beta, seed)
 
 
-def _eval_line(step: int, total: int, pace: float = 1.0) -> str:
+def _eval_line(step: int, total: int, rewards: Curve) -> str:
     """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4 places."""
-    reward = mean_reward(step, pace) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
+    reward = rewards.value(step) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
     corr = round(total * min(1.0, reward))
     accuracy = corr / total * 100 if total > 0 else 0
     partial = min(total, corr + 1) / total * 100 if total > 0 else 0
@@ -141,7 +143,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     interval = args.integer("eval_interval", int(RL_DEFAULTS["eval_interval"]))
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
     eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
-    pace = learning_pace(args)
+    rewards = reward_curve_of(args)
     # With real programs the export that follows is real: the checkpoints carry the loaded parameters.
     copied = load if getattr(ctx, "real_programs", None) is not None else None
     if period < 1:
@@ -167,7 +169,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
         ctx.note("resume", str(start))
     if test_batches > 0:
         ctx.log(
-            absl_line(ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total, pace)}")
+            absl_line(
+                ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total, rewards)}"
+            )
         )
         if interval > 0:
             message = (
@@ -194,7 +198,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             and outer % interval == 0
         ):
             evaluated[0] = outer
-            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total, pace)}"
+            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total, rewards)}"
             ctx.log(absl_line(ctx, "W", "hooks.py:98", message))
 
     if start < final:
@@ -219,7 +223,9 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     ctx.log(absl_line(ctx, "W", "train_rl.py:810", "RL Training Completed Successfully!"))
     if test_batches > 0:
         ctx.log(
-            absl_line(ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total, pace)}")
+            absl_line(
+                ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total, rewards)}"
+            )
         )
     return 0
 
