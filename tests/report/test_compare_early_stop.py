@@ -28,6 +28,7 @@ from tests.cli.test_compare_json import COMPARE_SCHEMA
 from tests.conftest import minimal_request
 from tests.report.test_compare import GCP, _with
 from tests.report.test_report import Page, by_id, charts
+from tests.report.test_report_chromium import browser  # noqa: F401  (browser: a fixture)
 from tests.report.test_report_story import NOW, story
 
 PARENT = "rstopsweep01"
@@ -192,3 +193,24 @@ def test_mutation_a_template_without_the_marks_is_caught(
         ),
     )
     assert stop_shown(page()) == ["the table gives no stop step"]
+
+
+def test_in_chromium_the_stop_is_seen_in_the_text_and_the_cross_is_drawn(
+    browser: Any, tmp_path: Path
+) -> None:
+    """What a reader sees: the mark and the estimate in the rendered text, the cross drawn with a size."""
+    out = tmp_path / "sweep.html"
+    out.write_text(page(), encoding="utf-8")
+    browser.send("Page.enable")
+    assert "errorText" not in browser.send("Page.navigate", url=out.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    seen = browser.evaluate(
+        """(() => {
+          const cross = document.getElementById("compare-mean-reward-run1-stopped");
+          const r = cross ? cross.getBoundingClientRect() : null;
+          return {text: document.body.innerText, cross: r ? [r.width, r.height] : null};
+        })()"""
+    )
+    assert "stopped early at step 25 by asha (trained to step 50)" in seen["text"]
+    assert "without early stopping about 424.54" in seen["text"]
+    assert seen["cross"] is not None and min(seen["cross"]) > 4, seen["cross"]
