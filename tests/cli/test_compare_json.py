@@ -22,14 +22,23 @@ _METRIC = {
 # docs/cli.md, "compare --json"
 COMPARE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["runs", "differences", "selected", "reason"],
+    "required": ["runs", "differences", "selected", "reason", "early_stop"],
     "additionalProperties": False,
     "properties": {
         "runs": {
             "type": "array",
             "items": {
                 "type": "object",
-                "required": ["run_id", "state", "model", "selected", "metrics", "chip_hours", "cost"],
+                "required": [
+                    "run_id",
+                    "state",
+                    "model",
+                    "selected",
+                    "metrics",
+                    "chip_hours",
+                    "cost",
+                    "stopped",
+                ],
                 "additionalProperties": False,
                 "properties": {
                     "run_id": {"type": "string"},
@@ -43,6 +52,17 @@ COMPARE_SCHEMA: dict[str, Any] = {
                     },
                     "chip_hours": {"type": "number", "minimum": 0},
                     "cost": {"type": "string"},
+                    "stopped": {
+                        "type": ["object", "null"],
+                        "required": ["rule", "step", "trained_to", "reason"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "rule": {"enum": ["median", "asha", None]},
+                            "step": {"type": ["integer", "null"]},
+                            "trained_to": {"type": ["integer", "null"]},
+                            "reason": {"type": "string"},
+                        },
+                    },
                 },
             },
         },
@@ -60,6 +80,17 @@ COMPARE_SCHEMA: dict[str, Any] = {
         },
         "selected": {"type": ["string", "null"]},
         "reason": {"type": ["string", "null"]},
+        "early_stop": {
+            "type": ["object", "null"],
+            "required": ["chip_hours_used", "chip_hours_without_estimate", "not_estimated", "how"],
+            "additionalProperties": False,
+            "properties": {
+                "chip_hours_used": {"type": "number", "minimum": 0},
+                "chip_hours_without_estimate": {"type": ["number", "null"], "minimum": 0},
+                "not_estimated": {"type": "array", "items": {"type": "string"}},
+                "how": {"type": "string"},
+            },
+        },
     },
 }
 

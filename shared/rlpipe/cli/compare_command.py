@@ -70,8 +70,15 @@ def comparison(
     records: list[RunRecord], selected: str | None, reason: str | None, prices_json: str = ""
 ) -> dict[str, Any]:
     """The page's numbers as data (docs/cli.md, "compare --json"): each run's state, pre/post
-    evaluation, chip-hours and cost, and the request fields that differ."""
+    evaluation, chip-hours and cost, where a sweep's rule stopped it, the request fields that
+    differ, and with a stopped run the chip-hours estimated without early stopping."""
+    from datetime import UTC, datetime
+
     from rlpipe.report.compare import METRICS, config_differences, run_rows
+    from rlpipe.report.stopping import savings, stop_marks
+
+    now = datetime.now(UTC)
+    marks = stop_marks(records)
 
     def number(record: RunRecord, when: str, field: str) -> float | None:
         evaluation = getattr(recorded.results(record.results), when)
@@ -79,7 +86,8 @@ def comparison(
         return float(value) if value is not None else None
 
     runs = []
-    for record, row in zip(records, run_rows(records, prices_json=prices_json), strict=True):
+    for record, row in zip(records, run_rows(records, now=now, prices_json=prices_json), strict=True):
+        mark = marks.get(record.run_id)
         runs.append(
             {
                 "run_id": row["run_id"],
@@ -92,10 +100,35 @@ def comparison(
                 },
                 "chip_hours": float(row["chip_hours"]),
                 "cost": row["cost"],
+                "stopped": {
+                    "rule": mark.rule,
+                    "step": mark.step,
+                    "trained_to": mark.trained_to,
+                    "reason": mark.reason,
+                }
+                if mark
+                else None,
             }
         )
     differences = [{"key": d.key, "values": d.values} for d in config_differences(records)]
-    return {"runs": runs, "differences": differences, "selected": selected, "reason": reason}
+    saved = savings(records, marks, now)
+    early_stop = (
+        {
+            "chip_hours_used": round(saved.used, 2),
+            "chip_hours_without_estimate": round(saved.without, 2) if saved.without is not None else None,
+            "not_estimated": list(saved.unknown),
+            "how": saved.how,
+        }
+        if saved
+        else None
+    )
+    return {
+        "runs": runs,
+        "differences": differences,
+        "selected": selected,
+        "reason": reason,
+        "early_stop": early_stop,
+    }
 
 
 def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> None:

@@ -363,9 +363,12 @@ def sweep_plan(
             if total_cost is not None and held is not None and per_chip is not None
             else None
         )
+    from rlpipe.core.stop_plan import plan_entry
+
+    parallel = core_sweep.parallelism(spec, len(children))
     return {
         "size": len(children),
-        "max_parallel": core_sweep.parallelism(spec, len(children)),
+        "max_parallel": parallel,
         "select": spec.select.model_dump(mode="json") if spec.select is not None else None,
         "provisioning": req.tpu.provisioning,
         "children": rows,
@@ -373,6 +376,9 @@ def sweep_plan(
             "chip_hours": round(total_hours, 2) if total_hours is not None else None,
             "cost": round(total_cost, 2) if total_cost is not None else None,
         },
+        "early_stop": plan_entry(
+            spec.stopping, [(c.index, c.request) for c in children], parallel, total_hours
+        ),
     }
 
 
@@ -414,7 +420,41 @@ def render_sweep(sweep: dict[str, Any], conversion: dict[str, Any]) -> str:
         lines.append(
             "  run ids: derived from the request_id (and no other --run-id); else from the delivery, at intake"
         )
+    if sweep.get("early_stop"):
+        lines += render_early_stop(sweep["early_stop"], rule)
     return "\n".join(lines) + "\n"
+
+
+def render_early_stop(stop: dict[str, Any], select: dict[str, Any] | None) -> list[str]:
+    """The sweep's stopping rule for a person: where it judges, and the best and worst it allows
+    against none (``core.stop_plan``), with the assumption the best rests on."""
+    name = f"asha (eta {stop['eta']})" if stop["rule"] == "asha" else "median"
+    metric = f", reading {select['metric']}" if select else ""
+    where = (
+        f"judged at steps {', '.join(map(str, stop['judged_at']))} of {stop['final_step']}"
+        if stop["judged_at"] is not None
+        else "judged at each child's own steps (they differ)"
+    )
+    kind = "rungs" if stop["rule"] == "asha" else "evaluations"
+    steps, share = stop["steps"], stop["fraction_of_none"]
+    bound = "" if stop["exact"] else "at least "
+    lines = [
+        f"  early stop: {name}{metric}; {kind} {where}",
+        f"  training steps: none {steps['none']}; with {stop['rule']} at best {bound}{steps['best']} "
+        f"({share['best']:.1%} of none), at worst {steps['worst']} (no child stopped: the same as none)",
+    ]
+    hours = stop["chip_hours"]
+    if hours is not None:
+        lines.append(
+            f"  chip-hours: none {hours['none']:g}; at best {bound}{hours['best']:g}, at worst {hours['worst']:g}"
+        )
+    else:
+        lines.append(
+            "  chip-hours of the rule: pass --step-seconds to estimate them (the steps above are exact)"
+        )
+    lines.append(f"  best case: {stop['best_case']}")
+    lines.append(f"  assumes: {stop['assumption']}")
+    return lines
 
 
 def _hours(value: float | None) -> str:

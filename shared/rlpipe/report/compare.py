@@ -16,7 +16,9 @@ Two things keep the page truthful where runs look alike: curves that lie on one 
 drawn in a style of their own (``compare_chart.compare_svg``) and a note names them
 (``coinciding``), and request fields unset in every run (absent, null, empty) are not listed as
 differences. A sweep's page (``sweep``: the parent's record) names the sweep and each child's
-point (``sweep_page``).
+point (``sweep_page``). A child a sweep's rule stopped early is marked where it stopped, in the
+table and on the chart, and the page estimates the chip-hours the runs would have used without
+the rule (``stopping``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from rlpipe.report.compare_chart import RunLine, coinciding
 from rlpipe.report.facts import data_and_rewards, reward_curve
 from rlpipe.report.rows import _NOT_ID, attempt_rows, chip_hours
 from rlpipe.report.stack import local_stack
+from rlpipe.report.stopping import savings, stop_marks
 from rlpipe.report.sweep_page import sweep_facts
 
 COMPARE_TEMPLATE = "compare_template.html.j2"
@@ -198,15 +201,20 @@ def render_compare(
         raise ValueError(f"selected run {selected} is not one of the runs compared")
     now = now or datetime.now(UTC)
     runs = [_run(r, i, now, prices_json) for i, r in enumerate(records)]
+    marks = stop_marks(records, sweep)
     for run in runs:
         run["selected"] = run["run_id"] == selected
         run["point"] = facts.point(run["run_id"]) if facts is not None else None
+        run["stop"] = marks.get(run["run_id"])
     lines = [
         RunLine(
             r["gid"],
-            (r["point"] or r["run_id"]) + (" (selected)" if r["selected"] else ""),
+            (r["point"] or r["run_id"])
+            + (" (selected)" if r["selected"] else "")
+            + (" (stopped)" if r["stop"] else ""),
             r["points"],
             r["selected"],
+            r["stop"].trained_to if r["stop"] else None,
         )
         for r in runs
         if r["points"]
@@ -224,6 +232,7 @@ def render_compare(
             differences=config_differences(records),
             chart_svg=Markup(compare_chart.compare_svg(lines)) if lines else None,
             coinciding=[[names[line.gid] for line in group] for group in coinciding(lines)],
+            savings=savings(records, marks, now),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
     )

@@ -35,6 +35,7 @@ class RunLine:
     label: str  # the run id, or on a sweep's page the child's point (and "(selected)" for the selected one)
     points: Sequence[Point]
     selected: bool = False
+    stopped_at: int | None = None  # the step a sweep's rule stopped it at (its last evaluation)
 
 
 def coinciding(lines: Sequence[RunLine]) -> list[list[RunLine]]:
@@ -64,7 +65,8 @@ def compare_svg(lines: Sequence[RunLine]) -> str:
     """Every run's mean_reward curve overlaid on one step axis, each run in a colour, line style
     and marker of its own; the selected run drawn thicker, each run's post value labelled at its
     final step. Runs whose curves coincide (``coinciding``) are drawn widest first, each later one
-    narrower, with hollow markers nested smaller: every one of them shows as a band around the next."""
+    narrower, with hollow markers nested smaller: every one of them shows as a band around the next.
+    A run a sweep's rule stopped (``RunLine.stopped_at``) gets a cross at that step, labelled."""
     from matplotlib.figure import Figure
 
     stacked: dict[str, tuple[int, int]] = {}  # gid → (its place in its group, the group's size)
@@ -97,6 +99,27 @@ def compare_svg(lines: Sequence[RunLine]) -> str:
                 gid=f"mean-reward-{line.gid}",
                 zorder=zorder,
             )
+            stop = [(x, y) for x, y in xy if x == line.stopped_at]
+            if stop:  # where the sweep's rule ended it: a cross over the curve, and the word
+                ax.plot(
+                    *stop[-1],
+                    marker="X",
+                    markersize=11,
+                    color=colour,
+                    markeredgecolor="#212121",
+                    linestyle="none",
+                    gid=f"mean-reward-{line.gid}-stopped",
+                    zorder=zorder + 1,
+                )
+                ax.annotate(
+                    "stopped",
+                    stop[-1],
+                    xytext=(0, -14),
+                    textcoords="offset points",
+                    ha="center",
+                    color=colour,
+                    gid=f"mean-reward-{line.gid}-stopped-label",
+                )
             step, value = xy[-1]
             ax.annotate(
                 fmt_reward(value),

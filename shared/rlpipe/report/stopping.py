@@ -1,0 +1,138 @@
+"""Where a sweep's rule stopped each child, and the chip-hours the sweep would have used without it.
+
+Why on the page: a stopped child has no post evaluation, so without a mark its curve simply ends,
+and a reader cannot tell a child the rule ended from one that crashed. And the point of a rule is
+the chip-hours it saved, which no ledger records: a sweep runs once, under one rule. So the page
+estimates what ``none`` would have used, and says it is an estimate and how it is made.
+
+The estimate: every child that was not stopped used what it used. A stopped child's train
+chip-hours are extrapolated to its final step at its own measured rate: train chip-hours ×
+final step ÷ the step it had trained to (its last recorded evaluation, in the same outer steps
+as the final step: ``core.request.stop_schedule.schedule_of``). Its other stages count as they
+are; its export, which never ran, is not added. The rate includes the attempt's start-up
+(compilation, loading), which does not grow with the steps, so the estimate is on the high side
+by that much, and the more so the earlier a child stopped.
+
+Pure: records in, facts out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rlpipe.core.runs import recorded
+from rlpipe.core.runs.record import RunRecord
+from rlpipe.report.charts import finite
+from rlpipe.report.rows import attempt_rows, chip_hours
+
+STOPPED = "stopped"
+ESTIMATE_HOW = (
+    "an estimate: each stopped child's train chip-hours × its final step ÷ the step it had trained to "
+    "(its own measured rate; start-up included, so on the high side), plus every other child's and "
+    "stage's chip-hours as used; the export a stopped child never ran is not added"
+)
+
+
+@dataclass(frozen=True)
+class StopMark:
+    """Where and why one child was stopped."""
+
+    run_id: str
+    rule: str | None  # median or asha; None when only the child's record is at hand
+    step: int | None  # the step the rule judged at (ASHA: the rung)
+    trained_to: int | None  # the last step it recorded an evaluation at
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChildEstimate:
+    run_id: str
+    used: float  # chip-hours it used, every stage
+    without: float | None  # what it would have used trained to its end; None: not known
+    why_unknown: str | None = None
+
+
+@dataclass(frozen=True)
+class Savings:
+    """The sweep's chip-hours used, and estimated without its stopping rule."""
+
+    used: float
+    without: float | None  # None: some stopped child's could not be estimated (``unknown``)
+    children: tuple[ChildEstimate, ...]
+    unknown: tuple[str, ...]  # why, per child
+    how: str = ESTIMATE_HOW
+
+    @property
+    def fraction(self) -> float | None:
+        return self.used / self.without if self.without else None
+
+
+def _last_step(record: RunRecord) -> int | None:
+    steps = [e.step for e in recorded.results(record.results).intermediate or [] if e.step is not None]
+    return max(steps) if steps else None
+
+
+def stop_marks(records: Sequence[RunRecord], parent: RunRecord | None = None) -> dict[str, StopMark]:
+    """Each stopped child's mark: the parent's record of the decision when it is given
+    (``sweep.stopped``), else the child's own (``failure.message`` is the decision's reason)."""
+    kept = {s.run_id: s for s in (parent.sweep.stopped if parent and parent.sweep else [])}
+    marks = {}
+    for record in records:
+        if record.state != STOPPED and record.run_id not in kept:
+            continue
+        decided = kept.get(record.run_id)
+        failure = record.failure
+        reason = decided.reason if decided else (failure.message if failure else "no reason recorded")
+        last = _last_step(record)
+        marks[record.run_id] = StopMark(
+            record.run_id,
+            decided.rule if decided else None,
+            decided.step if decided else last,
+            last if last is not None else (decided.step if decided else None),
+            reason,
+        )
+    return marks
+
+
+def _final_step(record: RunRecord) -> int | None:
+    """The child's final outer step from its request; None when the request no longer validates."""
+    from rlpipe.core.request import Request, stop_schedule
+
+    try:
+        return stop_schedule.schedule_of(Request.model_validate(record.request))[1]
+    except ValueError:  # pydantic's ValidationError and steps.ConfigProblem both are
+        return None
+
+
+def savings(records: Sequence[RunRecord], marks: dict[str, StopMark], now: datetime) -> Savings | None:
+    """The chip-hours used and estimated without the rule (module docstring); None: none stopped."""
+    if not marks:
+        return None
+    children, unknown = [], []
+    for record in records:
+        rows = attempt_rows(record, now)
+        used = chip_hours(rows)["total"]
+        mark = marks.get(record.run_id)
+        if mark is None:
+            children.append(ChildEstimate(record.run_id, used, used))
+            continue
+        train = sum(finite(r.chip_hours) or 0.0 for r in rows if r.stage == "train")
+        final, step = _final_step(record), mark.trained_to
+        why = None
+        if final is None:
+            why = f"{record.run_id}: its request gives no final step"
+        elif not step:
+            why = f"{record.run_id}: no evaluation recorded, so no rate"
+        elif train <= 0:
+            why = f"{record.run_id}: its train attempts recorded no chip-hours"
+        if why is not None:
+            unknown.append(why)
+            children.append(ChildEstimate(record.run_id, used, None, why))
+            continue
+        assert final is not None and step  # for mypy: checked above
+        children.append(ChildEstimate(record.run_id, used, used - train + train * final / step))
+    total = sum(c.used for c in children)
+    without = None if unknown else sum(c.without or 0.0 for c in children)
+    return Savings(total, without, tuple(children), tuple(unknown))

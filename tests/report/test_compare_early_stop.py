@@ -1,0 +1,216 @@
+"""A sweep's page and `rlpipe compare` with a child the sweep's rule stopped early: where it
+stopped (the rule's step, the step it trained to, the reason) in the list and the table, a cross
+on the reward chart at that step, and the chip-hours used against an estimate without stopping.
+
+Three children of the story's kind (``tests/report/test_compare.py``, evaluations every 25) with
+full requests (200 steps); child 0 stopped by ASHA at the rung at step 25 when it was judged
+again at step 50, its first train attempt's 30.4 chip-hours kept. Every expected number is worked
+out by hand in the test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jsonschema
+import pytest
+
+from rlpipe.cli import compare_command
+from rlpipe.core.request import validate_request
+from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepParent
+from rlpipe.report import compare
+from tests.cli.test_compare_json import COMPARE_SCHEMA
+from tests.conftest import minimal_request
+from tests.report.test_compare import GCP, _with
+from tests.report.test_report import Page, by_id, charts
+from tests.report.test_report_chromium import browser  # noqa: F401  (browser: a fixture)
+from tests.report.test_report_story import NOW, story
+
+PARENT = "rstopsweep01"
+CHILDREN = ["rstopchild00", "rstopchild01", "rstopchild02"]
+RATES = [1e-6, 2e-5, 5e-5]
+REASON = (
+    "at the rung at step 25 its post_mean_reward, 0.1050, is outside the top 1 of the 3 children there "
+    "(1/3; the 1st best is 0.2100; others: child 1 0.2100, child 2 0.1680)"
+)
+
+
+def _request(rate: float) -> dict[str, Any]:
+    """A full request as the ledger keeps it: 200 steps (num_batches 200, batch 4, one iteration)."""
+    doc = minimal_request(training={"num_batches": 200, "learning_rate": rate})
+    return validate_request(doc).model_dump(mode="json")
+
+
+def children() -> list[RunRecord]:
+    base = story()
+    records = []
+    for index, (run_id, rate) in enumerate(zip(CHILDREN, RATES, strict=True)):
+        record = _with(base, run_id, rate, [0.5, 1.0, 0.8][index])
+        record["request"] = _request(rate)
+        record["lineage"]["sweep"] = {
+            "parent": PARENT,
+            "index": index,
+            "size": 3,
+            "point": {"training.learning_rate": rate},
+        }
+        if index == 0:  # stopped at its evaluation at step 50, during its first train attempt
+            record["state"] = "stopped"
+            record["failure"] = {"tag": "stopped", "message": REASON, "stage": "train", "attempt": 1}
+            record["attempts"] = [
+                a for a in record["attempts"] if (a["stage"], a["attempt"]) in {("convert", 1), ("train", 1)}
+            ]
+            record["attempts"][-1]["phase"] = "cancelled"
+            results = record["results"]
+            results["intermediate"] = [e for e in results["intermediate"] if e["step"] <= 50]
+            results["post"], results["final_step"] = None, None
+            record["lineage"]["final_step"] = None
+        records.append(RunRecord.model_validate(record))
+    return records
+
+
+def parent() -> RunRecord:
+    stop = EarlyStopRecord(
+        run_id=CHILDREN[0], index=0, rule="asha", metric="post_mean_reward", step=25, value=0.105,
+        threshold=0.21, compared={"1": 0.21, "2": 0.168}, reason=REASON, at="2026-12-03T09:00:00.000000Z",
+    )  # fmt: skip
+    request = {
+        **_request(1e-6),
+        "sweep": {"grid": {"training.learning_rate": RATES}, "select": {"metric": "post_mean_reward"}},
+    }
+    return RunRecord(
+        run_id=PARENT, key="request:stop", source=Source(kind="cli"), request=request, state="training",
+        sweep=SweepParent(children=CHILDREN, points=[{"training.learning_rate": r} for r in RATES], max_parallel=3, stopped=[stop]),
+    )  # fmt: skip
+
+
+# By hand: the story's attempts hold 0 + 30.4 + 15.47 + 105.6 + 0 + 0 = 151.47 chip-hours per full
+# child; the stopped child kept its convert (0) and first train attempt (30.4).
+USED = 30.4 + 2 * 151.47  # 333.34
+# Without stopping: 30.4 chip-hours for 50 of its 200 steps → 30.4 × 200 / 50 = 121.6.
+WITHOUT = 121.6 + 2 * 151.47  # 424.54
+
+
+def page() -> str:
+    return compare.render_compare(children(), sweep=parent(), now=NOW)
+
+
+def stop_shown(html: str) -> list[str]:
+    """What the page says of each stopped child, or what is missing: the check every test reads."""
+    missing = []
+    shown = Page(html)
+    marks = [a for a in shown.tags("span") if "data-stopped" in a]
+    if [a["data-stopped"] for a in marks] != [CHILDREN[0]]:
+        missing.append("the list marks no stopped child")
+    if [a["data-stop-step"] for a in shown.tags("div") if "data-stop-step" in a] != ["25"]:
+        missing.append("the table gives no stop step")
+    if REASON not in shown.all_text:
+        missing.append("the reason is not on the page")
+    if "stopped early at step 25 by asha (trained to step 50)" not in shown.all_text:
+        missing.append("the words of the mark")
+    return missing
+
+
+def test_the_stopped_child_is_marked_in_the_list_and_the_table() -> None:
+    assert stop_shown(page()) == []
+
+
+def test_the_chart_has_a_cross_at_the_step_it_trained_to_on_its_curve_only() -> None:
+    svg = charts(page())["compare"]
+    cross = by_id(svg, "compare-mean-reward-run1-stopped")
+    assert cross is not None
+    ids = {e.get("id") for e in svg.iter() if e.get("id")}
+    assert not {f"compare-mean-reward-run{i}-stopped" for i in (2, 3)} & ids
+    assert "compare-mean-reward-run1-stopped-label" in ids
+
+
+def test_chip_hours_against_a_sweep_without_stopping_are_an_estimate_said_how() -> None:
+    shown = Page(page())
+    [box] = [a for a in shown.tags("div") if a.get("id") == "stop-savings"]
+    assert (box["data-used"], box["data-without"]) == (f"{USED:.2f}", f"{WITHOUT:.2f}")  # 333.34, 424.54
+    assert "(used 79% of it)" in shown.all_text  # 333.34 / 424.54 = 0.785
+    assert (
+        "an estimate: each stopped child's train chip-hours × its final step ÷ the step it had trained to"
+        in shown.all_text.lower()
+    )
+
+
+def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:
+    records = children()[1:]
+    html = compare.render_compare(records, now=NOW)
+    assert "stop-savings" not in html and "data-stopped" not in html
+
+
+def test_compare_json_gives_the_stop_and_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without the parent (plain compare): the rule's step is the child's last evaluation, the reason its failure's."""
+    records = {r.run_id: r for r in children()}
+
+    class FakeLedger:
+        def get(self, run_id: str) -> Any:
+            return records.get(run_id)
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    compare_command.register(sub, settings=lambda: GCP, ledger=lambda settings: FakeLedger())
+    args = parser.parse_args(["compare", *CHILDREN, "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, COMPARE_SCHEMA)
+    assert out["runs"][0]["stopped"] == {"rule": None, "step": 50, "trained_to": 50, "reason": REASON}
+    assert [r["stopped"] for r in out["runs"][1:]] == [None, None]
+    assert out["early_stop"]["chip_hours_used"] == round(USED, 2)
+    assert out["early_stop"]["chip_hours_without_estimate"] == round(WITHOUT, 2)
+    assert out["early_stop"]["not_estimated"] == []
+
+
+def test_mutation_a_template_without_the_marks_is_caught(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check bites: a copy of the real template with the table's stop mark taken out."""
+    source = Path(compare.__file__).parent
+    for name in ("compare_template.html.j2", "stack_notice.html.j2"):
+        shutil.copy(source / name, tmp_path / name)
+    copy = tmp_path / "compare_template.html.j2"
+    text = copy.read_text()
+    mark = '<div class="stopped" data-stop-step="{{ r.stop.step }}">{{ stop_words(r.stop) }}</div>'
+    assert mark in text
+    copy.write_text(text.replace(mark, ""))
+    import rlpipe.report as report
+
+    monkeypatch.setattr(
+        report,
+        "_environment",
+        lambda: jinja2.Environment(
+            loader=jinja2.FileSystemLoader(tmp_path),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        ),
+    )
+    assert stop_shown(page()) == ["the table gives no stop step"]
+
+
+def test_in_chromium_the_stop_is_seen_in_the_text_and_the_cross_is_drawn(
+    browser: Any, tmp_path: Path
+) -> None:
+    """What a reader sees: the mark and the estimate in the rendered text, the cross drawn with a size."""
+    out = tmp_path / "sweep.html"
+    out.write_text(page(), encoding="utf-8")
+    browser.send("Page.enable")
+    assert "errorText" not in browser.send("Page.navigate", url=out.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    seen = browser.evaluate(
+        """(() => {
+          const cross = document.getElementById("compare-mean-reward-run1-stopped");
+          const r = cross ? cross.getBoundingClientRect() : null;
+          return {text: document.body.innerText, cross: r ? [r.width, r.height] : null};
+        })()"""
+    )
+    assert "stopped early at step 25 by asha (trained to step 50)" in seen["text"]
+    assert "without early stopping about 424.54" in seen["text"]
+    assert seen["cross"] is not None and min(seen["cross"]) > 4, seen["cross"]
