@@ -155,7 +155,7 @@ def simulate(curves: Sequence[Curve], setup: Setup, stop: EarlyStop, rungs: Sequ
             launch(now)
             continue
         if new:
-            verdict = decide(stop, tables, index, f"child-{index}", SELECT, rungs)
+            verdict = decide(stop, tables, index, f"child-{index}", SELECT, rungs, new_steps=set(new))
             if verdict is not None and verdict.stop:
                 child.stopped_at = verdict.step
                 child.released = child.seen_ended = now

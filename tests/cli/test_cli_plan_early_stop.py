@@ -51,16 +51,13 @@ def test_asha_on_16_children_shows_its_rungs_and_bounds(
         [10, 30, 90],
         100,
     )
-    # Best: 14 stopped at the first rung, one judged again at 20, the best to 100 = 260 of 1600.
-    assert stop["steps"] == {"none": 1600, "best": 260, "worst": 1600}
-    assert stop["fraction_of_none"] == {"best": 0.1625, "worst": 1.0}
-    # 1600 steps × 9 s × 32 chips / 3600 = 128 chip-hours under none; 260 of them: 20.8.
-    assert stop["chip_hours"] == {"none": 128.0, "best": 20.8, "worst": 128.0}
+    # Best: 14 stopped at the first rung, the first eta-1 = 2 at every rung to 100 = 340 of 1600.
+    assert stop["steps"] == {"none": 1600, "best": 340, "worst": 1600}
+    assert stop["fraction_of_none"] == {"best": 0.2125, "worst": 1.0}
+    # 1600 steps × 9 s × 32 chips / 3600 = 128 chip-hours under none; 340 of them: 27.2.
+    assert stop["chip_hours"] == {"none": 128.0, "best": 27.2, "worst": 128.0}
     assert stop["exact"] is True
-    assert (
-        stop["best_case"]
-        == "14 children stopped at step 10, 1 child stopped at step 20; 1 trains to the final step 100"
-    )
+    assert stop["best_case"] == "14 children stopped at step 10; 2 train to the final step 100"
 
 
 def test_without_step_seconds_the_text_gives_steps_and_the_fraction(
@@ -75,7 +72,7 @@ def test_without_step_seconds_the_text_gives_steps_and_the_fraction(
     # Two never stopped (to 100), fourteen at 30: 620 of 1600 = 38.75%.
     assert "at best 620 (38.8% of none), at worst 1600 (no child stopped: the same as none)" in text
     assert "chip-hours of the rule: pass --step-seconds" in text
-    assert "assumes: best: the rule judges each child at every evaluation it records" in text
+    assert "assumes: best: the rule stops every child it may, as early as it may" in text
 
 
 def test_no_rule_has_no_early_stop_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -85,11 +82,11 @@ def test_no_rule_has_no_early_stop_section(tmp_path: Path, capsys: pytest.Captur
 def test_the_example_sweep_with_asha_and_its_one_slot_mutation(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """examples/sweep-lr.yaml (4 children, 2 slots, final step 50) with early_stop: asha: two stopped
-    at 10, one judged again at 20, one to 50 = 90 of 200. Mutated to one slot, the first two hold
-    it in turn to the end before a third reaches the rung: 2·10 + 2·50 = 120."""
+    """examples/sweep-lr.yaml (4 children, 2 slots, final step 50) with early_stop: asha (eta 3): two
+    stopped at 10, the first two at each rung to 50 = 120 of 200. Mutated to eta 2, one goes on at
+    every rung: 3·10 + 50 = 80."""
     doc = yaml.safe_load((ROOT / "examples" / "sweep-lr.yaml").read_text())
     doc["sweep"]["early_stop"] = "asha"
-    assert _plan(capsys, _file(tmp_path, doc))["sweep"]["early_stop"]["steps"]["best"] == 90
-    doc["sweep"]["max_parallel"] = 1
     assert _plan(capsys, _file(tmp_path, doc))["sweep"]["early_stop"]["steps"]["best"] == 120
+    doc["sweep"]["early_stop"] = {"rule": "asha", "eta": 2}
+    assert _plan(capsys, _file(tmp_path, doc))["sweep"]["early_stop"]["steps"]["best"] == 80

@@ -297,3 +297,16 @@ def test_a_running_average_over_all_steps_would_change_the_median(tmp_path: Path
         tmp_path,
     ) as mutated:
         assert mutated.median(tables, 0, "r", "max").stop is True
+
+
+def test_asha_judges_a_child_at_a_rung_once_when_its_evaluation_there_arrives() -> None:
+    """Child 2 reached the rung at step 10 first, alone, and went on; its read now brings step 20,
+    which is no rung (eta 3: 10, 30): it is not judged at 10 again, though the rung has filled and
+    two children are strictly better there (as Ray's ASHAScheduler records a trial at a milestone
+    once). A read that brings the rung's own evaluation is judged: outside the top 1 of 3."""
+    tables = {0: {10: 0.9}, 1: {10: 0.8}, 2: {10: 0.1, 20: 0.15}}
+    later = asha(tables, 2, "c2", "max", rungs=(10, 30), eta=3, new_steps={20})
+    assert not later.stop
+    assert later.reason == "judged at the rung at step 10 when it reached it; the next rung is at step 30"
+    arrived = asha(tables, 2, "c2", "max", rungs=(10, 30), eta=3, new_steps={10, 20})
+    assert arrived.stop and (arrived.step, arrived.threshold) == (10, 0.9)

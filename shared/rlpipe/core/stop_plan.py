@@ -12,28 +12,28 @@ P of them training at once (``max_parallel``), each judged at every evaluation i
 
 * No child is judged before its first judged step f (ASHA's first rung; the median rule's first
   evaluation step from ``min_step``), so every child trains at least to f.
-* Some children cannot be stopped the first time they are judged; call their count k. ASHA: the
-  first eta-1 children to reach the first rung find fewer than eta there (``asha``: n < eta goes
-  on), so k = eta-1. Median: a child judged with fewer than 3 peers evaluated goes on
-  (``MIN_PEERS``); when f is a child's first evaluation, the first 3 children to evaluate are
-  judged so, k = 3; when the children evaluate before f, they can all have peers by f, and only
-  the slot bound below holds.
-* Some children are never stopped, so they train to their final step; call their count s.
-  ASHA: s = 1, the child best at a rung has nobody strictly better there (a tie never stops).
-  Median: s = 2. Take the stopped child X whose best is the highest of the stopped children's; a
-  stopped peer's running average is at most its own best, so at most X's; X was judged with at
-  least 3 peers, and a median of 3 or more values above X's best needs at least 2 of them above
-  it: 2 children that are never stopped.
-* Nobody can be stopped before g+1 children have been judged (ASHA g = eta-1, median g = 3), so
-  until then a slot frees only when a child ends at its final step: with P <= g, at least g+1-P
-  children end at their final step. The final-step children are among the k; the others of the k
-  are judged again at their next evaluation, f + eval_interval, where the rule may stop them
-  (ASHA judges a child again at its rung as the rung fills up; the median rule at every step).
+* ASHA judges a child once at each rung, when it reaches it (``asha``'s ``new_steps``). The first
+  eta-1 children to reach any rung find fewer than eta there and go on; so eta-1 children reach
+  the second rung, are again the first there, and so on: at least eta-1 train to their final
+  step, whatever the slots. Every other child can be stopped at the first rung f.
+* Median: some children cannot be stopped the first time they are judged; call their count k. A
+  child judged with fewer than 3 peers evaluated goes on (``MIN_PEERS``); when f is a child's
+  first evaluation, the first 3 children to evaluate are judged so, k = 3; when the children
+  evaluate before f, they can all have peers by f, and only the slot bound below holds.
+* Median: at least 2 children are never stopped. Take the stopped child X whose best is the
+  highest of the stopped children's; a stopped peer's running average is at most its own best,
+  so at most X's; X was judged with at least 3 peers, and a median of 3 or more values above X's
+  best needs at least 2 of them above it: 2 children that are never stopped.
+* Median: nobody can be stopped before 4 children have been judged, so until then a slot frees
+  only when a child ends at its final step: with P <= 3, at least 4-P children end at their
+  final step. The others of the k are judged again at their next evaluation, f + eval_interval,
+  where the rule may stop them.
 * Every other child can be stopped at f (values and arrival order chosen to make it so).
 
-So, at best, n-k children train to f, max(s, g+1-P) to their final step, and the rest of the k
-to f + eval_interval (the final step if that is not before it); with g or fewer children nobody
-is ever stopped. ``tests/core/test_plan_early_stop.py`` holds this to the rules: simulated sweeps
+So, at best: ASHA, n-(eta-1) children train to f and eta-1 to their final step; median, n-k
+train to f, max(2, 4-P) to their final step, and the rest of the k to f + eval_interval (the
+final step if that is not before it). With fewer children than the rule needs to stop one (eta;
+4), nobody is ever stopped. ``tests/core/test_plan_early_stop.py`` holds this to the rules: simulated sweeps
 decided by ``core.early_stop`` itself never train less, and small ones reach it. When every child has the same steps this is reached by some order of
 arrival and some values (``tight``); when the children's steps differ, the costliest roles are
 given to the cheapest children and the number is a lower bound only. Chip-hours follow training
@@ -54,8 +54,9 @@ from rlpipe.core.request.sweep import EarlyStop
 
 # The two assumptions a person must know to read the bound; ``rlpipe plan`` prints them.
 ASSUMPTION = (
-    "best: the rule judges each child at every evaluation it records and stops every child it "
-    "may, as early as it may (any order of arrival, any rewards); worst: no child stopped, as none"
+    "best: the rule stops every child it may, as early as it may (any order of arrival, any "
+    "rewards; asha judges a child once per rung, median at every evaluation); worst: no child "
+    "stopped, as none"
 )
 
 
@@ -109,9 +110,11 @@ def bound(rule: str, eta: int, max_parallel: int, children: Sequence[ChildSteps]
     k = _immune(rule, eta, children)
     slots = max(1, min(max_parallel, n))
     gate = eta - 1 if rule == "asha" else early_stop.MIN_PEERS  # judged before anyone can stop
-    survivors = 1 if rule == "asha" else 2
-    to_final = min(n, max(survivors, gate + 1 - slots))
-    again = max(0, k - to_final)
+    if rule == "asha":  # the first eta-1 at every rung go on, and a rung is judged once per child
+        to_final, again = min(n, eta - 1), 0
+    else:
+        to_final = min(n, max(2, gate + 1 - slots))
+        again = max(0, k - to_final)
     first = {c.index: c.judged[0] for c in children}
     extra_final = sorted(((c.final - first[c.index]) * c.per_step, c.index) for c in children)
     nxt = {c.index: min(first[c.index] + c.eval_interval, c.final) for c in children}
