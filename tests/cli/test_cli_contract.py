@@ -122,6 +122,33 @@ PLAN_SWEEP_SCHEMA: dict[str, Any] = {
             "required": ["chip_hours", "cost"],
             "properties": {"chip_hours": NULLABLE_NUM, "cost": NULLABLE_NUM},
         },
+        "early_stop": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["rule", "steps", "fraction_of_none", "chip_hours", "best_case", "exact"],
+                    "properties": {
+                        "rule": {"enum": ["median", "asha"]},
+                        "eta": {"type": ["integer", "null"]},
+                        "min_step": {"type": ["integer", "null"]},
+                        "judged_at": {"type": ["array", "null"], "items": {"type": "integer"}},
+                        "final_step": {"type": ["integer", "null"]},
+                        "steps": {
+                            "type": "object",
+                            "required": ["none", "best", "worst"],
+                            "properties": {k: {"type": "integer"} for k in ("none", "best", "worst")},
+                        },
+                        "fraction_of_none": {"type": "object", "required": ["best", "worst"]},
+                        "chip_hours": {"type": ["object", "null"]},
+                        "best_case": {"type": "string"},
+                        "exact": {"type": "boolean"},
+                        "assumption": {"type": "string"},
+                    },
+                },
+            ]
+        },
     },
 }
 
@@ -161,6 +188,16 @@ SWEEP_PARENT_SCHEMA: dict[str, Any] = {
                 },
             ]
         },
+        "early_stop": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": ["rule"],
+                    "properties": {"rule": {"enum": ["median", "asha"]}},
+                },
+            ]
+        },
         "cancelled": {"type": "boolean"},
         "children_read": {"type": "boolean"},
         "children": {
@@ -187,6 +224,21 @@ SWEEP_PARENT_SCHEMA: dict[str, Any] = {
                     "waiting": NULLABLE_STR,
                     "post_mean_reward": NULLABLE_NUM,
                     "selected": NULLABLE_BOOL,
+                    "stopped": {
+                        "oneOf": [
+                            {"type": "null"},
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["step", "rule", "reason"],
+                                "properties": {
+                                    "step": {"type": ["integer", "null"]},
+                                    "rule": {"enum": ["median", "asha"]},
+                                    "reason": {"type": "string"},
+                                },
+                            },
+                        ]
+                    },
                 },
             },
         },

@@ -488,3 +488,37 @@ def test_watch_of_a_sweep_ends_with_its_children_and_selection_not_an_empty_run(
     child = cli.main(["watch", "rchild000001", "--timeout", "5", "--interval", "0.1"])
     assert child == ExitCode.OK
     assert "rparent00001" in capsys.readouterr().out  # a child's summary names its sweep
+
+
+def test_status_of_a_parent_says_which_children_its_rule_stopped_where_and_why(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from rlpipe.core.runs.record import EarlyStopRecord
+    from tests.cli.test_cli_contract import SWEEP_PARENT_SCHEMA
+
+    ledger = _sweep(["training", "stopped", "training", "accepted"])
+    parent = ledger.records["rparent00001"]
+    assert parent.sweep is not None
+    parent.request["sweep"]["early_stop"] = {"rule": "asha", "eta": 3, "min_step": 10}
+    why = "stopped early by asha: at the rung at step 10 its post_mean_reward, 0.2000, is outside the top 1"
+    parent.sweep.stopped = [
+        EarlyStopRecord(
+            run_id="rchild000001", index=1, rule="asha", metric="post_mean_reward", step=10,
+            value=0.2, threshold=0.4, compared={"0": 0.4, "2": 0.3}, reason=why, at="2026-12-06T06:00:00Z",
+        )
+    ]  # fmt: skip
+    sweep = json.loads(_status(monkeypatch, capsys, ledger, "rparent00001", "--json"))["sweep"]
+    jsonschema.validate(sweep, SWEEP_PARENT_SCHEMA)
+    assert sweep["early_stop"] == {"rule": "asha", "eta": 3, "min_step": 10}
+    assert [r["stopped"] for r in sweep["children"]] == [
+        None,
+        {"step": 10, "rule": "asha", "reason": why},
+        None,
+        None,
+    ]
+    text = _status(monkeypatch, capsys, ledger, "rparent00001")
+    assert "  early stop  asha (eta 3), reading post_mean_reward; 1 stopped so far" in text
+    row = next(line for line in text.splitlines() if "rchild000001" in line)
+    assert "stopped at step 10 (asha)" in row

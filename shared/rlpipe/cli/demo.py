@@ -44,6 +44,10 @@ SCENARIOS: dict[str, tuple[str | None, list[str]]] = {
     # A 2×2 grid from one file: four children, two at a time, one shared conversion; the best
     # (highest post mean_reward that passed the gate) publishes (cli/demo_sweep.py).
     "sweep": ("examples/sweep-lr.yaml", []),
+    # A 3×3 grid with ASHA: children outside the top third at a rung are stopped there (their slices
+    # freed for the next child), the best of those that trained to the end publishes, and the
+    # summary gives the chip-hours used against an estimate of the sweep without stopping.
+    "sweep-asha": ("examples/sweep-asha.yaml", []),
     # Two teams (examples/teams/teams.yaml) submit at once, each via its own folder or topic and
     # run in its own namespace; speech takes back the chips vision borrowed (played on the double);
     # a request of vision's naming speech's Secret is refused; a per-team summary (cli/teams_demo.py).
@@ -193,7 +197,7 @@ def run_demo(
                 return 1
             run_id = answer.record.run_id
             print(f"intake accepted it: run id {run_id}", flush=True)
-        if scenario == "sweep":
+        if scenario in ("sweep", "sweep-asha"):
             return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started, cluster)
         record = watch(ledger, run_id, timeout=timeout, simulated=True, cluster=cluster, console=console)
         console.print()

@@ -40,6 +40,8 @@ def _child_line(child: RunRecord) -> str:
     member = child.lineage.sweep
     if not child.terminal and member is not None and member.waiting:
         return member.waiting
+    if child.state == "stopped" and child.failure is not None:  # its sweep's rule: say which and where
+        return f"stopped: {child.failure.message}"
     if child.terminal:
         chosen = (
             ""
@@ -48,6 +50,27 @@ def _child_line(child: RunRecord) -> str:
         )
         return f"{child.state}{chosen}"
     return f"{child.state}" + (f" ({child.stage})" if child.stage else "")
+
+
+def _stopping(parent: RunRecord, records: list[RunRecord]) -> list[str]:
+    """Which children the sweep's rule stopped, where, and the chip-hours against none's estimate."""
+    from datetime import UTC, datetime
+
+    from rlpipe.report.stopping import savings, stop_marks
+
+    assert parent.sweep is not None
+    if not parent.sweep.stopped:
+        return []
+    lines = [""]
+    for stop in sorted(parent.sweep.stopped, key=lambda s: s.index):
+        lines.append(f"  stopped     child {stop.index}: {stop.reason}")
+    saved = savings(records, stop_marks(records, parent), datetime.now(UTC))
+    if saved is not None and saved.without:
+        lines.append(
+            f"  chip-hours  {saved.used:.2f} used; about {saved.without:.2f} without stopping "
+            f"({saved.used / saved.without:.0%}: each stopped child's train chip-hours scaled to its final step)"
+        )
+    return lines
 
 
 def summary(
@@ -82,6 +105,7 @@ def summary(
             f"  {mark}{index:<6}{row['run_id']:<14}{points[index]:<{wide}}{row['state']:<11}{post:>12}"
             f"{row['chip_hours']:>8}  {row['cost']}"
         )
+    lines += _stopping(parent, records)
     converts = sum(1 for c in children if c is not None for a in c.attempts if a.stage == "convert")
     publishes = [
         c.run_id for c in children if c is not None and any(a.stage == "publish" for a in c.attempts)

@@ -67,6 +67,7 @@ def _parent(record: RunRecord, children: list[RunRecord | None] | None) -> dict[
     rule = (record.request.get("sweep") or {}).get("select")
     chosen = s.selection.run_id if s.selection is not None else None
     read = children if children is not None else [None] * len(s.children)
+    stops = {stop.run_id: stop for stop in s.stopped}
     rows = []
     for index, (run_id, child) in enumerate(zip(s.children, read, strict=True)):
         point = s.points[index] if index < len(s.points) else {}
@@ -80,6 +81,12 @@ def _parent(record: RunRecord, children: list[RunRecord | None] | None) -> dict[
                 "waiting": waiting(child) if child is not None else None,
                 "post_mean_reward": post_mean_reward(child) if child is not None else None,
                 "selected": None if s.selection is None else run_id == chosen,
+                # stopped early by the sweep's rule (core.early_stop): where, by which rule, why
+                "stopped": (
+                    {"step": stop.step, "rule": stop.rule, "reason": stop.reason}
+                    if (stop := stops.get(run_id)) is not None
+                    else None
+                ),
             }
         )
     return {
@@ -88,10 +95,23 @@ def _parent(record: RunRecord, children: list[RunRecord | None] | None) -> dict[
         "max_parallel": s.max_parallel,
         "select": {"metric": rule["metric"], "direction": rule.get("direction", "max")} if rule else None,
         "selection": s.selection.model_dump(mode="json") if s.selection is not None else None,
+        "early_stop": _early_stop(record),
         "cancelled": s.cancelled,
         "children_read": children is not None,
         "children": rows,
     }
+
+
+def _early_stop(record: RunRecord) -> dict[str, Any] | None:
+    """The request's ``sweep.early_stop`` as written, with its defaults; None for ``none``."""
+    from rlpipe.core.request.sweep import EarlyStop
+
+    raw = (record.request.get("sweep") or {}).get("early_stop")
+    try:
+        stop = EarlyStop.model_validate(raw) if raw is not None else None
+    except ValueError:  # a ledger older than the field's rules: show it as recorded
+        return {"rule": str(raw)}
+    return None if stop is None or stop.rule == "none" else stop.model_dump(mode="json")
 
 
 QUEUED = "queued: "
@@ -99,6 +119,9 @@ QUEUED = "queued: "
 
 def state_text(row: dict[str, Any]) -> str:
     """A child's state as the table shows it: ``queued: <why>`` while it waits for a slot."""
+    if row.get("stopped"):
+        stop = row["stopped"]
+        return f"stopped at step {stop['step']} ({stop['rule']})"
     if row["waiting"]:
         return QUEUED + _why(row["waiting"]) if row["waiting"].startswith(QUEUED) else row["waiting"]
     return row["state"] or "not claimed yet"
@@ -123,6 +146,14 @@ def parent_summary(record: RunRecord, info: dict[str, Any]) -> str:
             else "no select rule: the children are not compared"
         ),
     ]
+    stop = info.get("early_stop")
+    if stop:
+        stopped = sum(1 for r in info["children"] if r.get("stopped"))
+        lines.append(
+            f"  early stop  {stop['rule']}"
+            + (f" (eta {stop['eta']})" if stop["rule"] == "asha" else "")
+            + f", reading {rule['metric'] if rule else 'the select metric'}; {stopped} stopped so far"
+        )
     rows = info["children"]
     states = [state_text(r) for r in rows]
     points = [r["overrides"] for r in rows]
