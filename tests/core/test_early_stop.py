@@ -310,3 +310,24 @@ def test_asha_judges_a_child_at_a_rung_once_when_its_evaluation_there_arrives() 
     assert later.reason == "judged at the rung at step 10 when it reached it; the next rung is at step 30"
     arrived = asha(tables, 2, "c2", "max", rungs=(10, 30), eta=3, new_steps={10, 20})
     assert arrived.stop and (arrived.step, arrived.threshold) == (10, 0.9)
+
+
+def test_a_childs_evaluations_are_read_as_the_select_metric_with_the_newest_attempt_standing() -> None:
+    """Attempt 2 resumed and evaluated step 20 again: its value stands. reward_gain is the step's
+    mean_reward minus the base model's (pre); accuracy is the Intermediate Eval's accuracy."""
+    from rlpipe.core.early_stop import evaluations
+
+    results = {
+        "pre": {"mean_reward": 0.25, "accuracy": 10.0},
+        "intermediate": [
+            {"step": 10, "attempt": 1, "mean_reward": 0.30, "accuracy": 20.0},
+            {"step": 20, "attempt": 1, "mean_reward": 0.35, "accuracy": 25.0},
+            {"step": 20, "attempt": 2, "mean_reward": 0.40, "accuracy": 30.0},
+            {"step": 30, "attempt": 2, "mean_reward": None, "accuracy": 35.0},
+        ],
+    }
+    assert evaluations(results, "post_mean_reward") == {10: 0.30, 20: 0.40}
+    assert evaluations(results, "post_accuracy") == {10: 20.0, 20: 30.0, 30: 35.0}
+    assert evaluations(results, "reward_gain") == pytest.approx({10: 0.05, 20: 0.15})
+    # Without the base model's evaluation there is no gain, so no evaluation to judge.
+    assert evaluations({**results, "pre": None}, "reward_gain") == {}

@@ -169,3 +169,16 @@ def test_no_rule_no_decision_and_no_copy(buckets: Buckets) -> None:
         assert early_stopping.judge(ledger, _training(ledger, child, {10: value})) is None
     after = ledger.get(parent.run_id)
     assert after is not None and after.sweep is not None and after.sweep.evaluations == {}
+
+
+def test_a_child_past_training_is_never_stopped_by_a_late_read(buckets: Buckets) -> None:
+    """A read that lands after the child left training (it is exporting) records its values but
+    stops nothing: only training can be cut short, and a trained child is a candidate."""
+    ledger, parent, children = _claimed(buckets, **ASHA)
+    early_stopping.judge(ledger, _training(ledger, children[0], {10: 0.40}))
+    late = _training(ledger, children[1], {10: 0.10})
+    late = ledger.edit(late.run_id, lambda r: (r.set_state("exporting"), "exporting")[1])
+    assert early_stopping.judge(ledger, late) is None
+    after = ledger.get(parent.run_id)
+    assert after is not None and after.sweep is not None
+    assert after.sweep.evaluations[late.run_id] == {"10": 0.10} and after.sweep.stopped == []
