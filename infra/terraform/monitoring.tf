@@ -55,7 +55,7 @@ locals {
       event        = "run_ended"
       where        = ""
       labels = {
-        outcome          = "succeeded, failed, cancelled or gated."
+        outcome          = "succeeded, failed, cancelled, gated or stopped (early, by its sweep)."
         failure_class    = "preempted, capacity, transient, resources or permanent; empty when the run did not fail."
         budget_exhausted = "true when the run failed because a retry budget (or the retry cap) ran out."
         team             = "The run's team (core/teams.py; default on a deployment without teams)."
@@ -70,7 +70,7 @@ locals {
       event        = "round_ended"
       where        = ""
       labels = {
-        outcome          = "succeeded, failed, cancelled or gated."
+        outcome          = "succeeded, failed, cancelled, gated or stopped (early, by its sweep)."
         failure_class    = "preempted, capacity, transient, resources or permanent; empty when the round did not fail."
         budget_exhausted = "true when the round failed because a retry budget (or the retry cap) ran out."
         team             = "The run's team (core/teams.py; default on a deployment without teams)."
@@ -131,7 +131,7 @@ locals {
       description  = "The mean reward of the trained model's evaluation, per ended run that has one."
       event        = "run_ended"
       where        = "NOT jsonPayload.post_mean_reward=NULL_VALUE"
-      labels       = { outcome = "succeeded, failed, cancelled or gated." }
+      labels       = { outcome = "succeeded, failed, cancelled, gated or stopped (early, by its sweep)." }
       value        = "post_mean_reward"
       unit         = "1"
       bounds       = [-1, 0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.5, 2, 3, 5, 10]
