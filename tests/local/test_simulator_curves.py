@@ -7,9 +7,7 @@ report it (``_mutant``)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,8 +15,8 @@ import pytest
 
 from rlpipe.local.simulator import reward_curve, train_rl
 from rlpipe.local.simulator.program import Arguments
+from tests.harness.mutants import mutant
 
-SOURCE = Path(reward_curve.__file__)
 STEPS = (0, 1, 10, 20, 45, 50, 100, 200, 500)
 
 # Today's formula worked by hand, the tuned point (learning rate 2e-5, KL weight 0.08):
@@ -36,17 +34,9 @@ GRID = [2e-5 * 10**x for x in (-1.0, -1 / 3, 1 / 3, 1.0)]
 
 
 def _mutant(tmp_path: Path, old: str, new: str) -> ModuleType:
-    """A copy of reward_curve.py with one change, imported under another name."""
-    text = SOURCE.read_text()
-    assert old in text, old
-    path = tmp_path / "reward_curve_mutant.py"
-    path.write_text(text.replace(old, new, 1))
-    spec = importlib.util.spec_from_file_location("reward_curve_mutant", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """A copy of reward_curve.py with one change (``tests.harness.mutants``), its functions still callable."""
+    with mutant(reward_curve, old, new, tmp_path) as module:
+        return module
 
 
 # ---- the tuned point ---------------------------------------------------------------------------

@@ -3,16 +3,14 @@ plane would (small, hand-made curves; each check also run on a mutated copy that
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from bench import early_stop
 from rlpipe.core.request.sweep import EarlyStop
 from rlpipe.local.simulator.reward_curve import Curve
+from tests.harness.mutants import mutant
 
-SOURCE = Path(early_stop.__file__)
 SETUP = early_stop.Setup(
     final_step=50, step_seconds=60.0, startup_seconds=180.0, poll_seconds=300.0, max_parallel=4
 )
@@ -26,16 +24,9 @@ CURVES = [ALIKE, ALIKE, ALIKE, BLOOMER, ALIKE]
 
 
 def _mutant(tmp_path: Path, old: str, new: str) -> ModuleType:
-    text = SOURCE.read_text()
-    assert old in text, old
-    path = tmp_path / "early_stop_mutant.py"
-    path.write_text(text.replace(old, new, 1))
-    spec = importlib.util.spec_from_file_location("early_stop_mutant", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """A copy of early_stop.py with one change (``tests.harness.mutants``), its functions still callable."""
+    with mutant(early_stop, old, new, tmp_path) as module:
+        return module
 
 
 def test_without_a_rule_every_child_runs_to_its_end_in_waves_of_max_parallel() -> None:
