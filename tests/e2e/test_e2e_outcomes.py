@@ -199,7 +199,7 @@ def test_a_sweep_stops_its_losing_children_early_and_publishes_the_best(local: L
         assert child.failure.message.startswith("stopped early by median: at step ")
         assert "below the median" in child.failure.message
         [train] = [a for a in child.attempts if a.stage == "train"]
-        assert train.phase == "failed" and train.failure_class == "stopped"
+        assert train.phase == "stopped" and train.failure_class == "stopped"
         assert train.chip_hours and train.chip_hours > 0, "the chip-hours it used are kept"
         assert [a.stage for a in child.attempts] == ["train"] or "export" not in [
             a.stage for a in child.attempts
@@ -208,8 +208,37 @@ def test_a_sweep_stops_its_losing_children_early_and_publishes_the_best(local: L
         stop = next(s for s in parent.sweep.stopped if s.run_id == child.run_id)
         assert stop.step is not None and stop.step < 200 and stop.threshold is not None
         assert stop.value is not None and stop.value < stop.threshold
+        # Its execution ended as the request meant it to: SUCCEEDED, outcome stopped (not FAILED).
+        assert _execution_results(local, child.run_id) == [("SUCCEEDED", "stopped")]
+        # A status read again (a redelivery, or the workflow's retried call) gets the same answer,
+        # in the contract's shape, and ends nothing twice.
+        from rlpipe.control import services
+        from rlpipe.core.workflow_contract import StatusAnswer
+
+        services.reset()  # the stage operations in process, on the stack's servers (its env is set)
+        stage = services.stage_service(Logger("e2e-stopped"))
+        again = StatusAnswer.model_validate(stage.status(child.run_id, "train", train.attempt))
+        assert again.phase == "failed" and again.failure is not None and again.failure.tag == "stopped"
+        assert again.failure.message == child.failure.message
+        after = local.ledger.get(child.run_id)
+        assert after is not None and after.state == "stopped" and after.seq == child.seq
     selection = parent.sweep.selection
     assert selection is not None and selection.index == 0  # grpo_beta 0.04 rises fastest
     assert {r["index"]: r["status"] for r in selection.table}[1] == "not a candidate: stopped early"
     published = [any(a.stage == "publish" for a in c.attempts) for c in children if c]
     assert published == [True, False, False, False]
+
+
+def _execution_results(local: Local, run_id: str) -> list[tuple[str, str | None]]:
+    """Each execution of the run: its state, and the outcome its result names."""
+    from google.cloud.workflows.executions_v1 import ExecutionView, ListExecutionsRequest
+
+    client = Orchestrator(local.settings).client
+    listing = client.list_executions(
+        request=ListExecutionsRequest(parent=local.settings.workflow_path, view=ExecutionView.FULL)
+    )
+    return [
+        (e.state.name, json.loads(e.result or "{}").get("outcome"))
+        for e in listing
+        if json.loads(e.argument or "{}").get("run_id") == run_id
+    ]

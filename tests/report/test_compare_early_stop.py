@@ -60,11 +60,20 @@ def children() -> list[RunRecord]:
         }
         if index == 0:  # stopped at its evaluation at step 50, during its first train attempt
             record["state"] = "stopped"
-            record["failure"] = {"tag": "stopped", "message": REASON, "stage": "train", "attempt": 1}
+            record["failure"] = {
+                "tag": "stopped",
+                "message": REASON,
+                "stage": "train",
+                "attempt": 1,
+                "rule": "sweep-early-stopped",
+            }
             record["attempts"] = [
                 a for a in record["attempts"] if (a["stage"], a["attempt"]) in {("convert", 1), ("train", 1)}
             ]
-            record["attempts"][-1]["phase"] = "cancelled"
+            # as the stage service writes a stopped attempt (control/stage/service.py, _stop_early)
+            record["attempts"][-1].update(
+                phase="stopped", failure_class="stopped", reason=REASON, failure_rule="sweep-early-stopped"
+            )
             results = record["results"]
             results["intermediate"] = [e for e in results["intermediate"] if e["step"] <= 50]
             results["post"], results["final_step"] = None, None

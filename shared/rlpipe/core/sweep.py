@@ -70,6 +70,7 @@ class Candidate:
     state: str
     arrived: bool  # it trained, passed the gate (if any) and waited for the others
     results: Mapping[str, Any] = field(default_factory=dict)
+    stopped: bool = False  # the sweep's early-stopping rule stopped it (its state may not say so yet)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ def select(rule: SelectRule, candidates: Sequence[Candidate]) -> Selection:
     ranked: list[tuple[float, int, Candidate]] = []
     for c in sorted(candidates, key=lambda c: c.index):
         value = gate.metric(c.results, rule.metric) if c.arrived else None
-        if c.state == "stopped":  # early, by the sweep's rule (core.early_stop): never a candidate
+        if (
+            c.state == "stopped" or c.stopped
+        ):  # early, by the sweep's rule (core.early_stop): never a candidate
             status = "not a candidate: stopped early"
         elif not c.arrived:
             status = f"not a candidate: it ended {c.state}"

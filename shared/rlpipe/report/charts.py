@@ -34,6 +34,7 @@ COLOURS: dict[str, str] = {
     "succeeded": "#2e7d32",
     "running": "#1e88e5",
     "cancelled": "#9e9e9e",
+    "stopped": "#546e7a",  # stopped early by its sweep's rule (core.early_stop): ended, not failed
     "preempted": "#fb8c00",
     "capacity": "#8e24aa",
     "resources": "#6d4c41",

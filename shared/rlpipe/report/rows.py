@@ -26,10 +26,10 @@ STAGE_ORDER = ("convert", "train", "export", "publish")
 NO_EVALUATION = "no evaluation recorded"
 NO_TPU = "no TPU"
 NOT_RECORDED = "not recorded"
-_DONE_PHASES = {"succeeded": "succeeded", "failed": "failed"}
+_DONE_PHASES = {"succeeded": "succeeded", "failed": "failed", "stopped": "stopped"}
 _ENDED_PHASES = frozenset({"cancelled", "superseded", "deleted"})
-_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
-_ENDS = _TERMINAL_STATES | {"gated", "stopped"}
+_TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "stopped"})
+_ENDS = _TERMINAL_STATES | {"gated"}
 _STATE_KEY = {
     "succeeded": "succeeded",
     "failed": "permanent",

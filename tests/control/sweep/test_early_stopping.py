@@ -14,7 +14,7 @@ from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import early_stopping
 from rlpipe.control.sweep.coordinator import SweepCoordinator
-from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.runs.record import Attempt, RunRecord, now
 from tests.conftest import Buckets
 from tests.control.sweep.test_sweep_control import _claimed
 
@@ -27,6 +27,11 @@ def _training(ledger: Ledger, child: RunRecord, evaluations: dict[int, float], a
     def change(r: RunRecord) -> str:
         if r.state != "training":
             r.set_state("training")
+        if r.attempt_record("train", attempt) is None:  # its train attempt, running
+            r.attempts.append(
+                Attempt(stage="train", attempt=attempt, workload=f"{r.run_id}-train-a{attempt}",
+                        launched_at=now(), phase="running")
+            )  # fmt: skip
         known = {(e["attempt"], e["step"]): e for e in r.results.get("intermediate", [])}
         for step, reward in evaluations.items():
             known[(attempt, step)] = {
@@ -182,3 +187,22 @@ def test_a_child_past_training_is_never_stopped_by_a_late_read(buckets: Buckets)
     after = ledger.get(parent.run_id)
     assert after is not None and after.sweep is not None
     assert after.sweep.evaluations[late.run_id] == {"10": 0.10} and after.sweep.stopped == []
+
+
+def test_a_child_whose_stop_was_written_but_not_carried_out_is_never_selected(buckets: Buckets) -> None:
+    """The stop is on the parent, but the child's own end was interrupted and it trained on and
+    arrived at selection: the parent's record of the stop stands, and it is not a candidate."""
+    ledger, parent, children = _claimed(buckets, **ASHA)
+    early_stopping.judge(ledger, _training(ledger, children[0], {10: 0.40}))
+    assert early_stopping.judge(ledger, _training(ledger, children[1], {10: 0.30})) is not None
+    for child, post in [(children[0], 0.5), (children[1], 0.9)]:  # the stopped one would win
+        ledger.edit(child.run_id, lambda r, p=post: _post(r, p))
+    for child in children[2:]:
+        ledger.edit(child.run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
+    for child in children[:2]:
+        sweeps.arrive(ledger, ledger.get(child.run_id))  # type: ignore[arg-type]
+    final = ledger.get(parent.run_id)
+    assert final is not None and final.sweep is not None and final.sweep.selection is not None
+    assert final.sweep.selection.index == 0
+    row = next(r for r in final.sweep.selection.table if r["index"] == 1)
+    assert row["status"] == "not a candidate: stopped early"

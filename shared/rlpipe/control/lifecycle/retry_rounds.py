@@ -91,6 +91,11 @@ def refusal(record: RunRecord, from_stage: str | None = None) -> str | None:
             f"run {run} is gated (the quality gate held the model back); "
             f"use `rlpipe promote {run} --reason …` to ship it anyway"
         )
+    if record.state == "stopped":
+        return (
+            f"run {run} was stopped early by its sweep's rule, as the sweep's request asked "
+            "(`rlpipe status` on it says at which step and why); it is not trained again"
+        )
     if record.state in ACTIVE:
         return (
             f"run {run} is still running (state {record.state}); cancel it first with `rlpipe cancel {run}`"

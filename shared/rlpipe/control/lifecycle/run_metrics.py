@@ -68,7 +68,7 @@ PROMOTED_FIELDS: frozenset[str] = frozenset({"severity", "time"})
 OUTCOMES: tuple[str, ...] = ("succeeded", "failed", "cancelled", "gated", "stopped")
 GATE_RESULTS: tuple[str, ...] = ("passed", "failed", "overridden", "none")
 VERDICTS: tuple[str, ...] = ("passed", "failed", "not_evaluated")
-STAGE_END_PHASES: tuple[str, ...] = ("succeeded", "failed", "superseded", "cancelled")
+STAGE_END_PHASES: tuple[str, ...] = ("succeeded", "failed", "superseded", "cancelled", "stopped")
 FAILURE_CLASSES: tuple[str, ...] = tuple(c.value for c in FailureClass)
 # field -> the values it takes when it is not null (what a filter may compare it with).
 LABEL_VALUES: Mapping[str, tuple[str, ...]] = {

@@ -364,6 +364,9 @@ class StageService:
         record, req = self._load(run_id)
         log = self.log.bind(run_id=run_id, stage=stage, attempt=attempt)
         require_owner(record, execution_id)
+        known = record.attempt_record(stage, attempt)
+        if known is not None and known.phase == reported.STOPPED_TAG:  # a read again after its stop
+            return self._stopped(record, attempt, known.reason or "stopped early", execution_id, log)
         name = workload_name(run_id, stage, attempt)
         ws = self._cluster(record).status(
             name,
@@ -426,8 +429,10 @@ class StageService:
             log,
             extra=train_status.record_train_end(ended, attempt) if ended else None,
         )
-        if stage == "train" and phase == "running" and (seen or {}).get("intermediate"):
-            stop = self.coordinator.evaluated(recorded)  # a sweep's early-stopping rule
+        if stage == "train" and phase == "running":
+            # A sweep's early-stopping rule, on the evaluations this read recorded (or a stop
+            # decided before whose carrying out was interrupted).
+            stop = self.coordinator.evaluated(recorded)
             if stop is not None:
                 return self._stop_early(recorded, attempt, stop, ws.chip_hours, execution_id, log)
         return {
@@ -475,7 +480,7 @@ class StageService:
             change,
             detail=lambda r: {"stage": stage, "attempt": attempt, "phase": reading.phase, "failure": failure},
         )
-        if failure:
+        if failure and reading.phase == "failed":
             log.warning("attempt failed", failure=failure)
         if ended is not None:
             quality_gate.log_stage_ended(self.log, recorded, ended, self.clock())
@@ -491,28 +496,33 @@ class StageService:
         log: Logger,
     ) -> dict[str, Any]:
         """Its sweep's rule stopped this child: its workloads deleted (the slice goes back), the
-        attempt ended with the chip-hours it held, the run finished ``stopped`` (its slot goes back
-        to the sweep there), and the workflow told, by a failure it does not retry."""
+        attempt ended ``stopped`` with the chip-hours it held, then the run finished (``_stopped``)."""
+        deleted = self._cluster(record).delete_run(record.run_id)
+        why = {"tag": reported.STOPPED_TAG, "message": stop.reason, "rule": reported.SWEEP_EARLY_STOPPED}
+        self._record_phase(
+            record.run_id, "train", attempt, phase_record.Reading("stopped", why, chips=chips), log
+        )
+        log.info("stopped early", rule=stop.rule, step=stop.step, deleted=deleted)
+        return self._stopped(record, attempt, stop.reason, execution_id, log)
+
+    def _stopped(
+        self, record: RunRecord, attempt: int, reason: str, execution_id: str | None, log: Logger
+    ) -> dict[str, Any]:
+        """The run of an attempt that ended ``stopped`` finished ``stopped`` (its slot goes back to
+        the sweep there; a repeat finishes nothing), and the answer the workflow gets, every time it
+        asks: a failure tagged ``stopped``, which it does not retry and ends its execution with."""
         failure = {
             "tag": reported.STOPPED_TAG,
-            "message": stop.reason,
+            "message": reason,
             "stage": "train",
             "attempt": attempt,
             "rule": reported.SWEEP_EARLY_STOPPED,
         }
-        deleted = self._cluster(record).delete_run(record.run_id)
-        why = {"tag": reported.STOPPED_TAG, "message": stop.reason, "rule": reported.SWEEP_EARLY_STOPPED}
-        ended = phase_record.Reading("failed", why, chips=chips)
-        self._record_phase(record.run_id, "train", attempt, ended, log)
+        if not record.terminal:
+            self._cluster(record).delete_run(record.run_id)  # again: a stop interrupted before its end
         self.finish(record.run_id, reported.STOPPED_TAG, failure, execution_id=execution_id)
-        log.info("stopped early", rule=stop.rule, step=stop.step, deleted=deleted)
-        return {
-            "phase": "failed",
-            "failure": failure,
-            "reason": stop.reason,
-            "artifact": None,
-            "progress": None,
-        }
+        answer = {"tag": reported.STOPPED_TAG, "message": reason, "rule": reported.SWEEP_EARLY_STOPPED}
+        return {"phase": "failed", "failure": answer, "reason": reason, "artifact": None, "progress": None}
 
     # ---- finish / cleanup ---------------------------------------------------------------------
 

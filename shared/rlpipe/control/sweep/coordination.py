@@ -27,9 +27,7 @@ from rlpipe.core import sweep as core_sweep
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request.sweep import SelectRule, SweepSpec
-from rlpipe.core.runs.record import Failure, RunRecord, SweepParent, SweepSelection, now
-
-TERMINAL = frozenset({"succeeded", "failed", "cancelled", "gated"})
+from rlpipe.core.runs.record import TERMINAL, Failure, RunRecord, SweepParent, SweepSelection, now
 
 
 def parent_of(ledger: Ledger, child: RunRecord) -> RunRecord:
@@ -189,6 +187,7 @@ def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
 def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None]) -> RunRecord:
     assert parent.sweep is not None
     rule = spec_of(parent).select
+    stopped = {s.run_id for s in parent.sweep.stopped}
     if rule is None:  # no rule: every child that arrived goes on (none publishes: validation)
         return parent
     candidates = [
@@ -199,8 +198,12 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
             state=c.state if c is not None else "unknown",
             # arrived and still waiting: one failed or cancelled since (a lost select call, an
             # operator's cancel) is not a candidate
-            arrived=run_id in parent.sweep.arrived and (c is None or c.state not in ("failed", "cancelled")),
+            # and one its sweep's rule stopped is never one, whatever its record says by now
+            arrived=run_id in parent.sweep.arrived
+            and (c is None or c.state not in ("failed", "cancelled"))
+            and run_id not in stopped,
             results=c.results if c is not None else {},
+            stopped=run_id in stopped,
         )
         for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))
     ]

@@ -20,10 +20,12 @@ from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, now
 
 
 def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
-    """The stop of ``child`` (its status read just recorded evaluations), or None: it goes on.
+    """The stop of ``child`` (its status read just recorded its evaluations), or None: it goes on.
 
-    Judged only when the read brought an evaluation the parent had not seen (a repeated read
-    decides nothing new), only before the selection, and only while the child trains."""
+    A stop written before is returned whatever the read brought, so a stop whose carrying out
+    was interrupted is carried out by the next read. Otherwise the child is judged only when the
+    read brought an evaluation the parent had not seen, only before the selection, and only while
+    its training attempt runs."""
     member = child.lineage.sweep
     if member is None:
         return None
@@ -33,6 +35,9 @@ def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
     if stop.rule == "none" or select is None:
         return None
     me = child.run_id
+    attempt = child.current_attempt("train")
+    # Only a child training now can be cut short (a read that found its training ended decides nothing).
+    training = child.state == "training" and attempt is not None and attempt.phase == "running"
     mine = {str(step): value for step, value in early_stop.evaluations(child.results, select.metric).items()}
     request = Request.model_validate(child.request)
     rungs = rungs_of(stop, request)
@@ -51,7 +56,7 @@ def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
         if table == known:
             return None, None
         s.evaluations[me] = dict(sorted(table.items(), key=lambda kv: int(kv[0])))
-        if s.selection is not None or me in s.arrived or child.state != "training":
+        if s.selection is not None or me in s.arrived or not training:
             return "sweep-evaluated", None
         tables = {
             i: {int(step): value for step, value in s.evaluations.get(run_id, {}).items()}

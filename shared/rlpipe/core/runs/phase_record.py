@@ -70,7 +70,7 @@ def apply(
         a.budget_exhausted = reading.failure.get("exhausted")
         a.failure_rule = reading.failure.get("rule")
     ended = None
-    if reading.phase in ("succeeded", "failed"):
+    if reading.phase in ("succeeded", "failed", "stopped"):  # stopped: early, by its sweep's rule
         a.finished_at = now()
         ended = a.model_copy()
     return reading.phase, ended
