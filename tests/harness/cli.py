@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from rlpipe.core.runs.record import RunRecord
 from tests.harness.patience import ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,3 +56,24 @@ def run_main(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> subproce
         os.environ.update(saved_env)
         os.chdir(saved_cwd)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def compare_over(records: Iterable[RunRecord], args: list[str], settings: Any) -> int:
+    """``rlpipe compare ARGS`` in this process over these records (a ledger that is only them), with
+    the deployment ``settings`` given: what its subcommand returns, its output on stdout."""
+    import argparse
+
+    from rlpipe.cli import compare_command
+
+    by_id = {r.run_id: r for r in records}
+
+    class RecordsLedger:
+        def get(self, run_id: str) -> RunRecord | None:
+            return by_id.get(run_id)
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    compare_command.register(sub, settings=lambda: settings, ledger=lambda _settings: RecordsLedger())
+    parsed = parser.parse_args(["compare", *args])
+    code: int = parsed.func(parsed)
+    return code

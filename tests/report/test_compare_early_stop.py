@@ -10,7 +10,6 @@ out by hand in the test.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -20,12 +19,12 @@ import jinja2
 import jsonschema
 import pytest
 
-from rlpipe.cli import compare_command
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepParent
 from rlpipe.report import compare
 from tests.cli.test_compare_json import COMPARE_SCHEMA
 from tests.conftest import minimal_request
+from tests.harness.cli import compare_over
 from tests.report.test_compare import GCP, _with
 from tests.report.test_report import Page, by_id, charts
 from tests.report.test_report_chromium import browser  # noqa: F401  (browser: a fixture)
@@ -156,17 +155,7 @@ def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:
 
 def test_compare_json_gives_the_stop_and_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
     """Without the parent (plain compare): the rule's step is the child's last evaluation, the reason its failure's."""
-    records = {r.run_id: r for r in children()}
-
-    class FakeLedger:
-        def get(self, run_id: str) -> Any:
-            return records.get(run_id)
-
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="command", required=True)
-    compare_command.register(sub, settings=lambda: GCP, ledger=lambda settings: FakeLedger())
-    args = parser.parse_args(["compare", *CHILDREN, "--json"])
-    assert args.func(args) == 0
+    assert compare_over(children(), [*CHILDREN, "--json"], GCP) == 0
     out = json.loads(capsys.readouterr().out)
     jsonschema.validate(out, COMPARE_SCHEMA)
     assert out["runs"][0]["stopped"] == {"rule": None, "step": 50, "trained_to": 50, "reason": REASON}
