@@ -114,12 +114,12 @@ class Local:
         assert not [w for w in self.workloads() if w.startswith(record.run_id)], "objects left in the cluster"
 
 
-@pytest.fixture(scope="module")
-def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
-    root = tmp_path_factory.mktemp("local-stack")
+def running_stack(root: Path, **config: Any) -> Iterator[Local]:
+    """A local stack under ``root`` for a test module (``config``: more of its StackConfig), the
+    process environment it sets put back when it stops."""
     saved = dict(os.environ)
     stack = LocalStack(
-        StackConfig(root=root, poll_seconds=1, timing="fast", events=EVENTS), say=lambda text: None
+        StackConfig(root=root, poll_seconds=1, timing="fast", events=EVENTS, **config), say=lambda text: None
     )
     stack.start()
     try:
@@ -128,6 +128,11 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
         stack.stop()
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    yield from running_stack(tmp_path_factory.mktemp("local-stack"))
 
 
 @pytest.fixture

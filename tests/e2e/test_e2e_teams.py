@@ -5,7 +5,6 @@ publish step reads the team's write token there and publishes to the team's orga
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from rlpipe.cli import submit as submit_cli
 from rlpipe.local.stack import LocalStack, StackConfig
 from rlpipe.local.teams_declaration import TeamsFileInvalid
 from tests.conftest import ROOT, minimal_request
-from tests.e2e.test_e2e import EVENTS, FAST_RETRY, Local
+from tests.e2e.test_e2e import FAST_RETRY, Local, running_stack
 from tests.harness.patience import ceiling
 
 pytestmark = pytest.mark.slow
@@ -32,17 +31,7 @@ SECRETS = {
 
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
-    root = tmp_path_factory.mktemp("teams-stack")
-    saved = dict(os.environ)
-    config = StackConfig(root=root, poll_seconds=1, timing="fast", events=EVENTS, teams_file=str(TEAMS_FILE))
-    stack = LocalStack(config, say=lambda text: None)
-    stack.start()
-    try:
-        yield Local(stack, root)
-    finally:
-        stack.stop()
-        os.environ.clear()
-        os.environ.update(saved)
+    yield from running_stack(tmp_path_factory.mktemp("teams-stack"), teams_file=str(TEAMS_FILE))
 
 
 def _request(local: Local, team: str, **fields: Any) -> Path:

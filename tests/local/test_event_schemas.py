@@ -10,7 +10,6 @@ misspelt in the shim and a wrong type string, each planted in a copy of the real
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import sys
 import uuid
@@ -30,6 +29,7 @@ from rlpipe.local.gcs import FakeGcs
 from tests.harness import event_schemas
 from tests.harness.event_schemas import EVENT_DATA, Delivered, EventSink, data_problems, type_problems
 from tests.harness.functions import gcs_event, pubsub_event
+from tests.harness.pstest import start_pstest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIM = ROOT / "shared" / "rlpipe" / "local" / "shim.py"
@@ -51,12 +51,7 @@ def _problems(deliveries: list[Delivered]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pubsub_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pubsub.PubSubEmulator]:
-    if pubsub.pstest_binary() is None:
-        reason = pubsub.unavailable_reason() or "pstest is not built"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI builds pstest, but: {reason}")
-        pytest.skip(reason)
-    server = pubsub.PubSubEmulator(tmp_path_factory.mktemp("pstest")).start()
+    server = start_pstest(tmp_path_factory.mktemp("pstest"))
     yield server
     server.stop()
 

@@ -24,6 +24,7 @@ from google.protobuf import duration_pb2
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.local import pubsub
 from rlpipe.local.shim import EmulatorShim, Redelivery, Routes
+from tests.harness.pstest import start_pstest
 
 PROJECT = "rlpipe-local"
 # The tests poll with return_immediately (deprecated for production pulls, which should block).
@@ -32,12 +33,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The return_immediately flag is d
 
 @pytest.fixture(scope="module")
 def pstest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pubsub.PubSubEmulator]:
-    if pubsub.pstest_binary() is None:
-        reason = pubsub.unavailable_reason() or "pstest is not built"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI builds pstest, but: {reason}")
-        pytest.skip(reason)
-    server = pubsub.PubSubEmulator(tmp_path_factory.mktemp("pstest")).start()
+    server = start_pstest(tmp_path_factory.mktemp("pstest"))
     assert server.kind == pubsub.PSTEST
     previous = os.environ.get("PUBSUB_EMULATOR_HOST")
     os.environ["PUBSUB_EMULATOR_HOST"] = server.host

@@ -85,43 +85,17 @@ def test_a_deployment_without_teams_keeps_no_usage(env: dict[str, Any]) -> None:
 def _sweep_of(env: dict[str, Any], team: str) -> list[str]:
     """A sweep of two children claimed for ``team`` (as intake claims them), its conversion cached."""
     from rlpipe.control.adapters import blobstore
-    from rlpipe.core import identity
-    from rlpipe.core import sweep as core_sweep
     from rlpipe.core.manifests import RenderContext, conversion_cache
-    from rlpipe.core.request import validate_request
-    from rlpipe.core.runs.record import Lineage, RunRecord, SweepMember, SweepParent
-    from tests.conftest import minimal_request
     from tests.control.stage.test_stage import REPO
+    from tests.harness.sweeps import claim_sweep, sweep_request
 
-    req = validate_request(
-        minimal_request(
-            request_id=f"team-sweep-{team}",
-            sweep={"grid": {"training.num_generations": [2, 4]}, "max_parallel": 2},
-        )
+    req = sweep_request(
+        request_id=f"team-sweep-{team}", grid={"training.num_generations": [2, 4]}, max_parallel=2
     )
-    key = identity.key_for_request_id(f"team-sweep-{team}")
-    kids = core_sweep.children(req)
-    ids = [identity.run_id_for(core_sweep.child_key(key, c.index)) for c in kids]
-    source = Source(kind="gcs", team=team)
-    parent = RunRecord(
-        run_id=identity.run_id_for(key),
-        key=key,
-        source=source,
-        request=req.model_dump(mode="json"),
-        sweep=SweepParent(children=ids, points=[c.point for c in kids], max_parallel=2),
+    _, children = claim_sweep(
+        env["ledger"], req, f"team-sweep-{team}", Source(kind="gcs", team=team), executions=True
     )
-    env["ledger"].claim(parent)
-    for child, run_id in zip(kids, ids, strict=True):
-        member = SweepMember(parent=parent.run_id, index=child.index, size=len(kids), point=child.point)
-        record = RunRecord(
-            run_id=run_id,
-            key=core_sweep.child_key(key, child.index),
-            source=source,
-            request=child.request.model_dump(mode="json"),
-            lineage=Lineage(sweep=member),
-        )
-        record.execution.name = f"projects/p/locations/l/workflows/w/executions/{run_id}-exec"
-        env["ledger"].claim(record)
+    ids = [c.run_id for c in children]
     sha = env["service"].resolve_revision(REPO, "main")
     cache = conversion_cache(req, RenderContext(run_id="x", bucket=env["store"].bucket_name, hf_revision=sha))
     env["state"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))

@@ -15,8 +15,9 @@ from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
 from rlpipe.control.sweep.coordinator import SweepCoordinator
-from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.runs.record import RunRecord, Source
 from tests.conftest import Buckets, minimal_request, real_intake
+from tests.harness.sweeps import claim_sweep, sweep_request
 
 GRID = {"training.num_generations": [2, 4, 8, 16]}
 
@@ -41,39 +42,9 @@ def _sweep(buckets: Buckets, executions: Any, **sweep: Any) -> tuple[Ledger, Run
 def _claimed(buckets: Buckets, **sweep: Any) -> tuple[Ledger, RunRecord, list[RunRecord]]:
     """A sweep's records as intake claims them, without starting executions (faster; the intake
     test above covers the starting)."""
-    from rlpipe.core import identity
-    from rlpipe.core import sweep as core_sweep
-    from rlpipe.core.request import validate_request
-    from rlpipe.core.runs.record import Lineage, Source, SweepMember, SweepParent
-
-    req = validate_request(
-        minimal_request(request_id="lr-sweep", sweep={"grid": GRID, "max_parallel": 2, **sweep})
-    )
-    key = identity.key_for_request_id("lr-sweep")
-    kids = core_sweep.children(req)
-    ids = [identity.run_id_for(core_sweep.child_key(key, c.index)) for c in kids]
-    source = Source(kind="cli")
     ledger = buckets.ledger()
-    parent = RunRecord(
-        run_id=identity.run_id_for(key),
-        key=key,
-        source=source,
-        request=req.model_dump(mode="json"),
-        sweep=SweepParent(children=ids, points=[c.point for c in kids], max_parallel=2),
-    )
-    assert ledger.claim(parent)
-    children = []
-    for child, run_id in zip(kids, ids, strict=True):
-        member = SweepMember(parent=parent.run_id, index=child.index, size=len(kids), point=child.point)
-        record = RunRecord(
-            run_id=run_id,
-            key=core_sweep.child_key(key, child.index),
-            source=source,
-            request=child.request.model_dump(mode="json"),
-            lineage=Lineage(sweep=member),
-        )
-        assert ledger.claim(record)
-        children.append(record)
+    request = sweep_request(grid=GRID, max_parallel=2, **sweep)
+    parent, children = claim_sweep(ledger, request, "lr-sweep", Source(kind="cli"))
     return ledger, parent, children
 
 

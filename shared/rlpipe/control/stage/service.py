@@ -503,10 +503,17 @@ class StageService:
             record.run_id, "train", attempt, phase_record.Reading("stopped", why, chips=chips), log
         )
         log.info("stopped early", rule=stop.rule, step=stop.step, deleted=deleted)
-        return self._stopped(record, attempt, stop.reason, execution_id, log)
+        return self._stopped(record, attempt, stop.reason, execution_id, log, deleted=True)
 
     def _stopped(
-        self, record: RunRecord, attempt: int, reason: str, execution_id: str | None, log: Logger
+        self,
+        record: RunRecord,
+        attempt: int,
+        reason: str,
+        execution_id: str | None,
+        log: Logger,
+        *,
+        deleted: bool = False,
     ) -> dict[str, Any]:
         """The run of an attempt that ended ``stopped`` finished ``stopped`` (its slot goes back to
         the sweep there; a repeat finishes nothing), and the answer the workflow gets, every time it
@@ -518,8 +525,8 @@ class StageService:
             "attempt": attempt,
             "rule": reported.SWEEP_EARLY_STOPPED,
         }
-        if not record.terminal:
-            self._cluster(record).delete_run(record.run_id)  # again: a stop interrupted before its end
+        if not deleted and not record.terminal:  # a stop interrupted before its end
+            self._cluster(record).delete_run(record.run_id)
         self.finish(record.run_id, reported.STOPPED_TAG, failure, execution_id=execution_id)
         answer = {"tag": reported.STOPPED_TAG, "message": reason, "rule": reported.SWEEP_EARLY_STOPPED}
         return {"phase": "failed", "failure": answer, "reason": reason, "artifact": None, "progress": None}
