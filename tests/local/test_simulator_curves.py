@@ -162,3 +162,15 @@ def test_values_stay_within_zero_and_one_at_four_places(lr: float) -> None:
         for s in STEPS:
             v = reward_curve.curve(lr, 0.008, seed).value(s)
             assert 0.0 <= v <= 1.0 and v == round(v, 4) and not math.isnan(v)
+
+
+def test_the_seed_the_curve_reads_is_the_one_maxtext_shuffles_with() -> None:
+    """The facts fixture (read from MaxText 0.2.4, with its lines) names train_rl's one seed; the
+    simulator seeds its noise by the flag of that name."""
+    import yaml
+
+    facts = yaml.safe_load(
+        (Path(__file__).resolve().parents[1] / "fixtures" / "maxtext_facts.yaml").read_text()
+    )
+    data_rule = facts["step_arithmetic"]["end_rule"]["data"]
+    assert f"shuffled with {reward_curve.SEED_FLAG} (MT train_rl.py:341-344; rl.yml:30" in data_rule

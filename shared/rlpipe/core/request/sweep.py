@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rlpipe.core.request.base import Strict, custom_error
+from rlpipe.core.step_counts import MAX_TRAIN_STEPS
 
 Scalar = bool | int | float | str
 # A point's key: `training.learning_rate`, or `maxtext_overrides.rl.grpo_beta` (an override key
@@ -54,7 +55,8 @@ class EarlyStop(Strict):
     eta: Annotated[int, Field(ge=2, le=16)] = Field(
         default=3, description="asha: the top 1/eta of the children at each rung go on"
     )
-    min_step: Annotated[int, Field(ge=1)] | None = Field(
+    # At most a run's steps (step_counts.MAX_TRAIN_STEPS): a larger one is no step any child reaches.
+    min_step: Annotated[int, Field(ge=1, le=MAX_TRAIN_STEPS)] | None = Field(
         default=None,
         description="the first step a child is judged at (asha: the first rung); "
         "None: the first evaluation step (eval_interval)",
