@@ -160,6 +160,7 @@ def cmd_plan(args: argparse.Namespace, settings: Callable[[], Any] | None = None
             prices=prices,
             quotas=quotas,
             data=data,
+            cache_scope=deployment.teams().cache_scope(team.name) if team is not None else "",
         )
 
     plan = plan_of(req, run_id)

@@ -90,14 +90,18 @@ def build_plan(
     prices: dict[str, Any] | None = None,
     quotas: Mapping[str, Quota] | None = None,
     data: Mapping[str, Any] | None = None,
+    cache_scope: str = "",
 ) -> dict[str, Any]:
     """The plan of a first attempt of every stage (raises ``steps.ConfigProblem`` only for a
     request that skipped validation: validation refuses those). ``bucket`` is the artifacts
     bucket (what the workloads write), ``state_bucket`` the control plane's (ledger, READY.json).
     ``quotas``: the deployment's TPU quota by LocalQueue, where it is known. ``data``: the datasets
-    pinned now (``control.lifecycle.data_pins``, ``rlpipe plan --hub``), whose split sizes fix the end."""
+    pinned now (``control.lifecycle.data_pins``, ``rlpipe plan --hub``), whose split sizes fix the end.
+    ``cache_scope``: the team whose conversion cache the run reads (``Teams.cache_scope``)."""
     sha = pinned_sha(req, hf_sha)
-    ctx = RenderContext(run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha)
+    ctx = RenderContext(
+        run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha, cache_scope=cache_scope
+    )
     run = layout.RunLayout(bucket, run_id)
     state = layout.RunLayout(state_bucket, run_id)
     training = steps.training_steps(req)

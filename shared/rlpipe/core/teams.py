@@ -182,6 +182,14 @@ class Teams(_Strict):
     def names(self) -> list[str]:
         return [t.name for t in self.teams]
 
+    def cache_scope(self, team: str) -> str:
+        """Whose conversions a run of ``team`` reads and writes (``layout.conversion_cache_key``'s
+        scope): its team's own, wherever teams are declared, so a team never loads weights converted
+        with another team's token or the deployment's; "" (the deployment's keys, as before teams)
+        only where none are. Conversions made before teams were declared are therefore never read by
+        a team's run: each team converts a repository once, with its own token (docs/teams.md)."""
+        return team if self.declared else ""
+
 
 def parse_teams(document: str | Mapping[str, Any], source: str = "RLPIPE_TEAMS") -> Teams:
     """The deployment's teams from their declaration: a mapping ``{name: {...}}`` (what Terraform's

@@ -97,7 +97,9 @@ def _sweep_of(env: dict[str, Any], team: str) -> list[str]:
     )
     ids = [c.run_id for c in children]
     sha = env["service"].resolve_revision(REPO, "main")
-    cache = conversion_cache(req, RenderContext(run_id="x", bucket=env["store"].bucket_name, hf_revision=sha))
+    # The team's own cache (docs/teams.md: a team's conversions are its own), as its plan reads it.
+    scoped = RenderContext(run_id="x", bucket=env["store"].bucket_name, hf_revision=sha, cache_scope=team)
+    cache = conversion_cache(req, scoped)
     env["state"].create(cache.ready, blobstore.dumps({"attempt_dir": cache.attempt_dir("rother000001", 1)}))
     return ids
 

@@ -109,7 +109,7 @@ class StageService:
             run_id=record.run_id,
             bucket=self.artifacts.bucket_name,
             namespace=self._namespace(record),
-            cache_scope=record.team if self.settings.teams().declared else "",
+            cache_scope=self.settings.teams().cache_scope(record.team),
             team=record.team,
             service_account=self.settings.workload_service_account,
             hf_revision=record.lineage.hf_sha,
@@ -154,8 +154,8 @@ class StageService:
                 execution_id=execution_id,
             )
             raise
-        rev_ctx = RenderContext(run_id=run_id, bucket=self.artifacts.bucket_name, hf_revision=sha)
-        cache = conversion_cache(req, rev_ctx)
+        # The cache of the run's team, at the commit just pinned: the key publish_conversion writes.
+        cache = conversion_cache(req, replace(self._context(record), hf_revision=sha))
         ready = stored_outputs.ready_conversion(self.state, cache)
         # A retry's `from` stage and those after it run again even if done (control/lifecycle/retry_rounds.py).
         done = stored_outputs.done_stages(self.artifacts, record, req, self._context(record))
