@@ -14,7 +14,7 @@ import pytest
 
 from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core.request import validate_request
-from rlpipe.core.runs.record import Failure, GateRecord, RunRecord, Source
+from rlpipe.core.runs.record import Admission, Failure, GateRecord, RunRecord, Source
 from tests.conftest import ROOT, Buckets, minimal_request
 from tests.harness.cli import run_main
 from tests.harness.functions import FunctionServer
@@ -283,6 +283,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "sweep",
         "team",
         "waiting",
+        "admission",
     ],
     "properties": {
         "run_id": {"type": "string"},
@@ -317,6 +318,23 @@ STATUS_SCHEMA: dict[str, Any] = {
         "sweep": {"oneOf": [{"type": "null"}, SWEEP_PARENT_SCHEMA, SWEEP_CHILD_SCHEMA]},
         "team": {"type": "string"},
         "waiting": NULLABLE_STR,
+        "admission": {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["waits_for", "reason", "since"],
+                    "properties": {
+                        "waits_for": {
+                            "enum": ["team-place", "team-budget", "sweep-slot", "conversion", "selection"]
+                        },
+                        "reason": {"type": "string"},
+                        "since": {"type": "string"},
+                    },
+                },
+            ]
+        },
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
@@ -438,10 +456,12 @@ def test_status_json_of_a_sweeps_parent_and_child_follows_the_schema(buckets: Bu
     for index, (state, waiting) in enumerate((("training", None), ("accepted", "queued: no slot"))):
         child = _record(f"rsweepchild{index}", state)
         child.lineage = Lineage(
-            sweep=SweepMember(
-                parent="rsweepparent", index=index, size=2, point=points[index], waiting=waiting
-            )
+            sweep=SweepMember(parent="rsweepparent", index=index, size=2, point=points[index])
         )
+        if waiting is not None:
+            child.admission = Admission(
+                waits_for="sweep-slot", reason=waiting, since="2026-12-03T10:00:00.000000Z"
+            )
         if index == 0:
             child.results = {"post": {"mean_reward": 0.58}}
         assert ledger.claim(child)

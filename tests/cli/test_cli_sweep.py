@@ -23,6 +23,7 @@ from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core import identity
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import (
+    Admission,
     Execution,
     Lineage,
     RunRecord,
@@ -38,6 +39,8 @@ PRICES = json.dumps({"v6e": {"reservation": {"price": PRICE, "source": "test", "
 CHIPS = 32  # the default preset's slice, v6e-32
 # num_batches × num_epoch steps each (batch 4, one iteration, the whole split): 20, 40, 40, 80.
 GRID = {"training.num_batches": [20, 40], "maxtext_overrides.num_epoch": [1, 2]}
+
+T0 = "2026-12-03T10:00:00.000000Z"
 
 
 def _file(tmp_path: Path, name: str, doc: dict[str, Any]) -> str:
@@ -247,9 +250,6 @@ def _sweep(states: list[str | None], *, selected: int | None = None, none_reason
             index=index,
             size=len(states),
             point=points[index],
-            waiting="queued: all 1 of the sweep's slots are in use (children 1)"
-            if state == "accepted"
-            else None,
             selected=None if selection is None else index == selected,
         )
         child = RunRecord(
@@ -261,6 +261,12 @@ def _sweep(states: list[str | None], *, selected: int | None = None, none_reason
             lineage=Lineage(sweep=member),
             execution=Execution(name=f"executions/{run_id}"),
         )
+        if state == "accepted":
+            child.admission = Admission(
+                waits_for="sweep-slot",
+                reason="queued: all 1 of the sweep's slots are in use (children 1)",
+                since=T0,
+            )
         if state in ("succeeded", "training"):
             child.results = {"pre": {"mean_reward": 0.2}, "post": {"mean_reward": 0.5 + 0.11 * (index == 0)}}
         records.append(child)
@@ -355,7 +361,9 @@ def test_status_of_a_child_names_its_parent_and_point(
     assert "  queued      all 1 of the sweep's slots are in use (children 1)" in text.splitlines()
     # Selected, and a stale waiting reason is not shown once the child has moved on.
     winner = _sweep(["succeeded", "succeeded"], selected=0)
-    winner.records["rchild000000"].lineage.sweep.waiting = "queued: long ago"  # type: ignore[union-attr]
+    winner.records["rchild000000"].admission = Admission(
+        waits_for="sweep-slot", reason="queued: long ago", since=T0
+    )
     text = _status(monkeypatch, capsys, winner, "rchild000000")
     assert "of rparent00001 (num_batches=20, num_epoch=1); selected: it publishes" in text
     assert "queued" not in text

@@ -14,7 +14,7 @@ import pytest
 from rlpipe.cli import main as cli
 from rlpipe.cli import runs
 from rlpipe.control.adapters.settings import Settings
-from rlpipe.core.runs.record import RunRecord, Source
+from rlpipe.core.runs.record import Admission, RunRecord, Source
 from tests.harness.mutants import mutant
 
 
@@ -25,7 +25,7 @@ def _run(run_id: str, team: str | None, created: str, waiting: str | None = None
         source=Source(kind="gcs", team=team),
         request={"model": "gemma4-26b"},
         created_at=created,
-        waiting=waiting,
+        admission=Admission(waits_for="team-place", reason=waiting, since=created) if waiting else None,
     )
 
 
@@ -109,7 +109,10 @@ def test_status_names_the_team_and_why_the_run_is_queued(
     assert cli.main(["status", "rqueued00001"]) == 0
     out = capsys.readouterr().out
     assert "  team        vision" in out
-    assert "  queued      queued: team vision has 4 of 4 active runs" in out
+    assert (
+        "  waiting     for a place under its team's limits since 2026-12-03T12:00:00Z: "
+        "queued: team vision has 4 of 4 active runs"
+    ) in out
     assert cli.main(["status", "rqueued00001", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert (info["team"], info["waiting"]) == ("vision", "queued: team vision has 4 of 4 active runs")

@@ -536,6 +536,7 @@ def test_a_new_round_helps_only_what_a_round_bounds() -> None:
         "retry-cap-reached",
         "stage-deadline",
         "workflow-deadline",
+        "wait-bound",
     } == reported.ROUND_BOUND
     known = {rule.name for rule in (*WORKLOAD_RULES, *ATTEMPT_RULES)} | reported.RUN_ENDINGS
     assert known >= reported.ROUND_BOUND

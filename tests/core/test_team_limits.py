@@ -16,7 +16,7 @@ import pytest
 
 from rlpipe.core import team_limits
 from rlpipe.core.request import validate_request
-from rlpipe.core.runs.record import Attempt, RunRecord, Source
+from rlpipe.core.runs.record import Admission, Attempt, RunRecord, Source
 from rlpipe.core.teams import Limits
 from tests.conftest import minimal_request
 from tests.harness.mutants import mutant
@@ -256,7 +256,15 @@ def test_the_document_built_from_the_ledgers_counts_the_team_only() -> None:
             [_attempt("train", "2026-12-09T00:00:00.000000Z", None, 4.0)],
         ),
         # accepted, queued by the team: no place
-        _record("rqueued", "vision", "accepted", [], waiting="queued: ..."),
+        _record(
+            "rqueued",
+            "vision",
+            "accepted",
+            [],
+            admission=Admission(
+                waits_for="team-place", reason="queued: ...", since="2026-12-09T00:00:00.000000Z"
+            ),
+        ),
         # another team's, and a run before teams
         _record(
             "rother", "speech", "training", [_attempt("train", "2026-12-09T00:00:00.000000Z", None, 9.0)]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from rlpipe.cli import submit as submit_cli
+from rlpipe.core.runs.record import RunRecord
 from rlpipe.local.stack import LocalStack, StackConfig
 from rlpipe.local.teams_declaration import TeamsFileInvalid
 from tests.conftest import ROOT, minimal_request
@@ -112,3 +113,75 @@ def test_a_teams_file_that_is_no_declaration_stops_the_stack_before_anything_sta
         stack.start()
     assert f"{broken}.vision.read_secret: is not a team setting" in str(refused.value)
     assert stack.children == {} and not (tmp_path / "stack" / "logs").exists()
+
+
+def _sweep_children(local: Local, parent_id: str) -> list[RunRecord]:
+    parent = local.ledger.get(parent_id)
+    assert parent is not None and parent.sweep is not None
+    return [c for c in (local.ledger.get(i) for i in parent.sweep.children) if c is not None]
+
+
+def _most_at_once(children: list[RunRecord], stages: tuple[str, ...]) -> int:
+    """The most children whose TPU work (``stages``' attempts) overlapped, from their recorded times."""
+    spans = []
+    for child in children:
+        times = [(a.launched_at, a.finished_at or "~") for a in child.attempts if a.stage in stages]
+        if times:
+            spans.append((min(t[0] for t in times), max(t[1] for t in times)))
+    edges = sorted(
+        [(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans], key=lambda e: (e[0], e[1])
+    )
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_teams_sweep_with_more_children_than_its_places_ends_with_a_winner(local: Local) -> None:
+    """The deadlock users met: vision has 4 places (limits.active_runs) and a sweep of 6 children,
+    with a plain vision run submitted while it runs; speech has 2 places for sweep children
+    (limits.sweep_children) and a sweep of 3. Every run ends, each sweep with a winner: a child
+    gives its place back when it reaches its sweep's selection, so the children still to train get
+    places. One conversion serves each sweep (its team's cache), and no more children than the
+    team's places ever train at once."""
+    grid6 = {"maxtext_overrides.rl.grpo_beta": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32]}
+    grid3 = {"maxtext_overrides.rl.grpo_beta": [0.02, 0.04, 0.08]}
+    select = {"metric": "post_mean_reward"}
+    vision_sweep = submit_cli.submit(
+        local.settings,
+        _request(local, "vision", sweep={"grid": grid6, "max_parallel": 6, "select": select}),
+        via="gcs",
+        team="vision",
+        storage_client=local.client,
+    )
+    speech_sweep = submit_cli.submit(
+        local.settings,
+        _request(local, "speech", sweep={"grid": grid3, "max_parallel": 3, "select": select}),
+        via="pubsub",
+        team="speech",
+    )
+    plain = submit_cli.submit(
+        local.settings, _request(local, "vision"), via="gcs", team="vision", storage_client=local.client
+    )
+    ids = [vision_sweep.run_id, speech_sweep.run_id, plain.run_id]
+    deadline = time.monotonic() + ceiling(120)
+    while time.monotonic() < deadline:
+        records = [local.ledger.get(r) for r in ids]
+        if all(r is not None and r.terminal for r in records):
+            break
+        time.sleep(0.5)
+    records = [local.ledger.get(r) for r in ids]
+    assert [r.state if r else None for r in records] == ["succeeded"] * 3, [
+        (c.run_id, c.state, c.waiting, c.lineage.sweep and c.lineage.sweep.waiting)
+        for p in ids[:2]
+        for c in _sweep_children(local, p)
+    ]
+    for parent_id, size, places in ((vision_sweep.run_id, 6, 4), (speech_sweep.run_id, 3, 2)):
+        parent = local.ledger.get(parent_id)
+        assert parent is not None and parent.sweep is not None and parent.sweep.selection is not None
+        children = _sweep_children(local, parent_id)
+        assert len(children) == size and all(c.state == "succeeded" for c in children)
+        assert [c.lineage.sweep.selected for c in children if c.lineage.sweep].count(True) == 1
+        assert [a.stage for c in children for a in c.attempts].count("convert") == 1
+        assert _most_at_once(children, ("convert", "train", "export")) <= places

@@ -38,8 +38,8 @@ def follow(ledger: Ledger, parent_id: str, *, timeout: float, poll: float = 1.0)
 
 def _child_line(child: RunRecord) -> str:
     member = child.lineage.sweep
-    if not child.terminal and member is not None and member.waiting:
-        return member.waiting
+    if not child.terminal and child.admission is not None:
+        return child.admission.reason
     if child.state == "stopped" and child.failure is not None:  # its sweep's rule: say which and where
         return f"stopped: {child.failure.message}"
     if child.terminal:

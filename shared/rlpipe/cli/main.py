@@ -196,14 +196,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
         return 0
     from rlpipe.cli.watch import summary
+    from rlpipe.core.runs.admission import admission_text
 
     if record.sweep is not None:  # a parent runs nothing itself: its children are what it is
         print(sweep_view.parent_summary(record, info["sweep"]))
     else:
         print(summary(record, simulated=settings.local, cluster=_local_cluster(settings)))
     print(f"  team        {record.team}")
-    if record.waiting and record.lineage.sweep is None:  # queued under its team's limits (a child's: below)
-        print(f"  queued      {record.waiting}")
+    if record.admission is not None and record.lineage.sweep is None:  # a child's: below
+        print(f"  waiting     {admission_text(record.admission)}")
     for line in sweep_view.member_lines(info["sweep"]):  # a sweep's child: its parent and point
         print(line)
     for what, url in links.items():

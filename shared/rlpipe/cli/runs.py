@@ -235,8 +235,11 @@ def describe(record: RunRecord, children: list[RunRecord | None] | None = None) 
         "terminal": record.state in TERMINAL,
         "sweep": sweep_info(record, children),
         "team": record.team,
-        # why plan queued it under its team's limits (core.team_limits); null once it goes on
-        "waiting": record.waiting,
+        # why it is not running yet (core.runs.admission); null once nothing holds it back
+        "waiting": record.admission.reason if record.admission is not None and not record.terminal else None,
+        "admission": record.admission.model_dump()
+        if record.admission is not None and not record.terminal
+        else None,
     }
 
 

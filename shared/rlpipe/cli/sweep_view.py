@@ -25,13 +25,11 @@ def children_of(ledger: Ledger, record: RunRecord) -> list[RunRecord | None] | N
 
 
 def waiting(child: RunRecord) -> str | None:
-    """Why the child waits, while it does: queued for a slot of its sweep (``accepted``) or of its
-    team (``RunRecord.waiting``, core.team_limits), or at selection for its siblings; None once it
-    ended."""
-    member = child.lineage.sweep
-    if member is None or child.terminal:
+    """Why the child waits, while it does (``RunRecord.admission``: its sweep's slot or conversion,
+    its team's place, its siblings at selection); None once it ended."""
+    if child.lineage.sweep is None or child.terminal or child.admission is None:
         return None
-    return member.waiting or child.waiting
+    return child.admission.reason
 
 
 def post_mean_reward(record: RunRecord) -> float | None:

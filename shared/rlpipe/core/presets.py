@@ -54,6 +54,9 @@ _TIMEOUTS = {
     "export": 4 * 3600,
     "publish": 4 * 3600,
     "queued": 2 * 3600,
+    # A run queued behind its team's other runs or its sweep's siblings: a week, so that only a
+    # wait on something that no longer moves ends it (core.runs.admission).
+    "waiting": 7 * 86400,
 }
 
 # The tutorials' data and rewards: train_rl's defaults (rl.yml at maxtext-v0.2.4, lines 236-245):

@@ -403,13 +403,15 @@ def budget_wait(team: str, asked: Reservation, budget: Budget) -> str:
 
 def holds_now(record: RunRecord) -> bool:
     """Whether a run found in the ledgers (when the document is first built) holds a place: it
-    has not ended, it is past plan (it pinned its model, or launched), and no queue holds it."""
+    has not ended, it is past plan (it pinned its model, or launched), no queue holds it, and (a
+    sweep's child) it has not reached its sweep's selection (control/lifecycle/team_places.py)."""
     if record.terminal or record.sweep is not None:
         return False
-    if record.lineage.sweep is not None and record.lineage.sweep.waiting:
-        return False
-    if record.waiting:
-        return False
+    if record.admission is not None:
+        return False  # queued at plan, or at its sweep's selection, where it gave its place back
+    member = record.lineage.sweep
+    if member is not None and member.selected is not None:
+        return False  # past its sweep's selection: it publishes from a CPU Job, if at all
     return record.state != "accepted" or bool(record.lineage.hf_sha)
 
 

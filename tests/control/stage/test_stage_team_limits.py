@@ -48,11 +48,12 @@ def test_a_run_over_the_teams_active_runs_waits_and_goes_on_when_one_ends(env: d
     queued = service.plan("rlimitb0001", "rlimitb0001-exec")
     assert queued["wait"] is True and queued["wait_seconds"] == service.settings.callback_timeout_seconds
     assert "team vision has 1 of 1 active runs" in queued["wait_reason"]
-    assert env["ledger"].get("rlimitb0001").waiting == queued["wait_reason"]  # rlpipe status shows it
+    admission = env["ledger"].get("rlimitb0001").admission  # rlpipe status shows it
+    assert (admission.waits_for, admission.reason) == ("team-place", queued["wait_reason"])
     service.finish("rlimita0001", "cancelled", None, "rlimita0001-exec")  # its end gives the place back
     going = service.plan("rlimitb0001", "rlimitb0001-exec")
     assert going.get("wait") is None and going["stages"], going
-    assert env["ledger"].get("rlimitb0001").waiting is None
+    assert env["ledger"].get("rlimitb0001").admission is None
     service.launch("rlimitb0001", "convert", 1, None, "rlimitb0001-exec")
     (job,) = env["kube"].list("jobs", namespace="rlpipe-vision")
     assert job["metadata"]["labels"]["rlpipe.dev/team"] == "vision"
@@ -121,3 +122,33 @@ def test_a_sweeps_child_over_the_teams_sweep_children_waits_and_a_plain_run_goes
     assert queued["wait"] is True and "team vision has 1 of 1 sweep children running" in queued["wait_reason"]
     _team_run(env, "rplainrun001", "vision")
     assert service.plan("rplainrun001", "rplainrun001-exec").get("wait") is None
+
+
+def test_a_run_queued_longer_than_timeouts_waiting_fails_naming_what_it_waited_for(
+    env: dict[str, Any],
+) -> None:
+    """Every wait of the workflow ends: plan queues the run while its team's one place is held,
+    and ends it once it has waited past ``timeouts.waiting`` (the first plan that finds it so)."""
+    import time
+
+    now = [time.time()]
+    service = replace(_team_service(env), clock=lambda: now[0])
+    _team_run(env, "rholdsplace1", "vision")
+    _team_run(env, "rwaitsbound", "vision")
+    assert service.plan("rholdsplace1", "rholdsplace1-exec")["skip"] is False
+    assert service.plan("rwaitsbound", "rwaitsbound-exec")["wait"] is True
+    bound = env["ledger"].get("rwaitsbound").request["timeouts"]["waiting"]
+    now[0] += bound / 2
+    assert service.plan("rwaitsbound", "rwaitsbound-exec")["wait"] is True  # still within its bound
+    now[0] += bound / 2 + 1
+    with pytest.raises(PermanentFailure, match="longer than timeouts.waiting") as ended:
+        service.plan("rwaitsbound", "rwaitsbound-exec")
+    assert (
+        "a place under its team's limits" in ended.value.reason and "1 of 1 active runs" in ended.value.reason
+    )
+    record = env["ledger"].get("rwaitsbound")
+    assert record.state == "failed" and record.failure is not None and record.admission is None
+    assert (record.failure.rule, record.failure.stage) == (reported.WAIT_BOUND, "plan")
+    assert env["published"][-1][1]["failure"]["rule"] == reported.WAIT_BOUND
+    # Its end gave nothing back that it did not hold: the holder still goes on.
+    assert service.plan("rholdsplace1", "rholdsplace1-exec").get("wait") is None

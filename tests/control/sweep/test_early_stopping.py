@@ -133,7 +133,8 @@ def test_a_stopped_child_frees_its_slot_and_is_never_selected(buckets: Buckets) 
     ledger, parent, children = _claimed(buckets, **ASHA)
     assert sweeps.take_slot(ledger, children[0], conversion_ready=True) is None
     assert sweeps.take_slot(ledger, children[1], conversion_ready=True) is None
-    assert "slots are in use" in (sweeps.take_slot(ledger, children[2], conversion_ready=True) or "")
+    queued = sweeps.take_slot(ledger, children[2], conversion_ready=True)
+    assert queued is not None and "slots are in use" in queued.reason
     early_stopping.judge(ledger, _training(ledger, children[0], {10: 0.40}))
     # Child 1 has the better final reward, but was stopped at the rung: it is never a candidate.
     stop = early_stopping.judge(ledger, _training(ledger, children[1], {10: 0.30}))

@@ -78,15 +78,23 @@ def test_one_child_converts_and_no_more_than_max_parallel_hold_a_slot(buckets: B
     with ThreadPoolExecutor(4) as pool:
         waits = list(pool.map(lambda c: sweeps.take_slot(ledger, c, conversion_ready=False), children))
     [converter] = [c.run_id for c, w in zip(children, waits, strict=True) if w is None]
-    assert all("to convert the checkpoint every child shares" in w and converter in w for w in waits if w)
-    queued = ledger.get(children[waits.index(next(w for w in waits if w))].run_id)
-    assert queued is not None and queued.lineage.sweep is not None and queued.lineage.sweep.waiting
+    assert all(
+        w.waits_for == "conversion"
+        and "to convert the checkpoint every child shares" in w.reason
+        and converter in w.reason
+        for w in waits
+        if w
+    )
     # The conversion is in the cache now: the others race for the one slot left.
     others = [c for c in children if c.run_id != converter]
     with ThreadPoolExecutor(3) as pool:
         waits = list(pool.map(lambda c: sweeps.take_slot(ledger, c, conversion_ready=True), others))
     assert sum(w is None for w in waits) == 1
-    assert all("all 2 of the sweep's slots are in use" in w for w in waits if w)
+    assert all(
+        w.waits_for == "sweep-slot" and "all 2 of the sweep's slots are in use" in w.reason
+        for w in waits
+        if w
+    )
     after = ledger.get(parent.run_id)
     assert after is not None and after.sweep is not None and len(after.sweep.slots) == 2
     assert after.state == "accepted"  # children hold slots; none has started a stage yet

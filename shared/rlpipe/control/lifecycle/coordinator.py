@@ -25,6 +25,7 @@ from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import Request
 from rlpipe.core.request.policy import Policy
+from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepMember
 
 # The run's commits: (model repo sha, datasets at their commits as ``lineage.data`` holds them).
@@ -77,7 +78,7 @@ class RunCoordinator:
         """The commits the run trains on; ``resolve`` pins them for this run alone."""
         return resolve()
 
-    def slot(self, record: RunRecord, *, conversion_ready: bool) -> str | None:
+    def slot(self, record: RunRecord, *, conversion_ready: bool) -> Queued | None:
         """None: the run goes on now; else why it is queued (its workflow plans again later)."""
         return None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from rlpipe.cluster.kinds import Kind
@@ -24,7 +25,7 @@ from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_re
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
-from rlpipe.control.lifecycle.team_usage import TeamUsageStore
+from rlpipe.control.lifecycle.team_places import TeamPlaces
 from rlpipe.control.stage import train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
@@ -42,10 +43,11 @@ from rlpipe.core.manifests import (
 )
 from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
-from rlpipe.core.runs import budgets, launch_record, phase_record, plan_record
+from rlpipe.core.runs import admission, budgets, launch_record, phase_record, plan_record
+from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
-from rlpipe.core.runs.record import Attempt, EarlyStopRecord, Failure, RunRecord, parse_time
-from rlpipe.core.teams import DEFAULT_TEAM, Team
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, Failure, RunRecord, parse_time
+from rlpipe.core.teams import DEFAULT_TEAM
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -70,8 +72,8 @@ class StageService:
     cloud_logs: LogReader | None = None
     # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
     coordinator: RunCoordinator = field(default_factory=RunCoordinator)
-    # The teams' usage documents (control/lifecycle/team_usage.py); by default in ``state``.
-    team_usage: TeamUsageStore | None = None
+    # Its team's places (control/lifecycle/team_places.py); by default in ``state``.
+    team_places: TeamPlaces | None = None
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -86,18 +88,10 @@ class StageService:
         Secrets and quota are there), or the deployment's when it declares no teams."""
         return self.settings.teams().namespace_of(record.team, self.settings.namespace)
 
-    def _team(self, record: RunRecord) -> Team | None:
-        """The run's declared team, whose limits it plans under; None without teams (or when its
-        team is no longer declared: nothing to count it against)."""
-        teams = self.settings.teams()
-        return teams.named(record.team) if teams.declared else None
-
-    def _usage(self) -> TeamUsageStore:
-        if self.team_usage is None:
-            self.team_usage = TeamUsageStore(
-                self.state, self.ledger, poll_seconds=self.settings.callback_timeout_seconds, clock=self.clock
-            )
-        return self.team_usage
+    def _places(self) -> TeamPlaces:
+        if self.team_places is None:
+            self.team_places = TeamPlaces(self.settings, self.ledger, self.state, self.log, clock=self.clock)
+        return self.team_places
 
     def _cluster(self, record: RunRecord) -> Cluster:
         """The cluster client for the run's namespace (one connection, another namespace)."""
@@ -163,16 +157,15 @@ class StageService:
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
-        wait = self.coordinator.slot(record, conversion_ready=bool(ready))
-        if wait is None:  # its team's limits (core.team_limits), before anything holds a TPU
-            wait = self._team_admission(record, execution_id, log)
-        if (
-            wait is not None
-        ):  # beyond a sweep's max_parallel or a team's limit: queued; the workflow asks again
+        queued = self.coordinator.slot(record, conversion_ready=bool(ready))
+        if queued is None:  # its team's limits (core.team_limits), before anything holds a TPU
+            queued = self._team_admission(record, execution_id, log)
+        self._admission(record, queued, req, execution_id, log)
+        if queued is not None:  # beyond a sweep's max_parallel or a team's limit: the workflow asks again
             return {
                 "skip": False,
                 "wait": True,
-                "wait_reason": wait,
+                "wait_reason": queued.reason,
                 "wait_seconds": self.settings.callback_timeout_seconds,
             }
         stages = self.coordinator.with_selection(record, stages)
@@ -205,27 +198,17 @@ class StageService:
             "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
 
-    def _team_admission(self, record: RunRecord, execution_id: str | None, log: Logger) -> str | None:
+    def _team_admission(self, record: RunRecord, execution_id: str | None, log: Logger) -> Queued | None:
         """None: the run goes on under its team's limits (or has none); else why it is queued. A
         run whose reservation its team's monthly budget cannot hold is finished here, failed with
         the numbers, and ``PermanentFailure`` raised: nothing of it ever held a TPU."""
-        team = self._team(record)
-        if team is None or record.sweep is not None:
+        decision = self._places().admit(record)
+        if decision is None:
             return None
-        decision = self._usage().admit(team, record)
-        waiting = decision.reason if decision.outcome == "wait" else None
-
-        def show(r: RunRecord) -> str | None:
-            if r.waiting == waiting:
-                return None
-            r.waiting = waiting
-            return "team-queued" if waiting else "team-dequeued"
-
-        if record.waiting != waiting:
-            self.ledger.edit(record.run_id, show, detail=lambda r: {"team": team.name, "waiting": waiting})
+        team = record.team
         if decision.outcome == "refused":
-            reason = decision.reason or f"team {team.name}'s monthly chip-hour budget cannot hold this run"
-            log.warning("refused by the team's budget", team=team.name, reason=reason)
+            reason = decision.reason or f"team {team}'s monthly chip-hour budget cannot hold this run"
+            log.warning("refused by the team's budget", team=team, reason=reason)
             self.finish(
                 record.run_id,
                 "failed",
@@ -238,19 +221,48 @@ class StageService:
                 execution_id=execution_id,
             )
             raise PermanentFailure(reason)
-        if waiting is not None:
-            log.info("queued under the team's limits", team=team.name, reason=waiting)
-        return waiting
+        if decision.outcome != "wait":
+            return None
+        reason = decision.reason or f"queued under team {team}'s limits"
+        log.info("queued under the team's limits", team=team, reason=reason)
+        return Queued("team-budget" if decision.waits_for == "budget" else "team-place", reason)
+
+    def _admission(
+        self,
+        record: RunRecord,
+        queued: Queued | None,
+        req: Request,
+        execution_id: str | None,
+        log: Logger,
+    ) -> None:
+        """Record what the run waits for now (``core.runs.admission``; nothing: it goes on), and end
+        it when it has waited longer than ``timeouts.waiting``, failed with what it waited for:
+        every wait of the workflow ends (``PermanentFailure`` raised)."""
+        stamp = datetime.fromtimestamp(self.clock(), UTC).strftime(LEDGER_TIME)
+
+        def change(r: RunRecord) -> str | None:
+            if queued is None:
+                return admission.admitted(r)
+            return admission.wait(r, queued.waits_for, queued.reason, stamp)
+
+        if queued is not None or record.admission is not None:
+            detail = {
+                "waits_for": queued.waits_for if queued else None,
+                "reason": queued.reason if queued else None,
+            }
+            record = self.ledger.edit(record.run_id, change, detail=lambda r: detail)
+        overdue = admission.overdue(record.admission, req.timeouts.waiting, self.clock()) if queued else None
+        if overdue is None:
+            return
+        log.warning("waited past its bound", reason=overdue)
+        where = "select" if queued is not None and queued.waits_for == "selection" else "plan"
+        failure = {"tag": "permanent", "message": overdue, "stage": where, "rule": reported.WAIT_BOUND}
+        self.finish(record.run_id, "failed", failure, execution_id=execution_id)
+        raise PermanentFailure(overdue)
 
     def _release(self, record: RunRecord) -> None:
-        """The run ended: its place under its team's limits goes back (best effort: a place not
-        given back here is found ended by the next plan that needs it, from the run's ledger)."""
-        if self._team(record) is None or record.sweep is not None:
-            return
-        try:
-            self._usage().release(record)
-        except Exception as exc:  # the run has ended; nothing of it may fail now
-            self.log.bind(run_id=record.run_id).warning("team usage not released", error=repr(exc))
+        """The run ended: its place under its team's limits goes back."""
+        self._places().give_back(record, "the run ended")
 
     def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
         """The model commit and datasets this run trains on: pinned once per run (a retried plan
@@ -560,6 +572,7 @@ class StageService:
             if r.terminal:
                 return None, False
             r.set_state(outcome)  # type: ignore[arg-type]
+            r.admission = None  # an ended run waits for nothing; a retry's round waits afresh
             if failure:
                 tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
                 stage, attempt = failure.get("stage"), failure.get("attempt")
@@ -618,9 +631,15 @@ class StageService:
 
     def select(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
-        record, _ = self._load(run_id)
+        record, req = self._load(run_id)
         require_owner(record, execution_id)
-        return self.coordinator.select(record)
+        answer = self.coordinator.select(record)
+        # It has trained, passed its gate and exported: it holds no TPU from here, so its team's
+        # place goes back now, not when the whole sweep ends (control/lifecycle/team_places.py).
+        self._places().give_back(record, "arrived at its sweep's selection")
+        queued = Queued("selection", f"at selection: {answer['reason']}") if answer.get("wait") else None
+        self._admission(record, queued, req, execution_id, self.log.bind(run_id=run_id))
+        return answer
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

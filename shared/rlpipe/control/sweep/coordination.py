@@ -27,6 +27,7 @@ from rlpipe.core import sweep as core_sweep
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request.sweep import SelectRule, SweepSpec
+from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.record import TERMINAL, Failure, RunRecord, SweepParent, SweepSelection, now
 
 
@@ -71,16 +72,16 @@ def shared_pins(
 # ---- slots ----------------------------------------------------------------------------------------
 
 
-def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> str | None:
-    """None when this child may go on (it holds a slot now); else why it waits, which the child's
-    record shows while it is queued."""
+def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> Queued | None:
+    """None when this child may go on (it holds a slot now); else what it waits for and why (the
+    stage operation records it as the child's admission)."""
     me = child.run_id
     parent = parent_of(ledger, child)
     assert parent.sweep is not None
     released = _no_longer_holding(ledger, parent.sweep)
     max_parallel = parent.sweep.max_parallel
 
-    def change(r: RunRecord) -> tuple[str | None, str | None]:
+    def change(r: RunRecord) -> tuple[str | None, Queued | None]:
         """→ (the event, why this child waits; None: it holds a slot)."""
         s = r.sweep
         assert s is not None
@@ -92,14 +93,16 @@ def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> st
         if s.converter is not None and (s.converter in released or s.converter not in s.slots):
             s.converter = None  # it ended or moved on without a conversion in the cache: next one
         if not conversion_ready and s.converter not in (None, me):
-            wait = (
+            wait = Queued(
+                "conversion",
                 f"queued: waiting for child {_index(s, s.converter)} ({s.converter}) to convert the "
-                "checkpoint every child shares"
+                "checkpoint every child shares",
             )
         elif len(s.slots) >= max_parallel:
-            wait = (
+            wait = Queued(
+                "sweep-slot",
                 f"queued: all {max_parallel} of the sweep's slots are in use "
-                f"(children {', '.join(str(_index(s, h)) for h in s.slots)})"
+                f"(children {', '.join(str(_index(s, h)) for h in s.slots)})",
             )
         else:
             s.slots.append(me)
@@ -112,7 +115,6 @@ def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> st
     _, wait = ledger.update(
         parent.run_id, change, detail=lambda r: {"child": me, "slots": r.sweep.slots if r.sweep else []}
     )
-    _show_waiting(ledger, me, wait)
     if wait is None:
         refresh(ledger, parent.run_id)
     return wait
@@ -126,16 +128,6 @@ def _no_longer_holding(ledger: Ledger, s: SweepParent) -> set[str]:
         if record is None or record.terminal:
             gone.add(holder)
     return gone
-
-
-def _show_waiting(ledger: Ledger, run_id: str, why: str | None) -> None:
-    def change(r: RunRecord) -> str | None:
-        if r.lineage.sweep is None or r.lineage.sweep.waiting == why:
-            return None
-        r.lineage.sweep.waiting = why
-        return "sweep-queued" if why else "sweep-dequeued"
-
-    ledger.edit(run_id, change, detail=lambda r: {"waiting": why})
 
 
 def _index(s: SweepParent, run_id: str | None) -> int | None:
@@ -172,12 +164,10 @@ def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
         ]
         if working:
             reason = f"waiting for children {_list(working)} to finish"
-            _show_waiting(ledger, me, f"at selection: {reason}")
             return {"wait": True, "selected": None, "reason": reason}
         parent = _select(ledger, parent, children)
     assert parent.sweep is not None and parent.sweep.selection is not None
     chosen = parent.sweep.selection.run_id == me
-    _show_waiting(ledger, me, None)
     _mark_selected(ledger, me, chosen)
     refresh(ledger, parent.run_id)
     reason = parent.sweep.selection.reason

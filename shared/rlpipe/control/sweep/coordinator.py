@@ -27,6 +27,7 @@ from rlpipe.control.sweep import intake as sweep_intake
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
+from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.record import EarlyStopRecord, RunRecord
 
 SELECT_STEP = "select"  # in the plan's stage list: the workflow calls the select op there
@@ -49,7 +50,7 @@ class SweepCoordinator(RunCoordinator):
             return super().pins(record, resolve)
         return sweeps.shared_pins(self.ledger, record, resolve)
 
-    def slot(self, record: RunRecord, *, conversion_ready: bool) -> str | None:
+    def slot(self, record: RunRecord, *, conversion_ready: bool) -> Queued | None:
         """A child beyond ``max_parallel``, or waiting for the one conversion, is queued."""
         if record.lineage.sweep is None:
             return super().slot(record, conversion_ready=conversion_ready)

@@ -25,6 +25,8 @@ PLAN_REFUSED = "plan-refused"  # plan could not pin the model's revision or the 
 # plan refused the run before it held a TPU: its reservation would cross its team's monthly
 # chip-hour budget (core.team_limits; the message says how much is left)
 TEAM_BUDGET_EXCEEDED = "team-budget-exceeded"
+# it waited at plan or at its sweep's selection longer than timeouts.waiting (core.runs.admission)
+WAIT_BOUND = "wait-bound"
 EXECUTION_NOT_STARTED = "execution-not-started"  # intake could not start the workflow execution
 OPERATOR_CANCELLED = "operator-cancelled"  # rlpipe cancel (the caller is on the failure)
 SWEEP_CANCELLED = "sweep-cancelled"  # a sweep's child or parent, ended with its sweep
@@ -46,6 +48,7 @@ RUN_ENDINGS: frozenset[str] = frozenset(
         WORKFLOW_REPORTED,
         PLAN_REFUSED,
         TEAM_BUDGET_EXCEEDED,
+        WAIT_BOUND,
         EXECUTION_NOT_STARTED,
         OPERATOR_CANCELLED,
         SWEEP_CANCELLED,
@@ -63,7 +66,7 @@ RUN_ENDINGS: frozenset[str] = frozenset(
 # every deadline afresh, so it can end differently. Any other permanent failure fails again the
 # same way (the request is the same).
 ROUND_BOUND: frozenset[str] = frozenset(
-    {BUDGET_EXHAUSTED, RETRY_CAP_REACHED, STAGE_DEADLINE, WORKFLOW_DEADLINE}
+    {BUDGET_EXHAUSTED, RETRY_CAP_REACHED, STAGE_DEADLINE, WORKFLOW_DEADLINE, WAIT_BOUND}
 )
 
 

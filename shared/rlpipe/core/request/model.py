@@ -263,6 +263,13 @@ class Timeouts(_Strict):
     queued: Seconds = Field(
         description="how long a workload may wait for admission before it counts as `capacity`"
     )
+    waiting: Seconds = Field(
+        description=(
+            "how long the run may wait, at plan for its team's place or budget, its sweep's slot or "
+            "the conversion its sweep shares, and again at its sweep's selection, before it fails "
+            "naming what it waited for"
+        )
+    )
 
 
 class GateSpec(_Strict):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlpipe.core.identity import Stage
 from rlpipe.core.teams import DEFAULT_TEAM
@@ -190,6 +190,24 @@ class SweepParent(_Model):
     cancelled_by: str | None = None
 
 
+# What a run that is not running yet waits for: a place under its team's limits (a slot, or room
+# in its monthly budget), a slot of its sweep, the conversion its sweep's children share, or (a
+# sweep's child that trained) its siblings at the selection. Kueue's own queueing of a launched
+# workload is the attempt's phase ``queued``, not an admission wait.
+WaitsFor = Literal["team-place", "team-budget", "sweep-slot", "conversion", "selection"]
+PLAN_WAITS: frozenset[str] = frozenset({"team-place", "team-budget", "sweep-slot", "conversion"})
+
+
+class Admission(_Model):
+    """Why the run is not running yet, in one vocabulary for ``rlpipe status``, ``list`` and the
+    report (``core.runs.admission``); None on the record once nothing holds it back. Like
+    SkyPilot's schedule state beside a job's status, it sits next to the run's state, not in it."""
+
+    waits_for: WaitsFor
+    reason: str  # the words the decision gave, with its numbers and the limit's field
+    since: str  # when this wait began (ledger time): plan's waits count as one, selection's as another
+
+
 class SweepMember(_Model):
     """A child's place in its sweep: which parent, which point of the grid."""
 
@@ -197,7 +215,6 @@ class SweepMember(_Model):
     index: int
     size: int
     point: dict[str, Any]
-    waiting: str | None = None  # why it is queued (no slot, or the shared conversion not ready)
     selected: bool | None = None  # None until the selection; then whether it is the one that publishes
 
 
@@ -295,11 +312,39 @@ class RunRecord(_Model):
     round: int = 1  # 1 for the original request; +1 for each retry
     rounds: list[Round] = Field(default_factory=list)  # the retries, oldest first
     sweep: SweepParent | None = None  # a sweep's parent: no workloads of its own, only children
-    # Why plan queued the run under its team's limits (core.team_limits); None once it goes on.
-    waiting: str | None = None
+    # Why the run is not running yet (plan queued it, or it waits at its sweep's selection).
+    admission: Admission | None = None
     created_at: str = Field(default_factory=now)
     updated_at: str = Field(default_factory=now)
     seq: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ledgers_before_admission(cls, data: Any) -> Any:
+        """Ledgers written before ``admission`` kept the reason as free text in two places
+        (``waiting``, and a sweep child's ``lineage.sweep.waiting``): read them into it."""
+        if not isinstance(data, dict) or ("waiting" not in data and "waiting" not in _member(data)):
+            return data
+        data = dict(data)
+        team_reason = data.pop("waiting", None)
+        member = dict(_member(data))
+        sweep_reason = member.pop("waiting", None)
+        if member:
+            data["lineage"] = {**data["lineage"], "sweep": member}
+        reason = sweep_reason or team_reason
+        if reason and data.get("admission") is None:
+            at = str(data.get("updated_at") or now())
+            waits_for = (
+                "selection"
+                if reason.startswith("at selection")
+                else "conversion"
+                if "to convert" in reason
+                else "sweep-slot"
+                if sweep_reason
+                else "team-place"
+            )
+            data["admission"] = {"waits_for": waits_for, "reason": reason, "since": at}
+        return data
 
     @property
     def terminal(self) -> bool:
@@ -333,3 +378,9 @@ class RunRecord(_Model):
 
     def attempt_record(self, stage: str, attempt: int) -> Attempt | None:
         return next((a for a in self.attempts if a.stage == stage and a.attempt == attempt), None)
+
+
+def _member(data: dict[str, Any]) -> dict[str, Any]:
+    lineage = data.get("lineage")
+    member = lineage.get("sweep") if isinstance(lineage, dict) else None
+    return member if isinstance(member, dict) else {}

@@ -1,0 +1,71 @@
+"""A team's places (``core.team_limits``) as the stage operations take and give them back.
+
+The rule for when a place is held (docs/teams.md, "When a run holds a place"): a run takes its
+team's place at plan, once nothing else holds it back, and holds it while it can still use a TPU.
+It gives it back when its run ends, or, for a sweep's child, when it arrives at its sweep's
+selection: by then it has trained, passed its gate and exported, so it holds no slice while it
+waits for its siblings, and the one chosen publishes from a CPU Job. A child that kept its place
+there would keep its own siblings from the places they need to arrive, and its sweep would never
+select (the deadlock of a sweep with more children than its team's places).
+
+Why apart from the stage operations: team limits are one policy of several (sweeps, early
+stopping); the operations call it at named points and know nothing else of teams.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.logs import Logger
+from rlpipe.control.adapters.settings import Settings
+from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.team_usage import TeamUsageStore
+from rlpipe.core.runs.record import RunRecord
+from rlpipe.core.team_limits import Decision
+from rlpipe.core.teams import Team
+
+
+@dataclass
+class TeamPlaces:
+    settings: Settings
+    ledger: Ledger
+    state: blobstore.BlobStore  # where the teams' usage documents are
+    log: Logger
+    clock: Callable[[], float] = time.time
+    usage: TeamUsageStore | None = field(default=None)
+
+    def team_of(self, record: RunRecord) -> Team | None:
+        """The run's declared team, whose limits it plans under; None without teams (or when its
+        team is no longer declared: nothing to count it against), and for a sweep's parent, which
+        runs nothing itself."""
+        teams = self.settings.teams()
+        if not teams.declared or record.sweep is not None:
+            return None
+        return teams.named(record.team)
+
+    def store(self) -> TeamUsageStore:
+        if self.usage is None:
+            self.usage = TeamUsageStore(
+                self.state, self.ledger, poll_seconds=self.settings.callback_timeout_seconds, clock=self.clock
+            )
+        return self.usage
+
+    def admit(self, record: RunRecord) -> Decision | None:
+        """The team's decision for the run at plan (None: no team limits apply)."""
+        team = self.team_of(record)
+        return None if team is None else self.store().admit(team, record)
+
+    def give_back(self, record: RunRecord, why: str) -> None:
+        """The run no longer needs its place (``why``: it ended, or arrived at selection); best
+        effort: a place not given back here is found ended by the next plan that needs it, from
+        the run's ledger."""
+        if self.team_of(record) is None:
+            return
+        try:
+            if self.store().release(record):
+                self.log.bind(run_id=record.run_id).info("team place given back", team=record.team, why=why)
+        except Exception as exc:  # what called this has happened; nothing of it may fail now
+            self.log.bind(run_id=record.run_id).warning("team usage not released", error=repr(exc), why=why)
