@@ -173,7 +173,7 @@ def test_a_teams_sweep_with_more_children_than_its_places_ends_with_a_winner(loc
         time.sleep(0.5)
     records = [local.ledger.get(r) for r in ids]
     assert [r.state if r else None for r in records] == ["succeeded"] * 3, [
-        (c.run_id, c.state, c.waiting, c.lineage.sweep and c.lineage.sweep.waiting)
+        (c.run_id, c.state, c.admission and c.admission.reason)
         for p in ids[:2]
         for c in _sweep_children(local, p)
     ]
