@@ -22,7 +22,7 @@ from rlpipe.cli.teams_demo import (
     team_summary,
 )
 from rlpipe.core import identity
-from rlpipe.core.runs.record import Attempt, RunRecord, Source
+from rlpipe.core.runs.record import Attempt, RunRecord, Source, SweepParent, SweepSelection
 from rlpipe.local.simulator import Scenario
 from rlpipe.local.teams_declaration import read_teams_file
 from tests.conftest import ROOT
@@ -80,9 +80,25 @@ def _passing() -> tuple[list[Followed], dict[str, object]]:
         ],
     )
     speech = _record("rs", "speech", "succeeded", [_attempt("train", 1, 1.0)])
+    sweep = _record("rsweep", "speech", "succeeded", [])
+    sweep.sweep = SweepParent(
+        children=["rsc0", "rsc1", "rsc2"],
+        points=[{}, {}, {}],
+        max_parallel=3,
+        selection=SweepSelection(
+            run_id="rsc1",
+            index=1,
+            metric="post_mean_reward",
+            direction="max",
+            value=0.6,
+            reason="best",
+            at="t",
+        ),
+    )
     return [
         Followed("vision", "rv", namespaces={"rlpipe-vision"}, record=vision),
         Followed("speech", "rs", namespaces={"rlpipe-speech"}, record=speech),
+        Followed("speech", "rsweep", namespaces={"rlpipe-speech"}, record=sweep, sweep_places=2),
     ], copy.deepcopy(REFUSAL)
 
 
@@ -171,6 +187,10 @@ def _break(what: str, runs: list[Followed], refusal: dict[str, object]) -> None:
         vision.attempts[2].resume_step = None
     elif what == "nothing-refused":
         refusal["problems"] = []
+    elif what == "sweep-without-a-winner":
+        runs[2].record.sweep.selection = None  # type: ignore[union-attr]
+    elif what == "sweep-within-its-places":
+        runs[2].sweep_places = 3
 
 
 @pytest.mark.parametrize(
@@ -182,6 +202,8 @@ def _break(what: str, runs: list[Followed], refusal: dict[str, object]) -> None:
         "preempted-within-its-queue",
         "no-resume",
         "nothing-refused",
+        "sweep-without-a-winner",
+        "sweep-within-its-places",
     ],
 )
 def test_the_demo_fails_when_any_of_it_did_not_happen(what: str) -> None:

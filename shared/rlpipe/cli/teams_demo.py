@@ -16,6 +16,9 @@ What it shows, each from what the pipeline recorded, never from what the demo as
 * a request of vision's that names speech's Secret, dropped in vision's folder as any client with
   write access to it could: intake refuses it naming the field and vision's allowlist (its error
   record, as ``rlpipe status`` reads it);
+* a team's sweep with more children than the team's places for sweep children: speech's three
+  children against ``limits.sweep_children: 2``; a child gives its place back when it reaches the
+  selection, so the sweep ends with a winner (docs/teams.md, "When a run holds a place");
 * a per-team summary from the ledgers: runs, their states and the TPU chip-hours their attempts held.
 
 Why a follower of its own: several runs of two teams at once, so one line is printed whenever a
@@ -50,6 +53,8 @@ REQUESTS: dict[str, tuple[Path, str]] = {
     OWNER: (Path("examples/teams/speech.yaml"), "pubsub"),
 }
 CROSS_TEAM = Path("examples/teams/vision-names-speech-secret.yaml")
+# speech's sweep, more children than its places for sweep children, published on its topic too.
+TEAM_SWEEP: tuple[str, Path, str] = (OWNER, Path("examples/teams/speech-sweep.yaml"), "pubsub")
 # vision checkpoints every 10 steps (examples/teams/vision.yaml): taken back at step 33, it resumes at 30.
 RECLAIM_STEP = 33
 RECLAIM_WORDS = "reclamation within the cohort"  # Kueue's words for InCohortReclamation (preemption.go:158)
@@ -88,6 +93,14 @@ class Followed:
     ended: set[tuple[str, int]] = field(default_factory=set)  # (stage, attempt) whose end was said
     resumed: set[tuple[str, int]] = field(default_factory=set)  # (stage, attempt) whose resume was said
     record: RunRecord | None = None
+    # a sweep: at most this many of its team's sweep children may hold a place at once
+    sweep_places: int | None = None
+
+    def workload_prefixes(self) -> list[str]:
+        """Whose workloads are this run's: a sweep's parent runs none, its children do."""
+        if self.record is not None and self.record.sweep is not None:
+            return list(self.record.sweep.children)
+        return [self.run_id]
 
 
 def run(
@@ -123,11 +136,18 @@ def run(
         )
 
     followed: list[Followed] = []
-    for name, (path, via) in REQUESTS.items():  # both at once: each send returns at once
+    sweep_team = teams.named(TEAM_SWEEP[0])
+    places = sweep_team.limits.sweep_children if sweep_team is not None else None
+    for name, path, via in [*((n, p, v) for n, (p, v) in REQUESTS.items()), TEAM_SWEEP]:  # all at once
         submitted = submit_cli.submit(settings, path, via=via, team=name)
         how = "dropped in its folder" if via == "gcs" else "published on its topic"
         say(f"{name}: {path} {how}: {submitted.where}")
-        followed.append(Followed(name, submitted.run_id))
+        is_sweep = path == TEAM_SWEEP[1]
+        if is_sweep:
+            say(
+                f"{name}: a sweep of 3 children; the team lets {places} of its sweep children hold a place at once"
+            )
+        followed.append(Followed(name, submitted.run_id, sweep_places=places if is_sweep else None))
 
     refusal = _refused_cross_team(settings, ledger, borrower, timeout=60, say=say)
     _follow(stack, ledger, followed, timeout=timeout, say=say)
@@ -190,7 +210,8 @@ def _follow(stack: LocalStack, ledger: Ledger, runs: list[Followed], *, timeout:
         for run in runs:
             run.record = ledger.get(run.run_id) or run.record
             for workload, namespace in placed.items():
-                if workload.startswith(run.run_id) and namespace not in run.namespaces:
+                mine = any(workload.startswith(prefix) for prefix in run.workload_prefixes())
+                if mine and namespace not in run.namespaces:
                     run.namespaces.add(namespace)
                     say(f"{run.team} {run.run_id}: {workload} is in namespace {namespace}")
             if run.record is not None:
@@ -286,6 +307,17 @@ def outcome_checks(
                 len(train) > 1 and bool(train[1].resume_step),
             )
         )
+        if run.sweep_places is not None:
+            sweep = record.sweep if record is not None else None
+            checks.append(
+                (
+                    f"{run.team}'s sweep of {len(sweep.children) if sweep else '?'} children, with "
+                    f"{run.sweep_places} places for them, ended with a winner",
+                    sweep is not None
+                    and sweep.selection is not None
+                    and run.sweep_places < len(sweep.children),
+                )
+            )
     problems = (refusal or {}).get("problems") or []
     checks.append(
         (

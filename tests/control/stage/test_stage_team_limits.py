@@ -141,7 +141,7 @@ def test_a_run_queued_longer_than_timeouts_waiting_fails_naming_what_it_waited_f
     now[0] += bound / 2
     assert service.plan("rwaitsbound", "rwaitsbound-exec")["wait"] is True  # still within its bound
     now[0] += bound / 2 + 1
-    with pytest.raises(PermanentFailure, match="longer than timeouts.waiting") as ended:
+    with pytest.raises(PermanentFailure, match=r"longer than timeouts\.waiting") as ended:
         service.plan("rwaitsbound", "rwaitsbound-exec")
     assert (
         "a place under its team's limits" in ended.value.reason and "1 of 1 active runs" in ended.value.reason
