@@ -79,3 +79,68 @@ def test_a_namespace_that_cannot_be_listed_is_reported_and_the_others_are_still_
     report = chain.reconciler(cluster=cluster).run_pass()
     assert any("could not list namespace rlpipe's workloads" in p for p in report.problems), report.problems
     assert _names(chain, "jobsets", TEAM_NS) == [], f"{orphan} was left: one namespace blinded the pass"
+
+
+def test_a_team_sweep_deadlocked_on_its_places_is_reported_stuck_once_and_left_alone(chain: Chain) -> None:
+    """The ledgers and usage document a build without the give-back at selection leaves: vision
+    (active_runs 4) with children 1-4 of a sweep at selection still holding the places, child 0
+    queued for one, child 5 waiting for child 0's conversion. The pass reports every one of them
+    stuck (a status message each, with what it waits for), changes nothing, and reports nothing
+    twice (a healthy queue is not stuck: tests/core/test_liveness.py)."""
+    import dataclasses
+    import json
+
+    from rlpipe.control.adapters import blobstore
+    from rlpipe.core import layout
+    from rlpipe.core.runs.record import Admission, Lineage, RunRecord, Source, SweepMember, SweepParent
+    from rlpipe.core.team_limits import Holder, TeamUsage, Waiter
+
+    t0 = "2026-12-06T10:00:00.000000Z"
+    settings = dataclasses.replace(
+        chain.settings, teams_json=json.dumps({"vision": {"limits": {"active_runs": 4}}})
+    )
+    children = [f"rdeadchild{i}" for i in range(6)]
+    parent = RunRecord(
+        run_id="rdeadparent",
+        key="rdeadparent",
+        source=Source(kind="gcs", team="vision"),
+        request={},
+        state="training",
+    )
+    parent.sweep = SweepParent(
+        children=children,
+        points=[{}] * 6,
+        max_parallel=6,
+        slots=[children[0], children[5]],
+        converter=children[0],
+        arrived=children[1:5],
+    )
+    assert chain.ledger.claim(parent)
+    waits = {0: "team-place", 5: "conversion", **{i: "selection" for i in range(1, 5)}}
+    for i, run_id in enumerate(children):
+        record = RunRecord(
+            run_id=run_id,
+            key=run_id,
+            source=Source(kind="gcs", team="vision"),
+            request={"request_id": "team-sweep"},
+            lineage=Lineage(sweep=SweepMember(parent=parent.run_id, index=i, size=6, point={})),
+            admission=Admission(waits_for=waits[i], reason=f"queued: {waits[i]}", since=t0),  # type: ignore[arg-type]
+        )
+        assert chain.ledger.claim(record)
+    usage = TeamUsage(
+        team="vision",
+        month="2026-12",
+        holders=[Holder(run_id=c, sweep_child=True, since=t0, reserved=768.0) for c in children[1:5]],
+        waiting=[Waiter(run_id=children[0], sweep_child=True, since=t0, seen=t0)],
+    )
+    chain.store.create(layout.team_usage("vision"), blobstore.dumps(usage.model_dump(mode="json")))
+
+    report = dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
+    stuck = {m["run_id"]: m for _, m in chain.published if m["event"] == "stuck"}
+    assert set(stuck) == set(children), [o.detail for o in report.outcomes]
+    assert stuck[children[0]]["waits_for"] == "team-place"
+    assert "held by runs that can never give it" in stuck[children[0]]["message"]
+    assert all(chain.ledger.get(c).state == "accepted" for c in children)  # left alone
+    assert "reconcile-stuck-waiting" in [e["event"] for e in chain.ledger.history(children[5])]
+    dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
+    assert len(chain.published) == 6  # reported once: the history remembers

@@ -68,8 +68,8 @@ class Action:
         """The history event name this action writes (the report's name makes it once-only)."""
         if self.kind == "finish":
             return f"reconcile-{self.outcome}"
-        if self.kind == "report" and self.workload:
-            return f"reconcile-stuck-{self.workload.name}"
+        if self.kind == "report":
+            return f"reconcile-stuck-{self.workload.name}" if self.workload else "reconcile-stuck-waiting"
         return {"start": "reconcile-started", "delete": "reconcile-deleted"}.get(
             self.kind, f"reconcile-{self.kind}"
         )
@@ -310,6 +310,28 @@ def stuck_action(obj: RunObject, record: RunRecord, now: float, deadline: float 
         found=f"{obj.phase} for {duration(age)}, past the {obj.stage} deadline of {duration(deadline)}",
         do="report it in a status message; leave it alone",
         workload=Workload.of(obj),
+        message=message,
+    )
+
+
+def waiting_stuck_action(record: RunRecord, reason: str) -> Action:
+    """A waiting run the liveness check (``core.liveness``) found can never move: reported once,
+    in a status message and the stuck metric, and left alone (which run to cancel is a person's call)."""
+    waits_for = record.admission.waits_for if record.admission is not None else None
+    message = {
+        "run_id": record.run_id,
+        "state": record.state,
+        "event": "stuck",
+        "message": reason,
+        "waits_for": waits_for,
+        "request_id": record.request.get("request_id"),
+        "model": record.request.get("model"),
+    }
+    return Action(
+        "report",
+        record.run_id,
+        found=reason,
+        do="report it stuck in a status message; leave it alone",
         message=message,
     )
 

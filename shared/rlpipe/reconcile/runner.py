@@ -39,7 +39,8 @@ from rlpipe.control.lifecycle import stored_outputs
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
 from rlpipe.control.lifecycle.intake import Intake
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.core import layout
+from rlpipe.control.lifecycle.team_usage import TeamUsageStore
+from rlpipe.core import layout, liveness
 from rlpipe.core.runs.record import RunRecord, now
 from rlpipe.reconcile import rules as rules
 from rlpipe.reconcile.cursor import CURSOR_OBJECT, Cursor, CursorStore
@@ -103,6 +104,7 @@ class Reconciler:
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="reconcile") as pool:
             self._workloads(pool, report, deadline, dry_run)
             after = self._ledgers(pool, cursor.after, report, deadline, dry_run)
+            self._liveness(pool, report, deadline, dry_run)
         report.seconds = self.clock() - started
         report.cursor_after = self._next_cursor(cursor, after, report)
         if not dry_run:
@@ -195,6 +197,44 @@ class Reconciler:
         except Exception as exc:
             return Outcome(obj.run_id, None, "error", f"could not check {obj.kind} {obj.name}: {exc}")
         return self._act(action, dry_run) if action else None
+
+    # ---- liveness: waiting runs that can never move -------------------------------------------------
+
+    def _liveness(self, pool: ThreadPoolExecutor, report: PassReport, deadline: float, dry_run: bool) -> None:
+        """The waits-for graph of the runs that wait (``core.liveness``), read from what holds and
+        queues them: each team's usage document (holders and waiters), then the sweeps those runs
+        belong to, parents and children. A deployment without teams has no place to wait for: a
+        sweep's waits alone end as its slot holders' stages do."""
+        teams = self.settings.teams()
+        if not teams.declared or self._out_of_time(deadline):
+            return
+        usage = TeamUsageStore(self.state, self.ledger, poll_seconds=self.settings.callback_timeout_seconds)
+        holders: dict[str, list[str]] = {}
+        wanted: set[str] = set()
+        try:
+            for team in teams:
+                document = usage.read(team.name)
+                if document is not None:
+                    holders[team.name] = [h.run_id for h in document.holders]
+                    wanted |= set(holders[team.name]) | {w.run_id for w in document.waiting}
+        except Exception as exc:
+            report.problems.append(f"liveness: could not read the teams' usage: {exc}")
+            return
+        records: dict[str, RunRecord] = {}
+
+        def read(ids: set[str]) -> None:
+            ordered = sorted(ids)
+            for run_id, got in zip(ordered, pool.map(self._read, ordered), strict=True):
+                if isinstance(got, RunRecord):
+                    records[run_id] = got
+
+        read(wanted)
+        read({r.lineage.sweep.parent for r in records.values() if r.lineage.sweep} - records.keys())
+        read({c for r in list(records.values()) if r.sweep for c in r.sweep.children} - records.keys())
+        for run_id, reason in liveness.stuck(records, liveness.waits(records, holders)).items():
+            action = rules.waiting_stuck_action(records[run_id], reason)
+            if not self.ledger.has_event(run_id, action.event):  # reported once: the history says so
+                report.outcomes.append(self._act(action, dry_run))
 
     # ---- ledgers: claims and finished executions ----------------------------------------------------
 
