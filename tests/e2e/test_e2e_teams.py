@@ -145,19 +145,32 @@ def test_a_teams_sweep_with_more_children_than_its_places_ends_with_a_winner(loc
     gives its place back when it reaches its sweep's selection, so the children still to train get
     places. One conversion serves each sweep (its team's cache), and no more children than the
     team's places ever train at once."""
+    # Each sweep's own conversion-cache key (an image tag only it uses): the module's other runs
+    # converted the same repository, and its team's cache would serve them.
+    image = "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_post_training:sweep-{}".format
     grid6 = {"maxtext_overrides.rl.grpo_beta": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32]}
     grid3 = {"maxtext_overrides.rl.grpo_beta": [0.02, 0.04, 0.08]}
     select = {"metric": "post_mean_reward"}
     vision_sweep = submit_cli.submit(
         local.settings,
-        _request(local, "vision", sweep={"grid": grid6, "max_parallel": 6, "select": select}),
+        _request(
+            local,
+            "vision",
+            image=image(uuid.uuid4().hex[:8]),
+            sweep={"grid": grid6, "max_parallel": 6, "select": select},
+        ),
         via="gcs",
         team="vision",
         storage_client=local.client,
     )
     speech_sweep = submit_cli.submit(
         local.settings,
-        _request(local, "speech", sweep={"grid": grid3, "max_parallel": 3, "select": select}),
+        _request(
+            local,
+            "speech",
+            image=image(uuid.uuid4().hex[:8]),
+            sweep={"grid": grid3, "max_parallel": 3, "select": select},
+        ),
         via="pubsub",
         team="speech",
     )
