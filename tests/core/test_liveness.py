@@ -6,50 +6,13 @@ children give their places back, or with a holder still training, is not."""
 from __future__ import annotations
 
 from rlpipe.core import liveness
-from rlpipe.core.runs.record import Admission, Lineage, RunRecord, Source, SweepMember, SweepParent
-
-T0 = "2026-12-06T10:00:00.000000Z"
-
-
-def _run(
-    run_id: str, waits_for: str | None = None, *, parent: str | None = None, index: int = 0
-) -> RunRecord:
-    record = RunRecord(
-        run_id=run_id, key=run_id, source=Source(kind="gcs", team="vision"), request={}, state="accepted"
-    )
-    if waits_for is not None:
-        record.admission = Admission(waits_for=waits_for, reason=f"queued: {waits_for}", since=T0)  # type: ignore[arg-type]
-    if parent is not None:
-        record.lineage = Lineage(sweep=SweepMember(parent=parent, index=index, size=6, point={}))
-    return record
+from rlpipe.core.runs.record import RunRecord
+from tests.harness.team_deadlock import team_sweep_deadlock, waiting_run
 
 
 def _team_sweep(*, places_kept: bool) -> tuple[dict[str, RunRecord], dict[str, list[str]]]:
-    """vision (active_runs 4): children 1-4 trained and wait at selection; child 0 waits for a place;
-    child 5 for child 0's conversion; a plain vision run for a place."""
-    children = [f"rchild{i}" for i in range(6)]
-    parent = RunRecord(
-        run_id="rparent",
-        key="rparent",
-        source=Source(kind="gcs", team="vision"),
-        request={},
-        state="training",
-    )
-    parent.sweep = SweepParent(
-        children=children,
-        points=[{}] * 6,
-        max_parallel=6,
-        slots=["rchild0", "rchild5"],
-        converter="rchild0",
-        arrived=children[1:5],
-    )
-    records = {"rparent": parent, "rplain": _run("rplain", "team-place")}
-    records["rchild0"] = _run("rchild0", "team-place", parent="rparent", index=0)
-    records["rchild5"] = _run("rchild5", "conversion", parent="rparent", index=5)
-    for i in range(1, 5):
-        records[children[i]] = _run(children[i], "selection", parent="rparent", index=i)
-    holders = {"vision": children[1:5] if places_kept else []}
-    return records, holders
+    deadlock = team_sweep_deadlock(places_kept=places_kept)
+    return deadlock.records, {"vision": deadlock.holders}
 
 
 def test_a_team_sweep_whose_arrived_children_keep_their_places_is_stuck_every_run_of_it() -> None:
@@ -89,6 +52,6 @@ def test_the_selection_waits_for_every_sibling_and_a_place_for_any_one() -> None
     assert parent is not None
     parent.children.append("rchild6")
     parent.slots = ["rchild1"]
-    records["rchild6"] = _run("rchild6", "sweep-slot", parent="rparent", index=6)
+    records["rchild6"] = waiting_run("rchild6", "sweep-slot", parent="rparent", index=6)
     found = liveness.stuck(records, liveness.waits(records, holders))
     assert set(found) == {"rchild6", "rchild1", "rchild2", "rchild3", "rchild4"}, found

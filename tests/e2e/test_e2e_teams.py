@@ -151,33 +151,18 @@ def test_a_teams_sweep_with_more_children_than_its_places_ends_with_a_winner(loc
     grid6 = {"maxtext_overrides.rl.grpo_beta": [0.01, 0.02, 0.04, 0.08, 0.16, 0.32]}
     grid3 = {"maxtext_overrides.rl.grpo_beta": [0.02, 0.04, 0.08]}
     select = {"metric": "post_mean_reward"}
-    vision_sweep = submit_cli.submit(
-        local.settings,
-        _request(
-            local,
-            "vision",
-            image=image(uuid.uuid4().hex[:8]),
-            sweep={"grid": grid6, "max_parallel": 6, "select": select},
-        ),
-        via="gcs",
-        team="vision",
-        storage_client=local.client,
-    )
-    speech_sweep = submit_cli.submit(
-        local.settings,
-        _request(
-            local,
-            "speech",
-            image=image(uuid.uuid4().hex[:8]),
-            sweep={"grid": grid3, "max_parallel": 3, "select": select},
-        ),
-        via="pubsub",
-        team="speech",
-    )
+
+    def sweep(team: str, grid: dict[str, list[float]], via: str) -> str:
+        fields = {"grid": grid, "max_parallel": len(next(iter(grid.values()))), "select": select}
+        path = _request(local, team, image=image(uuid.uuid4().hex[:8]), sweep=fields)
+        client = local.client if via == "gcs" else None
+        return submit_cli.submit(local.settings, path, via=via, team=team, storage_client=client).run_id
+
+    vision_sweep, speech_sweep = sweep("vision", grid6, "gcs"), sweep("speech", grid3, "pubsub")
     plain = submit_cli.submit(
         local.settings, _request(local, "vision"), via="gcs", team="vision", storage_client=local.client
     )
-    ids = [vision_sweep.run_id, speech_sweep.run_id, plain.run_id]
+    ids = [vision_sweep, speech_sweep, plain.run_id]
     deadline = time.monotonic() + ceiling(120)
     while time.monotonic() < deadline:
         records = [local.ledger.get(r) for r in ids]
@@ -190,7 +175,7 @@ def test_a_teams_sweep_with_more_children_than_its_places_ends_with_a_winner(loc
         for p in ids[:2]
         for c in _sweep_children(local, p)
     ]
-    for parent_id, size, places in ((vision_sweep.run_id, 6, 4), (speech_sweep.run_id, 3, 2)):
+    for parent_id, size, places in ((vision_sweep, 6, 4), (speech_sweep, 3, 2)):
         parent = local.ledger.get(parent_id)
         assert parent is not None and parent.sweep is not None and parent.sweep.selection is not None
         children = _sweep_children(local, parent_id)

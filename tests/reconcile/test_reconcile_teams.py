@@ -92,46 +92,21 @@ def test_a_team_sweep_deadlocked_on_its_places_is_reported_stuck_once_and_left_a
 
     from rlpipe.control.adapters import blobstore
     from rlpipe.core import layout
-    from rlpipe.core.runs.record import Admission, Lineage, RunRecord, Source, SweepMember, SweepParent
     from rlpipe.core.team_limits import Holder, TeamUsage, Waiter
+    from tests.harness.team_deadlock import SINCE, team_sweep_deadlock
 
-    t0 = "2026-12-06T10:00:00.000000Z"
     settings = dataclasses.replace(
         chain.settings, teams_json=json.dumps({"vision": {"limits": {"active_runs": 4}}})
     )
-    children = [f"rdeadchild{i}" for i in range(6)]
-    parent = RunRecord(
-        run_id="rdeadparent",
-        key="rdeadparent",
-        source=Source(kind="gcs", team="vision"),
-        request={},
-        state="training",
-    )
-    parent.sweep = SweepParent(
-        children=children,
-        points=[{}] * 6,
-        max_parallel=6,
-        slots=[children[0], children[5]],
-        converter=children[0],
-        arrived=children[1:5],
-    )
-    assert chain.ledger.claim(parent)
-    waits = {0: "team-place", 5: "conversion", **{i: "selection" for i in range(1, 5)}}
-    for i, run_id in enumerate(children):
-        record = RunRecord(
-            run_id=run_id,
-            key=run_id,
-            source=Source(kind="gcs", team="vision"),
-            request={"request_id": "team-sweep"},
-            lineage=Lineage(sweep=SweepMember(parent=parent.run_id, index=i, size=6, point={})),
-            admission=Admission(waits_for=waits[i], reason=f"queued: {waits[i]}", since=t0),  # type: ignore[arg-type]
-        )
+    deadlock = team_sweep_deadlock("rdead")
+    for record in (deadlock.parent, *deadlock.children):
         assert chain.ledger.claim(record)
+    children = [c.run_id for c in deadlock.children]
     usage = TeamUsage(
         team="vision",
         month="2026-12",
-        holders=[Holder(run_id=c, sweep_child=True, since=t0, reserved=768.0) for c in children[1:5]],
-        waiting=[Waiter(run_id=children[0], sweep_child=True, since=t0, seen=t0)],
+        holders=[Holder(run_id=c, sweep_child=True, since=SINCE, reserved=768.0) for c in deadlock.holders],
+        waiting=[Waiter(run_id=children[0], sweep_child=True, since=SINCE, seen=SINCE)],
     )
     chain.store.create(layout.team_usage("vision"), blobstore.dumps(usage.model_dump(mode="json")))
 
