@@ -284,6 +284,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "team",
         "waiting",
         "admission",
+        "stuck",
     ],
     "properties": {
         "run_id": {"type": "string"},
@@ -318,6 +319,7 @@ STATUS_SCHEMA: dict[str, Any] = {
         "sweep": {"oneOf": [{"type": "null"}, SWEEP_PARENT_SCHEMA, SWEEP_CHILD_SCHEMA]},
         "team": {"type": "string"},
         "waiting": NULLABLE_STR,
+        "stuck": NULLABLE_STR,
         "admission": {
             "oneOf": [
                 {"type": "null"},

@@ -208,6 +208,9 @@ class Ledger:
         record = self.records.get(run_id)
         return record.model_copy(deep=True) if record is not None else None
 
+    def last_event(self, run_id: str, what: str) -> dict[str, str] | None:
+        return None  # no reconciler has reported anything of these runs
+
 
 def _sweep(states: list[str | None], *, selected: int | None = None, none_reason: str = "") -> Ledger:
     """A parent over len(states) children of GRID's first values; None: a child not claimed yet."""

@@ -42,13 +42,22 @@ RUNS = [
 ]
 
 
+STUCK = "run rqueued00001 waits for a place under its team's limits, held by runs that can never give it"
+
+
 @pytest.fixture
 def deployment(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("RLPIPE_LOCAL", "STORAGE_EMULATOR_HOST"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(cli, "_settings", lambda: Settings(project="p", artifacts_bucket="a"))
     by_id = {r.run_id: r for r in RUNS}
-    monkeypatch.setattr(cli, "_ledger", lambda s: SimpleNamespace(get=by_id.get, rejection=lambda i: None))
+    stuck = {"rqueued00001": {"event": "reconcile-stuck-waiting", "message": STUCK}}
+    ledger = SimpleNamespace(
+        get=by_id.get,
+        rejection=lambda i: None,
+        last_event=lambda run_id, what: stuck.get(run_id) if what == "reconcile-stuck-waiting" else None,
+    )
+    monkeypatch.setattr(cli, "_ledger", lambda s: ledger)
     monkeypatch.setattr(
         runs, "list_runs", lambda ledger: sorted(RUNS, key=lambda r: r.created_at, reverse=True)
     )
@@ -113,8 +122,10 @@ def test_status_names_the_team_and_why_the_run_is_queued(
         "  waiting     for a place under its team's limits since 2026-12-03T12:00:00Z: "
         "queued: team vision has 4 of 4 active runs"
     ) in out
+    assert f"  stuck       {STUCK}" in out  # the reconciler's liveness report
     assert cli.main(["status", "rqueued00001", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
+    assert info["stuck"] == STUCK
     assert (info["team"], info["waiting"]) == ("vision", "queued: team vision has 4 of 4 active runs")
 
 

@@ -165,6 +165,7 @@ def _ledger(settings: Any) -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs, sweep_view
+    from rlpipe.reconcile.rules import STUCK_WAITING_EVENT
 
     settings = _settings()
     ledger = _ledger(settings)
@@ -180,6 +181,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"({'it started it' if found.went_to.get('outcome') == 'started' else 'which already existed'})"
         )
     info = runs.describe(record, sweep_view.children_of(ledger, record))  # a sweep: with its children
+    # A waiting run the reconciler's liveness check found can never move (core.liveness): why.
+    stuck = ledger.last_event(record.run_id, STUCK_WAITING_EVENT) if info["admission"] is not None else None
+    info["stuck"] = stuck.get("message") if stuck else None
     links: dict[str, str] = {}
     if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
         from rlpipe.cli.console_links import run_links
@@ -205,6 +209,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  team        {record.team}")
     if record.admission is not None and record.lineage.sweep is None:  # a child's: below
         print(f"  waiting     {admission_text(record.admission)}")
+    if info["stuck"]:
+        print(f"  stuck       {info['stuck']}")
     for line in sweep_view.member_lines(info["sweep"]):  # a sweep's child: its parent and point
         print(line)
     for what, url in links.items():

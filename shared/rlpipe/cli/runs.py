@@ -240,6 +240,8 @@ def describe(record: RunRecord, children: list[RunRecord | None] | None = None) 
         "admission": record.admission.model_dump()
         if record.admission is not None and not record.terminal
         else None,
+        # why the reconciler found the waiting run can never move (core.liveness); `status` reads it
+        "stuck": None,
     }
 
 

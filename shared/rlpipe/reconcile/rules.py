@@ -28,6 +28,8 @@ from rlpipe.core.layout import Completeness
 from rlpipe.core.runs.record import RunRecord, parse_time
 
 ActionKind = Literal["start", "finish", "delete", "report"]
+# The history event of a waiting run reported stuck by the liveness check (``rlpipe status`` reads it).
+STUCK_WAITING_EVENT = "reconcile-stuck-waiting"
 MAX_REASON = 1000
 # The failure tags a workflow error may carry: the failure classes, the gate's `gated` (a run the
 # quality gate held back ends `gated`, not `failed`, whoever finishes it) and early stopping's
@@ -69,7 +71,7 @@ class Action:
         if self.kind == "finish":
             return f"reconcile-{self.outcome}"
         if self.kind == "report":
-            return f"reconcile-stuck-{self.workload.name}" if self.workload else "reconcile-stuck-waiting"
+            return f"reconcile-stuck-{self.workload.name}" if self.workload else STUCK_WAITING_EVENT
         return {"start": "reconcile-started", "delete": "reconcile-deleted"}.get(
             self.kind, f"reconcile-{self.kind}"
         )

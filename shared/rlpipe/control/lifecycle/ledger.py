@@ -203,6 +203,12 @@ class Ledger:
         more = len(ids) > limit or bool(listing.next_page_token)
         return RunIdPage(ids[:limit], more)
 
+    def last_event(self, run_id: str, what: str) -> dict[str, Any] | None:
+        """The newest history event named ``what`` (one listing and one read), or None."""
+        suffix = f"-{what}.json"
+        names = sorted(n for n in self.store.list(self.layout(run_id).events_prefix) if n.endswith(suffix))
+        return self._record(names[-1]) if names else None
+
     def has_event(self, run_id: str, what: str) -> bool:
         """Whether the run's history holds an event named ``what`` (for notes written once)."""
         suffix = f"-{what}.json"
