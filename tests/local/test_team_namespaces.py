@@ -103,3 +103,25 @@ def test_a_kustomization_without_teams_yaml_is_refused_naming_what_each_team_lac
         ValueError, match=r"lacks ClusterQueue rlpipe-vision, .*LocalQueue rlpipe-speech/user-queue"
     ):
         team_documents(TEAMS, PLANE_CHIPS, directory=copy)
+
+
+def test_the_operator_the_stack_plays_operates_every_team_and_nothing_else_changes() -> None:
+    """`rlpipe cancel`, `retry` and `promote` on a teams stack call as the played operator: it is
+    added to each team's operators (once), the rest of the declaration is the file's, and the
+    functions read it as a valid declaration that lets it act on every team's runs."""
+    import json
+
+    from rlpipe.local.identities import operator_account
+
+    local = read_teams_file(ROOT / "examples" / "teams" / "teams.yaml")
+    operator = f"serviceAccount:{operator_account('rlpipe-local')}"
+    once = json.loads(local.env_json_operated_by(operator))
+    assert json.loads(local.env_json_operated_by(operator)) == once  # the same every time
+    teams = parse_teams(once)
+    for team in teams:
+        assert operator in team.operators and team.operators.count(operator) == 1
+        assert [o for o in team.operators if o != operator] == list(local.teams.named(team.name).operators)
+    file = json.loads(local.env_json)
+    assert {n: {k: v for k, v in b.items() if k != "operators"} for n, b in once.items()} == {
+        n: {k: v for k, v in b.items() if k != "operators"} for n, b in file.items()
+    }

@@ -475,7 +475,8 @@ class LocalStack:
             env["RLPIPE_STATUS_TOPIC"] = c.status_topic
         # The declaration, as Terraform hands it to the functions (infra/terraform/functions.tf);
         # always set, so a stack without teams never inherits the shell's.
-        env["RLPIPE_TEAMS"] = self.teams.env_json if self.teams else ""
+        operator = f"serviceAccount:{identities.operator_account(c.project)}"  # the stack's CLI calls as it
+        env["RLPIPE_TEAMS"] = self.teams.env_json_operated_by(operator) if self.teams else ""
         return env | identities.played(c.project)  # the identities it plays (local/identities.py)
 
 

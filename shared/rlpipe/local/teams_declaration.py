@@ -43,6 +43,17 @@ class LocalTeams:
         ``jsonencode`` of a map writes them."""
         return json.dumps(self.declaration, sort_keys=True)
 
+    def env_json_operated_by(self, operator: str) -> str:
+        """``env_json`` with ``operator`` (the identity the stack plays for ``rlpipe cancel``,
+        ``retry`` and ``promote``; local/identities.py) among every team's operators: the person
+        running a local stack operates each of its teams, as a deployment lists its operators per
+        team. Without it, every operator call on a team's run is refused (403)."""
+        declaration = {
+            name: {**body, "operators": [*dict.fromkeys([*body.get("operators", []), operator])]}
+            for name, body in self.declaration.items()
+        }
+        return json.dumps(declaration, sort_keys=True)
+
     def describe(self) -> list[str]:
         """One line per team: where its requests arrive and where its runs go."""
         return [
