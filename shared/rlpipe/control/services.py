@@ -6,6 +6,8 @@ kept; nothing here runs at import time (cold starts stay cheap).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from rlpipe.control.adapters.orchestrator import Orchestrator
     from rlpipe.control.lifecycle.coordinator import RunCoordinator
     from rlpipe.control.lifecycle.intake import Intake
+    from rlpipe.control.lifecycle.run_policy import RunPolicies
     from rlpipe.control.stage.service import LogReader, StageService
 
 
@@ -91,6 +94,31 @@ def coordinator(log: Logger) -> RunCoordinator:
     return SweepCoordinator(ledger(), log)
 
 
+def run_policies(
+    settings: Settings,
+    ledger: Ledger,
+    state: blobstore.BlobStore,
+    log: Logger,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> RunPolicies:
+    """The deployment's run policies, in the order the stage operations call them
+    (``control.lifecycle.run_policy``): a sweep's (its slots come before a team's places: a child
+    without a slot takes none), its early-stopping rule, then the team's limits."""
+    from rlpipe.control.lifecycle.run_policy import RunPolicies
+    from rlpipe.control.lifecycle.team_places import TeamPlaces
+    from rlpipe.control.sweep.coordinator import SweepCoordinator
+    from rlpipe.control.sweep.early_stopping import EarlyStopping
+
+    return RunPolicies(
+        (
+            SweepCoordinator(ledger, log),
+            EarlyStopping(ledger, log),
+            TeamPlaces(settings, ledger, state, log, clock=clock),
+        )
+    )
+
+
 def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
     """One small object of any bucket the policy let a request name (a user's file)."""
     return blobstore.BlobStore(storage_client(), bucket).read(name, max_bytes=max_bytes).data
@@ -116,7 +144,7 @@ def stage_service(log: Logger) -> StageService:
         log=log,
         publish=notify.publish,
         cloud_logs=cloud_log_reader(),
-        coordinator=coordinator(log),
+        policies=run_policies(settings(), ledger(), state(), log),
     )
 
 

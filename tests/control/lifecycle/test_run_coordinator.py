@@ -1,6 +1,7 @@
-"""Sweeps are a coordinator the services are wired with (control.lifecycle.coordinator): the deployment's
-intake and stage operations coordinate a sweep's runs, a service wired without one treats every run
-alone, and the sweep's coordinator leaves a run that is in no sweep exactly as if it did not exist."""
+"""Sweeps are a coordinator the services are wired with (control.lifecycle.coordinator for intake,
+control.lifecycle.run_policy for the stage operations): the deployment's intake and stage operations
+coordinate a sweep's runs, a service wired without it treats every run alone, and the sweep's
+coordinator leaves a run that is in no sweep exactly as if it did not exist."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rlpipe.control import services
 from rlpipe.control.adapters.events import ObjectEvent
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
+from rlpipe.control.lifecycle.run_policy import RunPolicies
 from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import identity
 from rlpipe.core.failures import PermanentFailure
@@ -70,11 +72,9 @@ def test_the_deployments_stage_operations_select_a_sweeps_child_and_one_wired_al
     assert answer["wait"] is True and answer["selected"] is None  # its siblings have not arrived
     assert "waiting for children 1, 2, 3" in answer["reason"]
 
-    alone = replace(service, coordinator=RunCoordinator())
+    alone = replace(service, policies=RunPolicies())
     with pytest.raises(PermanentFailure, match="not part of a sweep"):
         alone.select(children[1].run_id)
-    with pytest.raises(PermanentFailure, match="coordinates no sweeps"):
-        alone.finish(parent.run_id, "cancelled")
     assert ledger.get(parent.run_id).state == "accepted"  # type: ignore[union-attr]
 
 
@@ -85,24 +85,25 @@ def test_the_sweep_coordinator_leaves_a_run_in_no_sweep_as_if_there_were_none(bu
         run_id="rcoordalone1", key="k", source=Source(kind="cli"), request=req.model_dump(mode="json")
     )
     assert ledger.claim(record)
-    sweeps, alone = SweepCoordinator(ledger, Logger("test")), RunCoordinator()
+    sweeps, alone = RunPolicies((SweepCoordinator(ledger, Logger("test")),)), RunPolicies()
     resolved: list[str] = []
 
     def resolve() -> tuple[str, dict[str, Any]]:
         resolved.append("once")
         return "a" * 40, {"train": {"repo": "r"}}
 
-    for coordinator in (sweeps, alone):
-        assert coordinator.pins(record, resolve) == ("a" * 40, {"train": {"repo": "r"}})
-        assert coordinator.slot(record, conversion_ready=False) is None
-        assert coordinator.with_selection(record, ["convert", "train", "publish"]) == [
+    for policies in (sweeps, alone):
+        assert policies.pins(record, resolve) == ("a" * 40, {"train": {"repo": "r"}})
+        assert policies.admission(record, conversion_ready=False) is None
+        assert policies.steps(record, ["convert", "train", "publish"]) == [
             "convert",
             "train",
             "publish",
         ]
-        assert coordinator.member_ended(record) is None
+        assert policies.ended(record) is None
+        assert policies.evaluated(record) is None
         with pytest.raises(PermanentFailure, match="not part of a sweep"):
-            coordinator.select(record)
+            policies.select(record)
     assert resolved == ["once", "once"]  # its own pins, resolved for it alone
     after = ledger.get("rcoordalone1")
     assert after is not None and after.seq == record.seq  # nothing written for a run in no sweep

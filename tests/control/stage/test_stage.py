@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from rlpipe.cluster import ClusterClient
+from rlpipe.control import services
 from rlpipe.control.adapters import blobstore
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.stage.service import StageService
-from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.manifests import RenderContext, conversion_cache
@@ -73,7 +74,7 @@ def env(
         cluster=cluster,
         log=Logger("test"),
         publish=lambda topic, msg: published.append((topic, msg)),
-        coordinator=SweepCoordinator(ledger, Logger("test")),  # as control.services wires it
+        policies=services.run_policies(settings, ledger, buckets.store("state"), Logger("test")),
     )
 
     def claim(run_id: str, **fields: Any) -> RunRecord:
@@ -96,6 +97,18 @@ def env(
         "store": buckets.store("artifacts"),  # what workloads write
         "state": buckets.store("state"),  # the control plane's: ledgers, READY.json
     }
+
+
+def rewired(service: StageService, **changes: Any) -> StageService:
+    """The service with ``changes`` (its settings, its clock), and its run policies wired again
+    from them, as control.services wires a function's."""
+    changed = replace(service, **changes)
+    return replace(
+        changed,
+        policies=services.run_policies(
+            changed.settings, changed.ledger, changed.state, changed.log, clock=changed.clock
+        ),
+    )
 
 
 def _conditions(*types: str) -> dict[str, Any]:

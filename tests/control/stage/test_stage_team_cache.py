@@ -15,14 +15,14 @@ from typing import Any
 
 from rlpipe.control.stage.service import StageService
 from rlpipe.core.runs.record import Source
-from tests.control.stage.test_stage import NS, _conditions, env, hub, kube  # noqa: F401  (fixtures)
+from tests.control.stage.test_stage import NS, _conditions, env, hub, kube, rewired  # noqa: F401  (fixtures)
 
 TEAMS = {"vision": {"limits": {"active_runs": 4}}, "speech": {"limits": {"active_runs": 4}}}
 
 
 def _with_teams(env: dict[str, Any]) -> StageService:
     service: StageService = env["service"]
-    return replace(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
+    return rewired(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
 
 
 def _claim(env: dict[str, Any], run_id: str, team: str | None) -> None:

@@ -15,7 +15,7 @@ from rlpipe.core import layout
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import Source
-from tests.control.stage.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures)
+from tests.control.stage.test_stage import NS, env, hub, kube, rewired  # noqa: F401  (fixtures)
 
 TEAMS = {
     "vision": {"limits": {"active_runs": 1}},
@@ -25,7 +25,7 @@ TEAMS = {
 
 def _team_service(env: dict[str, Any]) -> Any:
     service = env["service"]
-    return replace(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
+    return rewired(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
 
 
 def _team_run(env: dict[str, Any], run_id: str, team: str) -> None:
@@ -109,7 +109,7 @@ def test_a_sweeps_child_over_the_teams_sweep_children_waits_and_a_plain_run_goes
     env: dict[str, Any],
 ) -> None:
     service = _team_service(env)
-    service = replace(
+    service = rewired(
         service,
         settings=replace(
             service.settings,
@@ -132,7 +132,7 @@ def test_a_run_queued_longer_than_timeouts_waiting_fails_naming_what_it_waited_f
     import time
 
     now = [time.time()]
-    service = replace(_team_service(env), clock=lambda: now[0])
+    service = rewired(_team_service(env), clock=lambda: now[0])
     _team_run(env, "rholdsplace1", "vision")
     _team_run(env, "rwaitsbound", "vision")
     assert service.plan("rholdsplace1", "rholdsplace1-exec")["skip"] is False

@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from tests.control.stage.test_stage import NS, env, hub, kube  # noqa: F401  (fixtures)
+from tests.control.stage.test_stage import NS, env, hub, kube, rewired  # noqa: F401  (fixtures)
 
 TEAMS = {"vision": {"operators": ["user:ana@example.com"]}, "speech": {"namespace": "rlpipe-speech-runs"}}
 
@@ -26,7 +26,7 @@ def _team_run(env: dict[str, Any], run_id: str, team: str) -> Any:
 
     env["ledger"].update(run_id, of_team)
     service = env["service"]
-    return replace(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
+    return rewired(service, settings=replace(service.settings, teams_json=json.dumps(TEAMS)))
 
 
 def _names(env: dict[str, Any], namespace: str) -> list[str]:

@@ -13,7 +13,6 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import early_stopping
-from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core.runs.record import Attempt, RunRecord, now
 from tests.conftest import Buckets
 from tests.control.sweep.test_sweep_control import _claimed
@@ -166,7 +165,7 @@ def _post(r: RunRecord, post: float, state: str | None = "exporting") -> str:
 def test_a_run_outside_a_sweep_is_never_stopped(buckets: Buckets) -> None:
     ledger, _parent, children = _claimed(buckets, **ASHA)
     alone = children[0].model_copy(update={"lineage": children[0].lineage.model_copy(update={"sweep": None})})
-    assert SweepCoordinator(ledger, Logger("test")).evaluated(alone) is None
+    assert early_stopping.EarlyStopping(ledger, Logger("test")).evaluated(alone) is None
 
 
 def test_no_rule_no_decision_and_no_copy(buckets: Buckets) -> None:

@@ -1,35 +1,28 @@
-"""What intake and the stage operations ask of whatever coordinates a run with other runs.
+"""What intake and the reconciler ask of whatever coordinates a run with other runs.
 
-Why a coordinator and not ``if record is in a sweep`` inside the stage operations: a sweep's
-children share their pins, their TPU slots, one conversion and one selection, and a sweep's parent
-ends with its children. That is one concern; the stage operations and intake call it at named
-points (the hooks below) and know nothing else of it. The services are handed the coordinator
-when they are wired (``control.services``): a deployment's is the sweep's
-(``control.sweep.coordinator``), which coordinates the runs of a sweep and leaves every other run
-to this class's behaviour.
+Why a coordinator and not ``if request is a sweep`` inside intake: a request that names a group of
+runs is claimed as its group (a sweep's parent and children), and a member that ends gives back
+what it held to its group. Intake and the reconciler call these hooks and know nothing else of
+groups; the stage operations reach the same concern through the run policies
+(``control.lifecycle.run_policy``), of which the sweep's coordinator is one. The services are
+handed the coordinator when they are wired (``control.services``): a deployment's is the sweep's
+(``control.sweep.coordinator``).
 
-This class is a run on its own: it pins its own commits, never waits for a slot, is never
-selected, and its end concerns no other run. What only a sweep can ask for (a grid at intake, a
-selection, a parent's end) it refuses, naming what is missing.
+This class is a run on its own: its end concerns no other run, and a grid at intake it refuses,
+naming what is missing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.intake_result import IntakeResult
-from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import Request
 from rlpipe.core.request.policy import Policy
-from rlpipe.core.runs.admission import Queued
-from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepMember
-
-# The run's commits: (model repo sha, datasets at their commits as ``lineage.data`` holds them).
-Pins = tuple[str, dict[str, Any]]
+from rlpipe.core.runs.record import RunRecord, Source, SweepMember
 
 
 @dataclass(frozen=True)
@@ -48,8 +41,6 @@ class Delivery:
 ClaimMember = Callable[[Request, str, SweepMember, dict[str, bytes] | None], IntakeResult]
 # The request's own files, read once (``Intake.gather_files``); raises ``RequestInvalid``.
 GatherFiles = Callable[[Request], dict[str, bytes]]
-# End a run the coordinated group ends with it: (run id, the failure to record).
-EndMember = Callable[[str, dict[str, Any]], None]
 
 
 class RunCoordinator:
@@ -71,42 +62,6 @@ class RunCoordinator:
                 )
             ]
         )
-
-    # ---- plan ---------------------------------------------------------------------------------
-
-    def pins(self, record: RunRecord, resolve: Callable[[], Pins]) -> Pins:
-        """The commits the run trains on; ``resolve`` pins them for this run alone."""
-        return resolve()
-
-    def slot(self, record: RunRecord, *, conversion_ready: bool) -> Queued | None:
-        """None: the run goes on now; else why it is queued (its workflow plans again later)."""
-        return None
-
-    def with_selection(self, record: RunRecord, stages: list[str]) -> list[str]:
-        """The plan's steps, with any step the run must wait at for its group."""
-        return stages
-
-    # ---- select -------------------------------------------------------------------------------
-
-    def select(self, record: RunRecord) -> dict[str, Any]:
-        """The ``select`` step: whether this run goes on to publish, or waits for its group."""
-        raise PermanentFailure(f"run {record.run_id} is not part of a sweep; there is nothing to select")
-
-    # ---- train ---------------------------------------------------------------------------------
-
-    def evaluated(self, record: RunRecord) -> EarlyStopRecord | None:
-        """A status read of the run's training recorded evaluations: None, it goes on; else why its
-        group stops it now (the caller deletes its workloads and finishes it ``stopped``)."""
-        return None
-
-    # ---- the end --------------------------------------------------------------------------------
-
-    def end_group(
-        self, record: RunRecord, outcome: str, *, caller: str | None, end_member: EndMember
-    ) -> RunRecord:
-        """A person ends a run that stands for a group (a sweep's parent): its members that have
-        not ended are ended by ``end_member``; → the run's record after."""
-        raise PermanentFailure(f"run {record.run_id} is a sweep, and this deployment coordinates no sweeps")
 
     def member_ended(self, record: RunRecord) -> RunRecord | None:
         """After a run ended: what it held goes back to its group. → the group's run when this

@@ -1,4 +1,6 @@
-"""A team's places (``core.team_limits``) as the stage operations take and give them back.
+"""A team's limits as a run policy (``control.lifecycle.run_policy``): the places
+(``core.team_limits``) a run takes at plan and gives back, its monthly budget, and the declaration
+its launches need.
 
 The rule for when a place is held (docs/teams.md, "When a run holds a place"): a run takes its
 team's place at plan, once nothing else holds it back, and holds it while it can still use a TPU.
@@ -22,14 +24,18 @@ from rlpipe.control.adapters import blobstore
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import AdmissionRefused, RunPolicy
 from rlpipe.control.lifecycle.team_usage import TeamUsageStore
+from rlpipe.core.failure_rules import reported
+from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.core.team_limits import Decision
-from rlpipe.core.teams import Team
+from rlpipe.core.teams import DEFAULT_TEAM, Team
 
 
 @dataclass
-class TeamPlaces:
+class TeamPlaces(RunPolicy):
     settings: Settings
     ledger: Ledger
     state: blobstore.BlobStore  # where the teams' usage documents are
@@ -57,6 +63,44 @@ class TeamPlaces:
         """The team's decision for the run at plan (None: no team limits apply)."""
         team = self.team_of(record)
         return None if team is None else self.store().admit(team, record)
+
+    # ---- the policy's hooks ----------------------------------------------------------------------
+
+    def admission(self, record: RunRecord, *, conversion_ready: bool) -> Queued | None:
+        """Queued while the team's limits hold it back; ``AdmissionRefused`` when its monthly budget
+        never can (the run is then finished failed with the numbers: nothing of it held a TPU)."""
+        decision = self.admit(record)
+        if decision is None or decision.outcome not in ("refused", "wait"):
+            return None
+        log = self.log.bind(run_id=record.run_id)
+        if decision.outcome == "refused":
+            reason = decision.reason or f"team {record.team}'s monthly chip-hour budget cannot hold this run"
+            log.warning("refused by the team's budget", team=record.team, reason=reason)
+            raise AdmissionRefused(reason, reported.TEAM_BUDGET_EXCEEDED)
+        reason = decision.reason or f"queued under team {record.team}'s limits"
+        log.info("queued under the team's limits", team=record.team, reason=reason)
+        return Queued("team-budget" if decision.waits_for == "budget" else "team-place", reason)
+
+    def may_launch(self, record: RunRecord, stage: str) -> None:
+        """A run of a team no longer declared never launches: its namespace, queue and quota went
+        with the declaration, and nothing else may run it."""
+        teams = self.settings.teams()
+        if teams.declared and record.team != DEFAULT_TEAM and teams.named(record.team) is None:
+            raise PermanentFailure(
+                f"run {record.run_id} is of team {record.team}, which this deployment no longer declares; "
+                f"not launching {stage} (declare the team again, then retry the run)"
+            )
+
+    def arrived_at_selection(self, record: RunRecord) -> None:
+        """It has trained, passed its gate and exported: it holds no TPU from here, so its place goes
+        back now, not when the whole sweep ends (the rule in the module's docstring)."""
+        self.give_back(record, "arrived at its sweep's selection")
+
+    def ended(self, record: RunRecord) -> RunRecord | None:
+        self.give_back(record, "the run ended")
+        return None
+
+    # ---- places ---------------------------------------------------------------------------------
 
     def give_back(self, record: RunRecord, why: str) -> None:
         """The run no longer needs its place (``why``: it ended, or arrived at selection); best

@@ -22,10 +22,9 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.notify import Notifier, Publish, status_message
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_report, stored_outputs
-from rlpipe.control.lifecycle.coordinator import RunCoordinator
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
-from rlpipe.control.lifecycle.team_places import TeamPlaces
+from rlpipe.control.lifecycle.run_policy import AdmissionRefused, RunPolicies
 from rlpipe.control.stage import train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
@@ -47,7 +46,6 @@ from rlpipe.core.runs import admission, budgets, launch_record, phase_record, pl
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, Failure, RunRecord, parse_time
-from rlpipe.core.teams import DEFAULT_TEAM
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -70,10 +68,9 @@ class StageService:
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/adapters/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
-    # A run's part in a group of runs (a sweep's, wired by control.services); alone by default.
-    coordinator: RunCoordinator = field(default_factory=RunCoordinator)
-    # Its team's places (control/lifecycle/team_places.py); by default in ``state``.
-    team_places: TeamPlaces | None = None
+    # The run policies (control/lifecycle/run_policy.py: a sweep's, its early stopping, a team's
+    # limits), as control.services.run_policies wires them; none by default: every run alone.
+    policies: RunPolicies = field(default_factory=RunPolicies)
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -87,11 +84,6 @@ class StageService:
         """Where the run's workloads live: its team's namespace (core.teams; the team's LocalQueues,
         Secrets and quota are there), or the deployment's when it declares no teams."""
         return self.settings.teams().namespace_of(record.team, self.settings.namespace)
-
-    def _places(self) -> TeamPlaces:
-        if self.team_places is None:
-            self.team_places = TeamPlaces(self.settings, self.ledger, self.state, self.log, clock=self.clock)
-        return self.team_places
 
     def _cluster(self, record: RunRecord) -> Cluster:
         """The cluster client for the run's namespace (one connection, another namespace)."""
@@ -157,9 +149,12 @@ class StageService:
         stages: list[str] = [
             s for s in request_stages(req) if not (s == "convert" and ready) and s not in done
         ]
-        queued = self.coordinator.slot(record, conversion_ready=bool(ready))
-        if queued is None:  # its team's limits (core.team_limits), before anything holds a TPU
-            queued = self._team_admission(record, execution_id, log)
+        try:  # the run policies, before anything holds a TPU
+            queued = self.policies.admission(record, conversion_ready=bool(ready))
+        except AdmissionRefused as refused:
+            failure = {"tag": "permanent", "message": refused.reason, "stage": "plan", "rule": refused.rule}
+            self.finish(run_id, "failed", failure, execution_id=execution_id)
+            raise
         self._admission(record, queued, req, execution_id, log)
         if queued is not None:  # beyond a sweep's max_parallel or a team's limit: the workflow asks again
             return {
@@ -168,7 +163,7 @@ class StageService:
                 "wait_reason": queued.reason,
                 "wait_seconds": self.settings.callback_timeout_seconds,
             }
-        stages = self.coordinator.with_selection(record, stages)
+        stages = self.policies.steps(record, stages)
         if req.gate is not None and "export" not in done:
             # The gate (a step, not a workload) sits between train and export; a promoted run
             # passes it by its recorded override.
@@ -182,7 +177,7 @@ class StageService:
         )
         if skip is not None:  # cancelled (or finished) while we resolved the revision
             if pinned.terminal:  # its end may have come before our admission: give the place back
-                self._release(pinned)
+                self.policies.ended(pinned)
             return {"skip": True, "skip_reason": skip}
         log.info("planned", stages=stages, hf_sha=sha, cache_hit=bool(ready), data=data_pins.summary(data))
         return {
@@ -197,35 +192,6 @@ class StageService:
             "poll_seconds": self.settings.callback_timeout_seconds,
             "first_attempt": first_attempts(record),  # attempt numbers go on across rounds
         }
-
-    def _team_admission(self, record: RunRecord, execution_id: str | None, log: Logger) -> Queued | None:
-        """None: the run goes on under its team's limits (or has none); else why it is queued. A
-        run whose reservation its team's monthly budget cannot hold is finished here, failed with
-        the numbers, and ``PermanentFailure`` raised: nothing of it ever held a TPU."""
-        decision = self._places().admit(record)
-        if decision is None:
-            return None
-        team = record.team
-        if decision.outcome == "refused":
-            reason = decision.reason or f"team {team}'s monthly chip-hour budget cannot hold this run"
-            log.warning("refused by the team's budget", team=team, reason=reason)
-            self.finish(
-                record.run_id,
-                "failed",
-                {
-                    "tag": "permanent",
-                    "message": reason,
-                    "stage": "plan",
-                    "rule": reported.TEAM_BUDGET_EXCEEDED,
-                },
-                execution_id=execution_id,
-            )
-            raise PermanentFailure(reason)
-        if decision.outcome != "wait":
-            return None
-        reason = decision.reason or f"queued under team {team}'s limits"
-        log.info("queued under the team's limits", team=team, reason=reason)
-        return Queued("team-budget" if decision.waits_for == "budget" else "team-place", reason)
 
     def _admission(
         self,
@@ -260,10 +226,6 @@ class StageService:
         self.finish(record.run_id, "failed", failure, execution_id=execution_id)
         raise PermanentFailure(overdue)
 
-    def _release(self, record: RunRecord) -> None:
-        """The run ended: its place under its team's limits goes back."""
-        self._places().give_back(record, "the run ended")
-
     def _pins(self, record: RunRecord, req: Request) -> tuple[str, dict[str, Any]]:
         """The model commit and datasets this run trains on: pinned once per run (a retried plan
         or round trains on the same commits), and once per group by its coordinator."""
@@ -274,7 +236,7 @@ class StageService:
             sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
             return sha, record.lineage.data or self.pin_data(req)
 
-        return self.coordinator.pins(record, resolve)
+        return self.policies.pins(record, resolve)
 
     # ---- launch -------------------------------------------------------------------------------
 
@@ -295,13 +257,7 @@ class StageService:
             )
         if record.terminal:
             raise PermanentFailure(f"run {run_id} is {record.state}; not launching {stage}")
-        teams = self.settings.teams()
-        if teams.declared and record.team != DEFAULT_TEAM and teams.named(record.team) is None:
-            # Its namespace, queue and quota went with the declaration: never launch it elsewhere.
-            raise PermanentFailure(
-                f"run {run_id} is of team {record.team}, which this deployment no longer declares; "
-                f"not launching {stage} (declare the team again, then retry the run)"
-            )
+        self.policies.may_launch(record, stage)
         newer = record.current_attempt(stage)
         if newer is not None and newer.attempt > attempt:
             raise SupersededAttempt(
@@ -444,7 +400,7 @@ class StageService:
         if stage == "train" and phase == "running":
             # A sweep's early-stopping rule, on the evaluations this read recorded (or a stop
             # decided before whose carrying out was interrupted).
-            stop = self.coordinator.evaluated(recorded)
+            stop = self.policies.evaluated(recorded)
             if stop is not None:
                 return self._stop_early(recorded, attempt, stop, ws.chip_hours, execution_id, log)
         return {
@@ -564,8 +520,9 @@ class StageService:
             raise PermanentFailure(f"unknown outcome {outcome!r}")
         record, req = self._load(run_id)
         require_owner(record, execution_id)
-        if record.sweep is not None:  # a sweep's parent: it ends when its children do
-            return status_message(self._end_group(record, outcome, caller))
+        group = self._end_group(record, outcome, caller)
+        if group is not None:  # a run that stands for a group (a sweep's parent): it ends with them
+            return status_message(group)
 
         def change(r: RunRecord) -> tuple[str | None, bool]:
             """→ (the event, whether this call ended the run)."""
@@ -594,7 +551,6 @@ class StageService:
         message = status_message(updated)
         notifier = Notifier(self.settings, self.publish, self.log)
         if ended:
-            self._release(updated)
             notifier.send(updated)
         self.log.bind(run_id=run_id).info("finished", state=updated.state, failure=message.get("failure"))
         if ended:
@@ -605,12 +561,12 @@ class StageService:
             # Also when a repeated finish (an HTTP retry after our write) ended nothing: the
             # group's refresh is safe to repeat, and its message goes out from one call only (on
             # the child's topic: the parent's request names the same).
-            group = self.coordinator.member_ended(updated)
+            group = self.policies.ended(updated)
             if group is not None:
                 notifier.send(group, topic=req.notify or self.settings.status_topic)
         return message
 
-    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord:
+    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord | None:
         """A person ends a run that stands for a group: each member not ended yet has its
         workloads deleted and is finished with the group's failure, by the same caller."""
 
@@ -618,7 +574,7 @@ class StageService:
             self._cluster(record).delete_run(run_id)  # a group's members are of its team
             self.finish(run_id, "cancelled", failure, caller=caller)
 
-        return self.coordinator.end_group(record, outcome, caller=caller, end_member=end_member)
+        return self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
 
     # ---- gate ---------------------------------------------------------------------------------
 
@@ -633,10 +589,8 @@ class StageService:
         """Before a sweep child's publish: wait for its siblings, then learn whether it publishes."""
         record, req = self._load(run_id)
         require_owner(record, execution_id)
-        answer = self.coordinator.select(record)
-        # It has trained, passed its gate and exported: it holds no TPU from here, so its team's
-        # place goes back now, not when the whole sweep ends (control/lifecycle/team_places.py).
-        self._places().give_back(record, "arrived at its sweep's selection")
+        answer = self.policies.select(record)
+        self.policies.arrived_at_selection(record)
         queued = Queued("selection", f"at selection: {answer['reason']}") if answer.get("wait") else None
         self._admission(record, queued, req, execution_id, self.log.bind(run_id=run_id))
         return answer

@@ -11,7 +11,9 @@ workloads, finishing the child ``stopped``) is safe.
 
 from __future__ import annotations
 
+from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import RunPolicy
 from rlpipe.control.sweep.coordination import parent_of, spec_of
 from rlpipe.core import early_stop
 from rlpipe.core.request import Request
@@ -87,3 +89,22 @@ def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
         detail=lambda r: {"child": me, "evaluations": mine},
     )
     return stopped
+
+
+class EarlyStopping(RunPolicy):
+    """The sweep's early-stopping rule as a run policy: a child's new evaluations, judged (``judge``)
+    at each status read of its training; every other run goes on."""
+
+    def __init__(self, ledger: Ledger, log: Logger) -> None:
+        self.ledger = ledger
+        self.log = log
+
+    def evaluated(self, record: RunRecord) -> EarlyStopRecord | None:
+        if record.lineage.sweep is None:
+            return None
+        stop = judge(self.ledger, record)
+        if stop is not None:
+            self.log.bind(run_id=record.run_id).info(
+                "sweep stopped a child early", rule=stop.rule, step=stop.step, reason=stop.reason
+            )
+        return stop
