@@ -173,9 +173,9 @@ def test_call_stage_sends_the_impersonated_token(
 
 def _ledger() -> Any:
     record = SimpleNamespace(
-        execution=SimpleNamespace(name="projects/p/locations/l/workflows/w/executions/e1")
+        execution=SimpleNamespace(name="projects/p/locations/l/workflows/w/executions/e1"), sweep=None
     )
-    return SimpleNamespace(get=lambda run_id: record)
+    return SimpleNamespace(get=lambda run_id: record, store=None)  # a run alone: no group's policy acts
 
 
 def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(

@@ -203,6 +203,7 @@ class Ledger:
     def __init__(self, records: list[RunRecord]) -> None:
         self.records = {r.run_id: r for r in records}
         self.calls: list[tuple[str, ...]] = []
+        self.store = None  # the state bucket: only a team's admission reads it, never the CLI
 
     def get(self, run_id: str) -> RunRecord | None:
         record = self.records.get(run_id)

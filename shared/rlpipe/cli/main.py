@@ -448,9 +448,10 @@ def _refused_before_asking(args: argparse.Namespace) -> int | None:
         raise lookup.not_found(args.run)
     why: str | None = None
     if args.command == "retry":
+        from rlpipe.cli.runs import policies
         from rlpipe.control.lifecycle import retry_rounds
 
-        why = retry_rounds.refusal(record, args.from_stage)
+        why = retry_rounds.refusal(record, args.from_stage, policies(settings, _ledger(settings)))
     elif args.command == "promote" and record.state != "gated":
         why = f"run {args.run} is {record.state}: only a gated run can be promoted"
     if why is not None:

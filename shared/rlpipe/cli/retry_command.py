@@ -65,7 +65,9 @@ def request_retry(
     record = ledger.get(run_id)
     if record is None:
         raise NotRetried(f"no run {run_id}")
-    why = retry_rounds.refusal(record, from_stage)
+    from rlpipe.cli.runs import policies
+
+    why = retry_rounds.refusal(record, from_stage, policies(settings, ledger))
     if why is not None:
         raise NotRetried(why)
     body = retry_rounds.call_body(

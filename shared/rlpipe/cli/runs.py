@@ -14,6 +14,7 @@ from typing import Any
 
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.runs.record import TERMINAL, RunRecord, parse_time
 
@@ -254,6 +255,15 @@ CANCEL_HINT = (
 )
 
 
+def policies(settings: Settings, ledger: Ledger) -> RunPolicies:
+    """The deployment's run policies as the stage function wires them (``control.services``), on
+    the CLI's ledger: what the CLI checks before it asks the stage function is what it will decide."""
+    from rlpipe.control import services
+    from rlpipe.control.adapters.logs import Logger
+
+    return services.run_policies(settings, ledger, ledger.store, Logger("rlpipe.cli"))
+
+
 def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any = None) -> dict[str, Any]:
     """``rlpipe cancel``: the run's Workflows executions cancelled with the operator's own
     credentials, then the stage function asked to cancel the run (``op: cancel``: its workloads
@@ -294,6 +304,7 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
         ledger,
         run_id,
         record,
+        policies=policies(settings, ledger),
         cancel_execution=cancel_execution,
         end_run=lambda run: call_stage(settings, {"op": "cancel", "run_id": run}),
     )

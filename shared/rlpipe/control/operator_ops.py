@@ -25,11 +25,11 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle import promotion, retry_rounds
 from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import CancelExecution, RetryAsked, RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord
-from rlpipe.core.teams import DEFAULT_TEAM, Teams
 
 if TYPE_CHECKING:
     from rlpipe.control.stage.service import StageService
@@ -108,34 +108,13 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     return {**ended, **answer}
 
 
-def team_refusal(ledger: Ledger, teams: Teams, run_id: str, caller: str | None) -> str | None:
-    """Why ``caller`` may not operate on ``run_id``, on a deployment with teams: only the operators
-    its run's team declares may cancel, retry or promote it (core.teams). Decided here, where the
-    operation is, so that no client (the CLI or a hand-made call) can act on another team's run.
-    None: allowed, or no such run (each operation answers that itself)."""
-    if not teams.declared:
-        return None
+def operator_refusal(policies: RunPolicies, ledger: Ledger, run_id: str, caller: str | None) -> str | None:
+    """Why ``caller`` may not operate on ``run_id`` (cancel, retry, promote), as the run policies
+    decide (a team's: only its operators): decided here, where the operation is, so that no client
+    (the CLI or a hand-made call) can act on a run that is not theirs. None: allowed, or no such
+    run (each operation answers that itself)."""
     record = ledger.get(run_id)
-    if record is None or record.team == DEFAULT_TEAM:
-        # No such run (each operation says so), or one from before the deployment declared teams:
-        # operated as it was then, by any caller IAM lets in.
-        return None
-    team = teams.named(record.team)
-    who = caller or "a caller without a verified identity"
-    if team is None:
-        return (
-            f"run {run_id} is of team {record.team}, which this deployment no longer declares: "
-            "no one may operate on it until the team is declared again"
-        )
-    if team.may_operate(caller):
-        return None
-    return (
-        f"{who} is not an operator of team {team.name}, whose run {run_id} is: ask one of its "
-        f"operators, or have the deployment add you to teams.{team.name}.operators"
-    )
-
-
-CancelExecution = Callable[[str, str], dict[str, Any]]
+    return None if record is None else policies.operator_refusal(record, caller)
 
 
 def cancel_from_outside(
@@ -143,6 +122,7 @@ def cancel_from_outside(
     run_id: str,
     record: RunRecord,
     *,
+    policies: RunPolicies,
     cancel_execution: CancelExecution,
     end_run: Callable[[str], dict[str, Any]],
 ) -> dict[str, Any]:
@@ -158,7 +138,7 @@ def cancel_from_outside(
     reconcile. The result: ``execution_cancelled``, ``deleted``, ``state``, and for a sweep
     ``children`` (each child's index, state before and after, and its execution's cancel).
     ``record``: the run's, as the caller read it to learn that the run exists."""
-    children = _cancel_children(ledger, record, cancel_execution)  # None: not a sweep
+    children = policies.cancel_members(record, cancel_execution)  # None: not a group's run
     result: dict[str, Any] = {"execution_cancelled": False, "deleted": []}
     if record.execution.name:
         result.update(cancel_execution(run_id, record.execution.name))
@@ -175,58 +155,30 @@ def cancel_from_outside(
     return result
 
 
-def _cancel_children(
-    ledger: Ledger, record: RunRecord, cancel_execution: CancelExecution
-) -> list[dict[str, Any]] | None:
-    """The execution of each child of a sweep that has not ended; a row per such child. None: not
-    a sweep's parent."""
-    sweep = getattr(record, "sweep", None)  # (a record-like stand-in without one is no parent)
-    if sweep is None:
-        return None
-    if record.terminal:  # its children have all ended: the stage function refuses the cancel
-        return []
-    rows = []
-    for index, run_id in enumerate(sweep.children):
-        child = ledger.get(run_id)
-        if child is None or child.terminal:
-            continue
-        row: dict[str, Any] = {
-            "index": index,
-            "run_id": run_id,
-            "was": child.state,
-            "execution": child.execution.name,
-            "execution_cancelled": False,
-        }
-        if child.execution.name:
-            row.update(cancel_execution(run_id, child.execution.name))
-        rows.append(row)
-    return rows
-
-
 # ---- retry and promote -----------------------------------------------------------------------------
 
 
 def retry_run(
-    ledger: Ledger, start: Start, order: retry_rounds.RetryOrder, caller: str | None, log: Logger
+    ledger: Ledger,
+    policies: RunPolicies,
+    start: Start,
+    order: retry_rounds.RetryOrder,
+    caller: str | None,
+    log: Logger,
 ) -> dict[str, Any]:
     """A new round of a failed or cancelled run, once per caller-made key, and its execution
-    started (control/retry_rounds.py); a sweep's parent: a round of it and of each child that can still
-    change its outcome."""
+    started (control/retry_rounds.py); a run that stands for a group is retried by its policy (a
+    sweep: a round of it and of each child that can still change its outcome)."""
     by = order.by or caller or "unknown"
-    parent = ledger.get(order.run_id)
-    if parent is not None and parent.sweep is not None:  # a sweep: its children go on
-        from rlpipe.control.sweep import operations as stage_sweep
-
-        return stage_sweep.retry_parent(
-            ledger,
-            parent,
-            by=by,
-            reason=order.reason,
-            from_stage=order.from_stage,
-            key=order.key,
-            caller=caller,
-            start=start,
-        )
+    record = ledger.get(order.run_id)
+    if record is not None:
+        why = policies.refusal(record, "retry")
+        if why is not None:
+            raise PermanentFailure(why)
+        asked = RetryAsked(by, order.reason, order.from_stage, order.key, caller, start)
+        grouped = policies.retry(record, asked)
+        if grouped is not None:
+            return grouped
     decision = retry_rounds.start_round(
         ledger,
         order.run_id,
@@ -258,9 +210,14 @@ def retry_run(
 
 
 def promote(
-    ledger: Ledger, start: Start, order: PromoteOrder, caller: str | None, log: Logger
+    ledger: Ledger, policies: RunPolicies, start: Start, order: PromoteOrder, caller: str | None, log: Logger
 ) -> dict[str, Any]:
-    """The gate's override recorded (control/lifecycle/promotion.py) and the run's next execution started."""
+    """The gate's override recorded (control/lifecycle/promotion.py) and the run's next execution
+    started; refused where a policy says it does not apply (a sweep is promoted through a child)."""
+    found = ledger.get(order.run_id)
+    why = policies.refusal(found, "promote") if found is not None else None
+    if why is not None:
+        raise PermanentFailure(why)
     try:
         record = promotion.promote(
             ledger, order.run_id, by=order.by, reason=order.reason, caller=caller, start=start

@@ -119,6 +119,11 @@ def run_policies(
     )
 
 
+def policies(log: Logger) -> RunPolicies:
+    """The deployment's run policies on its own buckets (``run_policies``)."""
+    return run_policies(settings(), ledger(), state(), log)
+
+
 def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
     """One small object of any bucket the policy let a request name (a user's file)."""
     return blobstore.BlobStore(storage_client(), bucket).read(name, max_bytes=max_bytes).data
@@ -144,7 +149,7 @@ def stage_service(log: Logger) -> StageService:
         log=log,
         publish=notify.publish,
         cloud_logs=cloud_log_reader(),
-        policies=run_policies(settings(), ledger(), state(), log),
+        policies=policies(log),
     )
 
 

@@ -48,7 +48,7 @@ class BadCall(PipelineFailure):
 
 
 class NotTheTeamsOperator(Exception):
-    """The caller is not an operator of the run's team (control.operator_ops.team_refusal): 403."""
+    """The caller is not an operator of the run's team (control.operator_ops.operator_refusal): 403."""
 
 
 def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[str, Any], int]:
@@ -147,7 +147,7 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
     try:
         run_id = body.get("run_id")  # a malformed one is refused by the operation's own reading
         refusal = (
-            operator_ops.team_refusal(services.ledger(), services.settings().teams(), run_id, caller)
+            operator_ops.operator_refusal(services.policies(log), services.ledger(), run_id, caller)
             if identity.is_run_id(run_id)
             else None
         )
@@ -163,11 +163,21 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
         if op == "retry":
             order = operator_ops.retry_order(body)
             return operator_ops.retry_run(
-                services.ledger(), services.intake(log).start_claimed, order, caller, log
+                services.ledger(),
+                services.policies(log),
+                services.intake(log).start_claimed,
+                order,
+                caller,
+                log,
             )
         promoted = operator_ops.promote_order(body)
         return operator_ops.promote(
-            services.ledger(), services.intake(log).start_claimed, promoted, caller, log
+            services.ledger(),
+            services.policies(log),
+            services.intake(log).start_claimed,
+            promoted,
+            caller,
+            log,
         )
     except operator_ops.BadOrder as exc:
         raise BadCall(str(exc)) from None

@@ -14,7 +14,7 @@ import pytest
 
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.cluster.status import WorkloadStatus
-from rlpipe.control import operator_ops
+from rlpipe.control import operator_ops, services
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.intake_result import IntakeResult
@@ -26,6 +26,13 @@ from rlpipe.core.runs.record import Failure, GateRecord, RunRecord, Source, Swee
 from tests.conftest import Buckets, minimal_request
 
 OPERATOR = "rlpipe-operator@my-project.iam.gserviceaccount.com"
+
+
+def wired_policies(ledger: Ledger) -> Any:
+    """The run policies as control.services wires a deployment's (no teams declared)."""
+    return services.run_policies(Settings(project="p"), ledger, ledger.store, Logger("test"))
+
+
 KEY = "0123456789abcdef0123"
 
 
@@ -156,7 +163,12 @@ def test_from_outside_the_childrens_executions_go_first_then_its_own_then_the_ru
         assert ledger.claim(record)
     outside = Outside(ledger, refuse=frozenset({"rchildop0003"}))
     result = operator_ops.cancel_from_outside(
-        ledger, parent.run_id, parent, cancel_execution=outside.cancel_execution, end_run=outside.end_run
+        ledger,
+        parent.run_id,
+        parent,
+        policies=wired_policies(ledger),
+        cancel_execution=outside.cancel_execution,
+        end_run=outside.end_run,
     )
     assert outside.calls == [
         ("execution", "rchildop0001"),
@@ -180,7 +192,12 @@ def test_from_outside_a_sweep_that_ended_cancels_no_child(ledger: Ledger) -> Non
         assert ledger.claim(record)
     outside = Outside(ledger)
     result = operator_ops.cancel_from_outside(
-        ledger, parent.run_id, parent, cancel_execution=outside.cancel_execution, end_run=outside.end_run
+        ledger,
+        parent.run_id,
+        parent,
+        policies=wired_policies(ledger),
+        cancel_execution=outside.cancel_execution,
+        end_run=outside.end_run,
     )
     assert outside.calls == [("execution", "rparentop002"), ("stage cancel", "rparentop002")]
     assert result["children"] == []
@@ -233,8 +250,10 @@ def test_retry_opens_one_round_per_key_and_starts_it(ledger: Ledger) -> None:
     assert ledger.claim(record)
     order = operator_ops.retry_order({"run_id": "rfailedop001", "reason": "capacity is back", "key": KEY})
     starts = Starts()
-    first = operator_ops.retry_run(ledger, starts, order, OPERATOR, Logger("test"))
-    again = operator_ops.retry_run(ledger, starts, order, OPERATOR, Logger("test"))  # a lost answer
+    first = operator_ops.retry_run(ledger, wired_policies(ledger), starts, order, OPERATOR, Logger("test"))
+    again = operator_ops.retry_run(
+        ledger, wired_policies(ledger), starts, order, OPERATOR, Logger("test")
+    )  # a lost answer
     assert (first["outcome"], first["round"]) == ("started", 2)
     assert (again["outcome"], again["round"]) == ("duplicate", 2)
     assert starts.started == ["rfailedop001", "rfailedop001"]  # intake's start is exactly-once itself
@@ -247,11 +266,13 @@ def test_retry_refusals_are_permanent_failures_with_the_reason(ledger: Ledger) -
     assert ledger.claim(_record("rrunningop01", "training"))
     order = operator_ops.retry_order({"run_id": "rrunningop01", "reason": "again", "key": KEY})
     with pytest.raises(PermanentFailure, match="still running"):
-        operator_ops.retry_run(ledger, Starts(), order, OPERATOR, Logger("test"))
+        operator_ops.retry_run(ledger, wired_policies(ledger), Starts(), order, OPERATOR, Logger("test"))
     assert ledger.claim(_record("rnostartop01", "failed"))
     order = operator_ops.retry_order({"run_id": "rnostartop01", "reason": "again", "key": KEY})
     with pytest.raises(PermanentFailure, match="could not start"):
-        operator_ops.retry_run(ledger, Starts("start-failed"), order, OPERATOR, Logger("test"))
+        operator_ops.retry_run(
+            ledger, wired_policies(ledger), Starts("start-failed"), order, OPERATOR, Logger("test")
+        )
 
 
 def test_promote_records_who_and_starts_the_run_and_refuses_a_run_not_gated(ledger: Ledger) -> None:
@@ -262,7 +283,7 @@ def test_promote_records_who_and_starts_the_run_and_refuses_a_run_not_gated(ledg
     order = operator_ops.promote_order(
         {"run_id": "rgatedop0001", "by": " ana ", "reason": "samples read fine"}
     )
-    answer = operator_ops.promote(ledger, starts, order, OPERATOR, Logger("test"))
+    answer = operator_ops.promote(ledger, wired_policies(ledger), starts, order, OPERATOR, Logger("test"))
     assert (answer["by"], answer["state"]) == ("ana", "training") and starts.started == ["rgatedop0001"]
     record = ledger.get("rgatedop0001")
     assert record is not None and record.lineage.promoted is not None
@@ -271,6 +292,7 @@ def test_promote_records_who_and_starts_the_run_and_refuses_a_run_not_gated(ledg
     with pytest.raises(PermanentFailure, match="only a gated run can be promoted"):
         operator_ops.promote(
             ledger,
+            wired_policies(ledger),
             starts,
             operator_ops.promote_order({"run_id": "rsucceeded01", "by": "ana", "reason": "r"}),
             OPERATOR,

@@ -11,7 +11,9 @@ import pytest
 import yaml
 
 from rlpipe.control.adapters.events import ObjectEvent
+from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import RetryAsked
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
 from rlpipe.control.sweep.coordinator import SweepCoordinator
@@ -201,25 +203,20 @@ def test_retrying_the_parent_retries_only_the_children_that_can_change_the_outco
     answer = operations.retry_parent(
         ledger,
         stopped,
-        by="ann",
-        reason="capacity is back",
-        from_stage=None,
-        key="k1",
-        caller=None,
-        start=started.append,
+        RetryAsked(
+            "ann",
+            "capacity is back",
+            None,
+            "k1",
+            None,
+            started.append,
+        ),
     )
     assert answer["outcome"] == "started" and started == [ids[1], ids[2]]
     assert [ledger.get(i).state for i in ids] == ["succeeded", "accepted", "accepted", "succeeded"]  # type: ignore[union-attr]
     assert answer["state"] == "training"  # under way again: two children done, two to go
     repeated = operations.retry_parent(
-        ledger,
-        ledger.get(parent.run_id),
-        by="ann",
-        reason="again",
-        from_stage=None,
-        key="k1",
-        caller=None,
-        start=started.append,  # type: ignore[arg-type]
+        ledger, ledger.get(parent.run_id), RetryAsked("ann", "again", None, "k1", None, started.append)
     )
     assert repeated["outcome"] == "duplicate" and started == [ids[1], ids[2]]
 
@@ -241,12 +238,14 @@ def test_a_parent_that_succeeded_or_is_running_is_not_retried(
         operations.retry_parent(
             ledger,
             current,
-            by="ann",
-            reason="why",
-            from_stage=None,
-            key="k",
-            caller=None,
-            start=lambda r: None,
+            RetryAsked(
+                "ann",
+                "why",
+                None,
+                "k",
+                None,
+                lambda r: None,
+            ),
         )
 
 
@@ -397,26 +396,24 @@ def test_a_winner_is_not_retrained_behind_its_selection(buckets: Buckets) -> Non
     failed = sweeps.refresh(ledger, parent.run_id)
     assert failed.state == "failed"
     with pytest.raises(PermanentFailure, match="retry from publish"):
-        operations.retry_parent(
-            ledger, failed, by="a", reason="r", from_stage="train", key="k", caller=None, start=lambda r: None
-        )
+        operations.retry_parent(ledger, failed, RetryAsked("a", "r", "train", "k", None, lambda r: None))
     started: list[str] = []
-    operations.retry_parent(
-        ledger, failed, by="a", reason="r", from_stage=None, key="k2", caller=None, start=started.append
-    )
+    operations.retry_parent(ledger, failed, RetryAsked("a", "r", None, "k2", None, started.append))
     assert started == [ids[2]]
 
 
 def test_a_gated_sweep_is_not_promoted_as_if_it_were_a_run(buckets: Buckets) -> None:
-    from rlpipe.control.lifecycle.promotion import NotPromotable, promote
+    from rlpipe.control import operator_ops
+    from rlpipe.core.failures import PermanentFailure
 
     ledger, parent, children = _claimed(buckets)
     for child in children:
         ledger.edit(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
     assert sweeps.refresh(ledger, parent.run_id).state == "gated"
     started: list[str] = []
-    with pytest.raises(NotPromotable, match="is a sweep; promote one of its gated children"):
-        promote(ledger, parent.run_id, by="ann", reason="looked fine", start=started.append)
+    order = operator_ops.PromoteOrder(parent.run_id, "ann", "looked fine")
+    with pytest.raises(PermanentFailure, match="is a sweep; promote one of its gated children"):
+        operator_ops.promote(ledger, _policies(ledger), started.append, order, None, Logger("test"))  # type: ignore[arg-type]
     assert started == [] and ledger.get(parent.run_id).state == "gated"  # type: ignore[union-attr]
 
 
@@ -428,5 +425,13 @@ def test_a_gated_sweep_points_to_its_children_not_to_promoting_itself(buckets: B
     for child in children:
         ledger.edit(child.run_id, lambda r: (r.set_state("training"), r.set_state("gated"), "g")[2])
     gated = sweeps.refresh(ledger, parent.run_id)
-    assert "promote one of its children" in (retry_rounds.refusal(gated) or "")
+    assert "promote one of its children" in (retry_rounds.refusal(gated, None, _policies(ledger)) or "")
     assert (next_command(gated) or "").startswith(f"rlpipe status {parent.run_id}")
+
+
+def _policies(ledger: Ledger) -> Any:
+    """The run policies as control.services wires a deployment's."""
+    from rlpipe.control import services
+    from rlpipe.control.adapters.settings import Settings
+
+    return services.run_policies(Settings(project="p"), ledger, ledger.store, Logger("test"))

@@ -51,10 +51,6 @@ def promote(
                 None,
                 None,
             )  # promoted already (a lost write response, or a start that never happened): start it
-        if r.sweep is not None:  # a parent trains nothing itself: its children were gated
-            return None, (
-                f"run {run_id} is a sweep; promote one of its gated children (rlpipe status {run_id} lists them)"
-            )
         if r.state != "gated":
             return None, f"run {run_id} is {r.state}; only a gated run can be promoted"
         override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)

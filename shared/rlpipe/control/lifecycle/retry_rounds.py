@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 
 from rlpipe.control.adapters import blobstore
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.identity import STAGES, Stage
 from rlpipe.core.runs.record import Attempt, Execution, Round, RunRecord, now
@@ -76,16 +77,17 @@ def run_stages(record: RunRecord) -> tuple[Stage, ...]:
     return identity.STAGES if record.request.get("publish") else identity.MAXTEXT_STAGES
 
 
-def refusal(record: RunRecord, from_stage: str | None = None) -> str | None:
-    """Why this run cannot be retried now (None: it can). The CLI shows it before submitting."""
+def refusal(
+    record: RunRecord, from_stage: str | None = None, policies: RunPolicies | None = None
+) -> str | None:
+    """Why this run cannot be retried now (None: it can): first what the run policies say of it (a
+    gated sweep ships through a child), then the rules of a run's rounds. The CLI shows it before
+    submitting."""
     run = record.run_id
+    if policies is not None and (why := policies.refusal(record, "retry")) is not None:
+        return why
     if record.state == "succeeded":
         return f"run {run} succeeded; there is nothing to retry"
-    if record.state == "gated" and record.sweep is not None:
-        return (
-            f"sweep {run} is gated (every child's model was held back); promote one of its children "
-            f"with `rlpipe promote CHILD --reason …` (`rlpipe status {run}` lists them)"
-        )
     if record.state == "gated":
         return (
             f"run {run} is gated (the quality gate held the model back); "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.admission import Queued
@@ -27,6 +27,22 @@ from rlpipe.core.runs.record import EarlyStopRecord, RunRecord
 Pins = tuple[str, dict[str, Any]]
 # End a run the group ends with it: (run id, the failure to record).
 EndMember = Callable[[str, dict[str, Any]], None]
+# Cancel one Workflows execution with the operator's credentials: (run id, execution) → its row.
+CancelExecution = Callable[[str, str], dict[str, Any]]
+# What an operator asks of a run after it ended or was held back.
+Operation = Literal["cancel", "retry", "promote"]
+
+
+@dataclass(frozen=True)
+class RetryAsked:
+    """An operator's retry, as the stage function verified it (``control.operator_ops``)."""
+
+    by: str
+    reason: str
+    from_stage: str | None
+    key: str  # the caller-made key: a repeated call opens no second round
+    caller: str | None
+    start: Callable[[str], Any]  # starts a run's execution (``Intake.start_claimed``)
 
 
 class AdmissionRefused(PermanentFailure):
@@ -78,6 +94,30 @@ class RunPolicy:
     def arrived_at_selection(self, record: RunRecord) -> None:
         """The run trained, passed its gate and exported, and now waits for its group: what it held
         for its TPU work goes back."""
+        return None
+
+    # ---- an operator's operations ------------------------------------------------------------------
+
+    def operator_refusal(self, record: RunRecord, caller: str | None) -> str | None:
+        """Why ``caller`` may not operate on the run at all (cancel, retry, promote): not an operator
+        of its team. None: this policy lets them."""
+        return None
+
+    def refusal(self, record: RunRecord, operation: Operation) -> str | None:
+        """Why ``operation`` does not apply to this run as this policy sees it, naming what does
+        (a sweep's parent is promoted through a child). None: this policy does not refuse it."""
+        return None
+
+    def retry(self, record: RunRecord, asked: RetryAsked) -> dict[str, Any] | None:
+        """The retry of a run that stands for a group, done by this policy (a round of it and of
+        each member that can still change its outcome); None: not a group of this policy's."""
+        return None
+
+    def cancel_members(
+        self, record: RunRecord, cancel_execution: CancelExecution
+    ) -> list[dict[str, Any]] | None:
+        """Before a run that stands for a group is ended: each member's execution cancelled with
+        the operator's credentials, a row each. None: not a group of this policy's."""
         return None
 
     # ---- the end --------------------------------------------------------------------------------
@@ -141,6 +181,23 @@ class RunPolicies:
     def arrived_at_selection(self, record: RunRecord) -> None:
         for policy in self.policies:
             policy.arrived_at_selection(record)
+
+    def operator_refusal(self, record: RunRecord, caller: str | None) -> str | None:
+        return next((why for p in self.policies if (why := p.operator_refusal(record, caller))), None)
+
+    def refusal(self, record: RunRecord, operation: Operation) -> str | None:
+        return next((why for p in self.policies if (why := p.refusal(record, operation))), None)
+
+    def retry(self, record: RunRecord, asked: RetryAsked) -> dict[str, Any] | None:
+        return next((done for p in self.policies if (done := p.retry(record, asked)) is not None), None)
+
+    def cancel_members(
+        self, record: RunRecord, cancel_execution: CancelExecution
+    ) -> list[dict[str, Any]] | None:
+        return next(
+            (rows for p in self.policies if (rows := p.cancel_members(record, cancel_execution)) is not None),
+            None,
+        )
 
     def end_group(
         self, record: RunRecord, outcome: str, *, caller: str | None, end_member: EndMember

@@ -91,6 +91,28 @@ class TeamPlaces(RunPolicy):
                 f"not launching {stage} (declare the team again, then retry the run)"
             )
 
+    def operator_refusal(self, record: RunRecord, caller: str | None) -> str | None:
+        """Only the operators its run's team declares may cancel, retry or promote it (core.teams),
+        decided by the stage function, so that no client (the CLI or a hand-made call) can act on
+        another team's run. A run from before the deployment declared teams is operated as it was
+        then, by any caller IAM lets in."""
+        teams = self.settings.teams()
+        if not teams.declared or record.team == DEFAULT_TEAM:
+            return None
+        team = teams.named(record.team)
+        if team is None:
+            return (
+                f"run {record.run_id} is of team {record.team}, which this deployment no longer declares: "
+                "no one may operate on it until the team is declared again"
+            )
+        if team.may_operate(caller):
+            return None
+        who = caller or "a caller without a verified identity"
+        return (
+            f"{who} is not an operator of team {team.name}, whose run {record.run_id} is: ask one of its "
+            f"operators, or have the deployment add you to teams.{team.name}.operators"
+        )
+
     def arrived_at_selection(self, record: RunRecord) -> None:
         """It has trained, passed its gate and exported: it holds no TPU from here, so its place goes
         back now, not when the whole sweep ends (the rule in the module's docstring)."""

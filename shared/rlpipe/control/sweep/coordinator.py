@@ -17,9 +17,17 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.coordinator import ClaimMember, Delivery, GatherFiles, RunCoordinator
 from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import EndMember, Pins, RunPolicy
+from rlpipe.control.lifecycle.run_policy import (
+    CancelExecution,
+    EndMember,
+    Operation,
+    Pins,
+    RetryAsked,
+    RunPolicy,
+)
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import intake as sweep_intake
+from rlpipe.control.sweep import operations
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request import Request
@@ -69,6 +77,34 @@ class SweepCoordinator(RunCoordinator, RunPolicy):
         answer = sweeps.arrive(self.ledger, record)
         self.log.bind(run_id=record.run_id).info("sweep selection", **answer)
         return answer
+
+    def refusal(self, record: RunRecord, operation: Operation) -> str | None:
+        """A sweep's parent trains nothing itself: a gated sweep ships through one of its children."""
+        if record.sweep is None:
+            return None
+        run = record.run_id
+        if operation == "promote":
+            return f"run {run} is a sweep; promote one of its gated children (rlpipe status {run} lists them)"
+        if operation == "retry" and record.state == "gated":
+            return (
+                f"sweep {run} is gated (every child's model was held back); promote one of its children "
+                f"with `rlpipe promote CHILD --reason …` (`rlpipe status {run}` lists them)"
+            )
+        return None
+
+    def retry(self, record: RunRecord, asked: RetryAsked) -> dict[str, Any] | None:
+        """A round of the sweep and of each child that can still change its outcome (``operations``)."""
+        if record.sweep is None:
+            return None
+        return operations.retry_parent(self.ledger, record, asked)
+
+    def cancel_members(
+        self, record: RunRecord, cancel_execution: CancelExecution
+    ) -> list[dict[str, Any]] | None:
+        """The execution of each child that has not ended, cancelled first, so none goes on launching."""
+        if record.sweep is None:
+            return None
+        return operations.cancel_children(self.ledger, record, cancel_execution)
 
     def end_group(
         self, record: RunRecord, outcome: str, *, caller: str | None, end_member: EndMember

@@ -1,33 +1,25 @@
-"""An operator's retry of a sweep: a round of the parent and of each child that can still change
-the sweep's outcome (``rlpipe retry SWEEP``, through the stage function's ``retry``)."""
+"""An operator's retry and cancel of a sweep: a round of the parent and of each child that can
+still change the sweep's outcome (``rlpipe retry SWEEP``, through the stage function's ``retry``),
+and the children's executions cancelled before the sweep is ended (``rlpipe cancel SWEEP``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rlpipe.control.lifecycle import retry_rounds
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.run_policy import CancelExecution, RetryAsked
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord
 
 
-def retry_parent(
-    ledger: Ledger,
-    parent: RunRecord,
-    *,
-    by: str,
-    reason: str,
-    from_stage: str | None,
-    key: str,
-    caller: str | None,
-    start: Callable[[str], Any],
-) -> dict[str, Any]:
+def retry_parent(ledger: Ledger, parent: RunRecord, asked: RetryAsked) -> dict[str, Any]:
     """``rlpipe retry SWEEP``: a round of the parent (who asked, why), and a round of each child
     that can still change the outcome (``sweeps.retry_targets``), each once per caller key. A
     repeated call (the same key) retries only children a lost call left failed."""
     assert parent.sweep is not None
+    by, reason, from_stage, key, caller = asked.by, asked.reason, asked.from_stage, asked.key, asked.caller
     selection = parent.sweep.selection
     if selection is not None and selection.run_id is not None and from_stage not in (None, "publish"):
         raise PermanentFailure(
@@ -52,7 +44,7 @@ def retry_parent(
         )
         if child.outcome == "refused":
             raise PermanentFailure(f"child {run_id}: {child.reason}")
-        start(run_id)
+        asked.start(run_id)
         started.append(run_id)
     updated = sweeps.reopen(ledger, parent.run_id)
     return {
@@ -63,3 +55,28 @@ def retry_parent(
         "execution": None,
         "children": started,
     }
+
+
+def cancel_children(
+    ledger: Ledger, record: RunRecord, cancel_execution: CancelExecution
+) -> list[dict[str, Any]]:
+    """The execution of each child of the sweep that has not ended, cancelled; a row per such child."""
+    assert record.sweep is not None
+    if record.terminal:  # its children have all ended: the stage function refuses the cancel
+        return []
+    rows = []
+    for index, run_id in enumerate(record.sweep.children):
+        child = ledger.get(run_id)
+        if child is None or child.terminal:
+            continue
+        row: dict[str, Any] = {
+            "index": index,
+            "run_id": run_id,
+            "was": child.state,
+            "execution": child.execution.name,
+            "execution_cancelled": False,
+        }
+        if child.execution.name:
+            row.update(cancel_execution(run_id, child.execution.name))
+        rows.append(row)
+    return rows
