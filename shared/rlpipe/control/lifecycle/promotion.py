@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.core.runs.record import Execution, GateOverride, GateRecord, RunRecord, now
+from rlpipe.core.runs import end_record
+from rlpipe.core.runs.record import GateOverride, RunRecord, now
 
 MAX_REASON_CHARS = 2000
 MAX_BY_CHARS = 200
@@ -39,31 +40,10 @@ def promote(
     if ledger.get(run_id) is None:
         raise NotPromotable(f"no run {run_id}")
 
-    def change(r: RunRecord) -> tuple[str | None, str | None]:
-        """→ (the event, why the run cannot be promoted)."""
-        if (
-            r.state == "training"
-            and not r.execution.name
-            and r.gate is not None
-            and r.gate.override is not None
-        ):
-            return (
-                None,
-                None,
-            )  # promoted already (a lost write response, or a start that never happened): start it
-        if r.state != "gated":
-            return None, f"run {run_id} is {r.state}; only a gated run can be promoted"
-        override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)
-        r.gate = (r.gate or GateRecord()).model_copy(update={"override": override})
-        r.lineage.promoted = override
-        r.set_state("training")  # after train: the next execution skips it by its done rule
-        r.failure = None
-        r.execution = Execution()
-        return "promoted", None
-
+    override = GateOverride(by=by, at=now(), reason=reason.strip(), caller=caller)
     record, refused = ledger.update(
         run_id,
-        change,
+        lambda r: end_record.promote(r, override),
         detail=lambda r: {"override": r.gate.override.model_dump() if r.gate and r.gate.override else None},
     )
     if refused is not None:

@@ -28,7 +28,8 @@ from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.run_policy import RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.identity import STAGES, Stage
-from rlpipe.core.runs.record import Attempt, Execution, Round, RunRecord, now
+from rlpipe.core.runs import end_record
+from rlpipe.core.runs.record import Attempt, RunRecord
 
 DOCUMENT_KEY = "retry"  # a document whose only key is this is a retry document, which intake refuses
 FIELDS = ("run_id", "from", "reason", "by", "key")
@@ -127,31 +128,13 @@ def start_round(
             "refused", run_id, f"unknown stage {from_stage!r}; use one of {', '.join(STAGES)}"
         )
 
+    asked = end_record.RoundAsked(by=by, caller=caller, from_stage=from_stage, reason=reason, key=key)
+
     def change(r: RunRecord) -> tuple[str | None, RetryDecision]:
-        same = next((x for x in r.rounds if x.key == key), None)
-        if same is not None:
-            return None, RetryDecision("duplicate", run_id, round=same.round)
-        why = refusal(r, from_stage)
+        event, round_, why = end_record.open_round(r, asked, refusal(r, from_stage))
         if why is not None:
             return None, RetryDecision("refused", run_id, why)
-        r.rounds.append(
-            Round(
-                round=r.round + 1,
-                by=by,
-                caller=caller,
-                at=now(),
-                from_stage=from_stage,
-                reason=reason.strip(),
-                key=key,
-                previous_state=r.state,
-                previous_failure=r.failure.model_dump() if r.failure else None,
-            )
-        )
-        r.round += 1
-        r.reopen()
-        r.failure = None
-        r.execution = Execution()  # fresh: intake's exactly-once start takes a lease on it
-        return "retried", RetryDecision("started", run_id, round=r.round)
+        return event, RetryDecision("started" if event else "duplicate", run_id, round=round_ or r.round)
 
     try:
         record, decision = ledger.update(run_id, change, detail=lambda r: r.rounds[-1].model_dump())

@@ -42,10 +42,10 @@ from rlpipe.core.manifests import (
 )
 from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
-from rlpipe.core.runs import admission, budgets, launch_record, phase_record, plan_record
+from rlpipe.core.runs import admission, budgets, end_record, launch_record, phase_record, plan_record
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
-from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, Failure, RunRecord, parse_time
+from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, RunRecord, parse_time
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -206,17 +206,20 @@ class StageService:
         every wait of the workflow ends (``PermanentFailure`` raised)."""
         stamp = datetime.fromtimestamp(self.clock(), UTC).strftime(LEDGER_TIME)
 
-        def change(r: RunRecord) -> str | None:
-            if queued is None:
-                return admission.admitted(r)
-            return admission.wait(r, queued.waits_for, queued.reason, stamp)
-
         if queued is not None or record.admission is not None:
             detail = {
                 "waits_for": queued.waits_for if queued else None,
                 "reason": queued.reason if queued else None,
             }
-            record = self.ledger.edit(record.run_id, change, detail=lambda r: detail)
+            record = self.ledger.edit(
+                record.run_id,
+                lambda r: (
+                    admission.wait(r, queued.waits_for, queued.reason, stamp)
+                    if queued
+                    else admission.admitted(r)
+                ),
+                detail=lambda r: detail,
+            )
         overdue = admission.overdue(record.admission, req.timeouts.waiting, self.clock()) if queued else None
         if overdue is None:
             return
@@ -267,14 +270,11 @@ class StageService:
             # A run planned before datasets were pinned: pin them now, once, so train never runs
             # on a manifest that points train_rl at files nobody staged.
             data = self.pin_data(req)
-
-            def pin(r: RunRecord) -> str | None:
-                if r.lineage.data:
-                    return None
-                r.lineage.data = data
-                return "data-pinned"
-
-            record = self.ledger.edit(run_id, pin, detail=lambda r: {"data": data_pins.summary(data)})
+            record = self.ledger.edit(
+                run_id,
+                lambda r: launch_record.pin_data(r, data),
+                detail=lambda r: {"data": data_pins.summary(data)},
+            )
         ctx = self._context(record)
         if stage == "publish":
             # the run's page first, so the link the card carries resolves (control/lifecycle/run_report.py)
@@ -524,28 +524,9 @@ class StageService:
         if group is not None:  # a run that stands for a group (a sweep's parent): it ends with them
             return status_message(group)
 
-        def change(r: RunRecord) -> tuple[str | None, bool]:
-            """→ (the event, whether this call ended the run)."""
-            if r.terminal:
-                return None, False
-            r.set_state(outcome)  # type: ignore[arg-type]
-            r.admission = None  # an ended run waits for nothing; a retry's round waits afresh
-            if failure:
-                tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
-                stage, attempt = failure.get("stage"), failure.get("attempt")
-                # The workflow's report names no rule: the attempt it names had it recorded.
-                named = r.attempt_record(stage, attempt) if stage and attempt else None
-                rule = failure.get("rule") or reported.reported_rule(
-                    tag, message, named, otherwise=reported.WORKFLOW_REPORTED
-                )
-                r.failure = Failure(
-                    tag=tag, message=message, stage=stage, attempt=attempt, caller=caller, rule=rule
-                )
-            return outcome, True
-
         updated, ended = self.ledger.update(
             run_id,
-            change,
+            lambda r: end_record.end(r, outcome, failure, caller),
             detail=lambda r: {"state": r.state, "failure": r.failure.model_dump() if r.failure else None},
         )
         message = status_message(updated)

@@ -10,6 +10,7 @@ newer attempt that landed while the workload was applied wins, and ``stage`` del
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure, PipelineFailure
@@ -80,3 +81,13 @@ def apply(
     elif req.publish is not None:
         r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
     return "launched", None
+
+
+def pin_data(r: RunRecord, data: dict[str, Any]) -> str | None:
+    """A run planned before datasets were pinned has them pinned at its train launch, once: train
+    never runs on a manifest that points train_rl at files nobody staged. → the event, or None
+    when another call pinned them first (theirs stand)."""
+    if r.lineage.data:
+        return None
+    r.lineage.data = data
+    return "data-pinned"
