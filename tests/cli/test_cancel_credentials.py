@@ -26,6 +26,7 @@ from google.auth import impersonated_credentials
 
 from rlpipe.cli import runs
 from rlpipe.control.adapters.settings import Settings
+from tests.harness import operator_answers
 
 STAGE_URL = "https://rlpipe-stage-abc123-uc.a.run.app"
 OPERATOR_SA = "rlpipe-operator@my-project.iam.gserviceaccount.com"
@@ -185,7 +186,9 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(
 
     def fake_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
         calls.append(body)
-        return {"deleted": ["r1-train-a1"], "state": "cancelled"}
+        if body.get("check_only"):
+            return {"run_id": body["run_id"], "allowed": True}
+        return operator_answers.cancelled(body["run_id"], deleted=["r1-train-a1"]).model_dump()
 
     class Refusing:
         def cancel(self, name: str) -> bool:
@@ -206,7 +209,11 @@ def test_a_refused_execution_cancel_is_reported_and_the_run_is_still_cancelled(
 
 def test_a_cleanup_the_stage_function_reports_failed_is_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
-        return {"deleted": [], "state": "cancelled", "cleanup_error": "ApiException: (503) unavailable"}
+        if body.get("check_only"):
+            return {"run_id": body["run_id"], "allowed": True}
+        return operator_answers.cancelled(
+            body["run_id"], cleanup_error="ApiException: (503) unavailable"
+        ).model_dump()
 
     monkeypatch.setattr(runs, "call_stage", fake_stage)
     ok = SimpleNamespace(cancel=lambda name: True)

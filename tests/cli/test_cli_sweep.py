@@ -33,6 +33,7 @@ from rlpipe.core.runs.record import (
     SweepSelection,
 )
 from tests.conftest import ROOT, minimal_request
+from tests.harness import operator_answers
 
 PRICE = 1.5  # $ per v6e chip-hour at reservation, the test's own (RLPIPE_PRICES)
 PRICES = json.dumps({"v6e": {"reservation": {"price": PRICE, "source": "test", "read": "2026-12-01"}}})
@@ -401,11 +402,15 @@ class Stage:
         self.ledger.calls.append(("stage", body["op"], body["run_id"]))
         parent = self.ledger.records[body["run_id"]]
         if parent.terminal:
-            return {"state": parent.state, "deleted": []}
+            return (
+                operator_answers.cancelled(parent.run_id)
+                .model_copy(update={"state": parent.state})
+                .model_dump()
+            )
         for record in self.ledger.records.values():
             if not record.terminal:
                 record.state = "cancelled"
-        return {"state": "cancelled", "deleted": []}
+        return operator_answers.cancelled(parent.run_id).model_dump()
 
 
 class Executions:

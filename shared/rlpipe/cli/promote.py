@@ -33,10 +33,11 @@ def cmd_promote(
 ) -> int:
     from rlpipe.cli.exit_codes import ExitCode
     from rlpipe.cli.runs import StageRefused, StageUnreachable, call_stage
+    from rlpipe.core.operator_contract import PromoteAnswer
 
     body = {"op": "promote", "run_id": args.run, "by": args.by or getpass.getuser(), "reason": args.reason}
     try:
-        answer = call_stage(settings(), body)
+        answer = PromoteAnswer.model_validate(call_stage(settings(), body))
     except StageRefused as exc:  # the stage function's own sentence
         print(f"rlpipe promote: {exc.message}", file=sys.stderr)
         return 1
@@ -47,8 +48,8 @@ def cmd_promote(
         print(f"rlpipe promote: {exc}", file=sys.stderr)
         return 1
     print(
-        f"run {answer['run_id']}: promoted by {answer['by']}; state {answer['state']}, "
-        f"execution {answer['execution'] or '(starting)'}"
+        f"run {answer.run_id}: promoted by {answer.by}; state {answer.state}, "
+        f"execution {answer.execution or '(starting)'}"
     )
-    print(f"follow it with: rlpipe watch {answer['run_id']}")
+    print(f"follow it with: rlpipe watch {answer.run_id}")
     return 0

@@ -59,6 +59,7 @@ def request_retry(
     """Check the ledger, then ask the stage function for the round (again, with the same key,
     when the answer is lost on the way)."""
     from rlpipe.cli.runs import StageRefused, StageUnreachable, call_stage
+    from rlpipe.core.operator_contract import RetryAnswer
 
     if not reason.strip():
         raise NotRetried("--reason is required: say why the run should go on")
@@ -75,7 +76,7 @@ def request_retry(
     )
     for tries in range(1, CALL_TRIES + 1):
         try:
-            answer = call_stage(settings, body)
+            answer = RetryAnswer.model_validate(call_stage(settings, body))
             break
         except StageUnreachable:
             if tries == CALL_TRIES:
@@ -89,9 +90,7 @@ def request_retry(
             raise NotRetried(exc.message) from None
         except RuntimeError as exc:  # no stage URL
             raise NotRetried(str(exc)) from None
-    return Retried(
-        run_id, answer["outcome"], answer["round"], by, answer.get("state"), answer.get("execution")
-    )
+    return Retried(answer.run_id, answer.outcome, answer.round, by, answer.state, answer.execution)
 
 
 def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[Any], Ledger]) -> None:

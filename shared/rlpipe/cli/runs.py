@@ -274,6 +274,7 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     import logging
 
     from rlpipe.control import operator_ops
+    from rlpipe.core.operator_contract import CancelAnswer, CancelCheck
 
     log = logging.getLogger("rlpipe.cli")
     record = ledger.get(run_id)
@@ -299,14 +300,16 @@ def cancel(settings: Settings, ledger: Ledger, run_id: str, *, orchestrator: Any
     # Whether this operator may cancel the run at all (on a deployment with teams, only its team's
     # operators may), decided by the stage function before any execution is touched: a refusal
     # raises StageRefused here, and nothing is cancelled.
-    call_stage(settings, {"op": "cancel", "run_id": run_id, "check_only": True})
+    CancelCheck.model_validate(call_stage(settings, {"op": "cancel", "run_id": run_id, "check_only": True}))
     result = operator_ops.cancel_from_outside(
         ledger,
         run_id,
         record,
         policies=policies(settings, ledger),
         cancel_execution=cancel_execution,
-        end_run=lambda run: call_stage(settings, {"op": "cancel", "run_id": run}),
+        end_run=lambda run: CancelAnswer.model_validate(
+            call_stage(settings, {"op": "cancel", "run_id": run})
+        ),
     )
     if result.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
         log.warning(

@@ -29,6 +29,7 @@ from rlpipe.control.lifecycle.run_policy import CancelExecution, RetryAsked, Run
 from rlpipe.core import identity
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.operator_contract import CancelAnswer
 from rlpipe.core.runs.record import RunRecord
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def cancel_from_outside(
     *,
     policies: RunPolicies,
     cancel_execution: CancelExecution,
-    end_run: Callable[[str], dict[str, Any]],
+    end_run: Callable[[str], CancelAnswer],
 ) -> dict[str, Any]:
     """``rlpipe cancel`` from the operator's side: first the Workflows executions, a sweep's children
     that have not ended and then the run's own, each by ``cancel_execution(run_id, execution)``
@@ -143,10 +144,10 @@ def cancel_from_outside(
     if record.execution.name:
         result.update(cancel_execution(run_id, record.execution.name))
     ended = end_run(run_id)
-    result["deleted"] = list(ended.get("deleted") or [])
-    if ended.get("cleanup_error"):  # the run is still finished; reconcile deletes what is left
-        result["cleanup_error"] = str(ended["cleanup_error"])
-    result["state"] = ended.get("state")
+    result["deleted"] = list(ended.deleted)
+    if ended.cleanup_error:  # the run is still finished; reconcile deletes what is left
+        result["cleanup_error"] = ended.cleanup_error
+    result["state"] = ended.state
     if children is not None:
         for row in children:  # their states once the stage function's cancel ended them
             child = ledger.get(row["run_id"])

@@ -26,7 +26,7 @@ from rlpipe.control.adapters import blobstore, identities
 from rlpipe.control.adapters.client_errors import classify_exception
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import ConcurrentUpdate
-from rlpipe.core import identity
+from rlpipe.core import identity, operator_contract
 from rlpipe.core import workflow_contract as contract
 from rlpipe.core.failures import FailureClass, PipelineFailure
 from rlpipe.core.identity import STAGES
@@ -69,7 +69,7 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
         return {"error": {"tag": FORBIDDEN, "message": refusal}}, 403
     try:
         if isinstance(op, str) and op in identities.OPERATOR_OPS:  # an operator's: control/operator_ops.py
-            return operate(op, body, log, caller), 200
+            return operator_contract.answer(op, body, operate(op, body, log, caller)), 200
         return dispatch(services.stage_service(log), body), 200
     except NotTheTeamsOperator as exc:
         log.warning("caller refused", caller=caller or "(no verified caller)", reason=str(exc))

@@ -21,9 +21,11 @@ from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.stage.service import StageService
 from rlpipe.core.failures import PermanentFailure
+from rlpipe.core.operator_contract import CancelAnswer
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import Failure, GateRecord, RunRecord, Source, SweepParent
 from tests.conftest import Buckets, minimal_request
+from tests.harness import operator_answers
 
 OPERATOR = "rlpipe-operator@my-project.iam.gserviceaccount.com"
 
@@ -130,13 +132,13 @@ class Outside:
             return {"execution_cancelled": False, "execution_error": "PermissionDenied"}
         return {"execution_cancelled": True}
 
-    def end_run(self, run_id: str) -> dict[str, Any]:
+    def end_run(self, run_id: str) -> CancelAnswer:
         self.calls.append(("stage cancel", run_id))
         parent = self.ledger.get(run_id)
         for child_id in parent.sweep.children if parent and parent.sweep and not parent.terminal else ():
             if child_id not in self.refuse:  # (one left as it was: each state is read after the cancel)
                 self.ledger.edit(child_id, _cancelled)
-        return {"state": "cancelled", "deleted": [], "cleanup_error": "ApiException: 503"}
+        return operator_answers.cancelled(run_id, cleanup_error="ApiException: 503")
 
 
 def _cancelled(r: RunRecord) -> str | None:
