@@ -477,3 +477,19 @@ def test_the_page_names_the_runs_team(team: str | None, shown: str) -> None:
     record_model = RunRecord(run_id="rteam0000001", key="k", source=Source(kind="gcs", team=team), request={})
     html = report.render_report(record_model, now=NOW)
     assert re.search(rf'<dt>team</dt><dd id="fact-team">{shown}</dd>', html), "the team fact"
+
+
+def test_a_waiting_run_says_what_it_waits_for_in_the_words_status_uses() -> None:
+    """The report, rlpipe status and list share one vocabulary for a wait (core.runs.admission)."""
+    waiting = {
+        "waits_for": "team-place",
+        "reason": "team vision has 4 of 4 active runs",
+        "since": "2026-12-01T10:00:00Z",
+    }
+    html = report.render_report(record(state="accepted", stage=None, admission=waiting), now=NOW)
+    fact = re.search(r'<dd id="fact-waiting">(.*?)</dd>', html)
+    assert fact is not None, "a waiting run's page says why"
+    assert fact.group(1) == (
+        "for a place under its team&#39;s limits since 2026-12-01T10:00:00Z: team vision has 4 of 4 active runs"
+    )
+    assert 'id="fact-waiting"' not in report.render_report(record(), now=NOW)  # a run not waiting

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpipe.core.runs import recorded
+from rlpipe.core.runs.admission import admission_text
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.charts import (
     COLOURS,
@@ -159,6 +160,8 @@ def render_report(
             attempt=record.attempt,
             model=request.model,
             team=record.team,
+            # Why it is not running yet, in the words rlpipe status and list use (core.runs.admission).
+            waiting=admission_text(record.admission) if record.admission else None,
             created_at=_show_time(record.created_at),
             updated_at=_show_time(record.updated_at),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
