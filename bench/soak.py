@@ -182,6 +182,10 @@ def draw(kind: str, rng: random.Random) -> Scenario:
 
 # Fault kinds the soak cannot draw, each with why and where it is held instead.
 EXCLUDED = {
+    "hold": (
+        "training paused until a test releases its run: it orders a test's events around a running "
+        "head (tests/cli/test_cli_logs.py), and nothing in a soak releases it"
+    ),
     "no-quota": (
         "a workload Kueue never admits is `capacity` only once the request's queued deadline has "
         "passed on the wall clock (2 h by default, 60 s at the least), so one such run would make "

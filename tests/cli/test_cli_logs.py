@@ -1,7 +1,8 @@
 """`rlpipe logs` on the local stack, as a user runs it: a real subprocess with the stack's env.
 
-One run, played slowly (``demo`` timing, 300 steps) so its training head is there to be read: the
-log while it trains, then ``--follow`` to the head's end (its exit printed); after the run ended
+One run whose training is held at a step (the simulator's ``hold`` fault) so its head is there to be
+read: the log while it trains, then ``--follow``, released only once the follower polls, to the
+head's end (its exit printed): the order of events is the test's, whatever the machine's speed; after the run ended
 and its workloads were cleaned up, the same log from the stack's Cloud Logging. A missing run and a
 missing attempt exit 3, naming what exists. And a preempted run, as ``make demo SCENARIO=preempt``
 plays it: every evaluation attempt 1 printed is recorded, and its log is read after the fact.
@@ -14,6 +15,8 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import pytest
 
 from rlpipe.cli import runs
 from rlpipe.control.adapters import workload_logs
+from rlpipe.core import identity
 from tests.conftest import ROOT
 from tests.e2e.test_e2e import Local, faults, local  # noqa: F401
 from tests.harness.patience import ceiling, wait_until
@@ -46,12 +50,14 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     local: Local, faults: Any, tmp_path: Path
 ) -> None:
     # Export never starts (a stall), so the run stays up with the training head's pod ended but
-    # there, until it is cancelled: then its workloads are deleted.
-    faults(["export:stall"], timing="demo")
-    # 900 steps at the demo's pace (about 60 s): long enough that a follow started on a busy
-    # machine still finds the head running and has to poll, not read a log that already ended
-    # (with 300, about 20 s, a fresh-clone CI run once saw the follow arrive after the end).
-    run_id = local.submit(local.request(training={"num_batches": 900}))
+    # there, until it is cancelled: then its workloads are deleted. Training pauses after step 20
+    # until the test releases it, once the follower polls: a follow that came after the head's end
+    # would read a log that already ended, and no length of training made that impossible under load.
+    run_id = identity.run_id_for(identity.key_for_request_id(request_id := f"follow-{uuid.uuid4().hex[:8]}"))
+    faults(
+        ["export:stall", {"stage": "train", "attempt": 1, "fault": "hold@20", "run": run_id}], timing="demo"
+    )
+    assert local.submit(local.request(request_id=request_id, training={"num_batches": 60})) == run_id
     local.wait(run_id, expected=30, until=lambda r: r.stage == "train" and r.attempts[-1].phase == "running")
     workload = f"{run_id}-train-a1"
     head = re.compile(
@@ -64,6 +70,13 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    said: dict[str, list[str]] = {"out": [], "err": []}
+    readers = [
+        threading.Thread(target=lambda s=stream, k=key: said[k].extend(iter(s.readline, "")), daemon=True)
+        for stream, key in ((follow.stdout, "out"), (follow.stderr, "err"))
+    ]
+    for reader in readers:
+        reader.start()
     seen: dict[str, subprocess.CompletedProcess[str]] = {}
 
     def started() -> bool:
@@ -77,9 +90,18 @@ def test_logs_read_the_training_head_while_it_runs_and_follow_it_to_its_end(
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z ", first), "kubectl's --timestamps lines"
 
     try:
-        out, err = follow.communicate(timeout=ceiling(60))
+        wait_until(
+            lambda: any("then every 2 s" in line for line in said["err"]),
+            30,
+            what="the follower polling the held head",
+        )
+        local.stack.release(run_id)  # the head trains on to its end
+        follow.wait(timeout=ceiling(60))
     finally:
         follow.kill()
+    for reader in readers:
+        reader.join(timeout=ceiling(10))
+    out, err = "".join(said["out"]), "".join(said["err"])
     followed = subprocess.CompletedProcess(follow.args, follow.returncode, out, err)
     assert followed.returncode == 0, followed.stderr
     assert "Starting RL training" in out and "RL Training Completed Successfully!" in out, out[-2500:] + err

@@ -731,12 +731,22 @@ def test_scenario_strings_and_documents() -> None:
         ("train:evict@soon", "evict needs a step number"),
         ("train:preempt@30:head:head-first", "train only"),
         ("train:preempt@30:nodeshutdown", "kubelet, scheduler, taint, eviction-api, podgc"),
+        ("convert:hold@3", "write 'train:hold@<step>'"),
+        ("train:hold", "write 'train:hold@<step>'"),
+        ("train:hold@0", "step >= 1"),
+        ("train:oom@3", "only preempt, evict and hold take '@<step>'"),
     ],
 )
 def test_bad_fault_strings_name_the_entry_and_the_fix(spec: str, needle: str) -> None:
     with pytest.raises(ScenarioError) as info:
         parse_fault(spec)
     assert needle in str(info.value) and repr(spec) in str(info.value)
+
+
+def test_a_hold_parses_with_its_step_and_round_trips() -> None:
+    fault = parse_fault("train:1:hold@20")
+    assert (fault.kind, fault.stage, fault.attempt, fault.step) == ("hold", "train", 1, 20)
+    assert parse_fault(fault.spec()) == fault
 
 
 def test_kueue_evictions_and_disruption_reasons_parse_and_round_trip() -> None:

@@ -1,5 +1,5 @@
 """No stage operation asks whether a run is a sweep's or a team's: those questions belong to the run
-policies (control/lifecycle/run_policy.py; the sweep's in control/sweep, the team's limits in
+policies (control/lifecycle/policies.py; the sweep's in control/sweep, the team's limits in
 control/lifecycle/team_places.py), which the operations call at named points.
 
 Read from the code's syntax, not by a list of spellings: every condition (``if``, a conditional

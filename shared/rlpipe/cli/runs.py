@@ -14,7 +14,7 @@ from typing import Any
 
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import RunPolicies
+from rlpipe.control.lifecycle.policies import RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.runs.record import TERMINAL, RunRecord, parse_time
 

@@ -25,7 +25,7 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle import promotion, retry_rounds
 from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import CancelExecution, RetryAsked, RunPolicies
+from rlpipe.control.lifecycle.policies import CancelExecution, RetryAsked, RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rlpipe.control.adapters.orchestrator import Orchestrator
     from rlpipe.control.lifecycle.coordinator import RunCoordinator
     from rlpipe.control.lifecycle.intake import Intake
-    from rlpipe.control.lifecycle.run_policy import RunPolicies
+    from rlpipe.control.lifecycle.policies import RunPolicies
     from rlpipe.control.stage.service import LogReader, StageService
 
 
@@ -103,9 +103,9 @@ def run_policies(
     clock: Callable[[], float] = time.time,
 ) -> RunPolicies:
     """The deployment's run policies, in the order the stage operations call them
-    (``control.lifecycle.run_policy``): a sweep's (its slots come before a team's places: a child
+    (``control.lifecycle.policies``): a sweep's (its slots come before a team's places: a child
     without a slot takes none), its early-stopping rule, then the team's limits."""
-    from rlpipe.control.lifecycle.run_policy import RunPolicies
+    from rlpipe.control.lifecycle.policies import RunPolicies
     from rlpipe.control.lifecycle.team_places import TeamPlaces
     from rlpipe.control.sweep.coordinator import SweepCoordinator
     from rlpipe.control.sweep.early_stopping import EarlyStopping

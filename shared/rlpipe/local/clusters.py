@@ -111,6 +111,7 @@ class StackCluster(Protocol):
     def set_timing(self, timing: Timing) -> None: ...
     def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]: ...
     def scenario(self) -> dict[str, Any]: ...
+    def release(self, run: str) -> None: ...
     def drops_event(self, bucket: str, name: str) -> bool: ...
     def stop(self) -> None: ...
 
@@ -176,6 +177,9 @@ class DoubleCluster:
     def scenario(self) -> dict[str, Any]:
         return dict(self.simulator.scenario.to_document())
 
+    def release(self, run: str) -> None:
+        self.simulator.release(run)
+
     def drops_event(self, bucket: str, name: str) -> bool:
         return bool(self.simulator.drops_event(name, bucket))
 
@@ -234,6 +238,9 @@ class RealStackCluster:
 
     def scenario(self) -> dict[str, Any]:
         return {"faults": []}
+
+    def release(self, run: str) -> None:
+        raise NoFaults(NO_FAULTS)  # nothing is held where no fault is played
 
     def drops_event(self, bucket: str, name: str) -> bool:
         return False

@@ -282,6 +282,13 @@ class LocalStack:
         if response.status_code != 200:
             raise ValueError(response.json().get("error", response.text))
 
+    def release(self, run_id: str) -> None:
+        """Let the run's training go on past its ``hold`` fault (the simulator's ``release``)."""
+        assert self.state is not None
+        response = requests.post(self._control() + "/release", json={"run": run_id}, timeout=10)
+        if response.status_code != 200:
+            raise ValueError(response.json().get("error", response.text))
+
     def hub_release(self, repo: str) -> dict[str, Any]:
         """Push new weights to a repo of the Hub double (an upstream release)."""
         assert self.state is not None

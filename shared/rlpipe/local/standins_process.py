@@ -66,6 +66,18 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
             self._reply(200, {"timing": name, "scale": value.scale})
 
         def do_POST(self) -> None:
+            if self.path == "/release":  # a run's training past its hold fault
+                run = self._body().get("run")
+                if not isinstance(run, str) or not run:
+                    self._reply(400, {"error": 'release needs the run id: {"run": "<run id>"}'})
+                    return
+                try:
+                    cluster.release(run)
+                except ValueError as exc:  # the real plane plays no fault
+                    self._reply(400, {"error": str(exc)})
+                    return
+                self._reply(200, {"released": run})
+                return
             if self.path != "/hub/release":
                 self._reply(404, {"error": "unknown path"})
                 return

@@ -1,5 +1,5 @@
 """Sweeps are a coordinator the services are wired with (control.lifecycle.coordinator for intake,
-control.lifecycle.run_policy for the stage operations): the deployment's intake and stage operations
+control.lifecycle.policies for the stage operations): the deployment's intake and stage operations
 coordinate a sweep's runs, a service wired without it treats every run alone, and the sweep's
 coordinator leaves a run that is in no sweep exactly as if it did not exist."""
 
@@ -16,7 +16,7 @@ from rlpipe.control import services
 from rlpipe.control.adapters.events import ObjectEvent
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.coordinator import RunCoordinator
-from rlpipe.control.lifecycle.run_policy import RunPolicies
+from rlpipe.control.lifecycle.policies import RunPolicies
 from rlpipe.control.sweep.coordinator import SweepCoordinator
 from rlpipe.core import identity
 from rlpipe.core.failures import PermanentFailure

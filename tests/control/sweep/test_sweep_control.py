@@ -13,7 +13,7 @@ import yaml
 from rlpipe.control.adapters.events import ObjectEvent
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import RetryAsked
+from rlpipe.control.lifecycle.policies import RetryAsked
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.control.sweep import operations
 from rlpipe.control.sweep.coordinator import SweepCoordinator

@@ -4,7 +4,7 @@ Why a coordinator and not ``if request is a sweep`` inside intake: a request tha
 runs is claimed as its group (a sweep's parent and children), and a member that ends gives back
 what it held to its group. Intake and the reconciler call these hooks and know nothing else of
 groups; the stage operations reach the same concern through the run policies
-(``control.lifecycle.run_policy``), of which the sweep's coordinator is one. The services are
+(``control.lifecycle.policies``), of which the sweep's coordinator is one. The services are
 handed the coordinator when they are wired (``control.services``): a deployment's is the sweep's
 (``control.sweep.coordinator``).
 

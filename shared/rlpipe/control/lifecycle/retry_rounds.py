@@ -25,7 +25,7 @@ from typing import Any, Literal, cast
 
 from rlpipe.control.adapters import blobstore
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import RunPolicies
+from rlpipe.control.lifecycle.policies import RunPolicies
 from rlpipe.core import identity
 from rlpipe.core.identity import STAGES, Stage
 from rlpipe.core.runs import end_record

@@ -1,4 +1,4 @@
-"""A team's limits as a run policy (``control.lifecycle.run_policy``): the places
+"""A team's limits as a run policy (``control.lifecycle.policies``): the places
 (``core.team_limits``) a run takes at plan and gives back, its monthly budget, and the declaration
 its launches need.
 
@@ -24,7 +24,7 @@ from rlpipe.control.adapters import blobstore
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import AdmissionRefused, RunPolicy
+from rlpipe.control.lifecycle.policies import AdmissionRefused, RunPolicy
 from rlpipe.control.lifecycle.team_usage import TeamUsageStore
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure

@@ -23,8 +23,8 @@ from rlpipe.control.adapters.notify import Notifier, Publish, status_message
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_report, stored_outputs
 from rlpipe.control.lifecycle.ledger import Ledger
+from rlpipe.control.lifecycle.policies import AdmissionRefused, RunPolicies
 from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
-from rlpipe.control.lifecycle.run_policy import AdmissionRefused, RunPolicies
 from rlpipe.control.stage import train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
@@ -68,7 +68,7 @@ class StageService:
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/adapters/cloud_logs.py; GCP only).
     cloud_logs: LogReader | None = None
-    # The run policies (control/lifecycle/run_policy.py: a sweep's, its early stopping, a team's
+    # The run policies (control/lifecycle/policies.py: a sweep's, its early stopping, a team's
     # limits), as control.services.run_policies wires them; none by default: every run alone.
     policies: RunPolicies = field(default_factory=RunPolicies)
 

@@ -1,5 +1,5 @@
 """A sweep's coordinator: intake's hooks (``control.lifecycle.coordinator``) and a run policy
-(``control.lifecycle.run_policy``) for a sweep's parent and children.
+(``control.lifecycle.policies``) for a sweep's parent and children.
 
 Wired into intake, the stage operations and the reconciler by ``control.services``, so a sweep's
 runs coordinate through their parent's record (``coordination``): its children share their pins,
@@ -17,7 +17,7 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.coordinator import ClaimMember, Delivery, GatherFiles, RunCoordinator
 from rlpipe.control.lifecycle.intake_result import IntakeResult
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import (
+from rlpipe.control.lifecycle.policies import (
     CancelExecution,
     EndMember,
     Operation,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import RunPolicy
+from rlpipe.control.lifecycle.policies import RunPolicy
 from rlpipe.control.sweep.coordination import parent_of, spec_of
 from rlpipe.core import early_stop
 from rlpipe.core.request import Request

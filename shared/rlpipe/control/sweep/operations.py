@@ -8,7 +8,7 @@ from typing import Any
 
 from rlpipe.control.lifecycle import retry_rounds
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.control.lifecycle.run_policy import CancelExecution, RetryAsked
+from rlpipe.control.lifecycle.policies import CancelExecution, RetryAsked
 from rlpipe.control.sweep import coordination as sweeps
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.runs.record import RunRecord

@@ -82,6 +82,10 @@ CLI-style string ``<stage>[:<attempt>]:<fault>``. Faults:
     :meth:`ClusterSimulator.drops_event`.
 ``stall``
     The program logs one line and then runs forever.
+``hold@<step>`` (train)
+    Training pauses after that step until the test releases the run (``ClusterSimulator.release``;
+    the local stack's ``POST /release``): a test orders its events around a running head instead of
+    racing it.
 
 Time is simulated (:class:`Timing`, ``scale`` real seconds per simulated second);
 ``Timing.zero()`` waits for nothing, ``Timing.fast()`` suits tests.

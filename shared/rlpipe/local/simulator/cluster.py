@@ -207,6 +207,11 @@ class ClusterSimulator:
         self.scenario = scenario
         self.env.scenario = scenario
 
+    def release(self, run: str) -> None:
+        """Let ``run``'s training go on past its ``hold`` fault (now, or when it gets there)."""
+        self.env.released(run).set()
+        self.env.record(run, "fault", "hold released")
+
     def drops_event(self, object_name: str, bucket: str | None = None) -> bool:
         """For the event shim: should the notification for this object be dropped?
 

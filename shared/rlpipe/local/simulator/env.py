@@ -85,12 +85,19 @@ class SimEnv:
     rng: random.Random = field(init=False)
     _rng_lock: threading.Lock = field(default_factory=threading.Lock)
     _seq: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
+    # A ``hold`` fault's release, per run (``release``); set before the hold is reached, it passes.
+    _releases: dict[str, threading.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
     def now(self) -> float:
         return self.clock()
+
+    def released(self, run: str) -> threading.Event:
+        """The event a ``hold`` of ``run``'s training waits on."""
+        with self._rng_lock:
+            return self._releases.setdefault(run, threading.Event())
 
     def suffix(self, n: int = 5) -> str:
         with self._rng_lock:

@@ -35,6 +35,7 @@ FAULT_KINDS = (
     "stall",
     "provision-fail",
     "no-quota",
+    "hold",
 )
 FAULT_SYNTAX = (
     "preempt@<step>[:head|:worker][:kubelet|:scheduler|:taint|:eviction-api|:podgc][:head-first]",
@@ -49,6 +50,7 @@ FAULT_SYNTAX = (
     "stall",
     "provision-fail",
     "no-quota",
+    "hold@<step>",
 )
 # The train split the simulated train_rl reads (not faults: the soak deals FAULT_KINDS only).
 DATA_KINDS = ("train-examples", "long-prompts")
@@ -124,6 +126,8 @@ class Fault:
             body += ":head-first" if self.head_first else ""
         elif self.kind == "evict":
             body = f"evict@{self.step}" + (f":{self.why}" if self.why else "")
+        elif self.kind == "hold":
+            body = f"hold@{self.step}"
         elif self.kind == "unschedulable":
             body = f"unschedulable:{self.seconds:g}"
         elif self.kind == "exit":
@@ -281,8 +285,14 @@ def parse_fault_body(body: str, *, stage: str, attempt: int | None, where: str) 
         return _preempt(stage, attempt, step_text if at else "0", arg, where)
     if kind == "evict":
         return _evict(stage, attempt, step_text if at else "0", arg, where)
+    if kind == "hold":
+        if stage != "train" or not at or not step_text.isdigit() or int(step_text) < 1:
+            raise ScenarioError(
+                f"{where}: hold pauses training at a step: write 'train:hold@<step>', step >= 1"
+            )
+        return Fault("hold", stage, attempt, step=int(step_text))
     if at:
-        raise ScenarioError(f"{where}: only preempt and evict take '@<step>'; {_SYNTAX_HELP}")
+        raise ScenarioError(f"{where}: only preempt, evict and hold take '@<step>'; {_SYNTAX_HELP}")
     if kind == "unschedulable":
         seconds = _number(arg, where, "unschedulable:<seconds>", minimum=0.0)
         return Fault("unschedulable", stage, attempt, seconds=seconds)

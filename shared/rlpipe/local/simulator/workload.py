@@ -377,6 +377,14 @@ class WorkloadSim:
                 raise ProgramExit(
                     fault.code, "Error", f"simulated fault: the program exits with status {fault.code}"
                 )
+            if fault.kind == "hold" and point == "step" and step == fault.step and fault not in self._fired:
+                self._fired.add(fault)
+                self.record("fault", f"{fault.spec()}: training paused until the run is released")
+                released = self.env.released(self.run or "")
+                with self.parked():
+                    while not released.wait(self.env.timing.poll):
+                        self.pacer.check()  # cancelled meanwhile: the workload is gone
+                self.record("fault", f"{fault.spec()}: released")
             if fault.kind == "stall" and point == "start":
                 self.record("fault", fault.spec())
                 run.log("waiting for the Pathways resource manager ... (no further output)")
