@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Section, say, table
+from rlpipe.core.layout import EXPORT_MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = (ROOT / "shared" / "rlpipe" / "publisher" / "program.py").read_text()
@@ -97,6 +99,14 @@ def _child(argv: list[str], env: dict[str, str]) -> tuple[int, int, float, str]:
         return child.returncode, peak, time.monotonic() - started, out.read()
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(8 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _shard(path: Path, size: int, seed: int) -> None:
     """A shard of ``size`` bytes, unique per seed (so the Hub double stores each one)."""
     block = hashlib.sha256(str(seed).encode()).digest() * (MIB // 32)
@@ -143,21 +153,30 @@ def run(args: argparse.Namespace) -> Section:
                 bucket = client.create_bucket(f"bench-publish-{tag}")
                 run_id = f"bench-{tag}"
                 shard_path = Path(tmp) / "shard"
+                # What the export Job's manifest lists (core/export_manifest.py): each file's path,
+                # size and sha256, written last; publish pushes exactly these (--manifest).
+                listed: list[dict[str, Any]] = []
                 for i in range(1, args.publish_shards + 1):
                     _shard(shard_path, mib * MIB, seed=mib * 1000 + i + 100 * (budget_shards or 0))
                     name = f"model-{i:05d}-of-{args.publish_shards:05d}.safetensors"
                     bucket.blob(f"hf/{name}").upload_from_filename(str(shard_path))
+                    listed.append({"path": name, "size": mib * MIB, "sha256": _sha256(shard_path)})
                 shard_path.unlink()
                 for name, body in (
                     ("config.json", "{}"),
                     ("model.safetensors.index.json", '{"weight_map": {}}'),
                 ):
                     bucket.blob(f"hf/{name}").upload_from_string(body)
+                    digest = hashlib.sha256(body.encode()).hexdigest()
+                    listed.append({"path": name, "size": len(body.encode()), "sha256": digest})
+                manifest = f"hf/{EXPORT_MANIFEST}"
+                bucket.blob(manifest).upload_from_string(json.dumps({"files": listed}, sort_keys=True))
                 bucket.blob("card/README.md").upload_from_string(f"---\nlicense: mit\n---\n# {run_id}\n")
                 scratch = Path(tmp) / f"scratch-{run_id}"
                 scratch.mkdir()
                 argv = [
                     *("-c", SOURCE, "--source", f"gs://{bucket.name}/hf/"),
+                    *("--manifest", f"gs://{bucket.name}/{manifest}"),
                     *("--card", f"gs://{bucket.name}/card/README.md", "--repo", f"bench/{run_id}"),
                     *("--run-id", run_id, "--request-id", run_id, "--tmpdir", str(scratch)),
                 ]

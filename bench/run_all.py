@@ -9,6 +9,10 @@ ended in the wrong state), so a broken pipeline cannot produce a green benchmark
     .venv/bin/python -m bench.run_all                     # all twelve, ~8 minutes on 2 cores
     .venv/bin/python -m bench.run_all --only soak --seed 1234
     .venv/bin/python -m bench.run_all --quick             # smaller repetitions, for a quick look
+    .venv/bin/python -m bench.run_all --smoke --out /tmp/R.md  # every section at its smallest: correctness only
+
+``--smoke`` is what the suite runs (tests/repo/test_bench_smoke.py), so a change that breaks a
+benchmark fails ``make test``; its figures mean nothing and RESULTS.md is not where it writes.
 """
 
 from __future__ import annotations
@@ -81,6 +85,29 @@ QUICK = {
 }
 
 
+# Every section at its smallest, for correctness only (the suite's bench test): one of each thing.
+SMOKE = {
+    "cold_reps": 1,
+    "cold_entry_reps": 1,
+    "latency_runs": 1,
+    "latency_warmup": 0,
+    "drop_concurrency": 1,
+    "burst_sizes": [5],
+    "soak_timing": "fast",
+    "fastpath_events": 50,
+    "fastpath_seconds": 0.05,
+    "reps": 1,
+    "points": 20,
+    "attempts": 5,
+    "list_objects": 200,
+    "publish_shard_mib": [1],
+    "publish_shards": 2,
+    "publish_budget_shards": 0,
+    "cost_runs": 50,
+    "early_sweeps": 4,
+}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.run_all",
@@ -90,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", choices=ORDER, help="run only these benchmarks")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
     p.add_argument("--quick", action="store_true", help="smaller repetitions (stated in RESULTS.md)")
+    p.add_argument("--smoke", action="store_true", help="every section at its smallest: correctness only")
     g = p.add_argument_group("1. TPU chip-hours (durations are the user's, not measured)")
     g.add_argument("--convert-hours", type=float, default=1.0, help="how long conversion runs (default 1)")
     g.add_argument("--export-hours", type=float, default=0.5, help="how long export runs (default 0.5)")
@@ -263,6 +291,7 @@ def report(sections: list[Section], args: argparse.Namespace, info: dict[str, ob
         "Settings: "
         + _settings(args)
         + (" (**`--quick`: reduced repetitions**)" if args.quick else "")
+        + (" (**`--smoke`: correctness only; the figures mean nothing**)" if args.smoke else "")
         + ".",
         "",
         "## Headline figures",
@@ -282,12 +311,12 @@ def report(sections: list[Section], args: argparse.Namespace, info: dict[str, ob
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    if args.quick:
-        for key, value in QUICK.items():
+    if args.quick or args.smoke:
+        for key, value in (SMOKE if args.smoke else QUICK).items():
             setattr(args, key, value)
         from bench.soak import soak_kinds
 
-        args.soak_runs = max(args.soak_runs, len(soak_kinds()))  # still one run of every kind
+        args.soak_runs = len(soak_kinds()) if args.smoke else max(args.soak_runs, len(soak_kinds()))
     if args.section:  # child mode
         section = _run_section(args.section, args)
         dump_json(args.json_out, dataclasses.asdict(section))
@@ -298,19 +327,22 @@ def main(argv: list[str] | None = None) -> int:
         f"machine: {info['nproc']} CPUs, {info['memory_gib']} GiB, {info['cpu_model']}, Python {info['python']}, "
         f"load {info['loadavg']}"
     )
-    child_argv = [a for a in argv if a not in ("--quick",)]
+    child_argv = [a for a in argv if a not in ("--quick", "--smoke")]
     if args.quick:
         child_argv += ["--quick"]
+    if args.smoke:
+        child_argv += ["--smoke"]
     started = time.monotonic()
     keys = [k for k in ORDER if not args.only or k in args.only]
     sections = [_child(key, child_argv) for key in keys]
     elapsed = time.monotonic() - started
     text = report(sections, args, info, elapsed)
     args.out.write_text(text)
-    dump_json(
-        CACHE / "results.json",
-        {"machine": info, "seconds": elapsed, "sections": [dataclasses.asdict(s) for s in sections]},
-    )
+    if not args.smoke:  # a smoke run's figures are not results
+        dump_json(
+            CACHE / "results.json",
+            {"machine": info, "seconds": elapsed, "sections": [dataclasses.asdict(s) for s in sections]},
+        )
     say(f"wrote {args.out} ({elapsed / 60:.1f} min)")
     for s in sections:
         for figure, value, base in s.headline:

@@ -174,6 +174,20 @@ def test_the_artifact_events_hot_path_loads_no_request_models() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_no_functions_cold_start_loads_the_maxtext_config_reader() -> None:
+    """``import main`` is every function's cold start. MaxText's config reader (omegaconf, about 60
+    ms here) is needed only where a request's overrides are read, so nothing on the import path of
+    main may load it at import time (it did, through core.layout → core.steps: bench section 2)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path[:0] = ['functions', 'shared']; import main; print('omegaconf' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_no_test_or_bench_takes_a_run_record_name_from_a_module_that_passes_it_on() -> None:
     """The record contract (tests/harness/import_contracts.py) over the code lint-imports does not
     read: every test and benchmark imports the record from rlpipe.core.runs."""

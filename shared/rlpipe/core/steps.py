@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlpipe.core import presets
-from rlpipe.core.maxtext import config_reader
 from rlpipe.core.step_counts import (
     MAX_CHECKPOINTS,
     MAX_EVALUATIONS,
@@ -313,7 +312,11 @@ def _int(key: str, value: Any, minimum: int | None, maximum: int = MAX_TRAIN_STE
 def _as_maxtext_reads(value: Any) -> Any:
     """An override reaches MaxText as ``key=value`` text, which its config reader parses as YAML
     (``core.maxtext.config_reader``): "2" is 2. Text it cannot read stays text (the check that reads
-    every argument says why)."""
+    every argument says why). Imported here, not at the top: the reader brings omegaconf (tens of
+    milliseconds), and every function imports this module through ``core.layout`` on its cold start,
+    while only a request's validation reads an override."""
+    from rlpipe.core.maxtext import config_reader
+
     if isinstance(value, str):
         try:
             return config_reader.read_value(value)
