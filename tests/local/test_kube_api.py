@@ -534,7 +534,16 @@ def collect(stream: Iterator[dict[str, Any]], first: int | None = None) -> list[
 def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(
     server: KubeApiServer, batch: client.BatchV1Api
 ) -> None:
+    # The changes are made first and the watch reads them from ``since``, as a watch resumed at a
+    # resourceVersion does: made while a 1-second watch ran, they raced its timeout on a loaded
+    # machine (a CI run saw the status change land after the watch had ended).
+    batch.create_namespaced_job(NS, job("before", "r0"))  # so that ``since`` is a version, not "0" (any)
     since = str(server.resource_version)
+    batch.create_namespaced_job(NS, job("mine", "r1"))
+    batch.create_namespaced_job(NS, job("theirs", "r2"))
+    batch.patch_namespaced_job_status("mine", NS, {"status": {"active": 1}})
+    batch.patch_namespaced_job_status("theirs", NS, {"status": {"active": 1}})
+    batch.delete_namespaced_job("mine", NS)
     seen: list[tuple[str, str]] = []
     watcher = threading.Thread(
         target=lambda: seen.extend(
@@ -550,11 +559,6 @@ def test_watch_streams_changes_for_the_selector_and_ends_by_timeout(
         )
     )
     watcher.start()
-    batch.create_namespaced_job(NS, job("mine", "r1"))
-    batch.create_namespaced_job(NS, job("theirs", "r2"))
-    batch.patch_namespaced_job_status("mine", NS, {"status": {"active": 1}})
-    batch.patch_namespaced_job_status("theirs", NS, {"status": {"active": 1}})
-    batch.delete_namespaced_job("mine", NS)
     watcher.join(timeout=ceiling(1))
 
     assert not watcher.is_alive(), "the watch did not end at its timeoutSeconds"

@@ -539,7 +539,7 @@ def test_the_hub_double_refuses_what_the_hub_refuses(hub: HubDouble, tmp_path: P
 
 def test_the_cards_license_comes_from_the_base_card_pinned_with_the_weights(buckets: Buckets) -> None:
     """The license travels with the weights it came with: it is read from the card convert pinned
-    beside them. (Its pipeline_tag is read on the Hub at the pinned sha: tests/control/lifecycle/test_model_card.py.)"""
+    beside them. (Its pipeline_tag is read on the Hub at the pinned sha: tests/publisher/test_model_card.py.)"""
     from rlpipe.control.lifecycle import publishing
     from rlpipe.core import layout
     from rlpipe.core.manifests import RenderContext, converted_dir
