@@ -104,6 +104,8 @@ SMOKE = {
     "publish_shards": 2,
     "publish_budget_shards": 0,
     "cost_runs": 50,
+    "team_ledgers": 200,
+    "team_reps": 1,
     "early_sweeps": 4,
 }
 
