@@ -90,8 +90,9 @@ def _is_jobset_child(job: Obj) -> str | None:
     meta = job.get("metadata") or {}
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "JobSet":
-            return ref.get("name")
-    return (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
+            return str(ref["name"]) if ref.get("name") else None
+    name = (meta.get("labels") or {}).get(JOBSET_NAME_LABEL)
+    return str(name) if name else None
 
 
 # --------------------------------------------------------------------------- the controllers' policies

@@ -251,7 +251,8 @@ class KubeTransport:
         def call() -> Obj:
             response = fn()
             try:
-                return json.loads(response.data or b"{}")
+                body: Obj = json.loads(response.data or b"{}")
+                return body
             finally:
                 response.release_conn()
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from rlpipe.control.lifecycle.coordinator import RunCoordinator
     from rlpipe.control.lifecycle.intake import Intake
     from rlpipe.control.lifecycle.policies import RunPolicies
-    from rlpipe.control.stage.service import LogReader, StageService
+    from rlpipe.control.stage.service import StageService
+    from rlpipe.control.stage.train_status import LogReader
 
 
 @cache

@@ -60,7 +60,7 @@ class Repairs:
     def apply(self, action: Action) -> Outcome:
         log = self.log.bind(run_id=action.run_id)
         try:
-            outcome = getattr(self, f"_{action.kind}")(action, log)
+            outcome: Outcome = getattr(self, f"_{action.kind}")(action, log)
         except Exception as exc:  # one bad run must not stop the pass; the next pass retries
             log.warning("reconcile action failed", action=action.kind, found=action.found, error=repr(exc))
             return Outcome(action.run_id, action, "error", f"{type(exc).__name__}: {exc}")

@@ -59,7 +59,8 @@ from rlpipe.upstream.state import NoAccess as NoAccessRecord
 from rlpipe.upstream.watchlist import RejectedEntry, WatchEntry, WatchList
 
 if TYPE_CHECKING:
-    from rlpipe.control.lifecycle.intake import Intake, IntakeResult
+    from rlpipe.control.lifecycle.intake import Intake
+    from rlpipe.control.lifecycle.intake_result import IntakeResult
 
 ACCEPTED = frozenset({"started", "duplicate"})  # intake outcomes after which the release is processed
 

@@ -152,7 +152,7 @@ class BlobStore:
         return {b.name: int(b.size or 0) for b in self.client.list_blobs(self.bucket_name, prefix=prefix)}
 
     def exists(self, name: str) -> bool:
-        return self._bucket.blob(name).exists()
+        return bool(self._bucket.blob(name).exists())
 
     def delete(self, name: str) -> None:
         from google.api_core import exceptions as gexc
