@@ -31,7 +31,7 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
     import shtab
 
     _complete_runs(parser)
-    return str(shtab.complete(parser, shell=shell, preamble=PREAMBLE))
+    return str(shtab.complete(parser, shell=shell, preamble=PREAMBLE.get(shell, "")))
 
 
 def _complete_runs(parser: argparse.ArgumentParser) -> None:

@@ -316,7 +316,7 @@ def _upstream_release(stack: LocalStack, settings: Any, ledger: Any) -> str:
     if not new:
         raise RuntimeError(f"the poll after the release started no run; see {stack.logs}/upstream_poll.log")
     print(f"poll 2: new release → run {new[0]} (hf_revision pinned to {release['sha'][:12]})", flush=True)
-    return new[0]
+    return str(new[0])
 
 
 if __name__ == "__main__":

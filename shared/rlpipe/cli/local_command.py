@@ -29,7 +29,7 @@ PROGRAMS_ARGUMENT: dict[str, Any] = {
 
 
 def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
-    from rlpipe.local import stack
+    from rlpipe.local import stack, stack_state
 
     root = Path(args.root) if args.root else local_root()
     if args.action == "down":
@@ -37,11 +37,11 @@ def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
         print(f"stopped: {', '.join(stopped)}" if stopped else "nothing running")
         return 0
     if args.action == "status":
-        path = stack.state_path(root.resolve())
+        path = stack_state.state_path(root.resolve())
         if not path.exists():
             print("local stack is not running")
             return 1
-        state = stack.StackState.load(path)
+        state = stack_state.StackState.load(path)
         alive = stack.health(state)
         width = max(map(len, alive), default=0) + 2
         for name, ok in alive.items():
@@ -60,7 +60,7 @@ def cmd_local(args: argparse.Namespace, local_root: Callable[[], Path]) -> int:
         programs=args.programs,
         teams_file=args.teams,
     )
-    if stack.state_path(root.resolve()).exists():
+    if stack_state.state_path(root.resolve()).exists():
         print("a local stack is already up here; run `rlpipe local down` first", file=sys.stderr)
         return 1
     local = stack.LocalStack(config)

@@ -23,10 +23,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core import identity
+from rlpipe.core.identity import Stage
 
 POLL_SECONDS = 2.0
 FOLLOW_TIMEOUT_SECONDS = 600.0  # how long --follow waits for a run, an attempt or pods to appear
@@ -92,7 +93,10 @@ class Target:
     @property
     def workload(self) -> str:
         entry = self.entry
-        return str(entry.workload or identity.workload_name(self.record.run_id, self.stage, self.attempt))
+        return str(
+            entry.workload
+            or identity.workload_name(self.record.run_id, cast(Stage, self.stage), self.attempt)
+        )
 
     @property
     def ended(self) -> bool:

@@ -269,9 +269,9 @@ def _publish(settings: Settings, topic: str, data: bytes) -> str:
         if not deliver(direct, event):
             raise RuntimeError("intake_message refused the request")
         return message_id
-    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import PublisherClient
 
-    return str(pubsub_v1.PublisherClient().publish(topic, data).result(timeout=30))
+    return str(PublisherClient().publish(topic, data).result(timeout=30))
 
 
 def cmd_submit(args: argparse.Namespace, settings: Callable[[], Any], ledger: Callable[[Any], Any]) -> int:
@@ -299,7 +299,7 @@ def cmd_submit(args: argparse.Namespace, settings: Callable[[], Any], ledger: Ca
 def print_intake_answer(answer: IntakeAnswer, submitted: Submitted, *, waited: float) -> int:
     """``submit``'s last lines and exit code for intake's answer (docs/cli.md, "submit")."""
     if answer.kind == "rejected":
-        print(str(answer.rejection.get("message") or "intake rejected the request"), file=sys.stderr)
+        print(str((answer.rejection or {}).get("message") or "intake rejected the request"), file=sys.stderr)
         print(
             f"nothing was started; the rejection stays readable: rlpipe status {submitted.delivery_id}",
             file=sys.stderr,
@@ -312,6 +312,10 @@ def print_intake_answer(answer: IntakeAnswer, submitted: Submitted, *, waited: f
             f"yet); see what it made of it with: rlpipe status {submitted.delivery_id}",
         )
     record = answer.record
+    if record is None:  # an answer that is neither rejected nor pending names its run
+        raise CliError(
+            ExitCode.TRANSIENT, f"intake's answer names no run; see rlpipe status {submitted.delivery_id}"
+        )
     kind = "sweep" if record.sweep is not None else "run"
     if answer.kind == "existing":
         print(

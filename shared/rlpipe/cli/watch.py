@@ -241,9 +241,9 @@ def summary(
             lines.append(f"  published   {hub}/{publish['repo']} (branch {publish['branch']})")
     if record.failure:
         lines.append(f"  failure     [{record.failure.tag}] {record.failure.message}")
-    step = next_step(record)
-    if step:
-        lines.append(f"  next        {step}")
+    after = next_step(record)
+    if after:
+        lines.append(f"  next        {after}")
     if simulated:
         from rlpipe.local.stack import describe_cluster
 
@@ -438,7 +438,7 @@ def progress_line(record: RunRecord, now: datetime | None = None) -> tuple[tuple
     parts = [f"{now:%H:%M:%S} run {record.run_id}: {record.state}"]
     if record.stage:
         parts.append(f"{record.stage} attempt {record.attempt} {phase}")
-        row = next((r for r in info["stages"] if r["stage"] == record.stage), {})
+        row: dict[str, Any] = next((r for r in info["stages"] if r["stage"] == record.stage), {})
         if row.get("resume_step"):
             parts.append(f"resumed from step {row['resume_step']}")
     if retrying is not None:
