@@ -1,6 +1,6 @@
 """Status classification: a Job or JobSet, its pods and its events folded into one :class:`WorkloadStatus`.
 
-The workflow asks "is stage N done, and if it failed, which retry budget pays for it?" (DESIGN §6).
+The workflow asks "is stage N done, and if it failed, which retry budget pays for it?" (docs/design.md, "Failure classes and retry budgets").
 :func:`summarize` gathers what Kubernetes says (``cluster.evidence``: facts only) and applies the
 workload rules (``core.failure_rules.workload``: the precedence, one named rule per line), so its
 ``reason`` names the pod, the container, the exit code and Kubernetes' own message, and its

@@ -1,5 +1,5 @@
 """The attempt rules: what ``stage status`` answers the workflow, from the workload's verdict (the
-workload rules) and what the stage knows beside the cluster (DESIGN §6).
+workload rules) and what the stage knows beside the cluster (docs/design.md, "Failure classes and retry budgets").
 
 Two independent facts decide whether a stage is done: what the cluster says of its workload and
 what the bucket holds. A Job that succeeded without its artifact is a failure; a class the workflow

@@ -1,4 +1,4 @@
-"""The workload rules: what a Job or JobSet amounts to right now (DESIGN §6).
+"""The workload rules: what a Job or JobSet amounts to right now (docs/design.md, "Failure classes and retry budgets").
 
 The workflow asks "is stage N done, and if it failed, which retry budget pays for it?". Kubernetes
 spreads that answer over the Job/JobSet conditions, Kueue's suspension, the pods' conditions and

@@ -1,4 +1,4 @@
-"""What a stage's attempts have used of the retry budgets in the record's current round (DESIGN §6).
+"""What a stage's attempts have used of the retry budgets in the record's current round (docs/design.md, "Failure classes and retry budgets").
 
 The evidence the budget rules judge (``core.failure_rules.attempt``: a class the workflow would
 retry becomes ``permanent`` once its own budget, or the request's overall retry cap, is used up for
