@@ -248,10 +248,8 @@ def _lookup(labels: dict[str, str], known: tuple[dict[str, Any], int] | None) ->
         if known is None:
             return logging_query.UNKNOWN
         entry, nanos = known
-        if path in ("timestamp", "receiveTimestamp"):
+        if path == "timestamp":
             return nanos
-        if path == "severity":
-            return logging_query.SEVERITIES[entry["severity"]]
         return entry.get(path)
 
     return field

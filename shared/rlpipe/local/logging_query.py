@@ -1,102 +1,52 @@
-"""The part of Cloud Logging's query language that rlpipe's own queries use, parsed and evaluated.
+"""The Cloud Logging queries rlpipe sends, parsed and evaluated as Google's side reads them.
 
 The local Cloud Logging stand-in (``local/cloud_logging.py``) answers ``entries.list`` with the
-entries a ``filter`` selects, so the filter must mean here what it means on Google's side
-(https://cloud.google.com/logging/docs/view/logging-query-language):
+entries a ``filter`` selects. Production sends two filters (``control.adapters.workload_logs.
+workload_filter`` and ``control.adapters.cloud_logs.head_filter``) of one shape: clauses joined by
+``AND``, each a comparison of a resource label, the line or the timestamp with a quoted value, or a
+parenthesised group of such comparisons joined by ``OR``. That shape is what is played here, with
+the meaning the reference gives it (https://cloud.google.com/logging/docs/view/logging-query-language):
 
-- a query is comparisons joined by ``AND``, ``OR`` and ``NOT`` (or ``-``), with parentheses; two
-  comparisons side by side are joined by an implicit ``AND``; ``NOT`` binds tightest, then ``OR``,
-  then ``AND`` (the page's own example: ``a OR NOT b AND NOT c OR d`` is
-  ``(a OR (NOT b)) AND ((NOT c) OR d)``); the operators are upper case;
-- a comparison is ``FIELD OP VALUE``, the value a quoted string (backslash escapes) or a bare word;
-  ``=`` and ``!=`` compare whole values, ``:`` ("has") finds the value anywhere inside the field,
-  ``=~`` and ``!~`` search with a regular expression (RE2 syntax: an unanchored search, case
-  sensitive unless the pattern says ``(?i)``), and ``<``, ``<=``, ``>``, ``>=`` order timestamps
-  (RFC 3339) and severities;
-- "String comparisons aren't case sensitive" (the same page): ``=``, ``!=`` and ``:`` ignore case.
+- ``=`` compares whole values, ``:`` ("has") finds the value anywhere in the field, and "string
+  comparisons aren't case sensitive";
+- ``=~`` searches with a regular expression (RE2: unanchored, case sensitive unless the pattern
+  says ``(?i)``);
+- ``>=`` orders timestamps (RFC 3339, to the nanosecond);
+- an empty filter matches every entry.
 
-What it does not play it refuses (``QueryError``, which the stand-in answers with 400), rather than
-match nothing: global restrictions (a bare value), value lists, functions, and any field outside
-:data:`FIELDS`. A test written against a query the stand-in silently misread would prove nothing.
+Anything else (``NOT``, an ``OR`` outside a group, another field, a bare value) is refused with
+``QueryError``, which the stand-in answers with 400, rather than matched wrongly: a test written
+against a query the stand-in silently misread would prove nothing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
-
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError
 
 from rlpipe.cluster import log_cursor
 
-GRAMMAR = r"""
-?start: conj
-?conj: disj (_AND? disj)*
-?disj: unary (_OR unary)*
-?unary: _NOT unary -> negate
-      | "(" conj ")"
-      | comparison
-comparison: field OP value
-field: NAME ("." NAME)*
-value: STRING | BARE
-
-_AND.2: "AND"
-_OR.2: "OR"
-_NOT.2: "NOT" | "-"
-OP: "=~" | "!~" | "!=" | ">=" | "<=" | "=" | ":" | ">" | "<"
-NAME: /[A-Za-z_][A-Za-z0-9_]*/
-STRING: /"(\\.|[^"\\])*"/
-BARE: /[^\s()"<>=!:~]+/
-%import common.WS
-%ignore WS
-"""
-
-# The LogEntry fields a query may name here, and how their values compare.
-TEXT, TIME, SEVERITY = "text", "time", "severity"
-FIELDS: Mapping[str, str] = {
-    "resource.type": TEXT,
-    **{
-        f"resource.labels.{label}": TEXT
-        # k8s_container's labels (https://cloud.google.com/logging/docs/api/v2/resource-list)
-        for label in (
-            "project_id",
-            "location",
-            "cluster_name",
-            "namespace_name",
-            "pod_name",
-            "container_name",
-        )
-    },
-    "logName": TEXT,
-    "textPayload": TEXT,
-    "insertId": TEXT,
-    "timestamp": TIME,
-    "receiveTimestamp": TIME,
-    "severity": SEVERITY,
-}
-# LogSeverity's values (https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry#logseverity).
-SEVERITIES = {
-    "DEFAULT": 0,
-    "DEBUG": 100,
-    "INFO": 200,
-    "NOTICE": 300,
-    "WARNING": 400,
-    "ERROR": 500,
-    "CRITICAL": 600,
-    "ALERT": 700,
-    "EMERGENCY": 800,
-}
-_OPS = {TEXT: {"=", "!=", ":", "=~", "!~"}, TIME: {"=", "!=", "<", "<=", ">", ">="}}
-_OPS[SEVERITY] = _OPS[TIME] | {"="}
+# The fields production's filter names (k8s_container's resource labels and the entry's time), and
+# the comparisons it makes of each.
+TEXT_FIELDS = (
+    "resource.type",
+    "resource.labels.namespace_name",
+    "resource.labels.pod_name",
+    "resource.labels.container_name",
+    "textPayload",
+)
+OPS: dict[str, tuple[str, ...]] = {**{f: ("=", "=~", ":") for f in TEXT_FIELDS}, "timestamp": (">=",)}
+_CLAUSE = re.compile(r'\s*(?P<field>[A-Za-z_.]+)\s*(?P<op>=~|>=|=|:)\s*"(?P<value>(?:\\.|[^"\\])*)"\s*')
+_AND = re.compile(r"AND(?=\s)")
+_OR = re.compile(r"OR(?=\s)")
+_OPEN, _CLOSE = re.compile(r"\s*\("), re.compile(r"\s*\)\s*")
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
 
 
 class QueryError(ValueError):
-    """A query this stand-in cannot read (malformed, or outside what it plays): 400."""
+    """A query this stand-in cannot read (malformed, or not the shape production sends): 400."""
 
 
 class _Unknown:
@@ -111,25 +61,12 @@ Lookup = Callable[[str], Any]  # a field's value in one entry: str, int (nanosec
 class Comparison:
     field: str
     op: str
-    value: Any  # str; int nanoseconds for a timestamp; int level for a severity; re.Pattern for =~
+    value: Any  # str (case-folded) for = and :; re.Pattern for =~; int nanoseconds for a timestamp
 
 
-@dataclass(frozen=True)
-class Not:
-    term: Any
-
-
-@dataclass(frozen=True)
-class All:
-    terms: tuple[Any, ...]
-
-
-@dataclass(frozen=True)
-class AnyOf:
-    terms: tuple[Any, ...]
-
-
-Query = Comparison | Not | All | AnyOf | None  # None: the empty filter, which matches everything
+# Every clause must hold, and a clause holds when one of its comparisons does (a group's OR); the
+# empty filter has no clause.
+Query = tuple[tuple[Comparison, ...], ...]
 
 
 def rfc3339_nanos(text: str) -> int:
@@ -141,21 +78,15 @@ def rfc3339_nanos(text: str) -> int:
 
 
 def _comparison(field: str, op: str, raw: str) -> Comparison:
-    kind = FIELDS.get(field)
-    if kind is None:
+    if field not in OPS:
         raise QueryError(
-            f"the local Cloud Logging does not play the field {field!r} (it plays {sorted(FIELDS)})"
+            f"the local Cloud Logging plays the fields production's filter names ({', '.join(OPS)}), not {field!r}"
         )
-    if op not in _OPS[kind]:
+    if op not in OPS[field]:
         raise QueryError(f"the local Cloud Logging does not play {field} {op} …")
-    if kind == TIME:
+    if field == "timestamp":
         return Comparison(field, op, rfc3339_nanos(raw))
-    if kind == SEVERITY:
-        level = SEVERITIES.get(raw.upper())
-        if level is None:
-            raise QueryError(f"{raw!r} is not a severity ({', '.join(SEVERITIES)})")
-        return Comparison(field, op, level)
-    if op in ("=~", "!~"):
+    if op == "=~":
         try:
             return Comparison(field, op, re.compile(raw))
         except re.error as exc:
@@ -163,89 +94,68 @@ def _comparison(field: str, op: str, raw: str) -> Comparison:
     return Comparison(field, op, raw.casefold())
 
 
-@v_args(inline=True)
-class _Build(Transformer[Token, Query]):
-    def conj(self, *terms: Any) -> All:
-        return All(tuple(terms))
-
-    def disj(self, *terms: Any) -> AnyOf:
-        return AnyOf(tuple(terms))
-
-    def negate(self, term: Any) -> Not:
-        return Not(term)
-
-    def field(self, *names: Token) -> str:
-        return ".".join(str(n) for n in names)
-
-    def value(self, token: Token) -> str:
-        text = str(token)
-        if token.type == "STRING":
-            return re.sub(r"\\(.)", r"\1", text[1:-1])
-        return text
-
-    def comparison(self, field: str, op: Token, value: str) -> Comparison:
-        return _comparison(field, str(op), value)
+def _unreadable(text: str, at: int, why: str = "") -> QueryError:
+    return QueryError(f"the filter is not a query the local Cloud Logging reads{why}, at {text[at:][:40]!r}")
 
 
-@cache
-def _parser() -> Lark:
-    return Lark(GRAMMAR, parser="lalr")
+def _one(text: str, at: int) -> tuple[Comparison, int]:
+    clause = _CLAUSE.match(text, at)
+    if clause is None:
+        raise _unreadable(text, at)
+    value = re.sub(r"\\(.)", r"\1", clause["value"])
+    return _comparison(clause["field"], clause["op"], value), clause.end()
 
 
 def parse(text: str) -> Query:
-    """The query ``text`` says; None for an empty one."""
-    if not text.strip():
-        return None
-    try:
-        tree = _parser().parse(text)
-    except LarkError as exc:
-        raise QueryError(f"the filter is not a query the local Cloud Logging reads: {exc}") from None
-    try:
-        built = _Build().transform(tree)
-    except LarkError as exc:  # a QueryError raised inside the transformer comes wrapped
-        cause = exc.__context__
-        raise (cause if isinstance(cause, QueryError) else QueryError(str(exc))) from None
-    return built  # type: ignore[no-any-return]
+    """The clauses ``text`` joins with ``AND``, each its comparisons (none for an empty filter)."""
+    clauses: list[tuple[Comparison, ...]] = []
+    at = 0
+    while text[at:].strip():
+        if clauses:
+            joined = _AND.match(text, at)
+            if joined is None:
+                raise _unreadable(text, at, ": clauses are joined by AND")
+            at = joined.end()
+        group = _OPEN.match(text, at)
+        if group is None:
+            comparison, at = _one(text, at)
+            clauses.append((comparison,))
+            continue
+        anyof, at = [], group.end()
+        while True:
+            comparison, at = _one(text, at)
+            anyof.append(comparison)
+            if (closed := _CLOSE.match(text, at)) is not None:
+                at = closed.end()
+                break
+            if (alternative := _OR.match(text, at)) is None:
+                raise _unreadable(text, at, ": a group's comparisons are joined by OR")
+            at = alternative.end()
+        clauses.append(tuple(anyof))
+    return tuple(clauses)
 
 
-def _compare(c: Comparison, actual: Any) -> bool | None:
+def _holds(c: Comparison, actual: Any) -> bool | None:
     if actual is UNKNOWN:
         return None
-    if actual is None:  # the entry has no such field: only "not equal" holds
-        return c.op in ("!=", "!~")
-    op, want = c.op, c.value
-    if op in ("=~", "!~"):
-        return (want.search(actual) is not None) == (op == "=~")
-    if isinstance(want, str):
-        have = str(actual).casefold()
-        if op == ":":
-            return want in have
-        return (have == want) == (op == "=")
-    return {
-        "=": actual == want,
-        "!=": actual != want,
-        "<": actual < want,
-        "<=": actual <= want,
-        ">": actual > want,
-        ">=": actual >= want,
-    }[op]
+    if actual is None:  # the entry has no such field: no comparison of it holds
+        return False
+    if c.op == "=~":
+        return c.value.search(actual) is not None
+    if c.op == ":":
+        return c.value in str(actual).casefold()
+    if c.op == ">=":
+        return bool(actual >= c.value)
+    return bool(str(actual).casefold() == c.value)
 
 
 def matches(query: Query, lookup: Lookup) -> bool | None:
     """Whether an entry matches: True, False, or None when that depends on a field ``lookup``
     answers ``UNKNOWN`` for (so a whole file can be skipped on its resource labels alone)."""
-    if query is None:
-        return True
-    if isinstance(query, Comparison):
-        return _compare(query, lookup(query.field))
-    if isinstance(query, Not):
-        inner = matches(query.term, lookup)
-        return None if inner is None else not inner
-    results = [matches(term, lookup) for term in query.terms]
-    if isinstance(query, All):
-        if False in results:
-            return False
-        return None if None in results else True
-    if True in results:
-        return True
-    return None if None in results else False
+    results = []
+    for anyof in query:
+        held = [_holds(c, lookup(c.field)) for c in anyof]
+        results.append(True if True in held else None if None in held else False)
+    if False in results:
+        return False
+    return None if None in results else True

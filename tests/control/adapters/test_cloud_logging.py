@@ -54,52 +54,70 @@ def _texts(answer: dict[str, Any]) -> list[str]:
 # ---- the query language --------------------------------------------------------------------------
 
 
-def _entry(text: str) -> logging_query.Lookup:
-    values = {"textPayload": text, "resource.type": "k8s_container", "timestamp": 5}
+def _entry(pod: str) -> logging_query.Lookup:
+    values = {
+        "resource.type": "k8s_container",
+        "resource.labels.namespace_name": "rlpipe",
+        "resource.labels.pod_name": pod,
+        "resource.labels.container_name": "workload-container",
+        "textPayload": "Train step 3",
+        "timestamp": 5,
+    }
     return lambda field: values.get(field)
 
 
+# The filter production sends (control/adapters/workload_logs.py), clause by clause.
+PRODUCTION = workload_logs.workload_filter("rlpipe", "rabc-train-a1", "workload-container", None)
+HEAD_FILTER = cloud_logs.head_filter("rlpipe", "rabc-train-a1", "workload-container", "1970-01-01T00:00:00Z")
+
+
 @pytest.mark.parametrize(
-    ("query", "text", "expected"),
+    ("query", "pod", "expected"),
     [
-        # NOT binds tightest, then OR, then AND: the reference's own example, with the grouping it gives.
-        ('textPayload:"a" OR NOT textPayload:"b" AND NOT textPayload:"c" OR textPayload:"d"', "b c", False),
-        ('textPayload:"a" OR NOT textPayload:"b" AND NOT textPayload:"c" OR textPayload:"d"', "a d", True),
-        ('textPayload:"a" OR NOT textPayload:"b" AND NOT textPayload:"c" OR textPayload:"d"', "a c", False),
-        ("textPayload:robot", "a ROBOT here", True),  # has: a substring, any case
-        ('textPayload="Robot"', "robot", True),  # equality ignores case too
-        ('textPayload="rob"', "robot", False),  # ... but compares whole values
-        ('textPayload=~"^Rob"', "robot", False),  # a regular expression is case sensitive
-        ('textPayload=~"(?i)^Rob"', "robot", True),
-        ('textPayload=~"bot"', "robot", True),  # and searches, unanchored
-        ("-textPayload:robot", "robot", False),
-        ("textPayload:a textPayload:b", "a", False),  # side by side: an implicit AND
-        ('timestamp>="1970-01-01T00:00:00.000000005Z"', "x", True),
-        ('timestamp>"1970-01-01T00:00:00.000000005Z"', "x", False),
+        (PRODUCTION, "rabc-train-a1-pathways-head-0-0-x", True),
+        (PRODUCTION, "rabc-train-a10-pathways-head-0-0-x", False),  # another attempt's pods
+        ('resource.labels.namespace_name="RLPIPE"', "p", True),  # equality ignores case
+        ('resource.labels.namespace_name="rlp"', "p", False),  # ... but compares whole values
+        ('resource.labels.pod_name=~"^RABC"', "rabc-1", False),  # a regular expression is case sensitive
+        ('resource.labels.pod_name=~"(?i)^RABC"', "rabc-1", True),
+        ('resource.labels.pod_name=~"train"', "rabc-train-a1", True),  # and searches, unanchored
+        ('timestamp>="1970-01-01T00:00:00.000000005Z"', "p", True),
+        ('timestamp>="1970-01-01T00:00:00.000000006Z"', "p", False),
+        (PRODUCTION + ' AND timestamp>="1970-01-01T00:00:00.000000005Z"', "rabc-train-a1-x", True),
+        (HEAD_FILTER, "rabc-train-a1-pathways-head-0-0-x", True),  # a line of the head train_rl prints
+        (HEAD_FILTER, "rabc-train-a1-worker-0-0-x", False),
+        ('resource.labels.pod_name:"TRAIN"', "rabc-train-a1", True),  # has: a substring, any case
+        ('(textPayload:"Post RL" OR textPayload:"train STEP")', "p", True),  # a group: any of it
+        ('(textPayload:"Post RL" OR textPayload:"Pre RL")', "p", False),
         ("", "anything", True),
     ],
 )
-def test_the_query_language_reads_as_the_reference_says(query: str, text: str, expected: bool) -> None:
-    assert logging_query.matches(logging_query.parse(query), _entry(text)) is expected
+def test_productions_queries_read_as_the_reference_says(query: str, pod: str, expected: bool) -> None:
+    assert logging_query.matches(logging_query.parse(query), _entry(pod)) is expected
 
 
 @pytest.mark.parametrize(
     "query",
     [
-        '"a bare value"',  # a global restriction: not played
-        'jsonPayload.message="x"',  # a field it does not play
-        'textPayload>"x"',  # an order on text
+        '"a bare value"',  # a global restriction: not sent, not played
+        'jsonPayload.message="x"',  # a field production does not name
+        '(textPayload:"a" OR textPayload:"b"',  # a group never closed
+        '(textPayload:"a" AND textPayload:"b")',  # a group is an OR
+        'resource.type="k8s_container" OR resource.type="gce_instance"',
+        'NOT resource.type="k8s_container"',
+        'resource.type="k8s_container" resource.labels.pod_name="p"',  # an implicit AND: not sent
+        'timestamp>"1970-01-01T00:00:00Z"',
         'timestamp>="yesterday"',
         "resource.type=",
     ],
 )
-def test_what_the_stand_in_does_not_play_is_refused_not_misread(query: str) -> None:
+def test_what_production_does_not_send_is_refused_not_misread(query: str) -> None:
     with pytest.raises(logging_query.QueryError):
         logging_query.parse(query)
 
 
 def test_a_file_is_skipped_on_its_resource_alone() -> None:
-    query = logging_query.parse('resource.labels.pod_name:"head" AND textPayload:"x"')
+    query = logging_query.parse('resource.labels.pod_name=~"head" AND timestamp>="1970-01-01T00:00:00Z"')
     labels = {"resource.labels.pod_name": "worker-0"}
     unknown = lambda field: labels.get(field, logging_query.UNKNOWN)  # noqa: E731
     assert logging_query.matches(query, unknown) is False
