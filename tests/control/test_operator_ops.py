@@ -132,6 +132,17 @@ class Outside:
             return {"execution_cancelled": False, "execution_error": "PermissionDenied"}
         return {"execution_cancelled": True}
 
+    def cancel(self, parent: RunRecord) -> dict[str, Any]:
+        """``rlpipe cancel`` of ``parent`` from outside, with the deployment's run policies."""
+        return operator_ops.cancel_from_outside(
+            self.ledger,
+            parent.run_id,
+            parent,
+            policies=wired_policies(self.ledger),
+            cancel_execution=self.cancel_execution,
+            end_run=self.end_run,
+        )
+
     def end_run(self, run_id: str) -> CancelAnswer:
         self.calls.append(("stage cancel", run_id))
         parent = self.ledger.get(run_id)
@@ -164,14 +175,7 @@ def test_from_outside_the_childrens_executions_go_first_then_its_own_then_the_ru
     for record in (*children, parent):
         assert ledger.claim(record)
     outside = Outside(ledger, refuse=frozenset({"rchildop0003"}))
-    result = operator_ops.cancel_from_outside(
-        ledger,
-        parent.run_id,
-        parent,
-        policies=wired_policies(ledger),
-        cancel_execution=outside.cancel_execution,
-        end_run=outside.end_run,
-    )
+    result = outside.cancel(parent)
     assert outside.calls == [
         ("execution", "rchildop0001"),
         ("execution", "rchildop0003"),
@@ -193,14 +197,7 @@ def test_from_outside_a_sweep_that_ended_cancels_no_child(ledger: Ledger) -> Non
     for record in (child, parent):
         assert ledger.claim(record)
     outside = Outside(ledger)
-    result = operator_ops.cancel_from_outside(
-        ledger,
-        parent.run_id,
-        parent,
-        policies=wired_policies(ledger),
-        cancel_execution=outside.cancel_execution,
-        end_run=outside.end_run,
-    )
+    result = outside.cancel(parent)
     assert outside.calls == [("execution", "rparentop002"), ("stage cancel", "rparentop002")]
     assert result["children"] == []
 
