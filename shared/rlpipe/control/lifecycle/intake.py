@@ -24,12 +24,12 @@ from rlpipe.control.lifecycle.coordinator import Delivery, RunCoordinator
 from rlpipe.control.lifecycle.intake_result import IntakeResult, RequestConflict
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import identity, layout
-from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import MAX_DOCUMENT_BYTES, Request, bounds, parse_document, validate_request
 from rlpipe.core.request.policy import Policy
-from rlpipe.core.runs.record import Execution, Failure, Lineage, RunRecord, Source, SweepMember, now
+from rlpipe.core.runs import start_record
+from rlpipe.core.runs.record import Execution, Lineage, RunRecord, Source, SweepMember, now
 from rlpipe.core.teams import Team, Teams
 
 # The error record lists this many problems and counts the rest, so that a document with
@@ -374,22 +374,16 @@ class Intake:
 
     def _start(self, run_id: str, holder: str, log: Logger, *, already_leased: bool) -> IntakeResult:
         if not already_leased:
-
-            def take_lease(r: RunRecord) -> tuple[str | None, str]:
-                """→ (the event, what this delivery does: lease, duplicate, start-in-progress, give-up)."""
-                if r.execution.name or r.terminal:
-                    return None, "duplicate"
-                lease_live = r.execution.lease_until is not None and r.execution.lease_until > self.clock()
-                if r.execution.lease_holder and r.execution.lease_holder != holder and lease_live:
-                    return None, "start-in-progress"
-                if r.execution.start_attempts >= MAX_START_ATTEMPTS:
-                    return None, "give-up"
-                r.execution.lease_holder = holder
-                r.execution.lease_until = self.clock() + self.lease_seconds
-                r.execution.start_attempts += 1
-                return "start-lease", "lease"
-
-            record, decision = self.ledger.update(run_id, take_lease)
+            record, decision = self.ledger.update(
+                run_id,
+                lambda r: start_record.take_lease(
+                    r,
+                    holder,
+                    now_epoch=self.clock(),
+                    lease_seconds=self.lease_seconds,
+                    max_attempts=MAX_START_ATTEMPTS,
+                ),
+            )
             if decision == "give-up":
                 return self._start_failed(
                     run_id, f"no execution could be started in {MAX_START_ATTEMPTS} tries", log
@@ -405,16 +399,9 @@ class Intake:
             return self._start_failed(run_id, exc.reason, log)
         interleave.point("intake.start:started")
 
-        def record_execution(r: RunRecord) -> tuple[str | None, str | None]:
-            """→ (the event, the execution that was recorded before ours, if one was)."""
-            if r.execution.name == name:
-                return None, None  # the execution's own plan step recorded it first
-            if r.execution.name:
-                return None, r.execution.name
-            r.execution = Execution(name=name, started_at=now())
-            return "execution-started", None
-
-        record, lost = self.ledger.update(run_id, record_execution, detail=lambda r: {"execution": name})
+        record, lost = self.ledger.update(
+            run_id, lambda r: start_record.record_execution(r, name), detail=lambda r: {"execution": name}
+        )
         if lost is not None:  # our lease expired and someone else started one meanwhile
             self.orchestrator.cancel(name)
             log.warning("started a second execution after the lease expired; cancelled it", execution=name)
@@ -427,16 +414,11 @@ class Intake:
         """End a run that cannot start, with the reason; the delivery is then acknowledged."""
         message = f"the workflow execution could not be started: {reason}"
 
-        def fail(r: RunRecord) -> str | None:
-            if r.terminal or r.execution.name:
-                return None
-            r.set_state("failed")
-            r.failure = Failure(
-                tag="permanent", message=message, stage="start", rule=reported.EXECUTION_NOT_STARTED
-            )
-            return "failed"
-
-        record = self.ledger.edit(run_id, fail, detail=lambda r: {"state": r.state, "failure": message})
+        record = self.ledger.edit(
+            run_id,
+            lambda r: start_record.not_started(r, message),
+            detail=lambda r: {"state": r.state, "failure": message},
+        )
         if record.state == "failed":
             self.coordinator.member_ended(record)  # a sweep's child: its sweep may end with it
         if record.state == "failed" and record.failure and record.failure.stage == "start":

@@ -13,22 +13,12 @@ from typing import Any
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle import run_metrics
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.core import gate as quality_gate
 from rlpipe.core.request import Request
-from rlpipe.core.runs.record import Attempt, GateRecord, RunRecord, now, parse_time
+from rlpipe.core.runs import verdict_record
+from rlpipe.core.runs.record import Attempt, GateRecord, RunRecord, parse_time
 from rlpipe.core.runs.results import reward_summary
 
 GATED = "gated"  # the failure tag, and the run's terminal state, when the gate holds a model back
-
-
-def evaluate_gate(record: RunRecord, req: Request) -> tuple[GateRecord, quality_gate.GateVerdict | None]:
-    """The gate's record for this run: an override stands; no gate passes; else the verdict."""
-    if record.gate is not None and record.gate.override is not None:
-        return record.gate, None
-    if req.gate is None:
-        return GateRecord(passed=True, reasons=["no gate requested"], evaluated_at=now()), None
-    verdict = quality_gate.evaluate(req.gate, record.results)
-    return GateRecord(passed=verdict.passed, reasons=list(verdict.reasons), evaluated_at=now()), verdict
 
 
 def gate_answer(gate: GateRecord) -> dict[str, Any]:
@@ -52,15 +42,10 @@ def gate_answer(gate: GateRecord) -> dict[str, Any]:
 def gate(ledger: Ledger, log: Logger, run_id: str, req: Request) -> dict[str, Any]:
     """The gate op: record the verdict (or keep a person's override) in the ledger, and answer."""
 
-    def change(r: RunRecord) -> tuple[str | None, tuple[GateRecord, bool]]:
-        recorded, judged = evaluate_gate(r, req)
-        if r.gate == recorded or (judged is None and r.gate is not None):
-            return None, (recorded, judged is not None)
-        r.gate = recorded
-        return "gate", (recorded, judged is not None)
-
     _, (recorded, judged) = ledger.update(
-        run_id, change, detail=lambda r: r.gate.model_dump() if r.gate else {}
+        run_id,
+        lambda r: verdict_record.judge_gate(r, req),
+        detail=lambda r: r.gate.model_dump() if r.gate else {},
     )
     if judged:
         run_metrics.gate_evaluated(log, run_id=run_id, passed=recorded.passed, reasons=recorded.reasons)

@@ -42,7 +42,15 @@ from rlpipe.core.manifests import (
 )
 from rlpipe.core.manifests.publish import TRANSIENT_EXIT_CODES
 from rlpipe.core.request import Request
-from rlpipe.core.runs import admission, budgets, end_record, launch_record, phase_record, plan_record
+from rlpipe.core.runs import (
+    admission,
+    budgets,
+    end_record,
+    launch_record,
+    phase_record,
+    plan_record,
+    verdict_record,
+)
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, RunRecord, parse_time
@@ -395,7 +403,7 @@ class StageService:
             attempt,
             reading,
             log,
-            extra=train_status.record_train_end(ended, attempt) if ended else None,
+            extra=(lambda r: verdict_record.record_train_end(r, ended, attempt)) if ended else None,
         )
         if stage == "train" and phase == "running":
             # A sweep's early-stopping rule, on the evaluations this read recorded (or a stop

@@ -21,7 +21,6 @@ from rlpipe.core.request import Request
 from rlpipe.core.runs.record import RunRecord
 
 LogReader = Callable[[str, LogCursor | None], tuple[list[str], LogCursor | None]]
-TRAINING_END = "training_end"  # in a run's results: how training ended, when not at max_steps
 
 
 class HeadLog(Protocol):
@@ -77,28 +76,3 @@ def train_end(
             outcome, reason=f"{outcome.reason} (the head's log could not be read: its pod is gone)"
         )
     return outcome
-
-
-def record_train_end(outcome: train_verdict.TrainOutcome, attempt: int) -> Callable[[RunRecord], None]:
-    """The ledger change of a clean end of training: ``lineage.final_step`` becomes the step
-    training actually ended at (export and every later done rule read it), and the results keep,
-    in words, why that is not max_steps (``status`` prints it)."""
-
-    def change(r: RunRecord) -> None:
-        if outcome.final is None:
-            return
-        a = r.attempt_record("train", attempt)
-        if a is None or a.phase != "succeeded":
-            return
-        r.lineage.final_step = outcome.final
-        if outcome.explanation:
-            r.results[TRAINING_END] = {
-                "attempt": attempt,
-                "final_step": outcome.final,
-                "expected_final_step": outcome.expected,
-                "explanation": outcome.explanation,
-            }
-        else:
-            r.results.pop(TRAINING_END, None)
-
-    return change
