@@ -19,6 +19,7 @@ from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import layout
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import Request
+from rlpipe.core.runs import launch_record
 from rlpipe.core.runs.record import RunRecord, now
 
 
@@ -130,13 +131,9 @@ def publish_conversion(
     winner = ready_conversion(state, cache) or mine
     uri = layout.gs(cache.bucket, winner)
 
-    def set_converted(r: RunRecord) -> str | None:
-        if r.lineage.converted_uri == uri:
-            return None
-        r.lineage.converted_uri = uri
-        return "conversion-published"
-
-    ledger.edit(ctx.run_id, set_converted, detail=lambda r: {"converted_uri": uri})
+    ledger.edit(
+        ctx.run_id, lambda r: launch_record.converted(r, uri), detail=lambda r: {"converted_uri": uri}
+    )
 
 
 def done_stages(

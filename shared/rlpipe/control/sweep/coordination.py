@@ -27,8 +27,9 @@ from rlpipe.core import sweep as core_sweep
 from rlpipe.core.failure_rules import reported
 from rlpipe.core.failures import PermanentFailure
 from rlpipe.core.request.sweep import SelectRule, SweepSpec
+from rlpipe.core.runs import sweep_record
 from rlpipe.core.runs.admission import Queued
-from rlpipe.core.runs.record import TERMINAL, Failure, RunRecord, SweepParent, SweepSelection, now
+from rlpipe.core.runs.record import Failure, RunRecord, SweepParent, SweepSelection, now
 
 
 def parent_of(ledger: Ledger, child: RunRecord) -> RunRecord:
@@ -55,16 +56,11 @@ def shared_pins(
     if parent.sweep.pins is None:
         sha, data = resolve()
 
-        def pin(r: RunRecord) -> str | None:
-            assert r.sweep is not None
-            if r.sweep.pins is not None:
-                return None  # a sibling pinned first: its commits hold for everyone
-            r.sweep.pins = {"hf_sha": sha, "data": data}
-            r.lineage.hf_sha = sha
-            r.lineage.data = data
-            return "sweep-pinned"
-
-        parent = ledger.edit(parent.run_id, pin, detail=lambda r: {"hf_sha": sha, "by": child.run_id})
+        parent = ledger.edit(
+            parent.run_id,
+            lambda r: sweep_record.pin(r, sha, data),
+            detail=lambda r: {"hf_sha": sha, "by": child.run_id},
+        )
     assert parent.sweep is not None and parent.sweep.pins is not None
     return parent.sweep.pins["hf_sha"], parent.sweep.pins["data"]
 
@@ -79,41 +75,10 @@ def take_slot(ledger: Ledger, child: RunRecord, *, conversion_ready: bool) -> Qu
     parent = parent_of(ledger, child)
     assert parent.sweep is not None
     released = _no_longer_holding(ledger, parent.sweep)
-    max_parallel = parent.sweep.max_parallel
-
-    def change(r: RunRecord) -> tuple[str | None, Queued | None]:
-        """→ (the event, why this child waits; None: it holds a slot)."""
-        s = r.sweep
-        assert s is not None
-        if me in s.slots:
-            return None, None
-        wait = None
-        before = (list(s.slots), s.converter)
-        s.slots = [h for h in s.slots if h not in released and h not in s.arrived]
-        if s.converter is not None and (s.converter in released or s.converter not in s.slots):
-            s.converter = None  # it ended or moved on without a conversion in the cache: next one
-        if not conversion_ready and s.converter not in (None, me):
-            wait = Queued(
-                "conversion",
-                f"queued: waiting for child {_index(s, s.converter)} ({s.converter}) to convert the "
-                "checkpoint every child shares",
-            )
-        elif len(s.slots) >= max_parallel:
-            wait = Queued(
-                "sweep-slot",
-                f"queued: all {max_parallel} of the sweep's slots are in use "
-                f"(children {', '.join(str(_index(s, h)) for h in s.slots)})",
-            )
-        else:
-            s.slots.append(me)
-            s.arrived = [a for a in s.arrived if a != me]  # a retried child works again
-            if not conversion_ready:
-                s.converter = me
-            return "sweep-slot-taken", None
-        return ("sweep-slots-freed" if (s.slots, s.converter) != before else None), wait
-
     _, wait = ledger.update(
-        parent.run_id, change, detail=lambda r: {"child": me, "slots": r.sweep.slots if r.sweep else []}
+        parent.run_id,
+        lambda r: sweep_record.take_slot(r, me, released=released, conversion_ready=conversion_ready),
+        detail=lambda r: {"child": me, "slots": r.sweep.slots if r.sweep else []},
     )
     if wait is None:
         refresh(ledger, parent.run_id)
@@ -130,10 +95,6 @@ def _no_longer_holding(ledger: Ledger, s: SweepParent) -> set[str]:
     return gone
 
 
-def _index(s: SweepParent, run_id: str | None) -> int | None:
-    return s.children.index(run_id) if run_id in s.children else None
-
-
 # ---- selection ------------------------------------------------------------------------------------
 
 
@@ -143,17 +104,7 @@ def arrive(ledger: Ledger, child: RunRecord) -> dict[str, Any]:
     me = child.run_id
     parent = parent_of(ledger, child)
 
-    def arrived(r: RunRecord) -> str | None:
-        s = r.sweep
-        assert s is not None
-        if me in s.arrived and me not in s.slots:
-            return None
-        s.arrived = [*dict.fromkeys([*s.arrived, me])]
-        s.slots = [h for h in s.slots if h != me]
-        s.converter = None if s.converter == me else s.converter
-        return "sweep-arrived"
-
-    parent = ledger.edit(parent.run_id, arrived, detail=lambda r: {"child": me})
+    parent = ledger.edit(parent.run_id, lambda r: sweep_record.arrive(r, me), detail=lambda r: {"child": me})
     assert parent.sweep is not None
     if parent.sweep.selection is None:
         children = [ledger.get(c) for c in parent.sweep.children]
@@ -200,16 +151,9 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
     chosen = core_sweep.select(rule, candidates)
     selection = selection_record(chosen, rule)
 
-    def record(r: RunRecord) -> str | None:
-        assert r.sweep is not None
-        if r.sweep.selection is not None:
-            return None  # a sibling selected first, from the same ledgers: its answer stands
-        r.sweep.selection = selection
-        return "sweep-selected"
-
     return ledger.edit(
         parent.run_id,
-        record,
+        lambda r: sweep_record.select(r, selection),
         detail=lambda r: r.sweep.selection.model_dump() if r.sweep and r.sweep.selection else {},
     )
 
@@ -229,13 +173,9 @@ def selection_record(chosen: core_sweep.Selection, rule: SelectRule, at: str | N
 
 
 def _mark_selected(ledger: Ledger, run_id: str, chosen: bool) -> None:
-    def change(r: RunRecord) -> str | None:
-        if r.lineage.sweep is None or r.lineage.sweep.selected is chosen:
-            return None
-        r.lineage.sweep.selected = chosen
-        return "sweep-selected" if chosen else "sweep-not-selected"
-
-    ledger.edit(run_id, change, detail=lambda r: {"selected": chosen})
+    ledger.edit(
+        run_id, lambda r: sweep_record.mark_selected(r, chosen), detail=lambda r: {"selected": chosen}
+    )
 
 
 def _list(indexes: list[int]) -> str:
@@ -251,16 +191,11 @@ def child_ended(ledger: Ledger, child: RunRecord) -> RunRecord | None:
     me = child.run_id
     parent = parent_of(ledger, child)
 
-    def release(r: RunRecord) -> str | None:
-        s = r.sweep
-        assert s is not None
-        if me not in s.slots and s.converter != me:
-            return None
-        s.slots = [h for h in s.slots if h != me]
-        s.converter = None if s.converter == me else s.converter
-        return "sweep-slot-released"
-
-    ledger.edit(parent.run_id, release, detail=lambda r: {"child": me, "state": child.state})
+    ledger.edit(
+        parent.run_id,
+        lambda r: sweep_record.release(r, me),
+        detail=lambda r: {"child": me, "state": child.state},
+    )
     updated, ended = _refresh(ledger, parent.run_id)
     return updated if ended else None
 
@@ -286,26 +221,14 @@ def _refresh(ledger: Ledger, parent_id: str) -> tuple[RunRecord, bool]:
     )
     failure = _failure(parent, children, state)
 
-    def change(r: RunRecord) -> tuple[str | None, bool]:
-        """→ (the event, whether this write ended the parent)."""
-        if r.seq != parent.seq:  # the parent changed since the children were read: read them again
-            raise _Stale
-        if r.state == state and r.failure == failure:
-            return None, False
-        ended = not r.terminal and state in TERMINAL
-        # Not set_state: the parent runs nothing, so its state is whatever its children's imply.
-        r.state = state  # type: ignore[assignment]
-        r.failure = failure
-        return f"sweep-{state}", ended
-
     try:
-        return ledger.update(parent_id, change, detail=lambda r: {"state": r.state, "children": states})
-    except _Stale:
+        return ledger.update(
+            parent_id,
+            lambda r: sweep_record.imply(r, parent.seq, state, failure),
+            detail=lambda r: {"state": r.state, "children": states},
+        )
+    except sweep_record.StaleParent:  # the parent changed since the children were read: again
         return _refresh(ledger, parent_id)
-
-
-class _Stale(Exception):
-    """The parent's record moved while its children were read (another child's refresh)."""
 
 
 def _failure(parent: RunRecord, children: list[RunRecord | None], state: str) -> Failure | None:
@@ -347,15 +270,7 @@ def cancel(
     """Mark the sweep cancelled (by ``caller``, the verified identity that asked) and cancel every
     child that has not ended."""
 
-    def mark(r: RunRecord) -> str | None:
-        assert r.sweep is not None
-        if r.sweep.cancelled or r.terminal:
-            return None
-        r.sweep.cancelled = True
-        r.sweep.cancelled_by = caller
-        return "sweep-cancel"
-
-    parent = ledger.edit(parent_id, mark)
+    parent = ledger.edit(parent_id, lambda r: sweep_record.cancel(r, caller))
     assert parent.sweep is not None
     if not parent.sweep.cancelled:  # it had ended before: nothing to cancel
         return parent
@@ -383,15 +298,5 @@ def retry_targets(parent: RunRecord, children: list[RunRecord | None]) -> list[s
 def reopen(ledger: Ledger, parent_id: str) -> RunRecord:
     """After its children were retried: no longer cancelled, its state theirs again."""
 
-    def change(r: RunRecord) -> str | None:
-        assert r.sweep is not None
-        no_winner = r.sweep.selection is not None and r.sweep.selection.run_id is None
-        if not r.sweep.cancelled and not no_winner:
-            return None
-        r.sweep.cancelled, r.sweep.cancelled_by = False, None
-        if no_winner:  # selection runs again once the retried children arrive or end
-            r.sweep.selection = None
-        return "sweep-reopened"
-
-    ledger.edit(parent_id, change)
+    ledger.edit(parent_id, sweep_record.reopen)
     return refresh(ledger, parent_id)

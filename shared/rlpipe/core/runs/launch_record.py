@@ -91,3 +91,12 @@ def pin_data(r: RunRecord, data: dict[str, Any]) -> str | None:
         return None
     r.lineage.data = data
     return "data-pinned"
+
+
+def converted(r: RunRecord, uri: str) -> str | None:
+    """The conversion this run trains from: the cache entry that won READY.json (its own, or a
+    run's that finished the same key first)."""
+    if r.lineage.converted_uri == uri:
+        return None
+    r.lineage.converted_uri = uri
+    return "conversion-published"
