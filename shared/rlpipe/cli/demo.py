@@ -125,9 +125,9 @@ def run_demo(
 ) -> int:
     from rlpipe.cli import submit as submit_cli
     from rlpipe.cli.watch import summary, watch
-    from rlpipe.control.adapters.blobstore import BlobStore, make_client
+    from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.control.adapters.settings import Settings
-    from rlpipe.control.lifecycle.ledger import Ledger
+    from rlpipe.control.services import Wiring
     from rlpipe.local.stack import LocalStack, StackConfig
 
     console = Console()
@@ -170,7 +170,7 @@ def run_demo(
         print(f"[local] stack up in {time.monotonic() - started:.1f}s; logs in {stack.logs}", flush=True)
         os.environ.update(state.env)
         settings = Settings.from_env()
-        ledger = Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
+        ledger = Wiring(settings, make_client(settings.project)).ledger()
         if scenario == "teams":
             from rlpipe.cli import teams_demo
 

@@ -157,10 +157,10 @@ def _local_cluster(settings: Any) -> str:
 
 
 def _ledger(settings: Any) -> Any:
-    from rlpipe.control.adapters.blobstore import BlobStore, make_client
-    from rlpipe.control.lifecycle.ledger import Ledger
+    from rlpipe.control.adapters.blobstore import make_client
+    from rlpipe.control.services import Wiring
 
-    return Ledger(BlobStore(make_client(settings.project), settings.state_bucket))
+    return Wiring(settings, make_client(settings.project)).ledger()
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Wiring: build the library's services from Settings, once per process.
+"""Wiring: build the library's services from Settings, in one place (``Wiring``), once per process.
 
 Function instances are reused across invocations, so clients are created on first use and
 kept; nothing here runs at import time (cold starts stay cheap).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,82 @@ if TYPE_CHECKING:
     from rlpipe.control.stage.train_status import LogReader
 
 
+@dataclass
+class Wiring:
+    """The library's services for one deployment's settings, built here and nowhere else: the
+    functions' (``wiring()``, once per process), the reconciler the CLI runs (``reconcile.runner.
+    build``) and the CLI's own reads all take them from a ``Wiring``. ``publish`` sends a status
+    message (Pub/Sub by default)."""
+
+    settings: Settings
+    client: Any  # a google.cloud.storage.Client (the library ships no types)
+    publish: Callable[[str, dict[str, Any]], Any] | None = None
+    _orchestrator: Orchestrator | None = field(default=None, init=False, repr=False)
+
+    def store(self, bucket: str) -> blobstore.BlobStore:
+        return blobstore.BlobStore(self.client, bucket)
+
+    def artifacts(self) -> blobstore.BlobStore:
+        """What workloads write: completeness checks read here; the control plane writes nothing here."""
+        return self.store(self.settings.artifacts_bucket)
+
+    def state(self) -> blobstore.BlobStore:
+        """The control plane's records (ledgers, events, READY.json, upstream state, the cursor)."""
+        return self.store(self.settings.state_bucket)
+
+    def requests_store(self) -> blobstore.BlobStore:
+        return self.store(self.settings.requests_bucket)
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.state())
+
+    def orchestrator(self) -> Orchestrator:
+        if self._orchestrator is None:
+            from rlpipe.control.adapters.orchestrator import Orchestrator
+
+            self._orchestrator = Orchestrator(self.settings)
+        return self._orchestrator
+
+    def read_gcs(self, bucket: str, name: str, max_bytes: int) -> bytes:
+        """One small object of any bucket the policy let a request name (a user's file)."""
+        return self.store(bucket).read(name, max_bytes=max_bytes).data
+
+    def notifier(self, log: Logger) -> Notifier:
+        """Status messages, best-effort (control.adapters.notify)."""
+        from rlpipe.control.adapters import notify
+
+        return notify.Notifier(self.settings, self.publish or notify.publish, log)
+
+    def coordinator(self, log: Logger, ledger: Ledger | None = None) -> RunCoordinator:
+        """How a run coordinates with others: a sweep's children through their parent's record; any
+        other run alone (``control.lifecycle.coordinator``)."""
+        from rlpipe.control.sweep.coordinator import SweepCoordinator
+
+        return SweepCoordinator(ledger or self.ledger(), log)
+
+    def intake(self, log: Logger, ledger: Ledger | None = None) -> Intake:
+        from rlpipe.control.lifecycle.intake import Intake
+
+        ledger = ledger or self.ledger()
+        return Intake(
+            requests=self.requests_store(),
+            ledger=ledger,
+            orchestrator=self.orchestrator(),
+            log=log,
+            lease_seconds=self.settings.start_lease_seconds,
+            notify=self.notifier(log).send,
+            policy=self.settings.policy(),
+            teams=self.settings.teams(),
+            artifacts=self.artifacts(),
+            read_gcs=self.read_gcs,
+            coordinator=self.coordinator(log, ledger),
+        )
+
+    def policies(self, log: Logger) -> RunPolicies:
+        """The deployment's run policies on its own buckets (``run_policies``)."""
+        return run_policies(self.settings, self.ledger(), self.state(), log)
+
+
 @cache
 def settings() -> Settings:
     return Settings.from_env()
@@ -37,29 +114,30 @@ def storage_client() -> Any:  # a google.cloud.storage.Client (the library ships
     return blobstore.make_client(settings().project)
 
 
+@cache
+def wiring() -> Wiring:
+    """This process's services, from the environment's settings (a function instance keeps them)."""
+    return Wiring(settings(), storage_client())
+
+
 def artifacts() -> blobstore.BlobStore:
-    """What workloads write: completeness checks read here; the control plane writes nothing here."""
-    return blobstore.BlobStore(storage_client(), settings().artifacts_bucket)
+    return wiring().artifacts()
 
 
 def state() -> blobstore.BlobStore:
-    """The control plane's records (ledgers, events, READY.json, upstream state, the cursor)."""
-    return blobstore.BlobStore(storage_client(), settings().state_bucket)
+    return wiring().state()
 
 
 def requests_store() -> blobstore.BlobStore:
-    return blobstore.BlobStore(storage_client(), settings().requests_bucket)
+    return wiring().requests_store()
 
 
 def ledger() -> Ledger:
-    return Ledger(state())
+    return wiring().ledger()
 
 
-@cache
 def orchestrator() -> Orchestrator:
-    from rlpipe.control.adapters.orchestrator import Orchestrator
-
-    return Orchestrator(settings())
+    return wiring().orchestrator()
 
 
 @cache
@@ -70,29 +148,11 @@ def cluster() -> ClusterClient:
 
 
 def intake(log: Logger) -> Intake:
-    from rlpipe.control.lifecycle.intake import Intake
-
-    return Intake(
-        requests=requests_store(),
-        ledger=ledger(),
-        orchestrator=orchestrator(),
-        log=log,
-        lease_seconds=settings().start_lease_seconds,
-        notify=notifier(log).send,
-        policy=settings().policy(),
-        teams=settings().teams(),
-        artifacts=artifacts(),
-        read_gcs=read_gcs,
-        coordinator=coordinator(log),
-    )
+    return wiring().intake(log)
 
 
 def coordinator(log: Logger) -> RunCoordinator:
-    """How a run coordinates with others: a sweep's children through their parent's record; any
-    other run alone (``control.lifecycle.coordinator``)."""
-    from rlpipe.control.sweep.coordinator import SweepCoordinator
-
-    return SweepCoordinator(ledger(), log)
+    return wiring().coordinator(log)
 
 
 def run_policies(
@@ -121,20 +181,15 @@ def run_policies(
 
 
 def policies(log: Logger) -> RunPolicies:
-    """The deployment's run policies on its own buckets (``run_policies``)."""
-    return run_policies(settings(), ledger(), state(), log)
+    return wiring().policies(log)
 
 
 def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:
-    """One small object of any bucket the policy let a request name (a user's file)."""
-    return blobstore.BlobStore(storage_client(), bucket).read(name, max_bytes=max_bytes).data
+    return wiring().read_gcs(bucket, name, max_bytes)
 
 
 def notifier(log: Logger) -> Notifier:
-    """Status messages, best-effort, to Pub/Sub (control.adapters.notify)."""
-    from rlpipe.control.adapters import notify
-
-    return notify.Notifier(settings(), notify.publish, log)
+    return wiring().notifier(log)
 
 
 def stage_service(log: Logger) -> StageService:
@@ -165,5 +220,5 @@ def cloud_log_reader() -> LogReader | None:
 
 def reset() -> None:
     """Forget cached settings and clients (tests and the local stack change the environment)."""
-    for fn in (settings, storage_client, orchestrator, cluster, cloud_log_reader):
+    for fn in (settings, storage_client, wiring, cluster, cloud_log_reader):
         fn.cache_clear()

@@ -318,40 +318,23 @@ def build(
     ``send`` publishes status messages (Pub/Sub by default): a run the pass ends because its
     start was refused gets its message, as it does from the function's reconciler."""
     from rlpipe.cluster import ClusterClient
+    from rlpipe.control import services
     from rlpipe.control.adapters import notify
-    from rlpipe.control.sweep.coordinator import SweepCoordinator
 
-    client = blobstore.make_client(settings.project)
-    ledger = Ledger(blobstore.BlobStore(client, settings.state_bucket))
-    orchestrator = Orchestrator(settings)
-    coordinator = SweepCoordinator(ledger, log)
-    intake = Intake(
-        requests=blobstore.BlobStore(client, settings.requests_bucket),
-        ledger=ledger,
-        orchestrator=orchestrator,
-        log=log,
-        lease_seconds=settings.start_lease_seconds,
-        notify=notify.Notifier(settings, send or notify.publish, log).send,
-        policy=settings.policy(),
-        teams=settings.teams(),
-        artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
-        read_gcs=lambda bucket, name, limit: (
-            blobstore.BlobStore(client, bucket).read(name, max_bytes=limit).data
-        ),
-        coordinator=coordinator,
-    )
+    wiring = services.Wiring(settings, blobstore.make_client(settings.project), publish=send)
+    ledger = wiring.ledger()
     return Reconciler(
         settings=settings,
         ledger=ledger,
-        artifacts=blobstore.BlobStore(client, settings.artifacts_bucket),
-        orchestrator=orchestrator,
+        artifacts=wiring.artifacts(),
+        orchestrator=wiring.orchestrator(),
         cluster=across_teams(
             ClusterClient.from_settings(settings), [t.k8s_namespace for t in settings.teams()]
         ),
-        intake=intake,
+        intake=wiring.intake(log, ledger),
         log=log,
         publish=send or notify.publish,
-        coordinator=coordinator,
+        coordinator=wiring.coordinator(log, ledger),
         **overrides,
     )
 
