@@ -115,3 +115,28 @@ def test_update_hands_back_what_the_written_application_decided_not_a_lost_one(b
     # Nothing to do: no write, and the decision still comes back with the record as read.
     unchanged, why = ledger.update("rledger00001", lambda r: (None, f"already {len(r.callbacks)}"))
     assert why == "already 2" and unchanged.seq == record.seq
+
+
+def test_the_ledger_speaks_only_to_its_storage_door() -> None:
+    """Every read and write of the ledger goes through ``BlobStore`` (control/adapters/blobstore.py),
+    where the Google client's errors and retries are turned into the door's own: the ledger never
+    reaches the client itself, nor imports a Google library."""
+    import ast
+    from pathlib import Path
+
+    import rlpipe.control.lifecycle.ledger as module
+
+    tree = ast.parse(Path(str(module.__file__)).read_text())
+    reached = [
+        n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("client", "_bucket")
+    ]
+    imported = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom | ast.Import)
+        and any(
+            name.startswith("google")
+            for name in ([n.module or ""] if isinstance(n, ast.ImportFrom) else [a.name for a in n.names])
+        )
+    ]
+    assert reached == [] and imported == [], (reached, imported)

@@ -154,6 +154,30 @@ class BlobStore:
     def exists(self, name: str) -> bool:
         return bool(self._bucket.blob(name).exists())
 
+    def download(self, name: str) -> bytes | None:
+        """The object's bytes in one GET (no metadata request, so no generation and no size
+        check): for scans that only decide whether to act. None: no such object."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            return bytes(self._bucket.blob(name).download_as_bytes())
+        except gexc.NotFound:
+            return None
+
+    def prefixes_page(self, prefix: str, *, after: str, limit: int) -> tuple[set[str], bool]:
+        """The "folders" directly under ``prefix`` (a delimiter listing: one entry per folder, none
+        of its objects), starting at the name ``after``; at least ``limit`` of them when there are
+        that many (some servers ignore page_size with a delimiter), and whether more remain."""
+        listing = self.client.list_blobs(
+            self.bucket_name, prefix=prefix, delimiter="/", start_offset=after, page_size=limit
+        )
+        found: set[str] = set()
+        for page in listing.pages:
+            found.update(page.prefixes)
+            if len(found) > limit:
+                break
+        return found, bool(listing.next_page_token)
+
     def delete(self, name: str) -> None:
         from google.api_core import exceptions as gexc
 

@@ -73,13 +73,8 @@ class Ledger:
         """The record in one GET (no metadata request, so no generation): for scans that only
         decide whether to act, such as the reconciler reading thousands of ledgers. Every write
         still goes through ``update``, which re-reads under compare-and-swap."""
-        from google.api_core import exceptions as gexc
-
-        blob = self.store.client.bucket(self.store.bucket_name).blob(self.layout(run_id).ledger)
-        try:
-            return RunRecord.model_validate_json(blob.download_as_bytes())
-        except gexc.NotFound:
-            return None
+        body = self.store.download(self.layout(run_id).ledger)
+        return RunRecord.model_validate_json(body) if body is not None else None
 
     def update(
         self,
@@ -187,20 +182,10 @@ class Ledger:
         if limit < 1:
             raise ValueError("limit must be >= 1")
         start = f"{layout.RUNS_PREFIX}{after}{_AFTER_SLASH}" if after else layout.RUNS_PREFIX
-        listing = self.store.client.list_blobs(
-            self.store.bucket_name,
-            prefix=layout.RUNS_PREFIX,
-            delimiter="/",
-            start_offset=start,
-            page_size=limit,
-        )
-        found: set[str] = set()
-        for page in listing.pages:  # some servers ignore page_size with a delimiter: cut below
-            found.update(p[len(layout.RUNS_PREFIX) : -1] for p in page.prefixes)
-            if len(found) > limit:
-                break
+        prefixes, beyond = self.store.prefixes_page(layout.RUNS_PREFIX, after=start, limit=limit)
+        found = {p[len(layout.RUNS_PREFIX) : -1] for p in prefixes}
         ids = sorted((i for i in found if i and _order(i) > _order(after)), key=_order)
-        more = len(ids) > limit or bool(listing.next_page_token)
+        more = len(ids) > limit or beyond
         return RunIdPage(ids[:limit], more)
 
     def last_event(self, run_id: str, what: str) -> dict[str, Any] | None:
