@@ -181,7 +181,9 @@ def run_policies(
 
 
 def policies(log: Logger) -> RunPolicies:
-    return wiring().policies(log)
+    """The run policies over this process's settings and ledger (each read here, so that what the
+    operator operations decide and what the stage operations do read the same ones)."""
+    return run_policies(settings(), ledger(), state(), log)
 
 
 def read_gcs(bucket: str, name: str, max_bytes: int) -> bytes:

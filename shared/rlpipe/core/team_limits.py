@@ -403,7 +403,7 @@ def budget_wait(team: str, asked: Reservation, budget: Budget) -> str:
 
 def holds_now(record: RunRecord) -> bool:
     """Whether a run found in the ledgers (when the document is first built) holds a place: it
-    has not ended, it is past plan (it pinned its model, or launched), no queue holds it, and (a
+    has not ended, it is past plan (admitted: its conversion recorded, or launched), no queue holds it, and (a
     sweep's child) it has not reached its sweep's selection (control/lifecycle/team_places.py)."""
     if record.terminal or record.sweep is not None:
         return False
@@ -412,7 +412,9 @@ def holds_now(record: RunRecord) -> bool:
     member = record.lineage.sweep
     if member is not None and member.selected is not None:
         return False  # past its sweep's selection: it publishes from a CPU Job, if at all
-    return record.state != "accepted" or bool(record.lineage.hf_sha)
+    # Past plan: plan records the conversion it trains from once the run is admitted (its commits
+    # alone are kept earlier, while it waits: core.runs.plan_record.pin_commits).
+    return record.state != "accepted" or bool(record.lineage.conversion_key)
 
 
 def seed(team: str, records: Iterable[RunRecord], *, now: datetime, stamp: str, read: int) -> TeamUsage:

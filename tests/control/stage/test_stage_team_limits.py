@@ -61,6 +61,29 @@ def test_a_run_over_the_teams_active_runs_waits_and_goes_on_when_one_ends(env: d
     service.cleanup("rlimitb0001", "rlimitb0001-exec")
 
 
+def test_a_queued_run_asks_the_hub_for_its_commits_once_however_often_it_plans(env: dict[str, Any]) -> None:
+    """A run waiting for its team's place re-plans every poll; its commits are resolved at the
+    first plan and kept, so a queue of waiting runs does not ask the Hub again each time (the
+    combination suite's stack was rate-limited, 429, and the plan that failed ended its execution)."""
+    asked: list[tuple[str, str]] = []
+
+    def resolve(repo: str, revision: str) -> str:
+        asked.append((repo, revision))
+        return "c" * 40
+
+    service = replace(_team_service(env), resolve_revision=resolve)
+    _team_run(env, "rholdhub0001", "vision")
+    _team_run(env, "rwaithub0001", "vision")
+    assert service.plan("rholdhub0001", "rholdhub0001-exec")["skip"] is False
+    for _ in range(3):
+        assert service.plan("rwaithub0001", "rwaithub0001-exec")["wait"] is True
+    assert len(asked) == 2, asked  # once per run, not once per plan
+    service.finish("rholdhub0001", "cancelled", None, "rholdhub0001-exec")
+    going = service.plan("rwaithub0001", "rwaithub0001-exec")
+    assert going.get("wait") is None and len(asked) == 2
+    assert env["ledger"].get("rwaithub0001").lineage.hf_sha == "c" * 40
+
+
 def test_a_run_its_teams_budget_cannot_hold_fails_at_plan_with_the_numbers(env: dict[str, Any]) -> None:
     service = _team_service(env)
     _team_run(env, "rbudget0001", "speech")  # reserves 32 chips × 24 h = 768 of 500

@@ -148,6 +148,12 @@ class StageService:
                 execution_id=execution_id,
             )
             raise
+        if not (record.lineage.hf_sha and record.lineage.data):  # kept now: a waiting run re-plans
+            record = self.ledger.edit(
+                run_id,
+                lambda r: plan_record.pin_commits(r, execution_id, sha, data),
+                detail=lambda r: {"hf_sha": sha, "data": data_pins.summary(data)},
+            )
         # The cache of the run's team, at the commit just pinned: the key publish_conversion writes.
         cache = conversion_cache(req, replace(self._context(record), hf_revision=sha))
         ready = stored_outputs.ready_conversion(self.state, cache)

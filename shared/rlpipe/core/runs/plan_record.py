@@ -43,6 +43,18 @@ class Pins:
     ready: str | None  # the cache's finished conversion attempt, if any
 
 
+def pin_commits(r: RunRecord, execution_id: str | None, sha: str, data: dict[str, Any]) -> str | None:
+    """The commits the run trains on, kept as soon as they are resolved, before the run is
+    admitted: a run that waits (for a team's place, a slot) re-plans every poll, and must not ask
+    the Hub again each time (a queue of waiting runs would be rate-limited, 429, and a plan that
+    fails ends its execution). Its first resolution stands, as a retried plan's does."""
+    if r.terminal or not owns(r, execution_id) or (r.lineage.hf_sha and r.lineage.data):
+        return None
+    r.lineage.hf_sha = r.lineage.hf_sha or sha
+    r.lineage.data = r.lineage.data or data
+    return "commits-pinned"
+
+
 def record_pins(r: RunRecord, execution_id: str | None, pins: Pins) -> tuple[str | None, str | None]:
     """Pin the run by ``pins`` unless it ended or changed hands meanwhile; → (the event to record
     or None for no change, why this execution no longer drives the run, if it does not)."""
