@@ -99,10 +99,6 @@ class Wiring:
             coordinator=self.coordinator(log, ledger),
         )
 
-    def policies(self, log: Logger) -> RunPolicies:
-        """The deployment's run policies on its own buckets (``run_policies``)."""
-        return run_policies(self.settings, self.ledger(), self.state(), log)
-
 
 @cache
 def settings() -> Settings:
