@@ -76,7 +76,15 @@ def start(tmp_path: Path, mode: str, hold: int, env: dict[str, str] | None = Non
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own process group, so a test can end a stand-in left running
+        preexec_fn=_signals_as_in_a_pod,
     )
+
+
+def _signals_as_in_a_pod() -> None:
+    """A pod's shell starts with SIGINT at its default. A test runner started as a background job
+    inherits SIGINT ignored, and bash cannot trap a signal ignored at its entry, so the INT case
+    would wait out the whole hold for a reason that is the launcher's, not the script's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def end_group(proc: subprocess.Popen[str]) -> None:

@@ -38,7 +38,8 @@ from tests.local.test_simulator import NS, create, kube, render, simulate  # noq
 
 def _phases(client: ClusterClient, name: str, kind: str, words: str) -> tuple[WorkloadStatus, WorkloadStatus]:
     """The verdict without a queued deadline, once it gives the reason (Kueue's Pending event comes
-    a moment after the Workload), then with a deadline of half a second that has passed."""
+    a moment after the Workload), then the first verdict other than queued with a deadline of half
+    a second."""
     waiting = wait_until(
         lambda: (
             (s := client.status(name, kind=kind)).phase == "queued"
@@ -49,7 +50,16 @@ def _phases(client: ClusterClient, name: str, kind: str, words: str) -> tuple[Wo
         10,
         what=f"{kind} {name} waiting a second, with its reason: {words}",
     )
-    return waiting, client.status(name, kind=kind, queued_deadline_seconds=0.5)
+    # The JobSet controller adds its Suspended condition at its first pass, a moment after creation,
+    # and the wait is timed from it once it is there: read until the half-second deadline has passed
+    # from that time too, rather than once, which under load can read "queued for 0s".
+    late = wait_until(
+        lambda: (s := client.status(name, kind=kind, queued_deadline_seconds=0.5)).phase != "queued" and s,
+        10,
+        what=f"{kind} {name} past a queued deadline of half a second",
+        interval=0.25,
+    )
+    return waiting, late
 
 
 @contextlib.contextmanager
