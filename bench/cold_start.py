@@ -291,15 +291,24 @@ def _time_once(code: str, cwd: Path) -> tuple[float, float, int]:
 
 
 def _measure(
-    variants: dict[str, tuple[str, Path]], reps: int, warm_up_in: Path | None = None
+    variants: dict[str, tuple[str, Path]],
+    reps: int,
+    warm_up_in: Path | None = None,
+    *,
+    warm_measured: bool = True,
 ) -> tuple[dict[str, dict[str, list[float]]], dict[str, int], dict[str, int]]:
     """Interleaved (one of each per round), so drifting machine load hits every variant alike.
 
     Returns (times, modules loaded, modules loaded by the unmeasured warm-up). ``warm_up_in``
     runs each warm-up in another directory (the eager main), which also answers, for free,
-    whether that main changes what a first call ends up loading."""
-    warm = {name: _time_once(code, warm_up_in or cwd)[2] for name, (code, cwd) in variants.items()}
-    if warm_up_in is not None:  # the measured directories need their own warm-up too
+    whether that main changes what a first call ends up loading. ``warm_measured=False`` (a smoke
+    run) skips the warm-ups that only steady the measured figures."""
+    warm = (
+        {name: _time_once(code, warm_up_in or cwd)[2] for name, (code, cwd) in variants.items()}
+        if warm_measured or warm_up_in is not None
+        else {}
+    )
+    if warm_up_in is not None and warm_measured:  # the measured directories need their own warm-up too
         for code, cwd in variants.values():
             _time_once(code, cwd)
     out: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in variants}
@@ -341,9 +350,12 @@ def run(args: argparse.Namespace) -> Section:
         f"cold start: {len(imports)} import variants × {args.cold_reps} and {len(entries)} first-call "
         f"variants × {args.cold_entry_reps} fresh interpreters, interleaved"
     )
-    import_times, import_modules, _ = _measure(imports, args.cold_reps)
+    # A smoke run (correctness only) skips the warm-ups whose only use is steadier figures; the
+    # eager main's run stays, since the same-modules column is read from it.
+    steady = not getattr(args, "smoke", False)
+    import_times, import_modules, _ = _measure(imports, args.cold_reps, warm_measured=steady)
     entry_times, entry_modules, eager_modules = _measure(
-        entries, args.cold_entry_reps, warm_up_in=dirs["eager"]
+        entries, args.cold_entry_reps, warm_up_in=dirs["eager"], warm_measured=steady
     )
     times = import_times | entry_times
     modules = import_modules | entry_modules

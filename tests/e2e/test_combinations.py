@@ -187,7 +187,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     for team in declared["teams"].values():
         team["allow_user_code"] = True
     (root / "teams.yaml").write_text(yaml.safe_dump(declared))
-    yield from running_stack(root / "stack", teams_file=str(root / "teams.yaml"))
+    yield from running_stack(root / "stack", teams_file=str(root / "teams.yaml"), poll_seconds=3)
 
 
 def _submit_all(local: Local) -> list[Submitted]:

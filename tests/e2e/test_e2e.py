@@ -119,7 +119,8 @@ def running_stack(root: Path, **config: Any) -> Iterator[Local]:
     process environment it sets put back when it stops."""
     saved = dict(os.environ)
     stack = LocalStack(
-        StackConfig(root=root, poll_seconds=1, timing="fast", events=EVENTS, **config), say=lambda text: None
+        StackConfig(root=root, **{"poll_seconds": 1, "timing": "fast", "events": EVENTS, **config}),
+        say=lambda text: None,
     )
     stack.start()
     try:
