@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from rlpipe.control.adapters.hub_client import MAX_ANSWER_BYTES, HubAnswer, hub_get, transport_errors
+from rlpipe.core.http_answers import is_transient
 from rlpipe.core.timestamps import parse_rfc3339
 from rlpipe.upstream.release import INDEX, FileIds, file_ids
 
@@ -61,7 +62,8 @@ class Refused(HubProblem):
 
 
 class Unavailable(HubProblem):
-    """5xx, timeouts, connection errors: try again at the next tick."""
+    """An answer ``core.http_answers`` calls transient (5xx, 408, 429, a raced write), a timeout
+    or a connection error: try again at the next tick."""
 
 
 class RateLimited(HubProblem):
@@ -273,10 +275,10 @@ def classify(exc: BaseException, what: str) -> HubProblem:
         return NotFound(f"{what}: no such file")
     http = find(hf.HfHubHTTPError)
     status = _status(http) if http is not None else None
+    if is_transient(status):  # a 429 without a reset header too: a pause, not a refusal
+        return Unavailable(f"{what}: Hugging Face answered {status}")
     if status == 401:
         return Refused(f"{what}: Hugging Face refused the pipeline's token (401); check RLPIPE_HF_TOKEN")
-    if status is not None and (status == 408 or status >= 500):
-        return Unavailable(f"{what}: Hugging Face answered {status}")
     if status is not None:
         return Refused(f"{what}: Hugging Face answered {status}")
     # The client's HTTP library (httpx2) raises its own connection errors and timeouts, which

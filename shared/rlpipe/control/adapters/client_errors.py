@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 from rlpipe.core.failures import PermanentFailure, PipelineFailure, TransientFailure
+from rlpipe.core.http_answers import HttpMeaning, meaning_of
 
 
 def classify_exception(exc: BaseException) -> PipelineFailure | None:
@@ -20,10 +21,15 @@ def classify_exception(exc: BaseException) -> PipelineFailure | None:
     except ImportError:  # pragma: no cover - google-api-core is a dependency
         gexc = None  # type: ignore[assignment]
     if gexc is not None:
-        if isinstance(exc, (gexc.TooManyRequests, gexc.ServerError, gexc.RetryError)):
+        if isinstance(exc, gexc.RetryError):  # the client's own retries ran out
             return TransientFailure(f"Google API: {exc}")
-        if isinstance(exc, (gexc.Forbidden, gexc.Unauthorized)):
-            return PermanentFailure(f"permission denied: {exc}")
+        status = exc.code if isinstance(exc, gexc.GoogleAPICallError) else None
+        if isinstance(status, int) and 400 <= status <= 599:
+            meaning = meaning_of(status)  # the one table (core.http_answers)
+            if meaning is HttpMeaning.TRANSIENT:
+                return TransientFailure(f"Google API: {exc}")
+            if meaning is HttpMeaning.NO_ACCESS:
+                return PermanentFailure(f"permission denied: {exc}")
     import requests
 
     if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):

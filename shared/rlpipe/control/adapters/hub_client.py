@@ -33,6 +33,7 @@ from urllib.parse import urljoin
 
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.failures import PermanentFailure, TransientFailure
+from rlpipe.core.http_answers import is_transient
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 HF_TOKEN_ENV = "RLPIPE_HF_TOKEN"
@@ -143,7 +144,8 @@ def classified_errors(
 ) -> Iterator[None]:
     """The Hub client's errors inside the block, raised as the pipeline's failures, one mapping for
     every look-up: no access to a gated repo, a missing revision or repo, any other refusal →
-    ``PermanentFailure``; 408, 429 and 5xx answers and transport errors → ``TransientFailure``.
+    ``PermanentFailure``; the answers ``core.http_answers`` calls transient (408, 409, 412, 429, 5xx)
+    and transport errors → ``TransientFailure``.
 
     ``repo_field``/``revision_field`` name the request fields a permanent message starts with
     (``"dataset.repo: …"``); without them the messages are the model look-up's, unprefixed."""
@@ -166,7 +168,7 @@ def classified_errors(
         ) from exc
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
-        if status is not None and (status in (408, 429) or status >= 500):
+        if is_transient(status):
             raise TransientFailure(f"Hugging Face answered {status} for {repo}@{revision}") from exc
         raise PermanentFailure(_named(repo_field, f"Hugging Face refused {repo}@{revision}: {exc}")) from exc
     except transport_errors() as exc:  # not OSError: the client's HTTP library has its own
