@@ -61,9 +61,11 @@ def _hub_error(status: int) -> HfHubHTTPError:
 
 def test_the_hub_look_ups_at_plan_read_the_table() -> None:
     for status in ERRORS:
-        with pytest.raises((TransientFailure, PermanentFailure)) as caught:
-            with classified_errors("org/m", "main", 5.0):
-                raise _hub_error(status)
+        with (
+            pytest.raises((TransientFailure, PermanentFailure)) as caught,
+            classified_errors("org/m", "main", 5.0),
+        ):
+            raise _hub_error(status)
         assert isinstance(caught.value, TransientFailure) == is_transient(status), status
 
 
