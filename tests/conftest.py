@@ -226,6 +226,8 @@ REAL_PLANE_GROUPS = {
 # Files with no module-scoped fixture whose tests are long each: a group per test function.
 PER_TEST_GROUPS = frozenset({"test_entry_points_hostile.py"})
 # The longest groups start first, longest first, so that none is left running alone at the end
+# (xdist keeps this order only with --no-loadscope-reorder, in pyproject's addopts: by default it
+# queues the groups with the most tests first, which left the one-test long groups for the end)
 # (each over a minute of CPU alone, measured file by file: the combination suite ~180 s, the bench
 # smoke ~115 s, each real-plane group ~170 s, the end-to-end files 40-50 s each).
 LONG_FIRST = (
