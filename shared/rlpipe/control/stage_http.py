@@ -141,13 +141,16 @@ def _call(
 def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
     """An operator's operation: its order read from the body (a malformed one is a bad call), then
     the operation with the verified caller. Promote and retry need no cluster, only the ledger
-    and intake's start; cancel deletes the run's workloads and finishes it."""
+    and intake's start; cancel deletes the run's workloads and finishes it. Every part reads the
+    one stage service's ledger and policies, so the check of the caller and the operation it
+    allows read the same run."""
     from rlpipe.control import operator_ops
 
     try:
+        service = services.stage_service(log)
         run_id = body.get("run_id")  # a malformed one is refused by the operation's own reading
         refusal = (
-            operator_ops.operator_refusal(services.policies(log), services.ledger(), run_id, caller)
+            operator_ops.operator_refusal(service.policies, service.ledger, run_id, caller)
             if identity.is_run_id(run_id)
             else None
         )
@@ -159,12 +162,12 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
             # workflow, so whose run it is must be decided here, before anything is touched.
             return {"run_id": operator_ops.run_id_of(body), "allowed": True}
         if op == "cancel":
-            return operator_ops.cancel(services.stage_service(log), operator_ops.cancel_order(body), caller)
+            return operator_ops.cancel(service, operator_ops.cancel_order(body), caller)
         if op == "retry":
             order = operator_ops.retry_order(body)
             return operator_ops.retry_run(
-                services.ledger(),
-                services.policies(log),
+                service.ledger,
+                service.policies,
                 services.intake(log).start_claimed,
                 order,
                 caller,
@@ -172,8 +175,8 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
             )
         promoted = operator_ops.promote_order(body)
         return operator_ops.promote(
-            services.ledger(),
-            services.policies(log),
+            service.ledger,
+            service.policies,
             services.intake(log).start_claimed,
             promoted,
             caller,

@@ -225,9 +225,14 @@ def teams_stage(env: dict[str, Any], stage: Any, monkeypatch: pytest.MonkeyPatch
     ``speech`` by PERSON."""
     import json
 
-    declared = replace(env["service"].settings, teams_json=json.dumps(TEAMS))
-    monkeypatch.setattr(services, "settings", lambda: declared)
-    monkeypatch.setattr(services, "ledger", lambda: env["ledger"])
+    from rlpipe.control.adapters.logs import Logger
+
+    service = env["service"]
+    declared = replace(service.settings, teams_json=json.dumps(TEAMS))
+    policies = services.run_policies(declared, service.ledger, service.state, Logger("stage"))
+    monkeypatch.setattr(
+        services, "stage_service", lambda log: replace(service, settings=declared, policies=policies)
+    )
     return stage
 
 
