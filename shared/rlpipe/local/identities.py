@@ -80,4 +80,5 @@ def played_id_token(email: str, audience: str, *, now: float | None = None) -> s
         "iat": issued,
         "exp": issued + TOKEN_SECONDS,
     }
-    return jwt.encode(_Unsigned(), claims, header={"alg": "none"}).decode("ascii")
+    token: bytes = jwt.encode(_Unsigned(), claims, header={"alg": "none"})
+    return token.decode("ascii")

@@ -136,7 +136,7 @@ class Redelivery:
 
     def backoff(self, attempt: int) -> int:
         """Seconds until the next delivery after failed ``attempt`` (1-based), as an ack deadline."""
-        return max(1, round(min(self.max_delay, self.min_delay * 2 ** max(0, attempt - 1))))
+        return max(1, round(float(min(self.max_delay, self.min_delay * 2 ** max(0, attempt - 1)))))
 
 
 class EmulatorShim:

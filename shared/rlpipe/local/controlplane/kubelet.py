@@ -152,7 +152,9 @@ class PodPlayer:
         while not self._stop.is_set():
             try:
                 # Raw JSON, in the API's own spelling: the script reads the pod as stored.
-                listed = self.core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=5)
+                listed: Any = self.core.list_pod_for_all_namespaces(
+                    _preload_content=False, _request_timeout=5
+                )
                 pods = json.loads(listed.data)["items"]
             except Exception as exc:  # the API server stopping under us
                 self.errors.append(f"listing pods: {exc!r}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -292,7 +293,7 @@ def gated_math_files(rows: dict[str, int] | None = None) -> dict[str, HubFile]:
     )
 
 
-KNOWN_DATASETS = {
+KNOWN_DATASETS: dict[str, Callable[[dict[str, int] | None], dict[str, HubFile]]] = {
     "openai/gsm8k": gsm8k_files,
     "open-r1/OpenR1-Math-220k": openr1_math_files,
     GATED_DATASET: gated_math_files,

@@ -142,7 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
                 if size == 0:
@@ -373,7 +373,7 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError, ValueError):
             readable, _, _ = select.select([self.connection], [], [], 0)
             if readable:
-                return self.connection.recv(1, socket.MSG_PEEK) == b""
+                return bool(self.connection.recv(1, socket.MSG_PEEK) == b"")
         return False
 
     def _watch(self, sel: Selection, query: dict[str, str]) -> int:

@@ -77,6 +77,8 @@ def owned_pod_labels_match(owner_res: Resource, owner: Obj, pod: Obj) -> bool:
     """Does ``pod`` carry the labels its Job/JobSet controller would have put on it?"""
     meta = owner["metadata"]
     labels = pod.get("metadata", {}).get("labels") or {}
+    names: tuple[str, ...]
+    uids: tuple[str, ...]
     if owner_res is JOBS:
         names, uids = JOB_NAME_LABELS, JOB_UID_LABELS
     elif owner_res is JOBSETS:

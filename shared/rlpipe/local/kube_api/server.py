@@ -3,6 +3,7 @@ simulator or a test writes through, injected faults, the request log) and :func:
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import threading
@@ -136,7 +137,7 @@ class KubeApiServer:
         if self._httpd is None:
             raise RuntimeError("the API double is not running; call start()")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     # -- client helpers ----------------------------------------------------------------------
 
@@ -198,7 +199,7 @@ class KubeApiServer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> list[Obj]:
+    ) -> builtins.list[Obj]:
         """Matching objects; ``namespace=None`` lists all namespaces."""
         sel = Selection.build(resolve_resource(resource), namespace, label_selector, field_selector)
         return self.store.list(sel)[0]
@@ -285,12 +286,17 @@ class KubeApiServer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         propagation_policy: str | None = None,
-    ) -> list[Obj]:
+    ) -> builtins.list[Obj]:
         sel = Selection.build(resolve_resource(resource), namespace, label_selector, field_selector)
         return self.store.delete_collection(sel, propagation=propagation_policy)[0]
 
     def append_pod_log(
-        self, name: str, lines: list[str], *, namespace: str = "default", when: datetime | None = None
+        self,
+        name: str,
+        lines: builtins.list[str],
+        *,
+        namespace: str = "default",
+        when: datetime | None = None,
     ) -> None:
         """Add lines to what ``GET .../pods/{name}/log`` answers, each stamped with the time it was
         written (``when``, default now), as the container runtime stamps it (the simulator writes a
@@ -305,7 +311,7 @@ class KubeApiServer:
             self._logs.pop((namespace, name), None)
         self.append_pod_log(name, text.splitlines(), namespace=namespace)
 
-    def pod_log_lines(self, name: str, *, namespace: str = "default") -> list[LogLine]:
+    def pod_log_lines(self, name: str, *, namespace: str = "default") -> builtins.list[LogLine]:
         with self._lock:
             return list(self._logs.get((namespace, name), []))
 
@@ -374,7 +380,7 @@ class KubeApiServer:
             self._requests.append(record)
 
     @property
-    def requests(self) -> list[RequestRecord]:
+    def requests(self) -> builtins.list[RequestRecord]:
         """The HTTP requests so far (the newest ``request_log_limit``), oldest first; a copy."""
         with self._lock:
             return list(self._requests)

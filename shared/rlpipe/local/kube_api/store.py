@@ -3,6 +3,7 @@ on write, finalizers and garbage collection, and the change history that watches
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import logging
@@ -235,7 +236,7 @@ class KubeStore:
             self._validate(res, new)
             if dry_run:
                 return new
-            events: list[WatchEvent] = []
+            events: builtins.list[WatchEvent] = []
             with self._cond:
                 stored = self._objects[res].get((namespace, name))
                 if stored is None:
@@ -337,14 +338,14 @@ class KubeStore:
                 )
             if dry_run:
                 return copy.deepcopy(stored), True
-            events: list[WatchEvent] = []
+            events: builtins.list[WatchEvent] = []
             obj, gone = self._delete_locked(res, namespace, name, policy, events)
             self._release_foreground(events)
         self._publish(events)
         return obj, gone
 
     def _delete_locked(
-        self, res: Resource, namespace: str, name: str, policy: str, events: list[WatchEvent]
+        self, res: Resource, namespace: str, name: str, policy: str, events: builtins.list[WatchEvent]
     ) -> tuple[Obj, bool]:
         stored = self._objects[res][(namespace, name)]
         # Approximation: the garbage collector's work (foreground or background) is done at once,
@@ -391,7 +392,7 @@ class KubeStore:
     def _exists(self, res: Resource, obj: Obj) -> bool:
         return (obj["metadata"]["namespace"], obj["metadata"]["name"]) in self._objects[res]
 
-    def _release_foreground(self, events: list[WatchEvent]) -> None:
+    def _release_foreground(self, events: builtins.list[WatchEvent]) -> None:
         """Owners held for a foreground deletion go once their last dependent is gone (and up the
         chain: a JobSet waits for its Jobs, which wait for their pods). Caller holds the lock."""
         released = True
@@ -415,7 +416,7 @@ class KubeStore:
                         events.append(self._record("DELETED", res, owner, None))
                     released = True
 
-    def _dependents(self, res: Resource, owner: Obj) -> list[tuple[Resource, Obj]]:
+    def _dependents(self, res: Resource, owner: Obj) -> builtins.list[tuple[Resource, Obj]]:
         """Objects the garbage collector would remove with ``owner``: those with an
         ownerReference to it, and pods (and for JobSets, Jobs) labelled as its children."""
         namespace, uid = owner["metadata"]["namespace"], owner["metadata"]["uid"]
@@ -431,7 +432,7 @@ class KubeStore:
 
     def delete_collection(
         self, sel: Selection, *, propagation: str | None, dry_run: bool = False
-    ) -> tuple[list[Obj], int]:
+    ) -> tuple[builtins.list[Obj], int]:
         items, _ = self.list(sel)
         deleted = []
         for item in items:
@@ -450,7 +451,7 @@ class KubeStore:
 
     # -- watch -----------------------------------------------------------------------------
 
-    def open_watch(self, sel: Selection, since: int | None) -> tuple[list[tuple[str, Obj]], int]:
+    def open_watch(self, sel: Selection, since: int | None) -> tuple[builtins.list[tuple[str, Obj]], int]:
         """Initial events and the cursor to continue from. ``since`` None/0 means "now", with a
         synthetic ADDED per existing object; else events after ``since`` (410 if forgotten)."""
         with self._cond:
@@ -465,7 +466,9 @@ class KubeStore:
                 raise Expired(since, self._floor)
             return [], since
 
-    def wait_events(self, sel: Selection, cursor: int, timeout: float) -> tuple[list[tuple[str, Obj]], int]:
+    def wait_events(
+        self, sel: Selection, cursor: int, timeout: float
+    ) -> tuple[builtins.list[tuple[str, Obj]], int]:
         """Events for ``sel`` after ``cursor``, waiting up to ``timeout`` for the first one."""
         with self._cond:
             if self._rv <= cursor and not self._closed:

@@ -79,9 +79,10 @@ def disrupt(js: JobSetWorkload, fault: Fault, head: PodSim) -> Outcome:
     code = SIGKILL_EXIT if slow else SIGTERM_EXIT
     give_up = pipe_timeout(_program_container(js, head), js.env.timing.pipe_timeout)
     victim_exit = 0.0 if reason == "DeletionByPodGC" else js.exit_after(victim, slow=slow)
+    hold = js.program.exit_hold if js.program else 0.0  # the script's hold of a failed exit
     if give_up < victim_exit:  # the head gives up while the victim still terminates
         js.pacer.pause(give_up)
-        return _head_gives_up(head, victim)
+        return _head_gives_up(head, victim, hold=hold, pacer=js.pacer)
     js.pacer.pause(victim_exit)
     victim.finish_termination(code)
     decision = worker_job.pod_failed(victim.index or 0, victim)
@@ -90,12 +91,11 @@ def disrupt(js: JobSetWorkload, fault: Fault, head: PodSim) -> Outcome:
             js.pacer.pause(worker_job.backoff_seconds())
         js.bring_up(worker_job, worker_job.create_pods([victim.index or 0]))
         js.pacer.pause(max(0.0, give_up - victim_exit))
-        return _head_gives_up(head, victim)
+        return _head_gives_up(head, victim, hold=hold, pacer=js.pacer)
     others = worker_job.fail_target(decision.reason, decision.message)
     others_exit = max((js.exit_after(p, slow=slow) for p in others), default=0.0)
     # The race. At equal times the head wins: the worker's Job is Failed only after its pods'
     # removal has been observed (finalizers removed, then another Job sync), one step more.
-    hold = js.program.exit_hold if js.program else 0.0
     worker_failed_at = victim_exit + others_exit
     if give_up + hold <= worker_failed_at:
         js.pacer.pause(give_up - victim_exit)

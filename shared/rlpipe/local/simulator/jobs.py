@@ -222,7 +222,7 @@ class JobSim:
 
     def backoff_seconds(self) -> float:
         """The controller's exponential pod-recreation delay (simulated seconds)."""
-        return self.env.timing.pod_backoff * (2 ** max(0, self.failed - 1))
+        return float(self.env.timing.pod_backoff * (2 ** max(0, self.failed - 1)))
 
     # -- endings ---------------------------------------------------------------------------------
 
@@ -305,7 +305,8 @@ def compress_indexes(indexes: Iterable[int]) -> str:
     """``{0,1,2,5}`` → ``"0-2,5"``, the controller's ``completedIndexes`` format."""
     ordered = sorted(set(indexes))
     parts: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = -2
     for i in ordered:
         if start is None:
             start = prev = i

@@ -75,7 +75,7 @@ class PodSim:
     def _status(self, mutate: Callable[[Obj], None]) -> None:
         self._modify(lambda pod: mutate(pod.setdefault("status", {})))
 
-    def _sigterm_statuses(self, containers: list[dict[str, Any]], now: str) -> list[dict[str, Any]]:
+    def _sigterm_statuses(self, containers: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         """Statuses of containers stopped with SIGTERM (exit 143)."""
         return [
             ko.terminated(
@@ -90,7 +90,7 @@ class PodSim:
             for c in containers
         ]
 
-    def _terminate_sidecars(self, status: dict[str, Any], now: str) -> None:
+    def _terminate_sidecars(self, status: dict[str, Any], now: float) -> None:
         """Native sidecars are stopped with SIGTERM when the main containers end (exit 143)."""
         if self.sidecars:
             status["initContainerStatuses"] = self._sigterm_statuses(self.sidecars, now)

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -86,8 +87,8 @@ class Pacer:
                 raise WorkloadGone
         self.check()
 
-    def forever(self) -> None:
-        """Park until cancelled (a stall, an image that never pulls)."""
+    def forever(self) -> NoReturn:
+        """Park until cancelled (a stall, an image that never pulls): ``check`` raises then."""
         while True:
             if self._sleep is not None:
                 self._sleep(self.timing.poll)

@@ -108,6 +108,10 @@ class _Run:
     thread: threading.Thread | None = None
 
 
+# The identity a local workflow runs as (its OIDC tokens name it) when none is given.
+DEFAULT_SERVICE_ACCOUNT = "workflows-local@local-project.iam.gserviceaccount.com"
+
+
 class Engine:
     """Loads one definition (YAML text) and runs executions of it."""
 
@@ -124,7 +128,7 @@ class Engine:
         http: HttpClient | None = None,
         project_number: str = "000000000000",
         revision_id: str = "000001-local",
-        service_account: str = "workflows-local@local-project.iam.gserviceaccount.com",
+        service_account: str = DEFAULT_SERVICE_ACCOUNT,
     ) -> None:
         self.workflow = load_workflow(definition)
         self.workflow_id = workflow_id

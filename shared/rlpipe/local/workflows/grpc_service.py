@@ -38,7 +38,8 @@ def _timestamp(seconds: float | None) -> dt.datetime | None:
     return None if seconds is None else dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
 
 
-def to_proto(engine: Engine, execution: Execution, view: pb.ExecutionView) -> pb.Execution:
+def to_proto(engine: Engine, execution: Execution, view: int) -> pb.Execution:
+    """``view``: a ``pb.ExecutionView`` value (the generated enums are ints)."""
     message = pb.Execution(
         name=execution.name,
         state=_STATES[execution.state],
@@ -142,7 +143,7 @@ class ExecutionsService:
     def handler(self) -> grpc.GenericRpcHandler:
         def unary(
             fn: Callable[[Any, grpc.ServicerContext], Any], request: Any, response: Any
-        ) -> grpc.RpcMethodHandler:
+        ) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(
                 fn, request_deserializer=request.deserialize, response_serializer=response.serialize
             )

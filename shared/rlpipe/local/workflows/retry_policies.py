@@ -27,7 +27,8 @@ DEFAULT_BACKOFF = (1.0, 60.0, 1.25)  # initial_delay, max_delay, multiplier
 
 def _tags(error: Any) -> list[Any]:
     if isinstance(error, dict) and isinstance(error.get("tags"), list):
-        return error["tags"]
+        tags: list[Any] = error["tags"]
+        return tags
     return []
 
 

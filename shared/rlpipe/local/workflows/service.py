@@ -15,7 +15,7 @@ from types import TracebackType
 from .callback_server import CallbackServer
 from .callbacks import CallbackRegistry
 from .clock import Clock, RealClock
-from .engine import Engine
+from .engine import DEFAULT_SERVICE_ACCOUNT, Engine
 from .grpc_service import ExecutionsServer
 
 
@@ -48,7 +48,7 @@ class LocalWorkflows:
             clock=self.clock,
             env=env,
             callbacks=self.callbacks,
-            **({"service_account": service_account} if service_account else {}),
+            service_account=service_account or DEFAULT_SERVICE_ACCOUNT,
         )
         self._grpc_server = ExecutionsServer({workflow_id: self.engine}, port=grpc_port)
         self._started = False

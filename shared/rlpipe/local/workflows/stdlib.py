@@ -267,7 +267,8 @@ def _json_decode(_: ExecutionServices, args: list[Any]) -> Any:
 def _indent(args: list[Any], fn: str) -> int | None:
     if len(args) < 2 or args[1] is None:
         return None
-    return _need(args[1], int, fn, "indent")
+    indent: int = _need(args[1], int, fn, "indent")
+    return indent
 
 
 @register("json.encode", "data indent", optional=1)

@@ -74,7 +74,7 @@ def to_string(value: Any) -> str:
 def equal(left: Any, right: Any) -> bool:
     """Workflows ``==``: ints and doubles compare numerically, other types never equal."""
     if is_number(left) and is_number(right):
-        return left == right
+        return bool(left == right)
     if type_name(left) != type_name(right):
         return False
     if isinstance(left, list):
