@@ -4,9 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Four workers on two cores: most of the suite waits on local servers, not on the CPU (about 3
-# minutes instead of 11 in one process). A file runs whole on one worker (--dist loadgroup), so its
-# module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
+# Four workers on two cores. The suite is CPU-bound (about 1,100 CPU-seconds, both cores ~85 % busy
+# over its 10-11 minutes; six workers are no faster), but its long groups also wait on servers,
+# and four keep both cores busy while they do. A file runs whole on one worker (--dist loadgroup),
+# so its module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 4
 
 # Python writes its bytecode (into the git-ignored __pycache__ folders) even where the shell asks it
