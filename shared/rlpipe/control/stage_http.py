@@ -141,16 +141,18 @@ def _call(
 def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> dict[str, Any]:
     """An operator's operation: its order read from the body (a malformed one is a bad call), then
     the operation with the verified caller. Promote and retry need no cluster, only the ledger
-    and intake's start; cancel deletes the run's workloads and finishes it. Every part reads the
-    one stage service's ledger and policies, so the check of the caller and the operation it
-    allows read the same run."""
+    and intake's start; cancel deletes the run's workloads and finishes it, through the stage
+    service. The check of the caller reads the ledger and policies the operation then uses (the
+    stage service's for cancel), so both read the same run."""
     from rlpipe.control import operator_ops
 
     try:
-        service = services.stage_service(log)
+        service = services.stage_service(log) if op == "cancel" else None
+        ledger = service.ledger if service is not None else services.ledger()
+        policies = service.policies if service is not None else services.policies(log)
         run_id = body.get("run_id")  # a malformed one is refused by the operation's own reading
         refusal = (
-            operator_ops.operator_refusal(service.policies, service.ledger, run_id, caller)
+            operator_ops.operator_refusal(policies, ledger, run_id, caller)
             if identity.is_run_id(run_id)
             else None
         )
@@ -161,13 +163,13 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
             # operator's own credentials: IAM lets any operator cancel any execution of the one
             # workflow, so whose run it is must be decided here, before anything is touched.
             return {"run_id": operator_ops.run_id_of(body), "allowed": True}
-        if op == "cancel":
+        if service is not None:
             return operator_ops.cancel(service, operator_ops.cancel_order(body), caller)
         if op == "retry":
             order = operator_ops.retry_order(body)
             return operator_ops.retry_run(
-                service.ledger,
-                service.policies,
+                ledger,
+                policies,
                 services.intake(log).start_claimed,
                 order,
                 caller,
@@ -175,8 +177,8 @@ def operate(op: str, body: dict[str, Any], log: Logger, caller: str | None) -> d
             )
         promoted = operator_ops.promote_order(body)
         return operator_ops.promote(
-            service.ledger,
-            service.policies,
+            ledger,
+            policies,
             services.intake(log).start_claimed,
             promoted,
             caller,

@@ -233,6 +233,8 @@ def teams_stage(env: dict[str, Any], stage: Any, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(
         services, "stage_service", lambda log: replace(service, settings=declared, policies=policies)
     )
+    monkeypatch.setattr(services, "settings", lambda: declared)  # retry and promote: no stage service
+    monkeypatch.setattr(services, "ledger", lambda: env["ledger"])
     return stage
 
 
