@@ -487,3 +487,36 @@ def test_failed_is_written_only_after_the_terminating_pods_are_gone(
         and p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
     }
     assert len(lingering) == 7 and lingering == exited  # the other seven hosts of the 4x8 slice
+
+
+def with_pipe_timeout(train: Obj, seconds: int) -> Obj:
+    """The rendered JobSet with the head's program giving up on a lost worker after ``seconds``
+    (its ABSL flag, as a request's environment may set it)."""
+    program = train["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    flags = next(e for e in program["env"] if e["name"] == "ABSL_FLAGS")
+    flags["value"] = flags["value"].replace("=60s", f"={seconds}s")
+    return train
+
+
+def test_a_head_that_gives_up_before_the_disrupted_worker_exits_holds_its_exit_and_ends(
+    kube: KubeApiServer,
+    buckets: Buckets,
+    simulate: Callable[..., ClusterSimulator],
+) -> None:
+    """The head's pipe timeout (5 s) shorter than the worker's grace period (30 s, the worker
+    killed at its end): the program gives up while the worker still terminates, and its exit is
+    held as on every other path. This path once called the give-up without the hold and crashed
+    the simulation (a TypeError), so the JobSet never ended."""
+    train = with_pipe_timeout(render_for(buckets, "train", training={"num_batches": 10}), 5)
+    name = train["metadata"]["name"]
+    pods = capture(kube, "pods")
+    sim = simulate("train:preempt@3:worker:scheduler:head-first")
+    seed(buckets, program_args(train)["load_parameters_path"])
+    create(kube, train)
+    assert sim.wait_finished(name, 15)
+    js = kube.get("jobsets", name, namespace=NS)
+    assert any(c["type"] == "Failed" and c["status"] == "True" for c in js["status"]["conditions"]), js[
+        "status"
+    ]
+    head_pod = next(p["metadata"]["name"] for p in pods if "-pathways-head-0-" in p["metadata"]["name"])
+    assert "rlpipe-hold:" in kube.pod_log(head_pod, namespace=NS)
