@@ -4,7 +4,7 @@ phase, the class and the shape of the message out.
 Every rule of every list has a row (``test_every_rule_has_a_row``), so a rule cannot land without
 one; the rows that name a rule of a later position show the precedence (the first rule that holds
 decides). The behaviour against real Kubernetes documents stays with the tests of
-``cluster.status.summarize`` (test_cluster.py, test_kueue_eviction.py, test_preemption_race.py)
+``cluster.status.summarize`` (tests/cluster/client/test_cluster_status.py, test_kueue_eviction.py, test_preemption_race.py)
 and of ``stage status`` (test_stage.py, test_retry.py).
 """
 
