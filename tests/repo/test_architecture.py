@@ -205,10 +205,11 @@ def test_no_test_or_bench_takes_a_run_record_name_from_a_module_that_passes_it_o
 
 # Test folders that are not a package of the library: what spans the repository (the layout,
 # goldens, infra, benchmarks), whole runs of the local stack, the function entry points, the real
-# MaxText programs' tier (programs/), and the tests that run the real control plane (grouped
-# because they share one plane per worker).
+# MaxText programs' tier (programs/), the tests that run the real control plane (grouped
+# because they share one plane per worker), and the ClusterClient's tests on the API double
+# (grouped because they share its fixtures and the RBAC check of every call, cluster/client/).
 TESTS = ROOT / "tests"
-NOT_A_PACKAGE = {"repo", "e2e", "functions", "programs", "cluster/real_plane"}
+NOT_A_PACKAGE = {"repo", "e2e", "functions", "programs", "cluster/real_plane", "cluster/client"}
 SUPPORT = {"fixtures", "golden", "harness", "schemas"}
 
 
