@@ -48,6 +48,12 @@ def meaning_of(status: int) -> HttpMeaning:
     return HttpMeaning.REFUSED
 
 
+def meaning_of_answer(status: int | None) -> HttpMeaning | None:
+    """The meaning of whatever status an error carried: None when it carried none, or one that is
+    not an HTTP error (a client library's own code)."""
+    return meaning_of(status) if status is not None and 400 <= status <= 599 else None
+
+
 def is_transient(status: int | None) -> bool:
     """Whether an answer with this status is worth asking again unchanged (None: no answer)."""
-    return status is not None and 400 <= status <= 599 and meaning_of(status) is HttpMeaning.TRANSIENT
+    return meaning_of_answer(status) is HttpMeaning.TRANSIENT

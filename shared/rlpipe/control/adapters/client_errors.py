@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 from rlpipe.core.failures import PermanentFailure, PipelineFailure, TransientFailure
-from rlpipe.core.http_answers import HttpMeaning, meaning_of
+from rlpipe.core.http_answers import HttpMeaning, meaning_of_answer
 
 
 def classify_exception(exc: BaseException) -> PipelineFailure | None:
@@ -23,13 +23,12 @@ def classify_exception(exc: BaseException) -> PipelineFailure | None:
     if gexc is not None:
         if isinstance(exc, gexc.RetryError):  # the client's own retries ran out
             return TransientFailure(f"Google API: {exc}")
-        status = exc.code if isinstance(exc, gexc.GoogleAPICallError) else None
-        if isinstance(status, int) and 400 <= status <= 599:
-            meaning = meaning_of(status)  # the one table (core.http_answers)
-            if meaning is HttpMeaning.TRANSIENT:
-                return TransientFailure(f"Google API: {exc}")
-            if meaning is HttpMeaning.NO_ACCESS:
-                return PermanentFailure(f"permission denied: {exc}")
+        code = exc.code if isinstance(exc, gexc.GoogleAPICallError) else None
+        meaning = meaning_of_answer(code if isinstance(code, int) else None)  # core.http_answers
+        if meaning is HttpMeaning.TRANSIENT:
+            return TransientFailure(f"Google API: {exc}")
+        if meaning is HttpMeaning.NO_ACCESS:
+            return PermanentFailure(f"permission denied: {exc}")
     import requests
 
     if isinstance(exc, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
