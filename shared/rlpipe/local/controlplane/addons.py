@@ -7,6 +7,9 @@ has no Service networking and runs each controller as a local process with its o
 so of that set we keep the Namespaces, CRDs and webhook configurations, and point every webhook
 (admission, and Kueue's CRD conversion) at the controller's loopback URL with our CA's bundle.
 Nothing upstream is copied into the repository: the files are read from Go's module cache.
+They are megabytes of YAML (Kueue's renders to 1.7 MB), read here and written for ``kubectl apply``
+with libyaml, PyYAML's C loader and dumper: the same documents, ten times faster than pure Python
+(2.0 s against 0.18 s of CPU for Kueue's), paid on every start of a plane.
 
 GKE serves the cluster autoscaler's ProvisioningRequest API (``autoscaling.x-k8s.io``) on every
 cluster; flex-start with queued provisioning is built on it. Kueue starts its ProvisioningRequest
@@ -49,7 +52,7 @@ def release_documents(module: str, version: str) -> list[dict[str, Any]]:
         text=True,
         check=True,
     )
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return [d for d in yaml.load_all(out.stdout, Loader=yaml.CSafeLoader) if d]
 
 
 def required_version(go_mod: str, module: str) -> str:
@@ -65,7 +68,7 @@ def provisioning_request_crd(kueue_version: str) -> list[dict[str, Any]]:
     kueue = components.module_dir("sigs.k8s.io/kueue", kueue_version)
     version = required_version((kueue / "go.mod").read_text(), PROVISIONING_REQUEST_MODULE)
     crd = components.module_dir(PROVISIONING_REQUEST_MODULE, version) / PROVISIONING_REQUEST_CRD
-    return [d for d in yaml.safe_load_all(crd.read_text()) if d]
+    return [d for d in yaml.load_all(crd.read_text(), Loader=yaml.CSafeLoader) if d]
 
 
 def localize(documents: list[dict[str, Any]], url: str, ca_pem: bytes) -> list[dict[str, Any]]:

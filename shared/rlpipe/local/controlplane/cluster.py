@@ -86,7 +86,11 @@ class ControlPlane:
         return out.stdout
 
     def apply(self, documents: list[dict[str, Any]] | str, *, user: str = "admin") -> str:
-        text = documents if isinstance(documents, str) else yaml.safe_dump_all(documents, sort_keys=False)
+        text = (
+            documents
+            if isinstance(documents, str)
+            else yaml.dump_all(documents, Dumper=yaml.CSafeDumper, sort_keys=False)
+        )
         return self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", user=user, stdin=text)
 
     def add_user(self, name: str) -> Path:

@@ -55,7 +55,11 @@ def deploy_documents(
             text=True,
             check=True,
         )
-    return [d for d in yaml.safe_load_all(out.stdout) if d and d.get("kind") not in GKE_ONLY_KINDS]
+    return [
+        d
+        for d in yaml.load_all(out.stdout, Loader=yaml.CSafeLoader)
+        if d and d.get("kind") not in GKE_ONLY_KINDS
+    ]
 
 
 def secret_documents(tokens: Mapping[str, str], namespace: str = NAMESPACE) -> list[dict[str, Any]]:
