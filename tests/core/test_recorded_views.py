@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rlpipe import report
+from rlpipe.cli import charts as cli_charts
 from rlpipe.core.runs import recorded
 from rlpipe.core.runs.record import Lineage, RunRecord, Source
 
@@ -83,7 +84,7 @@ def test_a_damaged_ledgers_page_renders_with_what_it_can_read() -> None:
         results={"post": {"mean_reward": "high"}, "intermediate": [{"step": 5, "mean_reward": 0.25}, None]},
         lineage=Lineage(data={"train": "gsm8k"}, inputs={"rewards": "rewards.py"}),
     )
-    html = report.render_report(record, now=datetime(2026, 5, 1, tzinfo=UTC))
+    html = report.render_report(record, now=datetime(2026, 5, 1, tzinfo=UTC), painter=cli_charts)
     curve = report.reward_curve(record)
     assert curve is not None and [(p.step, p.mean_reward) for p in curve.intermediate] == [(5, 0.25)]
     assert curve.post is None  # "high" is not a number

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from rlpipe.cli import charts as cli_charts
 from rlpipe.cli import compare_command
 from rlpipe.cli.exit_codes import CliError
 from rlpipe.core.runs.record import RunRecord, Source
@@ -83,7 +84,9 @@ def identical_runs() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def html() -> str:
-    return compare.render_compare(records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES)
+    return compare.render_compare(
+        records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES, painter=cli_charts
+    )
 
 
 def test_one_curve_per_run_with_every_evaluation(html: str) -> None:
@@ -177,12 +180,12 @@ def test_the_selected_run_is_marked_with_its_reason(html: str) -> None:
     assert "<b>" not in html and "&lt;b&gt;&amp; cheapest&lt;/b&gt;" in html
     # Self-contained: no script, nothing to load.
     assert not page.tags("script") and not page.tags("link") and not page.tags("img")
-    unselected = compare.render_compare(records(runs()[:2]), now=NOW)
+    unselected = compare.render_compare(records(runs()[:2]), now=NOW, painter=cli_charts)
     assert 'id="selected-mark"' not in unselected and 'id="selection"' not in unselected
     with pytest.raises(ValueError, match="not one of the runs"):
-        compare.render_compare(records(runs()[:2]), selected=SLOW, now=NOW)
+        compare.render_compare(records(runs()[:2]), selected=SLOW, now=NOW, painter=cli_charts)
     with pytest.raises(ValueError, match="at least two"):
-        compare.render_compare(records(runs()[:1]), now=NOW)
+        compare.render_compare(records(runs()[:1]), now=NOW, painter=cli_charts)
 
 
 def test_the_subcommand(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,7 +226,9 @@ def test_compare_in_chromium(browser: Any, tmp_path: Path) -> None:
 
     path = tmp_path / "compare.html"
     path.write_text(
-        compare.render_compare(records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES)
+        compare.render_compare(
+            records(runs()), selected=FAST, reason=REASON, now=NOW, prices_json=PRICES, painter=cli_charts
+        )
     )
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable")
@@ -283,7 +288,7 @@ def _line_style(chart: ET.Element, gid: str) -> tuple[str, str]:
 def test_coinciding_curves_each_keep_a_line_style_and_marker_and_are_named() -> None:
     """Four runs, three with one curve: each run is drawn in a dash pattern and a marker shape of
     its own (so none hides the others), and a note names the three whose curves coincide."""
-    page_html = compare.render_compare(records(identical_runs()), now=NOW)
+    page_html = compare.render_compare(records(identical_runs()), now=NOW, painter=cli_charts)
     chart = charts(page_html)["compare"]
     styles = [_line_style(chart, f"run{i}") for i in range(1, 5)]
     assert len({dash for dash, _ in styles}) == 4, styles
@@ -294,7 +299,7 @@ def test_coinciding_curves_each_keep_a_line_style_and_marker_and_are_named() -> 
     assert [a["data-coincides"] for a in page.tags("span") if "data-coincides" in a] == [RUN, TWIN_A, TWIN_B]
     assert f"The curves of {RUN}, {TWIN_A} and {TWIN_B} coincide" in shown(page_html)
     # Runs whose curves differ get no such note.
-    assert "data-coinciding" not in compare.render_compare(records(runs()), now=NOW)
+    assert "data-coinciding" not in compare.render_compare(records(runs()), now=NOW, painter=cli_charts)
 
 
 def test_unset_absent_null_and_empty_are_not_differences() -> None:
@@ -316,7 +321,7 @@ def test_unset_absent_null_and_empty_are_not_differences() -> None:
         "tpu.provisioning": ["(unset)", "(unset)", "spot"],
         "tpu.type": ["(unset)", "(unset)", "v6e-8"],
     }
-    page = Page(compare.render_compare(records(base), now=NOW))
+    page = Page(compare.render_compare(records(base), now=NOW, painter=cli_charts))
     assert sorted(a["data-key"] for a in page.tags("tr") if "data-key" in a) == sorted(found)
 
 
@@ -329,7 +334,9 @@ def test_coinciding_curves_are_all_visible_in_chromium(browser: Any, tmp_path: P
     from PIL import Image
 
     path = tmp_path / "identical.html"
-    path.write_text(compare.render_compare(records(identical_runs()), now=NOW), encoding="utf-8")
+    path.write_text(
+        compare.render_compare(records(identical_runs()), now=NOW, painter=cli_charts), encoding="utf-8"
+    )
     browser.events.clear()  # the load event of a page opened before is not this one's
     browser.send("Page.enable")
     browser.send(

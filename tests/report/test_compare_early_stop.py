@@ -19,6 +19,7 @@ import jinja2
 import jsonschema
 import pytest
 
+from rlpipe.cli import charts as cli_charts
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, Source, SweepParent
 from rlpipe.report import compare
@@ -104,7 +105,7 @@ WITHOUT = 121.6 + 2 * 151.47  # 424.54
 
 
 def page() -> str:
-    return compare.render_compare(children(), sweep=parent(), now=NOW)
+    return compare.render_compare(children(), sweep=parent(), now=NOW, painter=cli_charts)
 
 
 def stop_shown(html: str) -> list[str]:
@@ -149,7 +150,7 @@ def test_chip_hours_against_a_sweep_without_stopping_are_an_estimate_said_how() 
 
 def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:
     records = children()[1:]
-    html = compare.render_compare(records, now=NOW)
+    html = compare.render_compare(records, now=NOW, painter=cli_charts)
     assert "stop-savings" not in html and "data-stopped" not in html
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rlpipe import report
+from rlpipe.cli import charts as cli_charts
 from rlpipe.cli import report_command
 from rlpipe.core.runs.record import LEDGER_TIME, Attempt, Lineage, RunRecord, Source
 
@@ -193,7 +194,7 @@ def texts(svg: ET.Element) -> list[str]:
 
 @pytest.fixture(scope="module")
 def html() -> str:
-    return report.render_report(record(), now=NOW)
+    return report.render_report(record(), now=NOW, painter=cli_charts)
 
 
 def test_the_page_has_both_charts_drawing_the_runs_numbers(html: str) -> None:
@@ -224,6 +225,19 @@ def test_the_page_has_both_charts_drawing_the_runs_numbers(html: str) -> None:
     ]
     assert points == [("pre", 0), *(("intermediate", s) for s in STEPS), ("post", 300)]
     assert "0.8765" in page.all_text and "+0.7531" in page.all_text
+
+
+def test_without_a_painter_the_page_draws_nothing_and_keeps_every_number(html: str) -> None:
+    """The control plane's copy (control/lifecycle/run_report.py) is rendered without a painter,
+    because matplotlib is not in the function bundle: each chart is a note that names the command
+    that draws it, and the tables hold the same rows as the page the CLI draws."""
+    bare = report.render_report(record(), now=NOW, painter=None)
+    page, drawn = Page(bare), Page(html)
+    assert page.tags("svg") == [] and "matplotlib" not in bare
+    for note in ("timeline-no-chart", "reward-no-chart"):
+        assert [e for e in page.tags("p") if e.get("id") == note], f"{note}: no note where the chart was"
+    assert f"charts are drawn by rlpipe report {record().run_id}" in page.all_text
+    assert [r for r in page.tags("tr")] == [r for r in drawn.tags("tr")]
 
 
 def test_every_attempt_is_on_the_timeline_with_its_outcome_and_failure_class(html: str) -> None:
@@ -350,6 +364,7 @@ def test_user_data_is_escaped() -> None:
             },
         ),
         now=NOW,
+        painter=cli_charts,
     )
     page = Page(html)
     assert not page.tags("script") and not page.tags("img") and not page.tags("b")
@@ -367,7 +382,7 @@ def test_a_run_without_evaluations_says_so(results: dict[str, Any] | None) -> No
     data = ledger_json(results=results, gate=None)
     if results is None:
         del data["results"]
-    html = report.render_report(RunRecord.model_validate(data), now=NOW)
+    html = report.render_report(RunRecord.model_validate(data), now=NOW, painter=cli_charts)
     page = Page(html)
     assert report.NO_EVALUATION in page.all_text
     assert len(page.tags("svg")) == 1  # the timeline only
@@ -376,7 +391,7 @@ def test_a_run_without_evaluations_says_so(results: dict[str, Any] | None) -> No
 
 def test_a_new_run_renders_without_attempts_or_results() -> None:
     record_model = RunRecord(run_id="rnew00000001", key="k", source=Source(kind="cli"), request={})
-    html = report.render_report(record_model, now=NOW)
+    html = report.render_report(record_model, now=NOW, painter=cli_charts)
     page = Page(html)
     assert not page.tags("svg")
     assert "no attempt launched yet" in page.all_text and report.NO_EVALUATION in page.all_text
@@ -405,7 +420,7 @@ def test_a_record_of_todays_ledger_model_renders() -> None:
         ],
         lineage=Lineage(hf_repo="google/x", hf_sha="a" * 40),
     )
-    html = report.render_report(rec, now=NOW)
+    html = report.render_report(rec, now=NOW, painter=cli_charts)
     timeline = charts(html)["timeline"]
     by_id(timeline, "timeline-attempt-train-1")
     assert "google/x" in Page(html).all_text
@@ -429,7 +444,7 @@ def test_pre_sits_at_step_zero_and_post_at_the_final_step() -> None:
 
 
 def test_write_report_and_the_subcommand(tmp_path: Path) -> None:
-    path = report.write_report(record(), tmp_path / "out" / "run.html", now=NOW)
+    path = report.write_report(record(), tmp_path / "out" / "run.html", now=NOW, painter=cli_charts)
     assert path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
     class FakeLedger:
@@ -464,7 +479,7 @@ def test_a_long_curve_keeps_every_point() -> None:
     """matplotlib simplifies paths of 128+ vertices by default; the report turns that off."""
     steps = list(range(1, 401))
     results = {"intermediate": [{"step": s, "mean_reward": s / 400, "accuracy": 50.0} for s in steps]}
-    reward = charts(report.render_report(record(results=results), now=NOW))["reward"]
+    reward = charts(report.render_report(record(results=results), now=NOW, painter=cli_charts))["reward"]
     path = by_id(reward, "reward-mean-reward-unlabelled").find(f"{SVG}path")
     assert path is not None and len(re.findall(r"[ML] ", path.get("d", ""))) == len(steps)
     assert not list(
@@ -475,7 +490,7 @@ def test_a_long_curve_keeps_every_point() -> None:
 @pytest.mark.parametrize(("team", "shown"), [("vision", "vision"), (None, "default")])
 def test_the_page_names_the_runs_team(team: str | None, shown: str) -> None:
     record_model = RunRecord(run_id="rteam0000001", key="k", source=Source(kind="gcs", team=team), request={})
-    html = report.render_report(record_model, now=NOW)
+    html = report.render_report(record_model, now=NOW, painter=cli_charts)
     assert re.search(rf'<dt>team</dt><dd id="fact-team">{shown}</dd>', html), "the team fact"
 
 
@@ -486,10 +501,14 @@ def test_a_waiting_run_says_what_it_waits_for_in_the_words_status_uses() -> None
         "reason": "team vision has 4 of 4 active runs",
         "since": "2026-12-01T10:00:00Z",
     }
-    html = report.render_report(record(state="accepted", stage=None, admission=waiting), now=NOW)
+    html = report.render_report(
+        record(state="accepted", stage=None, admission=waiting), now=NOW, painter=cli_charts
+    )
     fact = re.search(r'<dd id="fact-waiting">(.*?)</dd>', html)
     assert fact is not None, "a waiting run's page says why"
     assert fact.group(1) == (
         "for a place under its team&#39;s limits since 2026-12-01T10:00:00Z: team vision has 4 of 4 active runs"
     )
-    assert 'id="fact-waiting"' not in report.render_report(record(), now=NOW)  # a run not waiting
+    assert 'id="fact-waiting"' not in report.render_report(
+        record(), now=NOW, painter=cli_charts
+    )  # a run not waiting

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from rlpipe import report
+from rlpipe.cli import charts as cli_charts
 from tests.harness.patience import ceiling, wait_until
 from tests.report.test_report_story import (
     BRANCH,
@@ -205,6 +206,7 @@ def loaded(browser: DevTools, tmp_path_factory: pytest.TempPathFactory) -> Loade
         tmp_path_factory.mktemp("report") / f"{RUN}-report.html",
         now=NOW,
         receipt=receipt(),
+        painter=cli_charts,
     )
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable")
@@ -316,7 +318,9 @@ def test_a_local_cached_runs_page_keeps_dates_on_one_line_and_shows_the_skip_and
     from rlpipe.report.charts import COLOURS
     from tests.report.test_report_story import cached_story
 
-    path = report.write_report(as_record(cached_story()), tmp_path / "cached.html", now=NOW, cluster="double")
+    path = report.write_report(
+        as_record(cached_story()), tmp_path / "cached.html", now=NOW, cluster="double", painter=cli_charts
+    )
     browser.events.clear()  # the load event of the page opened before is not this one's
     browser.send("Page.enable")
     browser.send("Emulation.setDeviceMetricsOverride", deviceScaleFactor=1, mobile=False, **VIEWPORT)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from rlpipe import report
+from rlpipe.cli import charts as cli_charts
 from rlpipe.cli import compare_command, report_command
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
@@ -110,23 +111,27 @@ def _says_nothing_of_it(html: str) -> None:
 
 @pytest.mark.parametrize("cluster", ["double", "real"])
 def test_every_page_of_a_local_run_says_simulated_and_which_cluster(cluster: str) -> None:
-    _says_simulated(report.render_report(as_record(story()), now=NOW, cluster=cluster), cluster)
-    _says_simulated(render_compare(records(runs()), now=NOW, cluster=cluster), cluster)
+    _says_simulated(
+        report.render_report(as_record(story()), now=NOW, cluster=cluster, painter=cli_charts), cluster
+    )
+    _says_simulated(render_compare(records(runs()), now=NOW, cluster=cluster, painter=cli_charts), cluster)
     children = _children()
     sweep = _parent(_children())
-    _says_simulated(render_compare(children, now=NOW, cluster=cluster, sweep=sweep), cluster)
+    _says_simulated(
+        render_compare(children, now=NOW, cluster=cluster, sweep=sweep, painter=cli_charts), cluster
+    )
 
 
 def test_a_page_of_a_run_on_google_cloud_says_nothing_of_the_kind() -> None:
-    _says_nothing_of_it(report.render_report(as_record(story()), now=NOW))
-    _says_nothing_of_it(render_compare(records(runs()), now=NOW))
-    _says_nothing_of_it(render_compare(_children(), now=NOW, sweep=_parent(_children())))
+    _says_nothing_of_it(report.render_report(as_record(story()), now=NOW, painter=cli_charts))
+    _says_nothing_of_it(render_compare(records(runs()), now=NOW, painter=cli_charts))
+    _says_nothing_of_it(render_compare(_children(), now=NOW, sweep=_parent(_children()), painter=cli_charts))
 
 
 def test_a_page_never_guesses_a_cluster() -> None:
     for wrong in ("", "gke", "Double", "double "):
         with pytest.raises(ValueError, match="cluster must be one of double, real"):
-            report.render_report(as_record(story()), now=NOW, cluster=wrong)
+            report.render_report(as_record(story()), now=NOW, cluster=wrong, painter=cli_charts)
 
 
 def test_the_cluster_comes_from_the_deployments_settings(monkeypatch: pytest.MonkeyPatch) -> None:

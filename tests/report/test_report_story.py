@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from rlpipe import report
+from rlpipe.cli import charts as cli_charts
 from rlpipe.cli import report_command
 from rlpipe.core.runs.record import LEDGER_TIME, RunRecord
 from tests.report.test_report import SVG, Page, by_id, charts, texts
@@ -266,7 +267,7 @@ def shown(html: str) -> str:
 
 @pytest.fixture(scope="module")
 def html() -> str:
-    return report.render_report(as_record(story()), now=NOW, receipt=receipt())
+    return report.render_report(as_record(story()), now=NOW, receipt=receipt(), painter=cli_charts)
 
 
 def test_the_key_facts_say_rounds_result_and_where_it_was_published(html: str) -> None:
@@ -325,7 +326,7 @@ def test_a_retry_is_a_marked_line_on_the_timeline_not_an_unexplained_gap(html: s
 @pytest.mark.parametrize("hit", [True, False, None])
 def test_a_conversion_of_round_one_is_explained_in_round_two(hit: bool | None) -> None:
     data = story(lineage={**story()["lineage"], "conversion_cache_hit": hit})
-    text = Page(report.render_report(as_record(data), now=NOW)).all_text
+    text = Page(report.render_report(as_record(data), now=NOW, painter=cli_charts)).all_text
     assert (
         "conversion converted by this run: convert #1 in round 1; round 2 reused it (no conversion)" in text
     )
@@ -415,7 +416,7 @@ def test_evaluations_of_an_older_ledger_are_shown_as_attempt_not_recorded() -> N
         "intermediate": [{"step": s, "mean_reward": r, "accuracy": a} for _, s, r, a in EVALS[:3]]
         + [{"step": 250, "mean_reward": 0.7, "accuracy": 60.0, "attempt": 3}],
     }
-    html = report.render_report(as_record(story(results=results)), now=NOW)
+    html = report.render_report(as_record(story(results=results)), now=NOW, painter=cli_charts)
     reward = charts(html)["reward"]
     path = by_id(reward, "reward-mean-reward-unlabelled").find(f"{SVG}path")
     assert path is not None and len(re.findall(r"[ML] ", path.get("d", ""))) == 3
@@ -443,7 +444,9 @@ def test_reward_and_accuracy_markers_sit_in_panels_of_their_own(accuracy: float)
     """On twin axes a reward and an accuracy whose scales coincide drew on one spot; in two
     panels each marker is inside its own panel, whatever the values."""
     results = {**story()["results"], "pre": _eval(0.1234, accuracy), "post": _eval(0.5625, accuracy)}
-    reward = charts(report.render_report(as_record(story(results=results)), now=NOW))["reward"]
+    reward = charts(report.render_report(as_record(story(results=results)), now=NOW, painter=cli_charts))[
+        "reward"
+    ]
     top, bottom = _box(reward, "reward-axes_1"), _box(reward, "reward-axes_2")
     assert top[1] < bottom[0]  # the mean_reward panel is above the accuracy panel, apart
     for name in ("pre", "post"):
@@ -474,7 +477,7 @@ def test_the_published_commit_comes_from_the_ledger_before_the_receipt() -> None
     ids=["other-run", "other-repo", "other-branch", "not-published", "not-hex", "no-commit"],
 )
 def test_a_receipt_that_is_not_this_runs_publish_gives_no_commit(bad: dict[str, Any]) -> None:
-    html = report.render_report(as_record(story()), now=NOW, receipt=receipt(**bad))
+    html = report.render_report(as_record(story()), now=NOW, receipt=receipt(**bad), painter=cli_charts)
     text = shown(html)
     assert f"published {REPO} branch {BRANCH}, commit not recorded" in text
     assert "not recorded: the ledger has no commit and the publish receipt was not read" in text
@@ -484,12 +487,15 @@ def test_a_receipt_that_is_not_this_runs_publish_gives_no_commit(bad: dict[str, 
 def test_a_run_that_has_not_published_says_so() -> None:
     attempts = [a for a in story()["attempts"] if a["stage"] != "publish"]
     data = story(attempts=attempts, state="exporting", stage="export")
-    text = shown(report.render_report(as_record(data), now=NOW, receipt=receipt()))
+    text = shown(report.render_report(as_record(data), now=NOW, receipt=receipt(), painter=cli_charts))
     assert f"published not published yet (to {REPO} branch {BRANCH})" in text
     assert COMMIT not in text
     failed = [*attempts, _attempt("publish", 1, 2, 641, 650, "failed", failure_class="permanent")]
     data = story(attempts=failed, state="failed")
-    assert "every publish attempt failed" in Page(report.render_report(as_record(data), now=NOW)).all_text
+    assert (
+        "every publish attempt failed"
+        in Page(report.render_report(as_record(data), now=NOW, painter=cli_charts)).all_text
+    )
 
 
 def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -530,7 +536,7 @@ def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: 
 
 def test_a_retried_run_renders_without_a_round_record() -> None:
     """A ledger whose attempts name round 2 but whose rounds list is missing still has two rounds."""
-    html = report.render_report(as_record(story(rounds=[])), now=NOW)
+    html = report.render_report(as_record(story(rounds=[])), now=NOW, painter=cli_charts)
     rows = {r["data-round"] for r in Page(html).tags("tr") if "data-round" in r and "id" in r}
     assert {"1", "2"} <= rows
     assert "retry by an unnamed person (no verified caller recorded)" in Page(html).all_text
@@ -587,7 +593,9 @@ def test_built_in_rewards_and_a_held_out_evaluation_are_named() -> None:
     del request["rewards"], request["chat_template"]
     train = {**DATA["train"], "repo": "open-r1/OpenR1-Math-220k", "subset": "default"}
     lineage = {**story()["lineage"], "data": {"train": train}, "inputs": None}
-    text = shown(report.render_report(as_record(story(request=request, lineage=lineage)), now=NOW))
+    text = shown(
+        report.render_report(as_record(story(request=request, lineage=lineage)), now=NOW, painter=cli_charts)
+    )
     assert (
         "reward functions MaxText's built-in: match_format_exactly, match_format_approximately, "
         "check_numbers (maxtext 0.2.4 train_rl.py:420-424)"
@@ -605,7 +613,7 @@ def test_built_in_rewards_and_a_held_out_evaluation_are_named() -> None:
 
 def test_a_dataset_not_pinned_yet_is_named_from_the_request() -> None:
     lineage = {**story()["lineage"], "data": None, "inputs": None}
-    text = shown(report.render_report(as_record(story(lineage=lineage)), now=NOW))
+    text = shown(report.render_report(as_record(story(lineage=lineage)), now=NOW, painter=cli_charts))
     assert "training openai/gsm8k@not pinned yet main main train not pinned yet" in text
     assert f"reward file sha256 {REWARD_SHA}" in text, "the ledger's request names the run's copy and hash"
 
@@ -624,7 +632,11 @@ def test_a_run_whose_data_ran_out_says_at_which_step_of_the_configs_it_ended() -
         (expected, f"trained to step {expected}, the config's final step"),
     ):
         lineage = {**story()["lineage"], "final_step": final}
-        page = Page(report.render_report(as_record(story(request=request, lineage=lineage)), now=NOW))
+        page = Page(
+            report.render_report(
+                as_record(story(request=request, lineage=lineage)), now=NOW, painter=cli_charts
+            )
+        )
         assert f"final step {said}" in page.all_text
         assert ("the data ran out" in page.all_text) == (final < expected)
 
@@ -657,7 +669,7 @@ def test_a_cache_hit_is_a_row_of_the_timeline_on_its_one_time_axis() -> None:
     stage as a row with a mark, in the timeline and in its table; the mark and every bar are
     placed by one time axis: x is the same linear function of time for every row."""
     data = cached_story()
-    html = report.render_report(as_record(data), now=NOW)
+    html = report.render_report(as_record(data), now=NOW, painter=cli_charts)
     timeline = charts(html)["timeline"]
     assert "convert · cache hit" in texts(timeline)
     assert "skipped: run rother000009's conversion (its convert #2) reused" in texts(timeline)

@@ -48,6 +48,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
     from rlpipe.control.lifecycle.run_report import local_cluster
 
     try:
+        from rlpipe.cli import charts
         from rlpipe.report.compare import render_compare
 
         html = render_compare(
@@ -56,6 +57,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
             reason=args.reason,
             prices_json=str(getattr(chosen, "prices_json", "") or ""),
             cluster=local_cluster(chosen),  # on the local stack the page says it was simulated
+            painter=charts,
         )
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe compare needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)

@@ -280,9 +280,10 @@ def _show_published(settings: Any, record: Any) -> None:
 def _show_inputs(record: Any, root: Path, cluster: str) -> None:
     """The report that says what the run trained on and with (written before the stack stops,
     since it reads the run's ledger); the summary above named them."""
+    from rlpipe.cli import charts
     from rlpipe.report import write_report
 
-    path = write_report(record, root / f"{record.run_id}-report.html", cluster=cluster)
+    path = write_report(record, root / f"{record.run_id}-report.html", cluster=cluster, painter=charts)
     text = path.read_text(encoding="utf-8")
     named = all(e["sha256"] in text for e in (record.lineage.inputs or {}).values())
     print(

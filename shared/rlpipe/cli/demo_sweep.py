@@ -78,6 +78,7 @@ def summary(
 ) -> str:
     """The sweep's end: its state, why the winner won, the comparison table, what was shared, and
     the sweep's page, drawn as ``rlpipe report PARENT`` draws it (``cluster``: where it ran)."""
+    from rlpipe.cli import charts
     from rlpipe.report.compare import render_compare, run_rows
 
     assert parent.sweep is not None
@@ -120,7 +121,7 @@ def summary(
     page = root / f"{parent.run_id}-sweep.html"
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(
-        render_compare(records, prices_json=prices_json, cluster=cluster, sweep=parent),
+        render_compare(records, prices_json=prices_json, cluster=cluster, sweep=parent, painter=charts),
         encoding="utf-8",
     )
     lines.append(f"  report      {page} (rlpipe report {parent.run_id} draws the same page)")

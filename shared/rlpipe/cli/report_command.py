@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlpipe.cli import charts
 from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.report import write_report
@@ -64,7 +65,7 @@ def cmd_report(
         if record.sweep is not None:
             prices = str(getattr(chosen, "prices_json", "") or "")
             return sweep_report(record, opened, path, prices, lambda child: receipt(chosen, child), cluster)
-        path = write_report(record, path, receipt=receipt(chosen, record), cluster=cluster)
+        path = write_report(record, path, receipt=receipt(chosen, record), cluster=cluster, painter=charts)
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
@@ -91,11 +92,11 @@ def sweep_report(
         print(f"sweep {parent.run_id}: none of its children is in the ledger yet", file=sys.stderr)
         return ExitCode.NOT_FOUND  # nothing to report on yet
     if len(children) == 1:  # nothing to compare it with
-        path = write_report(children[0], path, receipt=receipt(children[0]), cluster=cluster)
+        path = write_report(children[0], path, receipt=receipt(children[0]), cluster=cluster, painter=charts)
         print(f"wrote {path} (sweep {parent.run_id} has one child, {children[0].run_id}: its run page)")
         return 0
     facts = sweep_facts(parent, children)
-    html = render_compare(children, prices_json=prices_json, cluster=cluster, sweep=parent)
+    html = render_compare(children, prices_json=prices_json, cluster=cluster, sweep=parent, painter=charts)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     print(f"wrote {path} (sweep {parent.run_id}: {len(children)} children compared)")

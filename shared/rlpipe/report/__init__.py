@@ -14,20 +14,23 @@ dataset split at its pinned commit with its files and examples, the reward funct
 the reward file's sha256, or MaxText's built-in ones; the request's processor and chat template;
 where training ended against the config's final step), chip-hours per stage and attempt (a stage on
 the CPU pool says "no TPU") and the gate's result. It loads nothing from the
-network: the charts are matplotlib SVG inlined in the page (``rlpipe.report.charts``), the styles sit
-in the page, and there is no script.
+network: the charts are SVG inlined in the page, the styles sit in the page, and there is no script.
+The charts are drawn by the caller's painter (``rlpipe.report.painter``): the CLI's draws them with
+matplotlib (``rlpipe.cli.charts``); the control plane has none, because matplotlib never ships in the
+function bundle, so its copy says where the charts are drawn, and keeps every number in its tables.
 
 ``render_report`` is pure (a run's record, ``core.runs.record.RunRecord``, in, HTML out; ``now`` and
 the publish receipt are parameters). It takes records of every ledger version: the model loads
 them (rounds, per-attempt rounds and chip-hours have defaults), and the record's free-form parts
 (the request as recorded, the evaluations, the pinned data) are read through the lenient views of
 ``core.runs.recorded``, where anything missing or unreadable reads as unset. Run data is user-controlled (labels, reasons,
-messages), so the Jinja2 template autoescapes everything; only the SVG that matplotlib wrote is
+messages), so the Jinja2 template autoescapes everything; only the SVG the painter wrote is
 marked safe.
 
-Heavy imports (Jinja2, matplotlib, the ledger, the storage client) happen when a report is
+Heavy imports (Jinja2, the ledger, the storage client) happen when a report is
 rendered, never when the CLI parser is built. The CLI (``rlpipe report``, ``cli/report_command.py``)
-and the control plane (``control/lifecycle/run_report.py``, the copy in the state bucket the card links) render it.
+and the control plane (``control/lifecycle/run_report.py``, the copy in the state bucket the card links,
+without charts) render it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from rlpipe.report.facts import (
     published,
     reward_curve,
 )
+from rlpipe.report.painter import NO_CHARTS, Painter
 from rlpipe.report.rows import (
     _STATE_KEY,
     NO_EVALUATION,
@@ -108,16 +112,16 @@ def render_report(
     now: datetime | None = None,
     receipt: dict[str, Any] | None = None,
     cluster: str | None = None,
+    painter: Painter | None,
 ) -> str:
     """The report page for one run's record, as HTML text.
 
     ``receipt`` is the run's publish receipt, when the caller read it: the commit comes from it
     only when the ledger does not record one. ``cluster`` is where the run ran when it ran on the
     local stack (``double`` or ``real``; ``rlpipe.report.stack``): the header then says it was
-    simulated. None: a deployment on Google Cloud."""
+    simulated. None: a deployment on Google Cloud. ``painter`` draws the charts
+    (``rlpipe.report.painter``); None: the page says where they are drawn instead."""
     from markupsafe import Markup
-
-    from rlpipe.report import charts
 
     now = now or datetime.now(UTC)
     rows = attempt_rows(record, now)
@@ -171,9 +175,10 @@ def render_report(
             attempts=rows,
             rounds=round_rows,
             retries=len(round_rows) - 1,
-            timeline_svg=Markup(charts.timeline_svg(bars, now, marks, skips)) if bars else None,
+            timeline_svg=Markup(painter.timeline_svg(bars, now, marks, skips)) if bars and painter else None,
             cache_hit=cached,
-            reward_svg=Markup(charts.reward_svg(curve)) if curve else None,
+            reward_svg=Markup(painter.reward_svg(curve)) if curve and painter else None,
+            no_charts=None if painter else NO_CHARTS.format(run=record.run_id),
             curve=curve,
             result={
                 "post": fmt_reward(post),
@@ -202,10 +207,11 @@ def write_report(
     now: datetime | None = None,
     receipt: dict[str, Any] | None = None,
     cluster: str | None = None,
+    painter: Painter | None,
 ) -> Path:
     """Render the report and write it to ``path`` (UTF-8); returns the path."""
     path = Path(path)
-    html = render_report(record, now=now, receipt=receipt, cluster=cluster)
+    html = render_report(record, now=now, receipt=receipt, cluster=cluster, painter=painter)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html, encoding="utf-8")
     return path

@@ -34,6 +34,7 @@ from rlpipe.core.runs.record import RunRecord
 from rlpipe.report.charts import Point, finite, fmt_accuracy, fmt_reward
 from rlpipe.report.compare_chart import RunLine, coinciding
 from rlpipe.report.facts import data_and_rewards, reward_curve
+from rlpipe.report.painter import Painter
 from rlpipe.report.rows import _NOT_ID, attempt_rows, chip_hours
 from rlpipe.report.stack import local_stack
 from rlpipe.report.stopping import savings, stop_marks
@@ -177,6 +178,7 @@ def render_compare(
     prices_json: str = "",
     cluster: str | None = None,
     sweep: RunRecord | None = None,
+    painter: Painter,
 ) -> str:
     """The comparison page for run records (two or more, in the order given), as HTML text.
 
@@ -184,10 +186,11 @@ def render_compare(
     where the runs ran when on the local stack (``rlpipe.report.stack``; None: Google Cloud).
     ``sweep`` is the parent's record when the runs are a sweep's children: the page then names the
     sweep and each child's point, its legend names points, and the selection is the sweep's own
-    (``selected`` and ``reason`` must not be given too)."""
+    (``selected`` and ``reason`` must not be given too). ``painter`` draws the chart
+    (``rlpipe.report.painter``: the CLI's; only the CLI writes this page)."""
     from markupsafe import Markup
 
-    from rlpipe.report import _environment, compare_chart
+    from rlpipe.report import _environment
 
     if len(records) < 2:
         raise ValueError("a comparison needs at least two runs")
@@ -230,7 +233,7 @@ def render_compare(
             sweep=facts,
             stack=local_stack(cluster),
             differences=config_differences(records),
-            chart_svg=Markup(compare_chart.compare_svg(lines)) if lines else None,
+            chart_svg=Markup(painter.compare_svg(lines)) if lines else None,
             coinciding=[[names[line.gid] for line in group] for group in coinciding(lines)],
             savings=savings(records, marks, now),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),

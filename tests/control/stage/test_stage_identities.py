@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rlpipe.cli import charts as cli_charts
 from rlpipe.control import services
 from rlpipe.control.adapters.identities import OPERATOR_OPS, WORKFLOW_IDENTITY_ENV, WORKFLOW_OPS, CallerPolicy
 from rlpipe.local.identities import played_id_token
@@ -157,7 +158,9 @@ def test_cancel_deletes_the_workloads_and_ends_the_run_with_the_verified_caller(
     ended = [e for e in env["ledger"].history("rcancel00001") if e["event"] == "cancelled"]
     assert ended and ended[-1]["failure"]["caller"] == OPERATOR  # in the event log too
     # The report says who: beside the run's failure, and in how its round ended.
-    assert f'<span id="failure-caller">(verified caller {OPERATOR})</span>' in render_report(record)
+    assert f'<span id="failure-caller">(verified caller {OPERATOR})</span>' in render_report(
+        record, painter=cli_charts
+    )
     [round_one] = rounds(record, attempt_rows(record, datetime.now(UTC)))
     assert round_one.ended.endswith(f"cancelled by rlpipe cancel (verified caller {OPERATOR})")
     # A second cancel of the ended run changes nothing and says its state.

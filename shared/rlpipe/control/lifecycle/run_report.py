@@ -6,7 +6,8 @@ The copy lives in the state bucket (``layout.RunLayout.report``), which no workl
 what the card links cannot be rewritten by a training container. It is written when the publish
 attempt launches (the card's link then resolves) and again when the run ends (with the publish
 result); each write replaces the last. Best effort: a page that cannot be rendered or written is
-logged and never fails the run.
+logged and never fails the run. It has no charts (the page names ``rlpipe report``, which draws
+them): drawing needs matplotlib, which the function bundle does not carry for one code path.
 
 The page says whether the run was simulated, and on which cluster (``rlpipe.report.stack``): the
 ledger has no field for it, so it is read from the settings of whoever renders (``local_cluster``):
@@ -61,7 +62,7 @@ def write_run_report(
     name = layout.RunLayout(state.bucket_name, record.run_id).report
     try:
         cluster = local_cluster(settings if settings is not None else Settings.from_env())
-        html = render_report(record, cluster=cluster)
+        html = render_report(record, cluster=cluster, painter=None)  # no matplotlib in the functions
         state.put(name, html.encode("utf-8"), content_type=CONTENT_TYPE)
     except Exception as exc:  # the page is worth having, never worth failing a run for
         log.warning("run report not written", run_id=record.run_id, error=f"{type(exc).__name__}: {exc}")
