@@ -12,18 +12,16 @@
 # rlpipe/__init__.py and the packages named in SHIPPED_PACKAGES below: the ones the deployed
 # functions import (the core, the cluster client, the control plane, upstream, reconcile, and the
 # publisher and report the stage function renders). Why an allowlist: the library also holds the
-# local stand-ins (rlpipe/local, some 18,600 lines) and the CLI (rlpipe/cli, 4,400), and a new
+# local stand-ins (rlpipe/local, some 19,000 lines) and the CLI (rlpipe/cli, about 5,600), and a new
 # package should reach production only when someone decides it does, never because it was
 # forgotten in an exclusion. To make that decision unmissable, every package of shared/rlpipe/
 # must be named either in SHIPPED_PACKAGES or in NOT_SHIPPED (with the reason); any other stops
 # the build, naming it.
 #
-# Inside the shipped packages, NOT_SHIPPED_FILES names the few paths that only the local stack and
-# the tests use and that need requirements-cli.txt (today core/k8s_validation.py, the offline
-# schema check of the Kubernetes API double, and the JobSet schema it reads). They are the
-# library paths pyproject.toml's [tool.deptry] extend_exclude leaves out of the check of
-# requirements.txt, so the archive holds exactly the code deptry holds to requirements.txt;
-# tests/repo/test_bundle.py checks that the two agree.
+# A shipped package ships whole: code that only the local stack and the tests use lives in
+# rlpipe/local (the API double's offline validator among it), never inside a shipped package. So the
+# archive holds exactly the code pyproject.toml's [tool.deptry] holds to requirements.txt (it leaves
+# out only the two packages that never ship); tests/repo/test_bundle.py checks that the two agree.
 #
 # The archive is deterministic: entries sorted by name, a fixed timestamp (1980-01-01), fixed
 # permissions, no directory entries, no caches or bytecode. The same sources give the same bytes,
@@ -65,12 +63,6 @@ NOT_SHIPPED = {
     "local": "the local stand-ins and the stack that runs them (requirements-cli.txt)",
     "cli": "the rlpipe command (requirements-cli.txt)",
 }
-# Paths inside shipped packages that only the local stack and the tests use (pyproject.toml's
-# [tool.deptry] extend_exclude names the same library paths).
-NOT_SHIPPED_FILES = (
-    "core/k8s_validation.py",  # offline schema checks for the API double (jsonschema, kubernetes-validate)
-    "core/schemas/",  # the JobSet CRD schema that module reads
-)
 
 
 def walk(src, prefix):
@@ -100,10 +92,7 @@ def library_files(src):
             if name not in SHIPPED_PACKAGES:
                 sys.exit(f"bundle: shared/rlpipe/{name}/ is in neither SHIPPED_PACKAGES nor NOT_SHIPPED "
                          "of infra/bundle.sh; name it in one of them")
-            for entry in walk(path, f"rlpipe/{name}/"):
-                inner = entry[0][len("rlpipe/"):]
-                if not any(inner == p or (p.endswith("/") and inner.startswith(p)) for p in NOT_SHIPPED_FILES):
-                    yield entry
+            yield from walk(path, f"rlpipe/{name}/")
         elif name == "__init__.py":
             yield ("rlpipe/__init__.py", path)
         else:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from rlpipe.core.k8s_validation import validate_object
 from rlpipe.core.request import json_schema
+from rlpipe.local.kube_api.validation import validate_object
 from tests.conftest import ROOT
 
 SCHEMA_FILE = ROOT / "shared" / "rlpipe" / "core" / "request.schema.json"

@@ -15,10 +15,10 @@ import pytest
 
 from rlpipe.control.lifecycle.publishing import publisher_program
 from rlpipe.core import identity, tpu
-from rlpipe.core.k8s_validation import validate_object
 from rlpipe.core.manifests import RenderContext, render, render_all, request_stages
 from rlpipe.core.request import load_request, validate_request
 from rlpipe.core.request.policy import Policy
+from rlpipe.local.kube_api.validation import validate_object
 from tests.conftest import EXAMPLES, minimal_request
 
 PLANTED_TOKEN = "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0123"

@@ -21,11 +21,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from rlpipe.local.kube_api import (
-    KubeApiError,
     KubeApiServer,
     LabelSelector,
     WatchEvent,
-    iter_watch,
     json_patch,
     merge_patch,
     no_validation,
@@ -33,12 +31,12 @@ from rlpipe.local.kube_api import (
 from tests.harness.patience import ceiling, wait_until
 
 try:
-    from rlpipe.core.k8s_validation import validate_object as real_validator
+    from rlpipe.local.kube_api.validation import validate_object as real_validator
 except ImportError:  # the validator module is written in parallel; the double must not wait for it
     real_validator = None
 
 needs_real_validator = pytest.mark.skipif(
-    real_validator is None, reason="rlpipe.core.k8s_validation not present"
+    real_validator is None, reason="rlpipe.local.kube_api.validation not present"
 )
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
@@ -798,7 +796,7 @@ def test_concurrent_creates_of_one_name_yield_one_201(server: KubeApiServer) -> 
     assert len(server.list("jobs")) == 1
 
 
-# --------------------------------------------------------------------------- Python API, pods, discovery
+# --------------------------------------------------------------------------- Python API, pods
 
 
 def test_python_api_writes_are_seen_over_http_and_by_listeners(
@@ -838,53 +836,9 @@ def test_pods_and_events_are_read_only_over_http(server: KubeApiServer, core: cl
     assert [e.reason for e in events] == ["SuccessfulCreate"]
 
 
-def test_python_update_checks_resource_version(server: KubeApiServer) -> None:
-    created = server.create("jobs", job("j1"))
-    server.patch_status("jobs", "j1", {"active": 1})
-    created["status"] = {"succeeded": 1}
-    with pytest.raises(KubeApiError) as exc:
-        server.update("jobs", created)
-    assert (exc.value.code, exc.value.reason) == (409, "Conflict")
-    assert server.get("jobs", "j1")["status"] == {"active": 1}
-
-
-def test_in_process_watch_for_a_simulator(server: KubeApiServer) -> None:
-    since = server.create("jobs", job("before"))["metadata"]["resourceVersion"]
-    server.create("jobs", job("mine", "r1"))
-    server.create("jobs", job("theirs", "r2"))
-    server.delete("jobs", "mine")
-    events = [
-        (kind, obj["metadata"]["name"])
-        for kind, obj in iter_watch(
-            server, "jobs", label_selector=f"{RUN}=r1", since=int(since), timeout=0.05
-        )
-    ]
-    assert events == [("ADDED", "mine"), ("DELETED", "mine")]
-
-
-def test_kubeconfig_points_the_client_at_the_double(server: KubeApiServer, tmp_path: Any) -> None:
-    from kubernetes import config
-
-    server.create("jobs", job("j1"))
-    cfg = client.Configuration()
-    config.load_kube_config(
-        config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig")), client_configuration=cfg
-    )
-    assert job_names(client.BatchV1Api(client.ApiClient(cfg))) == {"j1"}
-
-
 def test_dry_run_create_stores_nothing(server: KubeApiServer, batch: client.BatchV1Api) -> None:
     echoed = batch.create_namespaced_job(NS, job("j1"), dry_run="All")
     assert echoed.metadata.name == "j1" and server.list("jobs") == []
-
-
-def test_discovery(api: client.ApiClient) -> None:
-    assert client.VersionApi(api).get_code().major == "1"
-    assert client.CoreApi(api).get_api_versions().versions == ["v1"]
-    groups = {g.name for g in client.ApisApi(api).get_api_versions().groups}
-    assert groups == {"batch", GROUP}
-    names = {r.name for r in client.BatchV1Api(api).get_api_resources().resources}
-    assert {"jobs", "jobs/status"} <= names
 
 
 # --------------------------------------------------------------------------- pure helpers

@@ -40,7 +40,7 @@ SCHEMAS = ROOT / "tests" / "schemas"
 MAIN_PY = ROOT / "functions" / "main.py"
 LIBRARY = ROOT / "shared" / "rlpipe"
 PIPELINE = ROOT / "workflows" / "pipeline.yaml"
-K8S_VERSION = "1.32"  # the floor rlpipe.core.k8s_validation validates against too
+K8S_VERSION = "1.32"  # the floor rlpipe.local.kube_api.validation validates against too
 
 TEST_TFVARS = """\
 project_id           = "test-project"

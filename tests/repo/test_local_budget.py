@@ -21,5 +21,7 @@ def _budget() -> int:
 def test_local_stays_within_its_stated_budget() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "shared" / "rlpipe" / "local").rglob("*.py"))
     budget = _budget()
-    assert budget <= 19_200, "the budget is below the 19.2k lines local/ had when it was set"
+    # Below the 19.2k lines local/ had when the budget was set, though the API double's offline
+    # validator (once core/k8s_validation.py, 303 lines) has moved in since.
+    assert budget <= 19_000, "the budget is below the 19.2k lines local/ had when it was set"
     assert lines <= budget, f"local/ is {lines:,} lines, over its budget of {budget:,} (README, layout)"

@@ -106,7 +106,6 @@ class StackCluster(Protocol):
     name: str
 
     def ready(self) -> dict[str, Any]: ...
-    def workloads(self) -> list[str]: ...
     def placed(self) -> dict[str, str]: ...
     def set_timing(self, timing: Timing) -> None: ...
     def set_scenario(self, document: dict[str, Any], source: str) -> dict[str, Any]: ...
@@ -152,9 +151,6 @@ class DoubleCluster:
 
     def ready(self) -> dict[str, Any]:
         return {"cluster": self.name, "kube": self.kube.url}
-
-    def workloads(self) -> list[str]:
-        return list(self.placed())
 
     def placed(self) -> dict[str, str]:
         """The pipeline's Jobs and JobSets in every namespace (the simulator watches them all)."""
@@ -221,9 +217,6 @@ class RealStackCluster:
             "admin_kubeconfig": str(plane.kubeconfig()),
             "pids": pids,
         }
-
-    def workloads(self) -> list[str]:
-        return self.cluster.workloads()
 
     def placed(self) -> dict[str, str]:
         return self.cluster.placed()

@@ -102,10 +102,6 @@ class Child:
         except OSError:
             return ""
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def stop(self, grace: float = 5.0) -> None:
         stop_all([self], grace)
 

@@ -154,7 +154,6 @@ class EmulatorShim:
         self.redelivery = redelivery or Redelivery()
         self._futures: list[Any] = []
         self.delivered = 0
-        self.backed_off = 0
 
     def setup(self) -> None:
         from google.api_core import exceptions as gexc
@@ -246,7 +245,6 @@ class EmulatorShim:
         """The retry policy's wait, which pstest does not keep for a nack: the failed message's
         deadline becomes the backoff, and the client lets go of it (no lease extension)."""
         delay = self.redelivery.backoff(message.delivery_attempt or 1)
-        self.backed_off += 1
         self.log.warning(
             "delivery failed; Pub/Sub delivers it again", attempt=message.delivery_attempt, after_s=delay
         )

@@ -9,10 +9,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlpipe.core.k8s_validation import validate_object
 from rlpipe.core.manifests import RenderContext, render_all
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import Request, load_request, validate_request
+from rlpipe.local.kube_api.validation import validate_object
 
 KEYS = [*list(Request.model_fields), "training", "tpu", "x"]
 TRAINING_KEYS = [

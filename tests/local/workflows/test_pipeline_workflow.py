@@ -29,9 +29,10 @@ from google.cloud.workflows.executions_v1 import ExecutionsClient
 from google.cloud.workflows.executions_v1.services.executions.transports import ExecutionsGrpcTransport
 from google.cloud.workflows.executions_v1.types import Execution as ApiExecution
 
-from rlpipe.local.workflows import Execution, FakeClock, LocalWorkflows, State, load_workflow
+from rlpipe.local.workflows import Execution, LocalWorkflows, State, load_workflow
 from rlpipe.local.workflows.yaml_source import load_yaml
 from tests.harness.patience import ceiling
+from tests.harness.workflow_clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFINITION = (ROOT / "workflows" / "pipeline.yaml").read_text()

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from test_workflows_engine_load import REFUSED_SHAPES
 
-from rlpipe.local.workflows import Engine, FakeClock, LoadError, LocalWorkflows, load_workflow
+from rlpipe.local.workflows import Engine, LoadError, LocalWorkflows, load_workflow
 from rlpipe.local.workflows.yaml_source import load_yaml
 from tests.harness import workflow_schema_fetch as fetched
+from tests.harness.workflow_clock import FakeClock
 from tests.harness.workflow_schema import (
     LOOSENINGS,
     Loosening,

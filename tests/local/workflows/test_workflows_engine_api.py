@@ -15,8 +15,9 @@ from google.cloud.workflows.executions_v1 import ExecutionsClient
 from google.cloud.workflows.executions_v1.services.executions.transports import ExecutionsGrpcTransport
 from google.cloud.workflows.executions_v1.types import Execution, ExecutionView
 
-from rlpipe.local.workflows import FakeClock, LocalWorkflows, RealClock
+from rlpipe.local.workflows import LocalWorkflows, RealClock
 from tests.harness.patience import ceiling
+from tests.harness.workflow_clock import FakeClock
 
 DEFINITION = """
 main:

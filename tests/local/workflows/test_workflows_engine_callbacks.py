@@ -8,8 +8,9 @@ import time
 import requests
 from test_workflows_engine_support import result_of
 
-from rlpipe.local.workflows import Engine, FakeClock, LocalWorkflows, State
+from rlpipe.local.workflows import Engine, LocalWorkflows, State
 from tests.harness.patience import ceiling
+from tests.harness.workflow_clock import FakeClock
 
 AWAIT_AND_RETURN = """
 main:

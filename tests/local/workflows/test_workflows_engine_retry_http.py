@@ -7,7 +7,8 @@ import json
 import google.auth.jwt
 from test_workflows_engine_support import Reply, ScriptedServer, error_of, refused_url, result_of, run
 
-from rlpipe.local.workflows import FakeClock, State
+from rlpipe.local.workflows import State
+from tests.harness.workflow_clock import FakeClock
 
 ENGINE_ACCOUNT = "rlpipe-workflow@my-project.iam.gserviceaccount.com"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from test_workflows_engine_support import error_of, result_of, run
 
-from rlpipe.local.workflows import FakeClock, LoadError, State
+from rlpipe.local.workflows import LoadError, State
+from tests.harness.workflow_clock import FakeClock
 
 
 def test_only_a_whole_dollar_brace_value_is_an_expression() -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from rlpipe.local.workflows import Engine, Execution, FakeClock, State
+from rlpipe.local.workflows import Engine, Execution, State
 from tests.harness.patience import ceiling
+from tests.harness.workflow_clock import FakeClock
 
 
 def run(

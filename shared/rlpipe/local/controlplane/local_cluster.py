@@ -130,10 +130,6 @@ class RealCluster:
     def timing(self) -> Timing:
         return self.script.timing if self.script is not None else self.initial_timing
 
-    def workloads(self) -> list[str]:
-        """The pipeline's Jobs and JobSets still in the cluster (a JobSet's child Jobs included)."""
-        return list(self.placed())
-
     def placed(self) -> dict[str, str]:
         """The pipeline's Jobs and JobSets, each with its namespace (the deployment's or a team's)."""
         assert self.plane is not None

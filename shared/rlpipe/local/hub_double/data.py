@@ -48,10 +48,6 @@ class HubFile:
             return hashlib.sha1(b"blob %d\x00" % len(self.content) + self.content).hexdigest()
         return hashlib.sha1(f"{self.name}{self.size}{self.sha256}".encode()).hexdigest()
 
-    @property
-    def is_lfs(self) -> bool:
-        return self.sha256 is not None
-
     def has_bytes(self) -> bool:
         """/resolve serves the real bytes (content in memory or uploaded), not a placeholder."""
         return self.content is not None or self.blob is not None

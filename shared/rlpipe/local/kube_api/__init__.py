@@ -18,9 +18,11 @@ finalizers. Approximations are named where they are made (search for "Approximat
 Modules: :mod:`.resources` (the kinds served, label constants), :mod:`.errors` (``Status``
 failures), :mod:`.selectors`, :mod:`.patch`, :mod:`.objects` (metadata, defaulting,
 ownership), :mod:`.watch` (events), :mod:`.store` (objects, resourceVersions, garbage
-collection, watch history), :mod:`.discovery`, :mod:`.http` (routing, handlers, request
-records), :mod:`.server` (:class:`KubeApiServer`, the Python API); ``python -m
-rlpipe.local.kube_api`` serves it (:mod:`.__main__`).
+collection, watch history), :mod:`.http` (routing, handlers, request records), :mod:`.server`
+(:class:`KubeApiServer`, the Python API), :mod:`.validation` (the offline schema checks a real
+API server and JobSet's webhook make). It serves no discovery documents (``/version``, ``/apis``):
+the ``kubernetes`` client rlpipe uses never asks for them, and kubectl is pointed only at the real
+control plane.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .http import RequestRecord
 from .patch import json_patch, merge_patch
 from .resources import JOB_NAME_LABELS, JOB_UID_LABELS, JOBSET_NAME_LABEL, JOBSET_UID_LABEL
 from .selectors import LabelSelector
-from .server import KubeApiServer, iter_watch
+from .server import KubeApiServer
 from .store import no_validation
 from .watch import WatchEvent
 
@@ -44,7 +46,6 @@ __all__ = [
     "LabelSelector",
     "RequestRecord",
     "WatchEvent",
-    "iter_watch",
     "json_patch",
     "merge_patch",
     "no_validation",

@@ -21,7 +21,6 @@ from urllib.parse import parse_qs, urlsplit
 from rlpipe.local import pod_logs
 from rlpipe.local.pod_logs import LogLine
 
-from .discovery import _discovery_paths
 from .errors import KubeApiError, _details, bad_request, conflict
 from .patch import MERGE_PATCH, apply_patch
 from .resources import JOBSETS, PODS, RESOURCES, Obj, Resource
@@ -50,7 +49,6 @@ class Api(Protocol):
     starts it (a protocol, so that this module does not import the server back)."""
 
     store: KubeStore
-    verbose: bool
     stopping: bool
     watch_lock: threading.Lock
     active_watches: int
@@ -135,8 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
     def log_message(self, format: str, *args: Any) -> None:
-        if self.server.api.verbose:
-            super().log_message(format, *args)
+        """Quiet: every request is in the request log (``RequestRecord``) instead."""
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -199,18 +196,6 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routing ---------------------------------------------------------------------------
 
     def _handle(self, path: str, query: dict[str, str], body: Any, content_type: str | None) -> int:
-        if self.command == "GET" and path in _discovery_paths():
-            payload = _discovery_paths()[path]
-            if isinstance(payload, str):
-                data = payload.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            else:
-                self._send_json(200, payload)
-            return 200
         route = _route(path)
         if route is None:
             raise KubeApiError(404, "NotFound", "the server could not find the requested resource")

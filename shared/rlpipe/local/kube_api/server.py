@@ -1,24 +1,22 @@
 """The public face of the API double: :class:`KubeApiServer` (lifecycle, the Python API a
-simulator or a test writes through, injected faults, the request log) and :func:`iter_watch`."""
+simulator or a test writes through, injected faults, the request log)."""
 
 from __future__ import annotations
 
 import builtins
-import json
 import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 from rlpipe.local.pod_logs import LogLine
 
-from .errors import KubeApiError, bad_request, conflict, reason_for
+from .errors import KubeApiError, reason_for
 from .http import RequestRecord, _HTTPServer
 from .patch import PATCH_TYPES, apply_patch, merge_patch
 from .resources import Obj, Resource, resolve_resource
@@ -74,13 +72,11 @@ class KubeApiServer:
         validator: Validator | None = None,
         history_limit: int = 10_000,
         request_log_limit: int = 10_000,
-        verbose: bool = False,
     ) -> None:
-        """``validator`` defaults to ``rlpipe.core.k8s_validation.validate_object`` (imported on first
+        """``validator`` defaults to ``rlpipe.local.kube_api.validation.validate_object`` (imported on first
         use); pass :func:`no_validation` to accept everything. ``history_limit`` bounds the watch
         history (older resourceVersions get 410 Expired); ``request_log_limit`` the request log."""
         self.store = KubeStore(validator, history_limit)
-        self.verbose = verbose
         self._address = (host, port)
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -154,25 +150,6 @@ class KubeApiServer:
 
         return client.ApiClient(self.configuration())
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """Write a kubeconfig (JSON is YAML) so code that loads ``KUBECONFIG`` finds this server."""
-        path = Path(path)
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "rlpipe-local",
-            "clusters": [{"name": "rlpipe-local", "cluster": {"server": self.url}}],
-            "users": [{"name": "rlpipe-local", "user": {"token": "rlpipe-local-not-a-secret"}}],
-            "contexts": [
-                {
-                    "name": "rlpipe-local",
-                    "context": {"cluster": "rlpipe-local", "user": "rlpipe-local", "namespace": namespace},
-                }
-            ],
-        }
-        path.write_text(json.dumps(config, indent=2))
-        return path
-
     # -- objects (Python API) ------------------------------------------------------------------
 
     def create(self, resource: str | Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
@@ -203,26 +180,6 @@ class KubeApiServer:
         """Matching objects; ``namespace=None`` lists all namespaces."""
         sel = Selection.build(resolve_resource(resource), namespace, label_selector, field_selector)
         return self.store.list(sel)[0]
-
-    def update(self, resource: str | Resource, obj: Obj, *, namespace: str | None = None) -> Obj:
-        """Replace the whole object, status included. A ``metadata.resourceVersion`` in ``obj``
-        is a precondition (409 Conflict when stale); without one the write is unconditional."""
-        res = resolve_resource(resource)
-        meta = obj.get("metadata", {})
-        ns, name, expected = (
-            namespace or meta.get("namespace") or "default",
-            meta.get("name"),
-            meta.get("resourceVersion"),
-        )
-        if not name:
-            raise bad_request("metadata.name is required")
-
-        def replace(current: Obj) -> Obj:
-            if expected and expected != current["metadata"]["resourceVersion"]:
-                raise conflict(res, name)
-            return obj
-
-        return self.store.update(res, ns, name, replace, keep_status=True)
 
     def modify(
         self,
@@ -388,24 +345,3 @@ class KubeApiServer:
     def clear_requests(self) -> None:
         with self._lock:
             self._requests.clear()
-
-
-def iter_watch(
-    server: KubeApiServer,
-    resource: str | Resource,
-    *,
-    namespace: str | None = None,
-    label_selector: str | None = None,
-    since: int | None = None,
-    timeout: float = 1.0,
-) -> Iterator[tuple[str, Obj]]:
-    """In-process watch (no HTTP) for a simulator: yields (type, object) until ``timeout``
-    seconds pass without a change or the server stops."""
-    sel = Selection.build(resolve_resource(resource), namespace, label_selector)
-    initial, cursor = server.store.open_watch(sel, since)
-    yield from initial
-    while not server.store.closed:
-        events, cursor = server.store.wait_events(sel, cursor, timeout)
-        if not events:
-            return
-        yield from events

@@ -65,12 +65,12 @@ class KubeStore:
             with self._validator_lock:
                 if self._validator is None:
                     try:  # lazy: the validation module is optional for the double itself
-                        from rlpipe.core.k8s_validation import validate_object
+                        from rlpipe.local.kube_api.validation import validate_object
                     except ImportError as exc:
                         raise KubeApiError(
                             500,
                             "InternalError",
-                            f"no validator: rlpipe.core.k8s_validation unavailable ({exc})",
+                            f"no validator: rlpipe.local.kube_api.validation unavailable ({exc})",
                         ) from exc
                     self._validator = validate_object
                 validator = self._validator

@@ -196,11 +196,6 @@ class ClusterSimulator:
         """The gs:// URIs a workload wrote, in write order."""
         return [e.detail for e in self.env.history.of(name, "file")]
 
-    @property
-    def workloads(self) -> list[str]:
-        with self._lock:
-            return [sim.name for sim in self._sims.values()]
-
     def set_scenario(self, scenario: Scenario) -> None:
         """Replace the faults for workloads created from now on (the local stack's control API
         uses this so one long-lived stack can run many scenarios one after another)."""

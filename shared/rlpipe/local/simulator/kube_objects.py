@@ -87,13 +87,6 @@ def upsert_condition(conditions: list[Obj] | None, new: Obj) -> list[Obj]:
     return out
 
 
-def find_condition(obj: Mapping[str, Any], kind: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            return dict(cond)
-    return None
-
-
 def owner_reference(obj: Mapping[str, Any]) -> Obj:
     return {
         "apiVersion": obj["apiVersion"],

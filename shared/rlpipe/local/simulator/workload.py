@@ -100,10 +100,6 @@ class WorkloadSim:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     def _main(self) -> None:
         try:
             self.play()

@@ -12,11 +12,11 @@ Public API:
   ``cancel``, ``wait``, ``shutdown``
 * ``LocalWorkflows(definition, ...)``: engine + Executions gRPC server +
   callback HTTP server (``grpc_target``, ``callback_base_url``, ``start``/``stop``)
-* ``FakeClock`` / ``RealClock``
+* ``RealClock`` (tests use ``tests.harness.workflow_clock.FakeClock``)
 """
 
 from .callbacks import CallbackRegistry
-from .clock import Clock, FakeClock, RealClock
+from .clock import Clock, RealClock
 from .engine import Engine, Execution, ExecutionError, ExecutionNotActive, ExecutionNotFound, State
 from .errors import ExecutionCancelled, LoadError, WorkflowError
 from .loader import load_workflow
@@ -31,7 +31,6 @@ __all__ = [
     "ExecutionError",
     "ExecutionNotActive",
     "ExecutionNotFound",
-    "FakeClock",
     "LoadError",
     "LocalWorkflows",
     "RealClock",

@@ -202,12 +202,6 @@ class Expression:
     def evaluate(self, ctx: EvalContext) -> Any:
         return self.root.evaluate(ctx)
 
-    def function_names(self) -> list[str]:
-        return [node.name for node in self.root.walk() if isinstance(node, Call)]
-
-    def variable_names(self) -> list[str]:
-        return [node.name for node in self.root.walk() if isinstance(node, Var)]
-
 
 # --- operators --------------------------------------------------------------
 

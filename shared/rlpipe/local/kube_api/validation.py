@@ -90,7 +90,11 @@ def validate_jobset(obj: dict[str, Any]) -> list[str]:
 def _jobset_validator() -> Validator:
     import jsonschema
 
-    text = resources.files("rlpipe.core").joinpath("schemas", JOBSET_SCHEMA_FILE).read_text(encoding="utf-8")
+    text = (
+        resources.files("rlpipe.local.kube_api")
+        .joinpath("schemas", JOBSET_SCHEMA_FILE)
+        .read_text(encoding="utf-8")
+    )
     schema = json.loads(text)
     validator_class = jsonschema.validators.validator_for(schema)
     validator_class.check_schema(schema)

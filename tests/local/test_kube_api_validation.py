@@ -1,4 +1,4 @@
-"""Tests for rlpipe.core.k8s_validation: a real Pathways JobSet passes, and each likely mistake fails at its path.
+"""Tests for rlpipe.local.kube_api.validation: a real Pathways JobSet passes, and each likely mistake fails at its path.
 
 The JobSet is written out by hand from docs/design.md#what-we-hand-kubernetes-kueue-and-jobset and manifests.md §2.2, not
 produced by the renderer, so a renderer bug cannot hide a validator bug here.
@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from rlpipe.core.k8s_validation import validate_job, validate_jobset, validate_object
+from rlpipe.local.kube_api.validation import validate_job, validate_jobset, validate_object
 
 NAME = "r7f3a-grpo-a1"
 HEAD_ENV = {
@@ -553,7 +553,11 @@ def test_unsupported_kind_gives_one_problem(obj: dict[str, Any]) -> None:
 
 
 def _schema() -> dict[str, Any]:
-    text = resources.files("rlpipe.core").joinpath("schemas", "jobset-v1alpha2.schema.json").read_text()
+    text = (
+        resources.files("rlpipe.local.kube_api")
+        .joinpath("schemas", "jobset-v1alpha2.schema.json")
+        .read_text()
+    )
     return json.loads(text)
 
 
