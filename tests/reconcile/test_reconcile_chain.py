@@ -3,9 +3,10 @@ fake-gcs-server buckets, the Kubernetes API double with the real client, and the
 engine serving the Executions API to the production ``ExecutionsClient``.
 
 The workflow definition is tiny on purpose: what an execution does is chosen by its run id, so
-the production ``Orchestrator.start(run_id)`` produces every state the reconciler must handle:
-``rfail…`` FAILED with a pipeline-shaped error map, ``rdone…`` SUCCEEDED, anything else ACTIVE
-(asleep) until it is cancelled.
+the production ``Orchestrator.start(run_id)`` produces every state the reconciler must handle: the
+``rfail…`` ids its ``outcomes`` map names FAILED with a pipeline-shaped error map, the ``rdone…``
+ones SUCCEEDED, any other ACTIVE (asleep) until it is cancelled. (A map, not a regular expression:
+the engine plays the standard library the pipeline calls, which has no ``text`` functions.)
 """
 
 from __future__ import annotations
@@ -46,11 +47,19 @@ DEFINITION = """
 main:
   params: [args]
   steps:
+    - init:
+        assign:
+          - outcomes:
+              rfail0000001: fail
+              rfail0000002: fail
+              rdone0000001: done
+              rdone0000002: done
+              rdone0000003: done
     - route:
         switch:
-          - condition: ${text.match_regex(args.run_id, "^rfail")}
+          - condition: ${map.get(outcomes, args.run_id) == "fail"}
             next: fail
-          - condition: ${text.match_regex(args.run_id, "^rdone")}
+          - condition: ${map.get(outcomes, args.run_id) == "done"}
             next: done
     - wait:
         call: sys.sleep
