@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> Section:
     # The watch must agree with the server's own creationTimestamp, which is truncated to the
     # second. Checked by order, never by how fast the machine is: the Job was created after its
     # request was written and before the watch saw it, so its timestamp lies between the request's
-    # time truncated likewise and the sighting (0.01 s for float rounding).
+    # time truncated likewise and the sighting (0.01 s for float rounding). Every run that
+    # succeeded must have all three, so an empty or partial list cannot pass.
     stamps = [
         (r["request"], ts, r[seen])
         for r in on + dropped
@@ -247,7 +248,9 @@ def run(args: argparse.Namespace) -> Section:
         if r.get(seen) and r.get("request") and (ts := _ts(r.get(created) or ""))
     ]
     skews = [seen - ts for _, ts, seen in stamps]
-    watch_ok = all(math.floor(request) <= ts <= seen + 0.01 for request, ts, seen in stamps)
+    watch_ok = len(stamps) == len(on + dropped) > 0 and all(
+        math.floor(request) <= ts <= seen + 0.01 for request, ts, seen in stamps
+    )
 
     def row(label: str, st: dict[str, float], base: str) -> list[str]:
         return [label, str(st["n"]), secs(st["p50"]), secs(st["p95"]), secs(st["max"]), base]

@@ -28,16 +28,8 @@ from rlpipe.local.kube_api import (
     merge_patch,
     no_validation,
 )
+from rlpipe.local.kube_api.validation import validate_object as real_validator
 from tests.harness.patience import ceiling, wait_until
-
-try:
-    from rlpipe.local.kube_api.validation import validate_object as real_validator
-except ImportError:  # the validator module is written in parallel; the double must not wait for it
-    real_validator = None
-
-needs_real_validator = pytest.mark.skipif(
-    real_validator is None, reason="rlpipe.local.kube_api.validation not present"
-)
 
 GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
 NS = "default"
@@ -96,7 +88,7 @@ def status_of(exc: ApiException) -> dict[str, Any]:
 
 @pytest.fixture
 def server() -> Iterator[KubeApiServer]:
-    with KubeApiServer(validator=real_validator or no_validation) as srv:
+    with KubeApiServer(validator=real_validator) as srv:
         yield srv
 
 
@@ -214,7 +206,6 @@ def test_same_name_in_two_namespaces_are_two_objects(batch: client.BatchV1Api) -
 # --------------------------------------------------------------------------- validation
 
 
-@needs_real_validator
 def test_real_validator_accepts_a_good_job_and_jobset(
     batch: client.BatchV1Api, custom: client.CustomObjectsApi
 ) -> None:
@@ -222,7 +213,6 @@ def test_real_validator_accepts_a_good_job_and_jobset(
     assert create_jobset(custom, jobset("good"))["metadata"]["name"] == "good"
 
 
-@needs_real_validator
 def test_real_validator_rejects_a_typo_in_a_job_with_422(
     server: KubeApiServer, custom: client.CustomObjectsApi, batch: client.BatchV1Api
 ) -> None:
@@ -243,7 +233,6 @@ def test_real_validator_rejects_a_typo_in_a_job_with_422(
         batch.read_namespaced_job("bad", NS)
 
 
-@needs_real_validator
 def test_real_validator_rejects_a_typo_in_a_jobset_and_in_a_patch(custom: client.CustomObjectsApi) -> None:
     bad = jobset("bad")
     bad["spec"]["replicatedJob"] = bad["spec"].pop("replicatedJobs")

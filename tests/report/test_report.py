@@ -232,12 +232,13 @@ def test_without_a_painter_the_page_draws_nothing_and_keeps_every_number(html: s
     because matplotlib is not in the function bundle: each chart is a note that names the command
     that draws it, and the tables hold the same rows as the page the CLI draws."""
     bare = report.render_report(record(), now=NOW, painter=None)
-    page, drawn = Page(bare), Page(html)
+    page = Page(bare)
     assert page.tags("svg") == [] and "matplotlib" not in bare
     for note in ("timeline-no-chart", "reward-no-chart"):
         assert [e for e in page.tags("p") if e.get("id") == note], f"{note}: no note where the chart was"
     assert f"charts are drawn by rlpipe report {record().run_id}" in page.all_text
-    assert [r for r in page.tags("tr")] == [r for r in drawn.tags("tr")]
+    tables = re.findall(r"<table\b.*?</table>", bare, flags=re.S)
+    assert len(tables) >= 3 and tables == re.findall(r"<table\b.*?</table>", html, flags=re.S)
 
 
 def test_every_attempt_is_on_the_timeline_with_its_outcome_and_failure_class(html: str) -> None:

@@ -3,7 +3,7 @@ drawn by matplotlib's SVG backend into strings to inline.
 
 Why here, in the CLI: matplotlib belongs to the CLI extra, never to the Cloud Functions bundle. The
 pages themselves are built by ``rlpipe.report``, which ships, and takes a painter (this module,
-``rlpipe.report.Painter``) from its caller: the copy of a run's page the control plane keeps in the
+``rlpipe.report.painter.Painter``) from its caller: the copy of a run's page the control plane keeps in the
 state bucket is rendered without one, its charts replaced by a note naming ``rlpipe report``. What
 a chart shows (bars, series, resumes, colours) is data in ``rlpipe.report.charts``; only the
 drawing is here. No pyplot: each chart is a bare ``Figure`` on a ``FigureCanvasSVG``, so nothing

@@ -179,6 +179,7 @@ def render_report(
             cache_hit=cached,
             reward_svg=Markup(painter.reward_svg(curve)) if curve and painter else None,
             no_charts=None if painter else NO_CHARTS.format(run=record.run_id),
+            timeline_drawable=bool(bars),
             curve=curve,
             result={
                 "post": fmt_reward(post),

@@ -4,7 +4,7 @@ how the page prints a reward or an accuracy.
 
 Why apart from the drawing: the page ships with the control plane, which keeps a copy of it in the
 state bucket, and matplotlib must not (it belongs to the CLI extra). The drawing is the caller's
-painter (``rlpipe.report.Painter``; the CLI's is ``rlpipe.cli.charts``); the control plane's copy
+painter (``rlpipe.report.painter.Painter``; the CLI's is ``rlpipe.cli.charts``); the control plane's copy
 has none, and its charts are a note naming ``rlpipe report``.
 """
 

@@ -13,7 +13,7 @@ Pure, like ``render_report``: run records (``core.runs.record.RunRecord``) in, H
 external resource, the chart inlined SVG, everything from the runs autoescaped.
 
 Two things keep the page truthful where runs look alike: curves that lie on one another are each
-drawn in a style of their own (``compare_chart.compare_svg``) and a note names them
+drawn in a style of their own (``rlpipe.cli.charts.compare_svg``) and a note names them
 (``coinciding``), and request fields unset in every run (absent, null, empty) are not listed as
 differences. A sweep's page (``sweep``: the parent's record) names the sweep and each child's
 point (``sweep_page``). A child a sweep's rule stopped early is marked where it stopped, in the

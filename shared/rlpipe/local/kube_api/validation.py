@@ -8,7 +8,8 @@ problems a person can act on, each starting with the JSON path of the field
 (`$.spec.replicatedJobs[1].replicas: ...`). An empty list means valid.
 
 jsonschema and kubernetes_validate are imported on first use, so importing this
-module costs nothing in code that never validates (e.g. the Cloud Functions).
+module costs nothing until something validates. It serves the API double (``store.py``) and the
+tests that check every rendered manifest offline; it never ships in the function bundle.
 """
 
 from __future__ import annotations
