@@ -12,11 +12,15 @@ list. Every case asserts what its combination implies, derived from the document
 * while they run, the liveness check (``core.liveness``, as the reconciler reads it) finds no run
   that can never move.
 
-Chip-hours are not asserted here. They come from the pods a status read sees (core.chip_hours),
-and at this suite's pace an attempt's workers can start and end between two reads, so whether a
-read saw them is a race (the defect this suite found: an attempt that holds its slice only between
-reads records none; the closing note of issue 46). tests/e2e/test_e2e.py (a preempted run, at the
-demo's pace, where every training attempt is read holding its slice) holds them.
+* each attempt's chip-hours are what its own pods were read holding, added up pod by pod (a pod
+  gone by a later read keeps its time), no pod counts twice, and a cancelled training attempt
+  records its pods' time up to the cancel (the cancel reads them once more before deleting them).
+
+Chip-hours come from the pods a status read sees (core.chip_hours). At this suite's pace an
+attempt's workers can start and end wholly between two of the workflow's polls, and then no read
+sees them: that attempt records none, here as in production (where a poll is short beside a
+training attempt's hours). tests/e2e/test_e2e.py holds the figures at the demo's pace: a preempted
+run whose every training attempt is read holding its slice, and a cancel read to the moment.
 
 What the double cannot play (Kueue's cohort borrowing and reclaim) runs on the real control plane
 (tests/cluster/real_plane/). Upstream releases are a way in, not a feature of the run: they are
@@ -43,6 +47,7 @@ from rlpipe.cli.retry_command import request_retry
 from rlpipe.control.lifecycle.team_usage import TeamUsageStore
 from rlpipe.core import identity, liveness
 from rlpipe.core.request.grid import child_key
+from rlpipe.core.runs.record import RunRecord
 from tests.conftest import ROOT, minimal_request
 from tests.e2e.test_e2e import FAST_RETRY, Local, running_stack
 from tests.harness.patience import ceiling
@@ -241,8 +246,17 @@ def _drive(local: Local, submitted: list[Submitted]) -> None:
             record = local.ledger.get(s.run_id)
             working = [local.ledger.get(r) for r in s.runs]
             if s.case.ending == "cancel" and not s.cancelled:
-                training = [w for w in working if w and w.state == "training" and w.stage == "train"]
-                if training:  # a training attempt stalls there: cancel the run (a sweep's parent)
+                training = [
+                    w
+                    for w in working
+                    if w
+                    and w.state == "training"
+                    and w.attempts[-1].stage == "train"
+                    and w.attempts[-1].phase == "running"
+                ]
+                if (
+                    training
+                ):  # a training attempt, read running, stalls there: cancel the run (a sweep's parent)
                     runs.cancel(local.settings, local.ledger, s.run_id)
                     s.cancelled = True
             if s.case.ending == "retry" and not s.retried and record is not None and record.state == "failed":
@@ -268,6 +282,32 @@ def _drive(local: Local, submitted: list[Submitted]) -> None:
     )
 
 
+def _chip_hours_wrong(w: RunRecord, *, cancelled: bool) -> list[str]:
+    """What is wrong with one run's chip-hours: each attempt's total is what its own pods were read
+    holding, added up, no pod is counted for two attempts, and a training attempt that was read
+    running when it was cancelled records the time its pods held up to the cancel."""
+    wrong, owners = [], {}
+    for a in w.attempts:
+        if abs((a.chip_hours or 0.0) - sum(a.pod_chip_hours.values())) > 1e-9:
+            wrong.append(
+                f"{w.run_id}: {a.stage} attempt {a.attempt} records {a.chip_hours}, its pods {a.pod_chip_hours}"
+            )
+        for uid in a.pod_chip_hours:
+            if uid in owners:
+                wrong.append(f"{w.run_id}: pod {uid} counted for {owners[uid]} and {a.stage} {a.attempt}")
+            owners[uid] = f"{a.stage} {a.attempt}"
+    last = w.attempts[-1] if w.attempts else None
+    if (
+        cancelled
+        and w.state == "cancelled"
+        and last is not None
+        and last.stage == "train"
+        and not last.chip_hours
+    ):
+        wrong.append(f"{w.run_id}: its cancelled training attempt {last.attempt} recorded no chip-hours")
+    return wrong
+
+
 def _check(local: Local, s: Submitted) -> list[str]:
     """What is wrong with one case's end (empty: it ended as its combination implies)."""
     case = s.case
@@ -288,6 +328,7 @@ def _check(local: Local, s: Submitted) -> list[str]:
             and (not train or train[0].failure_class != "preempted")
         ):
             wrong.append(f"{w.run_id}: its first training attempt was not preempted: {train[:1]}")
+        wrong += _chip_hours_wrong(w, cancelled=case.ending == "cancel")
         if case.ending == "retry" and (
             w.round != 2 or [a.failure_class for a in train] != ["permanent", None]
         ):

@@ -12,6 +12,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from rlpipe.control.adapters.blobstore import BlobStore, make_client
 from rlpipe.control.adapters.identities import WORKFLOW_IDENTITY_ENV
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
-from rlpipe.core import identity, layout
+from rlpipe.core import chip_hours, identity, layout
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.local import pubsub
 from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, played_id_token
@@ -319,10 +320,25 @@ def test_cancel_mid_train(local: Local, faults: Any) -> None:
     )
     assert forged.status_code == 403 and forged.json()["error"]["tag"] == "forbidden"
     assert local.ledger.get(run_id).state == "training"  # type: ignore[union-attr]
+    pods = requests.get(
+        local.state.endpoints["kubernetes-api (simulated cluster)"] + "/api/v1/namespaces/rlpipe/pods",
+        timeout=10,
+    ).json()["items"]
+    started = [
+        p
+        for p in pods
+        if p["metadata"]["name"].startswith(f"{run_id}-train") and p["status"].get("startTime")
+    ]
+    asked = datetime.now(UTC)
     result = runs.cancel(local.settings, local.ledger, run_id)
     assert result["execution_cancelled"] is True and f"{run_id}-train-a1" in result["deleted"]
     record = local.wait(run_id)
     local.assert_consistent(record, "cancelled")
+    # Its pods' chip-hours are recorded up to the cancel, not to the workflow's last poll before it:
+    # the cancel reads them once more before it deletes them.
+    held_to_cancel = chip_hours.chip_hours(started, asked)
+    train = record.attempt_record("train", 1)
+    assert held_to_cancel > 0 and train is not None and (train.chip_hours or 0.0) >= held_to_cancel
     # The CLI called as the operator the stack plays; the stage function recorded that identity.
     assert record.failure is not None and record.failure.caller == operator
 

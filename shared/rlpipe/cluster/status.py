@@ -41,8 +41,14 @@ class WorkloadStatus:
     exists: bool = True
     pods: Mapping[str, int] = field(default_factory=dict)  # pod phase → count
     details: tuple[str, ...] = ()  # further evidence, strongest first
-    chip_hours: float = 0.0  # TPU chip-hours its current pods have held (core.chip_hours)
+    # TPU chip-hours each of its current pods has held, by pod UID (core.chip_hours.held_by_pod)
+    pod_chip_hours: Mapping[str, float] = field(default_factory=dict)
     rule: str | None = None  # the workload rule that decided (None: a status no rule made, a test's)
+
+    @property
+    def chip_hours(self) -> float:
+        """TPU chip-hours its current pods have held together."""
+        return sum(self.pod_chip_hours.values())
 
     @property
     def done(self) -> bool:
@@ -76,6 +82,7 @@ class WorkloadStatus:
             "pods": dict(self.pods),
             "details": list(self.details),
             "chip_hours": self.chip_hours,
+            "pod_chip_hours": dict(self.pod_chip_hours),
             "rule": self.rule,
         }
 
@@ -146,7 +153,7 @@ def summarize(
         queue=facts.queue,
         pods=dict(facts.pod_phases),
         details=rules.details(facts, verdict),
-        chip_hours=chip_hours.chip_hours(pods, now),
+        pod_chip_hours=chip_hours.held_by_pod(pods, now),
         rule=verdict.rule,
     )
 

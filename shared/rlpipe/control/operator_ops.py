@@ -86,8 +86,9 @@ def retry_order(body: dict[str, Any]) -> retry_rounds.RetryOrder:
 
 
 def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dict[str, Any]:
-    """The run's workloads deleted, then the run finished ``cancelled`` by ``caller``; the answer
-    is the finish's status message with ``deleted`` (and ``cleanup_error`` when cleanup failed).
+    """The chip-hours its live attempts' pods held recorded, the run's workloads deleted, then the
+    run finished ``cancelled`` by ``caller``; the answer is the finish's status message with
+    ``deleted`` (and ``cleanup_error`` when cleanup failed).
 
     A cleanup that fails is reported, not fatal: the run is still finished, an execution left
     running finds it terminal and stops, and reconcile deletes what is left. A sweep's parent ends
@@ -98,6 +99,10 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
         raise PermanentFailure(f"run {run_id} has no ledger")
     log = service.log.bind(run_id=run_id)
     answer: dict[str, Any] = {"deleted": []}
+    try:
+        service.record_held(run_id)  # what its pods held up to now, before they go
+    except Exception as exc:  # the figure stays at the workflow's last read; the cancel goes on
+        log.warning("cancel: the last chip-hours read failed", error=f"{type(exc).__name__}: {exc}")
     try:
         answer["deleted"] = service.cleanup(run_id)["deleted"]
     except Exception as exc:  # the cluster or the bucket refused: the run is still finished

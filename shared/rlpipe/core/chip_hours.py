@@ -5,6 +5,11 @@ for hours holding nothing, and a TPU host holds its chips from the moment its po
 containers have exited. Per pod: ``google.com/tpu`` chips (the largest container request or limit)
 × (end − ``status.startTime``), where end is the latest container ``finishedAt`` of a finished pod,
 its ``deletionTimestamp`` if it is being deleted, else ``now``. Pure: pod documents in.
+
+Kept per pod UID (``held_by_pod``) because pods come and go between two reads of a workload: a
+JobSet that restarts in place deletes its workers and makes new ones, and a failing JobSet deletes
+its active Jobs. The attempt's record adds up what each pod was last seen holding
+(``core.runs.phase_record``), so a worker gone by the next read keeps the time it was seen holding.
 """
 
 from __future__ import annotations
@@ -50,16 +55,22 @@ def _end(pod: Mapping[str, Any], now: datetime) -> datetime:
     return min(deleting, now) if deleting else now
 
 
-def chip_seconds(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
-    """Chip-seconds held by these pods so far (0 for CPU-only pods and pods never started)."""
-    total = 0.0
-    for pod in pods:
+def held_by_pod(pods: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, float]:
+    """Chip-hours each TPU pod that has started has held so far, by its UID (CPU-only pods and
+    pods never started are left out; a document without a UID, which the API server never serves,
+    is keyed by its name or its place)."""
+    held: dict[str, float] = {}
+    for place, pod in enumerate(pods):
         chips = _chips(pod)
         started = parse_rfc3339((pod.get("status") or {}).get("startTime"))
+        meta = pod.get("metadata") or {}
         if chips and started:
-            total += chips * max(0.0, (_end(pod, now) - started).total_seconds())
-    return total
+            held[str(meta.get("uid") or meta.get("name") or f"#{place}")] = (
+                chips * max(0.0, (_end(pod, now) - started).total_seconds()) / 3600.0
+            )
+    return held
 
 
 def chip_hours(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
-    return chip_seconds(pods, now) / 3600.0
+    """Chip-hours these pods have held together so far."""
+    return sum(held_by_pod(pods, now).values())

@@ -9,7 +9,7 @@ done yet.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -402,7 +402,9 @@ class StageService:
                 ended.final if ended is not None and ended.final is not None else layout.final_step_for(req)
             )
         moved = cursor.to_json() if cursor is not None else None
-        reading = phase_record.Reading(phase, failure, progress, seen, final, ws.chip_hours, moved, commit)
+        reading = phase_record.Reading(
+            phase, failure, progress, seen, final, ws.pod_chip_hours, moved, commit
+        )
         recorded = self._record_phase(
             run_id,
             stage,
@@ -416,7 +418,7 @@ class StageService:
             # decided before whose carrying out was interrupted).
             stop = self.policies.evaluated(recorded)
             if stop is not None:
-                return self._stop_early(recorded, attempt, stop, ws.chip_hours, execution_id, log)
+                return self._stop_early(recorded, attempt, stop, ws.pod_chip_hours, execution_id, log)
         return {
             "phase": phase,
             "failure": failure,
@@ -473,7 +475,7 @@ class StageService:
         record: RunRecord,
         attempt: int,
         stop: EarlyStopRecord,
-        chips: float,
+        chips: Mapping[str, float],
         execution_id: str | None,
         log: Logger,
     ) -> dict[str, Any]:
@@ -589,6 +591,21 @@ class StageService:
         queued = Queued("selection", f"at selection: {answer['reason']}") if answer.get("wait") else None
         self._admission(record, queued, req, execution_id, self.log.bind(run_id=run_id))
         return answer
+
+    def record_held(self, run_id: str) -> None:
+        """One last read of the pods of each attempt that has not ended, recording the chip-hours
+        they have held, before something deletes them (a cancel): the workflow reads them only
+        on its poll, so without this the time since its last read would go unrecorded."""
+        record = self.ledger.get(run_id)
+        if record is None:
+            return
+        cluster = self._cluster(record)
+        for a in record.attempts:
+            if a.finished_at is None:
+                held = cluster.status(a.workload, kind=KIND[a.stage]).pod_chip_hours
+                if held:
+                    reading = phase_record.Reading(a.phase, chips=held)
+                    self._record_phase(run_id, a.stage, a.attempt, reading, self.log.bind(run_id=run_id))
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

@@ -8,7 +8,8 @@ answer each time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlpipe.core.runs.pricing import cost_estimate
@@ -25,7 +26,8 @@ class Reading:
     progress: dict[str, Any] | None = None  # from the log lines just read
     seen: dict[str, Any] | None = None  # the evaluations in those lines (train_log results)
     final: int | None = None  # the run's final step (train)
-    chips: float = 0.0  # chip-hours the attempt's pods have held, as far as they are still there
+    # Chip-hours each of the attempt's pods still there has held, by pod UID (core.chip_hours)
+    chips: Mapping[str, float] = field(default_factory=dict)
     # Where the next log read starts: the cursor's JSON (``cluster.log_cursor.LogCursor.to_json``).
     cursor: dict[str, Any] | None = None
     commit: str | None = None  # the Hub commit of a publish that succeeded
@@ -44,8 +46,7 @@ def apply(
         if reading.seen is not None
         else r.results
     )
-    # Pods come and go (a finished attempt's may be deleted): keep the most ever seen held.
-    held = max(a.chip_hours or 0.0, reading.chips) if reading.chips else a.chip_hours
+    pods, held = held_by_pods(a, reading.chips)
     live = with_baseline(newer_progress(r.progress, reading.progress), results)
     moved = reading.cursor if reading.cursor is not None else a.log_cursor
     if a.phase == reading.phase:
@@ -56,12 +57,18 @@ def apply(
             or moved != a.log_cursor
         ):
             r.progress = live or r.progress
-            r.results, a.chip_hours, a.log_cursor = results, held, moved
+            r.results, a.chip_hours, a.pod_chip_hours, a.log_cursor = results, held, pods, moved
             a.cost_estimate = cost_estimate(r.request, held, prices_json)
             return "progress", None
         return None, None
     r.progress = live or r.progress
-    r.results, a.chip_hours, a.phase, a.log_cursor = results, held, reading.phase, moved
+    r.results, a.chip_hours, a.pod_chip_hours, a.phase, a.log_cursor = (
+        results,
+        held,
+        pods,
+        reading.phase,
+        moved,
+    )
     if reading.commit:
         r.lineage.published_commit = reading.commit
     a.cost_estimate = cost_estimate(r.request, held, prices_json)
@@ -74,3 +81,19 @@ def apply(
         a.finished_at = now()
         ended = a.model_copy()
     return reading.phase, ended
+
+
+def held_by_pods(a: Attempt, read: Mapping[str, float]) -> tuple[dict[str, float], float | None]:
+    """(each pod's chip-hours, their sum) after one more read of the attempt's pods.
+
+    A pod keeps the most it was ever read holding: pods come and go between reads (a JobSet
+    restarting in place deletes its workers; a failing one deletes its active Jobs), so a pod gone
+    by this read keeps what the last read that saw it counted, and the attempt's total is the sum
+    over every pod it ever had, not what the pods still there hold. A record from before pods were
+    kept one by one keeps its total as a floor."""
+    if not read:
+        return a.pod_chip_hours, a.chip_hours
+    pods = dict(a.pod_chip_hours)
+    for uid, hours in read.items():
+        pods[uid] = max(pods.get(uid, 0.0), hours)
+    return pods, max(a.chip_hours or 0.0, sum(pods.values()))

@@ -119,7 +119,10 @@ class Attempt(_Model):
     failure_class: str | None = None
     reason: str | None = None
     resume_step: int | None = None
-    chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours), at the last status read
+    chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours): pod_chip_hours added up
+    # What each of its pods (by UID) was last read holding: pods come and go between reads (a
+    # JobSet restarting in place, a failing one deleting its active Jobs), so each keeps its own.
+    pod_chip_hours: dict[str, float] = Field(default_factory=dict)
     cost_estimate: float | None = None  # chip_hours at the mode's list price (core.cost); None: no price
     round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)
     # The failure class whose retry budget (or the retry cap) this failure used up: the attempt
