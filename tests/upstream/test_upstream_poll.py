@@ -630,3 +630,41 @@ def test_function_entry_points_wire_everything_from_the_environment(
         assert run.request["hf_revision"] == sha and chain.executions.creates() == [{"run_id": run.run_id}]
     finally:
         services.reset()
+
+
+def test_two_teams_watching_one_repo_with_one_template_each_get_their_own_run(chain: Chain) -> None:
+    """The entry, not the template, says whose a release's run is: two teams that share a token
+    Secret and a queue can watch one repo with the same template, and each gets its own run of a
+    release, each entry tracking its own baseline."""
+    import copy as copying
+
+    from rlpipe.core.teams import parse_teams
+    from tests.control.lifecycle.test_intake_teams import TEAMS
+
+    declared = copying.deepcopy(TEAMS)
+    for team in declared.values():
+        team["read_secrets"].append("hf-shared:token")
+        team["queues"].append("shared-queue")
+    teams = parse_teams(declared)
+    shared = {
+        "model": "gemma4-26b",
+        "preset": "v6e-32",
+        "hf_token_secret": {"name": "hf-shared", "key": "token"},
+        "tpu": {"queue": "shared-queue"},
+    }
+    repo = chain.new_repo()
+    chain.watch(
+        {"hf_repo": repo, "team": "vision", "template": copying.deepcopy(shared)},
+        {"hf_repo": repo, "team": "speech", "template": copying.deepcopy(shared)},
+    )
+    poller = chain.poller(intake=chain.intake(teams=teams))
+    assert [o.reason for o in chain.poll(poller=poller).outcomes] == ["baseline", "baseline"]
+    sha = chain.release(repo, "v2")
+    report = chain.poll(poller=poller)
+    assert [o.outcome for o in report.outcomes] == ["released", "released"], report
+    runs = chain.runs()
+    assert sorted(r.team or "" for r in runs) == ["speech", "vision"], [
+        (r.run_id, r.team, r.key) for r in runs
+    ]
+    assert all(r.lineage.hf_revision == sha for r in runs)
+    assert len(chain.state(repo)["watches"]) == 2

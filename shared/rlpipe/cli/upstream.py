@@ -17,12 +17,23 @@ from typing import Any
 from rlpipe.cli.exit_codes import ExitCode
 
 
+def _policy_for(team: str | None) -> Any:
+    """The allowlists intake checks a release of ``team``'s entry against, from the deployment's
+    settings in the environment (``RLPIPE_TEAMS`` and the allowlists; else the built-in defaults)."""
+    from rlpipe.cli.request_files import policy
+    from rlpipe.control.adapters.settings import Settings
+
+    teams = Settings.from_env().teams()
+    declared = teams.named(team or "") if teams.declared else None
+    return policy().for_team(declared) if declared is not None else policy()
+
+
 def cmd_watch_list_validate(args: argparse.Namespace) -> int:
     from rlpipe.upstream.watchlist import WatchListInvalid, validate_watch_list
 
     data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     try:
-        watch = validate_watch_list(data, source=args.file)
+        watch = validate_watch_list(data, source=args.file, policy_for=_policy_for)
     except WatchListInvalid as exc:
         print(exc.render(), file=sys.stderr)
         return 1

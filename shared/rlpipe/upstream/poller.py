@@ -28,6 +28,7 @@ from rlpipe.control.adapters.settings import Settings
 from rlpipe.core import identity
 from rlpipe.core.problems import RequestInvalid
 from rlpipe.core.request import validate_request
+from rlpipe.core.request.policy import Policy
 from rlpipe.core.runs.record import Source
 from rlpipe.upstream.hub_calls import (
     Head,
@@ -51,7 +52,6 @@ from rlpipe.upstream.release import (
     index_shards,
     matcher,
     missing_shards,
-    release_key,
     short,
 )
 from rlpipe.upstream.state import Decision, Examined, Release, Snapshot, StateStore, WatchState
@@ -79,6 +79,17 @@ class Poller:
     publish: Callable[[str, dict[str, Any]], Any] | None = None
     clock: Callable[[], datetime] = utc_now
     after_submit: Callable[[IntakeResult], None] | None = None  # test hook: a crash between intake and state
+
+    def policy_for(self, team: str | None) -> Policy:
+        """The allowlists a release's request for ``team`` (its watch entry's) is checked against:
+        the ones intake will check it against, so that an entry is refused when the list is read
+        rather than at each release. A team's own lists on a deployment that declares teams (a
+        team this deployment does not declare: the deployment's, and intake refuses the run,
+        naming the teams)."""
+        policy = self.intake.policy if self.intake is not None else self.settings.policy()
+        teams = self.intake.teams if self.intake is not None else self.settings.teams()
+        declared = teams.named(team or "") if teams.declared else None
+        return policy.for_team(declared) if declared is not None else policy
 
     def poll(
         self, watch: WatchList, *, repo: str | None = None, branch: str | None = None, dry_run: bool = False
@@ -227,12 +238,12 @@ class Poller:
 
     def _release(self, entry: WatchEntry, head: Head, trigger: Changes, dry_run: bool) -> EntryOutcome:
         out = _Out(entry)
-        key = release_key(entry.hf_repo, head.sha, entry.template_hash)
+        key = entry.release_key(head.sha)
         run_id = identity.run_id_for(key)  # templates never carry request_id, so the key names the run
         what = f"new release {short(head.sha)}: {describe_release(trigger)}"
         doc = entry.request_document(head.sha)
         try:
-            request = validate_request(doc)
+            request = validate_request(doc, self.policy_for(entry.team))
         except RequestInvalid as exc:
             return out(
                 "error",

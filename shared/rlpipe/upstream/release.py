@@ -112,9 +112,11 @@ def missing_shards(index: Any, present: Iterable[str], index_path: str = INDEX) 
     return [s for s in index_shards(index) if (f"{folder}/{s}" if folder else s) not in have]
 
 
-def release_key(repo: str, sha: str, template_hash: str) -> str:
-    """The intake idempotency key: one run per (repo, commit, template), whoever sees it first."""
-    return f"hf:{repo}@{sha}:{template_hash}"
+def release_key(repo: str, sha: str, template_hash: str, team: str | None = None) -> str:
+    """The intake idempotency key: one run per (repo, commit, template, team), whoever sees it
+    first. Without a team it is the key runs were always claimed under."""
+    key = f"hf:{repo}@{sha}:{template_hash}"
+    return f"{key}:{team}" if team else key
 
 
 def short(sha: str | None) -> str:

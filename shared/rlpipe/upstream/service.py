@@ -37,7 +37,7 @@ from rlpipe.upstream.hub_calls import HubReader, RateLimitBudget
 from rlpipe.upstream.poll_outcomes import EntryOutcome, PollReport
 from rlpipe.upstream.poller import Poller, utc_now
 from rlpipe.upstream.state import StateStore, state_path
-from rlpipe.upstream.watchlist import WATCH_LIST, WatchList, WatchListInvalid, load_watch_list
+from rlpipe.upstream.watchlist import WATCH_LIST, PolicyFor, WatchList, WatchListInvalid, load_watch_list
 from rlpipe.upstream.webhook import WEBHOOK_SECRET_ENV, BodyStream, handle_webhook, webhook_secret
 
 if TYPE_CHECKING:
@@ -66,8 +66,9 @@ __all__ = [
 # ---- wiring: from Settings to a poll (functions and CLI) ------------------------------------------
 
 
-def read_watch_list(store: blobstore.BlobStore) -> WatchList:
-    """``config/watch.yaml`` from the requests bucket; an absent list watches nothing."""
+def read_watch_list(store: blobstore.BlobStore, policy_for: PolicyFor | None = None) -> WatchList:
+    """``config/watch.yaml`` from the requests bucket; an absent list watches nothing. Each
+    entry's template is checked against ``policy_for`` its team."""
     source = f"gs://{store.bucket_name}/{WATCH_LIST}"
     try:
         blob = store.read(WATCH_LIST, max_bytes=MAX_DOCUMENT_BYTES)
@@ -77,7 +78,7 @@ def read_watch_list(store: blobstore.BlobStore) -> WatchList:
         raise WatchListInvalid(
             [Problem("", str(exc), f"keep the watch list under {MAX_DOCUMENT_BYTES} bytes")]
         ) from None
-    return load_watch_list(blob.data, source=source)
+    return load_watch_list(blob.data, source=source, policy_for=policy_for)
 
 
 def build_poller(
@@ -129,7 +130,7 @@ def run_poll(
     poller = poller or build_poller(settings, log, client=client, **build)
     client = client or poller.state.store.client
     try:
-        watch = read_watch_list(blobstore.BlobStore(client, settings.requests_bucket))
+        watch = read_watch_list(blobstore.BlobStore(client, settings.requests_bucket), poller.policy_for)
     except WatchListInvalid as exc:
         log.error("watch list rejected", problems=[str(p) for p in exc.problems])
         return PollReport(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import parse_document, validate_request
 from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN
+from rlpipe.core.request.policy import Policy
 from rlpipe.core.teams import TEAM_NAME
+from rlpipe.upstream.release import release_key
 
 WATCH_LIST = "config/watch.yaml"  # in the requests bucket; outside requests/, so never a request itself
 DEFAULT_TRIGGER_FILES = (
@@ -92,8 +95,16 @@ class WatchEntry(BaseModel):
 
     @property
     def key(self) -> str:
-        """This entry's slot in the repo's state: two templates on one repo are tracked apart."""
-        return f"{self.branch}@{self.template_hash}"
+        """This entry's slot in the repo's state: two templates on one repo are tracked apart, and
+        so are two teams watching one repo with one template (a public model needs no token, so
+        their templates can be the same). An entry without a team keeps the slot it always had."""
+        slot = f"{self.branch}@{self.template_hash}"
+        return f"{self.team}/{slot}" if self.team else slot
+
+    def release_key(self, sha: str) -> str:
+        """The intake idempotency key of this entry's run of release ``sha``: one run per (repo,
+        commit, template, team), whoever sees it first (``upstream.release.release_key``)."""
+        return release_key(self.hf_repo, sha, self.template_hash, self.team)
 
     def request_document(self, sha: str) -> dict[str, Any]:
         return {**self.template, "hf_repo": self.hf_repo, "hf_revision": sha}
@@ -128,8 +139,16 @@ class WatchList:
         return not self.problems
 
 
-def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList:
+# The allowlists an entry's template is checked against, by the entry's team (None: no team):
+# the ones intake will check its releases' requests against (``Poller.policy_for``).
+PolicyFor = Callable[[str | None], Policy]
+
+
+def load_watch_list(
+    data: bytes | str, *, source: str = WATCH_LIST, policy_for: PolicyFor | None = None
+) -> WatchList:
     """Parse and validate, keeping the valid entries when others are bad (the poller's view).
+    ``policy_for``: the allowlists of each entry's team (None: the built-in defaults).
 
     Raises ``WatchListInvalid`` only when nothing can be used: unreadable text or a wrong shape.
     """
@@ -166,11 +185,11 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
     entries: list[WatchEntry] = []
     rejected: list[RejectedEntry] = []
     problems = list(top)
-    seen: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, str], int] = {}
     for index, raw in enumerate(raw_entries):
-        entry, entry_problems = _validate_entry(index, raw)
+        entry, entry_problems = _validate_entry(index, raw, policy_for)
         if entry is not None:
-            identity = (entry.hf_repo, entry.branch, entry.template_hash)
+            identity = (entry.hf_repo, entry.key)
             if identity in seen:
                 entry_problems.append(
                     Problem(
@@ -198,15 +217,19 @@ def load_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList
     return WatchList(tuple(entries), tuple(rejected), tuple(problems), source)
 
 
-def validate_watch_list(data: bytes | str, *, source: str = WATCH_LIST) -> WatchList:
+def validate_watch_list(
+    data: bytes | str, *, source: str = WATCH_LIST, policy_for: PolicyFor | None = None
+) -> WatchList:
     """Strict: every problem of the whole list in one ``WatchListInvalid`` (the CLI's view)."""
-    watch = load_watch_list(data, source=source)
+    watch = load_watch_list(data, source=source, policy_for=policy_for)
     if watch.problems:
         raise WatchListInvalid(list(watch.problems))
     return watch
 
 
-def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Problem]]:
+def _validate_entry(
+    index: int, raw: Any, policy_for: PolicyFor | None
+) -> tuple[WatchEntry | None, list[Problem]]:
     where = f"watch[{index}]"
     if not isinstance(raw, dict):
         return None, [
@@ -227,18 +250,22 @@ def _validate_entry(index: int, raw: Any) -> tuple[WatchEntry | None, list[Probl
         repo = raw.get("hf_repo")
         if not (isinstance(repo, str) and HF_REPO_PATTERN.match(repo)):
             repo = "placeholder/placeholder"
-        problems.extend(_template_problems(where, template, repo))
+        team = raw.get("team") if isinstance(raw.get("team"), str) else None
+        policy = policy_for(team) if policy_for is not None else None
+        problems.extend(_template_problems(where, template, repo, policy))
     return entry, problems
 
 
-def _template_problems(where: str, template: dict[str, Any], repo: str) -> list[Problem]:
+def _template_problems(
+    where: str, template: dict[str, Any], repo: str, policy: Policy | None
+) -> list[Problem]:
     """Problems of the request every release of this entry becomes, with paths inside the entry."""
     problems = [
         Problem(f"{where}.template.{key}", *_SET_BY_ENTRY[key]) for key in template if key in _SET_BY_ENTRY
     ]
     rest = {k: v for k, v in template.items() if k not in _SET_BY_ENTRY}
     try:
-        validate_request({**rest, "hf_repo": repo, "hf_revision": PLACEHOLDER_SHA})
+        validate_request({**rest, "hf_repo": repo, "hf_revision": PLACEHOLDER_SHA}, policy)
     except RequestInvalid as exc:
         for p in exc.problems:
             if p.path in ("hf_repo", "hf_revision"):
