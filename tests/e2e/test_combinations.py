@@ -22,14 +22,21 @@ sees them: that attempt records none, here as in production (where a poll is sho
 training attempt's hours). tests/e2e/test_e2e.py holds the figures at the demo's pace: a preempted
 run whose every training attempt is read holding its slice, and a cancel read to the moment.
 
+The ``upstream`` way in is a watch entry per such case (its team's, its template the case's
+request), one release pushed to the Hub double, and the upstream poll's two ticks (the baseline,
+then the release): every upstream case starts from the same release, as teams' entries would. (The
+defect this factor found: an entry's template was checked against the built-in allowlists, not
+its team's, so a team's entry naming its own token Secret was refused, and two teams' entries
+with one template made one run.)
+
 What the double cannot play (Kueue's cohort borrowing and reclaim) runs on the real control plane
-(tests/cluster/real_plane/). Upstream releases are a way in, not a feature of the run: they are
-tested by tests/e2e/test_upstream_e2e.py and not combined here.
+(tests/cluster/real_plane/).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import time
 import uuid
@@ -48,6 +55,7 @@ from rlpipe.control.lifecycle.team_usage import TeamUsageStore
 from rlpipe.core import identity, liveness
 from rlpipe.core.request.grid import child_key
 from rlpipe.core.runs.record import RunRecord
+from rlpipe.upstream.watchlist import WATCH_LIST, WatchEntry
 from tests.conftest import ROOT, minimal_request
 from tests.e2e.test_e2e import FAST_RETRY, Local, running_stack
 from tests.harness.patience import ceiling
@@ -64,6 +72,9 @@ FACTORS: dict[str, list[str]] = {
     "publish": ["no", "yes"],
     "ending": ["runs", "cancel", "retry"],  # cancelled mid-training; failed (exit 1) then retried
     "reward": ["builtin", "custom"],
+    # How the request arrives: a file in the team's folder, or a release of the watched model that
+    # the team's watch entry turns into the request (its template; debounce 0).
+    "way_in": ["file", "upstream"],
 }
 NAMES = list(FACTORS)
 SIZE = 4  # a sweep's children: the median rule needs three peers of a child
@@ -93,6 +104,7 @@ class Case:
     publish: str
     ending: str
     reward: str
+    way_in: str
 
     def __str__(self) -> str:
         return f"case {self.index} (" + ", ".join(f"{n}={getattr(self, n)}" for n in NAMES) + ")"
@@ -142,7 +154,6 @@ class Submitted:
 
 def _request(case: Case, request_id: str) -> dict[str, Any]:
     fields: dict[str, Any] = {
-        "request_id": request_id,
         "hf_token_secret": SECRETS[case.team],
         "retry": FAST_RETRY,
         "training": {"checkpoint_period": 10, "num_batches": 60},
@@ -158,11 +169,16 @@ def _request(case: Case, request_id: str) -> dict[str, Any]:
             "repo": f"{case.team}-org/combination-{request_id}",
             "token_secret": {"name": f"hf-{case.team}-write", "key": "token"},
         }
-    if case.reward == "custom":
+    if case.reward == "custom":  # beside a file; inline in a watch template, which has no folder
+        reward = ROOT / "examples/rewards/exact_match_length.py"
         fields["rewards"] = {
-            "file": {"path": "rewards/exact_match_length.py"},
+            "file": {"path": "rewards/exact_match_length.py"}
+            if case.way_in == "file"
+            else {"inline": reward.read_text()},
             "functions": ["exact_match", "length_penalty"],
         }
+    if case.way_in == "file":
+        fields["request_id"] = request_id
     if case.shape == "sweep":
         fields["sweep"] = {
             "grid": {"maxtext_overrides.rl.grpo_beta": [0.02, 0.04, 0.08, 0.16][:SIZE]},
@@ -195,32 +211,61 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     yield from running_stack(root / "stack", teams_file=str(root / "teams.yaml"), poll_seconds=3)
 
 
+WATCHED = "google/gemma-4-26b-a4b-it"  # a model of the Hub double the simulator converts
+
+
+def _watch_entry(case: Case, request_id: str) -> dict[str, Any]:
+    template = {k: v for k, v in _request(case, request_id).items() if k not in ("hf_repo", "request_id")}
+    return {"hf_repo": WATCHED, "team": case.team, "debounce_minutes": 0, "template": template}
+
+
+def _working(case: Case, key: str) -> tuple[str, list[str]]:
+    run_id = identity.run_id_for(key)
+    if case.shape == "sweep":
+        return run_id, [identity.run_id_for(child_key(key, i)) for i in range(SIZE)]
+    return run_id, [run_id]
+
+
 def _submit_all(local: Local) -> list[Submitted]:
+    """Every case at once: the watch list's baseline taken first, then the release pushed, the
+    faults set for every run (an upstream run's id follows from the release), the files submitted
+    and the poll that turns the release into the upstream cases' runs."""
     (local.tmp / "rewards").mkdir(exist_ok=True)
     shutil.copy(ROOT / "examples/rewards/exact_match_length.py", local.tmp / "rewards")
     tag = uuid.uuid4().hex[:6]
+    request_ids = {case.index: f"combo-{case.index}-{tag}" for case in CASES}
+    upstream = [case for case in CASES if case.way_in == "upstream"]
+    entries = [_watch_entry(case, request_ids[case.index]) for case in upstream]
+    watch_list = local.client.bucket(local.settings.requests_bucket).blob(WATCH_LIST)
+    watch_list.upload_from_string(json.dumps({"watch": entries}))  # JSON is YAML, without aliases
+    assert local.stack.upstream_tick() == 200  # the baseline of every entry
+    sha = local.stack.hub_release(WATCHED)["sha"]
     planned = []
-    faults: list[dict[str, Any]] = []
     for case in CASES:
-        request_id = f"combo-{case.index}-{tag}"
-        key = identity.key_for_request_id(request_id, case.team)
-        run_id = identity.run_id_for(key)
-        working = (
-            [identity.run_id_for(child_key(key, i)) for i in range(SIZE)]
-            if case.shape == "sweep"
-            else [run_id]
-        )
-        faults += _faults(case, working)
-        planned.append((case, request_id, run_id, working))
+        if case.way_in == "file":
+            key = identity.key_for_request_id(request_ids[case.index], case.team)
+        else:
+            key = WatchEntry.model_validate(entries[upstream.index(case)]).release_key(sha)
+        planned.append((case, *_working(case, key)))
     local.stack.set_timing("fast")
-    local.stack.set_faults(faults)
+    local.stack.set_faults([f for case, _, working in planned for f in _faults(case, working)])
     submitted = []
-    for case, request_id, run_id, working in planned:
-        path = local.tmp / f"{request_id}.yaml"
-        path.write_text(yaml.safe_dump(_request(case, request_id), sort_keys=False))
-        got = submit_cli.submit(local.settings, path, via="gcs", team=case.team, storage_client=local.client)
-        assert got.run_id == run_id, (str(case), got)
+    for case, run_id, working in planned:
+        if case.way_in == "file":
+            path = local.tmp / f"{request_ids[case.index]}.yaml"
+            path.write_text(yaml.safe_dump(_request(case, request_ids[case.index]), sort_keys=False))
+            got = submit_cli.submit(
+                local.settings, path, via="gcs", team=case.team, storage_client=local.client
+            )
+            assert got.run_id == run_id, (str(case), got)
         submitted.append(Submitted(case, run_id, working))
+    assert local.stack.upstream_tick() == 200  # the release: one run per upstream case's entry
+    for case, run_id, _ in planned:
+        record = local.ledger.get(run_id)
+        assert case.way_in == "file" or (record is not None and record.lineage.hf_revision == sha), (
+            str(case),
+            (local.stack.logs / "upstream_poll.log").read_text()[-3000:],
+        )
     return submitted
 
 
