@@ -315,7 +315,7 @@ def test_asha_judges_a_child_at_a_rung_once_when_its_evaluation_there_arrives() 
 def test_a_childs_evaluations_are_read_as_the_select_metric_with_the_newest_attempt_standing() -> None:
     """Attempt 2 resumed and evaluated step 20 again: its value stands. reward_gain is the step's
     mean_reward minus the base model's (pre); accuracy is the Intermediate Eval's accuracy."""
-    from rlpipe.core.early_stop import evaluations
+    from rlpipe.core.runs.stop_record import evaluations
 
     results = {
         "pre": {"mean_reward": 0.25, "accuracy": 10.0},

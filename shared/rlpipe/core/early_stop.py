@@ -32,8 +32,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rlpipe.core.request.sweep import Direction, EarlyStop, Metric, SelectRule
-from rlpipe.core.runs import recorded
+from rlpipe.core.request.sweep import Direction, EarlyStop, SelectRule
 
 Rule = Literal["median", "asha"]
 # A child's evaluations: step → the select metric's value at that step.
@@ -226,43 +225,6 @@ def _ordinal(n: int) -> str:
     if 10 <= n % 100 <= 20:
         return "th"
     return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-
-
-# ---- what the control plane asks ---------------------------------------------------------------
-
-# The number each select metric is at an intermediate evaluation: the field of train_rl's
-# ``Intermediate Eval`` line that its post value is read from (``core.gate.metric``).
-_FIELD: dict[str, str] = {
-    "post_mean_reward": "mean_reward",
-    "reward_gain": "mean_reward",
-    "post_accuracy": "accuracy",
-}
-
-
-def evaluations(raw_results: object, metric: Metric) -> dict[int, float]:
-    """A child's evaluations of ``metric`` by step, from its record's results.
-
-    A resumed attempt evaluates again at steps an earlier one reached; the newest attempt's value
-    stands, as it is the model that goes on. ``reward_gain`` at a step is that step's mean_reward
-    minus the base model's (``pre``): without a ``pre`` there is no gain, so no evaluation. Every
-    child of a sweep starts from the same pinned model and data, so the gain orders the children
-    as mean_reward does; it is read as a gain so the values shown are the metric's own."""
-    read = recorded.results(raw_results)
-    pre = read.pre.mean_reward if read.pre is not None else None
-    field = _FIELD[metric]
-    newest: dict[int, tuple[int, float]] = {}
-    for e in read.intermediate or []:
-        value = getattr(e, field)
-        if e.step is None or value is None:
-            continue
-        if metric == "reward_gain":
-            if pre is None:
-                continue
-            value = value - pre
-        attempt = e.attempt or 0
-        if e.step not in newest or attempt >= newest[e.step][0]:
-            newest[e.step] = (attempt, float(value))
-    return _finite({step: value for step, (_, value) in newest.items()})
 
 
 def decide(

@@ -6,7 +6,7 @@ the parent's table (``SweepParent.evaluations``) and asks the request's rule (``
 about that child in the same write, so two children reporting together are judged one after the
 other, each against the other's values. A stop is written once (``SweepParent.stopped``); a
 redelivered read finds it and gets the same answer, so carrying it out again (deleting the
-workloads, finishing the child ``stopped``) is safe.
+workloads, finishing the child ``stopped``) is safe. The change itself is ``core.runs.stop_record``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.policies import RunPolicy
 from rlpipe.control.sweep.coordination import parent_of, spec_of
-from rlpipe.core import early_stop
 from rlpipe.core.request import Request
 from rlpipe.core.request.stop_schedule import rungs_of, schedule_of
-from rlpipe.core.runs.record import EarlyStopRecord, RunRecord, now
+from rlpipe.core.runs import stop_record
+from rlpipe.core.runs.record import EarlyStopRecord, RunRecord
 
 
 def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
@@ -40,52 +40,16 @@ def judge(ledger: Ledger, child: RunRecord) -> EarlyStopRecord | None:
     attempt = child.current_attempt("train")
     # Only a child training now can be cut short (a read that found its training ended decides nothing).
     training = child.state == "training" and attempt is not None and attempt.phase == "running"
-    mine = {str(step): value for step, value in early_stop.evaluations(child.results, select.metric).items()}
+    mine = {str(step): value for step, value in stop_record.evaluations(child.results, select.metric).items()}
     request = Request.model_validate(child.request)
-    rungs = rungs_of(stop, request)
     _, final = schedule_of(request)
     # The evaluation at the final step is the end of training: nothing is left to save.
     mine = {step: value for step, value in mine.items() if int(step) < final}
 
-    def change(r: RunRecord) -> tuple[str | None, EarlyStopRecord | None]:
-        s = r.sweep
-        assert s is not None
-        done = next((x for x in s.stopped if x.run_id == me), None)
-        if done is not None:
-            return None, done  # decided before (a redelivered read): the same answer
-        known = s.evaluations.get(me, {})
-        table = {**known, **mine}
-        if table == known:
-            return None, None
-        s.evaluations[me] = dict(sorted(table.items(), key=lambda kv: int(kv[0])))
-        if s.selection is not None or me in s.arrived or not training:
-            return "sweep-evaluated", None
-        tables = {
-            i: {int(step): value for step, value in s.evaluations.get(run_id, {}).items()}
-            for i, run_id in enumerate(s.children)
-        }
-        fresh = {int(step) for step in table if step not in known}
-        decision = early_stop.decide(stop, tables, member.index, me, select, rungs, new_steps=fresh)
-        if decision is None or not decision.stop:
-            return "sweep-evaluated", None
-        record = EarlyStopRecord(
-            run_id=me,
-            index=member.index,
-            rule=decision.rule,
-            metric=select.metric,
-            step=decision.step,
-            value=decision.value,
-            threshold=decision.threshold,
-            compared={str(i): v for i, v in decision.compared},
-            reason=f"stopped early by {decision.rule}: {decision.reason}",
-            at=now(),
-        )
-        s.stopped.append(record)
-        return "sweep-early-stopped", record
-
+    read = stop_record.ChildRead(me, member.index, mine, training, stop, select, rungs_of(stop, request))
     _, stopped = ledger.update(
         parent.run_id,
-        change,
+        lambda r: stop_record.judge(r, read),
         detail=lambda r: {"child": me, "evaluations": mine},
     )
     return stopped
