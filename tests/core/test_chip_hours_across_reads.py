@@ -84,3 +84,28 @@ def test_a_record_from_before_pods_were_kept_one_by_one_keeps_its_total_as_a_flo
     attempt.chip_hours = 10.0  # written as the most any one read saw, with no pods kept
     assert read(record, [worker("z", 0)], 30) == pytest.approx(10.0)
     assert read(record, [worker("z", 0)], 180) == pytest.approx(12.0)
+
+
+def test_below_an_earlier_records_floor_each_pod_is_still_kept() -> None:
+    """Two restarts while the pods' sum is still under the old total: the pods read are kept, so
+    the first pair's time counts once the second pair's brings the sum above the floor."""
+    record = _record()
+    attempt = record.attempt_record("train", 1)
+    assert attempt is not None
+    attempt.chip_hours = 10.0
+    assert read(record, [worker("a", 0), worker("b", 0)], 60) == pytest.approx(10.0)  # 8 < 10
+    assert read(record, [worker("c", 61), worker("d", 61)], 121) == pytest.approx(16.0)  # 8 + 8
+
+
+def test_a_read_of_the_pods_alone_never_changes_the_phase() -> None:
+    """A cancel's last read (phase_record.record_chips) applied to a record whose attempt the
+    workflow's own read has meanwhile ended: the end stands, and only the figure moves."""
+    record = _record()
+    read(record, [worker("a", 0)], 30)
+    phase_record.apply(record, "train", 1, phase_record.Reading("succeeded"), "")
+    held = chip_hours.held_by_pod([worker("a", 0)], T + timedelta(minutes=45))
+    assert phase_record.record_chips(record, "train", 1, held, "") == "chip-hours"
+    attempt = record.attempt_record("train", 1)
+    assert attempt is not None and attempt.phase == "succeeded" and attempt.finished_at is not None
+    assert attempt.chip_hours == pytest.approx(3.0)
+    assert phase_record.record_chips(record, "train", 1, held, "") is None  # again: no change

@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 
 from rlpipe.cli import charts as cli_charts
+from rlpipe.cluster.status import WorkloadStatus
 from rlpipe.control import services
 from rlpipe.control.adapters.identities import OPERATOR_OPS, WORKFLOW_IDENTITY_ENV, WORKFLOW_OPS, CallerPolicy
+from rlpipe.core.runs.record import Attempt, now
 from rlpipe.local.identities import played_id_token
 from rlpipe.report import render_report
 from rlpipe.report.rows import attempt_rows, rounds
@@ -212,6 +214,58 @@ def test_cancel_of_a_sweep_records_the_caller_on_the_parent_and_every_child_it_e
     assert all(k.state == "cancelled" and k.failure.caller == OPERATOR for k in kids[1:])
     facts = sweep_facts(ended, kids)
     assert facts.nothing_published == f"the sweep was cancelled by {OPERATOR}"
+
+
+class _PodsHeld:
+    """The cluster as a cancel's last read sees it: each live training attempt's two TPU pods have
+    held 0.5 chip-hours each; deleting its workloads is recorded."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def in_namespace(self, namespace: str) -> _PodsHeld:
+        return self
+
+    def status(self, name: str, **kwargs: Any) -> WorkloadStatus:
+        assert name not in self.deleted, "read after its workloads were deleted"
+        return WorkloadStatus(
+            kind="JobSet", name=name, phase="running", pod_chip_hours={f"{name}-w0": 0.5, f"{name}-w1": 0.5}
+        )
+
+    def delete_run(self, run_id: str) -> list[str]:
+        self.deleted.append(f"{run_id}-train-a1")
+        return [f"{run_id}-train-a1"]
+
+
+def test_cancel_of_a_sweep_records_each_live_childs_chip_hours_before_deleting_its_workloads(
+    env: dict[str, Any], buckets: Buckets, stage: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger, parent, children = _claimed(buckets)
+    for child in children:
+        ledger.edit(
+            child.run_id,
+            lambda r: (
+                r.attempts.append(
+                    Attempt(
+                        stage="train",
+                        attempt=1,
+                        workload=f"{r.run_id}-train-a1",
+                        launched_at=now(),
+                        phase="running",
+                    )
+                ),
+                "launched",
+            )[1],
+        )
+    cluster = _PodsHeld()
+    monkeypatch.setattr(services, "stage_service", lambda log: replace(env["service"], cluster=cluster))
+    response = stage.post("/", json={"op": "cancel", "run_id": parent.run_id}, headers=bearer(OPERATOR))
+    assert response.status_code == 200 and response.get_json()["state"] == "cancelled"
+    for child in children:
+        train = ledger.get(child.run_id).attempt_record("train", 1)
+        assert train.chip_hours == 1.0 and len(train.pod_chip_hours) == 2, train
+        assert train.phase == "running"  # the last read changes the figure, never the phase
+    assert {f"{c.run_id}-train-a1" for c in children} <= set(cluster.deleted)
 
 
 # ---- teams: an operator operates on its own team's runs only ------------------------------------

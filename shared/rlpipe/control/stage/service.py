@@ -568,6 +568,10 @@ class StageService:
         workloads deleted and is finished with the group's failure, by the same caller."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
+            try:
+                self.record_held(run_id)  # what its pods held up to now, before they go
+            except Exception as exc:  # its figure stays at its workflow's last read
+                self.log.bind(run_id=run_id).warning("chip-hours: the last read failed", error=str(exc))
             self._cluster(record).delete_run(run_id)  # a group's members are of its team
             self.finish(run_id, "cancelled", failure, caller=caller)
 
@@ -595,17 +599,35 @@ class StageService:
     def record_held(self, run_id: str) -> None:
         """One last read of the pods of each attempt that has not ended, recording the chip-hours
         they have held, before something deletes them (a cancel): the workflow reads them only
-        on its poll, so without this the time since its last read would go unrecorded."""
+        on its poll, so without this the time since its last read would go unrecorded. Only the
+        chip-hours change (``phase_record.record_chips``): a phase the workflow's own read records
+        meanwhile stands. An attempt whose read fails keeps its figure; the others are still read."""
         record = self.ledger.get(run_id)
         if record is None:
             return
-        cluster = self._cluster(record)
+        cluster, log = self._cluster(record), self.log.bind(run_id=run_id)
         for a in record.attempts:
-            if a.finished_at is None:
+            if a.finished_at is not None:
+                continue
+            try:
                 held = cluster.status(a.workload, kind=KIND[a.stage]).pod_chip_hours
-                if held:
-                    reading = phase_record.Reading(a.phase, chips=held)
-                    self._record_phase(run_id, a.stage, a.attempt, reading, self.log.bind(run_id=run_id))
+            except Exception as exc:  # the figure stays at the workflow's last read
+                log.warning(
+                    "chip-hours: the last read failed",
+                    workload=a.workload,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                continue
+            if held:
+                self._record_chips(run_id, a.stage, a.attempt, held)
+
+    def _record_chips(self, run_id: str, stage: str, attempt: int, held: Mapping[str, float]) -> None:
+        prices = self.settings.prices_json
+        self.ledger.update(
+            run_id,
+            lambda r: (phase_record.record_chips(r, stage, attempt, held, prices), None),
+            detail=lambda r: {"stage": stage, "attempt": attempt},
+        )
 
     def cleanup(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:
         record = self.ledger.get(run_id)

@@ -54,6 +54,7 @@ def apply(
             (live and live != r.progress)
             or results != r.results
             or held != a.chip_hours
+            or pods != a.pod_chip_hours
             or moved != a.log_cursor
         ):
             r.progress = live or r.progress
@@ -97,3 +98,20 @@ def held_by_pods(a: Attempt, read: Mapping[str, float]) -> tuple[dict[str, float
     for uid, hours in read.items():
         pods[uid] = max(pods.get(uid, 0.0), hours)
     return pods, max(a.chip_hours or 0.0, sum(pods.values()))
+
+
+def record_chips(
+    r: RunRecord, stage: str, attempt: int, chips: Mapping[str, float], prices_json: str
+) -> str | None:
+    """Change ``r`` by a read of the attempt's pods alone (a cancel's last read): its chip-hours
+    and their cost, never its phase, which the workflow's own reads decide. → the event to record,
+    or None when nothing changed."""
+    a = r.attempt_record(stage, attempt)
+    if a is None:
+        return None
+    pods, held = held_by_pods(a, chips)
+    if pods == a.pod_chip_hours and held == a.chip_hours:
+        return None
+    a.pod_chip_hours, a.chip_hours = pods, held
+    a.cost_estimate = cost_estimate(r.request, held, prices_json)
+    return "chip-hours"

@@ -119,7 +119,9 @@ class Attempt(_Model):
     failure_class: str | None = None
     reason: str | None = None
     resume_step: int | None = None
-    chip_hours: float | None = None  # TPU chip-hours its pods held (core.chip_hours): pod_chip_hours added up
+    # TPU chip-hours its pods held (core.chip_hours): pod_chip_hours added up (at least the total a
+    # record from before pods were kept one by one had)
+    chip_hours: float | None = None
     # What each of its pods (by UID) was last read holding: pods come and go between reads (a
     # JobSet restarting in place, a failing one deleting its active Jobs), so each keeps its own.
     pod_chip_hours: dict[str, float] = Field(default_factory=dict)
