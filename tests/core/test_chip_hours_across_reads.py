@@ -93,6 +93,7 @@ def test_below_an_earlier_records_floor_each_pod_is_still_kept() -> None:
     attempt = record.attempt_record("train", 1)
     assert attempt is not None
     attempt.chip_hours = 10.0
+    assert read(record, [], 0) == pytest.approx(10.0)  # read running, before any pod started
     assert read(record, [worker("a", 0), worker("b", 0)], 60) == pytest.approx(10.0)  # 8 < 10
     assert read(record, [worker("c", 61), worker("d", 61)], 121) == pytest.approx(16.0)  # 8 + 8
 
