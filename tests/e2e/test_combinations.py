@@ -216,6 +216,7 @@ WATCHED = "google/gemma-4-26b-a4b-it"  # a model of the Hub double the simulator
 
 def _watch_entry(case: Case, request_id: str) -> dict[str, Any]:
     template = {k: v for k, v in _request(case, request_id).items() if k not in ("hf_repo", "request_id")}
+    template["labels"] = {"combination": str(case.index)}  # two cases' requests may be the same
     return {"hf_repo": WATCHED, "team": case.team, "debounce_minutes": 0, "template": template}
 
 

@@ -667,4 +667,57 @@ def test_two_teams_watching_one_repo_with_one_template_each_get_their_own_run(ch
         (r.run_id, r.team, r.key) for r in runs
     ]
     assert all(r.lineage.hf_revision == sha for r in runs)
-    assert len(chain.state(repo)["watches"]) == 2
+    assert sorted(chain.state(repo)["watches"]) == [
+        f"speech:main@{template_hash(shared)}",
+        f"vision:main@{template_hash(shared)}",
+    ]
+
+
+def _teams_chain(chain: Chain) -> Poller:
+    from rlpipe.core.teams import parse_teams
+    from tests.control.lifecycle.test_intake_teams import TEAMS
+
+    return chain.poller(intake=chain.intake(teams=parse_teams(TEAMS)))
+
+
+def _vision_template(secret: str = "hf-vision") -> dict[str, Any]:
+    return {
+        "model": "gemma4-26b",
+        "preset": "v6e-32",
+        "hf_token_secret": {"name": secret, "key": "token"},
+        "tpu": {"queue": "user-queue"},
+    }
+
+
+def test_a_teams_entry_naming_another_teams_secret_is_refused_when_the_list_is_read(chain: Chain) -> None:
+    repo = chain.new_repo()
+    chain.watch({"hf_repo": repo, "team": "vision", "template": _vision_template("hf-speech")})
+    [outcome] = chain.poll(poller=_teams_chain(chain)).outcomes
+    assert (outcome.outcome, outcome.reason) == ("error", "invalid-entry")
+    [problem] = [p for p in outcome.problems if p.path == "watch[0].template.hf_token_secret"]
+    assert "teams.vision.read_secrets" in problem.fix and "hf-vision:token" in problem.fix
+    assert chain.executions.creates() == []
+
+
+def test_a_teams_entry_keeps_the_baseline_its_slot_had_before_the_team_was_part_of_it(chain: Chain) -> None:
+    """State written under the slot ``branch@template`` (before an entry's team was part of its
+    slot) carries over: the first poll after finds its baseline, and the release after it runs."""
+    repo = chain.new_repo()
+    entry = {"hf_repo": repo, "team": "vision", "template": _vision_template()}
+    chain.watch(entry)
+    poller = _teams_chain(chain)
+    assert only(chain.poll(poller=poller)).reason == "baseline"
+    watches = chain.state(repo)["watches"]
+    slot = f"main@{template_hash(entry['template'])}"
+    assert list(watches) == [f"vision:{slot}"]
+    # The state as a deployment before this change left it: under the slot without the team.
+    store = chain.buckets.store("state")
+    doc = store.read(state_path(repo)).json()
+    doc["watches"] = {slot: doc["watches"][f"vision:{slot}"]}
+    store.put(state_path(repo), json.dumps(doc).encode(), "application/json")
+    again = only(chain.poll(poller=poller))
+    assert (again.outcome, again.reason) == ("ignored", "unchanged"), again
+    sha = chain.release(repo, "v2")
+    released = only(chain.poll(poller=poller))
+    assert released.outcome == "released" and released.sha == sha
+    assert chain.state(repo)["watches"][f"vision:{slot}"]["baseline"]["sha"] == sha

@@ -144,7 +144,7 @@ class Poller:
         out = _Out(entry)
         if not entry.enabled:
             return out("ignored", "disabled (enabled: false in the watch list)", reason="disabled")
-        state = self.state.get(entry.hf_repo, entry.key)
+        state = self._state(entry)
         try:
             head = self.hub.head(entry.hf_repo, entry.branch)
         except HubProblem as exc:
@@ -392,14 +392,23 @@ class Poller:
             return
 
         def apply(current: WatchState | None) -> WatchState | None:
+            found = current if current is not None else self._state(entry)
             base = (
-                current.model_copy(deep=True)
-                if current is not None
+                found.model_copy(deep=True)
+                if found is not None
                 else WatchState(branch=entry.branch, template_hash=entry.template_hash)
             )
             return change(base)
 
         self.state.update(entry.hf_repo, entry.key, apply)
+
+    def _state(self, entry: WatchEntry) -> WatchState | None:
+        """The entry's state; for a team's entry without one yet, the state of the slot it had
+        before the team was part of it (its baseline and last release carry over)."""
+        state = self.state.get(entry.hf_repo, entry.key)
+        if state is None and entry.team:
+            state = self.state.get(entry.hf_repo, entry.slot_before_teams)
+        return state
 
 
 class _Out:

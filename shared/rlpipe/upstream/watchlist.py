@@ -96,10 +96,16 @@ class WatchEntry(BaseModel):
     @property
     def key(self) -> str:
         """This entry's slot in the repo's state: two templates on one repo are tracked apart, and
-        so are two teams watching one repo with one template (a public model needs no token, so
-        their templates can be the same). An entry without a team keeps the slot it always had."""
-        slot = f"{self.branch}@{self.template_hash}"
-        return f"{self.team}/{slot}" if self.team else slot
+        so are two teams watching one repo with one template (two teams that share a token Secret
+        and a queue can have the same template). ':' is in no branch name, so no team's slot is
+        another entry's. An entry without a team keeps the slot it always had."""
+        return f"{self.team}:{self.slot_before_teams}" if self.team else self.slot_before_teams
+
+    @property
+    def slot_before_teams(self) -> str:
+        """The slot an entry had before its team was part of it: a team's entry starts from the
+        state found there, so a deployment that declared teams before this keeps its baselines."""
+        return f"{self.branch}@{self.template_hash}"
 
     def release_key(self, sha: str) -> str:
         """The intake idempotency key of this entry's run of release ``sha``: one run per (repo,
@@ -194,7 +200,7 @@ def load_watch_list(
                 entry_problems.append(
                     Problem(
                         f"watch[{index}]",
-                        f"same hf_repo, branch and template as watch[{seen[identity]}]",
+                        f"same hf_repo, branch, template and team as watch[{seen[identity]}]",
                         "remove one of the two entries",
                     )
                 )
