@@ -156,7 +156,7 @@ def _request(case: Case, request_id: str) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "hf_token_secret": SECRETS[case.team],
         "retry": FAST_RETRY,
-        "training": {"checkpoint_period": 10, "num_batches": 60},
+        "training": {"checkpoint_period": 20, "num_batches": 40},
     }
     if case.capacity != "reservation":
         fields["tpu"] = {"provisioning": case.capacity}
