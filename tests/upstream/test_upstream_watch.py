@@ -124,7 +124,7 @@ def test_lenient_load_keeps_the_good_entries_and_reports_the_bad() -> None:
 def test_duplicate_entries_are_rejected() -> None:
     with pytest.raises(WatchListInvalid) as caught:
         validate_watch_list(_doc(_entry(), _entry(debounce_minutes=5)))  # same repo, branch, template
-    assert "same hf_repo, branch and template as watch[0]" in _paths(caught.value)["watch[1]"]
+    assert "same hf_repo, branch, template and team as watch[0]" in _paths(caught.value)["watch[1]"]
 
 
 def test_the_example_watch_list_is_valid() -> None:
@@ -145,6 +145,39 @@ def test_cli_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert args.func(args) == 1
     err = capsys.readouterr().err
     assert "watch[0].color" in err and "watch[0].template.request_id" in err and "2 problems" in err
+
+
+def test_cli_validate_checks_a_teams_entry_against_that_teams_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the deployment's RLPIPE_TEAMS in the environment, an entry's template is checked as
+    intake will check its releases: vision's entry may name vision's token Secret, not speech's."""
+    import json
+
+    from tests.control.lifecycle.test_intake_teams import TEAMS
+
+    monkeypatch.setenv("RLPIPE_TEAMS", json.dumps(TEAMS))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+
+    def entry(secret: str) -> dict[str, Any]:
+        template = {
+            "model": "gemma4-26b",
+            "hf_token_secret": {"name": secret, "key": "token"},
+            "tpu": {"queue": "user-queue"},
+        }
+        return _entry(team="vision", template=template)
+
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_bytes(_doc(entry("hf-vision")))
+    bad.write_bytes(_doc(entry("hf-speech")))
+    args = parser.parse_args(["watch-list", "validate", str(good)])
+    assert args.func(args) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    args = parser.parse_args(["watch-list", "validate", str(bad)])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert "watch[0].template.hf_token_secret" in err and "teams.vision.read_secrets" in err
 
 
 # ---- release rules (pure) -------------------------------------------------------------------------
