@@ -23,9 +23,7 @@ def _policy_for(team: str | None) -> Any:
     from rlpipe.cli.request_files import policy
     from rlpipe.control.adapters.settings import Settings
 
-    teams = Settings.from_env().teams()
-    declared = teams.named(team or "") if teams.declared else None
-    return policy().for_team(declared) if declared is not None else policy()
+    return policy().for_team_named(Settings.from_env().teams(), team)
 
 
 def cmd_watch_list_validate(args: argparse.Namespace) -> int:

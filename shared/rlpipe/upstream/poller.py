@@ -86,10 +86,9 @@ class Poller:
         rather than at each release. A team's own lists on a deployment that declares teams (a
         team this deployment does not declare: the deployment's, and intake refuses the run,
         naming the teams)."""
-        policy = self.intake.policy if self.intake is not None else self.settings.policy()
-        teams = self.intake.teams if self.intake is not None else self.settings.teams()
-        declared = teams.named(team or "") if teams.declared else None
-        return policy.for_team(declared) if declared is not None else policy
+        if self.intake is not None:
+            return self.intake.policy.for_team_named(self.intake.teams, team)
+        return self.settings.policy().for_team_named(self.settings.teams(), team)
 
     def poll(
         self, watch: WatchList, *, repo: str | None = None, branch: str | None = None, dry_run: bool = False

@@ -568,10 +568,7 @@ class StageService:
         workloads deleted and is finished with the group's failure, by the same caller."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
-            try:
-                self.record_held(run_id)  # what its pods held up to now, before they go
-            except Exception as exc:  # its figure stays at its workflow's last read
-                self.log.bind(run_id=run_id).warning("chip-hours: the last read failed", error=str(exc))
+            self.record_held(run_id)  # what its pods held up to now, before they go
             self._cluster(record).delete_run(run_id)  # a group's members are of its team
             self.finish(run_id, "cancelled", failure, caller=caller)
 
@@ -601,25 +598,30 @@ class StageService:
         they have held, before something deletes them (a cancel): the workflow reads them only
         on its poll, so without this the time since its last read would go unrecorded. Only the
         chip-hours change (``phase_record.record_chips``): a phase the workflow's own read records
-        meanwhile stands. An attempt whose read fails keeps its figure; the others are still read."""
-        record = self.ledger.get(run_id)
+        meanwhile stands. Never raises: an attempt whose read fails keeps its figure, the others are
+        still read, and what asked goes on."""
+        log = self.log.bind(run_id=run_id)
+        try:
+            record = self.ledger.get(run_id)
+        except Exception as exc:  # the ledger refused: the figures stay at the workflow's last reads
+            log.warning("chip-hours: the last read failed", error=f"{type(exc).__name__}: {exc}")
+            return
         if record is None:
             return
-        cluster, log = self._cluster(record), self.log.bind(run_id=run_id)
+        cluster = self._cluster(record)
         for a in record.attempts:
             if a.finished_at is not None:
                 continue
             try:
                 held = cluster.status(a.workload, kind=KIND[a.stage]).pod_chip_hours
-            except Exception as exc:  # the figure stays at the workflow's last read
+                if held:
+                    self._record_chips(run_id, a.stage, a.attempt, held)
+            except Exception as exc:  # this attempt's figure stays at the workflow's last read
                 log.warning(
                     "chip-hours: the last read failed",
                     workload=a.workload,
                     error=f"{type(exc).__name__}: {exc}",
                 )
-                continue
-            if held:
-                self._record_chips(run_id, a.stage, a.attempt, held)
 
     def _record_chips(self, run_id: str, stage: str, attempt: int, held: Mapping[str, float]) -> None:
         prices = self.settings.prices_json

@@ -30,7 +30,7 @@ from rlpipe.core.presets import (
 from rlpipe.core.problems import Problem, RequestInvalid
 from rlpipe.core.request import env_allowlist, reading, targets
 from rlpipe.core.request.model import Request
-from rlpipe.core.teams import Team
+from rlpipe.core.teams import Team, Teams
 
 # A team's settings, as core.teams names them (where they differ from the keys here).
 TEAM_FIELDS = {
@@ -111,6 +111,12 @@ class Policy:
 
     def for_namespace(self, namespace: str) -> Policy:
         return dataclasses.replace(self, namespace=namespace)
+
+    def for_team_named(self, teams: Teams, name: str | None) -> Policy:
+        """``for_team`` of the team ``name`` when ``teams`` declares it; else these allowlists (a
+        name no team has is refused where the run is made, by intake, naming the teams)."""
+        declared = teams.named(name or "") if teams.declared else None
+        return self.for_team(declared) if declared is not None else self
 
     def for_team(self, team: Team) -> Policy:
         """The allowlists a request of ``team`` is checked against: the team's own lists in place of
