@@ -328,3 +328,68 @@ def test_a_gone_head_pods_evaluations_come_from_cloud_logging(env: dict[str, Any
     lines, _ = cloud_logs.read_head_lines(post, "p", NS, f"{run_id}-train-a1", cursor, url=api.url)
     assert lines == [] and 'timestamp>="2026-12-04T13:00:03Z"' in api.bodies[-1]["filter"]
     api.server.shutdown()
+
+
+def test_a_head_pod_deleted_between_its_listing_and_its_log_read_is_read_from_cloud_logging(
+    env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last read of a preempted attempt: the head pod is listed, then deleted (its JobSet
+    failed, Kubernetes removes it) before its log is asked for, and the kubelet answers 404. The
+    lines it printed since the last poll are then only in Cloud Logging, and they are read there:
+    this read is the attempt's last, so nothing would read them later."""
+    import requests
+
+    from rlpipe.control.adapters import cloud_logs
+    from tests.control.stage.test_stage import _convert_done
+
+    def entry(second: int, text: str) -> dict[str, Any]:
+        return {"timestamp": f"2026-12-04T13:00:{second:02d}.000000000Z", "textPayload": text}
+
+    api = _LoggingApi([[entry(1, _eval(None, 0.1)), entry(2, _eval(10, 0.2)), entry(3, _eval(20, 0.3))]])
+    at = datetime(2026, 12, 4, 13, 0, tzinfo=UTC)
+
+    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = requests.post(url, json=body, timeout=10).json()
+        return answer
+
+    run_id = "rlate0000001"
+    service = env["service"]
+    service.cloud_logs = lambda jobset, cursor: cloud_logs.read_head_lines(
+        post, "p", NS, jobset, cursor, url=api.url
+    )
+    env["claim"](run_id)
+    service.plan(run_id, f"{run_id}-exec")
+    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
+    _convert_done(env, run_id)
+    service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+    pod = _running_head(env, run_id, 1)
+    for second, line in ((1, _eval(None, 0.1)), (2, _eval(10, 0.2))):  # as Cloud Logging stamps them
+        env["kube"].append_pod_log(pod, [line], namespace=NS, when=at + timedelta(seconds=second))
+    service.status(run_id, "train", 1, f"{run_id}-exec")
+    assert [e["step"] for e in env["ledger"].get(run_id).results["intermediate"]] == [10]
+
+    failed = [
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "FailedJobs",
+            "message": "head exited 1",
+            "lastTransitionTime": "2026-12-04T13:00:05Z",
+        }
+    ]
+    env["kube"].patch_status("jobsets", f"{run_id}-train-a1", {"conditions": failed}, namespace=NS)
+    cluster = service.cluster
+    listed = cluster._list_pods
+
+    def listed_then_deleted(selector: str) -> list[dict[str, Any]]:
+        pods = listed(selector)
+        if env["kube"].list("pods", namespace=NS):
+            env["kube"].delete("pods", pod, namespace=NS)
+        return pods
+
+    monkeypatch.setattr(cluster, "_list_pods", listed_then_deleted)
+    assert service.status(run_id, "train", 1, f"{run_id}-exec")["phase"] == "failed"
+    record = env["ledger"].get(run_id)
+    assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, 10), (1, 20)]
+    assert 'timestamp>="2026-12-04T13:00:02Z"' in api.bodies[-1]["filter"], "from the kubelet's cursor on"
+    api.server.shutdown()

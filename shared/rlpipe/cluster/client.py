@@ -187,7 +187,8 @@ class ClusterClient(KubeTransport):
         limit_bytes: int = log_cursor.READ_LIMIT_BYTES,
     ) -> tuple[list[str], LogCursor | None, bool]:
         """The head's log lines not read before (``cluster/log_cursor.py``), the new cursor, and
-        whether the head's pod was there to read (the caller falls back to Cloud Logging if not).
+        whether the kubelet served them (the caller falls back to Cloud Logging if not: the pod is
+        gone, went between its listing and its log read, or its log could not be read).
 
         Best effort: no lines (and the same cursor) when the log cannot be read; the next read
         starts where this one would have.
@@ -222,12 +223,15 @@ class ClusterClient(KubeTransport):
                     return lines, moved, True
                 limit_bytes *= 4  # one second held more than the limit: ask for more of it
         except (ApiException, TransientFailure) as exc:
+            # Not read here: the caller reads Cloud Logging instead. A pod listed and then deleted
+            # before its log was asked for answers 404, and that read may be its attempt's last
+            # (a preempted head), so its lines would never be read otherwise.
             log.warning(
-                "reading the log of %s failed (the next read starts where this one would have): %s",
+                "reading the log of %s from its pod failed (read from Cloud Logging instead): %s",
                 jobset,
                 exc,
             )
-            return [], cursor, True
+            return [], cursor, False
 
     def _pod_log(self, pod: str, query: list[tuple[str, Any]]) -> bytes:
         """``GET pods/{pod}/log`` with ``query`` as given: the generated client has no ``sinceTime``
