@@ -199,9 +199,6 @@ _FAULT_LOG = pytest.StashKey[Any]()
 _CONFIG: dict[str, pytest.Config] = {}
 
 
-# The real control plane, one per worker: registered here, once, because a fixture imported into
-# several test modules is a separate fixture in each (a plane per module, all alive to the end).
-from tests.harness.real_cluster import real_cluster  # noqa: E402, F401
 
 # ---- tiers: `make test-fast` runs what needs no local server --------------------------------------
 
@@ -212,8 +209,10 @@ SERVER_FIXTURES = frozenset({"fake_gcs", "local", "executions"})
 
 # ---- scheduling across xdist workers (`--dist loadgroup`) ----------------------------------------
 
-# Files that share one real control plane (started once per worker, ~15 s of both cores and
-# ~850 MiB): two groups, so two planes serve them all instead of one per worker.
+# Files that share one real control plane (~15 CPU-s to start, ~850 MiB, and about 4 CPU-s a minute
+# while it idles): two groups, so two planes serve them all instead of one per worker. The plane
+# is package-scoped (tests/cluster/real_plane/conftest.py): it stops when its worker moves on to
+# another package's tests, not at the session's end.
 REAL_PLANE_GROUPS = {
     "test_real_conformance.py": "real-plane-1",
     "test_real_conformance_race.py": "real-plane-1",

@@ -1,4 +1,5 @@
-"""The real control plane for tests: started once per worker, with what a deploy installs.
+"""The real control plane for tests: started once per run of the real-plane package's tests on a
+worker (``tests/cluster/real_plane/conftest.py``), with what a deploy installs.
 
 Where the binaries are missing (no Go, or `make components` not run) the tests that need it skip
 with a reason naming the make target; under CI=true a skip is a failure, since CI builds them.
@@ -27,7 +28,7 @@ def require_real_cluster() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     require_real_cluster()
     plane = ControlPlane(tmp_path_factory.mktemp("control-plane"))
