@@ -29,19 +29,22 @@ def _refuse_a_body_that_is_no_event() -> tuple[dict[str, str], int] | None:
     """A structured body that is JSON but not an object (``[1]``, ``"x"``) is no CloudEvent; the
     framework then tries it as a legacy background event and fails with a TypeError, a 500 that
     Eventarc and Pub/Sub redeliver forever. Refuse it with a 400 first. Binary-mode events carry
-    their attributes in ``ce-*`` headers, and their data may be any JSON: they pass."""
-    import json
-
+    their attributes in ``ce-*`` headers, and their data may be any JSON: they pass, unless it is
+    nested deeper than a parser recurses (``core.json_body``), which the event SDK would raise on."""
     import flask
 
+    from rlpipe.core import json_body
+
     request = flask.request
-    if request.method != "POST" or request.headers.get("ce-specversion"):
+    if request.method != "POST":
         return None
     try:
-        body = json.loads(request.get_data(cache=True) or b"null")
-    except ValueError:
-        return None  # not JSON: the framework's own 400
-    if body is None or isinstance(body, dict):
+        body = json_body.loads(request.get_data(cache=True) or b"null")
+    except json_body.NestedTooDeeply as exc:  # the event SDK's parser would raise, a 500
+        return {"error": f"bad request: {exc}"}, 400
+    except json_body.UnreadableJson:
+        return None  # not JSON: the framework's own 400, or a binary event's data as text
+    if request.headers.get("ce-specversion") or body is None or isinstance(body, dict):
         return None
     return {"error": "bad request: the body is not an event this function accepts"}, 400
 
@@ -115,8 +118,13 @@ def stage(request: Any) -> tuple[dict[str, Any], int]:
     and the operators' (cancel, retry, promote); which identity may call which: control/adapters/identities.py."""
     from rlpipe.control.adapters.callers import caller_of
     from rlpipe.control.stage_http import handle
+    from rlpipe.core import json_body
 
-    return handle(request.get_json(silent=True), Logger("stage"), caller=caller_of(request.headers))
+    try:
+        body = json_body.loads(request.get_data() or b"null")
+    except json_body.UnreadableJson as exc:
+        return {"error": {"tag": "permanent", "message": str(exc)}}, 400
+    return handle(body, Logger("stage"), caller=caller_of(request.headers))
 
 
 @functions_framework.cloud_event

@@ -51,6 +51,20 @@ class NotTheTeamsOperator(Exception):
     """The caller is not an operator of the run's team (control.operator_ops.operator_refusal): 403."""
 
 
+_UNKNOWN_OP = (
+    "op {op} is not an operation; send one of plan, launch, status, gate, select, finish, cleanup "
+    "(the workflow's), cancel, retry, promote (an operator's), as a string"
+)
+
+
+def _shown(value: Any) -> str:
+    """A caller's value in an answer: a short string as written, anything else by its type only
+    (never echoed: it could be long, or hold what the caller should not see again in a log)."""
+    if isinstance(value, str) and len(value) <= 32 and value.isprintable():
+        return repr(value)
+    return f"(a {type(value).__name__})"
+
+
 def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[str, Any], int]:
     """``caller``: the identity Google verified on the call (control/adapters/callers.py), None locally."""
     if not isinstance(body, dict):
@@ -63,6 +77,8 @@ def handle(body: Any, log: Logger, *, caller: str | None = None) -> tuple[dict[s
         stage=body.get("stage") if body.get("stage") in STAGES else None,
         op=op if isinstance(op, str) and len(op) <= 32 else None,
     )
+    if not isinstance(op, str) or op not in identities.WORKFLOW_OPS | identities.OPERATOR_OPS:
+        return {"error": {"tag": "permanent", "message": _UNKNOWN_OP.format(op=_shown(op))}}, 400
     refusal = identities.caller_policy(local=services.settings().local).refusal(op, caller)
     if refusal is not None:
         log.warning("caller refused", caller=caller or "(no verified caller)", reason=refusal)
@@ -104,10 +120,7 @@ def dispatch(service: StageService, body: dict[str, Any]) -> dict[str, Any]:
     if not identity.is_run_id(run_id):
         raise BadCall("run_id is missing or not a run id (lowercase letters, digits and -)")
     if not isinstance(op, str) or op not in contract.WORKFLOW_OPERATIONS:
-        raise BadCall(
-            f"unknown op {op!r}; one of plan, launch, status, gate, select, finish, cleanup "
-            "(the workflow's), cancel, retry, promote (an operator's)"
-        )
+        raise BadCall(_UNKNOWN_OP.format(op=_shown(op)))
     try:
         call = contract.read_call(op, body)
     except contract.BadCallBody as exc:

@@ -21,10 +21,11 @@ scheduled poll stays the source of truth.
 from __future__ import annotations
 
 import hmac
-import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+from rlpipe.core import json_body
 
 WEBHOOK_SECRET_ENV = "RLPIPE_WEBHOOK_SECRET"
 SECRET_HEADER = "x-webhook-secret"
@@ -137,9 +138,9 @@ def handle_webhook(
                 raw = read_at_most(body, MAX_BODY)
             if raw is None:
                 return 413, {"error": TOO_LARGE}
-            payload = json.loads(raw)
-    except ValueError:
-        return 400, {"error": "the body is not JSON"}
+            payload = json_body.loads(raw)
+    except json_body.UnreadableJson as exc:
+        return 400, {"error": str(exc)}
     if not isinstance(payload, Mapping):
         return 400, {"error": "the body is not a JSON object"}
 

@@ -54,7 +54,7 @@ class CallerPolicy:
 
         An op that is neither list's is let through: the dispatcher refuses it as unknown (400),
         and it changes nothing."""
-        if op not in WORKFLOW_OPS and op not in OPERATOR_OPS:
+        if not isinstance(op, str) or (op not in WORKFLOW_OPS and op not in OPERATOR_OPS):
             return None
         if self.plays_no_identities:
             return None
