@@ -199,7 +199,6 @@ _FAULT_LOG = pytest.StashKey[Any]()
 _CONFIG: dict[str, pytest.Config] = {}
 
 
-
 # ---- tiers: `make test-fast` runs what needs no local server --------------------------------------
 
 # Fixtures that start a real local server (fake-gcs-server, the local stack, a recording Workflows

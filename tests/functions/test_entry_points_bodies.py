@@ -51,8 +51,6 @@ def test_a_cloud_event_nested_too_deeply_is_a_400(apps: Any, target: str, mode: 
         headers, _ = to_binary(gcs_event("rlpipe-artifacts", "runs/r1/x", 1, 1))
         response = apps[target].post("/", headers=headers, data=DEEP)
     else:
-        response = apps[target].post(
-            "/", data=DEEP, headers={"Content-Type": "application/cloudevents+json"}
-        )
+        response = apps[target].post("/", data=DEEP, headers={"Content-Type": "application/cloudevents+json"})
     assert response.status_code == 400, (response.status_code, response.get_data(as_text=True)[:300])
     assert "nested too deeply" in _problem(response)

@@ -229,6 +229,7 @@ def _answered(response: Any) -> None:
     if status >= 400:
         assert response.get_data(as_text=True).strip(), f"a {status} without a word"
 
+
 _ids = iter(range(10**9))
 
 
