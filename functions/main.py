@@ -116,15 +116,25 @@ def artifact_event(cloud_event: Any) -> None:
 def stage(request: Any) -> tuple[dict[str, Any], int]:
     """The workflow's door into the pipeline (plan, launch, status, gate, select, finish, cleanup)
     and the operators' (cancel, retry, promote); which identity may call which: control/adapters/identities.py."""
-    from rlpipe.control.adapters.callers import caller_of
+    from rlpipe.control import services
+    from rlpipe.control.adapters.callers import CertsUnavailable, TokenRefused, caller_of
     from rlpipe.control.stage_http import handle
     from rlpipe.core import json_body
 
+    log = Logger("stage")
+    try:
+        caller = caller_of(request.headers, services.token_check())
+    except TokenRefused as exc:
+        log.warning("caller refused", reason=str(exc))
+        return {"error": {"tag": "unauthenticated", "message": str(exc)}}, 401
+    except CertsUnavailable as exc:
+        log.warning("caller not verified", reason=str(exc))
+        return {"error": {"tag": "transient", "message": str(exc)}}, 503
     try:
         body = json_body.loads(request.get_data() or b"null")
     except json_body.UnreadableJson as exc:
         return {"error": {"tag": "permanent", "message": str(exc)}}, 400
-    return handle(body, Logger("stage"), caller=caller_of(request.headers))
+    return handle(body, log, caller=caller)
 
 
 @functions_framework.cloud_event

@@ -262,3 +262,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
     _schedule(items)
+
+
+# The stage function's token issuer (tests/harness/id_tokens.py), registered once for every module.
+from tests.harness.id_tokens import signed_calls, token_issuer  # noqa: E402, F401

@@ -2,6 +2,9 @@
 # service account. tests/repo/test_infra.py checks this table against the decorators in main.py.
 
 locals {
+  # Cloud Run's deterministic URL of the stage function's service (https://SERVICE-PROJECT_NUMBER.REGION.run.app).
+  stage_audience = "https://${var.name_prefix}-stage-${data.google_project.this.number}.${var.region}.run.app"
+
   storage_finalized = "google.cloud.storage.object.v1.finalized"
   pubsub_published  = "google.cloud.pubsub.topic.v1.messagePublished"
 
@@ -98,7 +101,8 @@ locals {
   event_functions = { for k, f in local.functions : k => f if f.trigger != "http" }
 
   # Every RLPIPE_* variable Settings.from_env reads, except those that only the local stack sets
-  # (RLPIPE_KUBE_URL, RLPIPE_WORKFLOWS_ENDPOINT, RLPIPE_LOGGING_ENDPOINT, RLPIPE_LOCAL: they switch
+  # (RLPIPE_KUBE_URL, RLPIPE_WORKFLOWS_ENDPOINT, RLPIPE_LOGGING_ENDPOINT, RLPIPE_ID_TOKEN_CERTS_URL,
+  # RLPIPE_LOCAL: they switch
   # the code to emulators)
   # and RLPIPE_STAGE_URL (only the workflow calls stage; it gets the URL in user_env_vars).
   function_env = {
@@ -131,6 +135,11 @@ locals {
     RLPIPE_ALLOWED_NODE_POOLS       = join(",", var.allowed_node_pools)
     RLPIPE_PRICES                   = var.tpu_prices_json
     RLPIPE_TEAMS                    = length(var.teams) > 0 ? jsonencode(local.teams_declaration) : ""
+    # The audience a caller's ID token must name (control/adapters/callers.py verifies it, its
+    # signature and its expiry, besides Cloud Run's IAM): the stage service's deterministic URL,
+    # which the workflow's OIDC auth and the CLI name explicitly (the function cannot be told its
+    # own service_config.uri: that would be a cycle).
+    RLPIPE_STAGE_AUDIENCE = local.stage_audience
     # The only identity the stage function takes the workflow's operations from (plan, launch,
     # status, gate, select, finish, cleanup; control/identities.py); operators cancel, retry and promote.
     RLPIPE_WORKFLOW_IDENTITY = google_service_account.workflow.email

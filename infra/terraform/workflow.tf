@@ -14,7 +14,8 @@ resource "google_workflows_workflow" "pipeline" {
   deletion_protection = var.deletion_protection
 
   user_env_vars = {
-    RLPIPE_STAGE_URL = google_cloudfunctions2_function.fn["stage"].service_config[0].uri
+    RLPIPE_STAGE_URL      = google_cloudfunctions2_function.fn["stage"].service_config[0].uri
+    RLPIPE_STAGE_AUDIENCE = local.stage_audience # its OIDC tokens' aud, which stage verifies
   }
 
   depends_on = [google_project_service.apis, google_project_iam_member.project]

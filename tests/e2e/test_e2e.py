@@ -29,7 +29,7 @@ from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import chip_hours, identity, layout
 from rlpipe.core.runs.record import RunRecord
 from rlpipe.local import pubsub
-from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, played_id_token
+from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, SIGNING_KEY_ENV, played_id_token
 from rlpipe.local.stack import LocalStack, StackConfig
 from tests.conftest import ROOT, minimal_request
 from tests.harness.functions import gcs_event, post
@@ -298,6 +298,39 @@ def test_dropped_convert_events_are_finished_by_polling(local: Local, faults: An
     assert (run_id, "convert") not in stages_woken and (run_id, "export") in stages_woken
 
 
+def _signed(local: Local, email: str, audience: str | None = None, **kwargs: Any) -> str:
+    """A token as the stack signs the callers it plays (local/identities.py)."""
+    key = Path(local.state.env[SIGNING_KEY_ENV])
+    return played_id_token(email, audience or local.settings.stage_url, key_path=key, **kwargs)
+
+
+def test_the_stack_refuses_a_token_signed_by_another_key_for_another_audience_or_expired(
+    local: Local, tmp_path: Path
+) -> None:
+    """The stage function verifies every token it is sent, against the stack's published key, for
+    its own URL, unexpired (control/adapters/callers.py): each of these names the workflow, and
+    each is a 401; the stack's own token for the same call is not."""
+    import time
+
+    from rlpipe.local.identities import TOKEN_SECONDS, ensure_signing_key
+
+    workflow = local.state.env[WORKFLOW_IDENTITY_ENV]
+    url = local.settings.stage_url
+    call = {"op": "status", "run_id": "rnosuchrun01", "stage": "train", "attempt": 1, "execution_id": "x"}
+    forged = {
+        "another key": played_id_token(workflow, url, key_path=ensure_signing_key(tmp_path / "k")),
+        "another audience": _signed(local, workflow, "https://rlpipe-stage-other.a.run.app"),
+        "expired": _signed(local, workflow, now=time.time() - 2 * TOKEN_SECONDS),
+    }
+    for what, token in forged.items():
+        answer = requests.post(url, json=call, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert answer.status_code == 401, (what, answer.text)
+    own = requests.post(
+        url, json=call, headers={"Authorization": f"Bearer {_signed(local, workflow)}"}, timeout=60
+    )
+    assert own.status_code not in (401, 403), own.text
+
+
 def test_cancel_mid_train(local: Local, faults: Any) -> None:
     faults(["train:stall"])
     run_id = local.submit(local.request())
@@ -315,7 +348,7 @@ def test_cancel_mid_train(local: Local, faults: Any) -> None:
             "outcome": "failed",
             "failure": {"tag": "permanent", "message": "TPU host 3 reported ECC errors"},
         },
-        headers={"Authorization": f"Bearer {played_id_token(operator, local.settings.stage_url)}"},
+        headers={"Authorization": f"Bearer {_signed(local, operator)}"},
         timeout=60,
     )
     assert forged.status_code == 403 and forged.json()["error"]["tag"] == "forbidden"

@@ -125,13 +125,3 @@ def post_json(url: str, body: Any, timeout: float = 60) -> requests.Response:
     return requests.post(
         url, data=json.dumps(body), headers={"Content-Type": "application/json"}, timeout=timeout
     )
-
-
-def cloud_run_token(email: str) -> str:
-    """An ID token as Cloud Run hands it to the service: header and claims, the signature part
-    replaced (Cloud Run has verified it before the request arrives; control/adapters/callers.py)."""
-
-    def part(d: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'email': email, 'aud': 'x'})}.SIGNATURE_REMOVED_BY_GOOGLE"

@@ -13,7 +13,7 @@ from rlpipe.control.lifecycle.promotion import NotPromotable, promote
 from rlpipe.core.runs.record import GateRecord, RunRecord, Source
 from rlpipe.reconcile.rules import execution_failure
 from tests.conftest import Buckets
-from tests.harness.functions import cloud_run_token
+from tests.harness.id_tokens import Issuer
 
 
 def gated_record(run_id: str = "rgated000001") -> RunRecord:
@@ -69,7 +69,9 @@ def test_a_promote_whose_start_failed_can_be_repeated_and_starts_once(buckets: B
 
 
 @pytest.fixture
-def stage_app(buckets: Buckets, executions: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+def stage_app(
+    buckets: Buckets, executions: Any, monkeypatch: pytest.MonkeyPatch, signed_calls: Issuer
+) -> Any:
     from functions_framework import create_app
 
     from rlpipe.control import services
@@ -85,7 +87,7 @@ def stage_app(buckets: Buckets, executions: Any, monkeypatch: pytest.MonkeyPatch
 
 
 def test_promote_is_decided_by_the_stage_function_not_by_a_ledger_write_from_the_cli(
-    buckets: Buckets, executions: Any, stage_app: Any
+    buckets: Buckets, executions: Any, stage_app: Any, signed_calls: Issuer
 ) -> None:
     """Operators hold only read access to the state bucket (iam.tf); `rlpipe promote` asks the
     stage function, which records the override and starts the run's next execution once."""
@@ -100,7 +102,7 @@ def test_promote_is_decided_by_the_stage_function_not_by_a_ledger_write_from_the
     assert ledger.claim(r)
 
     def call(**body: Any) -> Any:
-        token = cloud_run_token("alice@example.com")  # her own account, listed in var.stage_invokers
+        token = signed_calls.token("alice@example.com")  # her own account, listed in var.stage_invokers
         return stage_app.post(
             "/",
             json={"op": "promote", "run_id": "rgated000002", **body},

@@ -74,6 +74,7 @@ LOCAL_ONLY_ENV = {
     "RLPIPE_WORKFLOWS_ENDPOINT",
     "RLPIPE_LOGGING_ENDPOINT",  # the local stack's Cloud Logging stand-in (no credentials)
     "RLPIPE_LOCAL",
+    "RLPIPE_ID_TOKEN_CERTS_URL",  # the local stack publishes its own signing key; production: Google's
     "RLPIPE_INTAKE_MESSAGE_URL",
     "RLPIPE_TARGET",
     "RLPIPE_IMPERSONATE_SERVICE_ACCOUNT",  # the CLI's ID token for stage (cli_env sets it)
@@ -527,10 +528,40 @@ def test_workflow(tf: dict[str, Any]) -> None:
     assert wf["call_log_level"] == "LOG_ERRORS_ONLY"
     assert wf["name"] == "rlpipe-pipeline" and wf["region"] == "us-east5"
     wanted = set(re.findall(r'sys\.get_env\("(RLPIPE_[A-Z0-9_]+)"\)', PIPELINE.read_text()))
-    assert wanted == WORKFLOW_ONLY_ENV
+    assert wanted == WORKFLOW_ONLY_ENV | {"RLPIPE_STAGE_AUDIENCE"}
     assert wanted <= set(wf["user_env_vars"]), f"user_env_vars lacks {wanted - set(wf['user_env_vars'])}"
     assert ids_to_paths(tf)[wf["service_account"]] == "google_service_account.workflow"
     assert re.search(r'RLPIPE_STAGE_URL\s*=\s*google_cloudfunctions2_function\.fn\["stage"\]', text)
+
+
+def test_the_workflows_tokens_name_the_audience_the_stage_function_verifies() -> None:
+    """The stage function verifies a token's audience (control/adapters/callers.py) against
+    RLPIPE_STAGE_AUDIENCE; the workflow's OIDC auth names that audience explicitly, from the same
+    value, which is the stage service's deterministic run.app URL (the service's own uri cannot be
+    handed to the function: a cycle). tfparse leaves the project number unresolved: read the source."""
+    functions = (TF_DIR / "functions.tf").read_text()
+    workflow = (TF_DIR / "workflow.tf").read_text()
+    assert re.search(r"RLPIPE_STAGE_AUDIENCE\s*=\s*local\.stage_audience", functions)
+    assert re.search(r"RLPIPE_STAGE_AUDIENCE\s*=\s*local\.stage_audience", workflow)
+    assert re.search(
+        r'stage_audience\s*=\s*"https://\$\{var\.name_prefix\}-stage-\$\{data\.google_project\.this\.number\}'
+        r'\.\$\{var\.region\}\.run\.app"',
+        functions,
+    ), "the deterministic URL of the service named like the function (name_prefix-stage)"
+    posts = _http_posts(yaml.safe_load(PIPELINE.read_text()))
+    assert posts and all(
+        p["args"]["auth"] == {"type": "OIDC", "audience": '${sys.get_env("RLPIPE_STAGE_AUDIENCE")}'} for p in posts
+    )
+
+
+def _http_posts(node: Any) -> list[dict[str, Any]]:
+    """Every ``call: http.post`` in a workflow document, however deeply nested."""
+    if isinstance(node, dict):
+        own = [node] if node.get("call") == "http.post" else []
+        return own + [p for value in node.values() for p in _http_posts(value)]
+    if isinstance(node, list):
+        return [p for value in node for p in _http_posts(value)]
+    return []
 
 
 def test_the_stage_function_names_the_account_the_workflow_runs_as_its_workflow_identity() -> None:

@@ -401,14 +401,17 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("RLPIPE_STAGE_URL is not set: the stage function's URL is needed to clean up")
     headers = {"Content-Type": "application/json"}
     if not settings.local:
-        token = id_token(settings.stage_url, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
+        # the audience the stage function verifies (RLPIPE_STAGE_AUDIENCE), else its URL
+        audience = settings.stage_audiences[0] if settings.stage_audiences else settings.stage_url
+        token = id_token(audience, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
         headers["Authorization"] = f"Bearer {token}"
     else:  # the local stack plays the operator's identity (rlpipe/local/identities.py)
         from rlpipe.local.identities import local_operator, played_id_token
 
         operator = local_operator()
         if operator is not None:
-            headers["Authorization"] = f"Bearer {played_id_token(operator, settings.stage_url)}"
+            audience = settings.stage_audiences[0] if settings.stage_audiences else settings.stage_url
+            headers["Authorization"] = f"Bearer {played_id_token(operator, audience)}"
     try:
         response = requests.post(settings.stage_url, data=json.dumps(body), headers=headers, timeout=120)
     except (requests.ConnectionError, requests.Timeout) as exc:

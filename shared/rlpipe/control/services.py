@@ -13,6 +13,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.control.adapters import blobstore
+from rlpipe.control.adapters.callers import TokenCheck
 from rlpipe.control.adapters.logs import Logger
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.control.lifecycle.ledger import Ledger
@@ -214,6 +215,12 @@ def cloud_log_reader() -> LogReader | None:
     from rlpipe.control.adapters import cloud_logs
 
     return cloud_logs.head_reader(settings())
+
+
+def token_check() -> TokenCheck:
+    """What a caller's ID token must satisfy here (control/adapters/callers.py)."""
+    s = settings()
+    return TokenCheck(audiences=s.stage_audiences, certs_url=s.id_token_certs_url)
 
 
 def reset() -> None:

@@ -484,7 +484,10 @@ class LocalStack:
         # always set, so a stack without teams never inherits the shell's.
         operator = f"serviceAccount:{identities.operator_account(c.project)}"  # the stack's CLI calls as it
         env["RLPIPE_TEAMS"] = self.teams.env_json_operated_by(operator) if self.teams else ""
-        return env | identities.played(c.project)  # the identities it plays (local/identities.py)
+        # the identities it plays, and the key it signs their tokens with (local/identities.py)
+        key = identities.ensure_signing_key(self.root / "identity")
+        certs_url = f"http://127.0.0.1:{ports['control']}{identities.CERTS_PATH}"
+        return env | identities.played(c.project, key, certs_url, env["RLPIPE_STAGE_URL"])
 
 
 # ---- `down` and `status` from another process --------------------------------------------------

@@ -28,6 +28,7 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from rlpipe.local.clusters import TIMINGS, timing
+    from rlpipe.local.identities import CERTS_PATH, SIGNING_KEY_ENV, published_certs
     from rlpipe.local.simulator import ScenarioError
 
     class Handler(BaseHTTPRequestHandler):
@@ -98,7 +99,14 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
             self._reply(200, {"repo": repo, "sha": sha, "changed": sorted(changes)})
 
         def do_GET(self) -> None:
-            if self.path == "/scenario":
+            if self.path == CERTS_PATH:  # Google's ID-token certificates, as the stack's key's
+                data = published_certs(Path(os.environ[SIGNING_KEY_ENV]))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            elif self.path == "/scenario":
                 self._reply(200, cluster.scenario())
             elif self.path == "/workloads":
                 placed = cluster.placed()
@@ -147,7 +155,8 @@ def run(config: dict[str, Any]) -> None:
         raise
 
     workflow = Path(config.get("workflow_file") or ROOT / "workflows" / "pipeline.yaml").read_text()
-    env = {"RLPIPE_STAGE_URL": config["stage_url"]}
+    # the workflow's user_env_vars (infra/terraform/workflow.tf): the stack's stage URL is its audience
+    env = {"RLPIPE_STAGE_URL": config["stage_url"], "RLPIPE_STAGE_AUDIENCE": config["stage_url"]}
     workflows = LocalWorkflows(
         workflow,
         workflow_id=config["workflow"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,38 @@ from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import Failure, RunRecord, Source
 from tests.conftest import Buckets, minimal_request
 from tests.control.lifecycle.test_intake import PLANTED, TOPIC, _error_records, _upload, functions  # noqa: F401
-from tests.harness.functions import FunctionServer, cloud_run_token, gcs_event, post, pubsub_event
+from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
+from tests.harness.id_tokens import STAGE_URL, Issuer
 
 KEY = "0123456789abcdef0123456789abcdef"
 
 
 @pytest.fixture
-def stage(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[FunctionServer]:
-    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_HF_TOKEN=PLANTED)
+def stage(buckets: Buckets, executions: Any, tmp_path: Path, token_issuer: Issuer) -> Iterator[SignedStage]:
+    env = buckets.env(
+        RLPIPE_WORKFLOWS_ENDPOINT=executions.target,
+        RLPIPE_HF_TOKEN=PLANTED,
+        RLPIPE_STAGE_AUDIENCE=STAGE_URL,
+        RLPIPE_ID_TOKEN_CERTS_URL=token_issuer.certs_url,
+    )
     server = FunctionServer("stage", "http", env, tmp_path).start()
-    yield server
+    yield SignedStage(server, token_issuer)
     server.stop()
+
+
+@dataclass(frozen=True)
+class SignedStage:
+    """The stage function, and the issuer whose tokens it verifies."""
+
+    server: FunctionServer
+    issuer: Issuer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def logs(self) -> str:
+        return self.server.logs()
 
 
 def _failed_run(buckets: Buckets, run_id: str, state: str = "failed") -> str:
@@ -50,14 +72,14 @@ def _failed_run(buckets: Buckets, run_id: str, state: str = "failed") -> str:
     return run_id
 
 
-def _retry(stage: FunctionServer, run_id: str, key: str = KEY, **fields: Any) -> requests.Response:
+def _retry(stage: SignedStage, run_id: str, key: str = KEY, **fields: Any) -> requests.Response:
     body = {"op": "retry", "run_id": run_id, "key": key, "reason": "the node pool is fixed", **fields}
-    headers = {"Authorization": f"Bearer {cloud_run_token('rlpipe-operator@p.iam.gserviceaccount.com')}"}
+    headers = {"Authorization": f"Bearer {stage.issuer.token('rlpipe-operator@p.iam.gserviceaccount.com')}"}
     return requests.post(stage.url, json=body, headers=headers, timeout=30)
 
 
 def test_one_key_sent_many_times_makes_one_round_and_one_execution_and_records_the_caller(
-    buckets: Buckets, executions: Any, stage: FunctionServer
+    buckets: Buckets, executions: Any, stage: SignedStage
 ) -> None:
     run_id = _failed_run(buckets, "rretryin0001")
     with ThreadPoolExecutor(6) as pool:
@@ -82,7 +104,7 @@ def test_one_key_sent_many_times_makes_one_round_and_one_execution_and_records_t
 
 
 def test_malformed_and_refused_calls_say_what_to_fix_without_echoing(
-    buckets: Buckets, executions: Any, stage: FunctionServer
+    buckets: Buckets, executions: Any, stage: SignedStage
 ) -> None:
     done = _failed_run(buckets, "rretryin0003", state="succeeded")
     cases = [

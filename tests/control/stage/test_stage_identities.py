@@ -3,8 +3,8 @@ identity only; an operator's (cancel, retry, promote) from any verified caller, 
 
 Over the functions-framework app (the real entry point, its ``caller_of`` reading the bearer token)
 on real servers: fake-gcs-server for the ledger, the Kubernetes API double for the workloads. The
-tokens are the local stack's played ones (unsigned, like Google's in shape), which is all the
-function reads on Google Cloud too, after Cloud Run checked the signature.
+tokens are signed as the local stack signs its played ones (tests/harness/id_tokens.py), and the
+function verifies them with the code it runs on Google Cloud.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from rlpipe.report.sweep_page import sweep_facts
 from tests.conftest import Buckets
 from tests.control.stage.test_stage import _stage_app, env, hub, kube  # noqa: F401  (fixtures)
 from tests.control.sweep.test_sweep_control import _claimed
+from tests.harness.id_tokens import STAGE_URL
 
 WORKFLOW = "rlpipe-workflow@my-project.iam.gserviceaccount.com"
 OPERATOR = "rlpipe-operator@my-project.iam.gserviceaccount.com"
 PERSON = "mallory@example.com"  # a person's own token: roles/run.invoker through var.stage_invokers
-STAGE_URL = "https://rlpipe-stage-abc123-uc.a.run.app"
 INVENTED = "TPU host 3 reported ECC errors"
 
 
@@ -40,7 +40,7 @@ def bearer(email: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def stage(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Any:
+def stage(env: dict[str, Any], monkeypatch: pytest.MonkeyPatch, signed_calls: Any) -> Any:
     """The stage function's app on this test's servers, in a deployment naming WORKFLOW."""
     monkeypatch.setenv(WORKFLOW_IDENTITY_ENV, WORKFLOW)
     monkeypatch.setattr(services, "stage_service", lambda log: env["service"])
@@ -285,7 +285,13 @@ def teams_stage(env: dict[str, Any], stage: Any, monkeypatch: pytest.MonkeyPatch
     from rlpipe.control.adapters.logs import Logger
 
     service = env["service"]
-    declared = replace(service.settings, teams_json=json.dumps(TEAMS))
+    verified = services.token_check()  # the issuer's, as the stage fixture set it
+    declared = replace(
+        service.settings,
+        teams_json=json.dumps(TEAMS),
+        stage_audiences=verified.audiences,
+        id_token_certs_url=verified.certs_url,
+    )
     policies = services.run_policies(declared, service.ledger, service.state, Logger("stage"))
     monkeypatch.setattr(
         services, "stage_service", lambda log: replace(service, settings=declared, policies=policies)
@@ -364,3 +370,79 @@ def test_a_run_from_before_teams_is_operated_as_it_was_then(env: dict[str, Any],
     response = teams_stage.post("/", json={"op": "cancel", "run_id": "rbeforeteams"}, headers=bearer(PERSON))
     assert response.status_code == 200, response.get_json()
     assert env["ledger"].get("rbeforeteams").state == "cancelled"
+
+
+# ---- the token is verified, not read ------------------------------------------------------------
+
+
+def test_a_token_signed_by_another_key_for_another_audience_expired_or_unsigned_is_a_401(
+    stage: Any, env: dict[str, Any], signed_calls: Any, tmp_path: Any
+) -> None:
+    """Each token names the workflow, so only its verification stands between it and the
+    workflow's operations; each is refused before the call is read, and changes nothing."""
+    import time
+
+    from google.auth import crypt, jwt
+
+    from rlpipe.local import identities
+
+    claimed = env["claim"]("rtokens00001").state
+    other_key = identities.ensure_signing_key(tmp_path / "other")
+    issued = time.time()
+
+    def unsigned() -> str:
+        class NoKey(crypt.Signer):
+            key_id = None
+
+            def sign(self, message: Any) -> bytes:
+                return b""
+
+        claims = {
+            "iss": identities.ISSUER,
+            "aud": STAGE_URL,
+            "email": WORKFLOW,
+            "iat": int(issued),
+            "exp": int(issued) + 600,
+        }
+        return jwt.encode(NoKey(), claims, header={"alg": "none"}).decode()
+
+    forged = {
+        "another key": identities.played_id_token(WORKFLOW, STAGE_URL, key_path=other_key),
+        "another audience": signed_calls.token(WORKFLOW, "https://elsewhere.a.run.app"),
+        "expired": signed_calls.token(WORKFLOW, now=issued - 2 * identities.TOKEN_SECONDS),
+        "unsigned": unsigned(),
+        "not a token": "hello",
+    }
+    call = {"op": "plan", "run_id": "rtokens00001", "execution_id": "rtokens00001-exec"}
+    for what, token in forged.items():
+        for header in ("Authorization", "X-Serverless-Authorization"):
+            response = stage.post("/", json=call, headers={header: f"Bearer {token}"})
+            assert response.status_code == 401, (what, header, response.get_json())
+            assert response.get_json()["error"]["tag"] == "unauthenticated"
+    assert env["ledger"].get("rtokens00001").state == claimed, "nothing was planned"
+    planned = stage.post("/", json=call, headers=bearer(WORKFLOW))
+    assert planned.status_code == 200, planned.get_json()
+
+
+def test_a_token_from_an_issuer_that_is_not_google_is_a_401(stage: Any, signed_calls: Any) -> None:
+    from google.auth import crypt, jwt
+
+    from rlpipe.local import identities
+
+    key_id = next(iter(__import__("json").loads(identities.published_certs(signed_calls.key_path))))
+    signer = crypt.RSASigner.from_string(signed_calls.key_path.read_bytes(), key_id=key_id)
+    import time
+
+    now = int(time.time())
+    claims = {
+        "iss": "https://evil.example.com",
+        "aud": STAGE_URL,
+        "email": WORKFLOW,
+        "iat": now,
+        "exp": now + 600,
+    }
+    token = jwt.encode(signer, claims).decode()
+    response = stage.post(
+        "/", json={"op": "plan", "run_id": "rabc"}, headers={"Authorization": f"Bearer {token}"}
+    )
+    assert response.status_code == 401 and "issuer" in response.get_json()["error"]["message"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import google.auth.jwt
 from test_workflows_engine_support import Reply, ScriptedServer, error_of, refused_url, result_of, run
 
+from rlpipe.local.identities import published_certs
 from rlpipe.local.workflows import State
 from tests.harness.workflow_clock import FakeClock
 
@@ -153,7 +155,7 @@ def test_http_error_from_a_real_server_is_caught_with_tags_and_code() -> None:
     }
 
 
-def test_http_post_sends_json_body_query_and_headers_and_decodes_json_response() -> None:
+def test_http_post_sends_json_body_query_and_headers_and_decodes_json_response(signed_calls: Any) -> None:
     # https://cloud.google.com/workflows/docs/reference/stdlib/http/post (body JSON-encoded with application/json; result has body, code, headers)
     definition = """
     main:
@@ -187,9 +189,10 @@ def test_http_post_sends_json_body_query_and_headers_and_decodes_json_response()
     assert request.headers["Content-Type"] == "application/json; charset=utf-8"
     assert request.headers["X-Run"] == "r1"
     # auth: OIDC attaches an ID token naming the workflow's service account, for the URL (the
-    # default audience); the local one is unsigned, and read the way the stage function reads it.
+    # default audience), signed by the stack's key: it verifies against its published certificate.
     scheme, _, token = request.headers["Authorization"].partition(" ")
-    claims = google.auth.jwt.decode(token, verify=False)
+    certs = json.loads(published_certs(signed_calls.key_path))
+    claims = google.auth.jwt.decode(token, certs=certs, audience=server.url + "/stage")
     assert scheme == "Bearer" and claims["email"] == ENGINE_ACCOUNT
     assert claims["aud"] == server.url + "/stage"
     assert json.loads(request.body) == {"run_id": "r1", "ratio": 0.5}

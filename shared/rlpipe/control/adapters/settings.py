@@ -90,6 +90,12 @@ class Settings:
     namespace: str = "rlpipe"
     workload_service_account: str = "rlpipe-workload"
     stage_url: str = ""  # the `stage` function's URL (passed to the workflow by the local stack)
+    # The audiences a caller's ID token may name (RLPIPE_STAGE_AUDIENCE, comma-separated): the
+    # stage function's own URL, which Workflows' OIDC auth and the CLI put in ``aud``. Empty: no
+    # token can be verified, so every call that carries one is refused (control/adapters/callers.py).
+    stage_audiences: tuple[str, ...] = ()
+    # Where the keys that sign callers' ID tokens are published: Google's; the local stack's own.
+    id_token_certs_url: str = "https://www.googleapis.com/oauth2/v1/certs"
     start_lease_seconds: float = 180.0  # > the intake functions' timeout (docs/timeouts.md)
     callback_timeout_seconds: int = 300
     # Every Hugging Face Hub request (connect, and each wait for bytes) gives up after this long.
@@ -153,6 +159,8 @@ class Settings:
             namespace=_env("NAMESPACE", cls.namespace),
             workload_service_account=_env("WORKLOAD_SERVICE_ACCOUNT", cls.workload_service_account),
             stage_url=_env("STAGE_URL"),
+            stage_audiences=_list("STAGE_AUDIENCE", cls.stage_audiences),
+            id_token_certs_url=_env("ID_TOKEN_CERTS_URL", cls.id_token_certs_url),
             start_lease_seconds=float(_env("START_LEASE_SECONDS", str(cls.start_lease_seconds))),
             callback_timeout_seconds=int(_env("CALLBACK_TIMEOUT_SECONDS", str(cls.callback_timeout_seconds))),
             hub_timeout_seconds=_positive(_env("HUB_TIMEOUT_SECONDS"), cls.hub_timeout_seconds),
