@@ -550,7 +550,8 @@ def test_the_workflows_tokens_name_the_audience_the_stage_function_verifies() ->
     ), "the deterministic URL of the service named like the function (name_prefix-stage)"
     posts = _http_posts(yaml.safe_load(PIPELINE.read_text()))
     assert posts and all(
-        p["args"]["auth"] == {"type": "OIDC", "audience": '${sys.get_env("RLPIPE_STAGE_AUDIENCE")}'} for p in posts
+        p["args"]["auth"] == {"type": "OIDC", "audience": '${sys.get_env("RLPIPE_STAGE_AUDIENCE")}'}
+        for p in posts
     )
 
 

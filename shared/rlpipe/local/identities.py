@@ -123,7 +123,8 @@ def published_certs(key_path: Path) -> bytes:
 
 def _signer(key_path: Path) -> crypt.RSASigner:
     key_id = next(iter(json.loads(published_certs(key_path))))
-    return crypt.RSASigner.from_string(key_path.read_bytes(), key_id=key_id)
+    signer: crypt.RSASigner = crypt.RSASigner.from_string(key_path.read_bytes(), key_id=key_id)
+    return signer
 
 
 def played_id_token(

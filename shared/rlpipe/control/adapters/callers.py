@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from google.auth import transport
+
 MAX_CALLER_CHARS = 254  # an e-mail address's limit (RFC 5321 path length)
 TOKEN_HEADERS = ("X-Serverless-Authorization", "Authorization")
 GOOGLE_ISSUERS = ("accounts.google.com", "https://accounts.google.com")  # google.oauth2.id_token's
@@ -50,7 +52,7 @@ class TokenCheck:
     certs_url: str
 
 
-class _CachedCerts:
+class _CachedCerts(transport.Request):
     """A google-auth transport that keeps the issuer's published certificates for a few minutes:
     ``id_token.verify_token`` fetches them on every call otherwise (one HTTP round trip per
     stage call). An unknown key id fetches them again, once the copy is a minute old."""
@@ -62,14 +64,25 @@ class _CachedCerts:
         self._held: dict[str, tuple[float, Any]] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, url: str, method: str = "GET", **kwargs: Any) -> Any:
+    def __call__(
+        self,
+        url: str,
+        method: str = "GET",
+        body: Any = None,
+        headers: Any = None,
+        timeout: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        def ask() -> Any:
+            return self._inner(url, method=method, body=body, headers=headers, timeout=timeout, **kwargs)
+
         if method != "GET":
-            return self._inner(url, method=method, **kwargs)
+            return ask()
         with self._lock:
             held = self._held.get(url)
         if held is not None and time.monotonic() - held[0] < CERTS_CACHE_SECONDS:
             return held[1]
-        response = self._inner(url, method=method, **kwargs)
+        response = ask()
         if response.status == 200:
             with self._lock:
                 self._held[url] = (time.monotonic(), response)
