@@ -3,6 +3,7 @@ to the Hub double, with the real ``huggingface_hub`` client reading what was pus
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -94,6 +95,9 @@ def test_a_run_that_passes_its_gate_is_published_once_with_a_card_naming_the_bas
     assert record.lineage.published_commit == commits[0].commit_id, "the ledger names the commit"
     run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
     manifest = local.client.bucket(run.bucket).blob(run.export_manifest).download_as_bytes()
+    assert record.lineage.export_manifest_sha256 == hashlib.sha256(manifest).hexdigest(), (
+        "the manifest publish was held to is the one export wrote, as its bytes are"
+    )
     exported = {f["path"]: f["size"] for f in json.loads(manifest)["files"]}
     in_bucket = {b.name: b.size for b in local.client.list_blobs(run.bucket, prefix=run.hf_dir)}
     assert set(in_bucket) == {run.hf_dir + p for p in exported} | {run.export_manifest}

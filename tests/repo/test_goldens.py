@@ -61,6 +61,9 @@ def _match(golden: Path, text: str) -> None:
     assert text == golden.read_text(), f"{golden} differs; if intended, regenerate and review the diff"
 
 
+MANIFEST_SHA256 = "5" * 64
+
+
 def test_the_publish_job_matches_its_golden() -> None:
     """The publish Job of the publish example: CPU pool, its own write-token Secret, the program
     shipped in the manifest, LFS uploads (no Xet), the card in an env value."""
@@ -74,9 +77,14 @@ def test_the_publish_job_matches_its_golden() -> None:
         bucket=BUCKET,
         model_card=UNRENDERED_CARD,
         publisher_program=publisher_program(),
+        export_manifest_sha256=MANIFEST_SHA256,  # what the ledger recorded when export ended
     )
     obj = render(req, "publish", 1, ctx)
     container = obj["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--manifest-sha256") + 1] == MANIFEST_SHA256, (
+        "publish is held to export's manifest"
+    )
     token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
     assert (
         token["valueFrom"]["secretKeyRef"]["name"]

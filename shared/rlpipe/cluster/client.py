@@ -34,11 +34,18 @@ from rlpipe.cluster.kinds import (
 from rlpipe.cluster.log_cursor import LogCursor
 from rlpipe.cluster.status import RunObject, WorkloadStatus, _summary_phase, missing, summarize
 from rlpipe.cluster.transport import KubeTransport
-from rlpipe.core import identity
+from rlpipe.core import chip_hours, identity
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 
 # The package's name, as before the split: log lines keep their ``component``.
 log = logging.getLogger("rlpipe.cluster")
+
+# After a workload is deleted, its pods are read again until each TPU pod reports its own end (or
+# its deletion deadline): at most SETTLE_READS reads, SETTLE_STEP_SECONDS apart. Why wait at all:
+# the delete (Background propagation) returns before the garbage collector has deleted the Jobs
+# and then their pods, so the pods' deletionTimestamps appear shortly after it, not with it.
+SETTLE_READS = 10
+SETTLE_STEP_SECONDS = 1.0
 
 
 class ClusterClient(KubeTransport):
@@ -158,6 +165,40 @@ class ClusterClient(KubeTransport):
             if pods:
                 return sorted(pods, key=lambda p: p["metadata"]["name"])
         return []
+
+    def pod_chip_hours_to_end(
+        self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int
+    ) -> dict[str, float]:
+        """Chip-hours each TPU pod of a workload just deleted (of this ``uid``) held up to its own
+        end, by pod UID: the last read of a cancelled attempt (``core.chip_hours``, ``final``).
+
+        The workload object is gone, so its pods are found by their controller's labels (or the run
+        labels), as :meth:`status` finds them. Read until every TPU pod has settled (its containers
+        have exited, or the API server has stamped its ``deletionTimestamp``), at most
+        ``SETTLE_READS`` times; a pod still not reached by the garbage collector at the last read
+        counts up to now. A pod gone between two reads keeps the figure of the read that last saw
+        it. Raises what the API raises (the caller keeps its earlier figure)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        labels = {
+            identity.LABEL_RUN: run_id,
+            identity.LABEL_STAGE: stage,
+            identity.LABEL_ATTEMPT: str(attempt),
+        }
+        workload: Obj = {"metadata": {"name": name, "uid": uid, "labels": labels}}
+        held: dict[str, float] = {}
+        for read in range(SETTLE_READS):
+            try:
+                pods = self._pods_of(kind, workload)
+            except ApiException as exc:
+                raise _api_failure(exc, f"pods of deleted {kind} {name}") from exc
+            held.update(chip_hours.held_by_pod(pods, self._now(), final=True))
+            if all(chip_hours.settled(p) for p in pods) or read == SETTLE_READS - 1:
+                break
+            self._sleep(SETTLE_STEP_SECONDS)
+        return held
 
     def _events_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """Events on the workload, and on the Kueue Workload Kueue made for it (named

@@ -3,8 +3,15 @@
 Why from pods and not from the attempt's launch and finish: an attempt may wait in Kueue's queue
 for hours holding nothing, and a TPU host holds its chips from the moment its pod starts until its
 containers have exited. Per pod: ``google.com/tpu`` chips (the largest container request or limit)
-× (end − ``status.startTime``), where end is the latest container ``finishedAt`` of a finished pod,
-its ``deletionTimestamp`` if it is being deleted, else ``now``. Pure: pod documents in.
+× (end − ``status.startTime``), where end is the latest container ``state.terminated.finishedAt``
+once its containers have all exited (the kubelet's report), else its ``deletionTimestamp`` if it is
+being deleted, else ``now``. Pure: pod documents in.
+
+A read of a live workload counts a pod being deleted only up to ``min(deletionTimestamp, now)``: the
+next read sees more. The last read of a cancelled workload (``final``) has no next read, so a pod
+still terminating counts up to its ``deletionTimestamp`` itself: the API server stamps it when the
+pod's deletion is asked, as that moment plus the pod's grace period (``deletionGracePeriodSeconds``),
+and it is when the kubelet kills whatever is still running, so the pod holds its chips no longer.
 
 Kept per pod UID (``held_by_pod``) because pods come and go between two reads of a workload: a
 JobSet that restarts in place deletes its workers and makes new ones, and a failing JobSet deletes
@@ -41,24 +48,43 @@ def _chips(pod: Mapping[str, Any]) -> int:
     return best
 
 
-def _end(pod: Mapping[str, Any], now: datetime) -> datetime:
+def _finished(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's containers exited, as the kubelet reports it: the latest ``finishedAt``, once
+    the pod is Succeeded or Failed or every container it reports on has terminated (a deleted pod's
+    containers exit before the kubelet marks its phase); else None."""
     status = pod.get("status") or {}
-    if status.get("phase") in ("Succeeded", "Failed"):
-        finished = [
-            ts
-            for cs in status.get("containerStatuses") or []
-            if (ts := parse_rfc3339(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")))
-        ]
-        if finished:
-            return max(finished)
+    containers = status.get("containerStatuses") or []
+    terminated = [(cs.get("state") or {}).get("terminated") for cs in containers]
+    done = status.get("phase") in ("Succeeded", "Failed") or (bool(containers) and all(terminated))
+    finished = [ts for t in terminated if t and (ts := parse_rfc3339(t.get("finishedAt")))]
+    return max(finished) if done and finished else None
+
+
+def _end(pod: Mapping[str, Any], now: datetime, *, final: bool) -> datetime:
+    finished = _finished(pod)
+    if finished:
+        return finished
     deleting = parse_rfc3339((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return min(deleting, now) if deleting else now
+    if deleting:
+        return deleting if final else min(deleting, now)
+    return now
 
 
-def held_by_pod(pods: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, float]:
+def settled(pod: Mapping[str, Any]) -> bool:
+    """Does the pod report its own end: its containers have exited, or its deletion has been asked
+    (it has a ``deletionTimestamp``, the latest it can end)? A pod that holds no chips (CPU only,
+    or never started) has nothing to settle. A TPU pod of a deleted workload that is not settled
+    yet is one the garbage collector has not reached."""
+    if not _chips(pod) or not parse_rfc3339((pod.get("status") or {}).get("startTime")):
+        return True
+    return _finished(pod) is not None or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def held_by_pod(pods: Iterable[Mapping[str, Any]], now: datetime, *, final: bool = False) -> dict[str, float]:
     """Chip-hours each TPU pod that has started has held so far, by its UID (CPU-only pods and
     pods never started are left out; a document without a UID, which the API server never serves,
-    is keyed by its name or its place)."""
+    is keyed by its name or its place). ``final``: the last read of a deleted workload's pods, so a
+    pod still terminating counts up to its ``deletionTimestamp`` (see the module's docstring)."""
     held: dict[str, float] = {}
     for place, pod in enumerate(pods):
         chips = _chips(pod)
@@ -66,7 +92,7 @@ def held_by_pod(pods: Iterable[Mapping[str, Any]], now: datetime) -> dict[str, f
         meta = pod.get("metadata") or {}
         if chips and started:
             held[str(meta.get("uid") or meta.get("name") or f"#{place}")] = (
-                chips * max(0.0, (_end(pod, now) - started).total_seconds()) / 3600.0
+                chips * max(0.0, (_end(pod, now, final=final) - started).total_seconds()) / 3600.0
             )
     return held
 

@@ -330,6 +330,10 @@ class Completeness:
     complete: bool
     reason: str
     missing: tuple[str, ...] = ()
+    # export: the sha256 of the manifest bytes this rule was judged on. The control plane records
+    # it when export ends and hands it to publish (``--manifest-sha256``), so a workload that
+    # rewrites the manifest afterwards (to list a file it planted) is refused (publisher.exported).
+    manifest_sha256: str | None = None
 
 
 def convert_complete(names: Iterable[str], attempt_dir: str) -> Completeness:

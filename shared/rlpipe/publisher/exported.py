@@ -36,16 +36,28 @@ class NotExported(Exception):
     """The export is not what the export Job wrote (or there is no manifest saying what it wrote)."""
 
 
-def read_manifest(blob: Any, uri: str) -> dict[str, tuple[int, str]]:
+def read_manifest(blob: Any, uri: str, expected_sha256: str | None = None) -> dict[str, tuple[int, str]]:
     """path → (size, sha256) of every file the manifest (``blob``: its storage object, or None when
     there is none) lists: names from the allowlist only (no ``.`` or ``..`` part), each once, sizes
-    as byte counts, sha256 as 64 lower-case hex digits."""
+    as byte counts, sha256 as 64 lower-case hex digits.
+
+    ``expected_sha256``: the sha256 of the manifest's bytes as the control plane read them when
+    the export's stage ended (``--manifest-sha256``). The manifest lies where every workload can
+    write, so without it a container that plants a file and rewrites the manifest to list it (with
+    its true size and sha256) passes every other check; with it, the bytes read here are the ones
+    recorded, or nothing is pushed."""
     if blob is None:
         raise NotExported(f"no export manifest at {uri}: the export did not finish; export again")
     if int(blob.size or 0) > MANIFEST_MAX_BYTES:
         raise NotExported(f"the export manifest {uri} is over {MANIFEST_MAX_BYTES} bytes")
+    data = blob.download_as_bytes()
+    if expected_sha256 is not None and (found := hashlib.sha256(data).hexdigest()) != expected_sha256:
+        raise NotExported(
+            f"the export manifest {uri} has sha256 {found}, the one export wrote has {expected_sha256}: "
+            "it was rewritten after export; nothing was pushed. Find out who wrote it and export again"
+        )
     try:
-        entries = json.loads(blob.download_as_bytes())["files"]
+        entries = json.loads(data)["files"]
         if not isinstance(entries, list) or not entries:
             raise ValueError("it lists no files")
         files: dict[str, tuple[int, str]] = {}

@@ -11,7 +11,10 @@ What it does, in order:
 
 0. Reads the export manifest (``--manifest``, written last by the export Job) and lists
    ``--source``: it pushes exactly the files the manifest lists, and any other object there, or a
-   listed file gone or of another size, fails publish (``exported.py``). Reads the card:
+   listed file gone or of another size, fails publish (``exported.py``). With ``--manifest-sha256``
+   (the digest recorded when export ended), a manifest of other bytes fails publish first: the
+   manifest lies where workloads write, and one rewritten to list a planted file with its true
+   size and sha256 would pass every other check. Reads the card:
    ``--card gs://…/README.md``, or, without it, env ``RLPIPE_MODEL_CARD``.
 1. Lists the branch's commits; if one says ``rlpipe run <run_id>``, checks that commit holds every
    file of the export and the card with their sizes (and, for LFS files, the sha256 the manifest
@@ -133,6 +136,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         required=True,
         help="gs://bucket/prefix/rlpipe-export.json under --source: the files to push, with sizes and sha256",
     )
+    parser.add_argument(
+        "--manifest-sha256",
+        help="64 hex digits: the sha256 of the manifest's bytes as recorded when export ended; "
+        "a manifest with other bytes (rewritten since) fails publish before anything is sent",
+    )
     parser.add_argument("--card", help=f"gs://bucket/path/README.md, the rendered card (else env {CARD_ENV})")
     parser.add_argument("--receipt", help="gs://bucket/path.json: the outcome, written once done")
     parser.add_argument("--repo", required=True, help="owner/name on the Hub")
@@ -151,6 +159,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
         raise Failure("permanent", f"bad arguments: --repo {args.repo!r} is not owner/name")
+    if args.manifest_sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", args.manifest_sha256):
+        raise Failure("permanent", "bad arguments: --manifest-sha256 must be 64 lower-case hex digits")
     if args.max_shard_bytes_in_flight is not None and args.max_shard_bytes_in_flight <= 0:
         raise Failure("permanent", "bad arguments: --max-shard-bytes-in-flight must be positive")
     checked = [(args.source, True), (args.manifest, False), (args.card, False), (args.receipt, False)]
@@ -198,12 +208,14 @@ def gcs_client() -> Any:
     return storage.Client()
 
 
-def list_export(gcs: Any, source: str, manifest_uri: str, console: Console) -> list[Item]:
-    """The manifest's files, each with the object that holds it, once the prefix holds exactly
-    those at their sizes (``exported.check_listing``)."""
+def list_export(
+    gcs: Any, source: str, manifest_uri: str, console: Console, manifest_sha256: str | None = None
+) -> list[Item]:
+    """The manifest's files (the manifest of ``manifest_sha256`` when given), each with the object
+    that holds it, once the prefix holds exactly those at their sizes (``exported.check_listing``)."""
     bucket, prefix = parse_gs(source, directory=True)
     _, manifest_name = parse_gs(manifest_uri, directory=False)
-    files = read_manifest(gcs.bucket(bucket).get_blob(manifest_name), manifest_uri)
+    files = read_manifest(gcs.bucket(bucket).get_blob(manifest_name), manifest_uri, manifest_sha256)
     blobs = {
         blob.name[len(prefix) :]: blob
         for blob in gcs.list_blobs(bucket, prefix=prefix)  # a folder placeholder holds nothing to push
@@ -410,7 +422,7 @@ def _publish(
     disable_progress_bars()  # our own progress lines instead of tqdm bars on stderr
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     gcs = gcs_client()
-    items = list_export(gcs, args.source, args.manifest, console)
+    items = list_export(gcs, args.source, args.manifest, console, args.manifest_sha256)
     card = read_card(gcs, args.card)
     expected = {i.path: i.size for i in items} | {CARD_NAME: len(card)}
     digests = {i.path: i.sha256 for i in items}

@@ -12,6 +12,9 @@ the key loads, so a workload cannot point a cache key at a checkpoint of its own
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+
 from typing import Any
 
 from rlpipe.control.adapters import blobstore
@@ -80,10 +83,15 @@ def export_completeness(artifacts: blobstore.BlobStore, run_id: str) -> layout.C
     the index when the manifest lists one."""
     run = layout.RunLayout(artifacts.bucket_name, run_id)
     sizes = artifacts.sizes(run.hf_dir)
-    manifest = index = None
+    manifest = index = digest = None
     try:
         if run.export_manifest in sizes:
-            manifest = _json(artifacts, run.export_manifest)
+            blob = artifacts.read(run.export_manifest)
+            digest = hashlib.sha256(blob.data).hexdigest()  # of the very bytes judged below
+            try:
+                manifest = blob.json()
+            except ValueError:
+                manifest = {}
         try:
             listed = {f.path for f in layout.export_manifest_files(manifest)}
         except ValueError:
@@ -92,7 +100,10 @@ def export_completeness(artifacts: blobstore.BlobStore, run_id: str) -> layout.C
             index = _json(artifacts, run.hf_dir + layout.HF_INDEX)
     except blobstore.NotFound:  # deleted between the listing and the read: read again next time
         return layout.Completeness(False, "the export changed while it was read", (run.export_manifest,))
-    return layout.export_complete(sizes, run.hf_dir, manifest, index)
+    except blobstore.TooLarge:
+        manifest = {}
+    judged = layout.export_complete(sizes, run.hf_dir, manifest, index)
+    return dataclasses.replace(judged, manifest_sha256=digest) if judged.complete else judged
 
 
 def exported_files(artifacts: blobstore.BlobStore, run_id: str) -> dict[str, int]:

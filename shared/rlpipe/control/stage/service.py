@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from rlpipe.cluster.kinds import Kind
 from rlpipe.cluster.log_cursor import LogCursor
@@ -57,6 +57,31 @@ from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, RunRe
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
+
+
+@dataclass(frozen=True)
+class HeldWorkload:
+    """A live attempt's workload as the read before its delete saw it (``record_held``): which
+    attempt, and the workload's UID, so that the read after the delete (``record_ended``) counts
+    that incarnation's pods only."""
+
+    stage: str
+    attempt: int
+    kind: Kind
+    name: str
+    uid: str
+
+
+@runtime_checkable
+class PodsToEnd(Protocol):
+    """A cluster that reads a deleted workload's pods up to their own ends
+    (``rlpipe.cluster.ClusterClient.pod_chip_hours_to_end``). Apart from ``adapters.cluster_port.Cluster``
+    so that a double without it still serves a cancel: its attempts keep the figure read before the
+    delete."""
+
+    def pod_chip_hours_to_end(
+        self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int
+    ) -> dict[str, float]: ...
 
 
 @dataclass
@@ -111,6 +136,7 @@ class StageService:
             final_step=record.lineage.final_step,  # train's actual end, once it ended
             data=record.lineage.data,  # what the head stages, at the commits plan pinned
             inputs=record.lineage.inputs,  # the request's own files, by the run's copy and sha256
+            export_manifest_sha256=record.lineage.export_manifest_sha256,
         )
 
     # ---- plan ---------------------------------------------------------------------------------
@@ -411,7 +437,11 @@ class StageService:
             attempt,
             reading,
             log,
-            extra=(lambda r: verdict_record.record_train_end(r, ended, attempt)) if ended else None,
+            extra=(lambda r: verdict_record.record_train_end(r, ended, attempt))
+            if ended
+            else (lambda r: _record_manifest_digest(r, complete.manifest_sha256))
+            if phase == "succeeded" and stage == "export" and complete.manifest_sha256
+            else None,
         )
         if stage == "train" and phase == "running":
             # A sweep's early-stopping rule, on the evaluations this read recorded (or a stop
@@ -568,8 +598,9 @@ class StageService:
         workloads deleted and is finished with the group's failure, by the same caller."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
-            self.record_held(run_id)  # what its pods held up to now, before they go
+            held = self.record_held(run_id)  # what its pods held up to now, before they go
             self._cluster(record).delete_run(run_id)  # a group's members are of its team
+            self.record_ended(run_id, held)  # and through their termination, to their own ends
             self.finish(run_id, "cancelled", failure, caller=caller)
 
         return self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
@@ -593,33 +624,72 @@ class StageService:
         self._admission(record, queued, req, execution_id, self.log.bind(run_id=run_id))
         return answer
 
-    def record_held(self, run_id: str) -> None:
+    def record_held(self, run_id: str) -> list[HeldWorkload]:
         """One last read of the pods of each attempt that has not ended, recording the chip-hours
-        they have held, before something deletes them (a cancel): the workflow reads them only
-        on its poll, so without this the time since its last read would go unrecorded. Only the
-        chip-hours change (``phase_record.record_chips``): a phase the workflow's own read records
-        meanwhile stands. Never raises: an attempt whose read fails keeps its figure, the others are
-        still read, and what asked goes on."""
+        they have held up to now, before something deletes them (a cancel): the workflow reads them
+        only on its poll, so without this the time since its last read would go unrecorded. → the
+        workloads read, for ``record_ended`` to read their pods again once the delete has ended
+        them. Only the chip-hours change (``phase_record.record_chips``): a phase the workflow's own
+        read records meanwhile stands. Never raises: an attempt whose read fails keeps its figure
+        (and is not read again), the others are still read, and what asked goes on."""
         log = self.log.bind(run_id=run_id)
         try:
             record = self.ledger.get(run_id)
         except Exception as exc:  # the ledger refused: the figures stay at the workflow's last reads
             log.warning("chip-hours: the last read failed", error=f"{type(exc).__name__}: {exc}")
-            return
+            return []
         if record is None:
-            return
+            return []
         cluster = self._cluster(record)
+        read: list[HeldWorkload] = []
         for a in record.attempts:
             if a.finished_at is not None:
                 continue
             try:
-                held = cluster.status(a.workload, kind=KIND[a.stage]).pod_chip_hours
-                if held:
-                    self._record_chips(run_id, a.stage, a.attempt, held)
+                ws = cluster.status(a.workload, kind=KIND[a.stage])
+                if ws.pod_chip_hours:
+                    self._record_chips(run_id, a.stage, a.attempt, ws.pod_chip_hours)
+                if ws.exists and ws.uid:
+                    read.append(HeldWorkload(a.stage, a.attempt, ws.kind, ws.name, ws.uid))
             except Exception as exc:  # this attempt's figure stays at the workflow's last read
                 log.warning(
                     "chip-hours: the last read failed",
                     workload=a.workload,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+        return read
+
+    def record_ended(self, run_id: str, held: list[HeldWorkload]) -> None:
+        """After the delete of ``held`` (what ``record_held`` read): their pods read once more, each
+        counted up to its own end as Kubernetes reports it (its containers' ``finishedAt``, else the
+        ``deletionTimestamp`` the API server stamped when its deletion was asked, the moment the
+        kubelet kills it), so that a cancelled attempt is charged what its pods held through their
+        termination, not up to the read before the delete. Never below that read (a pod keeps the
+        most it was read holding). Never raises: an attempt whose read fails keeps its figure."""
+        if not held:
+            return
+        log = self.log.bind(run_id=run_id)
+        try:
+            record = self.ledger.get(run_id)
+        except Exception as exc:
+            log.warning("chip-hours: the read after the delete failed", error=f"{type(exc).__name__}: {exc}")
+            return
+        if record is None:
+            return
+        cluster = self._cluster(record)
+        if not isinstance(cluster, PodsToEnd):
+            return
+        for w in held:
+            try:
+                ended = cluster.pod_chip_hours_to_end(
+                    w.kind, w.name, uid=w.uid, run_id=run_id, stage=w.stage, attempt=w.attempt
+                )
+                if ended:
+                    self._record_chips(run_id, w.stage, w.attempt, ended)
+            except Exception as exc:  # this attempt's figure stays at the read before the delete
+                log.warning(
+                    "chip-hours: the read after the delete failed",
+                    workload=w.name,
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
@@ -644,3 +714,9 @@ class StageService:
 
 def _age_seconds(timestamp: str, now_epoch: float) -> float:
     return now_epoch - parse_time(timestamp).timestamp()
+
+
+def _record_manifest_digest(record: RunRecord, digest: str | None) -> None:
+    """Export ended: the digest of the manifest its done rule was judged on, which publish checks
+    (a manifest rewritten after export, listing a planted file, is then refused)."""
+    record.lineage.export_manifest_sha256 = digest

@@ -41,6 +41,8 @@ class RenderContext:
     inputs: Mapping[str, Any] | None = None
     model_card: str = ""  # publish: the card the control plane rendered (rlpipe.publisher.card)
     publisher_program: str = ""  # publish: the program's source (rlpipe.publisher.program)
+    # publish: the digest of the export manifest the control plane judged (lineage)
+    export_manifest_sha256: str | None = None
     # Whose conversions a run may reuse: a team's (core.teams) are its own, so a team never gets
     # another's converted weights of a repository only the other's token can read. "": the
     # deployment's one team, whose keys are as before.

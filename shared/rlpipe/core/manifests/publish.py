@@ -56,6 +56,9 @@ def publish_args(
         req.request_id or ctx.run_id,
         "--tmpdir",
         pinning.TMP_DIR,
+        # the manifest's bytes as the control plane judged them when export ended: a manifest
+        # rewritten since (to list a planted file) is refused before anything is sent
+        *(["--manifest-sha256", ctx.export_manifest_sha256] if ctx.export_manifest_sha256 else []),
     ]
 
 

@@ -249,6 +249,8 @@ class Lineage(_Model):
     checkpoint_uri: str | None = None
     final_step: int | None = None
     export_uri: str | None = None
+    # The sha256 of the export manifest export's done rule was judged on (publish checks it).
+    export_manifest_sha256: str | None = None
     published_to: str | None = None  # repo@branch on the Hugging Face Hub (the publish stage)
     published_commit: str | None = None  # the Hub commit that holds this run's model (its receipt's)
     promoted: GateOverride | None = None  # a person overrode the quality gate: who, when, why
