@@ -30,10 +30,10 @@ def _refuse_a_body_that_is_no_event() -> tuple[dict[str, str], int] | None:
     framework then tries it as a legacy background event and fails with a TypeError, a 500 that
     Eventarc and Pub/Sub redeliver forever. Refuse it with a 400 first. Binary-mode events carry
     their attributes in ``ce-*`` headers, and their data may be any JSON: they pass, unless it is
-    nested deeper than a parser recurses (``core.json_body``), which the event SDK would raise on."""
+    nested deeper than a parser recurses (``control.adapters.json_body``), which the event SDK would raise on."""
     import flask
 
-    from rlpipe.core import json_body
+    from rlpipe.control.adapters import json_body
 
     request = flask.request
     if request.method != "POST":
@@ -119,7 +119,7 @@ def stage(request: Any) -> tuple[dict[str, Any], int]:
     from rlpipe.control import services
     from rlpipe.control.adapters.callers import CertsUnavailable, TokenRefused, caller_of
     from rlpipe.control.stage_http import handle
-    from rlpipe.core import json_body
+    from rlpipe.control.adapters import json_body
 
     log = Logger("stage")
     try:

@@ -803,16 +803,20 @@ def test_upstream_check_json_follows_its_schema_and_an_error_is_transient(
 
 
 def test_cancel_through_the_stage_function_ok_and_refused_by_state(
-    buckets: Buckets, ledger: Any, executions: Any, kube: Any, tmp_path: Any
+    buckets: Buckets, ledger: Any, executions: Any, kube: Any, tmp_path: Any, token_issuer: Any
 ) -> None:
     # The identities played as the local stack plays them: the stage function takes the
-    # workflow's operations from WORKFLOW only, and the CLI calls as OPERATOR.
+    # workflow's operations from WORKFLOW only, and the CLI calls as OPERATOR, with a token signed
+    # by the issuer the function verifies against, for the audience it verifies.
     operator = "rlpipe-operator@rlpipe-test.iam.gserviceaccount.com"
     env = buckets.env(
         RLPIPE_WORKFLOWS_ENDPOINT=executions.target,
         RLPIPE_KUBE_URL=kube.url,
         RLPIPE_WORKFLOW_IDENTITY="rlpipe-workflow@rlpipe-test.iam.gserviceaccount.com",
         RLPIPE_LOCAL_OPERATOR_IDENTITY=operator,
+        RLPIPE_LOCAL_SIGNING_KEY=str(token_issuer.key_path),
+        RLPIPE_ID_TOKEN_CERTS_URL=token_issuer.certs_url,
+        RLPIPE_STAGE_AUDIENCE="https://rlpipe-stage-123456.us-east5.run.app",
     )
     server = FunctionServer("stage", "http", env, tmp_path).start()
     try:

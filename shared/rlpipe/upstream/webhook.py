@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from rlpipe.core import json_body
+from rlpipe.control.adapters import json_body
 
 WEBHOOK_SECRET_ENV = "RLPIPE_WEBHOOK_SECRET"
 SECRET_HEADER = "x-webhook-secret"
