@@ -10,6 +10,7 @@ import functions_framework
 # module on each cold start. `rlpipe.control.services` (the ledger's pydantic models, ~150 ms; bench/
 # RESULTS.md §2) is imported by the entries that use it, so `artifact_event`, the function that
 # scales out during a checkpoint write, starts without it.
+from rlpipe.control.adapters import json_body  # every CloudEvent's body check reads with it (json only)
 from rlpipe.control.adapters.events import BadEvent, match_artifact, message_event, object_event
 from rlpipe.control.adapters.logs import Logger, configure_stdlib_logging
 
@@ -32,8 +33,6 @@ def _refuse_a_body_that_is_no_event() -> tuple[dict[str, str], int] | None:
     their attributes in ``ce-*`` headers, and their data may be any JSON: they pass, unless it is
     nested deeper than a parser recurses (``control.adapters.json_body``), which the event SDK would raise on."""
     import flask
-
-    from rlpipe.control.adapters import json_body
 
     request = flask.request
     if request.method != "POST":
@@ -119,7 +118,6 @@ def stage(request: Any) -> tuple[dict[str, Any], int]:
     from rlpipe.control import services
     from rlpipe.control.adapters.callers import CertsUnavailable, TokenRefused, caller_of
     from rlpipe.control.stage_http import handle
-    from rlpipe.control.adapters import json_body
 
     log = Logger("stage")
     try:

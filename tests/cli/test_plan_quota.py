@@ -38,8 +38,9 @@ def _plan(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         text=True,
         cwd=cwd,
         check=False,
-        # as the local stack's intake takes the examples: one brings its own reward functions
-        env={**os.environ, "RLPIPE_ALLOW_USER_CODE": "true"},
+        # as the local stack's intake takes the examples: one brings its own reward functions, one
+        # names the stack's status topic as its notify target
+        env={**os.environ, "RLPIPE_ALLOW_USER_CODE": "true", "RLPIPE_STATUS_TOPIC": "rlpipe-status"},
     )
 
 

@@ -220,3 +220,15 @@ def test_on_the_real_plane_no_reclamation_is_expected() -> None:
     runs[0].record.attempts = [_attempt("train", 1, 0.5)]  # type: ignore[union-attr]  # never taken back
     checks = outcome_checks(runs, refusal, played=False, namespaces=NAMESPACES)
     assert all(ok for _, ok in checks) and not any("taken back" in what for what, _ in checks)
+
+
+def test_a_local_teams_file_naming_a_team_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    """`rlpipe local up --teams FILE` reads the file as the functions read RLPIPE_TEAMS: YAML keeps
+    the last of two equal keys, so the repeat is caught while the text is parsed, not after."""
+    from rlpipe.local.teams_declaration import TeamsFileInvalid
+
+    twice = tmp_path / "teams.yaml"
+    twice.write_text("teams:\n  vision: {}\n  speech: {}\n  vision:\n    allow_user_code: true\n")
+    with pytest.raises(TeamsFileInvalid, match="vision") as refused:
+        read_teams_file(twice)
+    assert "twice" in str(refused.value) or "more than once" in str(refused.value), str(refused.value)

@@ -480,10 +480,14 @@ def test_every_example_is_accepted_by_the_local_stacks_intake(example: Path) -> 
     from rlpipe.core.request.policy import Policy
     from rlpipe.local.stack import LOCAL_ALLOWS_USER_CODE, StackConfig
 
-    policy = Policy(project=StackConfig(root=Path("unused")).project, allow_user_code=LOCAL_ALLOWS_USER_CODE)
+    stack = StackConfig(root=Path("unused"))  # its intake lists its status topic (RLPIPE_STATUS_TOPIC)
+    policy = Policy(
+        project=stack.project, status_topic=stack.status_topic, allow_user_code=LOCAL_ALLOWS_USER_CODE
+    )
     load_request(example.read_bytes(), policy=policy)
     with pytest.MonkeyPatch.context() as env:  # and its own files, beside it, as intake checks them
         env.setenv("RLPIPE_ALLOW_USER_CODE", "true" if LOCAL_ALLOWS_USER_CODE else "false")
+        env.setenv("RLPIPE_STATUS_TOPIC", stack.status_topic)
         read_request(str(example))
 
 

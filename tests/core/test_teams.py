@@ -38,8 +38,9 @@ def test_a_declaration_reads_as_terraform_renders_it_and_as_a_local_file_wraps_i
         "vision",
     )
     assert speech.topic_id == "speech-in"
-    assert flat.for_topic("projects/p/topics/speech-in") is speech and flat.for_topic("speech-in") is speech
-    assert flat.for_topic("projects/p/topics/rlpipe-requests") is None
+    assert flat.for_topic("projects/p/topics/speech-in", project="p") is speech
+    assert flat.for_topic("speech-in") is speech
+    assert flat.for_topic("projects/p/topics/rlpipe-requests", project="p") is None
     assert (
         flat.for_folder("vision") is vision and flat.for_folder("") is None and flat.for_folder("x") is None
     )

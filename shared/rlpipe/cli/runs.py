@@ -406,9 +406,9 @@ def call_stage(settings: Settings, body: dict[str, Any]) -> dict[str, Any]:
         token = id_token(audience, impersonate=os.environ.get(IMPERSONATE_ENV) or None)
         headers["Authorization"] = f"Bearer {token}"
     else:  # the local stack plays the operator's identity (rlpipe/local/identities.py)
-        from rlpipe.local.identities import local_operator, played_id_token
+        from rlpipe.local.identities import OPERATOR_IDENTITY_ENV, played_id_token
 
-        operator = local_operator()
+        operator = os.environ.get(OPERATOR_IDENTITY_ENV, "").strip() or None
         if operator is not None:
             audience = settings.stage_audiences[0] if settings.stage_audiences else settings.stage_url
             headers["Authorization"] = f"Bearer {played_id_token(operator, audience)}"

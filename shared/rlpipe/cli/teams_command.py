@@ -35,8 +35,8 @@ def cmd_teams_render(args: argparse.Namespace) -> int:
     from rlpipe.core.teams import parse_teams
 
     try:
-        document = yaml.safe_load(Path(args.teams).read_text()) or {}
-        teams = parse_teams(document, source=args.teams)
+        # the text, read as the functions read RLPIPE_TEAMS (a team given twice is refused)
+        teams = parse_teams(Path(args.teams).read_text(), source=args.teams)
         capacity = (
             team_queues.Capacity.from_params(read_params(Path(args.params)), source=args.params)
             if args.params

@@ -21,9 +21,10 @@ functions' ``RLPIPE_TEAMS``) and the local stack (``rlpipe local up --teams FILE
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from typing import Annotated, Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from rlpipe.core.problems import Problem, RequestInvalid
@@ -137,9 +138,11 @@ class Team(_Strict):
 
 
 class Teams(_Strict):
-    """The deployment's teams; empty when it declares none (one ``default`` team)."""
+    """The deployment's teams; empty when it declares none (one ``default`` team). ``project`` is
+    the deployment's project: a topic path names a team's topic only in that project."""
 
     teams: tuple[Team, ...] = ()
+    project: str = ""
 
     @field_validator("teams")
     @classmethod
@@ -168,10 +171,20 @@ class Teams(_Strict):
         """The team whose request folder ``folder`` is (layout.request_namespace of the object)."""
         return next((t for t in self.teams if t.folder == folder), None) if folder else None
 
-    def for_topic(self, topic: str) -> Team | None:
-        """The team owning ``topic``: a topic id, or ``projects/P/topics/ID`` as events name it."""
-        topic_id = topic.rsplit("/topics/", 1)[-1]
-        return next((t for t in self.teams if t.topic_id == topic_id), None)
+    def for_topic(self, topic: str, project: str | None = None) -> Team | None:
+        """The team owning ``topic``: ``projects/P/topics/ID`` as events name it, or a bare topic
+        id (read as Pub/Sub clients read one: a topic of the deployment's project). A path is the
+        team's only with the deployment's project (``project``, else the one the teams were read
+        with): the same id in another project is anyone's topic. No project known: no path is."""
+        where = self.project if project is None else project
+        if not topic.startswith("projects/"):
+            return next((t for t in self.teams if t.topic_id == topic), None) if "/" not in topic else None
+        return next((t for t in self.teams if where and topic_path(t.topic_id, where) == topic), None)
+
+    def requests_topics(self, project: str | None = None) -> list[str]:
+        """Every team's requests topic, as a full path (none where the project is not known)."""
+        where = self.project if project is None else project
+        return [p for p in (topic_path(t.topic_id, where) for t in self.teams) if p]
 
     def namespace_of(self, team: str, default: str) -> str:
         """Where a run of ``team`` has its workloads: the team's namespace, or ``default`` (the
@@ -191,27 +204,111 @@ class Teams(_Strict):
         return team if self.declared else ""
 
 
-def parse_teams(document: str | Mapping[str, Any], source: str = "RLPIPE_TEAMS") -> Teams:
+def topic_path(topic: str, project: str) -> str:
+    """``topic`` as Pub/Sub reads it: a full path stays as it is, a bare id is a topic of
+    ``project``; "" when that project is not known (nothing can be proved about the topic)."""
+    if topic.startswith("projects/"):
+        return topic
+    return f"projects/{project}/topics/{topic}" if project and topic and "/" not in topic else ""
+
+
+class Declared(dict[str, Any]):
+    """A mapping as the declaration's parser built it, with the keys it met more than once.
+
+    Why: ``json.loads`` and YAML's loaders keep the last of two equal keys without a word, so
+    ``RLPIPE_TEAMS`` naming a team twice would run with whichever came last. The parser records
+    the repeats while it reads (``object_pairs_hook``, the YAML loader's mapping constructor);
+    ``parse_teams`` then names each with its place."""
+
+    def __init__(self, pairs: list[tuple[Any, Any]]) -> None:
+        super().__init__(pairs)
+        seen: set[Any] = set()
+        self.repeated: list[str] = []
+        for key, _ in pairs:
+            if key in seen and str(key) not in self.repeated:
+                self.repeated.append(str(key))
+            seen.add(key)
+
+
+class _DeclarationLoader(yaml.SafeLoader):
+    """YAML's safe loader, building every mapping as a ``Declared`` (repeated keys recorded)."""
+
+
+def _declared_mapping(loader: _DeclarationLoader, node: yaml.MappingNode) -> Declared:
+    loader.flatten_mapping(node)
+    pairs = []
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):  # as SafeLoader's own construct_mapping refuses it
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                "found an unhashable key",
+                key_node.start_mark,
+            )
+        pairs.append((key, loader.construct_object(value_node, deep=True)))
+    return Declared(pairs)
+
+
+_DeclarationLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _declared_mapping)
+
+
+def read_declaration(text: str, source: str = "RLPIPE_TEAMS") -> Any:
+    """The declaration's text (JSON, as Terraform renders ``RLPIPE_TEAMS``, or YAML, as a local
+    ``--teams`` file holds it) read with every mapping a ``Declared``: repeated keys are recorded
+    while it is parsed. Raises ``RequestInvalid`` for text that is neither."""
+    try:
+        return json.loads(text, object_pairs_hook=Declared)
+    except json.JSONDecodeError as not_json:
+        try:
+            return yaml.load(text, Loader=_DeclarationLoader)  # a SafeLoader subclass
+        except yaml.YAMLError:
+            raise RequestInvalid(
+                [
+                    Problem(
+                        source,
+                        f"is neither JSON nor YAML: {not_json.msg}",
+                        "give the teams as a JSON object (or a YAML mapping)",
+                    )
+                ]
+            ) from not_json
+
+
+# The deployment's own topics, as a team's declaration may not use them: setting -> topic.
+DeploymentTopics = Mapping[str, str]
+
+
+def parse_teams(
+    document: str | Mapping[str, Any],
+    source: str = "RLPIPE_TEAMS",
+    *,
+    project: str = "",
+    deployment_topics: DeploymentTopics | None = None,
+) -> Teams:
     """The deployment's teams from their declaration: a mapping ``{name: {...}}`` (what Terraform's
-    ``jsonencode(var.teams)`` and a local ``--teams`` YAML file give) or ``{"teams": {...}}``.
-    Raises ``RequestInvalid`` naming each field that is wrong, with ``source`` in its path, so a
-    deployment with a bad declaration refuses to load instead of running with a guess."""
+    ``jsonencode(var.teams)`` and a local ``--teams`` YAML file give) or ``{"teams": {...}}``, as
+    text (JSON or YAML, read by ``read_declaration``: a team or setting given twice is refused) or
+    already read. ``project`` is the deployment's (``Teams.for_topic`` matches paths with it);
+    ``deployment_topics`` its own topics by setting (``RLPIPE_REQUESTS_TOPIC``...), which no team
+    may take as its requests topic. Raises ``RequestInvalid`` naming each field that is wrong, with
+    ``source`` in its path, so a deployment with a bad declaration refuses to load instead of
+    running with a guess."""
     raw: Any = document
     if isinstance(document, str):
         if not document.strip():
-            return Teams()
-        try:
-            raw = json.loads(document)
-        except json.JSONDecodeError as exc:
-            raise RequestInvalid(
-                [Problem(source, f"is not JSON: {exc.msg}", "give the teams as a JSON object")]
-            ) from exc
+            return Teams(project=project)
+        raw = read_declaration(document, source)
     if isinstance(raw, Mapping) and set(raw) == {"teams"}:
+        if isinstance(raw, Declared) and raw.repeated:
+            raise RequestInvalid([_twice(source, "teams")])
         raw = raw["teams"]
     if not isinstance(raw, Mapping):
         raise RequestInvalid([Problem(source, "is not a mapping of team names", "give {name: {...}, ...}")])
+    problems: list[Problem] = [_twice(source, name) for name in getattr(raw, "repeated", [])]
+    problems += [_twice(f"{source}.{name}", key) for name, body in raw.items() for key in _repeated(body)]
+    if problems:
+        raise RequestInvalid(problems)
     teams = []
-    problems: list[Problem] = []
     for name, body in raw.items():
         try:
             teams.append(Team.model_validate({**(body or {}), "name": name}))
@@ -221,10 +318,11 @@ def parse_teams(document: str | Mapping[str, Any], source: str = "RLPIPE_TEAMS")
             problems.append(
                 Problem(f"{source}.{name}", "is not a mapping", "give the team's settings as a mapping")
             )
+    problems += _deployment_topic_problems(source, teams, project, deployment_topics or {})
     if problems:
         raise RequestInvalid(problems)
     try:
-        return Teams(teams=tuple(teams))
+        return Teams(teams=tuple(teams), project=project)
     except ValidationError as exc:
         raise RequestInvalid(
             [
@@ -232,6 +330,48 @@ def parse_teams(document: str | Mapping[str, Any], source: str = "RLPIPE_TEAMS")
                 for e in exc.errors()
             ]
         ) from exc
+
+
+def _repeated(body: Any, path: str = "") -> Iterator[str]:
+    """The keys given twice anywhere inside one team's settings, each as its dotted place."""
+    if isinstance(body, Mapping):
+        yield from (f"{path}{key}" for key in getattr(body, "repeated", []))
+        for key, value in body.items():
+            yield from _repeated(value, f"{path}{key}.")
+    elif isinstance(body, list):
+        for i, value in enumerate(body):
+            yield from _repeated(value, f"{path}{i}.")
+
+
+def _twice(where: str, key: str) -> Problem:
+    return Problem(
+        f"{where}.{key}",
+        "is given twice in the declaration, and a reader would keep only one of them",
+        "give it once: merge the two into one entry",
+    )
+
+
+def _deployment_topic_problems(
+    source: str, teams: list[Team], project: str, topics: DeploymentTopics
+) -> list[Problem]:
+    """A team whose requests topic is one of the deployment's own (its requests topic, whose
+    messages are the default team's; its status topic, on which every run's status is published):
+    the team's submitters would be granted publishing there, and status messages read as requests."""
+    problems = []
+    for team in teams:
+        mine = topic_path(team.topic_id, project) or team.topic_id
+        for setting, topic in topics.items():
+            theirs = topic_path(topic, project) or topic
+            if topic and mine == theirs:
+                problems.append(
+                    Problem(
+                        f"{source}.{team.name}.topic",
+                        f"{team.topic_id} is the deployment's own topic ({setting}={topic})",
+                        f"leave it out ({TOPIC_PREFIX}{team.name}) or name a topic only this team's "
+                        "requests arrive on",
+                    )
+                )
+    return problems
 
 
 def _problem(source: str, team: str, error: Any) -> Problem:

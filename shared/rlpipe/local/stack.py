@@ -212,21 +212,9 @@ class LocalStack:
         self.say(f"[local] Workflows engine on 127.0.0.1:{ports['grpc']}")
 
         for name, signature in FUNCTIONS.items():
-            argv = [
-                sys.executable,
-                "-m",
-                "functions_framework",
-                "--target",
-                name,
-                "--source",
-                str(ROOT / "functions" / "main.py"),
-                "--signature-type",
-                signature,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(ports[name]),
-            ]
+            source = str(ROOT / "functions" / "main.py")
+            argv = [sys.executable, "-m", "functions_framework", "--target", name, "--source", source]
+            argv += ["--signature-type", signature, "--host", "127.0.0.1", "--port", str(ports[name])]
             self.children[name] = Child(
                 name,
                 argv,
@@ -373,19 +361,9 @@ class LocalStack:
         """Cloud Logging's ``entries.list`` over every container line both clusters keep (GKE
         ships each to Cloud Logging), so an attempt's log outlives its pods here too."""
         c = self.config
-        argv = [
-            sys.executable,
-            "-m",
-            "rlpipe.local.cloud_logging",
-            "--folder",
-            str(self.logs / CONTAINER_LOGS),
-            "--port",
-            str(port),
-            "--project",
-            c.project,
-            "--location",
-            c.location,
-        ]
+        folder = str(self.logs / CONTAINER_LOGS)
+        argv = [sys.executable, "-m", "rlpipe.local.cloud_logging", "--folder", folder]
+        argv += ["--port", str(port), "--project", c.project, "--location", c.location]
         child = Child(
             "cloud-logging",
             argv,

@@ -99,13 +99,8 @@ def _control_server(port: int, cluster: Any, hub: Any) -> Any:
             self._reply(200, {"repo": repo, "sha": sha, "changed": sorted(changes)})
 
         def do_GET(self) -> None:
-            if self.path == CERTS_PATH:  # Google's ID-token certificates, as the stack's key's
-                data = published_certs(Path(os.environ[SIGNING_KEY_ENV]))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            if self.path == CERTS_PATH:  # Google's ID-token certificates: the stack's key's
+                self._reply(200, json.loads(published_certs(Path(os.environ[SIGNING_KEY_ENV]))))
             elif self.path == "/scenario":
                 self._reply(200, cluster.scenario())
             elif self.path == "/workloads":

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlpipe.core.problems import RequestInvalid
-from rlpipe.core.teams import Team, Teams, parse_teams
+from rlpipe.core.teams import Team, Teams, parse_teams, read_declaration
 
 SECRET_KEY = "token"  # the key of a Secret an allowlist entry names without one
 TEAM_LABEL = "rlpipe.dev/team"  # on what the stack makes for a team
@@ -68,11 +66,12 @@ def read_teams_file(path: str | Path) -> LocalTeams:
     wrong field, before anything starts."""
     where = Path(path)
     try:
-        document = yaml.safe_load(where.read_text(encoding="utf-8"))
+        # read as the functions read RLPIPE_TEAMS: a team or setting given twice is refused
+        document = read_declaration(where.read_text(encoding="utf-8"), str(where))
     except OSError as exc:
         raise TeamsFileInvalid(f"{where}: cannot read it ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise TeamsFileInvalid(f"{where}: not YAML ({exc})") from None
+    except RequestInvalid as exc:
+        raise TeamsFileInvalid(f"{where}: not YAML or JSON ({exc.problems[0].message})") from None
     if isinstance(document, Mapping) and set(document) == {"teams"}:
         document = document["teams"]
     if not isinstance(document, Mapping) or not document:
@@ -80,7 +79,7 @@ def read_teams_file(path: str | Path) -> LocalTeams:
             f"{where}: declares no teams; write teams: {{NAME: {{...}}, ...}} (docs/teams-local.md)"
         )
     try:
-        teams = parse_teams(dict(document), source=str(where))
+        teams = parse_teams(document, source=str(where))
     except RequestInvalid as exc:
         lines = [f"{p.path}: {p.message} ({p.fix})" for p in exc.problems]
         raise TeamsFileInvalid("\n".join([f"{where}: not a teams declaration:", *lines])) from None

@@ -89,8 +89,10 @@ def test_a_name_is_split_on_underscores_dashes_and_dots_and_case_folded() -> Non
 
 def test_a_family_admits_its_members_made_of_known_harmless_words() -> None:
     policy = Policy(extra_env=FAMILIES)
-    doc = minimal_request(training={"command_env": {"VLLM_LOG_STATS_INTERVAL": "10", "GRPC_TRACE": "api"}})
-    assert validate_request(doc, policy).training.command_env["GRPC_TRACE"] == "api"
+    doc = minimal_request(
+        training={"command_env": {"VLLM_LOG_STATS_INTERVAL": "10", "GRPC_TRACE": "connectivity_state"}}
+    )
+    assert validate_request(doc, policy).training.command_env["GRPC_TRACE"] == "connectivity_state"
 
 
 def test_settings_asking_for_star_are_refused_when_the_deployment_loads(

@@ -227,12 +227,14 @@ def test_protected_keys_are_refused_under_dotted_spellings(key: str, fate: str) 
     assert "set by the pipeline" in problem.message and fate in problem.message
 
 
-def test_notify_reaches_only_the_deployments_project_or_listed_topics() -> None:
+def test_notify_reaches_only_the_status_topic_or_listed_topics() -> None:
     other = "projects/someone-else/topics/leak"
-    ours = Policy(project="rlpipe-test")
+    ours = Policy(project="rlpipe-test", status_topic="status")
     assert "notify" in _refused(minimal_request(notify=other), ours)
-    validate_request(minimal_request(notify="projects/rlpipe-test/topics/mine"), ours)
-    validate_request(minimal_request(notify="mine"), ours)
+    # a topic of the project is no longer enough: it could be one the deployment reads (gap 1)
+    assert "notify" in _refused(minimal_request(notify="projects/rlpipe-test/topics/mine"), ours)
+    validate_request(minimal_request(notify="projects/rlpipe-test/topics/status"), ours)
+    validate_request(minimal_request(notify="status"), ours)
     validate_request(minimal_request(notify=other), Policy(project="rlpipe-test", notify_topics=(other,)))
 
 

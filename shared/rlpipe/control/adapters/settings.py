@@ -111,7 +111,7 @@ class Settings:
     prices_json: str = ""
     # The rest of the deployment's allowlists (rlpipe.core.request.policy; docs/security.md), each a
     # comma-separated RLPIPE_ variable: variables a request may set beyond the built-in list
-    # (ALLOWED_ENV: NAME or PREFIX*), the Secrets it may name (READ_TOKEN_SECRETS,
+    # (ALLOWED_ENV: NAME, NAME=int:LOW..HIGH or NAME=word|word, or WORD_*), the Secrets it may name (READ_TOKEN_SECRETS,
     # WRITE_TOKEN_SECRETS: name:key), shared data it may read (READ_ONLY_GCS_PREFIXES) and topics
     # outside the project it may notify (NOTIFY_TOPICS).
     allowed_env: tuple[str, ...] = ()
@@ -133,6 +133,9 @@ class Settings:
     allowed_queues: tuple[str, ...] | None = None
     allowed_reservations: tuple[str, ...] | None = None
     allowed_node_pools: tuple[str, ...] | None = None
+    # Label key prefixes a request may use beside plain names (RLPIPE_ALLOWED_LABEL_PREFIXES): none
+    # by default, since a label can opt a pod into another controller's control (docs/security.md).
+    allowed_label_prefixes: tuple[str, ...] = ()
     # The deployment's teams (core.teams; docs/teams.md): RLPIPE_TEAMS, the JSON Terraform renders
     # from var.teams. Empty: one team, ``default``, with the deployment-wide allowlists above.
     teams_json: str = ""
@@ -177,6 +180,7 @@ class Settings:
             allowed_queues=_optional_list("ALLOWED_QUEUES"),
             allowed_reservations=_optional_list("ALLOWED_RESERVATIONS"),
             allowed_node_pools=_optional_list("ALLOWED_NODE_POOLS"),
+            allowed_label_prefixes=_list("ALLOWED_LABEL_PREFIXES", cls.allowed_label_prefixes),
             teams_json=os.environ.get(ENV_PREFIX + "TEAMS", "").strip(),
         )
 
@@ -194,7 +198,9 @@ class Settings:
         from rlpipe.core.teams import parse_teams
 
         source = ENV_PREFIX + "TEAMS"
-        teams = parse_teams(self.teams_json, source=source)
+        teams = parse_teams(
+            self.teams_json, source=source, project=self.project, deployment_topics=self._own_topics()
+        )
         deployment = self.policy() if teams.declared else None
         problems: list[Problem] = []
         for team in teams:  # a list no request could ever satisfy (``extra_env: ["*"]``): refused now
@@ -207,6 +213,25 @@ class Settings:
         if problems:
             raise SettingsInvalid(problems)
         return teams
+
+    def _own_topics(self) -> dict[str, str]:
+        """The deployment's own topics by setting: no team may take one as its requests topic."""
+        named = {"REQUESTS_TOPIC": self.requests_topic, "STATUS_TOPIC": self.status_topic}
+        return {ENV_PREFIX + name: topic for name, topic in named.items() if topic}
+
+    def _topics_it_reads(self) -> tuple[str, ...]:
+        """Every topic whose messages the deployment acts on (policy.deployment_topics), its teams'
+        requests topics among them; a declaration that cannot be read adds none here, and is
+        refused by ``teams()`` itself."""
+        from rlpipe.core.problems import RequestInvalid
+        from rlpipe.core.request.policy import deployment_topics
+        from rlpipe.core.teams import Teams, parse_teams
+
+        try:
+            teams = parse_teams(self.teams_json, source=ENV_PREFIX + "TEAMS", project=self.project)
+        except RequestInvalid:
+            teams = Teams(project=self.project)
+        return deployment_topics(self.project, self.requests_topic, teams)
 
     def policy(self, source: str = "this deployment's settings") -> Policy:
         """The allowlists a request is checked against. Raises ``SettingsInvalid`` (a
@@ -227,12 +252,15 @@ class Settings:
             write_secrets=self.write_token_secrets,
             read_only_gcs=self.read_only_gcs_prefixes,
             notify_topics=self.notify_topics,
+            status_topic=self.status_topic,
+            reserved_topics=self._topics_it_reads(),
             allow_user_code=self.allow_user_code,
             max_sweep_children=self.max_sweep_children,
             publish_repos=given(self.allowed_publish_repos, targets.DEFAULT_PUBLISH_REPOS),
             queues=given(self.allowed_queues, targets.DEFAULT_QUEUES),
             reservations=given(self.allowed_reservations, targets.DEFAULT_RESERVATIONS),
             node_pools=given(self.allowed_node_pools, targets.DEFAULT_NODE_POOLS),
+            label_prefixes=self.allowed_label_prefixes,
             source=source,
         )
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-
 from typing import Any
 
 from rlpipe.control.adapters import blobstore

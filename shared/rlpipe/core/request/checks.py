@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from rlpipe.core import identity, presets, steps, tpu
@@ -19,8 +19,29 @@ from rlpipe.core.request import outcome_checks, provisioning, reading
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_RESERVED_LABEL_PREFIXES = ("rlpipe.dev", "kueue.x-k8s.io", "jobset.sigs.k8s.io", "kubernetes.io", "k8s.io")
+# Prefixes the system owns: the pipeline's own labels, its controllers', Kubernetes'. Never a
+# request's, whatever a deployment lists (a key under one is refused as reserved).
+_RESERVED_LABEL_PREFIXES = (
+    "rlpipe.dev",
+    "kueue.x-k8s.io",
+    "jobset.sigs.k8s.io",
+    "kubernetes.io",
+    "k8s.io",
+    "x-k8s.io",
+)
+# A key without a prefix, as a request may write one: no dots, so it cannot be one of the
+# domain-named keys controllers also use without a "/" (the coscheduling plugin's
+# pod-group.scheduling.sigs.k8s.io).
+_PLAIN_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_]*[A-Za-z0-9])?$")
 MODEL_LABEL = "rlpipe.dev/model"
+# Which label keys a request may set. Why an allowlist: a request's labels are copied onto every
+# pod and workload (core/manifests/common.py), and other controllers select pods by label
+# (scheduling.x-k8s.io/pod-group gang-schedules, sidecar.istio.io/inject adds or drops a proxy,
+# app.kubernetes.io/name joins a Service or NetworkPolicy), so no list of reserved prefixes was
+# ever complete. Every prefix belongs to someone whose controller may read it; only the
+# deployment knows which are its own, so by default none is allowed and only plain names are.
+DEFAULT_LABEL_PREFIXES: tuple[str, ...] = ()
+LABEL_PREFIX_SETTING = "RLPIPE_ALLOWED_LABEL_PREFIXES"
 
 
 class _Missing(Exception):
@@ -212,9 +233,84 @@ def _model_label(doc: dict[str, Any]) -> Iterator[Problem]:
 
 
 def _labels(doc: dict[str, Any]) -> Iterator[Problem]:
-    for key, value in _get(doc, "labels", dict).items():
+    labels = _get(doc, "labels", dict)
+    for key, value in labels.items():
         if isinstance(key, str) and isinstance(value, str):
             yield from _label_problems(key, value)
+    # Which keys are allowed at all is the deployment's (Policy.problems: label_key_problems with
+    # its RLPIPE_ALLOWED_LABEL_PREFIXES); here only what Kubernetes itself refuses.
+
+
+def label_key_problems(
+    labels: Mapping[Any, Any],
+    allowed_prefixes: Iterable[str] = DEFAULT_LABEL_PREFIXES,
+    setting: str = LABEL_PREFIX_SETTING,
+) -> Iterator[Problem]:
+    """Every label key outside the allowlist: a plain name (no prefix, no dots), or a key whose
+    prefix is exactly one ``allowed_prefixes`` lists and the system does not own (a reserved
+    prefix is refused even when listed). ``setting`` is where an operator lists prefixes (the
+    deployment's, or a team's), as the fix names it. Keys Kubernetes' syntax refuses are
+    ``_label_problems``' to report."""
+    allowed = frozenset(allowed_prefixes)
+    for key in labels:
+        if not isinstance(key, str):
+            continue
+        prefix, slash, name = key.rpartition("/")
+        if not slash:
+            if _LABEL_NAME.match(key) and not _PLAIN_LABEL_NAME.match(key):
+                yield Problem(
+                    f"labels.{key}",
+                    f"label key {key!r} has dots but no prefix: controllers name keys after their domain "
+                    "this way too (pod-group.scheduling.sigs.k8s.io), so it is read as a prefixed key",
+                    "use a name without a prefix or dots (letters, digits, '-', '_'), e.g. "
+                    f"{key.replace('.', '-')[:63]!r}",
+                )
+            continue
+        if len(prefix) > 253 or not _LABEL_PREFIX.match(prefix):
+            continue  # not a DNS subdomain: _label_problems reports it
+        if _reserved(prefix):
+            yield Problem(
+                f"labels.{key}",
+                f"label prefix {prefix!r} is reserved for the system (the pipeline, Kueue, JobSet, Kubernetes)",
+                f"use a key without a prefix ({name!r}); no deployment setting allows this one",
+            )
+        elif prefix not in allowed:
+            yield Problem(
+                f"labels.{key}",
+                f"label prefix {prefix!r} is not one this deployment lets requests set: the labels go on "
+                "every pod, where the controller that owns a prefix may act on them",
+                f"use a key without a prefix ({name!r}), or ask the operator to list {prefix} in {setting}",
+            )
+
+
+def label_prefix_setting_problems(
+    prefixes: Iterable[str], setting: str = LABEL_PREFIX_SETTING
+) -> list[Problem]:
+    """What is wrong with a deployment's list of label prefixes, checked when it loads: each must
+    be a label prefix (a lower-case DNS subdomain, compared exactly) the system does not own."""
+    found: list[Problem] = []
+    for prefix in prefixes:
+        if not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix):
+            found.append(
+                Problem(
+                    setting,
+                    f"{prefix!r} is not a label prefix (a lower-case DNS subdomain, no '/')",
+                    "list prefixes such as team.example.com",
+                )
+            )
+        elif _reserved(prefix):
+            found.append(
+                Problem(
+                    setting,
+                    f"{prefix} is reserved for the system (the pipeline, Kueue, JobSet, Kubernetes)",
+                    "remove it; no deployment setting allows it",
+                )
+            )
+    return found
+
+
+def _reserved(prefix: str) -> bool:
+    return any(prefix == p or prefix.endswith("." + p) for p in _RESERVED_LABEL_PREFIXES)
 
 
 def _attempt_names(doc: dict[str, Any]) -> Iterator[Problem]:
@@ -228,14 +324,10 @@ def _attempt_names(doc: dict[str, Any]) -> Iterator[Problem]:
 
 def _label_problems(key: str, value: str) -> Iterator[Problem]:
     path = f"labels.{key}"
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+    prefix, slash, name = key.rpartition("/")
+    if slash and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):  # "/name" too
         yield Problem(
             path, f"label prefix {prefix!r} is not a DNS subdomain", "use e.g. team.example.com/name"
-        )
-    if prefix and any(prefix == p or prefix.endswith("." + p) for p in _RESERVED_LABEL_PREFIXES):
-        yield Problem(
-            path, f"label prefix {prefix!r} is reserved for the system", "use your own prefix, or none"
         )
     if not name or len(name) > 63 or not _LABEL_NAME.match(name):
         yield Problem(

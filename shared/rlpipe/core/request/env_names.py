@@ -158,6 +158,10 @@ REFUSED: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# What a logging word means: a name with one chooses what a program prints, so what its values
+# print must be known (``env_allowlist``: only a value rule rlpipe knows may admit such a name).
+LOGGING = "logging: what is logged, how much, where on the console"
+
 # meaning -> the words that carry it. A name made only of these may be added by a deployment.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "a program or library whose behaviour the variable tunes": (
@@ -179,7 +183,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "tokenizers",
         "omp",
     ),
-    "logging: what is logged, how much, where on the console": (
+    LOGGING: (
         "log",
         "logs",
         "logging",
@@ -319,3 +323,14 @@ def judge(name: str) -> Verdict:
             "the variable does",
         )
     return Verdict(True)
+
+
+def printing_word(name: str) -> str | None:
+    """The first word of ``name`` that says it chooses what is printed (``LOGGING``), or None.
+
+    Why it matters: such a variable's value decides what a program writes to the log, and a log
+    is read by more people than a Secret (``GRPC_TRACE=http`` prints every call's headers). So its
+    values must be ones rlpipe knows print no credential: a deployment cannot vouch for them with
+    a rule of its own (``env_allowlist.deployment_problems``)."""
+    logging_words = set(ALLOWED[LOGGING])
+    return next((word for word in parts(name) if word in logging_words), None)

@@ -10,12 +10,15 @@ A run's trust domain (docs/security.md): it may read and write under its own pre
 ``runs/<run_id>/`` of the artifacts bucket, and read under the prefixes the deployment lists as
 shared and read-only. The workload identity may write under ``runs/`` and ``cache/maxtext/`` for
 every run, so a ``gs://`` value is the only way one run could reach another's data, and it is
-checked here.
+checked here. A value MaxText reads as a path is accepted only in forms whose target is known
+(``gs://``, or a relative path where MaxText only reads); one it writes to, only under the run's
+own prefix: read-only data is never a write target, and never inside the artifacts bucket.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,9 +31,9 @@ from rlpipe.core.presets import (
     TUTORIAL_IMAGE_PREFIXES,
 )
 from rlpipe.core.problems import Problem, RequestInvalid
-from rlpipe.core.request import env_allowlist, reading, targets
+from rlpipe.core.request import checks, env_allowlist, reading, targets
 from rlpipe.core.request.model import Request
-from rlpipe.core.teams import Team, Teams
+from rlpipe.core.teams import Team, Teams, topic_path
 
 # A team's settings, as core.teams names them (where they differ from the keys here).
 TEAM_FIELDS = {
@@ -50,6 +53,7 @@ SETTINGS = {
     "topics": "RLPIPE_NOTIFY_TOPICS",
     "code": "RLPIPE_ALLOW_USER_CODE",
     "sweep": "RLPIPE_MAX_SWEEP_CHILDREN",
+    "labels": checks.LABEL_PREFIX_SETTING,
     **targets.SETTINGS,
 }
 
@@ -77,7 +81,13 @@ class Policy:
     read_secrets: tuple[str, ...] = DEFAULT_READ_SECRETS  # name:key
     write_secrets: tuple[str, ...] = DEFAULT_WRITE_SECRETS  # name:key
     read_only_gcs: tuple[str, ...] = ()  # gs://bucket/prefix/ a request may read
-    notify_topics: tuple[str, ...] = ()  # full topic paths outside the project
+    # Topics a request's notify may name beside the status topic: projects/P/topics/ID (a bare ID is
+    # a topic of ``project``). What is not listed is refused (docs/security.md).
+    notify_topics: tuple[str, ...] = ()
+    status_topic: str = ""  # the deployment's status topic (RLPIPE_STATUS_TOPIC): always a target
+    # Topics whose messages the deployment acts on (its requests topic, every team's, its ticks and
+    # dead-letter topic; ``deployment_topics``): never a notify target, whatever a list says.
+    reserved_topics: tuple[str, ...] = ()
     allow_user_code: bool = False  # may a request bring Python that runs in its training pods
     max_sweep_children: int = DEFAULT_MAX_SWEEP_CHILDREN  # the largest grid one request may make
     # What a request may name outside the run (core.request.targets): org/ or org/name, and names.
@@ -85,6 +95,9 @@ class Policy:
     queues: tuple[str, ...] = targets.DEFAULT_QUEUES
     reservations: tuple[str, ...] = targets.DEFAULT_RESERVATIONS
     node_pools: tuple[str, ...] = targets.DEFAULT_NODE_POOLS
+    # Label key prefixes a request's labels may use beside plain names (checks.label_key_problems):
+    # a label can opt a pod into another controller's control, so none by default.
+    label_prefixes: tuple[str, ...] = checks.DEFAULT_LABEL_PREFIXES
     source: str = "the built-in defaults"
     # The submitter's request_id namespace (layout.request_namespace): with a request_id, the
     # run's own prefix depends on it. Intake sets it per request (Policy.for_namespace).
@@ -97,7 +110,12 @@ class Policy:
     def __post_init__(self) -> None:
         """A deployment's settings are checked when it loads, not when a request arrives: an
         allowlist that could never be right (``RLPIPE_ALLOWED_ENV=*``) stops it here."""
-        problems = [*env_allowlist.deployment_problems(self.extra_env), *self._target_setting_problems()]
+        problems = [
+            *env_allowlist.deployment_problems(self.extra_env, setting=self.names["env"]),
+            *checks.label_prefix_setting_problems(self.label_prefixes, self.names["labels"]),
+            *self._target_setting_problems(),
+            *self._read_only_setting_problems(),
+        ]
         if problems:
             raise SettingsInvalid(problems)
 
@@ -108,6 +126,28 @@ class Policy:
 
     def _target_setting_problems(self) -> list[Problem]:
         return self._targets().setting_problems()
+
+    def _read_only_setting_problems(self) -> Iterator[Problem]:
+        """A read-only prefix must be a ``gs://bucket/prefix`` outside the artifacts bucket: every
+        run's workloads may write there (``runs/``, ``cache/maxtext/``, ``pathways/``), so data in it
+        is not read-only, and listing it would let every request read other runs' outputs."""
+        setting = self.names["gcs"]
+        for entry in self.read_only_gcs:
+            normal = _normalize(entry) if entry.startswith("gs://") else None
+            bucket = normal[len("gs://") :].split("/", 1)[0] if normal else ""
+            if not bucket:
+                yield Problem(
+                    setting,
+                    f"{entry[:200]!r} is not a gs://BUCKET/PREFIX/ prefix",
+                    f"list read-only data in {setting} as gs://BUCKET/PREFIX/ (no '.', '..' or empty parts)",
+                )
+            elif bucket == self.artifacts_bucket:
+                yield Problem(
+                    setting,
+                    f"{entry[:200]} is inside the artifacts bucket gs://{bucket}/, where every run's "
+                    "workloads write: nothing there is read-only",
+                    f"remove it from {setting}, and keep shared read-only data in a bucket of its own",
+                )
 
     def for_namespace(self, namespace: str) -> Policy:
         return dataclasses.replace(self, namespace=namespace)
@@ -124,10 +164,11 @@ class Policy:
         deployment's image registries and the environment names every team may set, plus the team's.
         Its folder is its request_id namespace."""
         names = {key: f"teams.{team.name}.{TEAM_FIELDS.get(key, key)}" for key in SETTINGS}
-        names["images"], names["topics"], names["sweep"] = (
+        names["images"], names["topics"], names["sweep"], names["labels"] = (
             SETTINGS["images"],
             SETTINGS["topics"],
             SETTINGS["sweep"],
+            SETTINGS["labels"],  # the deployment's: a team has no label prefixes of its own
         )
         return dataclasses.replace(
             self,
@@ -150,16 +191,22 @@ class Policy:
         """Everything in ``request`` this policy does not allow. ``run_id`` (when the run is known)
         lets ``gs://`` values name the run's own prefix."""
         doc = request.model_dump(mode="python")
+        paths = list(reading.path_values(request))  # read once: the path rules and the code rule
         return [
             *self._images(doc),
+            *checks.label_key_problems(request.labels, self.label_prefixes, self.names["labels"]),
             *env_allowlist.env_problems(_env_maps(doc), self.extra_env),
             *self._secrets(request),
             *self._gcs(
                 [*_strings(doc, ()), *reading.read_strings(request)],
                 run_id if run_id is not None else _run_id_of(request, self.namespace),
             ),
+            *self._paths(
+                paths,
+                run_id if run_id is not None else _run_id_of(request, self.namespace),
+            ),
             *self._notify(request.notify),
-            *self._code(request),
+            *self._code(request, paths),
             *self._targets().problems(request),
         ]
 
@@ -193,11 +240,7 @@ class Policy:
     def _gcs(self, strings: Iterable[tuple[str, str]], run_id: str | None) -> Iterator[Problem]:
         """Every ``gs://`` value: the request's strings as written, and every string MaxText reads
         from its arguments (``reading``: ``'gs://…'`` is read as ``gs://…``)."""
-        own = (
-            layout.gs(self.artifacts_bucket, layout.RunLayout(self.artifacts_bucket, run_id).prefix)
-            if run_id
-            else None
-        )
+        own = self._own_prefix(run_id)
         allowed = tuple(p for p in (own, *self.read_only_gcs) if p)
         reported: dict[str, list[str]] = {}  # value -> paths already named for it
         for path, value in dict.fromkeys(strings):
@@ -217,10 +260,60 @@ class Policy:
                     + f"; an operator lists shared read-only prefixes in {self.names['gcs']}",
                 )
 
-    def _code(self, request: Request) -> Iterator[Problem]:
+    def _own_prefix(self, run_id: str | None) -> str | None:
+        if not run_id:
+            return None
+        return layout.gs(self.artifacts_bucket, layout.RunLayout(self.artifacts_bucket, run_id).prefix)
+
+    def _paths(self, values: Iterable[reading.PathValue], run_id: str | None) -> Iterator[Problem]:
+        """Every value MaxText reads as a path (``reading.path_values``), by an allowlist of forms:
+        ``gs://`` (whose prefixes ``_gcs`` checks; a key MaxText writes to only under the run's own
+        prefix), or a plain relative path (a file of the image, a Hub id) for a key MaxText only
+        reads. Anything else (another scheme, an fsspec chain such as ``simplecache::gs://``, an
+        absolute path such as a ``/gcs/`` mount, ``~``, ``..``) is refused: rlpipe cannot prove
+        where it leads."""
+        own = self._own_prefix(run_id)
+        where = own or f"gs://{self.artifacts_bucket}/runs/<run_id>/ (give the request a request_id)"
+        for item in values:
+            value, writes = item.value, item.writes
+            if not value:
+                continue  # no value: MaxText's default
+            if value.startswith("gs://") and "::" not in value:
+                normal = _normalize(value)
+                if writes and normal and not _under(normal, own) and _under(normal, *self.read_only_gcs):
+                    yield Problem(
+                        item.field,
+                        f"MaxText writes to {item.key}, and {value[:200]} is read-only data of {self.holder}",
+                        f"point {item.key} under this run's own prefix {where}, or leave it out",
+                    )
+                continue  # any other gs:// value outside the allowed prefixes: _gcs names it
+            if _PLAIN_RELATIVE.match(value) and not writes:
+                continue
+            kind = "a local path" if _PLAIN_RELATIVE.match(value) else "not a gs:// path"
+            yield Problem(
+                item.field,
+                f"MaxText {'writes to' if writes else 'reads'} {item.key} as a path, and "
+                f"{value[:200]!r} is {kind}; only gs:// "
+                + (
+                    "under the run's own prefix is accepted here"
+                    if writes
+                    else "or a relative path is accepted"
+                )
+                + " (another scheme, an fsspec chain, an absolute path, '~' or '..' could lead anywhere)",
+                (
+                    f"point it under this run's own prefix {where}, or leave it out"
+                    if writes
+                    else "use a gs://BUCKET/PATH this deployment allows, or a relative path such as a Hub "
+                    "id (org/name) or a file of the image (no leading '/', no '..', no 'scheme:')"
+                ),
+            )
+
+    def _code(self, request: Request, paths: Iterable[reading.PathValue] = ()) -> Iterator[Problem]:
         """A request's Python runs in its training pods, with the run's identity; a deployment
         decides whether requests may bring any (docs/security.md). The chat template is JSON,
-        read as data, and always allowed."""
+        read as data, and always allowed. So are the MaxText keys that load code or a file that
+        decides what runs (``reading.CODE_KEYS`` among ``paths``: ``formatting_func_path`` is a
+        module MaxText imports): a request sets them only where it may bring code."""
         if self.allow_user_code:
             return
         uses = [
@@ -240,17 +333,62 @@ class Policy:
                     )
                     + f", or ask the operator to set {self.names['code']}=true",
                 )
+        named = dict.fromkeys((v.field, v.key) for v in paths if v.key in reading.CODE_KEYS)
+        for path, key in named:
+            yield Problem(
+                path,
+                f"MaxText loads {key} as code or a file that decides what runs, and {self.holder} runs no "
+                "code a request brings",
+                f"remove it (MaxText's default is used), or ask the operator to set {self.names['code']}=true",
+            )
 
     def _notify(self, topic: str | None) -> Iterator[Problem]:
-        if topic is None or "/" not in topic or not self.project:
-            return  # a bare name is a topic of the deployment's project; no project, no check
-        if topic.startswith(f"projects/{self.project}/topics/") or topic in self.notify_topics:
+        """A status message lands on the topic ``notify`` names, published with the functions'
+        identity. So ``notify`` names only a topic this deployment lists (its status topic,
+        ``notify_topics``), matched as a full path with its project, and never one whose messages
+        the deployment acts on (``reserved_topics``): a status message on a requests topic is read
+        by intake as a request of whichever team owns it. A bare name is a topic of the
+        deployment's project, as the publisher reads it. No project (the built-in defaults of
+        ``rlpipe validate``): nothing to read a bare name with, no check."""
+        if topic is None or not self.project:
             return
-        yield Problem(
-            "notify",
-            f"{topic} is not a topic of this deployment's project ({self.project})",
-            f"use a topic of {self.project}, or ask the operator to list it in {self.names['topics']}",
-        )
+        path = topic_path(topic, self.project)
+        listed = {topic_path(t, self.project) for t in (self.status_topic, *self.notify_topics) if t}
+        reserved = {topic_path(t, self.project) for t in self.reserved_topics if t}
+        choices = ", ".join(sorted(listed - reserved)) or "(none)"
+        if path and path in reserved:
+            yield Problem(
+                "notify",
+                f"{topic} is a topic this deployment reads requests or ticks from, not a status topic",
+                f"leave notify out (the deployment's status topic) or name one of: {choices}; an operator "
+                f"lists status topics in {self.names['topics']}",
+            )
+        elif not path or path not in listed:
+            yield Problem(
+                "notify",
+                f"{topic} is not a status topic {self.holder} lists (read as {path or 'an unknown path'})",
+                f"leave notify out (the deployment's status topic) or name one of: {choices} (a full path "
+                f"projects/P/topics/ID); an operator lists others in {self.names['topics']}",
+            )
+
+
+def deployment_topics(project: str, requests_topic: str, teams: Teams) -> tuple[str, ...]:
+    """Every topic whose messages the deployment acts on, as full paths: its requests topic, each
+    team's, the scheduler's ticks and the dead-letter topic (Terraform names them
+    ``<prefix>-requests``, ``<prefix>-upstream-tick``, ``<prefix>-reconcile-tick`` and
+    ``<prefix>-dead-letter``, infra/terraform/pubsub.tf; the prefix is read off the requests
+    topic, and rlpipe's default prefix is always included)."""
+    prefixes = {"rlpipe"}
+    if requests_topic.rsplit("/", 1)[-1].endswith("-requests"):
+        prefixes.add(requests_topic.rsplit("/", 1)[-1].removesuffix("-requests"))
+    names = [requests_topic, *(f"{p}-{s}" for p in sorted(prefixes) for s in _DEPLOYMENT_TOPICS)]
+    found = [topic_path(n, project) for n in names if n]
+    return tuple(dict.fromkeys(p for p in (*found, *teams.requests_topics(project)) if p))
+
+
+_DEPLOYMENT_TOPICS = ("requests", "upstream-tick", "reconcile-tick", "dead-letter")
+# A relative path: no scheme or fsspec chain (no ':'), not absolute or under '~', no '..' part, no '\'.
+_PLAIN_RELATIVE = re.compile(r"^(?![/~])(?!.*(?:^|/)\.\.(?:/|$))[^:\\\s]+$")
 
 
 def _run_id_of(request: Request, namespace: str) -> str | None:
@@ -286,6 +424,11 @@ def _normalize(uri: str) -> str | None:
     if any(p in (".", "..") for p in parts) or "" in parts[:-1] or "\\" in rest or "%" in rest:
         return None
     return "gs://" + rest
+
+
+def _under(path: str, *prefixes: str | None) -> bool:
+    """Whether the normalized ``gs://`` ``path`` lies under one of ``prefixes`` (as directories)."""
+    return any(p and _as_dir(path).startswith(_as_dir(p)) for p in prefixes)
 
 
 def _as_dir(prefix: str) -> str:

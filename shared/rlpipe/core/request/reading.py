@@ -12,6 +12,10 @@ something MaxText never sees: ``'gs://…'``, ``" gs://…"`` and ``"\\"gs://…
   marker) is refused, naming the field and the fix;
 * the checks that follow (``gs://`` prefixes in ``policy``, bounds, step arithmetic) run on the
   values as read (``read_strings``), which are then the values as meant;
+* the values MaxText takes as paths are named by its own keys (``READ_PATH_KEYS``,
+  ``WRITE_PATH_KEYS``; ``path_values``), so ``policy`` can hold each to an allowlist of forms (a
+  ``gs://`` path, a relative one where MaxText only reads) and a key MaxText writes to to the run's
+  own prefix; ``CODE_KEYS`` are those it loads code or a deciding file from;
 * an override's key is read too (``config_reader.key_path``: dots nest, case is kept), and the
   path is resolved against the keys MaxText defines (``core.maxtext.config_keys``): a key MaxText would
   refuse at start or drop silently is refused here with a "did you mean", a key the pipeline
@@ -272,6 +276,143 @@ def _strings(value: Any) -> Iterator[str]:
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
+
+
+# ---- paths ---------------------------------------------------------------------------------------
+
+# MaxText 0.2.4's config fields that name a file, a directory or a prefix MaxText (or a library it
+# hands the value to) opens: ``PathStr`` fields and the ``str`` ones their descriptions call a path
+# (src/maxtext/configs/types.py at maxtext-v0.2.4; base.yml, post_train/rl.yml). Why a list of
+# keys: which values are paths is MaxText's to say, and a path is where a value can reach data.
+READ_PATH_KEYS = frozenset(
+    {
+        "load_parameters_path",  # types.py:337
+        "lora_input_adapters_path",  # :338
+        "hf_lora_adapter_path",  # :339 (a Hub id or a path)
+        "load_full_state_path",  # :346
+        "quant_cfg_path",  # :463, opened by layers/quantizations.py:629
+        "tokenizer_path",  # :1371 (a Hub id or a path)
+        "chat_template_path",  # :1377, read by train_rl.py:665
+        "data_template_path",  # :1382
+        "dataset_path",  # :1447
+        "hf_path",  # :1457 (a Hub dataset id or a path)
+        "hf_data_dir",  # :1459
+        "hf_train_files",  # :1460
+        "hf_eval_files",  # :1462
+        "grain_train_files",  # :1469
+        "grain_eval_files",  # :1470
+        "grain_train_mixture_config_path",  # :1471
+        "olmo_index_path",  # :1526
+        "olmo_path_remap_from",  # :1530
+        "olmo_path_remap_to",  # :1534
+        "formatting_func_path",  # :1563, a module importlib imports (instruction_data_processing.py:160)
+        "lora_restore_path",  # :1598
+        "offline_data_dir",  # :1620
+        "inference_metadata_file",  # :2091
+        "image_path",  # :2307
+        "video_path",  # :2314
+        "audio_path",  # :2315
+        "vllm_hf_config_path",  # :2467
+        "dataset_processor_path",  # :2569
+        "reward_functions_path",  # :2621
+    }
+)
+# The fields MaxText writes to (or moves, uploads or dumps into): only the run's own prefix.
+WRITE_PATH_KEYS = frozenset(
+    {
+        "base_output_directory",  # types.py:322
+        "checkpoint_todelete_subdir",  # :355 (checkpoints are moved there)
+        "checkpoint_todelete_full_path",  # :359
+        "save_quantized_params_path",  # :368
+        "local_checkpoint_directory",  # :408
+        "prefill_cache_dir",  # :2040 (decode writes it)
+        "inference_microbenchmark_log_file_path",  # :2089
+        "compiled_trainstep_file",  # :2109
+        "jax_cache_dir",  # :2119 (JAX's compilation cache writes it)
+        "dump_hlo_local_dir",  # :2187
+        "dump_hlo_gcs_dir",  # :2192
+        "dump_jaxpr_local_dir",  # :2198
+        "dump_jaxpr_gcs_dir",  # :2203
+        "metrics_file",  # :2209
+        "gcs_debug_path",  # :2503 (tensors are uploaded there)
+        "checkpoint_dir",  # :2746 (derived from base_output_directory, :3219-3223, 4633-4645)
+        "metrics_dir",  # :2750
+        "tensorboard_dir",  # :2754
+        "managed_mldiagnostics_dir",  # :2758
+    }
+)
+# Fields from which MaxText loads code, or a file that decides what runs: a request may set them only
+# where its deployment (or team) runs code a request brings (docs/security.md, "Code a request brings").
+CODE_KEYS = frozenset({"formatting_func_path", "chat_template_path", "quant_cfg_path"})
+
+
+@dataclass(frozen=True)
+class PathValue:
+    """A value MaxText reads as a path: the request field it comes from, the MaxText field it sets,
+    and the value as MaxText reads it."""
+
+    field: str
+    key: str
+    value: str
+
+    @property
+    def writes(self) -> bool:
+        return self.key in WRITE_PATH_KEYS
+
+
+def path_values(request: Request) -> Iterator[PathValue]:
+    """Every value of the request that MaxText reads as a path (``READ_PATH_KEYS``,
+    ``WRITE_PATH_KEYS``), as it reads it: the typed fields, ``maxtext_overrides`` (the key resolved as
+    MaxText resolves it, so a nested or routed spelling is the field it reaches) and
+    ``training.vllm_maxtext_config``. A key the pipeline sets or a typed field sets is left to
+    ``override_key_problems``, which refuses it."""
+    for argument in arguments(request):
+        if argument.field == "training.vllm_maxtext_config":
+            yield from _vllm_path_values(argument)
+            continue
+        if not argument.field.startswith(("maxtext_overrides.", "training.")):
+            continue
+        resolved = _TRAIN_KEYS.resolve(argument.path)
+        if not isinstance(resolved, config_keys.Resolved) or resolved.field not in _PATH_KEYS:
+            continue
+        if argument.field.startswith("maxtext_overrides.") and (
+            resolved.field in CONTROLLED_ARGS or resolved.field in _TYPED_BY_FIELD
+        ):
+            continue
+        try:
+            value = config_reader.read(argument.text).at(argument.path)
+        except (config_reader.Unreadable, KeyError):
+            continue  # refused by argument_problems
+        yield from (PathValue(argument.field, resolved.field, text) for text in _path_texts(value))
+
+
+_PATH_KEYS = READ_PATH_KEYS | WRITE_PATH_KEYS
+
+
+def _vllm_path_values(argument: Argument) -> Iterator[PathValue]:
+    try:
+        read = config_reader.read(argument.text).at(("vllm_additional_config", "maxtext_config"))
+    except (config_reader.Unreadable, KeyError):
+        return
+    if not isinstance(read, Mapping):
+        return
+    for key, value in read.items():
+        resolved = _VLLM_KEYS.resolve((str(key),))
+        if (
+            isinstance(resolved, config_keys.Resolved)
+            and resolved.field in _PATH_KEYS
+            and resolved.field not in CONTROLLED_ARGS  # refused by _vllm_key_problems
+        ):
+            field = f"training.vllm_maxtext_config.{key}"
+            yield from (PathValue(field, resolved.field, text) for text in _path_texts(value))
+
+
+def _path_texts(value: Any) -> Iterator[str]:
+    """The strings of a path value as read: the value, or each item of a list pyconfig made of it."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        yield from (item for item in value if isinstance(item, str))
 
 
 # ---- keys ---------------------------------------------------------------------------------------

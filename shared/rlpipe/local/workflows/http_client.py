@@ -17,11 +17,10 @@ its siblings) and https://cloud.google.com/workflows/docs/http-requests:
 ``auth`` is validated. With ``type: OIDC`` an ID token naming the workflow's
 service account is attached (``Authorization: Bearer``, its ``aud`` the
 ``audience`` or else the URL), as Workflows does
-(https://cloud.google.com/workflows/docs/authenticate-from-workflow): the
-local stack plays that identity with an unsigned token of the same shape
-(rlpipe/local/identities.py), which the called function reads but, as on
-Google Cloud, does not re-verify. A client made without an identity attaches
-none. ``type: OAuth2`` attaches nothing: no local target takes access tokens.
+(https://cloud.google.com/workflows/docs/authenticate-from-workflow), signed by
+the stack's key (rlpipe/local/identities.py), which the stage function verifies.
+A client made without an identity attaches none. ``type: OAuth2`` attaches
+nothing: no local target takes access tokens.
 """
 
 from __future__ import annotations
