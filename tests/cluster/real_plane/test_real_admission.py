@@ -22,7 +22,8 @@ from tests.harness.real_cluster import PARAMS
 
 NAMESPACE = "rlpipe"
 STAGE_USER = PARAMS["STAGE_GSA"]
-LONGEST_LABEL = {f"{'p' * 50}.example.com/{'k' * 63}": "v" * 63}
+LONGEST_PREFIX = f"{'p' * 50}.example.com"
+LONGEST_LABEL = {f"{LONGEST_PREFIX}/{'k' * 63}": "v" * 63}
 
 
 def _requests() -> list[tuple[str, Any]]:
@@ -35,7 +36,11 @@ def _requests() -> list[tuple[str, Any]]:
     reqs.append(
         (
             "longest-ids-and-labels",
-            validate_request(minimal_request(request_id="r" * 40, labels=LONGEST_LABEL)),
+            # a deployment that lists the prefix (RLPIPE_ALLOWED_LABEL_PREFIXES): the longest key
+            validate_request(
+                minimal_request(request_id="r" * 40, labels=LONGEST_LABEL),
+                Policy(label_prefixes=(LONGEST_PREFIX,)),
+            ),
         )
     )
     return reqs
