@@ -198,6 +198,17 @@ resource "google_cloudfunctions2_function" "fn" {
     all_traffic_on_latest_revision   = true
     environment_variables            = local.function_env
 
+    # Each team's own Hub token, for plan (control/adapters/hub_client.py plan_token): stage only.
+    dynamic "secret_environment_variables" {
+      for_each = each.key == "stage" ? local.team_hub_tokens : {}
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = var.secret_version
+      }
+    }
+
     dynamic "secret_environment_variables" {
       for_each = [for env, secret in each.value.secrets : { env = env, secret = secret }]
       content {

@@ -33,6 +33,25 @@ locals {
   }
 }
 
+# A team's own Hub token (var.teams[*].hf_token_secret), readable by the stage function alone.
+locals {
+  team_hub_tokens = {
+    for team, t in var.teams : "RLPIPE_HF_TOKEN_${upper(replace(team, "-", "_"))}" => t.hf_token_secret
+    if t.hf_token_secret != null
+  }
+}
+
+resource "google_secret_manager_secret_iam_member" "team_hub_token" {
+  for_each = local.team_hub_tokens
+
+  project   = var.project_id
+  secret_id = each.value
+  role      = "roles/secretmanager.secretAccessor"
+  member    = local.sa_member["stage"]
+
+  depends_on = [google_service_account.fn]
+}
+
 resource "google_secret_manager_secret_iam_member" "accessor" {
   for_each = local.secret_accessors
 

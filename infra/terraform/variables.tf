@@ -453,6 +453,11 @@ variable "teams" {
     node_pools      = optional(list(string))
     extra_env       = optional(list(string), [])
     allow_user_code = optional(bool, false)
+    # A Secret Manager secret (its id, in this project) holding the team's own Hugging Face read
+    # token: plan resolves the team's model revision and datasets with it, the stage function
+    # reading it as RLPIPE_HF_TOKEN_<TEAM>. Without one, plan reads the Hub anonymously (public
+    # repositories only), never with the deployment's token (docs/teams.md).
+    hf_token_secret = optional(string)
     quota = optional(object({
       chips           = number
       borrowing_limit = optional(number)

@@ -1421,3 +1421,21 @@ def test_a_team_namespace_may_create_requests_only_under_its_own_folder(tmp_path
     assert _condition(grant) == (
         f'resource.name.startsWith("projects/_/buckets/{requests_bucket}/objects/requests/team-a/")'
     )
+
+
+def test_a_teams_own_hub_token_reaches_the_stage_function_alone() -> None:
+    """var.teams[*].hf_token_secret is mounted as RLPIPE_HF_TOKEN_<TEAM> (what
+    hub_client.team_token_env reads) on the stage function only, and only its account may read it.
+    tfparse leaves the dynamic blocks unexpanded: read the source."""
+    from rlpipe.control.adapters.hub_client import team_token_env
+
+    functions = (TF_DIR / "functions.tf").read_text()
+    secrets = (TF_DIR / "secrets.tf").read_text()
+    assert 'for_each = each.key == "stage" ? local.team_hub_tokens : {}' in functions
+    assert '"RLPIPE_HF_TOKEN_${upper(replace(team, "-", "_"))}" => t.hf_token_secret' in secrets
+    assert team_token_env("ml-ops") == "RLPIPE_HF_TOKEN_ML_OPS", (
+        "the same name the Terraform expression makes"
+    )
+    grant = secrets[secrets.index('resource "google_secret_manager_secret_iam_member" "team_hub_token"') :]
+    grant = grant[: grant.index("\n}\n")]
+    assert 'member    = local.sa_member["stage"]' in grant and "for_each = local.team_hub_tokens" in grant

@@ -103,6 +103,10 @@ class Team(_Strict):
     node_pools: tuple[Entry, ...] | None = None  # None: the presets' node pools
     extra_env: tuple[Entry, ...] = ()
     allow_user_code: bool = False
+    # The Secret Manager secret holding the team's own Hub read token, which Terraform mounts on the
+    # stage function as RLPIPE_HF_TOKEN_<TEAM> (control.adapters.hub_client.plan_token); plan reads
+    # the Hub with it, or anonymously without one, never with the deployment's token.
+    hf_token_secret: Entry | None = None
     quota: Quota | None = None
     limits: Limits = Field(default_factory=Limits)
 

@@ -86,7 +86,10 @@ def published_certs(key_path: Path) -> bytes:
     return (key_path.parent / CERTS_FILE).read_bytes()
 
 
+@functools.lru_cache(maxsize=8)
 def _signer(key_path: Path) -> crypt.RSASigner:
+    """Loaded once per key: loading checks the RSA key, about 45 ms of CPU, and every call the local
+    Workflows engine makes to the stage function carries a token."""
     key_id = next(iter(json.loads(published_certs(key_path))))
     signer: crypt.RSASigner = crypt.RSASigner.from_string(key_path.read_bytes(), key_id=key_id)
     return signer

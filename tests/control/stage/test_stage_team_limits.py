@@ -67,7 +67,7 @@ def test_a_queued_run_asks_the_hub_for_its_commits_once_however_often_it_plans(e
     combination suite's stack was rate-limited, 429, and the plan that failed ended its execution)."""
     asked: list[tuple[str, str]] = []
 
-    def resolve(repo: str, revision: str) -> str:
+    def resolve(repo: str, revision: str, **hub: Any) -> str:
         asked.append((repo, revision))
         return "c" * 40
 

@@ -45,6 +45,23 @@ def pipeline_token() -> str | None:
     return os.environ.get(HF_TOKEN_ENV) or None
 
 
+TEAM_TOKEN_ENV_PREFIX = "RLPIPE_HF_TOKEN_"  # + the team's name, upper case, "-" as "_"
+
+
+def team_token_env(team: str) -> str:
+    """Where a team's own Hub token reaches the functions (its Secret Manager secret, mounted by
+    Terraform: ``teams.<team>.hf_token_secret``)."""
+    return TEAM_TOKEN_ENV_PREFIX + team.upper().replace("-", "_")
+
+
+def plan_token(team: str) -> str | bool:
+    """The Hub token plan resolves a declared team's model revision and datasets with: the team's
+    own, else none at all (False: anonymous, public repositories only), never the deployment's. With
+    the deployment's, a team naming a private repository only that token can read would get its
+    files, hashes and row counts in its own ledger."""
+    return os.environ.get(team_token_env(team), "").strip() or False
+
+
 def hub_timeout() -> float:
     """Seconds every Hub request may take to connect and between bytes (``RLPIPE_HUB_TIMEOUT_SECONDS``)."""
     return Settings.from_env().hub_timeout_seconds
@@ -180,7 +197,7 @@ def classified_errors(
 
 
 def resolve_revision(
-    repo: str, revision: str, token: str | None = None, *, timeout: float | None = None
+    repo: str, revision: str, token: str | bool | None = None, *, timeout: float | None = None
 ) -> str:
     """A branch or tag → the commit sha it points at now (a full sha is checked and kept), after
     checking that the pipeline's token may read the repository.
@@ -190,7 +207,7 @@ def resolve_revision(
     into a 503 the workflow retries."""
     from huggingface_hub import HfApi
 
-    token = token or pipeline_token()
+    token = pipeline_token() if token is None else token  # False: anonymous (plan_token)
     seconds = timeout if timeout is not None else hub_timeout()
     api = HfApi(token=token)
     with classified_errors(repo, revision, seconds):

@@ -178,7 +178,7 @@ def resolve_dataset(
     *,
     subset: str | None,
     splits: Mapping[str, str] | Sequence[str],
-    token: str | None = None,
+    token: str | bool | None = None,
     timeout: float | None = None,
     fields: DatasetFields = DatasetFields(),  # frozen: one shared default is safe
 ) -> PinnedDataset:
@@ -198,7 +198,7 @@ def resolve_dataset(
     if isinstance(splits, str):
         raise TypeError("splits is a sequence or a mapping of split names, not one name")
     asked = list(splits.items()) if isinstance(splits, Mapping) else [("dataset.split", s) for s in splits]
-    token = token or pipeline_token()
+    token = pipeline_token() if token is None else token  # False: anonymous (hub_client.plan_token)
     seconds = timeout if timeout is not None else hub_timeout()
     api = HfApi(token=token)
     with classified_errors(repo, revision, seconds, repo_field=fields.repo, revision_field=fields.revision):

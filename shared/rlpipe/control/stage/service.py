@@ -54,6 +54,7 @@ from rlpipe.core.runs import (
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, RunRecord, parse_time
+from rlpipe.core.teams import DEFAULT_TEAM
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -92,11 +93,12 @@ class StageService:
     state: blobstore.BlobStore  # the control plane's: the conversion cache's READY.json
     cluster: Cluster
     log: Logger
-    resolve_revision: Callable[[str, str], str] = field(
-        default=lambda repo, rev: hub_client.resolve_revision(repo, rev)
+    # (repo, revision, **hub) → the commit; ``hub``: the token to resolve with (``_plan_hub``)
+    resolve_revision: Callable[..., str] = field(
+        default=lambda repo, rev, **hub: hub_client.resolve_revision(repo, rev, **hub)
     )
     # The run's datasets at their commits (control/lifecycle/data_pins.py): request → lineage.data.
-    pin_data: Callable[[Request], dict[str, Any]] = field(default=lambda req: data_pins.pin(req))
+    pin_data: Callable[..., dict[str, Any]] = field(default=lambda req, **hub: data_pins.pin(req, **hub))
     publish: Publish | None = None  # status messages (control.adapters.notify.Notifier sends them)
     clock: Callable[[], float] = time.time
     # The head's lines from Cloud Logging once its pod is gone (control/adapters/cloud_logs.py; GCP only).
@@ -275,11 +277,21 @@ class StageService:
         if record.lineage.hf_sha and record.lineage.data:
             return record.lineage.hf_sha, record.lineage.data
 
+        hub = self._plan_hub(record)
+
         def resolve() -> tuple[str, dict[str, Any]]:
-            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision)
-            return sha, record.lineage.data or self.pin_data(req)
+            sha = record.lineage.hf_sha or self.resolve_revision(req.hf_repo, req.hf_revision, **hub)
+            return sha, record.lineage.data or self.pin_data(req, **hub)
 
         return self.policies.pins(record, resolve)
+
+    def _plan_hub(self, record: RunRecord) -> dict[str, Any]:
+        """How plan reaches the Hub for ``record``: a declared team's run with the team's own token
+        or none (``hub_client.plan_token``); a run of a deployment without teams, or one claimed
+        before teams were declared, with the deployment's, as before."""
+        if record.team == DEFAULT_TEAM or not self.settings.teams().declared:
+            return {}
+        return {"token": hub_client.plan_token(record.team)}
 
     # ---- launch -------------------------------------------------------------------------------
 
@@ -309,7 +321,7 @@ class StageService:
         if stage == "train" and not record.lineage.data:
             # A run planned before datasets were pinned: pin them now, once, so train never runs
             # on a manifest that points train_rl at files nobody staged.
-            data = self.pin_data(req)
+            data = self.pin_data(req, **self._plan_hub(record))
             record = self.ledger.edit(
                 run_id,
                 lambda r: launch_record.pin_data(r, data),
