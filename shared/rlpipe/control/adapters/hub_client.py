@@ -34,6 +34,7 @@ from urllib.parse import urljoin
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 from rlpipe.core.http_answers import is_transient
+from rlpipe.core.teams import DEFAULT_TEAM, Teams
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 HF_TOKEN_ENV = "RLPIPE_HF_TOKEN"
@@ -52,6 +53,15 @@ def team_token_env(team: str) -> str:
     """Where a team's own Hub token reaches the functions (its Secret Manager secret, mounted by
     Terraform: ``teams.<team>.hf_token_secret``)."""
     return TEAM_TOKEN_ENV_PREFIX + team.upper().replace("-", "_")
+
+
+def plan_hub(team: str, teams: Teams) -> dict[str, Any]:
+    """The keyword arguments plan reads the Hub with for a run of ``team``: a declared team's own
+    token or none (``plan_token``); ``{}`` (the deployment's token, as before) for a deployment
+    without teams, or a run claimed before teams were declared."""
+    if team == DEFAULT_TEAM or not teams.declared:
+        return {}
+    return {"token": plan_token(team)}
 
 
 def plan_token(team: str) -> str | bool:

@@ -54,7 +54,6 @@ from rlpipe.core.runs import (
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.ownership import SupersededAttempt, require_owner
 from rlpipe.core.runs.record import LEDGER_TIME, Attempt, EarlyStopRecord, RunRecord, parse_time
-from rlpipe.core.teams import DEFAULT_TEAM
 
 GATE_STEP = "gate"  # in the plan's stage list: the workflow calls the gate op there
 KIND: dict[str, Kind] = {"convert": "Job", "train": "JobSet", "export": "Job", "publish": "Job"}
@@ -286,12 +285,8 @@ class StageService:
         return self.policies.pins(record, resolve)
 
     def _plan_hub(self, record: RunRecord) -> dict[str, Any]:
-        """How plan reaches the Hub for ``record``: a declared team's run with the team's own token
-        or none (``hub_client.plan_token``); a run of a deployment without teams, or one claimed
-        before teams were declared, with the deployment's, as before."""
-        if record.team == DEFAULT_TEAM or not self.settings.teams().declared:
-            return {}
-        return {"token": hub_client.plan_token(record.team)}
+        """How plan reaches the Hub for ``record`` (``hub_client.plan_hub``: a team's own token)."""
+        return hub_client.plan_hub(record.team, self.settings.teams())
 
     # ---- launch -------------------------------------------------------------------------------
 
