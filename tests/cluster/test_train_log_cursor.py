@@ -275,7 +275,6 @@ def test_a_gone_head_pods_evaluations_come_from_cloud_logging(env: dict[str, Any
     import requests
 
     from rlpipe.control.adapters import cloud_logs
-    from tests.control.stage.test_stage import _convert_done
 
     def entry(second: int, text: str) -> dict[str, Any]:
         return {"timestamp": f"2026-12-04T13:00:{second:02d}.123456789Z", "textPayload": text}
@@ -287,25 +286,8 @@ def test_a_gone_head_pods_evaluations_come_from_cloud_logging(env: dict[str, Any
         return answer
 
     run_id = "rgone0000001"
-    service = env["service"]
-    service.cloud_logs = lambda jobset, cursor: cloud_logs.read_head_lines(
-        post, "p", NS, jobset, cursor, url=api.url
-    )
-    env["claim"](run_id)
-    service.plan(run_id, f"{run_id}-exec")
-    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
-    _convert_done(env, run_id)
-    service.launch(run_id, "train", 1, None, f"{run_id}-exec")
-    failed = [
-        {
-            "type": "Failed",
-            "status": "True",
-            "reason": "FailedJobs",
-            "message": "head exited 1",
-            "lastTransitionTime": "2026-12-04T13:00:05Z",
-        }
-    ]
-    env["kube"].patch_status("jobsets", f"{run_id}-train-a1", {"conditions": failed}, namespace=NS)
+    service = _training_with_cloud_logging(env, api, run_id)
+    _head_failed(env, run_id)
     answer = service.status(run_id, "train", 1, f"{run_id}-exec")  # no head pod: it is gone
     assert answer["phase"] == "failed"
     record = env["ledger"].get(run_id)
@@ -337,10 +319,6 @@ def test_a_head_pod_deleted_between_its_listing_and_its_log_read_is_read_from_cl
     failed, Kubernetes removes it) before its log is asked for, and the kubelet answers 404. The
     lines it printed since the last poll are then only in Cloud Logging, and they are read there:
     this read is the attempt's last, so nothing would read them later."""
-    import requests
-
-    from rlpipe.control.adapters import cloud_logs
-    from tests.control.stage.test_stage import _convert_done
 
     def entry(second: int, text: str) -> dict[str, Any]:
         return {"timestamp": f"2026-12-04T13:00:{second:02d}.000000000Z", "textPayload": text}
@@ -348,36 +326,15 @@ def test_a_head_pod_deleted_between_its_listing_and_its_log_read_is_read_from_cl
     api = _LoggingApi([[entry(1, _eval(None, 0.1)), entry(2, _eval(10, 0.2)), entry(3, _eval(20, 0.3))]])
     at = datetime(2026, 12, 4, 13, 0, tzinfo=UTC)
 
-    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
-        answer: dict[str, Any] = requests.post(url, json=body, timeout=10).json()
-        return answer
-
     run_id = "rlate0000001"
-    service = env["service"]
-    service.cloud_logs = lambda jobset, cursor: cloud_logs.read_head_lines(
-        post, "p", NS, jobset, cursor, url=api.url
-    )
-    env["claim"](run_id)
-    service.plan(run_id, f"{run_id}-exec")
-    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
-    _convert_done(env, run_id)
-    service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+    service = _training_with_cloud_logging(env, api, run_id)
     pod = _running_head(env, run_id, 1)
     for second, line in ((1, _eval(None, 0.1)), (2, _eval(10, 0.2))):  # as Cloud Logging stamps them
         env["kube"].append_pod_log(pod, [line], namespace=NS, when=at + timedelta(seconds=second))
     service.status(run_id, "train", 1, f"{run_id}-exec")
     assert [e["step"] for e in env["ledger"].get(run_id).results["intermediate"]] == [10]
 
-    failed = [
-        {
-            "type": "Failed",
-            "status": "True",
-            "reason": "FailedJobs",
-            "message": "head exited 1",
-            "lastTransitionTime": "2026-12-04T13:00:05Z",
-        }
-    ]
-    env["kube"].patch_status("jobsets", f"{run_id}-train-a1", {"conditions": failed}, namespace=NS)
+    _head_failed(env, run_id)
     cluster = service.cluster
     listed = cluster._list_pods
 
@@ -393,3 +350,39 @@ def test_a_head_pod_deleted_between_its_listing_and_its_log_read_is_read_from_cl
     assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, 10), (1, 20)]
     assert 'timestamp>="2026-12-04T13:00:02Z"' in api.bodies[-1]["filter"], "from the kubelet's cursor on"
     api.server.shutdown()
+
+
+def _training_with_cloud_logging(env: dict[str, Any], api: _LoggingApi, run_id: str) -> Any:
+    """The stage service reading a gone pod's lines from ``api`` (Cloud Logging's entries.list),
+    with ``run_id`` planned, converted and its training launched; returns the service."""
+    import requests
+
+    from rlpipe.control.adapters import cloud_logs
+    from tests.control.stage.test_stage import _convert_done
+
+    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer: dict[str, Any] = requests.post(url, json=body, timeout=10).json()
+        return answer
+
+    service = env["service"]
+    service.cloud_logs = lambda jobset, cursor: cloud_logs.read_head_lines(
+        post, "p", NS, jobset, cursor, url=api.url
+    )
+    env["claim"](run_id)
+    service.plan(run_id, f"{run_id}-exec")
+    service.launch(run_id, "convert", 1, None, f"{run_id}-exec")
+    _convert_done(env, run_id)
+    service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+    return service
+
+
+def _head_failed(env: dict[str, Any], run_id: str) -> None:
+    """Attempt 1's JobSet failed, as the JobSet controller writes it."""
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "FailedJobs",
+        "message": "head exited 1",
+        "lastTransitionTime": "2026-12-04T13:00:05Z",
+    }
+    env["kube"].patch_status("jobsets", f"{run_id}-train-a1", {"conditions": [failed]}, namespace=NS)
