@@ -133,6 +133,7 @@ locals {
     RLPIPE_ALLOWED_QUEUES           = join(",", var.allowed_queues)
     RLPIPE_ALLOWED_RESERVATIONS     = join(",", var.allowed_reservations)
     RLPIPE_ALLOWED_NODE_POOLS       = join(",", var.allowed_node_pools)
+    RLPIPE_ALLOWED_LABEL_PREFIXES   = join(",", var.allowed_label_prefixes)
     RLPIPE_PRICES                   = var.tpu_prices_json
     RLPIPE_TEAMS                    = length(var.teams) > 0 ? jsonencode(local.teams_declaration) : ""
     # The audience a caller's ID token must name (control/adapters/callers.py verifies it, its

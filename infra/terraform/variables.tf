@@ -340,12 +340,12 @@ variable "allowed_image_prefixes" {
 }
 
 variable "allowed_env" {
-  description = "RLPIPE_ALLOWED_ENV: environment variables a request may set beyond the built-in allowlist (shared/rlpipe/core/request/env_allowlist.py), as NAME or a family WORD_*. Every word of a name must be one docs/security.md lists as harmless: a word saying proxy, CA or certificate, endpoint, URL, host, server, resolver, emulator, plugin, code path or credential is refused whatever is listed, and so is '*' (the functions refuse to load)."
+  description = "RLPIPE_ALLOWED_ENV: environment variables a request may set beyond the built-in allowlist (shared/rlpipe/core/request/env_allowlist.py), as NAME (one whose values rlpipe has a rule for), NAME=int:LOW..HIGH or NAME=word|word (a rule for its values), or a family WORD_*. Every word of a name must be one docs/security.md lists as harmless: a word saying proxy, CA or certificate, endpoint, URL, host, server, resolver, emulator, plugin, code path or credential is refused whatever is listed, and so is '*' (the functions refuse to load)."
   type        = list(string)
   default     = []
   validation {
-    condition     = alltrue([for n in var.allowed_env : can(regex("^[A-Za-z_][A-Za-z0-9_]*$", n)) || can(regex("^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*_\\*$", n))])
-    error_message = "each entry is a variable NAME or a family of whole words ending in _* (such as VLLM_LOGGING_*); '*' alone is never allowed."
+    condition     = alltrue([for n in var.allowed_env : can(regex("^[A-Za-z_][A-Za-z0-9_]*(=[^=]+)?$", n)) || can(regex("^[A-Za-z][A-Za-z0-9]*(_[A-Za-z0-9]+)*_\\*$", n))])
+    error_message = "each entry is a variable NAME, NAME=<rule> (int:LOW..HIGH or word|word) or a family of whole words ending in _* (such as VLLM_LOGGING_*); '*' alone is never allowed."
   }
 }
 
@@ -401,6 +401,12 @@ variable "allowed_reservations" {
   }
 }
 
+variable "allowed_label_prefixes" {
+  description = "RLPIPE_ALLOWED_LABEL_PREFIXES: label key prefixes a request's labels may use beside plain names (labels go on every pod, where the controller owning a prefix may act on them). Default: none. Prefixes the system owns (rlpipe.dev, kubernetes.io, k8s.io, x-k8s.io, jobset.sigs.k8s.io) are refused when the functions load."
+  type        = list(string)
+  default     = []
+}
+
 variable "allowed_node_pools" {
   description = "RLPIPE_ALLOWED_NODE_POOLS: node pools a request may name as cpu_job.node_pool or pathways.head_node_pool. Default: the pool the presets name (cpu-np)."
   type        = list(string)
@@ -428,7 +434,7 @@ variable "max_sweep_children" {
 }
 
 variable "notify_topics" {
-  description = "RLPIPE_NOTIFY_TOPICS: Pub/Sub topics outside this project (projects/P/topics/T) a request's notify may name; topics of this project are always allowed."
+  description = "RLPIPE_NOTIFY_TOPICS: Pub/Sub topics (projects/P/topics/T, or a bare name in this project) a request's notify may name besides the status topic. Nothing else is allowed, and never a topic the deployment reads (its requests topics, tick topics, dead-letter topic), even if listed."
   type        = list(string)
   default     = []
 }
