@@ -223,11 +223,13 @@ REAL_PLANE_GROUPS = {
 }
 # Files with no module-scoped fixture whose tests are long each: a group per test function.
 PER_TEST_GROUPS = frozenset({"test_entry_points_hostile.py"})
+# Files whose every case is long and stands alone (each bench section, in its own interpreter): a
+# group per case.
+PER_CASE_GROUPS = frozenset({"test_bench_smoke.py"})
 # The longest groups start first, longest first, so that none is left running alone at the end
 # (xdist keeps this order only with --no-loadscope-reorder, in pyproject's addopts: by default it
 # queues the groups with the most tests first, which left the one-test long groups for the end)
-# (each over a minute of CPU alone, measured file by file: the combination suite ~180 s, the bench
-# smoke ~115 s, each real-plane group ~170 s, the end-to-end files 40-50 s each).
+# (each over a minute of CPU alone, measured file by file: the combination suite ~180 s, each real-plane group ~170 s, the end-to-end files 40-50 s each).
 LONG_FIRST = (
     "test_combinations",
     "test_real_",
@@ -246,7 +248,12 @@ def _schedule(items: list[pytest.Item]) -> None:
     which share theirs; long groups are queued first."""
     for item in items:
         name = item.path.name
-        group = f"{name}::{getattr(item, 'originalname', item.name)}" if name in PER_TEST_GROUPS else name
+        if name in PER_CASE_GROUPS:
+            group = f"{name}::{item.name}"
+        elif name in PER_TEST_GROUPS:
+            group = f"{name}::{getattr(item, 'originalname', item.name)}"
+        else:
+            group = name
         item.add_marker(pytest.mark.xdist_group(REAL_PLANE_GROUPS.get(name, group)))
     order = {id(item): i for i, item in enumerate(items)}
     items.sort(key=lambda item: (_rank(item.path.name), order[id(item)]))

@@ -34,15 +34,48 @@ class Passed:
     name: str
 
 
-def _source(module: str) -> tuple[Path, ast.Module] | None:
+@cache
+def _package_dir(top: str) -> Path | None:
+    """Where the top-level package ``top`` lives. Only ``top`` is located through the import
+    system: finding a submodule's spec would import (run) every package above it."""
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(spec.origin)
-    return path, ast.parse(path.read_text(encoding="utf-8"))
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """What the contract reads of one module, gathered in a single walk of its syntax tree."""
+
+    is_package: bool
+    imports: tuple[ast.Import | ast.ImportFrom, ...]
+    attributes: tuple[tuple[int, str, str], ...]  # (line, a bare name, the attribute taken from it)
+
+
+@cache
+def _statements(module: str) -> _Statements | None:
+    top, *rest = module.split(".")
+    root = _package_dir(top)
+    if root is None:
+        return None
+    base = root.joinpath(*rest)
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            break
+    else:
+        return None
+    imports: list[ast.Import | ast.ImportFrom] = []
+    attributes: list[tuple[int, str, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            imports.append(node)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            attributes.append((node.lineno, node.value.id, node.attr))
+    return _Statements(path.name == "__init__.py", tuple(imports), tuple(attributes))
 
 
 def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
@@ -58,14 +91,13 @@ def _absolute(module: str, node: ast.ImportFrom, is_package: bool) -> str:
 @cache
 def _from_record(module: str, record_package: str) -> frozenset[str]:
     """The names ``module`` imports from the record package (what it could pass on)."""
-    found = _source(module)
+    found = _statements(module)
     if found is None:
         return frozenset()
-    path, tree = found
-    names = set()
-    for node in ast.walk(tree):
+    names: set[str] = set()
+    for node in found.imports:
         if isinstance(node, ast.ImportFrom):
-            origin = _absolute(module, node, path.name == "__init__.py")
+            origin = _absolute(module, node, found.is_package)
             if origin == record_package or origin.startswith(record_package + "."):
                 names.update(alias.asname or alias.name for alias in node.names)
     return frozenset(names)
@@ -73,31 +105,24 @@ def _from_record(module: str, record_package: str) -> frozenset[str]:
 
 def passed_on(importer: str, modules: set[str], record_package: str) -> list[Passed]:
     """Each record name ``importer`` takes from a module (one of ``modules``) that passes it on."""
-    found = _source(importer)
+    found = _statements(importer)
     if found is None:
         return []
-    path, tree = found
     aliases: dict[str, str] = {}  # a local name → the module it is
     taken: list[tuple[int, str, str]] = []  # (line, from module, name)
-    for node in ast.walk(tree):
+    for node in found.imports:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name in modules:
                     aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else ""
-        elif isinstance(node, ast.ImportFrom):
-            origin = _absolute(importer, node, path.name == "__init__.py")
+        else:
+            origin = _absolute(importer, node, found.is_package)
             for alias in node.names:
                 if f"{origin}.{alias.name}" in modules:  # a module: its attributes are checked below
                     aliases[alias.asname or alias.name] = f"{origin}.{alias.name}"
                 elif origin in modules:
                     taken.append((node.lineno, origin, alias.name))
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and aliases.get(node.value.id)
-        ):
-            taken.append((node.lineno, aliases[node.value.id], node.attr))
+    taken += [(line, aliases[name], attr) for line, name, attr in found.attributes if aliases.get(name)]
     return [
         Passed(importer, line, origin, name)
         for line, origin, name in sorted(set(taken))
@@ -123,7 +148,12 @@ class RecordFromCoreContract(Contract):
         record = self.record_package.name  # type: ignore[attr-defined]
         core = self.core_package.name  # type: ignore[attr-defined]
         modules = set(graph.modules)
-        importers = sorted(m for m in modules if m != core and not m.startswith(core + "."))
+        top = record.split(".")[0]
+        importers = sorted(
+            m
+            for m in modules
+            if (m == top or m.startswith(top + ".")) and m != core and not m.startswith(core + ".")
+        )
         found = [p for m in importers for p in passed_on(m, modules, record)]
         return ContractCheck(kept=not found, metadata={"passed": found})
 

@@ -15,15 +15,18 @@ from bench.run_all import ORDER, TITLES
 from tests.conftest import ROOT
 from tests.harness.patience import ceiling
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bench-smoke")]
-WAIT = 240  # about 2.5 minutes on a quiet 2-core machine; the hang guard is the wait's own ceiling
+# Each section in its own test (and so on any worker): run one after another they took five
+# minutes under the suite's load, the longest single test in it.
+pytestmark = [pytest.mark.slow]
+WAIT = 120  # the longest section (soak) takes about a minute on a quiet 2-core machine
 
 
 @pytest.mark.timeout(int(ceiling(WAIT)) + 60)
-def test_every_bench_section_runs_and_its_checks_pass(tmp_path: Path) -> None:
+@pytest.mark.parametrize("key", ORDER)
+def test_every_bench_section_runs_and_its_checks_pass(key: str, tmp_path: Path) -> None:
     out = tmp_path / "RESULTS.md"
     done = subprocess.run(
-        [sys.executable, "-m", "bench.run_all", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "bench.run_all", "--smoke", "--only", key, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -33,7 +36,6 @@ def test_every_bench_section_runs_and_its_checks_pass(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     text = out.read_text()
     assert "`--smoke`: correctness only" in text
-    for key in ORDER:  # every section ran (by its number: a section may title itself), none crashed
-        number = TITLES[key].split(" ", 1)[0]
-        assert f"\n## {number} " in text, key
+    number = TITLES[key].split(" ", 1)[0]  # the section ran (by its number: a section may title itself)
+    assert f"\n## {number} " in text, key
     assert "**The benchmark crashed**" not in text and "**FAILED**" not in text
