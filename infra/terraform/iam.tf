@@ -112,6 +112,8 @@ resource "google_project_iam_member" "project" {
 #                     teams/<team>/usage.json                     stage (a team's places and chip-hours: core/team_limits.py)
 #   artifacts bucket  runs/<id>/trained/, runs/<id>/hf/           workloads write; stage and reconcile read
 #                     cache/maxtext/<key>/<run>-a<N>/             workloads write; stage reads
+#                     teams/<team>/runs/…, teams/<team>/cache/…   the same for a team's runs (core/layout.py
+#                                                                 team_prefix): its operators read them
 #                     pathways/                                   workloads (Pathways scratch)
 #                     runs/<id>/inputs/<role>.<ext>               intake writes a request's own files once;
 #                                                                 the head reads them and stages data/ beside
@@ -127,7 +129,7 @@ locals {
     p => "resource.name.startsWith(\"${local.state_condition}${p}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${p}\")"
   }
   artifacts_prefix = {
-    for p in ["runs/", "cache/maxtext/", "pathways/"] :
+    for p in ["runs/", "cache/maxtext/", "pathways/", "teams/"] :
     p => "resource.name.startsWith(\"${local.storage_condition}${p}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${p}\")"
   }
 
@@ -143,18 +145,18 @@ locals {
 
   artifact_grants = {
     # stage reads every stage's output to decide completeness (and where training resumes).
-    "stage" = { member = local.sa_member["stage"], role = "roles/storage.objectViewer", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]}" }
+    "stage" = { member = local.sa_member["stage"], role = "roles/storage.objectViewer", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]} || ${local.artifacts_prefix["teams/"]}" }
     # reconcile reads a finished run's export (runs/<id>/hf/) before it calls the run succeeded.
-    "reconcile" = { member = local.sa_member["reconcile"], role = "roles/storage.objectViewer", condition = local.artifacts_prefix["runs/"] }
+    "reconcile" = { member = local.sa_member["reconcile"], role = "roles/storage.objectViewer", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["teams/"]}" }
     # The pods write conversion attempts, checkpoints, exports and Pathways scratch: only there.
-    "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]} || ${local.artifacts_prefix["pathways/"]}" }
+    "workload"        = { member = local.sa_member["workload"], role = "roles/storage.objectUser", condition = "${local.artifacts_prefix["runs/"]} || ${local.artifacts_prefix["cache/maxtext/"]} || ${local.artifacts_prefix["pathways/"]} || ${local.artifacts_prefix["teams/"]}" }
     "workload/bucket" = { member = local.sa_member["workload"], role = "roles/storage.bucketViewer", condition = "" }
     # intake copies a request's own files (reward functions, processor, chat template) into the
     # run's inputs/ and reads a copy back when a redelivery finds one: those objects only.
     "intake-object"  = { member = local.sa_member["intake-object"], role = "roles/storage.objectUser", condition = local.intake_inputs }
     "intake-message" = { member = local.sa_member["intake-message"], role = "roles/storage.objectUser", condition = local.intake_inputs }
   }
-  intake_inputs = "resource.name.matches(\"^${local.storage_condition}runs/[a-z0-9]+/inputs/[a-z_]+[.](py|json)$\")"
+  intake_inputs = "resource.name.matches(\"^${local.storage_condition}(teams/[a-z0-9-]+/)?runs/[a-z0-9]+/inputs/[a-z_]+[.](py|json)$\")"
 }
 
 resource "google_storage_bucket_iam_member" "artifacts" {

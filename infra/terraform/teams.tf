@@ -143,19 +143,31 @@ resource "google_secret_manager_secret_iam_member" "team_hf_token_secret_sync" {
   member    = "principal://iam.googleapis.com/projects/${local.project_number}/locations/global/workloadIdentityPools/${local.workload_pool}/subject/ns/rlpipe-${each.key}/sa/${var.k8s_secret_sync_service_account}"
 }
 
-# What a team's operators need besides the stage function: to read the ledgers and what runs wrote
-# (rlpipe status, list, watch, logs; the state and artifacts buckets are shared, see docs/teams.md),
-# and to cancel executions (Workflows has no per-workflow IAM: the CLI asks the stage function
-# first whether the run is their team's).
+# What a team's operators need besides the stage function: to read the ledgers (rlpipe status, list,
+# watch: the state bucket, shared by every team, see docs/teams.md) and what their team's runs wrote
+# (rlpipe logs, report: teams/<team>/ of the artifacts bucket, core/layout.py team_prefix, and no
+# other team's data, code, checkpoints or exports), and to cancel executions (Workflows has no
+# per-workflow IAM: the CLI asks the stage function first whether the run is their team's).
 resource "google_storage_bucket_iam_member" "team_operators_read" {
   for_each = merge([for key, m in local.team_members.operate : {
-    "${key}/state"     = { bucket = google_storage_bucket.state.name, member = m.member }
-    "${key}/artifacts" = { bucket = google_storage_bucket.artifacts.name, member = m.member }
+    "${key}/state" = { bucket = google_storage_bucket.state.name, member = m.member, prefix = "" }
+    "${key}/artifacts" = {
+      bucket = google_storage_bucket.artifacts.name, member = m.member, prefix = "teams/${m.team}/"
+    }
   }]...)
 
   bucket = each.value.bucket
   role   = "roles/storage.objectViewer"
   member = each.value.member
+
+  dynamic "condition" {
+    for_each = each.value.prefix == "" ? [] : [each.value.prefix]
+    content {
+      title       = "rlpipe-team-${replace(condition.value, "/", "-")}read"
+      description = "Only the team's own runs and conversions."
+      expression  = "resource.name.startsWith(\"${local.storage_condition}${condition.value}\") || api.getAttribute(\"storage.googleapis.com/objectListPrefix\", \"\").startsWith(\"${condition.value}\")"
+    }
+  }
 }
 
 resource "google_project_iam_member" "team_operators_cancel" {

@@ -82,7 +82,7 @@ def _script_env(buckets: Buckets, tmp_path: Path, mode: str) -> dict[str, str]:
         "FAKE_INDEX": json.dumps(INDEX),
         "GOOGLE_CLOUD_PROJECT": "rlpipe-test",
         "TMPDIR": str(tmp_path / "scratch" / "tmp"),
-        **{e["name"]: e["value"] for e in export_manifest.env(buckets.artifacts, RUN)},
+        **{e["name"]: e["value"] for e in export_manifest.env(layout.RunLayout(buckets.artifacts, RUN))},
         export_manifest.ENV_DIR: str(tmp_path / "scratch" / "hf-export"),
     }
 

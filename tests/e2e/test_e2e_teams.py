@@ -84,6 +84,23 @@ def test_each_teams_folder_and_topic_make_its_runs_in_its_namespace(local: Local
         "/rlpipe-requests-speech"
     )
     assert by_folder.lineage.published_commit, "the publish step read vision's write token in rlpipe-vision"
+    # Each team's run wrote only under its team's prefix of the artifacts bucket (the prefix its
+    # operators alone may read, infra/terraform/teams.tf): data, code, checkpoints, export, and
+    # the conversion it made. Nothing of it is under the deployment's runs/ or cache/.
+    for record in (by_folder, by_topic):
+        team, run_id = record.team, record.run_id
+        written = [
+            b.name
+            for b in local.client.list_blobs(local.settings.artifacts_bucket)
+            if run_id in b.name  # its run prefix, and its conversion attempt (<key>/<run>-a<N>/)
+        ]
+        assert any(n.startswith(f"teams/{team}/runs/{run_id}/trained/") for n in written), written[:5]
+        assert any(n.startswith(f"teams/{team}/runs/{run_id}/hf/") for n in written), written[:5]
+        assert any(n.startswith(f"teams/{team}/cache/maxtext/") for n in written), written[:5]
+        assert all(n.startswith(f"teams/{team}/") for n in written), [
+            n for n in written if not n.startswith(f"teams/{team}/")
+        ][:5]
+        assert record.lineage.export_uri.endswith(f"/teams/{team}/runs/{run_id}/hf/")
 
 
 def test_a_message_on_the_deployments_own_topic_is_no_teams_and_is_refused(local: Local) -> None:

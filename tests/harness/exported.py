@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from rlpipe.core import export_manifest
+from rlpipe.core import export_manifest, layout
 
 
 def step_source() -> str:
@@ -31,7 +31,7 @@ def run_step(bucket: str, run_id: str, local: Path) -> subprocess.CompletedProce
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("RLPIPE_", "HF_"))},
         "GOOGLE_CLOUD_PROJECT": "rlpipe-test",
-        **{e["name"]: e["value"] for e in export_manifest.env(bucket, run_id)},
+        **{e["name"]: e["value"] for e in export_manifest.env(layout.RunLayout(bucket, run_id))},
         export_manifest.ENV_DIR: str(local),
     }
     assert env.get("STORAGE_EMULATOR_HOST"), "the step would write to real GCS"

@@ -110,8 +110,8 @@ def _expectations(req: Request, stage: str) -> dict[str, Any]:
         "hf_subset": d.subset,
         "train_split": d.train_split,
         "eval_split": d.eval_split,
-        "hf_train_files": staging.data_files_pattern(BUCKET, RUN_ID, "train"),
-        "hf_eval_files": staging.data_files_pattern(BUCKET, RUN_ID, "eval"),
+        "hf_train_files": staging.data_files_pattern(layout.RunLayout(BUCKET, RUN_ID), "train"),
+        "hf_eval_files": staging.data_files_pattern(layout.RunLayout(BUCKET, RUN_ID), "eval"),
         **dict(req.maxtext_overrides),
     }
     if req.rewards is not None:

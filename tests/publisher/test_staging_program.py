@@ -77,7 +77,7 @@ def _user_entries(buckets: Buckets, tmp: Path, data: bytes = REWARDS) -> dict[st
 
 
 def _env(buckets: Buckets, data: dict[str, Any], inputs: dict[str, Any], tmp: Path) -> list[dict[str, str]]:
-    entries = staging.env(buckets.artifacts, RUN, data, inputs)
+    entries = staging.env(layout.RunLayout(buckets.artifacts, RUN), data, inputs)
     for e in entries:  # the files land in this test's directory, not the pod's /tmp/rlpipe/user
         if e["name"] == staging.ENV_USER_FILES:
             files = json.loads(e["value"])

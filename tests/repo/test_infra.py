@@ -697,22 +697,30 @@ def test_least_privilege_on_the_buckets(tf: dict[str, Any]) -> None:
     assert artifacts["stage"]["role"] == artifacts["reconcile"]["role"] == "roles/storage.objectViewer"
     # intake writes a request's own files into the run's inputs/ and nowhere else: the condition,
     # read as the regular expression it is, takes a copy's name and refuses every other object.
-    run = layout.RunLayout(artifacts_bucket, "rabc123")
-    for key in ("intake-object", "intake-message"):
-        expression = _condition(artifacts[key])
-        [pattern] = re.findall(r'resource\.name\.matches\("(.+)"\)$', expression)
-        assert re.match(
-            pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{run.user_file('rewards', '.py')}"
-        )
-        for other in (
-            run.ledger,
-            run.step_commit(10),
-            run.data_file("train", 0),
-            "cache/maxtext/k/READY.json",
-        ):
-            assert not re.match(pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{other}"), other
-    assert _prefixes_allowed(_condition(artifacts["stage"]), artifacts_bucket) == {"runs/", "cache/maxtext/"}
-    assert _prefixes_allowed(_condition(artifacts["reconcile"]), artifacts_bucket) == {"runs/"}
+    for run in (
+        layout.RunLayout(artifacts_bucket, "rabc123"),
+        layout.RunLayout(artifacts_bucket, "rabc123", "ml-ops"),
+    ):
+        for key in ("intake-object", "intake-message"):
+            expression = _condition(artifacts[key])
+            [pattern] = re.findall(r'resource\.name\.matches\("(.+)"\)$', expression)
+            assert re.match(
+                pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{run.user_file('rewards', '.py')}"
+            ), run
+            for other in (
+                run.ledger,
+                run.step_commit(10),
+                run.data_file("train", 0),
+                "cache/maxtext/k/READY.json",
+            ):
+                assert not re.match(pattern, f"projects/_/buckets/{artifacts_bucket}/objects/{other}"), other
+    # A team's runs and conversions are under teams/<team>/ (layout.team_prefix).
+    assert _prefixes_allowed(_condition(artifacts["stage"]), artifacts_bucket) == {
+        "runs/",
+        "cache/maxtext/",
+        "teams/",
+    }
+    assert _prefixes_allowed(_condition(artifacts["reconcile"]), artifacts_bucket) == {"runs/", "teams/"}
 
     requests = _bucket_grants(tf, "requests")
     assert set(requests) == {"intake-object", "upstream-poll", "upstream-webhook"}
@@ -1421,6 +1429,50 @@ def test_a_team_namespace_may_create_requests_only_under_its_own_folder(tmp_path
     assert _condition(grant) == (
         f'resource.name.startsWith("projects/_/buckets/{requests_bucket}/objects/requests/team-a/")'
     )
+
+
+def test_a_teams_operators_read_the_ledgers_and_only_their_own_teams_artifacts(tmp_path: Path) -> None:
+    """Gap 6 of the review: every team's operators could read the whole artifacts bucket, other
+    teams' staged data, reward code, checkpoints and exports. A team's runs and conversions are
+    under teams/<team>/ (layout.team_prefix), and its operators' artifacts grant is conditioned on
+    exactly that prefix; the state bucket (ledgers, which hold no data, code or weights) stays
+    whole, as docs/teams.md says."""
+    alice, bob = "user:alice@example.com", "user:bob@example.com"
+    tfvars = (
+        TEST_TFVARS
+        + f'teams = {{\n  vision = {{ operators = ["{alice}"] }}\n  ml-ops = {{ operators = ["{bob}"] }}\n}}\n'
+    )
+    tf = _tfparse(tmp_path, tfvars)
+    buckets = {b["__tfmeta"]["path"]: b["name"] for b in resources(tf, "google_storage_bucket")}
+    state, artifacts = buckets["google_storage_bucket.state"], buckets["google_storage_bucket.artifacts"]
+    for member, team, other in ((alice, "vision", "ml-ops"), (bob, "ml-ops", "vision")):
+        reads = {
+            g["bucket"]: g
+            for rtype, g in iam_grants(tf)
+            if rtype == "google_storage_bucket_iam_member" and member in members_of(tf, g)
+        }
+        assert set(reads) == {state, artifacts}, (member, sorted(reads))
+        assert reads[state]["role"] == reads[artifacts]["role"] == "roles/storage.objectViewer"
+        assert _condition(reads[state]) == "", "the ledgers: every team's operators list every run"
+        expression = _condition(reads[artifacts])
+        assert _prefixes_allowed(expression, artifacts) == {f"teams/{team}/"}, expression
+        # Read as IAM reads it: the team's own run and conversion, never another's, never runs/.
+        own = layout.RunLayout(artifacts, "rabc123", scope=team)
+        theirs = layout.RunLayout(artifacts, "rabc123", scope=other)
+        allowed = [
+            f"projects/_/buckets/{artifacts}/objects/{p}" for p in _prefixes_allowed(expression, artifacts)
+        ]
+        for name, readable in (
+            (own.data_file("train", 0), True),
+            (own.export_manifest, True),
+            (layout.ConversionCache(artifacts, "k", scope=team).attempt_dir("rabc123", 1), True),
+            (theirs.user_file("rewards", ".py"), False),
+            (theirs.step_commit(10), False),
+            (layout.RunLayout(artifacts, "rabc123").hf_dir, False),
+            (layout.ConversionCache(artifacts, "k").attempt_dir("rabc123", 1), False),
+        ):
+            full = f"projects/_/buckets/{artifacts}/objects/{name}"
+            assert any(full.startswith(p) for p in allowed) is readable, (team, name)
 
 
 def test_a_teams_own_hub_token_reaches_the_stage_function_alone() -> None:

@@ -25,6 +25,7 @@ from rlpipe import report
 from rlpipe.cli import charts as cli_charts
 from rlpipe.cli import report_command
 from rlpipe.core.runs.record import LEDGER_TIME, RunRecord
+from rlpipe.core.teams import Teams
 from tests.report.test_report import SVG, Page, by_id, charts, texts
 
 T0 = datetime(2026, 6, 2, 7, 0, tzinfo=UTC)
@@ -521,6 +522,9 @@ def test_the_receipt_is_read_only_when_the_ledger_lacks_the_commit(monkeypatch: 
 
     class Settings:
         project, artifacts_bucket = "acme-ml", "acme-artifacts"
+
+        def teams(self) -> Teams:
+            return Teams()  # none declared: the run's outputs are under runs/<id>/
 
     unpublished = story(attempts=[a for a in story()["attempts"] if a["stage"] != "publish"])
     assert report_command.read_receipt(Settings(), as_record(unpublished)) is None

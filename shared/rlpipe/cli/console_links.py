@@ -115,9 +115,10 @@ def control_plane_logs_url(project: str, run_id: str, *, time_range: str = DEFAU
     return logs_explorer_url(project, control_plane_logs_query(run_id), time_range=time_range)
 
 
-def artifacts_url(project: str, bucket: str, run_id: str) -> str:
-    """The run's folder (``runs/<run_id>``) in the Cloud Storage browser."""
-    prefix = layout.RunLayout(bucket, run_id).prefix.rstrip("/")
+def artifacts_url(project: str, bucket: str, run_id: str, scope: str = "") -> str:
+    """The run's folder (``runs/<run_id>``, a team's under ``teams/<team>/``) in the Cloud Storage
+    browser."""
+    prefix = layout.RunLayout(bucket, run_id, scope=scope).artifacts_prefix.rstrip("/")
     return f"{CONSOLE}/storage/browser/{quote(bucket, safe='')}/{quote(prefix, safe='/')}{_project(project)}"
 
 
@@ -130,9 +131,11 @@ def run_links(
     execution_name: str | None = None,
     cluster: str | None = None,
     cluster_location: str | None = None,
+    scope: str = "",
 ) -> dict[str, str]:
     """Every link for one run, in the order ``rlpipe status`` prints them. The execution link is
-    left out while the ledger names no execution (or names one in another form)."""
+    left out while the ledger names no execution (or names one in another form). ``scope``: the
+    run's team's, where teams are declared (``layout.RunLayout.scope``)."""
     links: dict[str, str] = {}
     if execution_name:
         with contextlib.suppress(ValueError):
@@ -141,5 +144,5 @@ def run_links(
         project, run_id, namespace=namespace, cluster=cluster, cluster_location=cluster_location
     )
     links["control-plane logs"] = control_plane_logs_url(project, run_id)
-    links["artifacts"] = artifacts_url(project, artifacts_bucket, run_id)
+    links["artifacts"] = artifacts_url(project, artifacts_bucket, run_id, scope)
     return links

@@ -192,8 +192,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             project=settings.project,
             run_id=record.run_id,
             artifacts_bucket=settings.artifacts_bucket,
-            namespace=settings.namespace,
+            namespace=settings.teams().namespace_of(record.team, settings.namespace),
             execution_name=record.execution.name,
+            scope=settings.teams().cache_scope(record.team),
         )
         info["links"] = links
     if args.json:

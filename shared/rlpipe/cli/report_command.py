@@ -35,7 +35,10 @@ def read_receipt(settings: Any, record: RunRecord) -> dict[str, Any] | None:
         from rlpipe.core.layout import RunLayout
 
         store = BlobStore(make_client(settings.project), settings.artifacts_bucket)
-        data = store.read(RunLayout(settings.artifacts_bucket, record.run_id).publish_receipt).json()
+        scope = settings.teams().cache_scope(record.team)  # a team's run: under its own prefix
+        data = store.read(
+            RunLayout(settings.artifacts_bucket, record.run_id, scope=scope).publish_receipt
+        ).json()
     except Exception as exc:  # the report is still worth writing without the commit
         print(
             f"note: could not read the publish receipt ({type(exc).__name__}); commit not shown",

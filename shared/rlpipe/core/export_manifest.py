@@ -104,10 +104,9 @@ def manifest_line() -> str:
     return f"exec python3 -c {shlex.quote(_PROGRAM)}"
 
 
-def env(bucket: str, run_id: str) -> list[dict[str, str]]:
+def env(run: layout.RunLayout) -> list[dict[str, str]]:
     """The step's environment entries: the program's local directory, the run's export prefix and
     the manifest's name there (values, never pasted into the script)."""
-    run = layout.RunLayout(bucket, run_id)
     return [
         {"name": ENV_DIR, "value": LOCAL_DIR},
         {"name": ENV_URI, "value": run.uri(run.hf_dir)},

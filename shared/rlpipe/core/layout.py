@@ -10,16 +10,18 @@ marker of MaxText's; the export script's own step writes one, the export manifes
 Two buckets hold what the pipeline writes, and each name below says which (docs/security.md):
 
 - the **artifacts** bucket holds what workloads write: ``runs/<id>/trained/``, ``runs/<id>/hf/``,
-  the conversion attempts ``cache/maxtext/<key>/<run>-a<N>/`` and Pathways scratch. The workload
-  identity may write there, under :data:`WORKLOAD_PREFIXES` only; completeness is read there.
+  the conversion attempts ``cache/maxtext/<key>/<run>-a<N>/`` and Pathways scratch; a declared
+  team's runs and conversions the same under ``teams/<team>/`` (:func:`team_prefix`), the prefix
+  that team's operators alone may read. The workload identity may write there, under
+  :data:`WORKLOAD_PREFIXES` only; completeness is read there.
 - the **state** bucket holds the control plane's own records: each run's ledger, events and error
   record (``runs/<id>/run.json``, ``events/``, ``error.json``), the conversion cache's
   ``cache/maxtext/<key>/READY.json``, the upstream watcher's ``upstream/<repo>/state.json`` and the
   reconcile cursor. Only the functions reach it (:data:`STATE_PREFIXES`); no workload can rewrite a
   ledger, point a cache key at its own checkpoint or forge an upstream decision.
 
-Both buckets use the same name scheme (a run's objects under ``runs/<id>/`` in each), so a run is
-found by the same prefix wherever it lives.
+Both buckets use the same name scheme (a run's objects under ``runs/<id>/`` in each, a team's run's
+artifacts behind its team's prefix), so a run is found by its id wherever it lives.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ TEAMS_PREFIX = "teams/"  # state bucket: each team's usage (core.team_limits), w
 
 # Where each bucket's objects live (Terraform's IAM conditions grant exactly these prefixes).
 STATE_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, UPSTREAM_PREFIX, RECONCILE_PREFIX, TEAMS_PREFIX)
-WORKLOAD_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, PATHWAYS_PREFIX)
+# A team's runs and conversions, where the deployment declares teams: TEAMS_PREFIX + <team>/ + the
+# names above (team_prefix), so that an IAM condition grants one team's operators its own.
+WORKLOAD_PREFIXES = (RUNS_PREFIX, CACHE_PREFIX, PATHWAYS_PREFIX, TEAMS_PREFIX)
 
 COMMIT_MARKER = "commit_success.txt"
 TRAIN_RUN_NAME = "rl"
@@ -122,6 +126,13 @@ def upstream_state(repo: str) -> str:
     return f"{UPSTREAM_PREFIX}{repo}/state.json"
 
 
+def team_prefix(scope: str) -> str:
+    """Where a team's runs and conversions live in the artifacts bucket (``teams/<team>/``); "" for
+    the deployment's one team. ``scope`` is ``Teams.cache_scope``: the team's name where the
+    deployment declares teams."""
+    return f"{TEAMS_PREFIX}{scope}/" if scope else ""
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Object names of one run: its ledger, events and error record in the state bucket, its
@@ -130,10 +141,21 @@ class RunLayout:
 
     bucket: str
     run_id: str
+    # Whose run it is where the deployment declares teams (``Teams.cache_scope``): its artifacts
+    # then live under teams/<team>/runs/<id>/, a prefix an IAM condition grants to that team's
+    # operators alone (infra/terraform/teams.tf). The state bucket's names never take it: the
+    # control plane and the CLI find a ledger by the run id alone.
+    scope: str = ""
 
     @property
     def prefix(self) -> str:
+        """State bucket: the run's ledger, events, error record and page."""
         return f"{RUNS_PREFIX}{self.run_id}/"
+
+    @property
+    def artifacts_prefix(self) -> str:
+        """Artifacts bucket: everything the run's workloads and intake write for it."""
+        return f"{team_prefix(self.scope)}{RUNS_PREFIX}{self.run_id}/"
 
     @property
     def ledger(self) -> str:
@@ -169,7 +191,7 @@ class RunLayout:
     @property
     def trained_base(self) -> str:
         """train_rl ``base_output_directory`` (run_name ``rl`` is appended by MaxText); artifacts bucket."""
-        return f"{self.prefix}trained/"
+        return f"{self.artifacts_prefix}trained/"
 
     @property
     def checkpoints(self) -> str:
@@ -187,7 +209,7 @@ class RunLayout:
     @property
     def hf_dir(self) -> str:
         """Artifacts bucket."""
-        return f"{self.prefix}hf/"
+        return f"{self.artifacts_prefix}hf/"
 
     @property
     def export_manifest(self) -> str:
@@ -197,12 +219,12 @@ class RunLayout:
     @property
     def publish_receipt(self) -> str:
         """Artifacts bucket: what the publish Job pushed (repo, branch, commit, every file's size)."""
-        return f"{self.prefix}publish/receipt.json"
+        return f"{self.artifacts_prefix}publish/receipt.json"
 
     @property
     def inputs(self) -> str:
         """Artifacts bucket: what the run trains on and with, copied once and never rewritten."""
-        return f"{self.prefix}inputs/"
+        return f"{self.artifacts_prefix}inputs/"
 
     def user_file(self, role: str, suffix: str) -> str:
         """Intake's copy of a user's file (``rewards``, ``processor``, ``chat_template``)."""
@@ -238,10 +260,17 @@ class ConversionCache:
 
     bucket: str
     key: str
+    scope: str = ""  # a team's conversions live under its own prefix (RunLayout.scope)
 
     @property
     def prefix(self) -> str:
+        """State bucket: where READY.json names the winner."""
         return f"{CACHE_PREFIX}{self.key}/"
+
+    @property
+    def attempts_prefix(self) -> str:
+        """Artifacts bucket: the conversion attempts of this key."""
+        return f"{team_prefix(self.scope)}{CACHE_PREFIX}{self.key}/"
 
     @property
     def ready(self) -> str:
@@ -251,7 +280,7 @@ class ConversionCache:
 
     def attempt_dir(self, run_id: str, attempt: int) -> str:
         """Each conversion attempt writes its own directory: no two writers share one (artifacts bucket)."""
-        return f"{self.prefix}{run_id}-a{attempt}/"
+        return f"{self.attempts_prefix}{run_id}-a{attempt}/"
 
     def uri(self, name: str) -> str:
         return gs(self.bucket, name)

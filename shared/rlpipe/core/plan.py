@@ -102,7 +102,7 @@ def build_plan(
     ctx = RenderContext(
         run_id=run_id, bucket=bucket, namespace=namespace, hf_revision=sha, cache_scope=cache_scope
     )
-    run = layout.RunLayout(bucket, run_id)
+    run = ctx.run
     state = layout.RunLayout(state_bucket, run_id)
     training = steps.training_steps(req)
     rows = ((data or {}).get("train") or {}).get("num_examples")
@@ -181,7 +181,7 @@ def build_plan(
             "pinned_source": pinned_source_uri(req, ctx, "convert", 1),
         },
         "stages": stages,
-        "data": data_plan(req, bucket, run_id, data),
+        "data": data_plan(req, run, data),
         "training": {
             "num_batches": training.num_batches,
             "rl.num_iterations": training.num_iterations,
@@ -243,9 +243,7 @@ def _file_source(f: Any) -> str | None:
     return str(f.path) if f.path is not None else f"inline ({len(f.inline or '')} characters)"
 
 
-def data_plan(
-    req: Request, bucket: str, run_id: str, pinned: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def data_plan(req: Request, run: layout.RunLayout, pinned: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What train_rl trains and evaluates on and how it is rewarded (docs/datasets.md): each split,
     where the head stages it, and the request's own files; ``pinned`` when plan already pinned."""
     d = req.dataset
@@ -260,7 +258,7 @@ def data_plan(
             "pinned_sha": entry.get("sha"),
             "files": len(entry["files"]) if entry.get("files") is not None else None,
             "num_examples": entry.get("num_examples"),
-            "staged_at": staging.data_files_pattern(bucket, run_id, role),
+            "staged_at": staging.data_files_pattern(run, role),
         }
 
     held_out = staging.splits_itself(d.repo, d.evaluated_repo)

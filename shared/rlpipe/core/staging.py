@@ -186,16 +186,13 @@ def user_files_env(inputs: Mapping[str, Mapping[str, Any]] | None) -> list[dict[
     ]
 
 
-def data_plan(
-    bucket: str, run_id: str, data: Mapping[str, Mapping[str, Any]] | None
-) -> dict[str, Any] | None:
+def data_plan(run: layout.RunLayout, data: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any] | None:
     """Every pinned data file with its source (repo, commit, path), size, sha256 and staged name.
 
     ``data`` is ``lineage.data`` (``{"train": …, "eval": …}``, each a pinned split with its
     ``files``); None before plan has pinned anything."""
     if not data:
         return None
-    run = layout.RunLayout(bucket, run_id)
     files = []
     for role in ROLES:
         entry = data.get(role)
@@ -216,18 +213,17 @@ def data_plan(
     return {"dest": run.uri(run.data), "manifest": run.uri(run.data_manifest), "files": files}
 
 
-def data_files_pattern(bucket: str, run_id: str, role: str) -> str:
+def data_files_pattern(run: layout.RunLayout, role: str) -> str:
     """``hf_train_files``/``hf_eval_files``: every staged parquet file of one split (a gcsfs glob)."""
-    run = layout.RunLayout(bucket, run_id)
     return run.uri(run.data_split(role)) + "*.parquet"
 
 
 def env(
-    bucket: str, run_id: str, data: Mapping[str, Any] | None, inputs: Mapping[str, Any] | None
+    run: layout.RunLayout, data: Mapping[str, Any] | None, inputs: Mapping[str, Any] | None
 ) -> list[dict[str, str]]:
     """The program's environment entries (JSON values: never pasted into the script)."""
     out = []
-    plan = data_plan(bucket, run_id, data)
+    plan = data_plan(run, data)
     if plan is not None:
         out.append({"name": ENV_DATA_PLAN, "value": json.dumps(plan, sort_keys=True, separators=(",", ":"))})
     files = user_files_env(inputs)

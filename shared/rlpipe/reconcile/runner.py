@@ -277,12 +277,13 @@ class Reconciler:
         if not record.execution.name:
             return rules.claim_action(record, self.clock(), min_age=self.min_claim_age)
         info = self.orchestrator.get(record.execution.name)
-        export = self._export(run_id) if info is not None and info.state == "SUCCEEDED" else None
+        export = self._export(record) if info is not None and info.state == "SUCCEEDED" else None
         return rules.execution_action(record, info, export)
 
-    def _export(self, run_id: str) -> layout.Completeness:
+    def _export(self, record: RunRecord) -> layout.Completeness:
         """The export's completeness by the layout's rule (the manifest, every file it lists)."""
-        return stored_outputs.export_completeness(self.artifacts, run_id)
+        scope = self.settings.teams().cache_scope(record.team)  # a team's run: under its prefix
+        return stored_outputs.export_completeness(self.artifacts, record.run_id, scope)
 
 
 # ---- wiring -------------------------------------------------------------------------------------

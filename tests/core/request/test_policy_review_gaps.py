@@ -58,10 +58,11 @@ def _refused(doc: dict[str, Any], policy: Policy) -> dict[str, Problem]:
 
 
 def _own_prefix(team: str, request_id: str) -> str:
-    """The run's own prefix, as docs/security.md defines it: runs/<run_id>/ of the artifacts bucket,
-    the run id derived from the request_id in the team's namespace."""
+    """The run's own prefix, as docs/security.md defines it: teams/<team>/runs/<run_id>/ of the
+    artifacts bucket (a prefix the team's operators alone may read), the run id derived from the
+    request_id in the team's namespace."""
     run_id = identity.run_id_for(identity.key_for_request_id(request_id, team))
-    return f"gs://{ARTIFACTS}/runs/{run_id}/"
+    return f"gs://{ARTIFACTS}/teams/{team}/runs/{run_id}/"
 
 
 # ---- gap 1: notify -------------------------------------------------------------------------------

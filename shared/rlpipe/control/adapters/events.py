@@ -119,15 +119,17 @@ class ArtifactSignal:
     step: int | None = None
 
 
+# A team's runs and conversions live under teams/<team>/ (layout.team_prefix): the same names after it.
+_TEAM = r"(?P<team>teams/[a-z]([a-z0-9-]{0,38}[a-z0-9])?/)?"
 _RUN_STEP_COMMIT = re.compile(
-    r"^runs/(?P<run>[a-z][a-z0-9]{1,40})/trained/rl/checkpoints/actor/(?P<step>[0-9]{1,9})/commit_success\.txt$"
+    rf"^{_TEAM}runs/(?P<run>[a-z][a-z0-9]{{1,40}})/trained/rl/checkpoints/actor/(?P<step>[0-9]{{1,9}})/commit_success\.txt$"
 )
 # The export Job writes its manifest after every file it uploads (core/export_manifest.py).
 _RUN_EXPORT_MANIFEST = re.compile(
-    rf"^runs/(?P<run>[a-z][a-z0-9]{{1,40}})/hf/{re.escape(layout.EXPORT_MANIFEST)}$"
+    rf"^{_TEAM}runs/(?P<run>[a-z][a-z0-9]{{1,40}})/hf/{re.escape(layout.EXPORT_MANIFEST)}$"
 )
 _CACHE_COMMIT = re.compile(
-    r"^cache/maxtext/(?P<key>[a-z0-9]{1,64})/(?P<dir>(?P<run>[a-z][a-z0-9]{1,40})-a(?P<attempt>[0-9]{1,4}))/0/commit_success\.txt$"
+    rf"^{_TEAM}cache/maxtext/(?P<key>[a-z0-9]{{1,64}})/(?P<dir>(?P<run>[a-z][a-z0-9]{{1,40}})-a(?P<attempt>[0-9]{{1,4}}))/0/commit_success\.txt$"
 )
 
 
@@ -135,15 +137,14 @@ def match_artifact(name: str) -> ArtifactSignal | None:
     """Object name → completion signal, or None for the thousands of objects that are not one."""
     if not name.endswith(("commit_success.txt", ".json", ".safetensors")):
         return None
-    if name.startswith(layout.RUNS_PREFIX):
+    if name.startswith((layout.RUNS_PREFIX, layout.TEAMS_PREFIX)):
         m = _RUN_STEP_COMMIT.match(name)
         if m:
             return ArtifactSignal(m["run"], "train", "checkpoint", step=int(m["step"]))
         m = _RUN_EXPORT_MANIFEST.match(name)
         if m:
             return ArtifactSignal(m["run"], "export", "exported")
-        return None
-    if name.startswith(layout.CACHE_PREFIX):
+    if name.startswith((layout.CACHE_PREFIX, layout.TEAMS_PREFIX)):
         m = _CACHE_COMMIT.match(name)
         if m:
             return ArtifactSignal(
@@ -151,6 +152,6 @@ def match_artifact(name: str) -> ArtifactSignal | None:
                 "convert",
                 "converted",
                 cache_key=m["key"],
-                attempt_dir=f"{layout.CACHE_PREFIX}{m['key']}/{m['dir']}/",
+                attempt_dir=f"{m['team'] or ''}{layout.CACHE_PREFIX}{m['key']}/{m['dir']}/",
             )
     return None

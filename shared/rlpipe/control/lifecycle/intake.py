@@ -363,7 +363,10 @@ class Intake:
         if found is None:
             found = self.gather_files(request, source)
         assert self.artifacts is not None
-        copied = user_files.copy_to_run(self.artifacts, run_id, found, request, replace=not claimed)
+        scope = self.teams.cache_scope(source.team) if source.team else ""  # a team's own prefix
+        copied = user_files.copy_to_run(
+            self.artifacts, run_id, found, request, scope=scope, replace=not claimed
+        )
         return user_files.pinned_request(request, copied), {r: c.record(request) for r, c in copied.items()}
 
     # ---- starting the execution exactly once ----------------------------------------------------

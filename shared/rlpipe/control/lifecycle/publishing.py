@@ -216,10 +216,11 @@ def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
     }
 
 
-def run_links(bucket: str, record: RunRecord, report: str | None = None) -> dict[str, str]:
+def run_links(bucket: str, record: RunRecord, report: str | None = None, scope: str = "") -> dict[str, str]:
     """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``,
-    and of its report page (``report``: the state bucket's copy, ``control.lifecycle.run_report``)."""
-    run = layout.RunLayout(bucket, record.run_id)
+    and of its report page (``report``: the state bucket's copy, ``control.lifecycle.run_report``).
+    ``scope``: the run's team's (``layout.RunLayout.scope``)."""
+    run = layout.RunLayout(bucket, record.run_id, scope=scope)
     links = {"checkpoints": run.uri(run.checkpoints), "export": run.uri(run.hf_dir)}
     if report:
         links["report"] = report
@@ -234,6 +235,7 @@ def card_facts(
     base_facts: Mapping[str, str],
     artifacts_bucket: str,
     report: str | None = None,
+    scope: str = "",
 ) -> dict[str, Any]:
     """Everything the card says, from the ledger, the request and the base model's card; token-like
     text masked (``control.adapters.redaction``), since a promote reason is free text and the card public."""
@@ -251,7 +253,7 @@ def card_facts(
         "evaluation": evaluation_set(req, record),
         "inputs": user_inputs(req, record),
         "gate": gate_facts(record, req),
-        "links": run_links(artifacts_bucket, record, report),
+        "links": run_links(artifacts_bucket, record, report, scope),
         "run_id": record.run_id,
         "request_id": req.request_id or record.run_id,
     }
@@ -277,5 +279,5 @@ def publish_context(
         **base_license(artifacts, req, ctx),
         **base_pipeline_tag(req.hf_repo, record.lineage.hf_sha or ""),
     }
-    card = render_card(card_facts(record, req, base, artifacts.bucket_name, report))
+    card = render_card(card_facts(record, req, base, artifacts.bucket_name, report, ctx.cache_scope))
     return replace(ctx, model_card=card, publisher_program=publisher_program())

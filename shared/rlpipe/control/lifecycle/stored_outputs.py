@@ -32,7 +32,7 @@ def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) 
     except blobstore.NotFound:
         return None
     directory = data.get("attempt_dir") if isinstance(data, dict) else None
-    return directory if isinstance(directory, str) and directory.startswith(cache.prefix) else None
+    return directory if isinstance(directory, str) and directory.startswith(cache.attempts_prefix) else None
 
 
 def stage_complete(
@@ -43,7 +43,7 @@ def stage_complete(
     Train's final step is ``ctx.final_step`` (the ledger's ``lineage.final_step``: the step
     training actually ended at once it ended, which the data can make lower than the config's),
     else the config's."""
-    run = layout.RunLayout(artifacts.bucket_name, ctx.run_id)
+    run = layout.RunLayout(artifacts.bucket_name, ctx.run_id, scope=ctx.cache_scope)
     if stage == "convert":
         directory = conversion_cache(req, ctx).attempt_dir(ctx.run_id, attempt)
         return layout.convert_complete(artifacts.list(directory + "0/"), directory)
@@ -58,14 +58,14 @@ def stage_complete(
         except (ValueError, blobstore.NotFound):
             receipt = None
         return layout.publish_complete(
-            exported_files(artifacts, ctx.run_id),
+            exported_files(artifacts, ctx.run_id, ctx.cache_scope),
             run.hf_dir,
             receipt,
             req.publish.repo,
             req.publish.branch,
             ctx.run_id,
         )
-    return export_completeness(artifacts, ctx.run_id)
+    return export_completeness(artifacts, ctx.run_id, ctx.cache_scope)
 
 
 def _json(artifacts: blobstore.BlobStore, name: str) -> Any:
@@ -76,11 +76,11 @@ def _json(artifacts: blobstore.BlobStore, name: str) -> Any:
         return {}
 
 
-def export_completeness(artifacts: blobstore.BlobStore, run_id: str) -> layout.Completeness:
+def export_completeness(artifacts: blobstore.BlobStore, run_id: str, scope: str = "") -> layout.Completeness:
     """The export's done rule (``layout.export_complete``) on what the bucket holds now: the
     manifest the export Job wrote last, the size of every object under the export's prefix, and
-    the index when the manifest lists one."""
-    run = layout.RunLayout(artifacts.bucket_name, run_id)
+    the index when the manifest lists one. ``scope``: the run's team's (``RunLayout.scope``)."""
+    run = layout.RunLayout(artifacts.bucket_name, run_id, scope=scope)
     sizes = artifacts.sizes(run.hf_dir)
     manifest = index = digest = None
     try:
@@ -105,10 +105,10 @@ def export_completeness(artifacts: blobstore.BlobStore, run_id: str) -> layout.C
     return dataclasses.replace(judged, manifest_sha256=digest) if judged.complete else judged
 
 
-def exported_files(artifacts: blobstore.BlobStore, run_id: str) -> dict[str, int]:
+def exported_files(artifacts: blobstore.BlobStore, run_id: str, scope: str = "") -> dict[str, int]:
     """Object name → size of every file the export manifest lists (what publish must have
     pushed); empty when there is no readable manifest."""
-    run = layout.RunLayout(artifacts.bucket_name, run_id)
+    run = layout.RunLayout(artifacts.bucket_name, run_id, scope=scope)
     try:
         files = layout.export_manifest_files(_json(artifacts, run.export_manifest))
     except (ValueError, blobstore.NotFound):
@@ -116,10 +116,12 @@ def exported_files(artifacts: blobstore.BlobStore, run_id: str) -> dict[str, int
     return {run.hf_dir + f.path: f.size for f in files}
 
 
-def published_commit(artifacts: blobstore.BlobStore, run_id: str) -> str | None:
+def published_commit(artifacts: blobstore.BlobStore, run_id: str, scope: str = "") -> str | None:
     """The Hub commit the publish Job's receipt names (read once its done rule holds)."""
     try:
-        receipt = artifacts.read(layout.RunLayout(artifacts.bucket_name, run_id).publish_receipt).json()
+        receipt = artifacts.read(
+            layout.RunLayout(artifacts.bucket_name, run_id, scope=scope).publish_receipt
+        ).json()
     except (ValueError, blobstore.NotFound):
         return None
     commit = receipt.get("commit") if isinstance(receipt, dict) else None

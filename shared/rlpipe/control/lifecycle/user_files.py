@@ -204,14 +204,16 @@ def copy_to_run(
     files: dict[str, bytes],
     req: Request,
     *,
+    scope: str = "",
     replace: bool = False,
 ) -> dict[str, Copied]:
     """The run's own copies, written once (a redelivery finds the same bytes and writes nothing).
 
     ``replace``: no run exists yet (an earlier delivery stopped before its claim), so a copy left
     by it is replaced. Otherwise raises ``RequestInvalid`` if the run already holds another file
-    under that name: the run exists with other inputs, which intake reports as a conflict."""
-    run = layout.RunLayout(artifacts.bucket_name, run_id)
+    under that name: the run exists with other inputs, which intake reports as a conflict.
+    ``scope``: the run's team's, where teams are declared (``layout.RunLayout.scope``)."""
+    run = layout.RunLayout(artifacts.bucket_name, run_id, scope=scope)
     copied: dict[str, Copied] = {}
     sources = files_of(req)
     for role, data in files.items():

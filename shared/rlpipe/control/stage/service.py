@@ -330,7 +330,7 @@ class StageService:
         obj = render(req, stage, attempt, ctx)
         resume = None
         if stage == "train" and attempt > 1:
-            run = layout.RunLayout(self.artifacts.bucket_name, run_id)
+            run = ctx.run
             resume = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
         # Older attempts of this stage must not keep holding the slice while the new one waits.
         cluster = self._cluster(record)
@@ -425,7 +425,7 @@ class StageService:
         if phase == "succeeded" and stage == "convert":
             stored_outputs.publish_conversion(self.state, self.ledger, req, self._context(record), attempt)
         commit = (
-            stored_outputs.published_commit(self.artifacts, run_id)
+            stored_outputs.published_commit(self.artifacts, run_id, ctx.cache_scope)
             if phase == "succeeded" and stage == "publish"
             else None
         )
@@ -476,7 +476,15 @@ class StageService:
     def _train_end(
         self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
     ) -> train_verdict.TrainOutcome:
-        return train_status.train_end(self.artifacts, record, req, attempt, progress, log_read=log_read)
+        return train_status.train_end(
+            self.artifacts,
+            record,
+            req,
+            attempt,
+            progress,
+            log_read=log_read,
+            scope=self.settings.teams().cache_scope(record.team),
+        )
 
     def _record_phase(
         self,

@@ -55,11 +55,12 @@ def train_end(
     progress: dict[str, Any],
     *,
     log_read: bool,
+    scope: str = "",
 ) -> train_verdict.TrainOutcome:
     """The train done rule (``train_verdict.train_outcome``) for a head that exited 0: the newest
     committed step against the last step this attempt's log reported, and its end line."""
     evidence = progress.get(train_log.ATTEMPT_LOG) or {}
-    run = layout.RunLayout(artifacts.bucket_name, record.run_id)
+    run = layout.RunLayout(artifacts.bucket_name, record.run_id, scope=scope)  # the team's (RunLayout)
     committed = layout.latest_committed_step(artifacts.list(run.checkpoints), run)
     known = record.attempt_record("train", attempt)
     restored = evidence.get("restored_step")

@@ -50,6 +50,11 @@ class RenderContext:
     team: str = DEFAULT_TEAM  # the run's team (core.teams): the rlpipe.dev/team label on its objects
 
     @property
+    def run(self) -> layout.RunLayout:
+        """The run's names in the artifacts bucket (a team's under its own prefix: ``cache_scope``)."""
+        return layout.RunLayout(self.bucket, self.run_id, scope=self.cache_scope)
+
+    @property
     def pathways_scratch_uri(self) -> str:
         return layout.gs(self.bucket, layout.PATHWAYS_PREFIX)
 
@@ -71,7 +76,7 @@ def conversion_cache(req: Request, ctx: RenderContext) -> layout.ConversionCache
     key = layout.conversion_cache_key(
         req.hf_repo, rev, commands.conversion_flags(req, rev), req.image, scope=ctx.cache_scope
     )
-    return layout.ConversionCache(ctx.bucket, key)
+    return layout.ConversionCache(ctx.bucket, key, scope=ctx.cache_scope)
 
 
 def converted_dir(req: Request, ctx: RenderContext) -> str:
@@ -85,7 +90,7 @@ def request_stages(req: Request) -> tuple[Stage, ...]:
 
 
 def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> StagePaths:
-    run = layout.RunLayout(ctx.bucket, ctx.run_id)
+    run = ctx.run
     if stage == "publish":
         return StagePaths(inputs=run.uri(run.hf_dir), output=run.uri(run.publish_receipt))
     if stage == "convert":
@@ -136,19 +141,19 @@ def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict
     if stage == "train":
         assert paths.inputs is not None
         data_files = (
-            staging.data_files_pattern(ctx.bucket, ctx.run_id, "train"),
-            staging.data_files_pattern(ctx.bucket, ctx.run_id, "eval"),
+            staging.data_files_pattern(ctx.run, "train"),
+            staging.data_files_pattern(ctx.run, "eval"),
         )
         args = commands.train_args(req, paths.output, paths.inputs, data_files)
         return train_jobset(req, ctx, attempt, args, pinned_uri=pinned)
     if stage == "export":
         assert paths.inputs is not None
         args = commands.export_args(req, paths.inputs)
-        step_env = export_manifest.env(ctx.bucket, ctx.run_id)
+        step_env = export_manifest.env(ctx.run)
         return stage_job(req, ctx, stage, attempt, args, revision=rev, pinned_uri=pinned, step_env=step_env)
     if stage == "publish":
         assert paths.inputs is not None
-        run = layout.RunLayout(ctx.bucket, ctx.run_id)
+        run = ctx.run
         args = publish_args(req, ctx, paths.inputs, run.uri(run.export_manifest), paths.output)
         return publish_job(req, ctx, attempt, args, card=ctx.model_card, program=ctx.publisher_program)
     raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")

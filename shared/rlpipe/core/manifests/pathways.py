@@ -141,7 +141,7 @@ def train_jobset(
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://$(PATHWAYS_HEAD):{PROXY_PORT}"},
             {"name": "ABSL_FLAGS", "value": PIPE_TIMEOUT_FLAGS},
             *_pinned_env(req, pinned_uri),
-            *staging.env(ctx.bucket, ctx.run_id, ctx.data, ctx.inputs),
+            *staging.env(ctx.run, ctx.data, ctx.inputs),
             hf_token_env(req),
         ],
         "resources": {"limits": {"cpu": "24", "memory": "100Gi"}, "requests": {"cpu": "2", "memory": "8Gi"}},

@@ -106,6 +106,9 @@ class Policy:
     # or a team's (``Policy.for_team``: ``teams.<name>.read_secrets``...).
     names: Mapping[str, str] = field(default_factory=lambda: dict(SETTINGS))
     holder: str = "this deployment"
+    # Whose run prefix a request's write paths must stay under: its team's (layout.RunLayout.scope),
+    # where the deployment declares teams; "" for the deployment's one team.
+    artifacts_scope: str = ""
 
     def __post_init__(self) -> None:
         """A deployment's settings are checked when it loads, not when a request arrives: an
@@ -184,6 +187,7 @@ class Policy:
             namespace=team.folder,
             names=names,
             holder=f"team {team.name}",
+            artifacts_scope=team.name,
             source=f"team {team.name}'s allowlists",
         )
 
@@ -263,7 +267,8 @@ class Policy:
     def _own_prefix(self, run_id: str | None) -> str | None:
         if not run_id:
             return None
-        return layout.gs(self.artifacts_bucket, layout.RunLayout(self.artifacts_bucket, run_id).prefix)
+        run = layout.RunLayout(self.artifacts_bucket, run_id, scope=self.artifacts_scope)
+        return layout.gs(self.artifacts_bucket, run.artifacts_prefix)
 
     def _paths(self, values: Iterable[reading.PathValue], run_id: str | None) -> Iterator[Problem]:
         """Every value MaxText reads as a path (``reading.path_values``), by an allowlist of forms:
@@ -273,7 +278,8 @@ class Policy:
         absolute path such as a ``/gcs/`` mount, ``~``, ``..``) is refused: rlpipe cannot prove
         where it leads."""
         own = self._own_prefix(run_id)
-        where = own or f"gs://{self.artifacts_bucket}/runs/<run_id>/ (give the request a request_id)"
+        unnamed = f"{layout.team_prefix(self.artifacts_scope)}{layout.RUNS_PREFIX}<run_id>/"
+        where = own or f"gs://{self.artifacts_bucket}/{unnamed} (give the request a request_id)"
         for item in values:
             value, writes = item.value, item.writes
             if not value:
