@@ -62,6 +62,31 @@ def test_checkpoint_objects_are_not_signals_except_the_commit_markers() -> None:
     )
 
 
+@pytest.mark.parametrize("scope", ["vision", "ml-ops"])
+def test_a_teams_signals_are_read_behind_its_prefix_and_name_the_attempt_there(scope: str) -> None:
+    """A declared team's run writes under teams/<team>/ (layout.team_prefix): its commit markers,
+    export manifest and conversion commit are the same signals, the conversion's directory the one
+    the layout names, prefix included (what READY.json records and train loads)."""
+    run = layout.RunLayout("b", "rabcdefghijk", scope=scope)
+    cache = layout.ConversionCache("b", "ckey", scope=scope)
+    step = match_artifact(run.step_commit(50))
+    assert step and (step.run_id, step.stage, step.step) == ("rabcdefghijk", "train", 50)
+    exported = match_artifact(run.export_manifest)
+    assert exported and (exported.run_id, exported.signal) == ("rabcdefghijk", "exported")
+    attempt = cache.attempt_dir("rabcdefghijk", 2)
+    converted = match_artifact(layout.converted_step_commit(attempt))
+    assert converted and (converted.run_id, converted.attempt_dir, converted.cache_key) == (
+        "rabcdefghijk",
+        attempt,
+        "ckey",
+    )
+    assert attempt.startswith(f"teams/{scope}/cache/maxtext/ckey/")
+    # Nothing else behind a team's prefix is a signal, and no other top-level prefix is one.
+    assert match_artifact(run.step_dir(50) + "model_params/_METADATA") is None
+    assert match_artifact(f"teams/{scope}/pathways/{layout.COMMIT_MARKER}") is None
+    assert match_artifact(f"elsewhere/{run.step_commit(50)}") is None
+
+
 def test_eventarc_storage_event_shape() -> None:
     ce = gcs_event("bkt", "requests/a b/x.yaml", 1712, 99)
     event = object_event(ce.get_attributes(), ce.data)
