@@ -270,3 +270,79 @@ def test_make_demo_refuses_a_fault_scenario_on_the_real_plane_before_building_an
     assert done.returncode != 0
     assert "needs faults" in done.stdout + done.stderr
     assert "components" not in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.fixture
+def two_runs(deployment: dict[str, str], buckets: Buckets) -> dict[str, str]:
+    """The deployment with a second finished run, for `compare`."""
+    from tests.cli.test_cli_contract import _record
+
+    assert buckets.ledger().claim(_record("rdonetwotwoa", "succeeded"))
+    return deployment
+
+
+PAGES = [["report", "rdonedonedon"], ["compare", "rdonedonedon", "rdonetwotwoa"]]
+
+
+@pytest.mark.parametrize("command", PAGES, ids=" ".join)
+def test_a_page_in_a_folder_that_does_not_exist_is_refused_and_no_folder_is_made(
+    command: list[str], two_runs: dict[str, str], tmp_path: Path, cli: Any
+) -> None:
+    """`-o /no/such/dir/x.html` made folders at the filesystem root: the folder is the user's to make."""
+    target = tmp_path / "no" / "such" / "dir" / "x.html"
+    done = cli([*command, "-o", str(target)], ROOT, two_runs)
+    assert_answered(done, command)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert f"the folder {target.parent} does not exist" in done.stderr and "-o" in done.stderr
+    assert not (tmp_path / "no").exists(), "nothing is created"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("command", PAGES, ids=" ".join)
+def test_a_page_the_system_will_not_write_is_named_not_called_a_bug(
+    command: list[str], two_runs: dict[str, str], cli: Any
+) -> None:
+    """`-o /dev/full` said "this is a bug in rlpipe" (exit 70): the write fails with ENOSPC."""
+    done = cli([*command, "-o", "/dev/full"], ROOT, two_runs)
+    assert_answered(done, command)
+    assert done.returncode == ExitCode.INVALID_INPUT
+    assert "/dev/full" in done.stderr and "No space left on device" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["plan", "examples/gemma4-26b-v6e-32.yaml", "--step-seconds", "-5"], "--step-seconds"),
+        (["plan", "examples/gemma4-26b-v6e-32.yaml", "--step-seconds", "0"], "--step-seconds"),
+        (["plan", "examples/gemma4-26b-v6e-32.yaml", "--step-seconds", "nan"], "--step-seconds"),
+        (["plan", "examples/gemma4-26b-v6e-32.yaml", "--step-seconds=inf"], "--step-seconds"),
+        (["watch", "rdonedonedon", "--timeout", "-1"], "--timeout"),
+        (["logs", "rdonedonedon", "--timeout", "0"], "--timeout"),
+        (["submit", "examples/gemma4-26b-v6e-32.yaml", "--wait", "-1"], "--wait"),
+        (["reconcile", "--budget", "-3"], "--budget"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else v,
+)
+def test_a_number_of_seconds_that_cannot_be_is_a_usage_error_naming_the_option(
+    args: list[str], option: str, cli: Any
+) -> None:
+    """`plan --step-seconds -5` exited 0 with negative chip-hours: argparse's float takes it."""
+    done = cli(args, ROOT, _clean_env())
+    assert done.returncode == ExitCode.USAGE, (done.returncode, done.stderr)
+    assert f"argument {option}" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "examples/gemma4-26b-v6e-32.yaml", "--step-second", "5"],
+        ["plan", "examples/gemma4-26b-v6e-32.yaml", "--js"],
+        ["list", "--lim", "2"],
+    ],
+    ids=" ".join,
+)
+def test_an_option_is_never_taken_from_its_abbreviation(args: list[str], cli: Any) -> None:
+    """`--step-second` was taken as `--step-seconds`: a prefix is refused as the unknown option it is."""
+    done = cli(args, ROOT, _clean_env())
+    assert done.returncode == ExitCode.USAGE, (done.returncode, done.stdout, done.stderr)
+    assert "unrecognized arguments" in done.stderr, done.stderr

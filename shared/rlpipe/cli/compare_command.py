@@ -8,10 +8,10 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
+from rlpipe.cli.output_files import output_path, write_page
 from rlpipe.core.runs import recorded
 from rlpipe.core.runs.record import RunRecord
 
@@ -44,7 +44,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
             )
         )
         return 0
-    path = Path(args.output or f"compare-{'-'.join(runs)}.html")
+    path = output_path(args.output, f"compare-{'-'.join(runs)}.html")
     from rlpipe.control.lifecycle.run_report import local_cluster
 
     try:
@@ -62,8 +62,7 @@ def cmd_compare(args: argparse.Namespace, settings: Callable[[], Any], ledger: C
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe compare needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    write_page(path, html)
     print(f"wrote {path}")
     return 0
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from rlpipe.cli.argument_types import positive_seconds
 from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core import identity
 from rlpipe.core.identity import Stage
@@ -342,7 +343,7 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=FOLLOW_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help=f"how long --follow waits for the run, its attempt or its pods (default {FOLLOW_TIMEOUT_SECONDS:g}; exit 75 after)",

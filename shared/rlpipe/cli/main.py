@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from rlpipe.cli import lookup
+from rlpipe.cli.argument_types import positive_seconds, seconds
 from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.cli.request_files import hub_pins_or_exit, policy, read_request
 from rlpipe.core import identity
@@ -334,8 +335,19 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with ``allow_abbrev`` off for every subcommand too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlpipe", description="RL post-training pipeline on TPU")
+    # No abbreviations: `--step-second` was taken as `--step-seconds`, and a later option sharing
+    # the prefix would silently change what an old script means. Subcommands' parsers are of the
+    # same class (argparse makes them with the parser's own), so none abbreviates either.
+    parser = _Parser(prog="rlpipe", description="RL post-training pipeline on TPU")
     parser.add_argument("--version", action="version", version=f"rlpipe {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -389,16 +401,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("watch", help="follow a run live until it ends")
     p.add_argument("run")
     p.add_argument(
-        "--timeout", type=float, default=24 * 3600, help="give up after this many seconds (exit 75)"
+        "--timeout",
+        type=positive_seconds,
+        default=24 * 3600,
+        help="give up after this many seconds (exit 75)",
     )
     p.add_argument(
         "--accept-timeout",
-        type=float,
+        type=seconds,
         default=60.0,
         metavar="SECONDS",
         help="how long to wait for a run id nothing has recorded yet to be accepted (exit 3 after)",
     )
-    p.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    p.add_argument("--interval", type=positive_seconds, default=0.5, help=argparse.SUPPRESS)
     p.add_argument(
         "--json", action="store_true", help="one JSON line per change, then the final record (docs/cli.md)"
     )

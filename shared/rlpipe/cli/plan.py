@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlpipe.cli.argument_types import positive_seconds
 from rlpipe.cli.exit_codes import ExitCode
 from rlpipe.core import identity, presets
 from rlpipe.core.problems import RequestInvalid
@@ -485,7 +486,7 @@ def register(sub: Any, *, settings: Callable[[], Any] | None = None) -> None:
     )
     p.add_argument(
         "--step-seconds",
-        type=float,
+        type=positive_seconds,
         help="seconds per training step, to estimate chip-hours and cost (e.g. from an earlier run)",
     )
     p.add_argument(

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from rlpipe.cli.argument_types import positive_seconds
 from rlpipe.cli.exit_codes import ExitCode
 
 
@@ -66,7 +67,7 @@ def register(subparsers: Any, *, settings: Callable[[], Any] = _env_settings) ->
     p.add_argument("--dry-run", action="store_true", help="print the plan; change nothing; exit 0")
     p.add_argument(
         "--budget",
-        type=float,
+        type=positive_seconds,
         default=None,
         metavar="SECONDS",
         help="stop cleanly after this long and resume from the cursor next time "

@@ -19,8 +19,9 @@ from typing import Any
 
 from rlpipe.cli import charts
 from rlpipe.cli.exit_codes import ExitCode
+from rlpipe.cli.output_files import output_path, write_page
 from rlpipe.core.runs.record import RunRecord
-from rlpipe.report import write_report
+from rlpipe.report import render_report
 
 
 def read_receipt(settings: Any, record: RunRecord) -> dict[str, Any] | None:
@@ -60,7 +61,7 @@ def cmd_report(
     if record is None:
         print(f"no run {args.run}", file=sys.stderr)
         return 1
-    path = Path(args.output or f"{args.run}-report.html")
+    path = output_path(args.output, f"{args.run}-report.html")
     from rlpipe.control.lifecycle.run_report import local_cluster
 
     cluster = local_cluster(chosen)
@@ -68,10 +69,11 @@ def cmd_report(
         if record.sweep is not None:
             prices = str(getattr(chosen, "prices_json", "") or "")
             return sweep_report(record, opened, path, prices, lambda child: receipt(chosen, child), cluster)
-        path = write_report(record, path, receipt=receipt(chosen, record), cluster=cluster, painter=charts)
+        html = render_report(record, receipt=receipt(chosen, record), cluster=cluster, painter=charts)
     except ModuleNotFoundError as exc:  # the CLI extra is not installed
         print(f"rlpipe report needs {exc.name}: pip install 'rlpipe[cli]'", file=sys.stderr)
         return 1
+    write_page(path, html)
     print(f"wrote {path}")
     return 0
 
@@ -95,13 +97,14 @@ def sweep_report(
         print(f"sweep {parent.run_id}: none of its children is in the ledger yet", file=sys.stderr)
         return ExitCode.NOT_FOUND  # nothing to report on yet
     if len(children) == 1:  # nothing to compare it with
-        path = write_report(children[0], path, receipt=receipt(children[0]), cluster=cluster, painter=charts)
+        write_page(
+            path, render_report(children[0], receipt=receipt(children[0]), cluster=cluster, painter=charts)
+        )
         print(f"wrote {path} (sweep {parent.run_id} has one child, {children[0].run_id}: its run page)")
         return 0
     facts = sweep_facts(parent, children)
     html = render_compare(children, prices_json=prices_json, cluster=cluster, sweep=parent, painter=charts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(html, encoding="utf-8")
+    write_page(path, html)
     print(f"wrote {path} (sweep {parent.run_id}: {len(children)} children compared)")
     selection = parent.sweep.selection
     if facts.nothing_published is not None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlpipe.cli.argument_types import seconds
 from rlpipe.cli.exit_codes import CliError, ExitCode
 from rlpipe.core import identity
 
@@ -352,7 +353,7 @@ def register(subparsers: Any, *, settings: Callable[[], Any], ledger: Callable[[
     )
     p.add_argument(
         "--wait",
-        type=float,
+        type=seconds,
         default=120.0,
         metavar="SECONDS",
         help="wait this long for intake's answer (a run id, or the problems it found); 0: do not wait",

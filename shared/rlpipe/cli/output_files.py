@@ -1,0 +1,39 @@
+"""Where ``report`` and ``compare`` write their page (``-o``): a file in a folder that exists.
+
+Why: the page is written after every read and the rendering. A path whose folder does not exist
+used to be created silently (``-o /no/such/dir/x.html`` made folders at the filesystem root), and
+a write that failed part-way (``-o /dev/full``) was answered as a bug in rlpipe. Both are the
+user's path, so both are answered as such, naming the path and the fix (exit 1, docs/cli.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlpipe.cli.exit_codes import CliError, ExitCode
+
+
+def output_path(given: str | None, default: str) -> Path:
+    """The page's path: ``-o`` as given, else ``default`` in the current folder; refused, before any
+    work, when its folder does not exist (nothing is created)."""
+    path = Path(given or default)
+    folder = path.parent
+    if not folder.is_dir():
+        raise CliError(
+            ExitCode.INVALID_INPUT,
+            f"-o {path}: the folder {folder} does not exist; create it first, or give -o a file in a "
+            "folder that exists",
+        )
+    return path
+
+
+def write_page(path: Path, html: str) -> None:
+    """Write the page; a write the system refuses (a full disk, a device, no permission) is named."""
+    try:
+        path.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(
+            ExitCode.INVALID_INPUT,
+            f"-o {path}: could not write the page ({exc.strerror or type(exc).__name__}); give -o "
+            "another file",
+        ) from exc
