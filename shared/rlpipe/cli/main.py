@@ -480,8 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, run the command, and answer every mistake with one line and an exit code from the
     table (cli/errors.py), never a traceback."""
     from rlpipe.cli import errors
+    from rlpipe.cli.entry import INTERRUPTED, interrupted
 
-    args = build_parser().parse_args(argv)
+    try:  # building the parser imports every command's module: an interrupt may land there too
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        interrupted()
+        return INTERRUPTED
     try:
         if getattr(args, "attempt", 1) < 1:
             raise CliError(ExitCode.USAGE, "--attempt must be 1 or more")
@@ -494,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return errors.quiet_broken_pipe()
     except KeyboardInterrupt:
-        print(f"rlpipe {args.command}: interrupted", file=sys.stderr)
-        return 130
+        interrupted(args.command)
+        return INTERRUPTED
     except Exception as exc:
         try:
             return errors.answer(exc, args.command, as_json=bool(getattr(args, "json", False)))
@@ -504,4 +509,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from rlpipe.cli.entry import run
+
+    raise SystemExit(run())
