@@ -480,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse, run the command, and answer every mistake with one line and an exit code from the
     table (cli/errors.py), never a traceback."""
     from rlpipe.cli import errors
-    from rlpipe.cli.entry import INTERRUPTED, interrupted
+    from rlpipe.cli.interrupts import INTERRUPTED, interrupted
 
     try:  # building the parser imports every command's module: an interrupt may land there too
         args = build_parser().parse_args(argv)
@@ -509,6 +509,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from rlpipe.cli.entry import run
-
-    raise SystemExit(run())
+    raise SystemExit(main())
