@@ -186,7 +186,12 @@ def deployment(buckets: Buckets) -> dict[str, str]:
 
 
 def test_output_cut_off_by_head_ends_quietly(deployment: dict[str, str]) -> None:
-    for args in (["status", "rdonedonedon"], ["list"], ["status", "rdonedonedon", "--json"]):
+    for args in (
+        ["status", "rdonedonedon"],
+        ["list"],
+        ["status", "rdonedonedon", "--json"],
+        ["watch", "rdonedonedon"],
+    ):
         done = subprocess.run(
             # `true` reads nothing and exits at once: every write rlpipe makes meets a closed pipe.
             f"{sys.executable} -m rlpipe.cli.main {' '.join(args)} | true; exit ${{PIPESTATUS[0]}}",

@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from rlpipe.cli.exit_codes import CliError, ExitCode
 
 if TYPE_CHECKING:
@@ -124,13 +122,13 @@ def run_demo(
     programs: str = "played",
 ) -> int:
     from rlpipe.cli import submit as submit_cli
-    from rlpipe.cli.watch import summary, watch
+    from rlpipe.cli.watch import PipedConsole, summary, watch
     from rlpipe.control.adapters.blobstore import make_client
     from rlpipe.control.adapters.settings import Settings
     from rlpipe.control.services import Wiring
     from rlpipe.local.stack import LocalStack, StackConfig
 
-    console = Console()
+    console = PipedConsole()
     # CliError: nothing started
     example, faults, scenario_file = choose_scenario(scenario, cluster, example, programs)
     started = time.monotonic()

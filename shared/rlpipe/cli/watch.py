@@ -359,6 +359,17 @@ def _cost_lines(record: RunRecord, estimate: dict[str, Any]) -> list[str]:
     ]
 
 
+class PipedConsole(Console):
+    """rich's Console, except that a closed stdout is answered as every other command answers it.
+
+    rich's own ``on_broken_pipe`` (meant to be overridden) exits 1, so ``rlpipe watch RUN | head -1``
+    exited 1 where docs/cli.md says 141; raising ``BrokenPipeError`` instead lets ``cli.main`` end
+    quietly with 141, as ``status | head`` does."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def watch(
     ledger: Ledger,
     run_id: str,
@@ -375,7 +386,7 @@ def watch(
     On a terminal, a live view redrawn in place. Piped or in a CI log, where a redrawn view shows
     only its last frame, one plain line per change of state, stage, attempt or phase
     (:func:`progress_line`), so the log tells the run's story."""
-    console = console or Console()
+    console = console or PipedConsole()
     if not console.is_terminal:
         if simulated:
             console.print(_cluster_note(cluster), markup=False, highlight=False)
