@@ -832,6 +832,11 @@ def test_cancel_through_the_stage_function_ok_and_refused_by_state(
         ended = rlpipe(buckets, "cancel", "rsucceeded01", RLPIPE_STAGE_URL=server.url, **env)
         assert ended.returncode == ExitCode.REFUSED_BY_STATE, ended.stderr
         assert "already ended succeeded" in ended.stderr
+        # One answer, one line: no stdout line naming the state beside the refusal.
+        assert ended.stdout == "" and len(ended.stderr.strip().splitlines()) == 1, (
+            ended.stdout,
+            ended.stderr,
+        )
     finally:
         server.stop()
     assert buckets.ledger().get("rsucceeded01").state == "succeeded"

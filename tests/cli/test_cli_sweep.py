@@ -487,7 +487,9 @@ def test_cancel_of_an_ended_sweep_cancels_no_child_and_is_refused_by_state(
     monkeypatch.setattr(runs, "call_stage", Stage(ledger))
     assert cli.main(["cancel", "rparent00001"]) == ExitCode.REFUSED_BY_STATE
     assert not [c for c in ledger.calls if c[0] == "cancel"]
-    assert "had already ended succeeded" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "had already ended succeeded" in said.err
+    assert said.out == "" and len(said.err.strip().splitlines()) == 1, said  # one answer, one line
 
 
 def test_watch_of_a_sweep_ends_with_its_children_and_selection_not_an_empty_run(

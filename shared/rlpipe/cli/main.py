@@ -252,6 +252,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     except RuntimeError as exc:  # no stage function URL
         print(f"rlpipe cancel: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    if result["state"] != "cancelled":  # it had ended before: the stage function left its state as it was
+        # One line, on stderr alone: a line on stdout naming its state beside it read as two answers.
+        print(
+            f"rlpipe cancel: run {args.run} had already ended {result['state']}; not cancelled",
+            file=sys.stderr,
+        )
+        return ExitCode.REFUSED_BY_STATE
     print(
         f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "
         f"deleted: {', '.join(result['deleted']) or 'nothing'}"
@@ -268,12 +275,6 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     ):
         if where.get(key):
             print(f"warning: {what}: {where[key]}", file=sys.stderr)
-    if result["state"] != "cancelled":  # it had ended before: the stage function left its state as it was
-        print(
-            f"rlpipe cancel: run {args.run} had already ended {result['state']}; not cancelled",
-            file=sys.stderr,
-        )
-        return ExitCode.REFUSED_BY_STATE
     return ExitCode.OK
 
 
