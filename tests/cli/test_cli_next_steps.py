@@ -138,6 +138,9 @@ def test_promote_prints_sentences_not_payloads(buckets: Buckets, stage: Any) -> 
     assert done.returncode == 0, done.stderr + stage.logs()[-2000:]
     assert "rpromoted001" in done.stdout and "rlpipe watch rpromoted001" in done.stdout
     assert "{" not in done.stdout + done.stderr
+    # It says what happens next, not the ledger's re-entry state (which read as training again).
+    assert "state training" not in done.stdout and "training" not in done.stdout, done.stdout
+    assert "skips train and export, which are done, and publishes it" in done.stdout, done.stdout
 
     for run_id, why in (("rsucceeded01", "only a gated run"), ("rnosuchrunaa", "no run rnosuchrunaa")):
         refused = _promote(run_id)

@@ -47,9 +47,12 @@ def cmd_promote(
     except RuntimeError as exc:  # no stage URL
         print(f"rlpipe promote: {exc}", file=sys.stderr)
         return 1
+    # Not the ledger's state word: a promoted run re-enters at "training" only so that its next
+    # execution passes the stages whose done rules hold (train and export, kept since the gate),
+    # and "state training" read as training again.
     print(
-        f"run {answer.run_id}: promoted by {answer.by}; state {answer.state}, "
-        f"execution {answer.execution or '(starting)'}"
+        f"run {answer.run_id}: promoted by {answer.by}; its next execution "
+        f"({answer.execution or 'starting'}) skips train and export, which are done, and publishes it"
     )
     print(f"follow it with: rlpipe watch {answer.run_id}")
     return 0
