@@ -541,3 +541,21 @@ def test_status_of_a_parent_says_which_children_its_rule_stopped_where_and_why(
     assert "  early stop  asha (eta 3), reading post_mean_reward; 1 stopped so far" in text
     row = next(line for line in text.splitlines() if "rchild000001" in line)
     assert "stopped at step 10 (asha)" in row
+
+
+@pytest.mark.parametrize(
+    ("cluster", "says"),
+    [("double", "the cluster and the TPU slice were SIMULATED"), ("real", "JobSet and Kueue were REAL")],
+)
+def test_the_sweep_demos_summary_names_its_cluster_and_what_was_played(
+    cluster: str, says: str, tmp_path: Path
+) -> None:
+    """The sweep and sweep-asha demos ended without naming the cluster or saying "simulated",
+    where the README says every demo does (as a single run's summary always did)."""
+    from rlpipe.cli import demo_sweep
+
+    ledger = _sweep(["succeeded", "gated"], selected=0)
+    text = demo_sweep.summary(ledger, ledger.records["rparent00001"], tmp_path, cluster=cluster)
+    closing = text.splitlines()[-2:]
+    assert closing[0].startswith("  cluster     ") and closing[1].startswith("  note        "), text
+    assert says in closing[1], text

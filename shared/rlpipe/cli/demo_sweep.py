@@ -125,4 +125,7 @@ def summary(
         encoding="utf-8",
     )
     lines.append(f"  report      {page} (rlpipe report {parent.run_id} draws the same page)")
+    from rlpipe.cli.watch import where_it_ran
+
+    lines += where_it_ran(cluster)
     return "\n".join(lines)

@@ -245,19 +245,25 @@ def summary(
     if after:
         lines.append(f"  next        {after}")
     if simulated:
-        from rlpipe.local.stack import describe_cluster
-
-        lines.append(f"  cluster     {describe_cluster(cluster or 'double')}")
-        what = (
-            "the Kubernetes control plane, JobSet and Kueue were REAL; the nodes, the containers and the "
-            "TPU slice were PLAYED"
-            if cluster == "real"
-            else "the cluster and the TPU slice were SIMULATED"
-        )
-        lines.append(
-            f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine"
-        )
+        lines += where_it_ran(cluster)
     return "\n".join(lines)
+
+
+def where_it_ran(cluster: str | None) -> list[str]:
+    """A local demo's closing lines: which cluster ran it and what was real or played there. Every
+    demo's summary ends with them (a run's, a sweep's, the teams'), so none reads as a real TPU's."""
+    from rlpipe.local.stack import describe_cluster
+
+    what = (
+        "the Kubernetes control plane, JobSet and Kueue were REAL; the nodes, the containers and the "
+        "TPU slice were PLAYED"
+        if cluster == "real"
+        else "the cluster and the TPU slice were SIMULATED"
+    )
+    return [
+        f"  cluster     {describe_cluster(cluster or 'double')}",
+        f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine",
+    ]
 
 
 def retry_would_help(record: RunRecord) -> bool:
