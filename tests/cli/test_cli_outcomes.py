@@ -72,7 +72,9 @@ def test_status_shows_rewards_chip_hours_gate_and_console_links(
     out = capsys.readouterr().out
     assert "chip-hours  32.50 TPU chip-hours held (train 32.50)" in out
     assert "gate        FAILED: post mean_reward 0.4100 below min_post_mean_reward 0.5" in out
-    assert "mean_reward by step: 10: 0.3000" in out
+    assert (
+        "evaluations every attempt, mean_reward: step 10 0.3000" in out
+    )  # a ledger before per-attempt evaluations
     assert "console.cloud.google.com/workflows/workflow/us-central1/rlpipe-pipeline/execution/e-1" in out
     assert "console.cloud.google.com/storage/browser/my-artifacts/runs/rabc" in out
 
@@ -87,3 +89,25 @@ def test_list_has_the_post_reward_and_its_change(
     out = capsys.readouterr().out
     assert "REWARD" in out.splitlines()[0]
     assert "0.4100 (+0.2900)" in out
+
+
+def test_the_summary_lists_each_attempts_evaluations_once_per_step() -> None:
+    """The text merged attempts and repeated steps (`80: 0.6685, 80: 0.6685`) under "(last 5)":
+    each attempt has its line, each step appears once, and what is left out is counted."""
+    from rlpipe.cli.watch import summary
+    from rlpipe.core.runs.record import RunRecord
+
+    data = record().model_dump()
+    first = [
+        {"step": s, "mean_reward": 0.5 + s / 1000, "attempt": 1} for s in (10, 20, 30, 40, 50, 60, 70, 80)
+    ]
+    again = [{"step": 80, "mean_reward": 0.6685, "attempt": 1}]  # a status read that saw step 80 twice
+    second = [{"step": s, "mean_reward": 0.7 + s / 1000, "attempt": 2} for s in (90, 100)]
+    data["results"] = {**(data.get("results") or {}), "intermediate": [*first, *again, *second]}
+    text = summary(RunRecord.model_validate(data))
+    lines = [line for line in text.splitlines() if line.startswith("  evaluations")]
+    assert lines == [
+        "  evaluations attempt 1, mean_reward: step 40 0.5400, step 50 0.5500, step 60 0.5600, step 70 0.5700, "
+        "step 80 0.6685 (3 earlier: `rlpipe report` draws them all)",
+        "  evaluations attempt 2, mean_reward: step 90 0.7900, step 100 0.8000",
+    ], text

@@ -213,12 +213,7 @@ def summary(
         lines.append(f"  export      {lineage.export_uri}")
     if record.progress:
         lines.append(f"  rewards     {_reward_text(record.progress)}")
-    evals = (record.results or {}).get("intermediate") or []
-    if evals:
-        points = ", ".join(
-            f"{e['step']}: {e['mean_reward']:.4f}" for e in evals[-5:] if e.get("mean_reward") is not None
-        )
-        lines.append(f"  evals       mean_reward by step: {points}" + (" (last 5)" if len(evals) > 5 else ""))
+    lines += _evaluation_lines((record.results or {}).get("intermediate") or [])
     if info["chip_hours"]:
         per = ", ".join(f"{r['stage']} {r['chip_hours']:.2f}" for r in info["stages"] if r.get("chip_hours"))
         lines.append(f"  chip-hours  {info['chip_hours']:.2f} TPU chip-hours held ({per})")
@@ -247,6 +242,29 @@ def summary(
     if simulated:
         lines += where_it_ran(cluster)
     return "\n".join(lines)
+
+
+EVALUATIONS_SHOWN = 5  # per attempt; `rlpipe report` draws every one
+
+
+def _evaluation_lines(evaluations: list[dict[str, Any]]) -> list[str]:
+    """The intermediate evaluations, one line per attempt and each step once (a status read may
+    record a step again, and a retried attempt evaluates its own steps): merged across attempts
+    they read as one curve with repeated steps (``80: 0.6685, 80: 0.6685``)."""
+    by_attempt: dict[int | None, dict[int, float]] = {}
+    for e in evaluations:
+        if e.get("mean_reward") is not None and e.get("step") is not None:
+            by_attempt.setdefault(e.get("attempt"), {})[int(e["step"])] = float(e["mean_reward"])
+    lines = []
+    for attempt, points in by_attempt.items():
+        steps = sorted(points)
+        shown = steps[-EVALUATIONS_SHOWN:]
+        label = f"attempt {attempt}" if attempt is not None else "every attempt"
+        text = ", ".join(f"step {step} {points[step]:.4f}" for step in shown)
+        earlier = len(steps) - len(shown)
+        more = f" ({earlier} earlier: `rlpipe report` draws them all)" if earlier else ""
+        lines.append(f"  evaluations {label}, mean_reward: {text}{more}")
+    return lines
 
 
 def where_it_ran(cluster: str | None) -> list[str]:
