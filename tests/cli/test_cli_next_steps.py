@@ -76,17 +76,20 @@ def test_the_gate_demo_ends_naming_promote_and_how_to_run_it_here(
     monkeypatch.setattr(blobstore, "make_client", lambda project: None)
     monkeypatch.setattr(blobstore, "BlobStore", lambda client, bucket: None)
     monkeypatch.setattr(ledger, "Ledger", lambda store: None)
-    monkeypatch.setattr(
-        submit_cli,
-        "submit",
-        lambda settings, path, via: SimpleNamespace(run_id=gated.run_id, where="gs://r/x"),
-    )
+    names: list[str] = []
+
+    def submitted(settings: Any, path: Path, via: str, name: str) -> SimpleNamespace:
+        names.append(name)  # the demo's own request_id (tests/cli/test_demo_request_ids.py)
+        return SimpleNamespace(run_id=gated.run_id, where="gs://r/x")
+
+    monkeypatch.setattr(submit_cli, "submit", submitted)
     monkeypatch.setattr(
         submit_cli, "await_intake", lambda *args, **kwargs: submit_cli.IntakeAnswer("started", gated)
     )
     monkeypatch.setattr(watch_module, "watch", lambda *args, **kwargs: gated)
 
     assert demo.run_demo(scenario="gate") == 0, "the gate scenario is meant to end gated"
+    assert len(names) == 1 and names[0].startswith("gemma4-26b-v6e-32-gate-"), names
     out = capsys.readouterr().out
     assert f"rlpipe promote {gated.run_id} --reason" in out
     # The demo's stack is gone when the user reads this: it says how to take the step here.

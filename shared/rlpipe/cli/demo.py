@@ -183,7 +183,8 @@ def run_demo(
         if scenario == "upstream":
             run_id = _upstream_release(stack, settings, ledger)
         else:
-            submitted = submit_cli.submit(settings, example, via="gcs")
+            name = demo_request_id(example, time.gmtime())  # this demo's own run, and its own page
+            submitted = submit_cli.submit(settings, example, via="gcs", name=name)
             print(f"dropped {example} at {submitted.where}", flush=True)
             answer = submit_cli.await_intake(ledger, submitted, timeout=timeout)
             if answer.kind == "rejected":  # intake refused it: say why, as its error record does
@@ -273,6 +274,21 @@ def _show_published(settings: Any, record: Any) -> None:
     if rewards:
         named = rewards["sha256"] in card and all(f in card for f in rewards.get("functions", []))
         print(f"  card        names the reward functions and their file's sha256: {named}")
+
+
+REQUEST_ID_MAX = 40  # core.request.model: request_id is [a-z0-9-]{1,40}
+
+
+def demo_request_id(example: Path, when: time.struct_time) -> str:
+    """The request_id a demo submits its example under: the example's own, with the time of the
+    demo (UTC, to the second). The example's request_id alone made every demo's run the same id,
+    so each demo wrote its pages over the last one's (``.rlpipe/demo/<run>-report.html``)."""
+    import yaml
+
+    doc = yaml.safe_load(example.read_text()) or {}
+    base = str(doc.get("request_id") or example.stem.lower())
+    stamp = time.strftime("%Y%m%d-%H%M%S", when)
+    return f"{base[: REQUEST_ID_MAX - len(stamp) - 1].rstrip('-')}-{stamp}"
 
 
 def _show_inputs(record: Any, root: Path, cluster: str) -> None:
