@@ -116,7 +116,7 @@ def render_view(record: RunRecord, *, simulated: bool = False, cluster: str | No
         if row.get("resume_step"):
             detail = f"resumed from step {row['resume_step']}" + (f"; {detail}" if detail else "")
         if row["stage"] == "train" and record.progress:
-            detail = _reward_text(record.progress) + (f"; {detail}" if detail else "")
+            detail = _train_progress_text(record) + (f"; {detail}" if detail else "")
         phase = "retrying" if retrying is not None and row["stage"] == retrying.stage else row["phase"]
         table.add_row(
             row["stage"],
@@ -148,9 +148,23 @@ def _cluster_note(cluster: str | None) -> str:
     return "cluster and TPU are SIMULATED (local stack)"
 
 
+def _train_progress_text(record: RunRecord) -> str:
+    """The live view's training detail: the current attempt's own progress. Until that attempt's
+    log has a step, an earlier attempt's is not shown as if it were this one's."""
+    progress = record.progress or {}
+    trains = [a for a in record.attempts if a.stage == "train"]
+    current = trains[-1] if trains else None
+    of = progress.get("attempt")
+    if current is not None and of is not None and of != current.attempt:
+        resumed = f", resuming from step {current.resume_step}" if current.resume_step else ""
+        return f"attempt {current.attempt}: no step of its own yet{resumed}"
+    return _reward_text(progress)
+
+
 def _reward_text(progress: dict[str, Any]) -> str:
     """Step and mean_reward from train_rl's own eval lines: pre → latest intermediate → post."""
-    parts = [f"step {progress.get('step')}"]
+    step = progress.get("step")
+    parts = [f"step {step}" if step is not None else "no training step yet"]
     pre, post = progress.get("pre_mean_reward"), progress.get("post_mean_reward")
     if pre is not None:
         parts.append(f"mean_reward pre {pre:.4f}")

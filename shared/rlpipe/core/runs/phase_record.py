@@ -47,7 +47,9 @@ def apply(
         else r.results
     )
     pods, held = held_by_pods(a, reading.chips)
-    live = with_baseline(newer_progress(r.progress, reading.progress), results)
+    live = with_baseline(
+        newer_progress(r.progress, reading.progress, attempt if stage == "train" else None), results
+    )
     moved = reading.cursor if reading.cursor is not None else a.log_cursor
     if a.phase == reading.phase:
         if (

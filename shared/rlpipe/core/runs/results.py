@@ -42,13 +42,22 @@ def merge_results(
     return out
 
 
-def newer_progress(recorded: dict[str, Any], read: dict[str, Any] | None) -> dict[str, Any] | None:
+def newer_progress(
+    recorded: dict[str, Any], read: dict[str, Any] | None, attempt: int | None = None
+) -> dict[str, Any] | None:
     """The run's progress after a read of new log lines: each value from the newest line that
     printed it. A read with no ``Train step`` line keeps the step already known, so progress
-    never goes back to an older line's."""
+    never goes back to an older line's. ``attempt``: the training attempt whose log was read,
+    kept with the progress; another attempt's values are not carried into it (a resumed attempt
+    starts below the step its predecessor reached: 68, then 67, read as going back)."""
     if read is None:
         return None
-    return {**recorded, **{k: v for k, v in read.items() if v is not None}}
+    if attempt is not None and recorded.get("attempt") != attempt:
+        recorded = {}
+    out = {**recorded, **{k: v for k, v in read.items() if v is not None}}
+    if attempt is not None:
+        out["attempt"] = attempt
+    return out
 
 
 def with_baseline(progress: dict[str, Any] | None, results: dict[str, Any]) -> dict[str, Any] | None:
