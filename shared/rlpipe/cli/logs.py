@@ -33,7 +33,7 @@ from rlpipe.core.identity import Stage
 POLL_SECONDS = 2.0
 FOLLOW_TIMEOUT_SECONDS = 600.0  # how long --follow waits for a run, an attempt or pods to appear
 NOT_FOUND, NOTHING = int(ExitCode.NOT_FOUND), int(ExitCode.TRANSIENT)
-ENDED_PHASES = ("succeeded", "failed", "deleted")
+ENDED_PHASES = ("succeeded", "failed", "deleted", "cancelled")
 
 
 def _say(text: str) -> None:

@@ -16,6 +16,10 @@ from rlpipe.core.identity import Stage
 from rlpipe.core.runs.record import Execution, Failure, GateOverride, GateRecord, Round, RunRecord, now
 
 
+# An attempt's phases while its workload may still run (a status read records the others).
+LIVE_PHASES = frozenset({"launched", "queued", "running"})
+
+
 def end(
     r: RunRecord, outcome: str, failure: dict[str, Any] | None, caller: str | None
 ) -> tuple[str | None, bool]:
@@ -26,6 +30,10 @@ def end(
         return None, False
     r.set_state(outcome)  # type: ignore[arg-type]
     r.admission = None  # an ended run waits for nothing; a retry's round waits afresh
+    if outcome == "cancelled":  # its workloads were deleted: no attempt of it runs on
+        for a in r.attempts:
+            if a.phase in LIVE_PHASES:
+                a.phase, a.finished_at = "cancelled", a.finished_at or now()
     if failure:
         tag, message = str(failure.get("tag", "permanent")), str(failure.get("message", ""))
         stage, attempt = failure.get("stage"), failure.get("attempt")
