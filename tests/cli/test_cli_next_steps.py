@@ -54,7 +54,7 @@ class _Stack:
         self.stopped = False
 
     def start(self) -> Any:
-        return SimpleNamespace(env={})
+        return SimpleNamespace(env={}, events="pubsub")
 
     def stop(self) -> None:
         self.stopped = True

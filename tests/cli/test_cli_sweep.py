@@ -559,3 +559,22 @@ def test_the_sweep_demos_summary_names_its_cluster_and_what_was_played(
     closing = text.splitlines()[-2:]
     assert closing[0].startswith("  cluster     ") and closing[1].startswith("  note        "), text
     assert says in closing[1], text
+
+
+def test_with_a_bucket_watcher_the_summary_says_the_events_were_played(tmp_path: Path) -> None:
+    """`EVENTS=watcher`'s note said events "ran for real" while its first line said they were
+    simulated by listing buckets."""
+    from rlpipe.cli import demo_sweep
+    from rlpipe.cli.watch import summary
+
+    ledger = _sweep(["succeeded", "gated"], selected=0)
+    parent = ledger.records["rparent00001"]
+    child = ledger.records[parent.sweep.children[0]]
+    for text in (
+        demo_sweep.summary(ledger, parent, tmp_path, events="watcher"),
+        summary(child, simulated=True, events="watcher"),
+    ):
+        note = text.splitlines()[-1]
+        assert "events were PLAYED by a bucket watcher" in note and "events, functions" not in note, note
+    real = summary(child, simulated=True, events="pubsub").splitlines()[-1]
+    assert "GCS, events, functions and the workflow engine ran for real" in real

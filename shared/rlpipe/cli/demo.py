@@ -197,13 +197,15 @@ def run_demo(
             run_id = answer.record.run_id
             print(f"intake accepted it: run id {run_id}", flush=True)
         if scenario in ("sweep", "sweep-asha"):
-            return _sweep(ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started, cluster)
+            return _sweep(
+                ledger, run_id, settings, root, timeout * SWEEP_TIMEOUT_FACTOR, started, cluster, state.events
+            )
         record = watch(ledger, run_id, timeout=timeout, simulated=True, cluster=cluster, console=console)
         console.print()
         if record is None:
             console.print(f"[red]run {run_id} was never accepted; see {stack.logs}[/red]")
             return 1
-        print(summary(record, simulated=True, cluster=cluster, hub_stops=True))
+        print(summary(record, simulated=True, cluster=cluster, hub_stops=True, events=state.events))
         print(programs_line(programs))
         print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
         note = try_it_yourself(record, example)
@@ -225,7 +227,14 @@ def run_demo(
 
 
 def _sweep(
-    ledger: Any, parent_id: str, settings: Any, root: Path, timeout: float, started: float, cluster: str
+    ledger: Any,
+    parent_id: str,
+    settings: Any,
+    root: Path,
+    timeout: float,
+    started: float,
+    cluster: str,
+    events: str = "pubsub",
 ) -> int:
     from rlpipe.cli import demo_sweep
 
@@ -235,7 +244,11 @@ def _sweep(
         print(f"sweep {parent_id} was never accepted", flush=True)
         return 1
     print()
-    print(demo_sweep.summary(ledger, parent, root, prices_json=settings.prices_json or "", cluster=cluster))
+    print(
+        demo_sweep.summary(
+            ledger, parent, root, prices_json=settings.prices_json or "", cluster=cluster, events=events
+        )
+    )
     print(f"  wall time   {time.monotonic() - started:.1f}s", flush=True)
     return 0 if parent.state == "succeeded" else 1
 

@@ -74,7 +74,12 @@ def _stopping(parent: RunRecord, records: list[RunRecord]) -> list[str]:
 
 
 def summary(
-    ledger: Ledger, parent: RunRecord, root: Path, prices_json: str = "", cluster: str | None = "double"
+    ledger: Ledger,
+    parent: RunRecord,
+    root: Path,
+    prices_json: str = "",
+    cluster: str | None = "double",
+    events: str = "pubsub",
 ) -> str:
     """The sweep's end: its state, why the winner won, the comparison table, what was shared, and
     the sweep's page, drawn as ``rlpipe report PARENT`` draws it (``cluster``: where it ran)."""
@@ -127,5 +132,5 @@ def summary(
     lines.append(f"  report      {page} (rlpipe report {parent.run_id} draws the same page)")
     from rlpipe.cli.watch import where_it_ran
 
-    lines += where_it_ran(cluster)
+    lines += where_it_ran(cluster, events)
     return "\n".join(lines)

@@ -157,7 +157,8 @@ def run(
     say(team_summary(_team_records(ledger, teams.names()), refused={BORROWER: 1 if refusal else 0}))
     from rlpipe.cli.watch import where_it_ran
 
-    say("\n".join(where_it_ran(cluster)))
+    events = stack.state.events if stack.state is not None else "pubsub"
+    say("\n".join(where_it_ran(cluster, events)))
     say(f"  wall time   {time.monotonic() - started:.1f}s")
     checks = outcome_checks(
         followed, refusal, played=played, namespaces={t.name: t.k8s_namespace for t in teams}

@@ -193,7 +193,12 @@ def _inputs_lines(lineage: Any) -> list[str]:
 
 
 def summary(
-    record: RunRecord, *, simulated: bool = False, cluster: str | None = None, hub_stops: bool = False
+    record: RunRecord,
+    *,
+    simulated: bool = False,
+    cluster: str | None = None,
+    hub_stops: bool = False,
+    events: str = "pubsub",
 ) -> str:
     """What a finished run did; on the local stack (``simulated``) also which cluster ran it:
     ``double`` (the default) or ``real`` (the real control plane). ``hub_stops``: the local Hub
@@ -254,7 +259,7 @@ def summary(
     if after:
         lines.append(f"  next        {after}")
     if simulated:
-        lines += where_it_ran(cluster)
+        lines += where_it_ran(cluster, events)
     return "\n".join(lines)
 
 
@@ -281,9 +286,11 @@ def _evaluation_lines(evaluations: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def where_it_ran(cluster: str | None) -> list[str]:
+def where_it_ran(cluster: str | None, events: str = "pubsub") -> list[str]:
     """A local demo's closing lines: which cluster ran it and what was real or played there. Every
-    demo's summary ends with them (a run's, a sweep's, the teams'), so none reads as a real TPU's."""
+    demo's summary ends with them (a run's, a sweep's, the teams'), so none reads as a real TPU's.
+    ``events``: how the stack delivered GCS's events (``StackState.events``): ``watcher`` when a
+    bucket watcher played them, which the note must not call real."""
     from rlpipe.local.stack import describe_cluster
 
     what = (
@@ -292,10 +299,13 @@ def where_it_ran(cluster: str | None) -> list[str]:
         if cluster == "real"
         else "the cluster and the TPU slice were SIMULATED"
     )
-    return [
-        f"  cluster     {describe_cluster(cluster or 'double')}",
-        f"  note        {what}; GCS, events, functions and the workflow engine ran for real on this machine",
-    ]
+    real = (
+        "GCS, functions and the workflow engine ran for real on this machine; GCS's events were PLAYED "
+        "by a bucket watcher listing the buckets (EVENTS=watcher), not sent as GCS's notifications"
+        if events == "watcher"
+        else "GCS, events, functions and the workflow engine ran for real on this machine"
+    )
+    return [f"  cluster     {describe_cluster(cluster or 'double')}", f"  note        {what}; {real}"]
 
 
 def retry_would_help(record: RunRecord) -> bool:
