@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rlpipe.cli.demo import SCENARIOS, demo_request_id
+from rlpipe.cli.exit_codes import CliError
 from rlpipe.core import identity
 from rlpipe.core.request import validate_request
 from rlpipe.core.request.policy import Policy
@@ -39,3 +40,21 @@ def test_a_long_request_id_is_cut_to_fit_with_its_time(tmp_path: Path) -> None:
     example.write_text(yaml.safe_dump({"request_id": "a" * 39 + "b"}))
     name = demo_request_id(example, time.gmtime(0))
     assert len(name) <= 40 and name.endswith("-19700101-000000") and name.startswith("a")
+
+
+def test_the_readme_lists_every_scenario_the_real_plane_takes() -> None:
+    """The README's list of what `make demo CLUSTER=real` takes was narrower than what works: every
+    scenario that injects no fault runs there (local/clusters.refuse_faults)."""
+    from rlpipe.cli.demo import choose_scenario
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    listed = readme.split("it takes every `SCENARIO=` that injects no fault:", 1)[1].split("(", 1)[0]
+    for scenario in SCENARIOS:
+        if not scenario:
+            continue
+        try:
+            choose_scenario(scenario, "real", Path("examples/gemma4-26b-v6e-32.yaml"))
+        except CliError:  # refused on the real plane: it injects faults
+            assert f"`{scenario}`" not in listed, scenario
+        else:
+            assert f"`{scenario}`" in listed, scenario
