@@ -100,8 +100,12 @@ def parent() -> RunRecord:
 # By hand: the story's attempts hold 0 + 30.4 + 15.47 + 105.6 + 0 + 0 = 151.47 chip-hours per full
 # child; the stopped child kept its convert (0) and first train attempt (30.4).
 USED = 30.4 + 2 * 151.47  # 333.34
-# Without stopping: 30.4 chip-hours for 50 of its 200 steps → 30.4 × 200 / 50 = 121.6.
-WITHOUT = 121.6 + 2 * 151.47  # 424.54
+# Without stopping, at the rate measured on the two children that trained to their end (all of
+# their 151.47 chip-hours are train attempts': 2 × 151.47 for 2 × 200 steps, 0.757350 per step):
+# the stopped child's 30.4 used, plus its 150 remaining steps (200 − 50) × 0.75735 = 113.6025.
+WITHOUT = 30.4 + 113.6025 + 2 * 151.47  # 446.9425
+# Its own rate would have given 30.4 × 200 / 50 = 121.6 (424.54 in all): lower here, since the
+# finishers' failed attempts are in their rate; start-up dominates the other way in a real sweep.
 
 
 def page() -> str:
@@ -140,12 +144,14 @@ def test_the_chart_has_a_cross_at_the_step_it_trained_to_on_its_curve_only() -> 
 def test_chip_hours_against_a_sweep_without_stopping_are_an_estimate_said_how() -> None:
     shown = Page(page())
     [box] = [a for a in shown.tags("div") if a.get("id") == "stop-savings"]
-    assert (box["data-used"], box["data-without"]) == (f"{USED:.2f}", f"{WITHOUT:.2f}")  # 333.34, 424.54
-    assert "(used 79% of it)" in shown.all_text  # 333.34 / 424.54 = 0.785
+    assert (box["data-used"], box["data-without"]) == (f"{USED:.2f}", f"{WITHOUT:.2f}")  # 333.34, 446.94
+    assert "(used 75% of it)" in shown.all_text  # 333.34 / 446.9425 = 0.746
+    # The page shows how: the finishers' measured rate, and what it is applied to.
+    how = " ".join(shown.all_text.lower().split())
     assert (
-        "an estimate: each stopped child's train chip-hours × its final step ÷ the step it had trained to"
-        in shown.all_text.lower()
+        "measured: the 2 children that trained to the end used 302.94 train chip-hours for 400 steps" in how
     )
+    assert "(0.7573 per step)" in how and "its remaining steps" in how
 
 
 def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:
@@ -211,5 +217,19 @@ def test_in_chromium_the_stop_is_seen_in_the_text_and_the_cross_is_drawn(
         })()"""
     )
     assert "stopped early at step 25 by asha (trained to step 50)" in seen["text"]
-    assert "without early stopping about 424.54" in seen["text"]
+    assert "without early stopping about 446.94" in seen["text"]
     assert seen["cross"] is not None and min(seen["cross"]) > 4, seen["cross"]
+
+
+def test_with_no_child_trained_to_its_end_the_page_says_it_used_the_stopped_childs_own_rate() -> None:
+    """Where no child trained to its end there is no measured rate: the stopped child's own is
+    used, and the page says it is on the high side."""
+    from rlpipe.report.stopping import savings, stop_marks
+
+    records = children()
+    unfinished = [records[0], *(r.model_copy(update={"state": "training"}) for r in records[1:])]
+    saved = savings(unfinished, stop_marks(unfinished, parent()), NOW)
+    assert saved is not None and saved.without is not None
+    # 30.4 × 200 / 50 = 121.6 for the stopped child; the others as used (2 × 151.47).
+    assert round(saved.without, 2) == round(121.6 + 2 * 151.47, 2)
+    assert "its own measured rate, as no child trained to its end" in saved.how

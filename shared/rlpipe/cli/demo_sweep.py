@@ -68,8 +68,9 @@ def _stopping(parent: RunRecord, records: list[RunRecord]) -> list[str]:
     if saved is not None and saved.without:
         lines.append(
             f"  chip-hours  {saved.used:.2f} used; about {saved.without:.2f} without stopping "
-            f"({saved.used / saved.without:.0%}: each stopped child's train chip-hours scaled to its final step)"
+            f"({saved.used / saved.without:.0%} of it)"
         )
+        lines.append(f"              how: {saved.how}")
     return lines
 
 

@@ -5,13 +5,15 @@ and a reader cannot tell a child the rule ended from one that crashed. And the p
 the chip-hours it saved, which no ledger records: a sweep runs once, under one rule. So the page
 estimates what ``none`` would have used, and says it is an estimate and how it is made.
 
-The estimate: every child that was not stopped used what it used. A stopped child's train
-chip-hours are extrapolated to its final step at its own measured rate: train chip-hours ×
-final step ÷ the step it had trained to (its last recorded evaluation, in the same outer steps
-as the final step: ``core.request.stop_schedule.schedule_of``). Its other stages count as they
-are; its export, which never ran, is not added. The rate includes the attempt's start-up
-(compilation, loading), which does not grow with the steps, so the estimate is on the high side
-by that much, and the more so the earlier a child stopped.
+The estimate: every child that was not stopped used what it used. A stopped child used what it
+used, plus its remaining steps (its final step − the step it had trained to: its last recorded
+evaluation, in the same outer steps as the final step, ``core.request.stop_schedule.schedule_of``)
+at the rate measured on the children that trained to their end: their train chip-hours ÷ their
+final steps. That rate counts each finisher's start-up once over all its steps, as a child that
+had gone on would have. Scaling a stopped child's own chip-hours to its final step, as before,
+multiplied its start-up with its steps and so estimated high, the more so the earlier it stopped;
+that is used only where no child trained to its end, and the page then says so. Its other stages
+count as they are; its export, which never ran, is not added.
 
 Pure: records in, facts out.
 """
@@ -30,9 +32,21 @@ from rlpipe.report.rows import attempt_rows, chip_hours
 STOPPED = "stopped"
 ESTIMATE_HOW = (
     "an estimate: each stopped child's train chip-hours × its final step ÷ the step it had trained to "
-    "(its own measured rate; start-up included, so on the high side), plus every other child's and "
-    "stage's chip-hours as used; the export a stopped child never ran is not added"
+    "(its own measured rate, as no child trained to its end; start-up included, so on the high side), "
+    "plus every other child's and stage's chip-hours as used; the export a stopped child never ran is "
+    "not added"
 )
+
+
+def _measured_how(train: float, steps: int, finishers: int) -> str:
+    rate = train / steps
+    return (
+        f"measured: the {finishers} child{'ren' if finishers != 1 else ''} that trained to the end used "
+        f"{train:.2f} train chip-hours for {steps} steps ({rate:.4f} per step); each stopped child is "
+        "counted as what it used plus its remaining steps (its final step − the step it had trained to) "
+        "at that rate; every other child's and stage's chip-hours as used; the export a stopped child "
+        "never ran is not added"
+    )
 
 
 @dataclass(frozen=True)
@@ -106,10 +120,22 @@ def _final_step(record: RunRecord) -> int | None:
         return None
 
 
+def _trained_to_the_end(record: RunRecord, now: datetime) -> tuple[float, int] | None:
+    """(train chip-hours, final step) of a child that trained to its end; None for any other."""
+    final = record.lineage.final_step
+    if record.state not in ("succeeded", "gated") or not final:
+        return None
+    train = sum(finite(r.chip_hours) or 0.0 for r in attempt_rows(record, now) if r.stage == "train")
+    return (train, final) if train > 0 else None
+
+
 def savings(records: Sequence[RunRecord], marks: dict[str, StopMark], now: datetime) -> Savings | None:
     """The chip-hours used and estimated without the rule (module docstring); None: none stopped."""
     if not marks:
         return None
+    finished = [f for r in records if r.run_id not in marks and (f := _trained_to_the_end(r, now))]
+    measured = sum(t for t, _ in finished), sum(n for _, n in finished)
+    rate = measured[0] / measured[1] if finished else None
     children, unknown = [], []
     for record in records:
         rows = attempt_rows(record, now)
@@ -124,15 +150,20 @@ def savings(records: Sequence[RunRecord], marks: dict[str, StopMark], now: datet
         if final is None:
             why = f"{record.run_id}: its request gives no final step"
         elif not step:
-            why = f"{record.run_id}: no evaluation recorded, so no rate"
-        elif train <= 0:
-            why = f"{record.run_id}: its train attempts recorded no chip-hours"
+            why = f"{record.run_id}: no evaluation recorded, so no step it trained to"
+        elif rate is None and train <= 0:
+            why = (
+                f"{record.run_id}: its train attempts recorded no chip-hours, and no child trained to its end"
+            )
         if why is not None:
             unknown.append(why)
             children.append(ChildEstimate(record.run_id, used, None, why))
             continue
         assert final is not None and step  # for mypy: checked above
-        children.append(ChildEstimate(record.run_id, used, used - train + train * final / step))
+        remaining = max(final - step, 0)
+        without = used + rate * remaining if rate is not None else used - train + train * final / step
+        children.append(ChildEstimate(record.run_id, used, without))
     total = sum(c.used for c in children)
-    without = None if unknown else sum(c.without or 0.0 for c in children)
-    return Savings(total, without, tuple(children), tuple(unknown))
+    without_all = None if unknown else sum(c.without or 0.0 for c in children)
+    how = _measured_how(measured[0], measured[1], len(finished)) if rate is not None else ESTIMATE_HOW
+    return Savings(total, without_all, tuple(children), tuple(unknown), how)
