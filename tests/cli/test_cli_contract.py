@@ -247,7 +247,7 @@ SWEEP_PARENT_SCHEMA: dict[str, Any] = {
 SWEEP_CHILD_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["role", "parent", "index", "size", "point", "overrides", "waiting", "selected"],
+    "required": ["role", "parent", "index", "size", "point", "overrides", "waiting", "selected", "stopped"],
     "properties": {
         "role": {"const": "child"},
         "parent": {"type": "string"},
@@ -257,6 +257,12 @@ SWEEP_CHILD_SCHEMA: dict[str, Any] = {
         "overrides": {"type": "string"},
         "waiting": NULLABLE_STR,
         "selected": NULLABLE_BOOL,
+        "stopped": {
+            "type": ["object", "null"],
+            "additionalProperties": False,
+            "required": ["trained_to", "reason"],
+            "properties": {"trained_to": {"type": ["integer", "null"]}, "reason": NULLABLE_STR},
+        },
     },
 }
 

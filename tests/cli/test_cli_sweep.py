@@ -357,6 +357,7 @@ def test_status_of_a_child_names_its_parent_and_point(
         "overrides": "num_batches=20, num_epoch=2",
         "waiting": "queued: all 1 of the sweep's slots are in use (children 1)",
         "selected": None,
+        "stopped": None,
     }
     text = _status(monkeypatch, capsys, ledger, "rchild000001")
     assert (
@@ -578,3 +579,26 @@ def test_with_a_bucket_watcher_the_summary_says_the_events_were_played(tmp_path:
         assert "events were PLAYED by a bucket watcher" in note and "events, functions" not in note, note
     real = summary(child, simulated=True, events="pubsub").splitlines()[-1]
     assert "GCS, events, functions and the workflow engine ran for real" in real
+
+
+def test_a_stopped_child_is_stopped_everywhere_and_no_candidate_after_the_selection() -> None:
+    """A child the rule stopped read "selection not made yet" after the selection: its own record
+    never learns of it. Its status now says where it stopped, why, and that it is no candidate."""
+    from rlpipe.cli import sweep_view
+    from rlpipe.core.runs.record import Failure, SweepMember
+
+    ledger = _sweep(["stopped", "succeeded"], selected=1)
+    child = ledger.records["rchild000000"]
+    assert child.lineage.sweep is not None
+    child.lineage.sweep = SweepMember(**{**child.lineage.sweep.model_dump(), "selected": None})  # as recorded
+    child.failure = Failure(tag="stopped", message="at the rung at step 10 it was outside the top 1")
+    child.results = {"intermediate": [{"step": 10, "mean_reward": 0.2, "attempt": 1}]}
+    info = sweep_view.sweep_info(child)
+    assert info is not None
+    assert info["selected"] is False and info["stopped"] == {
+        "trained_to": 10,
+        "reason": "at the rung at step 10 it was outside the top 1",
+    }
+    text = "\n".join(sweep_view.member_lines(info))
+    assert "stopped by design: not a candidate for selection" in text and "not made yet" not in text
+    assert "stopped     at step 10 by the sweep's rule: at the rung at step 10" in text

@@ -47,6 +47,9 @@ def sweep_info(record: RunRecord, children: list[RunRecord | None] | None = None
     member = record.lineage.sweep
     if member is None:
         return None
+    # A child the sweep's rule stopped never reaches the selection, so its own record is never told
+    # (it read "selection not made yet" after the selection): it is no candidate, by design.
+    stopped = _stopped_child(record)
     return {
         "role": "child",
         "parent": member.parent,
@@ -55,7 +58,21 @@ def sweep_info(record: RunRecord, children: list[RunRecord | None] | None = None
         "point": dict(member.point),
         "overrides": core_sweep.describe(member.point),
         "waiting": waiting(record),
-        "selected": member.selected,
+        "selected": False if stopped is not None and member.selected is None else member.selected,
+        "stopped": stopped,
+    }
+
+
+def _stopped_child(record: RunRecord) -> dict[str, Any] | None:
+    """Where a child the sweep's rule stopped had trained to (its last evaluation) and why."""
+    if record.state != "stopped":
+        return None
+    from rlpipe.core.runs import recorded
+
+    steps = [e.step for e in recorded.results(record.results).intermediate or [] if e.step is not None]
+    return {
+        "trained_to": max(steps) if steps else None,
+        "reason": record.failure.message if record.failure is not None else None,
     }
 
 
@@ -190,10 +207,21 @@ def member_lines(info: dict[str, Any] | None) -> list[str]:
     if info is None or info["role"] != "child":
         return []
     chosen = {True: "selected: it publishes", False: "not selected", None: "selection not made yet"}
+    stopped = info.get("stopped")
     lines = [
         f"  sweep       child {info['index']} of {info['size']} of {info['parent']} "
-        f"({info['overrides']}); {chosen[info['selected']]}"
+        f"({info['overrides']}); "
+        + ("stopped by design: not a candidate for selection" if stopped else chosen[info["selected"]])
     ]
+    if stopped:
+        where = (
+            f"at step {stopped['trained_to']}"
+            if stopped["trained_to"] is not None
+            else "before any evaluation"
+        )
+        lines.append(
+            f"  stopped     {where} by the sweep's rule: {stopped['reason'] or 'no reason recorded'}"
+        )
     if info["waiting"]:
         lines.append(f"  queued      {_why(info['waiting'])}")
     return lines
