@@ -205,7 +205,8 @@ def asha(
         return Decision(
             child, run_id, "asha", False,
             f"{len(cohort)} of the children reached the rung at step {rung}; with eta {eta} none is "
-            f"stopped before {eta} have",
+            f"stopped before {eta} have (ASHA judges each child when its evaluation arrives, so the "
+            "first to arrive go on: two runs of one sweep can stop different children)",
             rung, value, None, peers,
         )  # fmt: skip
     keep = len(cohort) // eta
@@ -214,17 +215,26 @@ def asha(
     stop = _worse(value, threshold, direction)
     standing = "outside" if stop else "within"
     reason = (
-        f"at the rung at step {rung} its {metric}, {value:.4f}, is {standing} the top {keep} of the "
-        f"{len(cohort)} children there (1/{eta}; the {keep}{_ordinal(keep)} best is {threshold:.4f}; "
-        f"others: {_listed(peers)})"
+        f"at the rung at step {rung} its evaluation there ({evaluated(metric)} {value:.4f}) is {standing} "
+        f"the top {keep} of the {len(cohort)} children evaluated there: with eta {eta}, ASHA keeps the "
+        f"best 1/{eta} of those at a rung (here {keep}), and the {_ranked(keep)} there was {threshold:.4f} "
+        f"(the others: {_listed(peers)})"
     )
     return Decision(child, run_id, "asha", stop, reason, rung, value, threshold, peers)
 
 
-def _ordinal(n: int) -> str:
-    if 10 <= n % 100 <= 20:
-        return "th"
-    return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+def _ranked(n: int) -> str:
+    """``best`` for 1, else ``2nd best``…: the place of the value a child must at least match."""
+    if n == 1:
+        return "best"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix} best"
+
+
+def evaluated(metric: str) -> str:
+    """What a rung compares: the intermediate evaluation of the select metric's field, named as
+    the evaluation it is (``post_mean_reward`` is the post-training one, which a rung never has)."""
+    return metric.removeprefix("post_")
 
 
 def decide(

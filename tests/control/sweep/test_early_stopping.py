@@ -64,9 +64,12 @@ def test_asha_judges_each_child_on_arrival_against_those_already_at_the_rung(buc
     last = verdicts[3]
     assert last is not None and (last.rule, last.step, last.value, last.threshold) == ("asha", 10, 0.10, 0.30)
     assert last.compared == {"0": 0.40, "1": 0.30, "2": 0.20}
+    # In words: the evaluation named as one (not as post_mean_reward), the share ASHA keeps, the bar.
     assert last.reason.startswith(
-        "stopped early by asha: at the rung at step 10 its post_mean_reward, 0.1000"
-    )
+        "stopped early by asha: at the rung at step 10 its evaluation there (mean_reward 0.1000) is outside "
+        "the top 2 of the 4 children evaluated there: with eta 2, ASHA keeps the best 1/2 of those at a "
+        "rung (here 2), and the 2nd best there was 0.3000"
+    ), last.reason
     assert _stopped(ledger, parent) == [1, 2, 3]
 
 
