@@ -602,3 +602,43 @@ def test_a_stopped_child_is_stopped_everywhere_and_no_candidate_after_the_select
     text = "\n".join(sweep_view.member_lines(info))
     assert "stopped by design: not a candidate for selection" in text and "not made yet" not in text
     assert "stopped     at step 10 by the sweep's rule: at the rung at step 10" in text
+
+
+def test_an_ended_sweeps_parent_gives_its_total_and_each_stopped_childs_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the sweep ended the parent said `7 stopped so far`, no reason per child, and
+    `chip_hours: 0` in --json (it runs nothing itself)."""
+    from rlpipe.core.runs.record import Attempt, EarlyStopRecord
+
+    ledger = _sweep(["stopped", "succeeded"], selected=1)
+    parent = ledger.records["rparent00001"]
+    parent.state = "succeeded"
+    parent.request = {
+        **parent.request,
+        "sweep": {**parent.request["sweep"], "early_stop": {"rule": "asha", "eta": 2}},
+    }
+    why = "at the rung at step 10 its evaluation there (mean_reward 0.2000) is outside the top 1"
+    assert parent.sweep is not None
+    parent.sweep.stopped = [
+        EarlyStopRecord(
+            run_id="rchild000000", index=0, rule="asha", metric="post_mean_reward", step=10, value=0.2,
+            threshold=0.4, compared={"1": 0.4}, reason=why, at="2026-12-03T09:00:00.000000Z",
+        )
+    ]  # fmt: skip
+    stopped, winner = ledger.records["rchild000000"], ledger.records["rchild000001"]
+    for child, held in ((stopped, 1.25), (winner, 4.5)):
+        child.attempts = [
+            Attempt(
+                stage="train",
+                attempt=1,
+                workload=f"{child.run_id}-train-a1",
+                launched_at="2026-12-03T08:00:00.000000Z",
+                chip_hours=held,
+            )
+        ]
+    text = _status(monkeypatch, capsys, ledger, "rparent00001")
+    assert "1 stopped" in text and "so far" not in text, text
+    assert f"  stopped     child 0 (rchild000000): {why}" in text.splitlines(), text
+    info = json.loads(_status(monkeypatch, capsys, ledger, "rparent00001", "--json"))
+    assert info["chip_hours"] == 5.75  # 1.25 + 4.5: its children's, by hand

@@ -227,7 +227,15 @@ def describe(record: RunRecord, children: list[RunRecord | None] | None = None) 
         "progress": record.progress,
         "results": record.results,
         "gate": record.gate.model_dump() if record.gate else None,
-        "chip_hours": round(sum(a.chip_hours or 0.0 for a in record.attempts), 3),
+        # A sweep's parent runs nothing itself: its figure is its children's, when they were read.
+        "chip_hours": round(
+            sum(
+                a.chip_hours or 0.0
+                for r in [record, *(c for c in children or [] if c is not None)]
+                for a in r.attempts
+            ),
+            3,
+        ),
         "cost_estimate": cost_estimate(record),
         "stages": stage_summary(record),
         "round": record.round,

@@ -164,10 +164,12 @@ def parent_summary(record: RunRecord, info: dict[str, Any]) -> str:
     stop = info.get("early_stop")
     if stop:
         stopped = sum(1 for r in info["children"] if r.get("stopped"))
+        ended = record.terminal or info["selection"] is not None
         lines.append(
             f"  early stop  {stop['rule']}"
             + (f" (eta {stop['eta']})" if stop["rule"] == "asha" else "")
-            + f", reading {rule['metric'] if rule else 'the select metric'}; {stopped} stopped so far"
+            + f", reading {rule['metric'] if rule else 'the select metric'}; {stopped} stopped"
+            + ("" if ended else " so far")
         )
     rows = info["children"]
     states = [state_text(r) for r in rows]
@@ -185,6 +187,10 @@ def parent_summary(record: RunRecord, info: dict[str, Any]) -> str:
             f"  {mark}{row['index']:<7}{row['run_id']:<14}{point:<{wide_point}}{state:<{wide_state}}"
             f"{reward:>11}  {chosen}"
         )
+    for row in rows:  # each stopped child's reason, once: the table has room for its state only
+        if row.get("stopped"):
+            stop_row = row["stopped"]
+            lines.append(f"  stopped     child {row['index']} ({row['run_id']}): {stop_row['reason']}")
     selection = info["selection"]
     if selection is not None and selection["run_id"]:
         lines.append(
