@@ -30,9 +30,7 @@ def _record(state: str, *phases: tuple[str, str]) -> RunRecord:
 
 def test_cancelling_a_training_run_ends_its_live_attempt_as_cancelled_and_keeps_the_ended_ones() -> None:
     record = _record("training", ("convert", "succeeded"), ("train", "running"))
-    _, ended = end_record.end(
-        record, "cancelled", {"tag": "cancelled", "message": "cancelled"}, "user:op"
-    )
+    _, ended = end_record.end(record, "cancelled", {"tag": "cancelled", "message": "cancelled"}, "user:op")
     assert ended and record.state == "cancelled"
     convert, train = record.attempts
     assert convert.phase == "succeeded", "an attempt that had ended keeps its end"

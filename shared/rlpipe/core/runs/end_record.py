@@ -15,7 +15,6 @@ from rlpipe.core.failure_rules import reported
 from rlpipe.core.identity import Stage
 from rlpipe.core.runs.record import Execution, Failure, GateOverride, GateRecord, Round, RunRecord, now
 
-
 # An attempt's phases while its workload may still run (a status read records the others).
 LIVE_PHASES = frozenset({"launched", "queued", "running"})
 
