@@ -58,3 +58,10 @@ def test_the_readme_lists_every_scenario_the_real_plane_takes() -> None:
             assert f"`{scenario}`" not in listed, scenario
         else:
             assert f"`{scenario}`" in listed, scenario
+
+
+def test_an_example_without_a_request_id_gets_one_intake_reads(tmp_path: Path) -> None:
+    example = tmp_path / "My_Example.v2.yaml"
+    example.write_text(yaml.safe_dump({"model": "gemma4-26b"}))
+    name = demo_request_id(example, time.gmtime(0))
+    assert name == "my-example-v2-19700101-000000"

@@ -49,3 +49,19 @@ def test_a_run_that_had_ended_is_not_changed_by_a_cancel() -> None:
     record = _record("succeeded", ("train", "succeeded"))
     assert end_record.end(record, "cancelled", None, "user:op") == (None, False)
     assert record.attempts[0].phase == "succeeded"
+
+
+def test_a_status_read_after_the_cancel_adds_chip_hours_and_never_ends_the_attempt_again() -> None:
+    """A status call in flight when the cancel landed (or an execution whose cancel failed) read
+    the deleted Job as failed: the cancelled attempt must stay cancelled."""
+    from rlpipe.core.runs import phase_record
+
+    record = _record("training", ("train", "running"))
+    end_record.end(record, "cancelled", {"tag": "cancelled", "message": "cancelled"}, "user:op")
+    failed = phase_record.Reading(
+        "failed", failure={"tag": "permanent", "message": "Job deleted"}, chips={"pod-1": 2.5}
+    )
+    phase_record.apply(record, "train", 1, failed, "")
+    attempt = record.attempts[0]
+    assert attempt.phase == "cancelled" and attempt.failure_class is None, attempt
+    assert attempt.chip_hours == 2.5, "what its pods held is still counted"

@@ -313,3 +313,15 @@ def test_a_runs_own_prefix_follows_its_namespace() -> None:
     )
     refused = Policy().problems(validate_request(doc, Policy().for_namespace("team-a")))
     assert [p.path for p in refused] == ["maxtext_overrides.dump_hlo_gcs_dir"]
+
+
+def test_a_teams_conversion_key_depends_on_where_its_attempts_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A READY.json written when a team's conversions lived under cache/maxtext/ names a directory
+    outside the team's prefix, which is never read: the key must change with the prefix, or no
+    conversion of that key could ever be published again."""
+    key = layout.conversion_cache_key("google/gemma", "a" * 40, ["--x"], "img", scope="vision")
+    monkeypatch.setattr(layout, "team_prefix", lambda scope: f"elsewhere/{scope}/")
+    assert layout.conversion_cache_key("google/gemma", "a" * 40, ["--x"], "img", scope="vision") != key
+    assert layout.conversion_cache_key(
+        "google/gemma", "a" * 40, ["--x"], "img"
+    ) == layout.conversion_cache_key("google/gemma", "a" * 40, ["--x"], "img")

@@ -63,3 +63,19 @@ def test_a_read_without_a_step_keeps_the_same_attempts_step() -> None:
     _read(record, 1, {"step": 30})
     _read(record, 1, {"eval_mean_reward": 0.5, "eval_step": 30})
     assert record.progress is not None and record.progress["step"] == 30
+
+
+def test_a_retry_hint_after_a_resumed_attempt_with_no_step_yet_names_the_step_it_resumed_from() -> None:
+    """Progress starts afresh with each attempt: a resumed attempt that failed before printing a
+    step must not make the hint say that no training had started."""
+    from rlpipe.cli.watch import next_step, trained_steps
+    from rlpipe.core.runs.record import Failure
+
+    record = _training(_attempt(1), _attempt(2, resume_step=60))
+    _read(record, 1, {"step": 68})
+    _read(record, 2, {"eval_mean_reward": 0.6, "eval_step": 60})  # attempt 2: no step of its own
+    assert trained_steps(record) == 60
+    record.state = "failed"
+    record.failure = Failure(tag="transient", message="preempted", stage="train", attempt=2)
+    hint = next_step(record) or ""
+    assert "it had reached step 60" in hint and "starts from the beginning" not in hint, hint

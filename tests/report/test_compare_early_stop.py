@@ -233,3 +233,27 @@ def test_with_no_child_trained_to_its_end_the_page_says_it_used_the_stopped_chil
     # 30.4 × 200 / 50 = 121.6 for the stopped child; the others as used (2 × 151.47).
     assert round(saved.without, 2) == round(121.6 + 2 * 151.47, 2)
     assert "its own measured rate, as no child trained to its end" in saved.how
+
+
+def test_the_measured_rate_counts_steps_as_the_stopped_childs_remaining_steps_are_counted() -> None:
+    """With rl.num_iterations 2, train_rl's final step (400, the finishers' lineage.final_step) is
+    twice the outer step the evaluations count in (200): the rate is per outer step, or the
+    estimate would come out half as large for the remaining steps."""
+    from rlpipe.report.stopping import savings, stop_marks
+
+    records = []
+    for record in children():
+        doc = record.model_dump(mode="json")
+        doc["request"] = validate_request(
+            minimal_request(
+                training={"num_batches": 200, "learning_rate": doc["request"]["training"]["learning_rate"]},
+                maxtext_overrides={"rl.num_iterations": 2},
+            )
+        ).model_dump(mode="json")
+        if record.lineage.final_step:
+            doc["lineage"]["final_step"] = 400  # train_rl's steps: 200 outer steps × 2 iterations
+        records.append(RunRecord.model_validate(doc))
+    saved = savings(records, stop_marks(records, parent()), NOW)
+    # By hand: 302.94 chip-hours over 2 × 200 outer steps (0.75735 each); 150 remaining → 113.6025.
+    assert saved is not None and saved.without is not None
+    assert round(saved.without, 2) == round(30.4 + 113.6025 + 2 * 151.47, 2)

@@ -11,6 +11,7 @@ which cluster and which programs, at the start and in the summary.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -299,7 +300,7 @@ def demo_request_id(example: Path, when: time.struct_time) -> str:
     import yaml
 
     doc = yaml.safe_load(example.read_text()) or {}
-    base = str(doc.get("request_id") or example.stem.lower())
+    base = str(doc.get("request_id") or re.sub(r"[^a-z0-9-]+", "-", example.stem.lower()))
     stamp = time.strftime("%Y%m%d-%H%M%S", when)
     return f"{base[: REQUEST_ID_MAX - len(stamp) - 1].rstrip('-')}-{stamp}"
 

@@ -253,11 +253,18 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         print(f"rlpipe cancel: {exc}", file=sys.stderr)
         return ExitCode.USAGE
     if result["state"] != "cancelled":  # it had ended before: the stage function left its state as it was
-        # One line, on stderr alone: a line on stdout naming its state beside it read as two answers.
+        # One line, on stderr alone: a line on stdout naming its state beside it read as two answers
+        # (a cleanup that failed on the way is still said, as a warning after it).
         print(
             f"rlpipe cancel: run {args.run} had already ended {result['state']}; not cancelled",
             file=sys.stderr,
         )
+        for key, what in (
+            ("execution_error", "the execution was not cancelled"),
+            ("cleanup_error", "cleanup failed"),
+        ):
+            if result.get(key):
+                print(f"warning: {what}: {result[key]}", file=sys.stderr)
         return ExitCode.REFUSED_BY_STATE
     print(
         f"run {args.run}: {result['state']}; execution cancelled: {result['execution_cancelled']}; "

@@ -333,8 +333,12 @@ def trained_steps(record: RunRecord) -> int | None:
     """The last training step the head reported, if training ever started (the retry resumes from
     the newest committed checkpoint at or below it)."""
     step = (record.progress or {}).get("step")
-    trained = any(a.stage == "train" for a in record.attempts)
-    return step if trained and isinstance(step, int) and step > 0 else None
+    trains = [a for a in record.attempts if a.stage == "train"]
+    if not (isinstance(step, int) and step > 0):
+        # A resumed attempt that printed no step of its own yet (its progress starts afresh:
+        # core.runs.results.newer_progress) had still reached the step it resumed from.
+        step = max((a.resume_step or 0 for a in trains), default=0)
+    return step if trains and step > 0 else None
 
 
 def next_command(record: RunRecord, run: str | None = None) -> str | None:

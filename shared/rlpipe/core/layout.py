@@ -325,6 +325,11 @@ def conversion_cache_key(
     }
     if scope:
         fields["scope"] = scope
+        # Where its attempts live (teams/<team>/, ConversionCache.scope): a READY.json written when
+        # a team's conversions lived under cache/maxtext/ names a directory outside the team's
+        # prefix, which ready_conversion refuses; a key of its own makes a fresh one instead of a
+        # key no conversion can ever be published under again.
+        fields["prefix"] = team_prefix(scope)
     material = json.dumps(
         fields,
         sort_keys=True,

@@ -121,9 +121,12 @@ def _final_step(record: RunRecord) -> int | None:
 
 
 def _trained_to_the_end(record: RunRecord, now: datetime) -> tuple[float, int] | None:
-    """(train chip-hours, final step) of a child that trained to its end; None for any other."""
-    final = record.lineage.final_step
-    if record.state not in ("succeeded", "gated") or not final:
+    """(train chip-hours, final step) of a child that trained to its end; None for any other. The
+    final step is counted as a stopped child's remaining steps are (``_final_step``: the outer
+    steps of ``stop_schedule.schedule_of``), not in train_rl's checkpoint steps, which are
+    ``rl.num_iterations`` times as many."""
+    final = _final_step(record)
+    if record.state not in ("succeeded", "gated") or not record.lineage.final_step or not final:
         return None
     train = sum(finite(r.chip_hours) or 0.0 for r in attempt_rows(record, now) if r.stage == "train")
     return (train, final) if train > 0 else None

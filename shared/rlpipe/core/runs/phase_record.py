@@ -9,7 +9,7 @@ answer each time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlpipe.core.runs.pricing import cost_estimate
@@ -41,6 +41,8 @@ def apply(
     a = r.attempt_record(stage, attempt)
     if a is None:
         return None, None
+    if a.phase == "cancelled":  # ended by a cancel (end_record.end): a later read adds, never ends it again
+        reading = replace(reading, phase="cancelled", failure=None)
     results = (
         merge_results(r.results, reading.seen, reading.final, resumed=bool(a.resume_step), attempt=attempt)
         if reading.seen is not None
