@@ -264,7 +264,9 @@ def test_cancel_of_a_sweep_records_each_live_childs_chip_hours_before_deleting_i
     for child in children:
         train = ledger.get(child.run_id).attempt_record("train", 1)
         assert train.chip_hours == 1.0 and len(train.pod_chip_hours) == 2, train
-        assert train.phase == "running"  # the last read changes the figure, never the phase
+        # The last read changes the figure, never the phase: the cancel ends it (end_record.end),
+        # as cancelled, not as the read's phase.
+        assert train.phase == "cancelled"
     assert {f"{c.run_id}-train-a1" for c in children} <= set(cluster.deleted)
 
 
