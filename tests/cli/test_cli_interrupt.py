@@ -4,13 +4,12 @@ The review found a traceback when Ctrl-C came in the first moments (``rlpipe pla
 the imports of ``cli.main`` and of every command's module ran outside the interrupt handling. The
 console script now enters through ``cli.entry``, whose first statement is the guard.
 
-Ctrl-C is typed into a pseudo-terminal, as a person types it: the terminal sends SIGINT to the
-command's process group. The moments are fractions of the same command's own uninterrupted
-duration, measured first in this test, so they land in the same phases on a quiet or a busy
-machine (from the interpreter's start to the command's last line). What the interpreter does
-before it runs any of rlpipe's code is Python's, not rlpipe's, and docs/cli.md says so: SIGINT
-then ends the process silently, or, inside Python's own start-up (``site``), with Python's own
-traceback, which names no module of rlpipe's.
+Ctrl-C is typed into a pseudo-terminal's process group, as a terminal sends it, at named moments
+rather than after a delay: the first import of a module on the command's path, from the guard's
+own first import to the command's last lazy one (``tests/harness/interrupt_on_import``). A delay
+races the command, and lands elsewhere on a machine of another speed; an import is the same moment
+on every machine. What the interpreter does before it runs any of rlpipe's code is Python's, not
+rlpipe's, and docs/cli.md says so.
 """
 
 from __future__ import annotations
@@ -31,25 +30,32 @@ from tests.conftest import ROOT
 from tests.harness.patience import ceiling
 
 RLPIPE = Path(sys.executable).with_name("rlpipe")
-COMMANDS = [
-    ["plan", "examples/gemma4-26b-v6e-32.yaml"],  # text
-    ["render", "examples/gemma4-26b-v6e-32.yaml"],  # long YAML: a Ctrl-C may land mid-line
-]
-FRACTIONS = (0.0, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9)
+CTRL_C_ON_IMPORT = ROOT / "tests" / "harness" / "interrupt_on_import"
+# From the guard's first import, through cli.main's, to each command's own lazy imports (found
+# with ``python -X importtime``); each must be imported by the command, which the test checks.
+ON_THE_WAY = ("rlpipe.cli.main", "yaml", "rlpipe.cli.lookup", "rlpipe.cli.plan", "rlpipe.cli.teams_command")
+COMMANDS = {
+    "plan": (
+        ["plan", "examples/gemma4-26b-v6e-32.yaml"],
+        ("rlpipe.core.plan", "rlpipe.control.lifecycle.user_files"),
+    ),
+    # long YAML: the last import comes after the manifests are built
+    "render": (
+        ["render", "examples/gemma4-26b-v6e-32.yaml"],
+        ("rlpipe.core.manifests", "rlpipe.control.lifecycle.publishing"),
+    ),
+}
+MOMENTS = [(name, module) for name, (_, own) in COMMANDS.items() for module in (*ON_THE_WAY, *own)]
 
 
-def _typed(argv: list[str], delay: float | None) -> tuple[int | None, int | None, str, float]:
-    """Run ``argv`` on a pseudo-terminal, type Ctrl-C after ``delay`` seconds (None: never);
-    → (exit code, killing signal, what the terminal showed, seconds it took)."""
-    started = time.monotonic()
+def _typed(argv: list[str], env: dict[str, str] | None = None) -> tuple[int | None, int | None, str]:
+    """Run ``argv`` on a pseudo-terminal with ``env`` added to the environment; → (exit code,
+    killing signal, what the terminal showed)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own, the terminal its controlling one
         os.chdir(ROOT)
-        os.execv(argv[0], argv)
+        os.execve(argv[0], argv, {**os.environ, **(env or {})})
     out = b""
-    if delay is not None:
-        time.sleep(delay)
-        os.write(fd, b"\x03")
     deadline = time.monotonic() + ceiling(30)
     while time.monotonic() < deadline:
         ready, _, _ = select.select([fd], [], [], 1)
@@ -64,11 +70,10 @@ def _typed(argv: list[str], delay: float | None) -> tuple[int | None, int | None
         out += chunk
     _, status = os.waitpid(pid, 0)
     os.close(fd)
-    seconds = time.monotonic() - started
     text = out.decode(errors="replace").replace("\r", "")
     if os.WIFSIGNALED(status):
-        return None, os.WTERMSIG(status), text, seconds
-    return os.WEXITSTATUS(status), None, text, seconds
+        return None, os.WTERMSIG(status), text
+    return os.WEXITSTATUS(status), None, text
 
 
 def _lines(text: str) -> list[str]:
@@ -103,15 +108,21 @@ def _outcome(code: int | None, killed: int | None, text: str, done: str, whole: 
 
 
 @pytest.mark.skipif(not RLPIPE.exists(), reason="the console script is installed by `make install`")
-@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_ctrl_c_at_any_moment_ends_with_one_line_and_130(command: list[str]) -> None:
-    code, killed, text, seconds = _typed([str(RLPIPE), *command], None)
+@pytest.mark.parametrize(("command", "module"), MOMENTS, ids=[f"{c} at import {m}" for c, m in MOMENTS])
+def test_ctrl_c_at_any_moment_ends_with_one_line_and_130(command: str, module: str, tmp_path: Path) -> None:
+    argv, _ = COMMANDS[command]
+    code, killed, text = _typed([str(RLPIPE), *argv])
     assert (code, killed) == (0, None), text
     whole = _lines(text)
-    seen = [_outcome(*_typed([str(RLPIPE), *command], f * seconds)[:3], command[0], whole) for f in FRACTIONS]
-    # Between a tenth and half of the way, rlpipe's own code is running: the guard answers (how
-    # many moments land there depends on the machine; that one does is what shows the guard).
-    assert "interrupted" in seen, seen
+    came = tmp_path / "moments"
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(CTRL_C_ON_IMPORT), os.environ.get("PYTHONPATH")) if p),
+        "RLPIPE_TEST_INTERRUPT_ON": module,
+        "RLPIPE_TEST_INTERRUPT_LOG": str(came),
+    }
+    outcome = _outcome(*_typed([str(RLPIPE), *argv], env), argv[0], whole)
+    assert came.read_text().split() == [module], "the moment never came: the command does not import it"
+    assert outcome == "interrupted", text
 
 
 def test_the_console_script_enters_through_the_guard() -> None:
