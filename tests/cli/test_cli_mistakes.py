@@ -302,6 +302,26 @@ def test_a_page_in_a_folder_that_does_not_exist_is_refused_and_no_folder_is_made
     assert not (tmp_path / "no").exists(), "nothing is created"
 
 
+@pytest.mark.parametrize("command", PAGES, ids=" ".join)
+def test_without_o_a_page_goes_to_the_stacks_pages_folder_not_the_current_one(
+    command: list[str], two_runs: dict[str, str], tmp_path: Path, cli: Any
+) -> None:
+    """In the demo, `report` and `compare` wrote into the current folder, the repository's root: with
+    a local stack up, RLPIPE_PAGES_DIR (its ``pages`` folder) takes the page; without it, the current
+    folder does, as docs/cli.md says."""
+    here, pages = tmp_path / "checkout", tmp_path / "stack" / "pages"
+    here.mkdir()
+    done = cli(command, here, {**two_runs, "RLPIPE_PAGES_DIR": str(pages)})
+    assert done.returncode == 0, done.stderr
+    written = sorted(p.name for p in pages.iterdir())
+    assert len(written) == 1 and written[0].endswith(".html") and command[1] in written[0]
+    assert done.stdout.startswith(f"wrote {pages / written[0]}")
+    assert list(here.iterdir()) == [], "nothing in the current folder"
+    done = cli(command, here, two_runs)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in here.iterdir()] == written
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
 @pytest.mark.parametrize("command", PAGES, ids=" ".join)
 def test_a_page_the_system_will_not_write_is_named_not_called_a_bug(

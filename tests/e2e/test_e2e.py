@@ -203,6 +203,12 @@ def test_three_drops_and_a_redelivered_event_make_one_run(local: Local, faults: 
     assert local.executions_of(run_id) == 1
 
 
+def test_the_stacks_pages_folder_is_its_own_and_the_cli_is_told(local: Local) -> None:
+    """`rlpipe report` without -o wrote into the current folder (the repository's root in a demo):
+    the stack names its own pages folder in the environment the CLI loads (cli/output_files.py)."""
+    assert local.state.env["RLPIPE_PAGES_DIR"] == str(local.stack.root / "pages")
+
+
 def test_executions_are_listed_by_the_real_client(local: Local) -> None:
     assert local.executions_of("r-no-such-run") == 0
 

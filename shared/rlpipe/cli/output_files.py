@@ -4,18 +4,32 @@ Why: the page is written after every read and the rendering. A path whose folder
 used to be created silently (``-o /no/such/dir/x.html`` made folders at the filesystem root), and
 a write that failed part-way (``-o /dev/full``) was answered as a bug in rlpipe. Both are the
 user's path, so both are answered as such, naming the path and the fix (exit 1, docs/cli.md).
+
+Without ``-o`` the page goes to ``RLPIPE_PAGES_DIR`` when it is set, else the current folder. The
+local stack sets it to its own ``pages`` folder (``.rlpipe/<stack>/pages``): a report asked for
+during a demo or a local session went into the current folder, the repository's root, beside the
+tracked files.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
 
 
+PAGES_DIR = "RLPIPE_PAGES_DIR"
+
+
 def output_path(given: str | None, default: str) -> Path:
-    """The page's path: ``-o`` as given, else ``default`` in the current folder; refused, before any
-    work, when its folder does not exist (nothing is created)."""
+    """The page's path: ``-o`` as given, refused before any work when its folder does not exist
+    (nothing is created); else ``default`` in ``RLPIPE_PAGES_DIR`` (made if missing: it is the
+    stack's, not the user's) or in the current folder."""
+    if not given and (pages := os.environ.get(PAGES_DIR, "")):
+        folder = Path(pages)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / default
     path = Path(given or default)
     folder = path.parent
     if not folder.is_dir():

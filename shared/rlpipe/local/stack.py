@@ -454,6 +454,8 @@ class LocalStack:
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "HF_HUB_OFFLINE": "0",
             "PYTHONUNBUFFERED": "1",
+            # where `rlpipe report` and `compare` write a page without -o (cli/output_files.py)
+            "RLPIPE_PAGES_DIR": str(self.root / "pages"),
         }
         if self.pubsub:
             env["PUBSUB_EMULATOR_HOST"] = self.pubsub.host
