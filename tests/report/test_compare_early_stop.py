@@ -138,7 +138,78 @@ def test_the_chart_has_a_cross_at_the_step_it_trained_to_on_its_curve_only() -> 
     assert cross is not None
     ids = {e.get("id") for e in svg.iter() if e.get("id")}
     assert not {f"compare-mean-reward-run{i}-stopped" for i in (2, 3)} & ids
-    assert "compare-mean-reward-run1-stopped-label" in ids
+    # The legend says once what a cross is; the stopped curve carries no words of its own (a
+    # sweep's stopped children end together at the first rungs, where words piled up), and only the
+    # runs that reached their end are labelled with their value.
+    assert cli_charts.STOP_LEGEND in "".join(svg.itertext())
+    assert "compare-mean-reward-run1-label" not in ids
+    assert {"compare-mean-reward-run2-label", "compare-mean-reward-run3-label"} <= ids
+
+
+def _asha_demo_lines() -> list[Any]:
+    """The sweep-asha demo's nine points as its page drew them: long names, seven children stopped
+    at steps 10 to 50 with values close together, two trained to step 200 ending 0.37 and 0.76, and
+    two more that ended at 0.3734 and 0.3790 to make their labels collide."""
+    from rlpipe.report.charts import Point
+    from rlpipe.report.compare_chart import RunLine
+
+    def curve(values: list[float], step: int = 10) -> list[Point]:
+        return [Point(i * step, v, None) for i, v in enumerate(values)]
+
+    stopped = [
+        (0.1372, 20),
+        (0.1345, 20),
+        (0.1322, 10),
+        (0.2733, 20),
+        (0.2515, 20),
+        (0.3691, 50),
+        (0.2991, 10),
+    ]
+    lines = []
+    for i, (value, at) in enumerate(stopped):
+        name = (
+            f"rl.grpo_beta={[0.04, 0.08, 0.16][i % 3]}, learning_rate={['2e-06', '2e-05', '0.0002'][i // 3]}"
+        )
+        points = curve([0.12, *[value + 0.001 * k for k in range(at // 10)]])
+        lines.append(RunLine(f"run{i}", f"{name} (stopped)", points, stopped_at=at))
+    lines.append(
+        RunLine(
+            "run7",
+            "rl.grpo_beta=0.16, learning_rate=2e-05 (selected)",
+            curve([0.12 + 0.0032 * k for k in range(21)]),
+            selected=True,
+        )
+    )
+    lines.append(RunLine("run8", "rl.grpo_beta=0.08, learning_rate=0.0002", curve([0.12, *[0.3734] * 20])))
+    lines.append(RunLine("run9", "rl.grpo_beta=0.04, learning_rate=0.0002", curve([0.12, *[0.3790] * 20])))
+    return lines
+
+
+def test_on_a_crowded_sweep_chart_the_legend_fits_and_no_two_labels_overlap() -> None:
+    """The sweep-asha demo's page clipped its legend on both sides (``arning_rate=1e-05``,
+    ``rl.grpo_b``) and piled its value and "stopped" labels up at steps 10 to 20: measured here on
+    the figure as matplotlib lays it out, the legend inside the figure with every name whole, and
+    the words on the axes apart."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    lines = _asha_demo_lines()
+    fig = cli_charts.compare_figure(lines)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    [legend] = fig.legends
+    box, page = legend.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0, (box, page)
+    assert [t.get_text() for t in legend.get_texts()] == [
+        *(line.label for line in lines),
+        cli_charts.STOP_LEGEND,
+    ]
+    [ax] = fig.axes
+    words = [t for t in ax.texts if t.get_text()]
+    assert sorted(t.get_text() for t in words) == ["0.1840", "0.3734", "0.3790"]  # the three that ended
+    boxes = [t.get_window_extent(renderer) for t in words]
+    for i, one in enumerate(boxes):
+        for other in boxes[i + 1 :]:
+            assert not one.overlaps(other), [t.get_text() for t in words]
 
 
 def test_chip_hours_against_a_sweep_without_stopping_are_an_estimate_said_how() -> None:

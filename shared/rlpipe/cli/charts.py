@@ -328,12 +328,31 @@ def _svg(fig: Any, prefix: str) -> str:
 
 
 def compare_svg(lines: Sequence[RunLine]) -> str:
+    """The comparison chart as inline SVG (``compare_figure``), written in the charts' style (text
+    as text)."""
+    with _style():
+        return _svg(compare_figure(lines), "compare")
+
+
+STOP_MARK = {"marker": "X", "markersize": 11, "markeredgecolor": "#212121", "linestyle": "none"}
+STOP_LEGEND = "stopped by the sweep's rule (at its last evaluation)"
+LABEL_GAP_POINTS = 11.5  # one line of the 9 pt labels, and a little air
+
+
+def compare_figure(lines: Sequence[RunLine]) -> Any:
     """Every run's mean_reward curve overlaid on one step axis, each run in a colour, line style
-    and marker of its own; the selected run drawn thicker, each run's post value labelled at its
-    final step. Runs whose curves coincide (``coinciding``) are drawn widest first, each later one
-    narrower, with hollow markers nested smaller: every one of them shows as a band around the next.
-    A run a sweep's rule stopped (``RunLine.stopped_at``) gets a cross at that step, labelled."""
+    and marker of its own; the selected run drawn thicker. Runs whose curves coincide
+    (``coinciding``) are drawn widest first, each later one narrower, with hollow markers nested
+    smaller: every one of them shows as a band around the next.
+
+    A run a sweep's rule stopped (``RunLine.stopped_at``) gets a cross at that step, which the
+    legend explains once; only runs that reached their end get their value written at their last
+    point, moved apart so no two overlap. A sweep's stopped children end close together, at the
+    first rungs: their words and values, written at each cross, piled up into an unreadable knot.
+    The legend takes as many columns as fit the figure's width (the points' names are long; at four
+    columns they ran off both sides of the page)."""
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     stacked: dict[str, tuple[int, int]] = {}  # gid → (its place in its group, the group's size)
     for group in coinciding(lines):
@@ -342,6 +361,8 @@ def compare_svg(lines: Sequence[RunLine]) -> str:
     with _style():
         fig = Figure(figsize=(9.5, 4.2), layout="constrained")
         ax = fig.add_subplot()
+        labels = []
+        any_stopped = False
         for i, line in enumerate(lines):
             xy = [(p.step, p.mean_reward) for p in line.points if p.mean_reward is not None]
             if not xy:
@@ -366,41 +387,70 @@ def compare_svg(lines: Sequence[RunLine]) -> str:
                 zorder=zorder,
             )
             stop = [(x, y) for x, y in xy if x == line.stopped_at]
-            if stop:  # where the sweep's rule ended it: a cross over the curve, and the word
+            if stop:  # where the sweep's rule ended it: a cross over the curve, named in the legend
+                any_stopped = True
                 ax.plot(
                     *stop[-1],
-                    marker="X",
-                    markersize=11,
                     color=colour,
-                    markeredgecolor="#212121",
-                    linestyle="none",
                     gid=f"mean-reward-{line.gid}-stopped",
                     zorder=zorder + 1,
+                    **STOP_MARK,
                 )
-                ax.annotate(
-                    "stopped",
-                    stop[-1],
-                    xytext=(0, -14),
-                    textcoords="offset points",
-                    ha="center",
-                    color=colour,
-                    gid=f"mean-reward-{line.gid}-stopped-label",
-                )
+                continue
             step, value = xy[-1]
-            ax.annotate(
-                fmt_reward(value),
-                (step, value),
-                xytext=(6, 0),
-                textcoords="offset points",
-                va="center",
-                color=colour,
-                fontweight="bold" if line.selected else "normal",
-                gid=f"mean-reward-{line.gid}-label",
+            labels.append(
+                ax.annotate(
+                    fmt_reward(value),
+                    (step, value),
+                    xytext=(6, 0),
+                    textcoords="offset points",
+                    va="center",
+                    color=colour,
+                    fontweight="bold" if line.selected else "normal",
+                    gid=f"mean-reward-{line.gid}-label",
+                )
             )
         ax.margins(x=0.08, y=0.15)
         ax.set_xlabel("step")
         ax.set_ylabel("mean_reward", color=REWARD_COLOUR)
         ax.grid(color="#e0e0e0", linewidth=0.6)
         ax.set_axisbelow(True)
-        fig.legend(loc="outside lower center", ncols=min(4, max(1, len(lines))), frameon=False)
-        return _svg(fig, "compare")
+        handles, names = ax.get_legend_handles_labels()
+        if any_stopped:
+            handles.append(Line2D([], [], color="#9e9e9e", **STOP_MARK))
+            names.append(STOP_LEGEND)
+        _fitted_legend(fig, handles, names)
+        _spread(fig, ax, labels)
+        return fig
+
+
+def _fitted_legend(fig: Any, handles: list[Any], names: list[str]) -> None:
+    """The legend below the axes in as many columns (four at most) as fit the figure's width."""
+    renderer = _renderer(fig)
+    for columns in range(min(4, max(1, len(names))), 0, -1):
+        legend = fig.legend(handles, names, loc="outside lower center", ncols=columns, frameon=False)
+        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width * 0.98:
+            return
+        legend.remove()
+
+
+def _spread(fig: Any, ax: Any, labels: list[Any]) -> None:
+    """Move the value labels apart vertically, in order of height, so that no two overlap."""
+    if len(labels) < 2:
+        return
+    fig.draw_without_rendering()  # the constrained layout places the axes: data → display holds
+    per_point = fig.dpi / 72
+    placed = sorted(labels, key=lambda t: ax.transData.transform(t.xy)[1])
+    floor = None
+    for text in placed:
+        y = ax.transData.transform(text.xy)[1]
+        wanted = y if floor is None else max(y, floor + LABEL_GAP_POINTS * per_point)
+        text.set_position((6, (wanted - y) / per_point))
+        floor = wanted
+
+
+def _renderer(fig: Any) -> Any:
+    """A renderer to measure text with (Agg's; the SVG is drawn afterwards by its own canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg(fig).get_renderer()
