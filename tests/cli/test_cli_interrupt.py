@@ -53,6 +53,9 @@ def _typed(argv: list[str], env: dict[str, str] | None = None) -> tuple[int | No
     killing signal, what the terminal showed)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: a session of its own, the terminal its controlling one
+        # A shell runs a command in the foreground with SIGINT's default action; a suite started in
+        # the background (``nohup … &``) passes SIGINT ignored down to every process it starts.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.chdir(ROOT)
         os.execve(argv[0], argv, {**os.environ, **(env or {})})
     out = b""

@@ -4,6 +4,8 @@ committed step, attempt numbers go on, and budgets start afresh."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from rlpipe.cli import runs
 from rlpipe.cli.retry_command import NotRetried, Retried, request_retry
 from rlpipe.control.lifecycle import retry_rounds
 from tests.e2e.test_e2e import FAST_RETRY, Local, faults, local  # noqa: F401
+from tests.harness.patience import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -126,3 +129,73 @@ def test_retry_refuses_a_running_run_continues_a_cancelled_one_and_refuses_a_suc
     assert local.executions_of(run_id) == 3
     with pytest.raises(NotRetried, match="succeeded; there is nothing to retry"):
         request_retry(local.settings, local.ledger, run_id, reason="more")
+
+
+def _head_log(local: Local, run_id: str) -> str:
+    """The training head's log as its pod wrote it (the stack's pod log files, which the Cloud
+    Logging stand-in serves)."""
+    files = sorted((local.stack.logs / "pods").glob(f"{run_id}-train-a1-pathways-head-*"))
+    return "".join(f.read_text() for f in files)
+
+
+def _committed_in_bucket(local: Local, run_id: str) -> int | None:
+    """The newest checkpoint step with its commit marker, listed from the artifacts bucket."""
+    names = [
+        b.name for b in local.client.list_blobs(local.settings.artifacts_bucket, prefix=f"runs/{run_id}/")
+    ]
+    steps = [int(m.group(1)) for n in names if (m := re.search(r"/actor/(\d+)/commit_success\.txt$", n))]
+    return max(steps, default=None)
+
+
+def test_a_cancel_keeps_every_evaluation_the_head_printed_and_the_retry_resumes_where_the_hint_says(
+    local: Local, faults: Any
+) -> None:
+    """A cancel two seconds into a run offered a retry "from step 36", the retry resumed from step
+    50, and the evaluations at 40 and 50 that the pod printed before it ended were missing from
+    status and the report: the record held what the workflow's last poll had read. Ordered here so
+    that nothing polls between what the head prints and the cancel: training is held at step 20
+    (once the record has a step of it, its run's execution is cancelled: no poll after that), then
+    released to print evaluations up to step 40 or more before `rlpipe cancel` ends it."""
+    from rlpipe.cli.watch import next_step
+    from rlpipe.control.adapters.orchestrator import Orchestrator
+    from rlpipe.core import identity
+    from rlpipe.core.runs import recorded
+
+    run_id = identity.run_id_for(identity.key_for_request_id(request_id := f"cancel-{uuid.uuid4().hex[:8]}"))
+    faults([{"stage": "train", "attempt": 1, "fault": "hold@20", "run": run_id}], timing="demo")
+    assert (
+        local.submit(
+            local.request(request_id=request_id, training={"num_batches": 200, "checkpoint_period": 15})
+        )
+        == run_id
+    )
+    held = local.wait(run_id, expected=30, until=lambda r: ((r.progress or {}).get("step") or 0) >= 10)
+    assert held.execution.name
+    Orchestrator(local.settings).cancel(held.execution.name)  # no poll reads the head after this
+    local.stack.release(run_id)
+    evaluated = re.compile(r"Intermediate Eval \(step=(\d+)\)")
+    wait_until(
+        lambda: max(map(int, evaluated.findall(_head_log(local, run_id))), default=0) >= 40,
+        60,
+        what="the released head evaluating at step 40",
+    )
+    assert runs.cancel(local.settings, local.ledger, run_id)["state"] == "cancelled"
+    record = local.wait(run_id)
+
+    printed = _head_log(local, run_id)  # final: the cancel returned once its pod was gone
+    steps_printed = sorted({int(s) for s in evaluated.findall(printed)})
+    last_step = max(int(s) for s in re.findall(r"Train step (\d+) training loss", printed))
+    kept = [e.step for e in recorded.results(record.results).intermediate or []]
+    assert steps_printed[-1] >= 40 and sorted(kept) == steps_printed, (kept, steps_printed)
+    assert record.progress.get("step") == last_step
+    train = record.attempt_record("train", 1)
+    committed = _committed_in_bucket(local, run_id)
+    assert train is not None and committed is not None and committed >= 20
+    assert train.committed_step == committed
+    hint = next_step(record) or ""
+    assert f"resumes from its newest committed checkpoint, step {committed}" in hint, hint
+
+    faults([])
+    _retry(local, run_id, reason="resume after the cancel")
+    retried = local.wait(run_id, expected=60)
+    assert [a.resume_step for a in retried.attempts if a.stage == "train"] == [None, committed]

@@ -37,7 +37,9 @@ class StrictGcs:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out in two writes: avoid 40 ms delayed-ACK stalls
+            disable_nagle_algorithm = (
+                True  # headers and body go out in two writes: avoid 40 ms delayed-ACK stalls
+            )
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

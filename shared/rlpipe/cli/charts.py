@@ -334,7 +334,12 @@ def compare_svg(lines: Sequence[RunLine]) -> str:
         return _svg(compare_figure(lines), "compare")
 
 
-STOP_MARK = {"marker": "X", "markersize": 11, "markeredgecolor": "#212121", "linestyle": "none"}
+STOP_MARK: dict[str, Any] = {
+    "marker": "X",
+    "markersize": 11,
+    "markeredgecolor": "#212121",
+    "linestyle": "none",
+}
 STOP_LEGEND = "stopped by the sweep's rule (at its last evaluation)"
 LABEL_GAP_POINTS = 11.5  # one line of the 9 pt labels, and a little air
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from rlpipe.cli.exit_codes import CliError, ExitCode
 
-
 PAGES_DIR = "RLPIPE_PAGES_DIR"
 
 

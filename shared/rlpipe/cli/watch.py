@@ -391,11 +391,16 @@ def next_step(record: RunRecord) -> str | None:
     if command is None:
         return None
     step = trained_steps(record)
-    resume = (
-        f"training resumes from its newest committed checkpoint (it had reached step {step})"
-        if step is not None
-        else "no training had started, so it starts from the beginning"
-    )
+    trains = [a for a in record.attempts if a.stage == "train"]
+    committed = trains[-1].committed_step if trains else None
+    if committed is not None:  # read once a cancel's pods were gone: what the retry will use
+        resume = f"training resumes from its newest committed checkpoint, step {committed}" + (
+            f" (the head had reached step {step})" if step is not None and step != committed else ""
+        )
+    elif step is not None:
+        resume = f"training resumes from its newest committed checkpoint (it had reached step {step})"
+    else:
+        resume = "no training had started, so it starts from the beginning"
     return f"to go on from where it stopped: {command} ({resume})"
 
 

@@ -46,6 +46,10 @@ log = logging.getLogger("rlpipe.cluster")
 # and then their pods, so the pods' deletionTimestamps appear shortly after it, not with it.
 SETTLE_READS = 10
 SETTLE_STEP_SECONDS = 1.0
+# A cancelled train attempt's head log is read to its end once its pods are gone: at most this
+# long after the delete (a pod's default terminationGracePeriodSeconds, 30 s, and room for the
+# garbage collector to reach it), read every SETTLE_STEP_SECONDS.
+GONE_WITHIN_SECONDS = 45.0
 
 
 class ClusterClient(KubeTransport):
@@ -180,14 +184,7 @@ class ClusterClient(KubeTransport):
         it. Raises what the API raises (the caller keeps its earlier figure)."""
         from kubernetes.client.exceptions import ApiException
 
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        labels = {
-            identity.LABEL_RUN: run_id,
-            identity.LABEL_STAGE: stage,
-            identity.LABEL_ATTEMPT: str(attempt),
-        }
-        workload: Obj = {"metadata": {"name": name, "uid": uid, "labels": labels}}
+        workload = _deleted(kind, name, uid, run_id, stage, attempt)
         held: dict[str, float] = {}
         for read in range(SETTLE_READS):
             try:
@@ -199,6 +196,33 @@ class ClusterClient(KubeTransport):
                 break
             self._sleep(SETTLE_STEP_SECONDS)
         return held
+
+    def pods_gone(
+        self,
+        kind: Kind,
+        name: str,
+        *,
+        uid: str,
+        run_id: str,
+        stage: str,
+        attempt: int,
+        within: float = GONE_WITHIN_SECONDS,
+    ) -> bool:
+        """Whether every pod of a workload just deleted (of this ``uid``) is gone: its containers
+        exited and the kubelet removed it, so its log has its last line. Read every
+        SETTLE_STEP_SECONDS for at most ``within`` seconds; False when some pod outlived that.
+        Raises what the API raises."""
+        from kubernetes.client.exceptions import ApiException
+
+        workload = _deleted(kind, name, uid, run_id, stage, attempt)
+        for _ in range(max(1, int(within / SETTLE_STEP_SECONDS)) + 1):
+            try:
+                if not self._pods_of(kind, workload):
+                    return True
+            except ApiException as exc:
+                raise _api_failure(exc, f"pods of deleted {kind} {name}") from exc
+            self._sleep(SETTLE_STEP_SECONDS)
+        return False
 
     def _events_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """Events on the workload, and on the Kueue Workload Kueue made for it (named
@@ -363,3 +387,12 @@ class ClusterClient(KubeTransport):
                 )
             )
         return sorted(out, key=lambda o: (o.run_id, o.created_at or datetime.min.replace(tzinfo=UTC), o.name))
+
+
+def _deleted(kind: Kind, name: str, uid: str, run_id: str, stage: str, attempt: int) -> Obj:
+    """A deleted workload as ``_pods_of`` finds its pods: the object is gone, so by its controller's
+    labels (or the run labels) and its UID."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    labels = {identity.LABEL_RUN: run_id, identity.LABEL_STAGE: stage, identity.LABEL_ATTEMPT: str(attempt)}
+    return {"metadata": {"name": name, "uid": uid, "labels": labels}}

@@ -88,12 +88,17 @@ def _worker(name: str, labels: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def training(env: dict[str, Any]) -> Iterator[tuple[StageService, Clock, str]]:
+def training(
+    env: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[StageService, Clock, str]]:
     """A run whose training JobSet is launched, with a service whose cluster client reads the
     test's clock; the kubelet played: a pod whose deletion is asked exits EXIT_AFTER later. The
     pods left (their finalizer) are removed afterwards."""
     clock = Clock(T0)
     cluster = ClusterClient.from_settings(env["service"].settings, sleep=clock.sleep, now=clock.now)
+    # The pods stay (their finalizer) so that their ends can be read: the head's log read after the
+    # delete does not wait for them to go here (tests/e2e/test_retry_e2e.py waits for real ones).
+    monkeypatch.setattr(cluster, "pods_gone", lambda *args, **kwargs: True)
     service = replace(env["service"], cluster=cluster)
     kube: KubeApiServer = env["kube"]
     run_id = "rchipcancel1"

@@ -83,6 +83,10 @@ class PodsToEnd(Protocol):
         self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int
     ) -> dict[str, float]: ...
 
+    def pods_gone(
+        self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int
+    ) -> bool: ...
+
 
 @dataclass
 class StageService:
@@ -707,6 +711,59 @@ class StageService:
                     workload=w.name,
                     error=f"{type(exc).__name__}: {exc}",
                 )
+
+    def read_to_end(self, run_id: str, held: list[HeldWorkload]) -> None:
+        """After the delete of ``held``: each train attempt's head log read once more, once its pods
+        are gone (Cloud Logging keeps the lines of a pod that is gone), so that the evaluations and
+        the step it printed up to its real end are recorded, with the newest committed checkpoint,
+        which is what a retry resumes from. Without this a cancel between two of the workflow's
+        polls lost what the head printed since the last one (evaluations at steps 40 and 50), and
+        the retry hint named a step the retry did not resume from. Never raises: an attempt whose
+        read fails keeps what was recorded before."""
+        log = self.log.bind(run_id=run_id)
+        for w in held:
+            if w.stage != "train":
+                continue
+            try:
+                self._read_one_to_end(run_id, w, log)
+            except Exception as exc:  # what was recorded before stands
+                log.warning(
+                    "cancel: the head's log could not be read to its end",
+                    workload=w.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+
+    def _read_one_to_end(self, run_id: str, w: HeldWorkload, log: Logger) -> None:
+        record = self.ledger.get(run_id)
+        if record is None:
+            return
+        cluster = self._cluster(record)
+        gone = not isinstance(cluster, PodsToEnd) or cluster.pods_gone(
+            w.kind, w.name, uid=w.uid, run_id=run_id, stage=w.stage, attempt=w.attempt
+        )
+        if not gone:
+            log.warning("cancel: a pod outlived the wait; its last lines may be unread", workload=w.name)
+        progress, seen, cursor, _ = self._read_train_log(record, w.name, w.attempt)
+        req = Request.model_validate(record.request)
+        run = layout.RunLayout(
+            self.artifacts.bucket_name, run_id, scope=self.settings.teams().cache_scope(record.team)
+        )
+        committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
+        moved = cursor.to_json() if cursor is not None else None
+
+        def change(r: RunRecord) -> tuple[str | None, None]:
+            a = r.attempt_record(w.stage, w.attempt)
+            if a is None:
+                return None, None
+            reading = phase_record.Reading(
+                a.phase, None, progress, seen, layout.final_step_for(req), {}, moved
+            )
+            what, _ = phase_record.apply(r, w.stage, w.attempt, reading, self.settings.prices_json)
+            if a.committed_step != committed:
+                a.committed_step, what = committed, what or "progress"
+            return what, None
+
+        self.ledger.update(run_id, change, detail=lambda r: {"stage": w.stage, "attempt": w.attempt})
 
     def _record_chips(self, run_id: str, stage: str, attempt: int, held: Mapping[str, float]) -> None:
         prices = self.settings.prices_json
