@@ -250,6 +250,42 @@ def test_a_cancelled_run_before_training_says_it_starts_from_the_beginning() -> 
     assert "rlpipe retry rcancel00001" in text and "no training had started" in text
 
 
+@pytest.mark.parametrize(
+    ("committed", "says"),
+    [
+        (30, "resumes from its newest committed checkpoint, step 30 (the head had reached step 43)"),
+        (
+            0,
+            "no checkpoint was committed, so training starts from the beginning (the head had reached step 43)",
+        ),
+    ],
+)
+def test_a_cancelled_run_read_to_its_heads_end_names_the_checkpoint_the_retry_uses(
+    committed: int, says: str
+) -> None:
+    """The hint said "from its newest committed checkpoint (it had reached step 36)" and the retry
+    resumed from step 50: once a cancel read the head to its end, the hint names the step the
+    retry resumes from, or that nothing was committed."""
+    from rlpipe.cli.watch import summary
+    from rlpipe.core.runs.record import Attempt
+
+    cancelled = _record("rcancel00002", "cancelled")
+    cancelled.failure = Failure(tag="cancelled", message="cancelled by rlpipe cancel", stage="train")
+    cancelled.progress = {"step": 43}
+    cancelled.attempts = [
+        Attempt(
+            stage="train",
+            attempt=1,
+            workload="rcancel00002-train-a1",
+            launched_at="2026-12-05T10:00:00.000000Z",
+            phase="cancelled",
+            committed_step=committed,
+        )
+    ]
+    text = summary(cancelled)
+    assert "rlpipe retry rcancel00002" in text and says in text, text
+
+
 def test_the_demo_names_no_link_to_a_hub_that_stops_with_it() -> None:
     from rlpipe.cli.watch import summary
     from rlpipe.core.runs.record import Attempt

@@ -79,6 +79,7 @@ LOCAL_ONLY_ENV = {
     "RLPIPE_TARGET",
     "RLPIPE_IMPERSONATE_SERVICE_ACCOUNT",  # the CLI's ID token for stage (cli_env sets it)
     "RLPIPE_DEBUG",  # the CLI's: an unexpected error prints its traceback (cli/errors.py)
+    "RLPIPE_PAGES_DIR",  # the CLI's: where report and compare write a page without -o (cli/output_files.py)
 }
 # Programs that run in a workload's container, whose environment its manifest sets (the publish
 # Job's RLPIPE_MODEL_CARD: tests/golden/*-publish/publish.yaml), never a function's.

@@ -57,6 +57,7 @@ from rlpipe.report.charts import (
     RoundMark,
     Series,
     Skip,
+    finite,
     fmt_accuracy,
     fmt_reward,
     legend_label,
@@ -369,7 +370,7 @@ def compare_figure(lines: Sequence[RunLine]) -> Any:
         labels = []
         any_stopped = False
         for i, line in enumerate(lines):
-            xy = [(p.step, p.mean_reward) for p in line.points if p.mean_reward is not None]
+            xy = [(p.step, v) for p in line.points if (v := finite(p.mean_reward)) is not None]
             if not xy:
                 continue
             colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]

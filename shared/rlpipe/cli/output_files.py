@@ -27,7 +27,14 @@ def output_path(given: str | None, default: str) -> Path:
     stack's, not the user's) or in the current folder."""
     if not given and (pages := os.environ.get(PAGES_DIR, "")):
         folder = Path(pages)
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file of that name, or a folder we may not write in
+            raise CliError(
+                ExitCode.INVALID_INPUT,
+                f"{PAGES_DIR}={folder}: could not make the pages folder ({exc.strerror or type(exc).__name__}); "
+                "give -o a file, or set RLPIPE_PAGES_DIR to a folder you may write in",
+            ) from exc
         return folder / default
     path = Path(given or default)
     folder = path.parent

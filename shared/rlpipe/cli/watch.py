@@ -393,7 +393,11 @@ def next_step(record: RunRecord) -> str | None:
     step = trained_steps(record)
     trains = [a for a in record.attempts if a.stage == "train"]
     committed = trains[-1].committed_step if trains else None
-    if committed is not None:  # read once a cancel's pods were gone: what the retry will use
+    if committed == 0:  # read once a cancel's pods were gone: nothing was committed
+        resume = "no checkpoint was committed, so training starts from the beginning" + (
+            f" (the head had reached step {step})" if step is not None else ""
+        )
+    elif committed is not None:  # read once a cancel's pods were gone: what the retry will use
         resume = f"training resumes from its newest committed checkpoint, step {committed}" + (
             f" (the head had reached step {step})" if step is not None and step != committed else ""
         )

@@ -46,10 +46,6 @@ log = logging.getLogger("rlpipe.cluster")
 # and then their pods, so the pods' deletionTimestamps appear shortly after it, not with it.
 SETTLE_READS = 10
 SETTLE_STEP_SECONDS = 1.0
-# A cancelled train attempt's head log is read to its end once its pods are gone: at most this
-# long after the delete (a pod's default terminationGracePeriodSeconds, 30 s, and room for the
-# garbage collector to reach it), read every SETTLE_STEP_SECONDS.
-GONE_WITHIN_SECONDS = 45.0
 
 
 class ClusterClient(KubeTransport):
@@ -206,7 +202,7 @@ class ClusterClient(KubeTransport):
         run_id: str,
         stage: str,
         attempt: int,
-        within: float = GONE_WITHIN_SECONDS,
+        within: float,
     ) -> bool:
         """Whether every pod of a workload just deleted (of this ``uid``) is gone: its containers
         exited and the kubelet removed it, so its log has its last line. Read every
@@ -215,13 +211,15 @@ class ClusterClient(KubeTransport):
         from kubernetes.client.exceptions import ApiException
 
         workload = _deleted(kind, name, uid, run_id, stage, attempt)
-        for _ in range(max(1, int(within / SETTLE_STEP_SECONDS)) + 1):
+        checks = max(0, int(within / SETTLE_STEP_SECONDS)) + 1
+        for check in range(checks):
             try:
                 if not self._pods_of(kind, workload):
                     return True
             except ApiException as exc:
                 raise _api_failure(exc, f"pods of deleted {kind} {name}") from exc
-            self._sleep(SETTLE_STEP_SECONDS)
+            if check < checks - 1:
+                self._sleep(SETTLE_STEP_SECONDS)
         return False
 
     def _events_of(self, kind: Kind, obj: Obj) -> list[Obj]:

@@ -87,9 +87,9 @@ def retry_order(body: dict[str, Any]) -> retry_rounds.RetryOrder:
 
 def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dict[str, Any]:
     """The chip-hours its live attempts' pods held recorded, the run's workloads deleted, their
-    pods' chip-hours recorded again up to each pod's own end (``StageService.record_ended``) and a
-    train attempt's head log read to its pod's end (``StageService.read_to_end``), then the run
-    finished ``cancelled`` by ``caller``; the answer is the finish's status message with
+    pods' chip-hours recorded again up to each pod's own end (``StageService.record_ended``), the
+    run finished ``cancelled`` by ``caller``, and then a train attempt's head log read to its pod's
+    end (``StageService.read_to_end``: it only adds to the finished run); the answer is the finish's status message with
     ``deleted`` (and ``cleanup_error`` when cleanup failed).
 
     A cleanup that fails is reported, not fatal: the run is still finished, an execution left
@@ -107,11 +107,12 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     except Exception as exc:  # the cluster or the bucket refused: the run is still finished
         answer["cleanup_error"] = f"{type(exc).__name__}: {exc}".strip()
         log.warning("cancel: cleanup failed (reconcile deletes what is left)", error=answer["cleanup_error"])
-    else:  # the pods are ending: counted to their own ends, and the head's log read to its end
-        service.record_ended(run_id, held)  # (neither raises)
-        service.read_to_end(run_id, held)
+    else:  # the pods are ending: counted to their own ends (never raises)
+        service.record_ended(run_id, held)
     failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
+    if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
+        service.read_to_end(run_id, held)
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}
 

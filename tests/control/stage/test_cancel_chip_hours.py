@@ -275,3 +275,34 @@ def test_cancelling_a_sweep_charges_a_live_child_up_to_its_pods_own_end(
         assert _chip_hours(env, child) == pytest.approx(4 * 3620 / 3600)
     finally:
         kube.modify("pods", f"{name}-w0", lambda p: p["metadata"].pop("finalizers", None), namespace=NS)
+
+
+def test_the_read_to_the_heads_end_waits_for_the_pods_to_go_for_as_long_as_it_is_given(
+    env: dict[str, Any], training: tuple[StageService, Clock, str]
+) -> None:
+    """A cancel reads the head's log once its pods are gone, within the stage function's deadline:
+    a pod its finalizer keeps is waited for ``within`` seconds, one read a second, and no sleep
+    after the last read; once the kubelet removes it the wait ends at the next read."""
+    service, clock, name = training
+    kube: KubeApiServer = env["kube"]
+    jobset = kube.get("jobsets", name, namespace=NS)
+    uid = jobset["metadata"]["uid"]
+    labels = {
+        **{k: v for k, v in jobset["metadata"]["labels"].items() if k.startswith("rlpipe.dev/")},
+        "jobset.sigs.k8s.io/jobset-name": name,
+        "jobset.sigs.k8s.io/jobset-uid": uid,
+    }
+    kube.create("pods", _worker(f"{name}-w0", labels), namespace=NS)
+    where = {"uid": uid, "run_id": "rchipcancel1", "stage": "train", "attempt": 1}
+    cluster = service.cluster
+    assert ClusterClient.pods_gone(cluster, "JobSet", name, **where, within=3) is False
+    assert clock.sleeps == [1.0, 1.0, 1.0]  # four reads, no sleep after the last
+
+    def removed() -> None:  # the kubelet: the container exited and the pod is gone
+        kube.modify("pods", f"{name}-w0", lambda p: p["metadata"].pop("finalizers", None), namespace=NS)
+        kube.delete("pods", f"{name}-w0", namespace=NS)
+
+    clock.sleeps.clear()
+    clock.on_sleep = removed
+    assert ClusterClient.pods_gone(cluster, "JobSet", name, **where, within=10) is True
+    assert clock.sleeps == [1.0]  # gone at the read after the first wait

@@ -72,6 +72,12 @@ class HeldWorkload:
     uid: str
 
 
+# A cancelled train attempt's head log is read to its end once its pods are gone: they get this
+# long in all after the run is finished. The stage function answers within 60 s
+# (infra/terraform/functions.tf), and the reads before this take up to about 10 s.
+GONE_WITHIN_SECONDS = 20.0
+
+
 @runtime_checkable
 class PodsToEnd(Protocol):
     """A cluster that reads a deleted workload's pods up to their own ends
@@ -84,7 +90,7 @@ class PodsToEnd(Protocol):
     ) -> dict[str, float]: ...
 
     def pods_gone(
-        self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int
+        self, kind: Kind, name: str, *, uid: str, run_id: str, stage: str, attempt: int, within: float
     ) -> bool: ...
 
 
@@ -712,20 +718,23 @@ class StageService:
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
-    def read_to_end(self, run_id: str, held: list[HeldWorkload]) -> None:
+    def read_to_end(self, run_id: str, held: list[HeldWorkload], within: float = GONE_WITHIN_SECONDS) -> None:
         """After the delete of ``held``: each train attempt's head log read once more, once its pods
         are gone (Cloud Logging keeps the lines of a pod that is gone), so that the evaluations and
-        the step it printed up to its real end are recorded, with the newest committed checkpoint,
-        which is what a retry resumes from. Without this a cancel between two of the workflow's
-        polls lost what the head printed since the last one (evaluations at steps 40 and 50), and
-        the retry hint named a step the retry did not resume from. Never raises: an attempt whose
-        read fails keeps what was recorded before."""
+        the step it printed up to its end are recorded, with the newest committed checkpoint, which
+        is what a retry resumes from. Without this a cancel between two of the workflow's polls
+        lost what the head printed since the last one (evaluations at steps 40 and 50), and the
+        retry hint named a step the retry did not resume from. The pods get ``within`` seconds in
+        all to go (the stage function's own deadline bounds the cancel); an attempt whose pods
+        outlive it is read as far as its log goes, and no checkpoint is named for it. Never raises:
+        an attempt whose read fails keeps what was recorded before."""
         log = self.log.bind(run_id=run_id)
+        deadline = time.monotonic() + within
         for w in held:
             if w.stage != "train":
                 continue
             try:
-                self._read_one_to_end(run_id, w, log)
+                self._read_one_to_end(run_id, w, max(0.0, deadline - time.monotonic()), log)
             except Exception as exc:  # what was recorded before stands
                 log.warning(
                     "cancel: the head's log could not be read to its end",
@@ -733,22 +742,29 @@ class StageService:
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
-    def _read_one_to_end(self, run_id: str, w: HeldWorkload, log: Logger) -> None:
+    def _read_one_to_end(self, run_id: str, w: HeldWorkload, within: float, log: Logger) -> None:
         record = self.ledger.get(run_id)
         if record is None:
             return
         cluster = self._cluster(record)
-        gone = not isinstance(cluster, PodsToEnd) or cluster.pods_gone(
-            w.kind, w.name, uid=w.uid, run_id=run_id, stage=w.stage, attempt=w.attempt
+        gone = isinstance(cluster, PodsToEnd) and cluster.pods_gone(
+            w.kind, w.name, uid=w.uid, run_id=run_id, stage=w.stage, attempt=w.attempt, within=within
         )
         if not gone:
-            log.warning("cancel: a pod outlived the wait; its last lines may be unread", workload=w.name)
+            log.warning(
+                "cancel: the head's pods outlived the wait; its last lines may be unread", workload=w.name
+            )
+        record = (
+            self.ledger.get(run_id) or record
+        )  # read again: a poll may have moved its log cursor meanwhile
         progress, seen, cursor, _ = self._read_train_log(record, w.name, w.attempt)
         req = Request.model_validate(record.request)
-        run = layout.RunLayout(
-            self.artifacts.bucket_name, run_id, scope=self.settings.teams().cache_scope(record.team)
-        )
-        committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
+        committed: int | None = None
+        if gone:  # nothing can commit any more: 0 when no step was committed (a retry starts afresh)
+            run = layout.RunLayout(
+                self.artifacts.bucket_name, run_id, scope=self.settings.teams().cache_scope(record.team)
+            )
+            committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run) or 0
         moved = cursor.to_json() if cursor is not None else None
 
         def change(r: RunRecord) -> tuple[str | None, None]:
@@ -759,7 +775,7 @@ class StageService:
                 a.phase, None, progress, seen, layout.final_step_for(req), {}, moved
             )
             what, _ = phase_record.apply(r, w.stage, w.attempt, reading, self.settings.prices_json)
-            if a.committed_step != committed:
+            if committed is not None and a.committed_step != committed:
                 a.committed_step, what = committed, what or "progress"
             return what, None
 

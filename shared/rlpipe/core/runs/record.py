@@ -120,7 +120,7 @@ class Attempt(_Model):
     reason: str | None = None
     resume_step: int | None = None
     # The newest committed checkpoint when a cancel ended the attempt, read once its pods were gone:
-    # what a retry resumes from (a train attempt only; None: not read, or none committed).
+    # what a retry resumes from (a train attempt only; 0: none was committed; None: not read).
     committed_step: int | None = None
     # TPU chip-hours its pods held (core.chip_hours): pod_chip_hours added up (at least the total a
     # record from before pods were kept one by one had)

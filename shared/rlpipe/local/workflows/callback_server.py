@@ -49,9 +49,6 @@ class CallbackServer:
 def _make_handler(registry: CallbackRegistry, clock: Clock) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = (
-            True  # headers and body go out in two writes: avoid 40 ms delayed-ACK stalls
-        )
 
         def setup(self) -> None:
             super().setup()
