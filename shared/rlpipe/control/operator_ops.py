@@ -89,7 +89,7 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     """The chip-hours its live attempts' pods held recorded, the run's workloads deleted, their
     pods' chip-hours recorded again up to each pod's own end (``StageService.record_ended``), the
     run finished ``cancelled`` by ``caller``, and then a train attempt's head log read to its pod's
-    end (``StageService.read_to_end``: it only adds to the finished run); the answer is the finish's status message with
+    end (``control.stage.cancel_read``: it only adds to the finished run); the answer is the finish's status message with
     ``deleted`` (and ``cleanup_error`` when cleanup failed).
 
     A cleanup that fails is reported, not fatal: the run is still finished, an execution left
@@ -112,7 +112,9 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
     if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
-        service.read_to_end(run_id, held)
+        from rlpipe.control.stage.cancel_read import read_to_end
+
+        read_to_end(service, run_id, held)
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}
 

@@ -72,12 +72,6 @@ class HeldWorkload:
     uid: str
 
 
-# A cancelled train attempt's head log is read to its end once its pods are gone: they get this
-# long in all after the run is finished. The stage function answers within 60 s
-# (infra/terraform/functions.tf), and the reads before this take up to about 10 s.
-GONE_WITHIN_SECONDS = 20.0
-
-
 @runtime_checkable
 class PodsToEnd(Protocol):
     """A cluster that reads a deleted workload's pods up to their own ends
@@ -129,7 +123,7 @@ class StageService:
         Secrets and quota are there), or the deployment's when it declares no teams."""
         return self.settings.teams().namespace_of(record.team, self.settings.namespace)
 
-    def _cluster(self, record: RunRecord) -> Cluster:
+    def cluster_for(self, record: RunRecord) -> Cluster:
         """The cluster client for the run's namespace (one connection, another namespace)."""
         namespace = self._namespace(record)
         return self.cluster if namespace == self.settings.namespace else self.cluster.in_namespace(namespace)
@@ -343,7 +337,7 @@ class StageService:
             run = ctx.run
             resume = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run)
         # Older attempts of this stage must not keep holding the slice while the new one waits.
-        cluster = self._cluster(record)
+        cluster = self.cluster_for(record)
         for old in record.attempts:
             if old.stage == stage and old.attempt < attempt and old.phase not in ("deleted",):
                 cluster.delete(KIND[stage], old.workload)
@@ -393,7 +387,7 @@ class StageService:
         if known is not None and known.phase == reported.STOPPED_TAG:  # a read again after its stop
             return self._stopped(record, attempt, known.reason or "stopped early", execution_id, log)
         name = workload_name(run_id, stage, attempt)
-        ws = self._cluster(record).status(
+        ws = self.cluster_for(record).status(
             name,
             kind=KIND[stage],
             retryable_exit_codes=TRANSIENT_EXIT_CODES
@@ -405,7 +399,7 @@ class StageService:
         progress = seen = cursor = None
         ended: train_verdict.TrainOutcome | None = None
         if stage == "train" and ws.phase in ("running", "succeeded", "failed"):
-            progress, seen, cursor, found = self._read_train_log(record, name, attempt)
+            progress, seen, cursor, found = self.read_train_log(record, name, attempt)
             if ws.phase == "succeeded":
                 ended = self._train_end(record, req, attempt, progress, log_read=found)
         ctx = self._context(record)
@@ -474,14 +468,14 @@ class StageService:
             "progress": progress,
         }
 
-    def _read_train_log(
+    def read_train_log(
         self, record: RunRecord, name: str, attempt: int
     ) -> tuple[dict[str, Any], dict[str, Any], LogCursor | None, bool]:
         reader = self.cloud_logs
         namespace = self._namespace(record)
         if reader is not None and namespace != self.settings.namespace:  # the team's pods' lines
             reader = cloud_logs.head_reader(replace(self.settings, namespace=namespace))
-        return train_status.read_train_log(self._cluster(record), reader, record, name, attempt)
+        return train_status.read_train_log(self.cluster_for(record), reader, record, name, attempt)
 
     def _train_end(
         self, record: RunRecord, req: Request, attempt: int, progress: dict[str, Any], *, log_read: bool
@@ -536,7 +530,7 @@ class StageService:
     ) -> dict[str, Any]:
         """Its sweep's rule stopped this child: its workloads deleted (the slice goes back), the
         attempt ended ``stopped`` with the chip-hours it held, then the run finished (``_stopped``)."""
-        deleted = self._cluster(record).delete_run(record.run_id)
+        deleted = self.cluster_for(record).delete_run(record.run_id)
         why = {"tag": reported.STOPPED_TAG, "message": stop.reason, "rule": reported.SWEEP_EARLY_STOPPED}
         self._record_phase(
             record.run_id, "train", attempt, phase_record.Reading("stopped", why, chips=chips), log
@@ -565,7 +559,7 @@ class StageService:
             "rule": reported.SWEEP_EARLY_STOPPED,
         }
         if not deleted and not record.terminal:  # a stop interrupted before its end
-            self._cluster(record).delete_run(record.run_id)
+            self.cluster_for(record).delete_run(record.run_id)
         self.finish(record.run_id, reported.STOPPED_TAG, failure, execution_id=execution_id)
         answer = {"tag": reported.STOPPED_TAG, "message": reason, "rule": reported.SWEEP_EARLY_STOPPED}
         return {"phase": "failed", "failure": answer, "reason": reason, "artifact": None, "progress": None}
@@ -624,7 +618,7 @@ class StageService:
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
             held = self.record_held(run_id)  # what its pods held up to now, before they go
-            self._cluster(record).delete_run(run_id)  # a group's members are of its team
+            self.cluster_for(record).delete_run(run_id)  # a group's members are of its team
             self.record_ended(run_id, held)  # and through their termination, to their own ends
             self.finish(run_id, "cancelled", failure, caller=caller)
 
@@ -665,7 +659,7 @@ class StageService:
             return []
         if record is None:
             return []
-        cluster = self._cluster(record)
+        cluster = self.cluster_for(record)
         read: list[HeldWorkload] = []
         for a in record.attempts:
             if a.finished_at is not None:
@@ -701,7 +695,7 @@ class StageService:
             return
         if record is None:
             return
-        cluster = self._cluster(record)
+        cluster = self.cluster_for(record)
         if not isinstance(cluster, PodsToEnd):
             return
         for w in held:
@@ -718,69 +712,6 @@ class StageService:
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
-    def read_to_end(self, run_id: str, held: list[HeldWorkload], within: float = GONE_WITHIN_SECONDS) -> None:
-        """After the delete of ``held``: each train attempt's head log read once more, once its pods
-        are gone (Cloud Logging keeps the lines of a pod that is gone), so that the evaluations and
-        the step it printed up to its end are recorded, with the newest committed checkpoint, which
-        is what a retry resumes from. Without this a cancel between two of the workflow's polls
-        lost what the head printed since the last one (evaluations at steps 40 and 50), and the
-        retry hint named a step the retry did not resume from. The pods get ``within`` seconds in
-        all to go (the stage function's own deadline bounds the cancel); an attempt whose pods
-        outlive it is read as far as its log goes, and no checkpoint is named for it. Never raises:
-        an attempt whose read fails keeps what was recorded before."""
-        log = self.log.bind(run_id=run_id)
-        deadline = time.monotonic() + within
-        for w in held:
-            if w.stage != "train":
-                continue
-            try:
-                self._read_one_to_end(run_id, w, max(0.0, deadline - time.monotonic()), log)
-            except Exception as exc:  # what was recorded before stands
-                log.warning(
-                    "cancel: the head's log could not be read to its end",
-                    workload=w.name,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-
-    def _read_one_to_end(self, run_id: str, w: HeldWorkload, within: float, log: Logger) -> None:
-        record = self.ledger.get(run_id)
-        if record is None:
-            return
-        cluster = self._cluster(record)
-        gone = isinstance(cluster, PodsToEnd) and cluster.pods_gone(
-            w.kind, w.name, uid=w.uid, run_id=run_id, stage=w.stage, attempt=w.attempt, within=within
-        )
-        if not gone:
-            log.warning(
-                "cancel: the head's pods outlived the wait; its last lines may be unread", workload=w.name
-            )
-        record = (
-            self.ledger.get(run_id) or record
-        )  # read again: a poll may have moved its log cursor meanwhile
-        progress, seen, cursor, _ = self._read_train_log(record, w.name, w.attempt)
-        req = Request.model_validate(record.request)
-        committed: int | None = None
-        if gone:  # nothing can commit any more: 0 when no step was committed (a retry starts afresh)
-            run = layout.RunLayout(
-                self.artifacts.bucket_name, run_id, scope=self.settings.teams().cache_scope(record.team)
-            )
-            committed = layout.latest_committed_step(self.artifacts.list(run.checkpoints), run) or 0
-        moved = cursor.to_json() if cursor is not None else None
-
-        def change(r: RunRecord) -> tuple[str | None, None]:
-            a = r.attempt_record(w.stage, w.attempt)
-            if a is None:
-                return None, None
-            reading = phase_record.Reading(
-                a.phase, None, progress, seen, layout.final_step_for(req), {}, moved
-            )
-            what, _ = phase_record.apply(r, w.stage, w.attempt, reading, self.settings.prices_json)
-            if committed is not None and a.committed_step != committed:
-                a.committed_step, what = committed, what or "progress"
-            return what, None
-
-        self.ledger.update(run_id, change, detail=lambda r: {"stage": w.stage, "attempt": w.attempt})
-
     def _record_chips(self, run_id: str, stage: str, attempt: int, held: Mapping[str, float]) -> None:
         prices = self.settings.prices_json
         self.ledger.update(
@@ -793,7 +724,7 @@ class StageService:
         record = self.ledger.get(run_id)
         if record is not None:
             require_owner(record, execution_id)  # a lagging execution must not delete the live attempt
-        deleted = (self._cluster(record) if record is not None else self.cluster).delete_run(run_id)
+        deleted = (self.cluster_for(record) if record is not None else self.cluster).delete_run(run_id)
         if self.ledger.get(run_id) is not None:
             self.ledger.note(run_id, "cleanup", {"deleted": deleted})
         self.log.bind(run_id=run_id).info("cleaned up", deleted=deleted)
