@@ -145,6 +145,22 @@ PLAN_SWEEP_SCHEMA: dict[str, Any] = {
                         "best_case": {"type": "string"},
                         "exact": {"type": "boolean"},
                         "assumption": {"type": "string"},
+                        "stop_delay": {
+                            "type": ["object", "null"],
+                            "additionalProperties": False,
+                            "required": [
+                                "poll_seconds",
+                                "steps_per_stopped_child",
+                                "best_steps",
+                                "best_fraction",
+                            ],
+                            "properties": {
+                                "poll_seconds": {"type": "number"},
+                                "steps_per_stopped_child": {"type": ["integer", "null"]},
+                                "best_steps": {"type": ["integer", "null"]},
+                                "best_fraction": {"type": ["number", "null"]},
+                            },
+                        },
                     },
                 },
             ]

@@ -60,6 +60,34 @@ def test_asha_on_16_children_shows_its_rungs_and_bounds(
     assert stop["best_case"] == "14 children stopped at step 10; 2 train to the final step 100"
 
 
+def test_the_best_case_counts_the_steps_a_stopped_child_trains_before_its_stop_lands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's children stopped at step 10 trained to step 20: the control plane judges a child
+    when it reads its status (the workflow's poll at the latest), and the plan's best case assumed
+    they stop at the rung. With a 60 s poll and 9 s a step, each stopped child trains on up to
+    ceil(60 / 9) = 7 more steps: 340 + 14 × 7 = 438 of 1600 (0.27375, kept as 0.2737: the float lies
+    just below the half)."""
+    monkeypatch.setenv("RLPIPE_CALLBACK_TIMEOUT_SECONDS", "60")
+    path = _file(tmp_path, _sweep("asha"))
+    delay = _plan(capsys, path, "--step-seconds", "9")["sweep"]["early_stop"]["stop_delay"]
+    assert delay == {
+        "poll_seconds": 60,
+        "steps_per_stopped_child": 7,
+        "best_steps": 438,
+        "best_fraction": 0.2737,
+    }
+    assert cli.main(["plan", path, "--step-seconds", "9"]) == ExitCode.OK
+    text = capsys.readouterr().out
+    assert (
+        "every 60 s at most): up to 7 more steps each at the given step time; at best 438 steps with it (27.4% of none)"
+        in text
+    )
+    assert (
+        _plan(capsys, path)["sweep"]["early_stop"]["stop_delay"]["best_steps"] is None
+    )  # no step time: not counted
+
+
 def test_without_step_seconds_the_text_gives_steps_and_the_fraction(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

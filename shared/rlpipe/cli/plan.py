@@ -174,6 +174,7 @@ def cmd_plan(args: argparse.Namespace, settings: Callable[[], Any] | None = None
             parent_run_id=run_id,
             step_seconds=args.step_seconds,
             prices=prices,
+            poll_seconds=deployment.callback_timeout_seconds,  # how often the workflow reads a child
         )
     if pinned:
         plan["hub_check"] = pinned
@@ -327,6 +328,7 @@ def sweep_plan(
     parent_run_id: str,
     step_seconds: float | None,
     prices: dict[str, Any] | None,
+    poll_seconds: float | None = None,
 ) -> dict[str, Any]:
     """Each child of the sweep planned as the run it becomes (``plan_of(child request, run id)``,
     the single plan): its point, final step, and its chip-hours and cost at the request's
@@ -379,7 +381,12 @@ def sweep_plan(
             "cost": round(total_cost, 2) if total_cost is not None else None,
         },
         "early_stop": plan_entry(
-            spec.stopping, [(c.index, c.request) for c in children], parallel, total_hours
+            spec.stopping,
+            [(c.index, c.request) for c in children],
+            parallel,
+            total_hours,
+            poll_seconds=poll_seconds,
+            step_seconds=step_seconds,
         ),
     }
 
@@ -455,6 +462,20 @@ def render_early_stop(stop: dict[str, Any], select: dict[str, Any] | None) -> li
             "  chip-hours of the rule: pass --step-seconds to estimate them (the steps above are exact)"
         )
     lines.append(f"  best case: {stop['best_case']}")
+    delay = stop.get("stop_delay")
+    if delay:
+        poll = f"the workflow reads a child's status every {delay['poll_seconds']:g} s at most"
+        if delay["best_steps"] is not None:
+            lines.append(
+                f"  stop delay: a stopped child trains on until its stop lands ({poll}): up to "
+                f"{delay['steps_per_stopped_child']} more steps each at the given step time; at best "
+                f"{bound}{delay['best_steps']} steps with it ({delay['best_fraction']:.1%} of none)"
+            )
+        else:
+            lines.append(
+                f"  stop delay: a stopped child trains on until its stop lands ({poll}); "
+                "pass --step-seconds to count those steps"
+            )
     lines.append(f"  assumes: {stop['assumption']}")
     return lines
 

@@ -44,6 +44,7 @@ chip-hours.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -146,10 +147,20 @@ def plan_entry(
     children: Sequence[tuple[int, Request]],
     max_parallel: int,
     none_chip_hours: float | None,
+    *,
+    poll_seconds: float | None = None,
+    step_seconds: float | None = None,
 ) -> dict[str, Any] | None:
     """The plan's ``sweep.early_stop`` (docs/plan.md): the rule, the steps it judges at, and the
     best and worst it allows against ``none`` in training steps, as a fraction, and in chip-hours
-    when the plan has them (``none_chip_hours``: the sweep's total). None: the sweep stops nobody."""
+    when the plan has them (``none_chip_hours``: the sweep's total). None: the sweep stops nobody.
+
+    ``stop_delay``: a child the rule stops does not stop at the step it is judged at. The control
+    plane judges it when it reads the child's status, at the workflow's next poll
+    (``poll_seconds``, the deployment's RLPIPE_CALLBACK_TIMEOUT_SECONDS) at the latest, and the
+    child trains on until its workload is deleted. With ``step_seconds`` that delay is counted:
+    each child the best case stops trains up to ``ceil(poll / step)`` more training steps (never
+    past its final step), and ``best_steps`` is the best case with them."""
     if stop.rule == "none":
         return None
     kids = [child_steps(index, stop, request) for index, request in children]
@@ -174,6 +185,29 @@ def plan_entry(
         "best_case": _best_case(b, kids),
         "exact": b.tight,
         "assumption": ASSUMPTION,
+        "stop_delay": _stop_delay(b, kids, poll_seconds, step_seconds) if poll_seconds else None,
+    }
+
+
+def _stop_delay(
+    b: Bound, kids: Sequence[ChildSteps], poll_seconds: float, step_seconds: float | None
+) -> dict[str, Any]:
+    """The best case with each stopped child's delay counted (``plan_entry``); steps null without
+    ``step_seconds``, or when who stops where is not known (the children's steps differ)."""
+    per_child = math.ceil(poll_seconds / step_seconds) if step_seconds else None
+    best: int | None = None
+    if per_child is not None and b.best_by_child is not None:
+        finals = {k.index: (k.final, k.per_step) for k in kids}
+        best = 0
+        for index, step in b.best_by_child.items():
+            final, per_step = finals[index]
+            trained = step * per_step
+            best += trained if step == final else min(trained + per_child, final * per_step)
+    return {
+        "poll_seconds": poll_seconds,
+        "steps_per_stopped_child": per_child,
+        "best_steps": best,
+        "best_fraction": round(best / b.none_steps, 4) if best is not None and b.none_steps else None,
     }
 
 
