@@ -250,7 +250,9 @@ def test_cancelling_a_sweep_charges_a_live_child_up_to_its_pods_own_end(
     env: dict[str, Any], buckets: Buckets, training: tuple[StageService, Clock, str]
 ) -> None:
     """The parent's cancel ends each child (``end_member``): a child training since T0 on one
-    worker, cancelled at TC, its worker exiting 20 s after its deletion: 4 × 3620 / 3600."""
+    worker, cancelled at TC, its worker exiting 20 s after its deletion: 4 × 3620 / 3600. And the
+    child's head is read to its end as a run's cancel reads it: once its pods are gone, its newest
+    committed checkpoint is named (none here: 0), so that its retry hint is exact."""
     service, clock, _ = training
     kube: KubeApiServer = env["kube"]
     ledger, parent, children = _claimed(buckets)
@@ -273,6 +275,8 @@ def test_cancelling_a_sweep_charges_a_live_child_up_to_its_pods_own_end(
         ended = ledger.get(child)
         assert ended is not None and ended.state == "cancelled"
         assert _chip_hours(env, child) == pytest.approx(4 * 3620 / 3600)
+        train = ended.attempt_record("train", 1)
+        assert train is not None and train.committed_step == 0  # None: the head was never read to its end
     finally:
         kube.modify("pods", f"{name}-w0", lambda p: p["metadata"].pop("finalizers", None), namespace=NS)
 

@@ -53,6 +53,15 @@ def read_to_end(
             )
 
 
+def read_members_to_end(service: StageService, ended: list[tuple[str, list[HeldWorkload]]]) -> None:
+    """A group's members ended by one cancel, each read as ``read_to_end`` reads a run: their pods
+    were all deleted before the first wait, so one ``GONE_WITHIN_SECONDS`` serves them all (the
+    stage function's deadline is the group's, not each member's)."""
+    deadline = time.monotonic() + GONE_WITHIN_SECONDS
+    for run_id, held in ended:
+        read_to_end(service, run_id, held, within=max(0.0, deadline - time.monotonic()))
+
+
 def _read_one(service: StageService, run_id: str, w: HeldWorkload, within: float, log: Logger) -> None:
     from rlpipe.control.stage.service import PodsToEnd
 

@@ -616,13 +616,21 @@ class StageService:
         """A person ends a run that stands for a group: each member not ended yet has its
         workloads deleted and is finished with the group's failure, by the same caller."""
 
+        ended: list[tuple[str, list[HeldWorkload]]] = []
+
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
             held = self.record_held(run_id)  # what its pods held up to now, before they go
             self.cluster_for(record).delete_run(run_id)  # a group's members are of its team
             self.record_ended(run_id, held)  # and through their termination, to their own ends
             self.finish(run_id, "cancelled", failure, caller=caller)
+            ended.append((run_id, held))
 
-        return self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
+        group = self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
+        if ended:  # each member's heads read to their ends, the members finished first (as a run's cancel)
+            from rlpipe.control.stage.cancel_read import read_members_to_end
+
+            read_members_to_end(self, ended)
+        return group
 
     # ---- gate ---------------------------------------------------------------------------------
 
