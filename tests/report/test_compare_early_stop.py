@@ -82,7 +82,7 @@ def children() -> list[RunRecord]:
     return records
 
 
-def parent() -> RunRecord:
+def parent(early_stop: dict[str, Any] | None = None) -> RunRecord:
     stop = EarlyStopRecord(
         run_id=CHILDREN[0], index=0, rule="asha", metric="post_mean_reward", step=25, value=0.105,
         threshold=0.21, compared={"1": 0.21, "2": 0.168}, reason=REASON, at="2026-12-03T09:00:00.000000Z",
@@ -91,6 +91,8 @@ def parent() -> RunRecord:
         **_request(1e-6),
         "sweep": {"grid": {"training.learning_rate": RATES}, "select": {"metric": "post_mean_reward"}},
     }
+    if early_stop is not None:
+        request["sweep"]["early_stop"] = early_stop
     return RunRecord(
         run_id=PARENT, key="request:stop", source=Source(kind="cli"), request=request, state="training",
         sweep=SweepParent(children=CHILDREN, points=[{"training.learning_rate": r} for r in RATES], max_parallel=3, stopped=[stop]),
@@ -223,6 +225,33 @@ def test_chip_hours_against_a_sweep_without_stopping_are_an_estimate_said_how() 
         "measured: the 2 children that trained to the end used 302.94 train chip-hours for 400 steps" in how
     )
     assert "(0.7573 per step)" in how and "its remaining steps" in how
+
+
+@pytest.mark.parametrize(
+    ("min_step", "best", "below"),
+    [
+        # ASHA, eta 3, three children of 200 steps (evaluations every 10): the rungs are 50 and 150.
+        # Best case: the first eta − 1 = 2 go on to step 200, the third stops at the first rung:
+        # 200 + 200 + 50 = 450 of 600 steps = 75 %. The share used, 333.34 / 446.9425 = 74.6 %,
+        # is below it, and the page says why (the finishers' rate holds their retried attempts).
+        (50, "0.7500", True),
+        # The first rung at 10 (rungs 10, 30, 90): 200 + 200 + 10 = 410 of 600 = 68.3 %; 74.6 % is
+        # above it: no "below" on the page.
+        (10, "0.6833", False),
+    ],
+)
+def test_the_share_used_is_set_against_the_plans_best_case_and_below_it_the_page_says_why(
+    min_step: int, best: str, below: bool
+) -> None:
+    html = compare.render_compare(
+        children(), sweep=parent({"rule": "asha", "min_step": min_step}), now=NOW, painter=cli_charts
+    )
+    shown = Page(html)
+    [note] = [a for a in shown.tags("div") if a.get("id") == "plan-best"]
+    assert note["data-best"] == best
+    text = " ".join(shown.all_text.split())
+    assert f"): {float(best):.0%} of the training steps without stopping;" in text
+    assert ("The share used is below it : the stopped children's remaining steps are estimated" in text) is below
 
 
 def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:

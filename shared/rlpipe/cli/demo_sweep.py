@@ -64,13 +64,16 @@ def _stopping(parent: RunRecord, records: list[RunRecord]) -> list[str]:
     lines = [""]
     for stop in sorted(parent.sweep.stopped, key=lambda s: s.index):
         lines.append(f"  stopped     child {stop.index}: {stop.reason}")
-    saved = savings(records, stop_marks(records, parent), datetime.now(UTC))
+    saved = savings(records, stop_marks(records, parent), datetime.now(UTC), parent)
     if saved is not None and saved.without:
         lines.append(
             f"  chip-hours  {saved.used:.2f} used; about {saved.without:.2f} without stopping "
             f"({saved.used / saved.without:.0%} of it)"
         )
         lines.append(f"              how: {saved.how}")
+        if saved.plan_best is not None:
+            below = f"; below it: {saved.below_plan_why}" if saved.below_plan_why else ""
+            lines.append(f"              the plan's best case: {saved.plan_best:.0%} of the training steps{below}")
     return lines
 
 

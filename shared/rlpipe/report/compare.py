@@ -235,7 +235,7 @@ def render_compare(
             differences=config_differences(records),
             chart_svg=Markup(painter.compare_svg(lines)) if lines else None,
             coinciding=[[names[line.gid] for line in group] for group in coinciding(lines)],
-            savings=savings(records, marks, now),
+            savings=savings(records, marks, now, sweep),
             generated_at=now.strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
     )

@@ -77,10 +77,33 @@ class Savings:
     children: tuple[ChildEstimate, ...]
     unknown: tuple[str, ...]  # why, per child
     how: str = ESTIMATE_HOW
+    # The plan's best case for the rule (``rlpipe plan``'s ``fraction_of_none.best``, in training
+    # steps): the page sets the measured share against it. None: not a sweep, or not known.
+    plan_best: float | None = None
+    short: int = 0  # children that ended before their final step without being stopped
 
     @property
     def fraction(self) -> float | None:
         return self.used / self.without if self.without else None
+
+    @property
+    def below_plan_why(self) -> str | None:
+        """Why the measured share is below the plan's best case, which counts training steps alone
+        (start-up, the stop's delay and the other stages only add to the share); None when it is not."""
+        share = self.fraction
+        if share is None or self.plan_best is None or share >= self.plan_best:
+            return None
+        if self.short:
+            return (
+                f"{self.short} child{'ren' if self.short != 1 else ''} ended before {'their' if self.short != 1 else 'its'} "
+                "final step without being stopped (failed or cancelled) and count as what they used, "
+                "where the plan's best case trains them to the end"
+            )
+        return (
+            "the stopped children's remaining steps are estimated at the finishers' measured rate, "
+            "their start-up and any retried attempt included, so the estimate without stopping is on "
+            "the high side"
+        )
 
 
 def _last_step(record: RunRecord) -> int | None:
@@ -132,8 +155,34 @@ def _trained_to_the_end(record: RunRecord, now: datetime) -> tuple[float, int] |
     return (train, final) if train > 0 else None
 
 
-def savings(records: Sequence[RunRecord], marks: dict[str, StopMark], now: datetime) -> Savings | None:
-    """The chip-hours used and estimated without the rule (module docstring); None: none stopped."""
+def plan_best(parent: RunRecord | None, records: Sequence[RunRecord]) -> float | None:
+    """The best case ``rlpipe plan`` gives the sweep's rule, as a fraction of ``none``'s training
+    steps (``core.stop_plan.bound``, the stop's delay not counted), for the children recorded;
+    None when there is no parent, no rule, or a request that no longer validates."""
+    from rlpipe.core.request import Request
+    from rlpipe.core.stop_plan import bound, child_steps
+
+    if parent is None or parent.sweep is None or not records:
+        return None
+    try:
+        spec = Request.model_validate(parent.request).sweep
+        stop = spec.stopping if spec is not None else None
+        if stop is None or stop.rule == "none":
+            return None
+        kids = [child_steps(i, stop, Request.model_validate(r.request)) for i, r in enumerate(records)]
+    except ValueError:  # pydantic's ValidationError and steps.ConfigProblem both are
+        return None
+    return bound(stop.rule, stop.eta, parent.sweep.max_parallel, kids).best_fraction
+
+
+def savings(
+    records: Sequence[RunRecord],
+    marks: dict[str, StopMark],
+    now: datetime,
+    parent: RunRecord | None = None,
+) -> Savings | None:
+    """The chip-hours used and estimated without the rule (module docstring), set against the
+    plan's best case when the sweep's ``parent`` is given; None: none stopped."""
     if not marks:
         return None
     finished = [f for r in records if r.run_id not in marks and (f := _trained_to_the_end(r, now))]
@@ -169,4 +218,5 @@ def savings(records: Sequence[RunRecord], marks: dict[str, StopMark], now: datet
     total = sum(c.used for c in children)
     without_all = None if unknown else sum(c.without or 0.0 for c in children)
     how = _measured_how(measured[0], measured[1], len(finished)) if rate is not None else ESTIMATE_HOW
-    return Savings(total, without_all, tuple(children), tuple(unknown), how)
+    short = sum(1 for r in records if r.run_id not in marks and r.state in ("failed", "cancelled"))
+    return Savings(total, without_all, tuple(children), tuple(unknown), how, plan_best(parent, records), short)
