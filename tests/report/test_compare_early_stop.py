@@ -251,7 +251,9 @@ def test_the_share_used_is_set_against_the_plans_best_case_and_below_it_the_page
     assert note["data-best"] == best
     text = " ".join(shown.all_text.split())
     assert f"): {float(best):.0%} of the training steps without stopping;" in text
-    assert ("The share used is below it : the stopped children's remaining steps are estimated" in text) is below
+    assert (
+        "The share used is below it : the stopped children's remaining steps are estimated" in text
+    ) is below
 
 
 def test_a_page_without_a_stopped_child_has_no_mark_and_no_estimate() -> None:

@@ -73,7 +73,9 @@ def _stopping(parent: RunRecord, records: list[RunRecord]) -> list[str]:
         lines.append(f"              how: {saved.how}")
         if saved.plan_best is not None:
             below = f"; below it: {saved.below_plan_why}" if saved.below_plan_why else ""
-            lines.append(f"              the plan's best case: {saved.plan_best:.0%} of the training steps{below}")
+            lines.append(
+                f"              the plan's best case: {saved.plan_best:.0%} of the training steps{below}"
+            )
     return lines
 
 

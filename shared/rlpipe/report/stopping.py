@@ -219,4 +219,6 @@ def savings(
     without_all = None if unknown else sum(c.without or 0.0 for c in children)
     how = _measured_how(measured[0], measured[1], len(finished)) if rate is not None else ESTIMATE_HOW
     short = sum(1 for r in records if r.run_id not in marks and r.state in ("failed", "cancelled"))
-    return Savings(total, without_all, tuple(children), tuple(unknown), how, plan_best(parent, records), short)
+    return Savings(
+        total, without_all, tuple(children), tuple(unknown), how, plan_best(parent, records), short
+    )
