@@ -270,9 +270,8 @@ def _submit_all(local: Local) -> list[Submitted]:
     return submitted
 
 
-def _stuck(local: Local, ids: list[str]) -> dict[str, str]:
+def _stuck(local: Local, records: dict[str, RunRecord]) -> dict[str, str]:
     """The liveness check as the reconciler makes it, over every run of the suite."""
-    records = {r.run_id: r for r in (local.ledger.get(i) for i in ids) if r is not None}
     usage = TeamUsageStore(local.ledger.store, local.ledger, poll_seconds=1)
     holders = {
         team: [h.run_id for h in doc.holders]
@@ -287,10 +286,13 @@ def _drive(local: Local, submitted: list[Submitted]) -> None:
     every = [i for s in submitted for i in {s.run_id, *s.runs}]
     deadline = time.monotonic() + ceiling(240)
     while time.monotonic() < deadline:
+        # Each record read once a pass, and a pass a poll: the workflows read each run's status
+        # once a second (poll_seconds), so reading the ledger more often sees nothing new.
+        records = {r.run_id: r for r in (local.ledger.get(i) for i in every) if r is not None}
         done = True
         for s in submitted:
-            record = local.ledger.get(s.run_id)
-            working = [local.ledger.get(r) for r in s.runs]
+            record = records.get(s.run_id)
+            working = [records.get(r) for r in s.runs]
             if s.case.ending == "cancel" and not s.cancelled:
                 training = [
                     w
@@ -314,11 +316,11 @@ def _drive(local: Local, submitted: list[Submitted]) -> None:
             if s.case.ending == "retry" and not s.retried:
                 finished = False
             done = done and finished
-        stuck = _stuck(local, every)
+        stuck = _stuck(local, records)
         assert stuck == {}, stuck
         if done:
             return
-        time.sleep(0.5)
+        time.sleep(1.0)
     raise AssertionError(
         "not every combination ended: "
         + "; ".join(
