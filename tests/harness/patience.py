@@ -22,6 +22,14 @@ def ceiling(expected_seconds: float) -> float:
     return expected_seconds * SLOWDOWN
 
 
+# The longest pause between two polls. A condition is most often read over the network (the
+# Kubernetes API, the ledger in GCS, a kubectl process), and the suite is CPU-bound: polling a
+# long wait fifty times a second cost the real plane's API server more CPU than the tests' own
+# work. So the pause doubles from ``interval`` up to this, and a wait ends at most this much after
+# its condition holds.
+MAX_INTERVAL = 0.25
+
+
 def wait_until(
     condition: Callable[[], T | None],
     expected_seconds: float,
@@ -29,12 +37,15 @@ def wait_until(
     what: str,
     interval: float = 0.02,
 ) -> T:
-    """Poll ``condition`` until it returns something truthy, and return that."""
+    """Poll ``condition`` until it returns something truthy, and return that: at once, then after
+    ``interval``, each pause twice the last, up to ``MAX_INTERVAL`` (or ``interval`` when larger)."""
     deadline = time.monotonic() + ceiling(expected_seconds)
+    pause, longest = interval, max(interval, MAX_INTERVAL)
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not after {ceiling(expected_seconds):.0f}s")
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, longest)

@@ -199,6 +199,26 @@ def admitted(plane: ControlPlane, obj: Obj) -> bool:
     return _condition(workload_of(plane, obj), "Admitted").get("status") == "True"
 
 
+def _after_its_reservation(plane: ControlPlane, obj: Obj) -> None:
+    """Return once the clock is past the second of ``obj``'s QuotaReserved condition.
+
+    Kueue preempts the candidate whose quota was reserved most recently, by that condition's
+    lastTransitionTime, which the API keeps to the second, and breaks a tie by UID (Kueue v0.17.1,
+    ``CandidatesOrdering`` in ``pkg/scheduler/preemption/common/ordering.go``). Two workloads
+    admitted within one second were a coin toss, and the test failed in two runs of three on a
+    quiet machine. A workload launched after this wait is reserved a later second."""
+    from datetime import UTC, datetime, timedelta
+
+    stamp = _condition(workload_of(plane, obj), "QuotaReserved").get("lastTransitionTime")
+    assert stamp, f"{obj['metadata']['name']} has no quota reserved"
+    reserved = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    wait_until(
+        lambda: datetime.now(UTC) >= reserved + timedelta(seconds=1),
+        2,
+        what=f"the second after {obj['metadata']['name']}'s reservation",
+    )
+
+
 def usage(plane: ControlPlane, cq: str) -> tuple[int, int]:
     """(chips reserved, chips of them borrowed) in the TPU slice flavor of a team's ClusterQueue."""
     status = (
@@ -325,6 +345,7 @@ def test_a_team_reclaims_its_lent_chips_by_preempting_the_borrower_which_reads_p
     with launched(teams) as launch:
         kept = launch(train(NS_A, "rakept", **V6E_16))
         wait_until(lambda: status_of(teams, kept).phase == "running", 10, what="a's own run running")
+        _after_its_reservation(teams, kept)  # so that the borrower is reserved strictly later
         borrower = launch(train(NS_A, "raborrower", **V6E_16))
         wait_until(
             lambda: status_of(teams, borrower).phase == "running", 10, what="a's borrowing run running"
