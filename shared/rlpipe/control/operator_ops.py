@@ -110,11 +110,13 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     else:  # the pods are ending: counted to their own ends (never raises)
         service.record_ended(run_id, held)
     failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
+    members = service.end_group(run_id, "cancelled", caller)  # a sweep's children first; none for a run
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
-    if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
-        from rlpipe.control.stage.cancel_read import read_to_end
+    from rlpipe.control.stage.cancel_read import read_members_to_end, read_to_end
 
+    if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
         read_to_end(service, run_id, held)
+    read_members_to_end(service, members)  # each child as a run's cancel reads it
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}
 

@@ -612,25 +612,38 @@ class StageService:
                 notifier.send(group, topic=req.notify or self.settings.status_topic)
         return message
 
-    def _end_group(self, record: RunRecord, outcome: str, caller: str | None) -> RunRecord | None:
-        """A person ends a run that stands for a group: each member not ended yet has its
-        workloads deleted and is finished with the group's failure, by the same caller."""
-
+    def end_group(
+        self, run_id: str, outcome: str, caller: str | None
+    ) -> list[tuple[str, list[HeldWorkload]]]:
+        """End the members of a run that stands for a group (a sweep's parent) that have not
+        ended, as ``finish`` would; → each member ended, with the workloads it held, for the
+        cancel to read them to their ends (``cancel_read``). Nothing for any other run."""
+        record = self.ledger.get(run_id)
         ended: list[tuple[str, list[HeldWorkload]]] = []
+        if record is not None:
+            self._end_group(record, outcome, caller, ended)
+        return ended
+
+    def _end_group(
+        self,
+        record: RunRecord,
+        outcome: str,
+        caller: str | None,
+        ended: list[tuple[str, list[HeldWorkload]]] | None = None,
+    ) -> RunRecord | None:
+        """A person ends a run that stands for a group: each member not ended yet has its
+        workloads deleted and is finished with the group's failure, by the same caller (each one
+        added to ``ended``, with what it held)."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
             held = self.record_held(run_id)  # what its pods held up to now, before they go
             self.cluster_for(record).delete_run(run_id)  # a group's members are of its team
             self.record_ended(run_id, held)  # and through their termination, to their own ends
             self.finish(run_id, "cancelled", failure, caller=caller)
-            ended.append((run_id, held))
+            if ended is not None:
+                ended.append((run_id, held))
 
-        group = self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
-        if ended:  # each member's heads read to their ends, the members finished first (as a run's cancel)
-            from rlpipe.control.stage.cancel_read import read_members_to_end
-
-            read_members_to_end(self, ended)
-        return group
+        return self.policies.end_group(record, outcome, caller=caller, end_member=end_member)
 
     # ---- gate ---------------------------------------------------------------------------------
 
