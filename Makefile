@@ -4,8 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Four workers on two cores. The suite is CPU-bound (about 1,100 CPU-seconds, both cores ~85 % busy
-# over its 10-11 minutes; six workers are no faster), but its long groups also wait on servers,
+# Four workers on two cores. The suite is CPU-bound (about 1,100 CPU-seconds, both cores ~95 % busy
+# over its 10 minutes; six workers are slower: 608 s against 577 s), but its long groups also wait on servers,
 # and four keep both cores busy while they do. A file runs whole on one worker (--dist loadgroup),
 # so its module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
 PYTEST_WORKERS ?= 4
