@@ -151,12 +151,9 @@ class PodPlayer:
 
         while not self._stop.is_set():
             try:
-                # Raw JSON, in the API's own spelling: the script reads the pod as stored. From
-                # the API server's watch cache (resourceVersion "0", as a kubelet's informer
-                # lists), not a quorum read of etcd: five lists a second were most of the
-                # server's CPU in the real-plane tests, and the cache is at most moments behind.
+                # Raw JSON, in the API's own spelling: the script reads the pod as stored.
                 listed: Any = self.core.list_pod_for_all_namespaces(
-                    resource_version="0", _preload_content=False, _request_timeout=5
+                    _preload_content=False, _request_timeout=5
                 )
                 pods = json.loads(listed.data)["items"]
             except Exception as exc:  # the API server stopping under us
