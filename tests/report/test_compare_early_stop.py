@@ -359,3 +359,45 @@ def test_the_measured_rate_counts_steps_as_the_stopped_childs_remaining_steps_ar
     # By hand: 302.94 chip-hours over 2 × 200 outer steps (0.75735 each); 150 remaining → 113.6025.
     assert saved is not None and saved.without is not None
     assert round(saved.without, 2) == round(30.4 + 113.6025 + 2 * 151.47, 2)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        # Child 2 still training: it counts what it has used so far, so the share is low for now.
+        ({"state": "training"}, "1 child has not ended and counts only what it has used so far"),
+        # Child 2 failed before its final step (no final step in its lineage): it counts as used.
+        (
+            {"state": "failed", "final_step": None},
+            "1 child ended before its final step without being stopped (failed or cancelled) and "
+            "counts as what it used",
+        ),
+        # Child 2 failed after training to its final step (at export, say): not a reason, and the
+        # finishers' rate is (child 1 alone now, so the share is still below 75 %).
+        ({"state": "failed"}, "the stopped children's remaining steps are estimated at the finishers'"),
+    ],
+)
+def test_below_the_plans_best_case_the_reason_is_the_one_that_holds(change: dict[str, Any], why: str) -> None:
+    from rlpipe.report.stopping import savings, stop_marks
+
+    records = children()
+    doc = records[2].model_dump(mode="json")
+    doc["state"] = change["state"]
+    if "final_step" in change:
+        doc["lineage"]["final_step"] = change["final_step"]
+    records[2] = RunRecord.model_validate(doc)
+    sweep = parent({"rule": "asha", "min_step": 50})
+    saved = savings(records, stop_marks(records, sweep), NOW, sweep)
+    assert saved is not None and saved.plan_best == 0.75
+    assert saved.below_plan_why is not None and saved.below_plan_why.startswith(why), saved.below_plan_why
+
+
+def test_a_bound_over_some_of_the_children_is_not_given() -> None:
+    """Two of three children in the ledger: the plan's bound over two says nobody can be stopped
+    (1.0), which is not the sweep's; none is given."""
+    from rlpipe.report.stopping import savings, stop_marks
+
+    records = children()[:2]
+    sweep = parent({"rule": "asha", "min_step": 50})
+    saved = savings(records, stop_marks(records, sweep), NOW, sweep)
+    assert saved is not None and saved.plan_best is None

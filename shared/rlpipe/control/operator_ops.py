@@ -17,6 +17,7 @@ executions); which ones, and in what order, is decided here (:func:`cancel_from_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -96,6 +97,7 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     running finds it terminal and stops, and reconcile deletes what is left. A sweep's parent ends
     its children that had not ended, each with the same caller. A run that had ended keeps its
     state (the answer's ``state`` says which)."""
+    started = time.monotonic()  # a sweep's reads to the end stop in time for the answer
     run_id = order.run_id
     if service.ledger.get(run_id) is None:  # before anything is deleted
         raise PermanentFailure(f"run {run_id} has no ledger")
@@ -116,7 +118,7 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
 
     if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
         read_to_end(service, run_id, held)
-    read_members_to_end(service, members)  # each child as a run's cancel reads it
+    read_members_to_end(service, members, started)  # each child as a run's cancel reads it
     log.info("cancel asked", caller=caller, state=ended.get("state"))
     return {**ended, **answer}
 

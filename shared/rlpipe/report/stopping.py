@@ -80,7 +80,8 @@ class Savings:
     # The plan's best case for the rule (``rlpipe plan``'s ``fraction_of_none.best``, in training
     # steps): the page sets the measured share against it. None: not a sweep, or not known.
     plan_best: float | None = None
-    short: int = 0  # children that ended before their final step without being stopped
+    short: int = 0  # children that failed or were cancelled before their final step, not stopped
+    running: int = 0  # children that have not ended: they count what they have used so far
 
     @property
     def fraction(self) -> float | None:
@@ -93,11 +94,24 @@ class Savings:
         share = self.fraction
         if share is None or self.plan_best is None or share >= self.plan_best:
             return None
-        if self.short:
+        if self.running:
+            one = self.running == 1
             return (
-                f"{self.short} child{'ren' if self.short != 1 else ''} ended before {'their' if self.short != 1 else 'its'} "
-                "final step without being stopped (failed or cancelled) and count as what they used, "
-                "where the plan's best case trains them to the end"
+                f"{self.running} child{'' if one else 'ren'} {'has' if one else 'have'} not ended and "
+                f"{'counts' if one else 'count'} only what {'it has' if one else 'they have'} used so far"
+            )
+        if self.short:
+            one = self.short == 1
+            return (
+                f"{self.short} child{'' if one else 'ren'} ended before {'its' if one else 'their'} final "
+                f"step without being stopped (failed or cancelled) and {'counts' if one else 'count'} as "
+                f"what {'it' if one else 'they'} used, where the plan's best case trains "
+                f"{'it' if one else 'them'} to the end"
+            )
+        if self.how == ESTIMATE_HOW:  # no child trained to its end: each stopped child's own rate
+            return (
+                "each stopped child's own rate scales its start-up with its steps, so the estimate "
+                "without stopping is on the high side"
             )
         return (
             "the stopped children's remaining steps are estimated at the finishers' measured rate, "
@@ -162,8 +176,8 @@ def plan_best(parent: RunRecord | None, records: Sequence[RunRecord]) -> float |
     from rlpipe.core.request import Request
     from rlpipe.core.stop_plan import bound, child_steps
 
-    if parent is None or parent.sweep is None or not records:
-        return None
+    if parent is None or parent.sweep is None or len(records) != len(parent.sweep.children):
+        return None  # a bound over some of the children is not the sweep's
     try:
         spec = Request.model_validate(parent.request).sweep
         stop = spec.stopping if spec is not None else None
@@ -218,7 +232,11 @@ def savings(
     total = sum(c.used for c in children)
     without_all = None if unknown else sum(c.without or 0.0 for c in children)
     how = _measured_how(measured[0], measured[1], len(finished)) if rate is not None else ESTIMATE_HOW
-    short = sum(1 for r in records if r.run_id not in marks and r.state in ("failed", "cancelled"))
-    return Savings(
-        total, without_all, tuple(children), tuple(unknown), how, plan_best(parent, records), short
+    short = sum(
+        1
+        for r in records
+        if r.run_id not in marks and r.state in ("failed", "cancelled") and not r.lineage.final_step
     )
+    running = sum(1 for r in records if not r.terminal and r.run_id not in marks)
+    best = plan_best(parent, records)
+    return Savings(total, without_all, tuple(children), tuple(unknown), how, best, short, running)

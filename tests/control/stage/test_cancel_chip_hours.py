@@ -310,3 +310,22 @@ def test_the_read_to_the_heads_end_waits_for_the_pods_to_go_for_as_long_as_it_is
     clock.on_sleep = removed
     assert ClusterClient.pods_gone(cluster, "JobSet", name, **where, within=10) is True
     assert clock.sleeps == [1.0]  # gone at the read after the first wait
+
+
+@pytest.mark.parametrize(("ran_for", "named"), [(0.0, 0), (60.0, None)])
+def test_a_sweeps_cancel_reads_its_children_only_while_its_answer_can_still_come_in_time(
+    env: dict[str, Any], training: tuple[StageService, Clock, str], ran_for: float, named: int | None
+) -> None:
+    """A sweep's cancel ends each live child first, which can take seconds a child; its reads to the
+    end stop once the cancel has run CANCEL_SECONDS (45 s), within the function's 60 s. A cancel that
+    began 60 s ago reads no child, and the child names no checkpoint (None, not 0)."""
+    import time
+
+    from rlpipe.control.stage.cancel_read import read_members_to_end
+
+    service, _, _ = training
+    held = service.record_held("rchipcancel1")
+    assert "train" in [w.stage for w in held]
+    read_members_to_end(service, [("rchipcancel1", held)], started=time.monotonic() - ran_for)
+    attempt = env["ledger"].get("rchipcancel1").attempt_record("train", 1)
+    assert attempt.committed_step == named

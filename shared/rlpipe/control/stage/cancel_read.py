@@ -27,8 +27,12 @@ if TYPE_CHECKING:
     from rlpipe.control.stage.service import HeldWorkload, StageService
 
 # The pods get this long in all after the run is finished. The stage function answers within 60 s
-# (infra/terraform/functions.tf), and the reads before this take up to about 10 s.
+# (infra/terraform/functions.tf), and a run's reads before this take up to about 10 s.
 GONE_WITHIN_SECONDS = 20.0
+# A sweep's cancel ends each live child first (a delete and up to 10 s of reads each), so its reads
+# to the end stop once the cancel has run this long, whatever is left unread: the answer must come
+# within the function's 60 s, or the CLI reports an error for a cancel that was done.
+CANCEL_SECONDS = 45.0
 
 
 def read_to_end(
@@ -53,13 +57,23 @@ def read_to_end(
             )
 
 
-def read_members_to_end(service: StageService, ended: list[tuple[str, list[HeldWorkload]]]) -> None:
-    """A group's members ended by one cancel, each read as ``read_to_end`` reads a run: their pods
-    were all deleted before the first wait, so one ``GONE_WITHIN_SECONDS`` serves them all (the
-    stage function's deadline is the group's, not each member's)."""
-    deadline = time.monotonic() + GONE_WITHIN_SECONDS
+def read_members_to_end(
+    service: StageService, ended: list[tuple[str, list[HeldWorkload]]], started: float
+) -> None:
+    """A group's members ended by one cancel (``started``: when it began, on ``time.monotonic``),
+    each read as ``read_to_end`` reads a run. Their pods were all deleted before the first wait, so
+    one ``GONE_WITHIN_SECONDS`` serves them all; no member is read once the cancel has run
+    ``CANCEL_SECONDS``, and each one left is said in the log (its record keeps what its last poll
+    read, and no checkpoint is named for it)."""
+    stop = started + CANCEL_SECONDS
+    gone_by = min(time.monotonic() + GONE_WITHIN_SECONDS, stop)
     for run_id, held in ended:
-        read_to_end(service, run_id, held, within=max(0.0, deadline - time.monotonic()))
+        if time.monotonic() >= stop:
+            service.log.bind(run_id=run_id).warning(
+                "cancel: not read to its end, the cancel's time is spent", seconds=CANCEL_SECONDS
+            )
+            continue
+        read_to_end(service, run_id, held, within=max(0.0, gone_by - time.monotonic()))
 
 
 def _read_one(service: StageService, run_id: str, w: HeldWorkload, within: float, log: Logger) -> None:
