@@ -36,7 +36,7 @@ from tests.harness.conformance import (
     verdict_on_double,
     verdict_on_real,
 )
-from tests.harness.patience import wait_until
+from tests.harness.patience import ceiling, wait_until
 from tests.local.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 # (scenario, the double's fault for the convert Job, what the real pods' containers do, and the
@@ -184,8 +184,31 @@ def _no_execute(plane: ControlPlane, node: str) -> Iterator[None]:
     plane.kubectl("taint", "node", node, "rlpipe.dev/test-repair=true:NoExecute")
     try:
         yield
-    finally:
-        plane.kubectl("taint", "node", node, "rlpipe.dev/test-repair=true:NoExecute-", check=False)
+    finally:  # a taint left behind would keep the next tests' pods off this node: fail here instead
+        plane.kubectl("taint", "node", node, "rlpipe.dev/test-repair=true:NoExecute-")
+
+
+def _first_disruption(plane: ControlPlane, job: str, since: str) -> dict[str, Any]:
+    """The first DisruptionTarget condition on the Job's pods, from a watch that starts at the
+    listing which found the pod running. Watched, not polled: the pod carries the condition only
+    while it terminates (a second here, then the player removes it), and a poll slowed by load
+    missed that window."""
+    from kubernetes import client as k8s
+    from kubernetes import watch
+
+    core = k8s.CoreV1Api(plane.api_client())
+    stream = watch.Watch().stream(
+        core.list_namespaced_pod,
+        NS,
+        label_selector=f"job-name={job}",
+        resource_version=since,
+        timeout_seconds=int(ceiling(10)),
+    )
+    for event in stream:
+        for condition in event["raw_object"].get("status", {}).get("conditions", []):
+            if condition["type"] == "DisruptionTarget":
+                return dict(condition)
+    raise AssertionError(f"no DisruptionTarget condition on the pods of {job} within {ceiling(10):.0f}s")
 
 
 @pytest.mark.parametrize(
@@ -218,35 +241,21 @@ def test_a_disruption_the_real_control_plane_writes_is_preempted_as_the_double_p
         client.apply(real)
         try:
 
-            def running_pod() -> dict[str, Any] | None:
-                pods = json.loads(
+            def running_pod() -> tuple[dict[str, Any], str] | None:
+                listed = json.loads(
                     real_cluster.kubectl("get", "pods", "-n", NS, "-l", f"job-name={name}", "-o", "json")
-                )["items"]
-                return next((p for p in pods if p["status"].get("phase") == "Running"), None)
+                )
+                running = [p for p in listed["items"] if p["status"].get("phase") == "Running"]
+                return (running[0], listed["metadata"]["resourceVersion"]) if running else None
 
-            pod = wait_until(running_pod, 10, what="the conversion pod running")
+            pod, seen = wait_until(running_pod, 10, what="the conversion pod running")
             disrupt = (
                 _no_execute(real_cluster, pod["spec"]["nodeName"])
                 if by == "taint"
                 else contextlib.nullcontext(_evict(real_cluster, pod["metadata"]["name"]))
             )
             with disrupt:
-
-                def conditioned() -> dict[str, Any] | None:
-                    got = json.loads(
-                        real_cluster.kubectl("get", "pods", "-n", NS, "-l", f"job-name={name}", "-o", "json")
-                    )["items"]
-                    return next(
-                        (
-                            c
-                            for p in got
-                            for c in p["status"].get("conditions", [])
-                            if c["type"] == "DisruptionTarget"
-                        ),
-                        None,
-                    )
-
-                condition = wait_until(conditioned, 10, what="a DisruptionTarget condition")
+                condition = _first_disruption(real_cluster, name, seen)
                 on_real = settled(lambda: client.status(name, kind="Job"))
         finally:
             with contextlib.suppress(Exception):
@@ -319,11 +328,13 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
         )
 
     try:
+        service.launch(run_id, "train", 1, None, f"{run_id}-exec")
+        obj = json.loads(real_cluster.kubectl("get", "jobset", jobset, "-n", NS, "-o", "json"))
+        _seed_pinned(buckets, obj)
+        seed_training_data(buckets.client, obj)
+        # No container runs before the player starts: the head checks data that is already seeded
+        # (with the player started first, a head under load checked before the seeding, and failed).
         with PodPlayer(real_cluster.kubeconfig(), nodes, script):
-            service.launch(run_id, "train", 1, None, f"{run_id}-exec")
-            obj = json.loads(real_cluster.kubectl("get", "jobset", jobset, "-n", NS, "-o", "json"))
-            _seed_pinned(buckets, obj)
-            seed_training_data(buckets.client, obj)
             wait_until(lambda: printed("Intermediate Eval (step=10)"), 30, what="the step-10 evaluation")
             assert service.status(run_id, "train", 1, f"{run_id}-exec")["phase"] == "running"
             wait_until(lambda: printed("Intermediate Eval (step=20)"), 30, what="the step-20 evaluation")

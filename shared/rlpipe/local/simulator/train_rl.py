@@ -12,8 +12,11 @@ train_rl prints rewards only in its Pre/Post RL Training and Intermediate Eval l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
+from rlpipe.local.simulator import custom_rewards
 from rlpipe.local.simulator.absl_log import absl_line
 from rlpipe.local.simulator.gcs_io import join
 from rlpipe.local.simulator.orbax import (
@@ -53,12 +56,6 @@ RL_DEFAULTS = {  # rl.yml at maxtext-v0.2.4 (lines 43, 110, 113, 120, 128, 130, 
 }
 
 
-def mean_reward(step: int, pace: float = 1.0) -> float:
-    """The tuned curve's mean_reward at ``step`` (``pace`` scales how fast it rises): what a run
-    that sets no learning rate or KL weight prints (``reward_curve``)."""
-    return Curve(rate=pace).value(step)
-
-
 def reward_curve_of(args: Arguments) -> Curve:
     """This train_rl's reward curve (``reward_curve``): its learning rate, KL weight and
     ``data_shuffle_seed`` as passed; the tuned values' curve when it passes neither."""
@@ -74,10 +71,15 @@ def reward_curve_of(args: Arguments) -> Curve:
     return curve(rate, beta, seed)
 
 
-def _eval_line(step: int, total: int, rewards: Curve) -> str:
-    """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4 places."""
+def _eval_line(
+    step: int, total: int, rewards: Curve, custom: Callable[[int, int], float] | None = None
+) -> str:
+    """The fields of evaluate_rl's result as train_rl formats them: repr() of each, reward to 4
+    places. ``custom(total, corr)``: the request's own functions' mean (``custom_rewards``)."""
     reward = rewards.value(step) if total > 0 else 0.0  # nothing scored: 0.0 (evaluate_rl.py:326)
     corr = round(total * min(1.0, reward))
+    if custom is not None:
+        reward = custom(total, corr)
     accuracy = corr / total * 100 if total > 0 else 0
     partial = min(total, corr + 1) / total * 100 if total > 0 else 0
     fmt = 100.0 if total > 0 else 0
@@ -144,6 +146,8 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
     eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
     rewards = reward_curve_of(args)
+    functions = custom_rewards.load(ctx, args)
+    custom = partial(custom_rewards.mean_reward, ctx, functions) if functions else None
     # With real programs the export that follows is real: the checkpoints carry the loaded parameters.
     copied = load if getattr(ctx, "real_programs", None) is not None else None
     if period < 1:
@@ -170,7 +174,10 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     if test_batches > 0:
         ctx.log(
             absl_line(
-                ctx, "W", "train_rl.py:785", f"Pre RL Training: {_eval_line(start, eval_total, rewards)}"
+                ctx,
+                "W",
+                "train_rl.py:785",
+                f"Pre RL Training: {_eval_line(start, eval_total, rewards, custom)}",
             )
         )
         if interval > 0:
@@ -198,7 +205,7 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
             and outer % interval == 0
         ):
             evaluated[0] = outer
-            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total, rewards)}"
+            message = f"Intermediate Eval (step={outer}): {_eval_line(step, eval_total, rewards, custom)}"
             ctx.log(absl_line(ctx, "W", "hooks.py:98", message))
 
     if start < final:
@@ -224,7 +231,10 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     if test_batches > 0:
         ctx.log(
             absl_line(
-                ctx, "W", "train_rl.py:823", f"Post RL Training: {_eval_line(final, eval_total, rewards)}"
+                ctx,
+                "W",
+                "train_rl.py:823",
+                f"Post RL Training: {_eval_line(final, eval_total, rewards, custom)}",
             )
         )
     return 0
