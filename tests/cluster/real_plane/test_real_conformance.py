@@ -11,7 +11,9 @@ real one. Where the two disagree, the double is wrong.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +24,7 @@ from rlpipe.core.failures import FailureClass
 from rlpipe.local.controlplane import ControlPlane
 from rlpipe.local.controlplane.kubelet import Outcome, PodPlayer
 from rlpipe.local.kube_api import KubeApiServer
-from rlpipe.local.simulator import ClusterSimulator
+from rlpipe.local.simulator import ClusterSimulator, Timing
 from rlpipe.local.simulator.pods import DISRUPTIONS
 from tests.conftest import Buckets
 from tests.control.stage.test_stage import env, hub  # noqa: F401  (fixtures: the stage function, the Hub double)
@@ -269,6 +271,24 @@ def test_a_disruption_the_real_control_plane_writes_is_preempted_as_the_double_p
 # ---- every evaluation a preempted head printed is recorded --------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _HeldBeforeStep(Timing):
+    """The played pace, except that training step ``step`` waits for ``go`` before it starts (the
+    played train_rl asks for each step's duration as it starts it): a test orders its events
+    around a running head instead of racing its end."""
+
+    step: int = 0
+    go: threading.Event = dataclasses.field(default_factory=threading.Event)
+    started: list[int] = dataclasses.field(default_factory=list)
+
+    def duration(self, name: str) -> float:
+        if name == "step":
+            self.started.append(len(self.started) + 1)
+            if len(self.started) == self.step:
+                self.go.wait(ceiling(60))
+        return super().duration(name)
+
+
 def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
     real_cluster: ControlPlane,
     nodes: set[str],
@@ -292,7 +312,6 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
     from rlpipe.local.controlplane.log_endpoint import LogEndpoint, node_endpoint
     from rlpipe.local.controlplane.programs import PodLogs, ProgramScript, SecretReader, Services
     from rlpipe.local.pod_logs import ContainerLogFolder
-    from rlpipe.local.simulator import Timing
     from rlpipe.local.simulator.gcs_io import GcsIO
     from tests.control.stage.test_stage import _convert_done
     from tests.harness.staged_data import seed_training_data
@@ -318,8 +337,10 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
     _convert_done(env, run_id)
     jobset = f"{run_id}-train-a1"
     services = Services(GcsIO(buckets.client), played_logs, hub.url, SecretReader(core))
-    # Slow enough (0.3 s a step) that the status reads land between the evaluations.
-    script = ProgramScript(services, Timing(scale=0.01))
+    # 0.3 s a step, and held before step 22 (after the step-20 evaluation) until the worker is
+    # evicted: the head is still training when the eviction lands, however slow the machine.
+    timing = _HeldBeforeStep(scale=0.01, step=22)
+    script = ProgramScript(services, timing)
     head_log = logs_dir.glob(f"{jobset}-pathways-head-*_{NS}_workload-container.log")
 
     def printed(marker: str) -> bool:
@@ -368,7 +389,9 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
 
             wait_until(head_gone, 30, what="the JobSet failed and its head's pod deleted")
             last = service.status(run_id, "train", 1, f"{run_id}-exec")
+            timing.go.set()  # the head's pod is gone: its program sees SIGTERM and ends
     finally:
+        timing.go.set()
         api.stop()
         endpoint.stop()
         with contextlib.suppress(Exception):
@@ -376,6 +399,6 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
     assert last["phase"] == "failed" and last["failure"]["tag"] == "preempted", last
     text = "\n".join(path.read_text() for path in head_log)
     steps = [e.step for e in train_log.parse(text).intermediate]
-    assert steps[:2] == [10, 20], steps
+    assert steps == [10, 20], steps  # held before step 22: nothing after the step-20 evaluation
     record = env["ledger"].get(run_id)
     assert [(e["attempt"], e["step"]) for e in record.results["intermediate"]] == [(1, s) for s in steps]
