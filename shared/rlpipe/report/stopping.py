@@ -82,6 +82,7 @@ class Savings:
     plan_best: float | None = None
     short: int = 0  # children that failed or were cancelled before their final step, not stopped
     running: int = 0  # children that have not ended: they count what they have used so far
+    measured: bool = False  # a child trained to its end, and its rate prices the remaining steps
 
     @property
     def fraction(self) -> float | None:
@@ -108,7 +109,7 @@ class Savings:
                 f"what {'it' if one else 'they'} used, where the plan's best case trains "
                 f"{'it' if one else 'them'} to the end"
             )
-        if self.how == ESTIMATE_HOW:  # no child trained to its end: each stopped child's own rate
+        if not self.measured:  # no child trained to its end: each stopped child's own rate
             return (
                 "each stopped child's own rate scales its start-up with its steps, so the estimate "
                 "without stopping is on the high side"
@@ -239,4 +240,6 @@ def savings(
     )
     running = sum(1 for r in records if not r.terminal and r.run_id not in marks)
     best = plan_best(parent, records)
-    return Savings(total, without_all, tuple(children), tuple(unknown), how, best, short, running)
+    return Savings(
+        total, without_all, tuple(children), tuple(unknown), how, best, short, running, rate is not None
+    )
