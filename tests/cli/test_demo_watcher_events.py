@@ -7,13 +7,12 @@ read as the user reads it, from the demo's output, with a price set so that a co
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from rlpipe.cli.demo import run_demo
+from tests.harness.demos import run_demo_here
 
 pytestmark = [pytest.mark.slow]
 
@@ -24,13 +23,7 @@ def test_the_watchers_demo_says_the_chip_hours_and_cost_its_run_held(
     monkeypatch.setenv(
         "RLPIPE_PRICES", '{"v6e": {"reservation": {"price": 2.0, "source": "test", "read": "2026-12-01"}}}'
     )
-    saved = dict(os.environ)
-    try:
-        code = run_demo(events="watcher", root=tmp_path / "demo")
-    finally:  # the demo exports its stack's settings into this process
-        os.environ.clear()
-        os.environ.update(saved)
-    out = capsys.readouterr().out
+    code, out = run_demo_here(capsys, events="watcher", root=tmp_path / "demo")
     assert code == 0, out[-3000:]
     assert "GCS's events were PLAYED by a bucket watcher" in out
     held = re.search(r"chip-hours\s+([\d.]+) TPU chip-hours held \(train ([\d.]+)", out)

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from rlpipe.cli.demo import run_demo
 from rlpipe.core import export_manifest, pinning
 from rlpipe.local.simulator import testbed
 from tests.conftest import ROOT
+from tests.harness.demos import run_demo_here
 from tests.harness.patience import ceiling
 
 STAND_IN = r'''
@@ -89,13 +89,7 @@ def test_the_demo_runs_convert_and_export_through_the_programs_venv_and_says_so(
 ) -> None:
     cache = _programs_cache(tmp_path)
     monkeypatch.setenv("PROGRAMS_CACHE", str(cache))
-    saved = dict(os.environ)
-    try:
-        code = run_demo(programs="real", root=tmp_path / "demo")
-    finally:  # the demo exports its stack's settings into this process
-        os.environ.clear()
-        os.environ.update(saved)
-    out = capsys.readouterr().out
+    code, out = run_demo_here(capsys, programs="real", root=tmp_path / "demo")
     assert code == 0, out[-3000:]
     calls = _calls(cache)
     assert [c["module"].rsplit(".", 1)[1] for c in calls] == ["to_maxtext", "to_huggingface"], calls
