@@ -28,10 +28,11 @@ EVAL = re.compile(
 )
 
 
-def _train(source: bytes, functions: str) -> FakeContainer:
-    ctx = FakeContainer(
-        {CONVERTED + "0/items/_METADATA": b"{}", PINNED + "rlpipe-pinned.json": b"{}", COPY: source}
-    )
+def _train(source: bytes, functions: str, ctx: FakeContainer | None = None) -> FakeContainer:
+    """The played train_rl with this reward file as the run's pinned copy; ``ctx``: the
+    container to run in (a test reads what it printed after the program raised)."""
+    ctx = ctx if ctx is not None else _container()
+    ctx.files[COPY] = source
     local = staging.user_file_path("rewards")
     argv = [
         "run_name=rl",
@@ -51,6 +52,10 @@ def _train(source: bytes, functions: str) -> FakeContainer:
     args = replace(Arguments.parse(argv), env=env, steps=("fetch",))
     assert PROGRAMS["train"](ctx, args) == 0
     return ctx
+
+
+def _container() -> FakeContainer:
+    return FakeContainer({CONVERTED + "0/items/_METADATA": b"{}", PINNED + "rlpipe-pinned.json": b"{}"})
 
 
 def _evaluations(ctx: FakeContainer) -> list[tuple[int, int, float]]:
@@ -82,10 +87,25 @@ def test_a_constant_function_is_the_mean_reward_and_not_the_built_in_curve() -> 
     assert [reward for _, _, reward in _evaluations(ctx)] == [0.5] * 4
 
 
-def test_a_function_that_raises_is_logged_per_row_and_scores_nothing() -> None:
-    ctx = _train(b"def broken(prompts, completions, **kwargs):\n    return 1 / 0\n", "broken")
-    assert {reward for _, _, reward in _evaluations(ctx)} == {0.0}
+def test_a_function_is_given_the_config_as_make_reward_fn_gives_it() -> None:
+    """The shape rl.yml documents, ``f(prompts, completions, tmvp_config, **kwargs)``: batch_size 4."""
+    source = b"def quarter_batch(prompts, completions, tmvp_config, **kwargs):\n    return [int(tmvp_config.batch_size) / 8]\n"
+    ctx = _train(source, "quarter_batch")
+    assert [reward for _, _, reward in _evaluations(ctx)] == [0.5] * 4
+
+
+def test_a_function_that_raises_is_logged_per_row_in_evaluation_and_ends_the_training() -> None:
+    """evaluate() logs and leaves the row out; the first training step's rewards let it through."""
+    ctx = _container()
+    with pytest.raises(ProgramExit, match="ZeroDivisionError: division by zero"):
+        _train(b"def broken(prompts, completions, **kwargs):\n    return 1 / 0\n", "broken", ctx)
+    assert [reward for _, _, reward in _evaluations(ctx)] == [0.0]  # Pre RL Training, then the end
     assert any("[eval-reward] reward_fn failed on row 0: ZeroDivisionError(" in line for line in ctx.lines)
+
+
+def test_a_file_that_fails_to_import_ends_the_program_naming_the_error() -> None:
+    with pytest.raises(ProgramExit, match="ModuleNotFoundError: No module named 'no_such_module'"):
+        _train(b"import no_such_module\n", "anything")
 
 
 def test_a_name_the_file_does_not_define_fails_the_program_naming_it() -> None:

@@ -241,5 +241,13 @@ def savings(
     running = sum(1 for r in records if not r.terminal and r.run_id not in marks)
     best = plan_best(parent, records)
     return Savings(
-        total, without_all, tuple(children), tuple(unknown), how, best, short, running, rate is not None
+        total,
+        without_all,
+        tuple(children),
+        tuple(unknown),
+        how,
+        best,
+        short,
+        running,
+        measured=rate is not None,
     )

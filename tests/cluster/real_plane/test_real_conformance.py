@@ -273,9 +273,10 @@ def test_a_disruption_the_real_control_plane_writes_is_preempted_as_the_double_p
 
 @dataclasses.dataclass(frozen=True)
 class _HeldBeforeStep(Timing):
-    """The played pace, except that training step ``step`` waits for ``go`` before it starts (the
-    played train_rl asks for each step's duration as it starts it): a test orders its events
-    around a running head instead of racing its end."""
+    """The played pace, except that the ``step``-th training step this timing paces waits for
+    ``go`` before it starts (the played train_rl asks for each step's duration as it starts it; a
+    head resumed from step N would count from N + 1): a test orders its events around a running
+    head instead of racing its end."""
 
     step: int = 0
     go: threading.Event = dataclasses.field(default_factory=threading.Event)
@@ -355,7 +356,9 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
         seed_training_data(buckets.client, obj)
         # No container runs before the player starts: the head checks data that is already seeded
         # (with the player started first, a head under load checked before the seeding, and failed).
-        with PodPlayer(real_cluster.kubeconfig(), nodes, script):
+        # The hold ends before the player stops (exits run last to first), the test failing or not.
+        with PodPlayer(real_cluster.kubeconfig(), nodes, script), contextlib.ExitStack() as ending:
+            ending.callback(timing.go.set)
             wait_until(lambda: printed("Intermediate Eval (step=10)"), 30, what="the step-10 evaluation")
             assert service.status(run_id, "train", 1, f"{run_id}-exec")["phase"] == "running"
             wait_until(lambda: printed("Intermediate Eval (step=20)"), 30, what="the step-20 evaluation")
@@ -389,9 +392,7 @@ def test_a_preempted_heads_evaluations_are_all_recorded_on_the_real_plane(
 
             wait_until(head_gone, 30, what="the JobSet failed and its head's pod deleted")
             last = service.status(run_id, "train", 1, f"{run_id}-exec")
-            timing.go.set()  # the head's pod is gone: its program sees SIGTERM and ends
     finally:
-        timing.go.set()
         api.stop()
         endpoint.stop()
         with contextlib.suppress(Exception):

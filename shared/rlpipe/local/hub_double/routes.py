@@ -1,47 +1,5 @@
-"""How the Hub double answers, route by route, and where each behaviour comes from.
-
-Sources: the client ``huggingface_hub`` 2.4.0 (file:line in its wheel), hub-docs at 242f4a1e
-(https://huggingface.co/docs/hub/<page>), and issue threads where the docs are silent.
-
-- Errors carry ``X-Error-Code``/``X-Error-Message``, which ``hf_raise_for_status`` turns into
-  ``GatedRepoError``, ``RepositoryNotFoundError``, ``RevisionNotFoundError``,
-  ``RemoteEntryNotFoundError`` (``utils/_http.py:871-892,933-956``).
-- Gated repos: "Users must agree … to access the model *files*" (hub-docs ``models-gated.md:3``);
-  anonymous ``model_info`` of a gated repo succeeds while its ``/resolve`` answers 401 GatedRepo
-  (PolicyEngine/policyengine-core#529). hub-docs never states that metadata is public, and the
-  client's own ``GatedRepoError`` example (``errors.py:350-358``) shows a 403 from ``model_info``;
-  we follow the observed behaviour. A token without access gets 403 GatedRepo (same example).
-- 401 for anonymous requests to missing repos (client comment, ``utils/_http.py:939-942``). The
-  double also sends ``X-Error-Code: RepoNotFound`` on it, because the client's fallback for a bare
-  401 matches only ``https://`` endpoints (``REPO_API_REGEX``, ``utils/_http.py:175-188``).
-- What every request goes through before a route (rate limits, stalls, forced failures, revoked
-  tokens) is ``rlpipe.local.hub_double.gate``'s, with its sources.
-- ``/commits/{rev}``: sorted by date, newest first (``hf_api.py:4196``), in pages linked "using
-  the same Link header format as GitHub" (``utils/_pagination.py:36-39``, read at ``:68-69``).
-  The Hub's default page size is not documented (the Python client sends no ``limit``;
-  huggingface.js ``list-commits.ts`` sends ``limit``, default 100, up to 1000): the double's is
-  ``HubDouble.commits_page_size``, and it honours ``?limit=``.
-- A private repo (``create_repo(private=True)``) answers anonymous callers as if missing (401
-  RepoNotFound, as above); any valid token may read it (the double has no accounts).
-- Uploaded files (``rlpipe.local.hub_double.writes``) are served by ``/resolve`` from disk, streamed.
-- ``/resolve`` honours one ``Range: bytes=…`` with 206 and ``Content-Range`` (416 when it cannot),
-  as ``HfFileSystem`` reads files in ranges (``hf_file_system.py:1575-1583``).
-
-Dataset repositories (``datasets.dataset_files`` builds them, ``HubDouble.add_dataset`` adds one):
-
-- Their API is ``/api/datasets/{repo}…`` and their files ``/datasets/{repo}/resolve/{rev}/{path}``:
-  ``dataset_info`` calls ``/api/datasets/{repo}[/revision/{rev}]`` with ``blobs=True`` for
-  ``files_metadata`` (``hf_api.py:3273-3284``), ``auth_check`` ``/api/{repo_type}s/{repo}/
-  auth-check`` (``hf_api.py:12112-12116``), ``hf_hub_url`` prefixes the repo id with ``datasets/``
-  (``file_download.py:284-291``, ``constants.py:123-127``); the listings and commits take the type
-  the same way (``hf_api.py:4023``). A model and a dataset may share a name and stay apart.
-- ``dataset_info`` answers the fields ``DatasetInfo`` reads (``hf_api.py:1013-1143``), with
-  ``cardData`` the README's YAML at that revision (the card's metadata, hub-docs
-  ``datasets-cards``): ``configs`` (hub-docs ``datasets-manual-configuration``) and
-  ``dataset_info`` move with the revision. Sizes and ``lfs`` only with ``?blobs=true``, as for models.
-- Gating, missing repos and revisions, rate limits and forced failures are the models' behaviours;
-  a gated dataset's refusal says "Access to dataset …".
-"""
+"""How the Hub double answers, route by route: each behaviour and its source (the client
+``huggingface_hub`` 2.4.0, hub-docs, issue threads) is in docs/hub-double.md."""
 
 from __future__ import annotations
 

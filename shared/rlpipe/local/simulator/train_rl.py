@@ -146,8 +146,6 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     test_batches = args.integer("num_test_batches", int(RL_DEFAULTS["num_test_batches"]))
     eval_total = eval_examples(args, RL_DEFAULTS)  # eval_batch_size, not batch_size, when set
     rewards = reward_curve_of(args)
-    functions = custom_rewards.load(ctx, args)
-    custom = partial(custom_rewards.mean_reward, ctx, functions) if functions else None
     # With real programs the export that follows is real: the checkpoints carry the loaded parameters.
     copied = load if getattr(ctx, "real_programs", None) is not None else None
     if period < 1:
@@ -164,6 +162,8 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
     done = committed_steps(ctx, actor) if enabled else []
     start = done[-1] if done else 0
     ctx.pause(ctx.duration("train_startup"))
+    functions = custom_rewards.load(ctx, args)  # as the trainer is built: after the inputs step checked them
+    custom = partial(custom_rewards.mean_reward, ctx, functions) if functions else None
     if start:  # Tunix restores the newest committed step while the trainer is built
         ctx.log(
             absl_line(
@@ -215,6 +215,8 @@ def run_train(ctx: ProgramContext, args: Arguments) -> int:
         saving = enabled and step % period == 0
         ctx.hook("step", step, saving=saving or (enabled and step == final))
         ctx.pause(ctx.duration("step"))
+        if functions and step == start + 1:
+            custom_rewards.score_rollout(functions)
         if step > start + 1:
             metrics(step - 1)
         ctx.note("step", str(step))
