@@ -4,11 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Four workers on two cores. The suite is CPU-bound (about 1,100 CPU-seconds, both cores ~95 % busy
-# over its 10 minutes; six workers are slower: 608 s against 577 s), but its long groups also wait on servers,
-# and four keep both cores busy while they do. A file runs whole on one worker (--dist loadgroup),
-# so its module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
-PYTEST_WORKERS ?= 4
+# Three workers on two cores. The suite is CPU-bound (both cores ~95 % busy), and more workers only
+# add contention: in one fresh clone, three took 615 s and 1,137 CPU-seconds, four 654 s (six were
+# slower than four, 608 s against 577 s, in another). Its long groups also wait on servers, and
+# three keep both cores busy while they do. A file runs whole on one worker (--dist loadgroup), so
+# its module-scoped stack is started once. PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 3
 
 # Python writes its bytecode (into the git-ignored __pycache__ folders) even where the shell asks it
 # not to: every test worker, local server and CLI process would otherwise compile the same sources
