@@ -246,3 +246,46 @@ def _execution_results(local: Local, run_id: str) -> list[tuple[str, str | None]
         for e in listing
         if json.loads(e.argument or "{}").get("run_id") == run_id
     ]
+
+
+def test_export_best_exports_the_best_evaluated_step_when_the_last_is_worse_and_the_card_says_so(
+    local: Local, faults: Any
+) -> None:
+    """A learning rate ten times the tutorials' makes the played evaluations noisy (docs/simulator.md:
+    the reward curve), and this seed makes the first evaluation the best. A checkpoint every 2 steps
+    of 40: rl.yml's newest 10 would have deleted step 10 before export, so export could load it only
+    because the run kept 16; once export ended, the steps kept only for the choice are gone."""
+    faults([])
+    repo = f"rlpipe-demo/e2e-best-{os.urandom(4).hex()}"
+    run_id = local.submit(
+        local.request(
+            training={"num_batches": 40, "checkpoint_period": 2, "learning_rate": 2e-4},
+            maxtext_overrides={"data_shuffle_seed": 1},
+            export={"step": "best"},
+            publish={"repo": repo},
+        )
+    )
+    record = local.wait(run_id, expected=30)
+    assert record.state == "succeeded", record.failure
+    rewards = {e["step"]: e["mean_reward"] for e in record.results["intermediate"]}
+    rewards[record.lineage.final_step or 0] = record.results["post"]["mean_reward"]
+    best = max(rewards, key=lambda s: rewards[s])
+    assert record.lineage.final_step == 40 and best != 40, f"the last step must be worse here: {rewards}"
+    assert record.lineage.exported_step == best
+    assert record.lineage.export_reason and f"step {best} of 40" in record.lineage.export_reason
+    run = layout.RunLayout(local.settings.artifacts_bucket, run_id)
+    kept = layout.committed_steps(
+        (b.name for b in local.client.list_blobs(run.bucket, prefix=run.checkpoints)), run
+    )
+    # rl.yml keeps the newest 10 (22 to 40); the exported step stays beside them
+    assert kept == sorted({best, *range(22, 41, 2)})
+    api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="local-read-token")
+    card = Path(api.hf_hub_download(repo, "README.md", revision="main")).read_text()
+    assert f"These weights are training step {best}:" in card
+    from huggingface_hub import ModelCard
+
+    data = ModelCard(card).data
+    assert ("mean_reward", round(rewards[best], 4)) in {
+        (r.metric_type, r.metric_value) for r in data.eval_results or []
+    }
+    assert run.uri(run.step_dir(best)) in card

@@ -14,6 +14,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from rlpipe.core import export_manifest, pinning, staging, workarounds
+from rlpipe.core.request import export_checks
 
 if TYPE_CHECKING:
     from rlpipe.core.request import Request, Scalar
@@ -161,6 +162,9 @@ def train_args(
             value = staging.user_file_path("chat_template")  # the request's own, verified first
         if value is not None:
             args.append(f"{key}={fmt(value)}")
+    keep = export_checks.retention(req)
+    if keep is not None:  # the step export.step may choose must outlive Orbax's LatestN
+        args.append(f"{export_checks.KEEP_KEY}={keep}")
     args.append(f"vllm_hf_overrides={t.vllm_hf_overrides}")
     args.append(f"vllm_additional_config={vllm_additional_config(req)}")
     args.extend(dataset_args(req, *data_files))

@@ -104,6 +104,7 @@ def _common(topology: str, tpu_type: str) -> dict[str, Any]:
         "maxtext_overrides": {},
         "gate": None,
         "publish": None,
+        "export": None,
         "sweep": None,
     }
 
@@ -120,6 +121,7 @@ DEFAULT_MAX_SWEEP_CHILDREN = 16
 
 # Defaults of optional sections, merged under a request's section when it sets one.
 SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "export": {"step": "last", "select": None},
     "gate": {"min_post_mean_reward": None, "min_reward_gain": None, "min_post_accuracy": None},
     # Private until a person decides otherwise; a write token's own Secret, never the read one's.
     "publish": {

@@ -32,8 +32,10 @@ The facts, a plain dict (JSON-able; ``rlpipe.control.lifecycle.publishing.card_f
   ``rewards`` means MaxText's built-in reward functions.
 - ``gate``: ``{passed, reasons, thresholds: {name: value}, override: {by, at, reason, caller}}``;
   empty when the request set no gate.
-- ``links``: ``{checkpoints, final_checkpoint, export, report}``, GCS URIs of the run's files and
-  of its report page (in the state bucket, ``control.lifecycle.run_report``).
+- ``exported``: ``{step, reason}``, the training step these weights are and why that one
+  (``export.step``: the last, the best evaluated, or the one asked for); empty before export.
+- ``links``: ``{checkpoints, final_checkpoint, exported_checkpoint, export, report}``, GCS URIs of
+  the run's files and of its report page (in the state bucket, ``control.lifecycle.run_report``).
 - ``run_id``, ``request_id``; optional ``model_name`` and extra ``tags``.
 
 The datasets: the header's ``datasets`` lists the training dataset and, when it is another one,
@@ -88,6 +90,7 @@ SUMMARIES: dict[bool | None, str] = {
 LINKS = {
     "checkpoints": "MaxText checkpoints (Orbax), every kept step",
     "final_checkpoint": "The final step's checkpoint",
+    "exported_checkpoint": "The checkpoint this export was made from (not the final step's)",
     "export": "This export (Hugging Face format), as the run wrote it",
     "report": "The run's report (one HTML page: rounds, timeline, rewards, data, lineage, gate), kept beside its ledger",
 }
@@ -177,10 +180,19 @@ def _view(facts: Mapping[str, Any]) -> dict[str, Any]:
         "examples": evaluation.examples(rewards),
         "evaluated_on": evaluation.where(facts.get("evaluation") or {}),
         "gate": _gate(facts.get("gate") or {}),
+        "exported": _exported(facts.get("exported") or {}),
         "links": _links(facts.get("links") or {}),
         "run_id": _cell(str(facts["run_id"])),
         "request_id": _cell(str(facts["request_id"])),
     }
+
+
+def _exported(exported: Mapping[str, Any]) -> dict[str, str] | None:
+    """Which training step these weights are, and why that one (``export.step``)."""
+    step = exported.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return {"step": str(step), "reason": _prose(str(exported.get("reason") or ""))}
 
 
 def _dataset_ids(facts: Mapping[str, Any]) -> list[str]:

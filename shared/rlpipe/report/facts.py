@@ -172,6 +172,10 @@ def lineage(record: RunRecord, rows: Sequence[AttemptRow]) -> list[tuple[str, st
         ("export uri", lin.export_uri),
         ("published to", lin.published_to),
         ("final step", lin.final_step),
+        (
+            "exported step",
+            f"{lin.exported_step}: {lin.export_reason}" if lin.exported_step is not None else None,
+        ),
     ]
     return [(label, "-" if value is None or value == "" else str(value)) for label, value in items]
 

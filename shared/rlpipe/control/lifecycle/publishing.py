@@ -216,6 +216,23 @@ def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
     }
 
 
+def exported_evaluation(record: RunRecord) -> dict[str, Any] | None:
+    """The evaluation of the exported step when it is not the final one (the newest attempt's, as
+    a resumed attempt evaluates a step again); None for the final step or when none was printed."""
+    step = record.lineage.exported_step
+    if step is None or step == record.lineage.final_step:
+        return None
+    found: list[dict[str, Any]] = [
+        e
+        for e in (record.results or {}).get("intermediate") or []
+        if isinstance(e, dict) and e.get("step") == step
+    ]
+    if not found:
+        return None
+    newest: dict[str, Any] = max(found, key=lambda e: int(e.get("attempt") or 0))
+    return dict(newest)
+
+
 def run_links(bucket: str, record: RunRecord, report: str | None = None, scope: str = "") -> dict[str, str]:
     """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``,
     and of its report page (``report``: the state bucket's copy, ``control.lifecycle.run_report``).
@@ -226,6 +243,9 @@ def run_links(bucket: str, record: RunRecord, report: str | None = None, scope: 
         links["report"] = report
     if record.lineage.final_step:
         links["final_checkpoint"] = run.uri(run.step_dir(record.lineage.final_step))
+    exported = record.lineage.exported_step
+    if exported is not None and exported != record.lineage.final_step:
+        links["exported_checkpoint"] = run.uri(run.step_dir(exported))
     return links
 
 
@@ -249,10 +269,19 @@ def card_facts(
         "overrides": changed_hyperparameters(record.request),
         "image": req.image,
         "training_data": training_data(req, record),
-        "rewards": {k: results.get(k) or {} for k in ("pre", "post")},
+        # After training: the exported step's evaluation, which is the final one unless export.step
+        # chose another step (its Intermediate Eval line has the same fields).
+        "rewards": {
+            "pre": results.get("pre") or {},
+            "post": exported_evaluation(record) or results.get("post") or {},
+        },
         "evaluation": evaluation_set(req, record),
         "inputs": user_inputs(req, record),
         "gate": gate_facts(record, req),
+        # Which step this export is, and why (export.step; control/stage/exported_step.py).
+        "exported": {"step": record.lineage.exported_step, "reason": record.lineage.export_reason}
+        if record.lineage.exported_step is not None
+        else {},
         "links": run_links(artifacts_bucket, record, report, scope),
         "run_id": record.run_id,
         "request_id": req.request_id or record.run_id,

@@ -25,7 +25,7 @@ from rlpipe.control.lifecycle import data_pins, publishing, quality_gate, run_re
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.control.lifecycle.policies import AdmissionRefused, RunPolicies
 from rlpipe.control.lifecycle.retry_rounds import first_attempts, forced_stages, this_round
-from rlpipe.control.stage import train_status
+from rlpipe.control.stage import exported_step, train_status
 from rlpipe.control.stage.train_status import LogReader
 from rlpipe.core import layout, staging, train_verdict
 from rlpipe.core.failure_rules import reported
@@ -139,6 +139,7 @@ class StageService:
             hf_revision=record.lineage.hf_sha,
             converted_dir=layout.parse_gs(uri)[1] if (uri := record.lineage.converted_uri) else None,
             final_step=record.lineage.final_step,  # train's actual end, once it ended
+            export_step=record.lineage.exported_step,  # what export.step chose, once export launched
             data=record.lineage.data,  # what the head stages, at the commits plan pinned
             inputs=record.lineage.inputs,  # the request's own files, by the run's copy and sha256
             export_manifest_sha256=record.lineage.export_manifest_sha256,
@@ -327,6 +328,8 @@ class StageService:
                 detail=lambda r: {"data": data_pins.summary(data)},
             )
         ctx = self._context(record)
+        if stage == "export":  # the step it loads, chosen once and recorded first
+            record, ctx = exported_step.choose(self.artifacts, self.ledger, record, req, ctx)
         if stage == "publish":
             # the run's page first, so the link the card carries resolves (control/lifecycle/run_report.py)
             page = run_report.write_run_report(self.state, record, log, settings=self.settings)
@@ -454,6 +457,10 @@ class StageService:
             if phase == "succeeded" and stage == "export" and complete.manifest_sha256
             else None,
         )
+        if phase == "succeeded" and stage == "export":
+            gone = exported_step.prune(self.artifacts, req, ctx, recorded.lineage.exported_step)
+            if gone:
+                log.info("deleted the checkpoints kept only for export.step", steps=gone)
         if stage == "train" and phase == "running":
             # A sweep's early-stopping rule, on the evaluations this read recorded (or a stop
             # decided before whose carrying out was interrupted).

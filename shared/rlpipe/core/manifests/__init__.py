@@ -36,6 +36,9 @@ class RenderContext:
     # export: the step training ended at (the ledger's lineage.final_step), which the data can
     # make lower than the config's; None: the config's (steps.final_step)
     final_step: int | None = None
+    # export: the step export.step chose (the ledger's lineage.exported_step, core.export_step);
+    # None: final_step
+    export_step: int | None = None
     # train: the pinned datasets (lineage.data) and the user's files (lineage.inputs) to stage
     data: Mapping[str, Any] | None = None
     inputs: Mapping[str, Any] | None = None
@@ -100,6 +103,8 @@ def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) ->
         items = layout.converted_items(converted_dir(req, ctx))
         return StagePaths(inputs=layout.gs(ctx.bucket, items), output=run.uri(run.trained_base))
     final = ctx.final_step if ctx.final_step is not None else steps.final_step(req)
+    if ctx.export_step is not None:
+        final = ctx.export_step
     return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
 
 

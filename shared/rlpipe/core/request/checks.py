@@ -15,7 +15,7 @@ from typing import Any
 from rlpipe.core import identity, presets, steps, tpu
 from rlpipe.core.maxtext import model_names
 from rlpipe.core.problems import Problem
-from rlpipe.core.request import outcome_checks, provisioning, reading
+from rlpipe.core.request import export_checks, outcome_checks, provisioning, reading
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -356,5 +356,6 @@ _CHECKS: tuple[Callable[[dict[str, Any]], Iterator[Problem]], ...] = (
     _attempt_names,
     outcome_checks.gate_problems,
     outcome_checks.publish_problems,
+    export_checks.problems,
     provisioning.problems,
 )

@@ -19,7 +19,8 @@ from pydantic import (
 from rlpipe.core import presets, workarounds
 from rlpipe.core.request.base import BRANCH_PATTERN, HF_REPO_PATTERN, Strict, check_revision, custom_error
 from rlpipe.core.request.inputs import DatasetSpec, RewardsSpec, UserFile
-from rlpipe.core.request.sweep import SweepSpec
+from rlpipe.core.request.sweep import SelectRule, SweepSpec
+from rlpipe.core.step_counts import MAX_TRAIN_STEPS
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
@@ -307,6 +308,35 @@ class PublishSpec(_Strict):
         raise _custom(f"{value!r} is not a branch name", "use a branch such as 'main' or 'rlpipe/tuned'")
 
 
+class ExportSpec(_Strict):
+    """Which committed step export turns into the served model (docs/outcomes.md#the-exported-step-export).
+
+    ``last`` is the step training ended at. ``best`` is the step whose evaluation is best by
+    ``select`` (the vocabulary of ``sweep.select``): the intermediate evaluations train_rl prints
+    every ``eval_interval`` steps, and the final one (``Post RL Training``), among the steps that
+    have a checkpoint. A number is that step, which must be a checkpoint step. rlpipe passes
+    ``max_num_checkpoints_to_keep`` so that the step is still in the bucket when export runs
+    (``core.request.export_checks``), and deletes what it kept only for this once export ended."""
+
+    step: Literal["last", "best"] | Annotated[int, Field(strict=True, ge=1, le=MAX_TRAIN_STEPS)] = Field(
+        description="last (default), best, or a checkpoint step"
+    )
+    select: SelectRule | None = Field(
+        description="best: the metric and its direction; None: post_mean_reward, highest wins"
+    )
+
+    @field_validator("step", mode="before")
+    @classmethod
+    def _one_step(cls, value: object) -> object:
+        """One answer for what a step may be, not one per member of the union."""
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if value in ("last", "best") or (whole and 1 <= value <= MAX_TRAIN_STEPS):  # type: ignore[operator]
+            return value
+        raise _custom(
+            f"{value!r:.80} is not a step", "write last, best or a checkpoint step (a whole number from 1)"
+        )
+
+
 class Request(_Strict):
     """A complete, normalized request: what the ledger stores and the manifests are built from."""
 
@@ -348,6 +378,9 @@ class Request(_Strict):
     labels: dict[str, str]
     gate: GateSpec | None = Field(description="quality gate evaluated after train")
     publish: PublishSpec | None = Field(description="publish the export to the Hugging Face Hub")
+    export: ExportSpec | None = Field(
+        default=None, description="which step is exported (None: the last, as before this field)"
+    )
     sweep: SweepSpec | None = Field(
         description="run a grid of children over training fields and MaxText keys (docs/sweeps.md)"
     )

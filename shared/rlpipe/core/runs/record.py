@@ -251,6 +251,9 @@ class Lineage(_Model):
     converted_uri: str | None = None
     checkpoint_uri: str | None = None
     final_step: int | None = None
+    # The step export loaded and why (export.step; core.export_step), once export launched.
+    exported_step: int | None = None
+    export_reason: str | None = None
     export_uri: str | None = None
     # The sha256 of the export manifest export's done rule was judged on (publish checks it).
     export_manifest_sha256: str | None = None
