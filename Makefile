@@ -20,7 +20,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TOOLS := .tools
 TOOLS_STAMP := $(TOOLS)/.installed
 
-.PHONY: google-schemas workflows-schema components components-if-go pstest-if-go programs programs-venv programs-if-python programs-lock install test test-fast lint check demo render schema clean tools bundle bench
+.PHONY: google-schemas workflows-schema components components-if-go pstest-if-go programs programs-venv programs-if-python programs-lock serving serving-if-python serving-lock install test test-fast lint check demo render schema clean tools bundle bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,20 @@ UPGRADE ?=
 programs-lock:
 	programs/lock.sh $(if $(UPGRADE),--upgrade)
 
+# The serving tier (docs/evaluation.md): torch and transformers in .cache/serving/venv, from
+# programs/requirements-serving.lock (torch from PyPI is its CUDA build: about 4 GB and a few
+# minutes cold, nothing when the lock is unchanged). The tests/programs/test_serving_*.py tests load
+# the programs tier's real export with it, through rlpipe's serve check.
+serving:
+	programs/venv.sh --tier serving
+
+serving-if-python:
+	@if programs/venv.sh --find-python >/dev/null 2>&1; then $(MAKE) --no-print-directory serving; \
+	else echo "no Python 3.12 or 3.13: the serving tier cannot be built here; its tests skip (see make serving)"; fi
+
+serving-lock:
+	programs/lock.sh --tier serving $(if $(UPGRADE),--upgrade)
+
 # Google's published schema of the Workflows syntax, read by the tests out of the workflows-emulator
 # wheel in .cache/google-schemas/ (downloaded, never installed; about 2 s and 1.7 MB cold, nothing
 # when cached). Every definition the engine's tests load is held to it: docs/workflow.md, Testing.
@@ -126,7 +140,7 @@ browser:
 		fi; \
 	fi
 
-test: check $(TOOLS_STAMP) google-schemas workflows-schema components-if-go browser programs-if-python
+test: check $(TOOLS_STAMP) google-schemas workflows-schema components-if-go browser programs-if-python serving-if-python
 	$(BIN)/python -m compileall -q shared functions tests bench
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The programs tier's interpreter: a venv of MaxText 0.2.4 and its CPU set, installed from
-# programs/requirements-maxtext.lock (every package pinned with its hashes), into
-# $PROGRAMS_CACHE/venv (default .cache/programs/venv, git-ignored). See docs/programs.md.
+# A tier's interpreter, installed from its lock (every package pinned with its hashes):
+# - the programs tier: MaxText 0.2.4 and its CPU set, from programs/requirements-maxtext.lock, into
+#   $PROGRAMS_CACHE/venv (default .cache/programs/venv, git-ignored; docs/programs.md);
+# - the serving tier (--tier serving): torch and transformers, from
+#   programs/requirements-serving.lock, into $SERVING_CACHE/venv (default .cache/serving/venv;
+#   docs/evaluation.md).
 #
-#   programs/venv.sh                 # build it if missing or if the lock changed
-#   programs/venv.sh --find-python   # print the interpreter it would use, or exit 3 saying why none
+#   programs/venv.sh                   # build the programs tier if missing or if the lock changed
+#   programs/venv.sh --tier serving    # the same for the serving tier
+#   programs/venv.sh --find-python     # print the interpreter it would use, or exit 3 saying why none
 #
 # MaxText 0.2.4 needs Python >= 3.12 (PEP 695 `type` statements in its kernels), so the venv is made
 # from pyenv's newest 3.12 (~/.pyenv/versions/3.12.*), else its newest 3.13, else python3.12 or
@@ -16,9 +20,25 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(dirname "$HERE")"
-CACHE="${PROGRAMS_CACHE:-$ROOT/.cache/programs}"
+TIER=programs
+if [ "${1:-}" = "--tier" ]; then
+  TIER="${2:-}"
+  shift 2
+fi
+case "$TIER" in
+  programs)
+    CACHE="${PROGRAMS_CACHE:-$ROOT/.cache/programs}"
+    LOCK="$HERE/requirements-maxtext.lock"
+    WHAT="MaxText 0.2.4" ;;
+  serving)
+    CACHE="${SERVING_CACHE:-$ROOT/.cache/serving}"
+    LOCK="$HERE/requirements-serving.lock"
+    WHAT="torch and transformers (several GB the first time)" ;;
+  *)
+    echo "venv.sh: --tier is programs or serving, not '$TIER'" >&2
+    exit 2 ;;
+esac
 VENV="$CACHE/venv"
-LOCK="$HERE/requirements-maxtext.lock"
 
 find_python() {
   local candidate
@@ -64,7 +84,7 @@ fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.venv.lock"
 if ! flock --nonblock 9; then
-  echo "programs: another build of $VENV is running; waiting for it to end" >&2
+  echo "$TIER: another build of $VENV is running; waiting for it to end" >&2
   flock 9
 fi
 
@@ -73,7 +93,7 @@ if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.stamp" 2>/dev/null)" = "$want" 
   exit 0
 fi
 
-echo "programs: installing MaxText 0.2.4 from $(basename "$LOCK") into $VENV (a few minutes)" >&2
+echo "$TIER: installing $WHAT from $(basename "$LOCK") into $VENV (a few minutes)" >&2
 started=$(date +%s)
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
