@@ -146,3 +146,22 @@ def test_export_loads_the_chosen_step() -> None:
     assert load == [
         "load_parameters_path=gs://art/runs/rexport0001/trained/rl/checkpoints/actor/20/model_params/"
     ]
+
+
+def test_the_plan_shows_the_checkpoints_kept_for_best_and_the_steps_it_may_choose() -> None:
+    from rlpipe.core.plan import build_plan
+
+    req = validate_request(
+        minimal_request(export={"step": "best"}, training={"num_batches": 40, "checkpoint_period": 2})
+    )
+    training = build_plan(req, run_id="rexport0002", bucket="b")["training"]
+    assert training["max_num_checkpoints_to_keep"] == 16
+    assert training["checkpoints_kept"] == list(range(10, 41, 2))
+    assert training["export"] == {
+        "step": "best",
+        "max_num_checkpoints_to_keep_passed": 16,
+        "select": {"metric": "post_mean_reward", "direction": "max"},
+        "candidates": [10, 20, 30, 40],
+    }
+    plain = build_plan(validate_request(minimal_request()), run_id="rexport0003", bucket="b")["training"]
+    assert plain["export"] == {"step": "last", "max_num_checkpoints_to_keep_passed": None}

@@ -359,3 +359,17 @@ def test_coinciding_curves_are_all_visible_in_chromium(browser: Any, tmp_path: P
     assert all(n > 400 for n in painted), painted
     text = " ".join(measured["text"].split())
     assert f"The curves of {RUN}, {TWIN_A} and {TWIN_B} coincide" in text
+
+
+def test_each_run_says_which_step_its_export_loaded_and_why() -> None:
+    data = runs()
+    data[1]["lineage"] |= {
+        "exported_step": 50,
+        "export_reason": "step 50 of 100: the best post_mean_reward (highest)",
+    }
+    page = Page(compare.render_compare(records(data), now=NOW, prices_json=PRICES, painter=cli_charts))
+    cells = [(a["data-exported-step"], a) for a in page.tags("td") if "data-exported-step" in a]
+    assert [step for step, _ in cells] == [str(data[0]["lineage"].get("exported_step") or ""), "50", ""]
+    assert "step 50: step 50 of 100: the best post_mean_reward (highest)" in page.all_text
+    rows = compare.run_rows(records(data), now=NOW)
+    assert [r["exported_step"] for r in rows] == [data[0]["lineage"].get("exported_step"), 50, None]

@@ -14,12 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpipe.core import gate
-from rlpipe.core.request.export_checks import shown_steps
+from rlpipe.core.request.export_checks import DEFAULT_SELECT, shown_steps
 from rlpipe.core.request.model import ExportSpec
-from rlpipe.core.request.sweep import SelectRule
 from rlpipe.core.runs.stop_record import evaluations
-
-DEFAULT_SELECT = SelectRule(metric="post_mean_reward", direction="max")
 
 
 class NoSuchStep(ValueError):

@@ -35,7 +35,7 @@ from rlpipe.core.manifests import (
     stage_paths,
 )
 from rlpipe.core.maxtext import model_names
-from rlpipe.core.request import Request, provisioning
+from rlpipe.core.request import Request, export_checks, provisioning
 
 PLAN_VERSION = 1
 # The largest chip-hour estimate a plan states (a million steps on the largest request's 16,384
@@ -109,6 +109,7 @@ def build_plan(
     examples = staging.training_examples(req.dataset.repo, req.dataset.evaluated_repo, rows)
     final = training.final_with_examples(examples) if isinstance(examples, int) else training.final_step
     saved = step_counts.checkpoint_schedule(final, training.checkpoint_period)  # where the data ends it
+    kept = export_checks.retention(req) or training.max_to_keep
     cache = conversion_cache(req, ctx) if sha else None  # the key hashes the sha
     convert_out = stage_paths(req, ctx, "convert", 1).output
     train_paths = stage_paths(req, ctx, "train", 1)
@@ -182,7 +183,7 @@ def build_plan(
         },
         "stages": stages,
         "data": data_plan(req, run, data),
-        "training": {
+        "training": {  # (kept: what train_rl is given, export.step's retention included)
             "num_batches": training.num_batches,
             "rl.num_iterations": training.num_iterations,
             "train_fraction": training.train_fraction,
@@ -197,8 +198,11 @@ def build_plan(
             "final_step_depends_on_data": True,
             "checkpoint_period": training.checkpoint_period,
             "checkpoints": saved,
-            "checkpoints_kept": saved[-training.max_to_keep :],
-            "max_num_checkpoints_to_keep": training.max_to_keep,
+            "checkpoints_kept": saved[-kept:],
+            "max_num_checkpoints_to_keep": kept,
+            # Which step export loads (docs/outcomes.md, "The exported step"): export.step, the
+            # steps it may choose from, and whether rlpipe raised the retention to keep them.
+            "export": export_plan(req, training, final),
             "eval_interval": training.eval_interval,
             "evaluations": {
                 "pre_and_post": training.evaluates,
@@ -446,3 +450,17 @@ def capacity_plan(
         "expected_chip_hours": round(chip_hours, 2) if chip_hours is not None else None,
         "per_mode": per_mode,
     }
+
+
+def export_plan(req: Request, training: steps.TrainingSteps, final: int) -> dict[str, Any]:
+    """What export loads: ``export.step``, the steps ``best`` may choose from (each has a checkpoint
+    and an evaluation), and the ``max_num_checkpoints_to_keep`` rlpipe passes for them (None: the
+    run's own retention keeps them)."""
+    spec = req.export
+    step = spec.step if spec is not None else "last"
+    out: dict[str, Any] = {"step": step, "max_num_checkpoints_to_keep_passed": export_checks.retention(req)}
+    if step == "best":
+        rule = spec.select if spec is not None and spec.select is not None else export_checks.DEFAULT_SELECT
+        out["select"] = rule.model_dump()
+        out["candidates"] = export_checks.candidate_steps(training, final)
+    return out

@@ -164,6 +164,13 @@ def _run(record: RunRecord, index: int, now: datetime, prices_json: str) -> dict
         "chip_hours": f"{hours['total']:.2f}",
         "unknown_hours": hours["unknown"],
         "cost": cost(record, hours["total"], prices_json),
+        # The step its export loaded (export.step) and why; "-" before export launched.
+        "exported_step": record.lineage.exported_step,
+        "exported": (
+            f"step {record.lineage.exported_step}: {record.lineage.export_reason}"
+            if record.lineage.exported_step is not None
+            else "-"
+        ),
         "data": data_and_rewards(record),
         "points": run_points(record, now),
     }

@@ -25,9 +25,12 @@ from typing import Any
 from rlpipe.core import steps
 from rlpipe.core.problems import Problem
 from rlpipe.core.request.model import Request
+from rlpipe.core.request.sweep import SelectRule
 from rlpipe.core.step_counts import checkpoint_schedule
 
 KEEP_KEY = "max_num_checkpoints_to_keep"
+# best, when the request names no rule: the highest post-training mean reward, as a sweep's select
+DEFAULT_SELECT = SelectRule(metric="post_mean_reward", direction="max")
 
 
 def shown_steps(values: Sequence[int]) -> str:
