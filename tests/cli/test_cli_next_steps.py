@@ -104,6 +104,19 @@ def test_a_finished_run_names_no_next_step_and_a_failed_one_names_retry() -> Non
     assert "rlpipe retry rfail0000001 --reason" in summary(_record("rfail0000001", "failed"))
 
 
+def test_a_finished_runs_summary_says_which_step_its_export_loaded_when_not_the_last() -> None:
+    from rlpipe.cli.watch import summary
+
+    record = _record("rdone0000002", "succeeded")
+    record.lineage.export_uri, record.lineage.final_step = "gs://a/runs/rdone0000002/hf/", 40
+    assert "exported" not in summary(record)
+    record.lineage.exported_step, record.lineage.export_reason = (
+        10,
+        "step 10 of 40: the best post_mean_reward",
+    )
+    assert "  exported    step 10: step 10 of 40: the best post_mean_reward" in summary(record)
+
+
 # ------------------------------------------------------------------------- rlpipe promote
 
 

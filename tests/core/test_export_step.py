@@ -84,10 +84,10 @@ def test_last_is_the_final_step_whatever_the_evaluations_say() -> None:
     assert export_step.choose(None, CURVE, committed=[10, 20, 30, 40], final=40).step == 40
 
 
-def test_what_is_deleted_after_export_is_what_the_runs_own_retention_would_not_have_kept() -> None:
+def test_what_stays_after_export_is_the_exported_step_and_what_the_runs_own_retention_keeps() -> None:
     committed = list(range(2, 41, 2))  # 20 steps
-    assert export_step.unneeded(committed, exported=8, keep=10) == [2, 4, 6, 10, 12, 14, 16, 18, 20]
-    assert export_step.unneeded(committed, exported=40, keep=10) == list(range(2, 21, 2))
+    assert export_step.kept_after_export(committed, exported=8, keep=10) == {8, *range(22, 41, 2)}
+    assert export_step.kept_after_export(committed, exported=40, keep=10) == set(range(22, 41, 2))
 
 
 def _train_args(**fields: Any) -> list[str]:
@@ -165,3 +165,80 @@ def test_the_plan_shows_the_checkpoints_kept_for_best_and_the_steps_it_may_choos
     }
     plain = build_plan(validate_request(minimal_request()), run_id="rexport0003", bucket="b")["training"]
     assert plain["export"] == {"step": "last", "max_num_checkpoints_to_keep_passed": None}
+
+
+class _Bucket:
+    """The artifacts store as prune uses it: a listing and a delete, in order, that may fail after
+    ``fail_after`` deletes (a status call cut short)."""
+
+    def __init__(self, names: list[str], fail_after: int | None = None) -> None:
+        self.names, self.deleted, self.fail_after = list(names), [], fail_after
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(n for n in self.names if n.startswith(prefix))
+
+    def delete(self, name: str) -> None:
+        if self.fail_after is not None and len(self.deleted) >= self.fail_after:
+            raise ConnectionError("cut short")
+        self.names.remove(name)
+        self.deleted.append(name)
+
+
+def test_prune_deletes_the_steps_kept_only_for_the_choice_markers_first_and_finishes_after_a_cut() -> None:
+    from rlpipe.control.stage.exported_step import prune
+
+    req = validate_request(
+        minimal_request(export={"step": "best"}, training={"num_batches": 40, "checkpoint_period": 2})
+    )
+    ctx = RenderContext(run_id="rexport0004", bucket="art", final_step=40, export_step=14)
+    run = ctx.run
+    names = [
+        run.step_dir(s) + leaf
+        for s in range(10, 41, 2)
+        for leaf in ("model_params/d/0", "model_params/commit_success.txt", "commit_success.txt")
+    ]
+    bucket = _Bucket(names, fail_after=2)  # step 10: its marker and one file, then cut
+    with pytest.raises(ConnectionError):
+        prune(bucket, req, ctx, 14)  # type: ignore[arg-type]
+    assert bucket.deleted[0] == run.step_commit(10), "a step's own marker goes first"
+    again = _Bucket(bucket.names)
+    assert prune(again, req, ctx, 14) == [10, 12, 16, 18, 20]  # type: ignore[arg-type]
+    left = {int(n[len(run.checkpoints) :].split("/")[0]) for n in again.names}
+    assert left == {14, *range(22, 41, 2)}
+    assert prune(_Bucket(again.names), req, ctx, 14) == []  # type: ignore[arg-type]
+
+
+def _record(**lineage: Any) -> Any:
+    from rlpipe.core.runs.record import RunRecord
+
+    return RunRecord.model_validate(
+        {
+            "run_id": "rexport0005",
+            "key": "k",
+            "source": {"kind": "cli"},
+            "state": "training",
+            "request": {},
+            "results": CURVE,
+            "lineage": lineage,
+        }
+    )
+
+
+def test_the_exported_model_is_judged_by_its_own_steps_evaluation_never_the_last_ones() -> None:
+    from rlpipe.core.runs.results import as_exported
+
+    assert as_exported(CURVE, 20, 40)["post"] == {"mean_reward": 0.45, "accuracy": 45.0}
+    assert "post" not in as_exported(CURVE, 34, 40), "no evaluation at 34: none, not the last step's"
+    assert as_exported(CURVE, 40, 40) == CURVE and as_exported(CURVE, None, 40) == CURVE
+
+
+def test_the_gate_judges_the_exported_step() -> None:
+    from rlpipe.core.runs.verdict_record import evaluate_gate
+
+    req = validate_request(minimal_request(gate={"min_post_mean_reward": 0.42}))
+    passed, _ = evaluate_gate(_record(exported_step=20, final_step=40), req)
+    assert passed.passed is True and "0.4500" in " ".join(passed.reasons)
+    held, _ = evaluate_gate(_record(exported_step=40, final_step=40), req)
+    assert held.passed is False and "0.3800" in " ".join(held.reasons)
+    unjudged, _ = evaluate_gate(_record(exported_step=34, final_step=40), req)
+    assert unjudged.passed is None, "no number for the exported step: never passes silently"

@@ -262,6 +262,7 @@ def test_export_best_exports_the_best_evaluated_step_when_the_last_is_worse_and_
             training={"num_batches": 40, "checkpoint_period": 2, "learning_rate": 2e-4},
             maxtext_overrides={"data_shuffle_seed": 1},
             export={"step": "best"},
+            gate={"min_post_mean_reward": 0.4},  # judged on the exported step, not the last
             publish={"repo": repo},
         )
     )
@@ -271,6 +272,9 @@ def test_export_best_exports_the_best_evaluated_step_when_the_last_is_worse_and_
     rewards[record.lineage.final_step or 0] = record.results["post"]["mean_reward"]
     best = max(rewards, key=lambda s: rewards[s])
     assert record.lineage.final_step == 40 and best != 40, f"the last step must be worse here: {rewards}"
+    assert rewards[best] >= 0.4 > rewards[40], f"the gate must tell the two steps apart here: {rewards}"
+    assert record.gate is not None and record.gate.passed is True
+    assert f"{rewards[best]:.4f}" in " ".join(record.gate.reasons)
     assert record.lineage.exported_step == best
     assert record.lineage.export_reason and f"step {best} of 40" in record.lineage.export_reason
     run = layout.RunLayout(local.settings.artifacts_bucket, run_id)

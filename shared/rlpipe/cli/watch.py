@@ -230,6 +230,8 @@ def summary(
         lines.append(f"  training    {end['explanation']}")
     if lineage.export_uri:
         lines.append(f"  export      {lineage.export_uri}")
+    if lineage.exported_step is not None and lineage.exported_step != lineage.final_step:
+        lines.append(f"  exported    step {lineage.exported_step}: {lineage.export_reason}")
     if record.progress:
         lines.append(f"  rewards     {_reward_text(record.progress)}")
     lines += _evaluation_lines((record.results or {}).get("intermediate") or [])

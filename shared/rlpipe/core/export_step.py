@@ -40,7 +40,8 @@ def choose(
         if spec.step not in committed:
             raise NoSuchStep(
                 f"export.step {spec.step} has no committed checkpoint: training ended at step {final} "
-                f"and the bucket holds {shown_steps(sorted(committed)) or 'no step'}"
+                f"and the bucket holds {shown_steps(sorted(committed)) or 'no step'}; a retry asks for the "
+                "same step, so submit the request again naming one of those steps, or export.step: last"
             )
         return ExportChoice(spec.step, f"step {spec.step}, as export.step asks (training ended at {final})")
     rule = spec.select or DEFAULT_SELECT
@@ -51,7 +52,8 @@ def choose(
     if not values:
         raise NoSuchStep(
             f"export.step best found no evaluated step in the bucket: {rule.metric} was read at no "
-            f"committed step (the bucket holds {shown_steps(sorted(committed)) or 'no step'})"
+            f"committed step (the bucket holds {shown_steps(sorted(committed)) or 'no step'}); the "
+            "head's log has no evaluation line: `rlpipe logs RUN --stage train` shows what it printed"
         )
     sign = 1 if rule.direction == "max" else -1
     # The best value; on a tie the later step, which trained longer on the same evidence.
@@ -65,8 +67,8 @@ def choose(
     )
 
 
-def unneeded(committed: Sequence[int], exported: int, keep: int) -> list[int]:
-    """Steps kept only so that export could choose: neither the exported step nor among the
-    newest ``keep`` (what the run's own retention would have left)."""
+def kept_after_export(committed: Sequence[int], exported: int, keep: int) -> set[int]:
+    """The steps that stay once export has ended: the exported one and the newest ``keep`` committed
+    (what the run's own retention would have left). Every other step was kept only for the choice."""
     newest = set(sorted(committed)[-keep:]) if keep > 0 else set()
-    return [step for step in sorted(committed) if step != exported and step not in newest]
+    return newest | {exported}

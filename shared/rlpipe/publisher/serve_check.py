@@ -36,7 +36,9 @@ REFUSED = 2  # the exit code of a model that must not be published (a permanent 
 
 # Config fields an export may write differently from the base model's without changing the model
 # a server builds: the writer's own bookkeeping and the weights' storage type.
-MAY_DIFFER = frozenset({"transformers_version", "_name_or_path", "dtype", "torch_dtype", "architectures"})
+# (Not ``architectures``: a server picks the model's implementation by it.)
+MAY_DIFFER = frozenset({"transformers_version", "_name_or_path", "dtype", "torch_dtype"})
+MAPPING = "<a mapping>"  # a nested config (vision_config, rope_parameters…), compared field by field
 
 # The prompts every check asks (chat turns): fixed, so two checks of one model answer alike.
 PROMPTS = (
@@ -50,8 +52,10 @@ class Refused(Exception):
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Every field by its dotted path; a nested config is also a field of its own (``MAPPING``), so
+    a base without one (None) and an export with one differ there."""
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {prefix[:-1]: MAPPING} if prefix else {}
         for key, item in value.items():
             out.update(_flat(item, f"{prefix}{key}."))
         return out
@@ -59,7 +63,10 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(model: str, base: str) -> list[str]:
-    """Every field the base's config sets that reads back otherwise from the export's, in words."""
+    """Every field of the base model's config, as transformers reads it (its defaults filled in, and
+    old spellings such as ``rope_theta`` moved where they now live), that reads back otherwise from
+    the export's, in words. A field only the export has is not compared: a reader of the base's
+    would not have it either."""
     from transformers import AutoConfig
 
     try:
@@ -68,16 +75,14 @@ def config_differences(model: str, base: str) -> list[str]:
         raise Refused(
             f"transformers cannot read the export's config.json: {type(exc).__name__}: {exc}"
         ) from exc
-    wanted = _flat(json.loads((Path(base) / "config.json").read_text()))
-    base_read = _flat(AutoConfig.from_pretrained(base).to_dict())
+    wanted = _flat(AutoConfig.from_pretrained(base).to_dict())
     got = _flat(exported)
     out = []
     for key in sorted(wanted):
         if key.rsplit(".", 1)[-1] in MAY_DIFFER:
             continue
-        expected = base_read.get(key, wanted[key])
-        if got.get(key, "<absent>") != expected:
-            out.append(f"{key} is {got.get(key, '<absent>')!r} where the base model's is {expected!r}")
+        if got.get(key, "<absent>") != wanted[key]:
+            out.append(f"{key} is {got.get(key, '<absent>')!r} where the base model's is {wanted[key]!r}")
     return out
 
 
@@ -100,14 +105,17 @@ def check(model: str, base: str, max_new_tokens: int = 8) -> dict[str, Any]:
         raise Refused(f"transformers cannot load the export: {type(exc).__name__}: {exc}") from exc
     answers = []
     for prompt in PROMPTS:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}],
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
-        )
-        with torch.no_grad():
-            out = loaded.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
+        try:
+            ids = tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}],
+                add_generation_prompt=True,
+                return_tensors="pt",
+                return_dict=True,
+            )
+            with torch.no_grad():
+                out = loaded.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False)
+        except Exception as exc:  # a missing chat template, or a model that cannot run a step
+            raise Refused(f"the export cannot answer {prompt!r}: {type(exc).__name__}: {exc}") from exc
         new = out[0, ids["input_ids"].shape[1] :].tolist()
         answers.append({"prompt": prompt, "tokens": new, "completion": tokenizer.decode(new)})
     return {

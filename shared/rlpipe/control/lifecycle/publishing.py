@@ -22,6 +22,7 @@ from rlpipe.core.failures import TransientFailure
 from rlpipe.core.manifests import RenderContext, converted_dir
 from rlpipe.core.request import Request
 from rlpipe.core.runs.record import GateRecord, RunRecord
+from rlpipe.core.runs.results import as_exported
 from rlpipe.publisher import shipped_program
 
 CARD_FILE = "README.md"
@@ -31,7 +32,18 @@ CARD_MAX_BYTES = 1 << 20  # a model card; the program refuses a larger one too
 _DEFAULT_TAG = "rlpipe's default"
 # Request fields that are not hyper-parameters (identity, plumbing, outcomes).
 _NOT_HYPERPARAMETERS = frozenset(
-    {"model", "hf_repo", "hf_revision", "request_id", "preset", "labels", "notify", "gate", "publish"}
+    {
+        "model",
+        "hf_repo",
+        "hf_revision",
+        "request_id",
+        "preset",
+        "labels",
+        "notify",
+        "gate",
+        "publish",
+        "export",
+    }
     | {"hf_token_secret", "image", "cpu_job", "scratch", "pathways", "placement", "timeouts", "retry"}
 )
 
@@ -216,23 +228,6 @@ def gate_facts(record: RunRecord, req: Request) -> dict[str, Any]:
     }
 
 
-def exported_evaluation(record: RunRecord) -> dict[str, Any] | None:
-    """The evaluation of the exported step when it is not the final one (the newest attempt's, as
-    a resumed attempt evaluates a step again); None for the final step or when none was printed."""
-    step = record.lineage.exported_step
-    if step is None or step == record.lineage.final_step:
-        return None
-    found: list[dict[str, Any]] = [
-        e
-        for e in (record.results or {}).get("intermediate") or []
-        if isinstance(e, dict) and e.get("step") == step
-    ]
-    if not found:
-        return None
-    newest: dict[str, Any] = max(found, key=lambda e: int(e.get("attempt") or 0))
-    return dict(newest)
-
-
 def run_links(bucket: str, record: RunRecord, report: str | None = None, scope: str = "") -> dict[str, str]:
     """GCS URIs of the run's checkpoints and export (artifacts bucket), named by ``core.layout``,
     and of its report page (``report``: the state bucket's copy, ``control.lifecycle.run_report``).
@@ -260,6 +255,7 @@ def card_facts(
     """Everything the card says, from the ledger, the request and the base model's card; token-like
     text masked (``control.adapters.redaction``), since a promote reason is free text and the card public."""
     results = record.results or {}
+    judged = as_exported(results, record.lineage.exported_step, record.lineage.final_step)
     facts: dict[str, Any] = {
         "base_model": req.hf_repo,
         "base_sha": record.lineage.hf_sha or "",
@@ -269,12 +265,9 @@ def card_facts(
         "overrides": changed_hyperparameters(record.request),
         "image": req.image,
         "training_data": training_data(req, record),
-        # After training: the exported step's evaluation, which is the final one unless export.step
-        # chose another step (its Intermediate Eval line has the same fields).
-        "rewards": {
-            "pre": results.get("pre") or {},
-            "post": exported_evaluation(record) or results.get("post") or {},
-        },
+        # After training: the exported step's evaluation (core.runs.results.as_exported), which is
+        # the final one unless export.step chose another step, and none when none was printed there.
+        "rewards": {k: judged.get(k) or {} for k in ("pre", "post")},
         "evaluation": evaluation_set(req, record),
         "inputs": user_inputs(req, record),
         "gate": gate_facts(record, req),

@@ -58,15 +58,28 @@ def prune(
     artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, exported: int | None
 ) -> list[int]:
     """Once export succeeded: delete the steps kept only so that export could choose (neither the
-    exported one nor among the newest the run's own retention keeps). Each step's commit marker
-    goes first, so a step half deleted is never read as committed. Returns the steps deleted."""
+    exported one nor among the newest the run's own retention keeps), read from the step
+    directories themselves, not their commit markers: a call cut short after a step's marker went
+    leaves files the next call (status is read again) still finds and deletes. Each step's marker
+    goes first, so a step half deleted is never read as committed. Returns the steps deleted from."""
     if exported is None or retention(req) is None:
         return []  # rlpipe kept nothing beyond the run's own retention
     run = ctx.run
-    keep = steps.training_steps(req).max_to_keep
-    gone = export_step.unneeded(_committed(artifacts, ctx), exported, keep)
+    names = list(artifacts.list(run.checkpoints))
+    by_step: dict[int, list[str]] = {}
+    for name in names:
+        head, sep, _ = name[len(run.checkpoints) :].partition("/")
+        if sep and head.isdigit() and head == str(int(head)):
+            by_step.setdefault(int(head), []).append(name)
+    committed = layout.committed_steps(names, run)
+    kept = export_step.kept_after_export(committed, exported, steps.training_steps(req).max_to_keep)
+    newest = max(kept)
+    gone = sorted(step for step in by_step if step not in kept and step < newest)
     for step in gone:
-        artifacts.delete(run.step_commit(step))
-        for name in list(artifacts.list(run.step_dir(step))):
-            artifacts.delete(name)
+        marker = run.step_commit(step)
+        if marker in by_step[step]:
+            artifacts.delete(marker)
+        for name in by_step[step]:
+            if name != marker:
+                artifacts.delete(name)
     return gone

@@ -659,6 +659,9 @@ class StageService:
         override) is recorded in the ledger; the workflow raises the answer's ``tag`` when not passed."""
         record, req = self._load(run_id)
         require_owner(record, execution_id)
+        if req.export is not None and req.export.step != "last":
+            # The gate judges the model export will load: its step is chosen first, once.
+            exported_step.choose(self.artifacts, self.ledger, record, req, self._context(record))
         return quality_gate.gate(self.ledger, self.log, run_id, req)
 
     def select(self, run_id: str, execution_id: str | None = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from rlpipe.core.request.sweep import SelectRule, SweepSpec
 from rlpipe.core.runs import sweep_record
 from rlpipe.core.runs.admission import Queued
 from rlpipe.core.runs.record import Failure, RunRecord, SweepParent, SweepSelection, now
+from rlpipe.core.runs.results import as_exported
 
 
 def parent_of(ledger: Ledger, child: RunRecord) -> RunRecord:
@@ -143,7 +144,10 @@ def _select(ledger: Ledger, parent: RunRecord, children: list[RunRecord | None])
             arrived=run_id in parent.sweep.arrived
             and (c is None or c.state not in ("failed", "cancelled"))
             and run_id not in stopped,
-            results=c.results if c is not None else {},
+            # what its export loaded is what it would publish (export.step)
+            results=as_exported(c.results, c.lineage.exported_step, c.lineage.final_step)
+            if c is not None
+            else {},
             stopped=run_id in stopped,
         )
         for i, (run_id, c) in enumerate(zip(parent.sweep.children, children, strict=True))

@@ -91,13 +91,7 @@ def problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
         return  # reported by the training-steps check
     if s is None:
         return
-    if not s.enable_checkpointing:
-        yield Problem(
-            "export.step",
-            "maxtext_overrides.enable_checkpointing is false, so train_rl saves no step but the last",
-            "remove enable_checkpointing from maxtext_overrides, or set export.step: last",
-        )
-        return
+    # (enable_checkpointing: false is refused by the training-steps check: no step could be exported)
     saved = s.checkpoint_steps()
     if step == "best":
         yield from _best_problems(s, saved)
@@ -109,6 +103,25 @@ def problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
             "choose one of those steps, or best",
         )
         return
+    sweep = doc.get("sweep")
+    judged_by = [
+        name
+        for name, asks in (
+            ("the gate", isinstance(doc.get("gate"), Mapping)),
+            ("sweep.select", isinstance(sweep, Mapping) and sweep.get("select") is not None),
+        )
+        if asks
+    ]
+    evaluated = (set(s.eval_steps()) if s.num_iterations == 1 else set()) | {s.final_step}
+    if isinstance(step, int) and step not in evaluated and judged_by:
+        yield Problem(
+            "export.step",
+            f"{' and '.join(judged_by)} {'judges' if len(judged_by) == 1 else 'judge'} the exported "
+            "step by its evaluation, and train_rl "
+            f"evaluates at {shown_steps(sorted(evaluated))}, not at step {step}",
+            "choose a step train_rl evaluates at (a multiple of eval_interval that is a checkpoint "
+            "step), or best",
+        )
     first = first_needed(step, s)
     overrides = doc.get("maxtext_overrides")
     if first is not None and isinstance(overrides, Mapping) and KEEP_KEY in overrides:

@@ -78,3 +78,22 @@ def reward_summary(results: dict[str, Any]) -> tuple[float | None, float | None]
     pre = (results.get("pre") or {}).get("mean_reward")
     gain = post - pre if isinstance(post, int | float) and isinstance(pre, int | float) else None
     return (post if isinstance(post, int | float) else None), gain
+
+
+def as_exported(results: dict[str, Any], exported: int | None, final: int | None) -> dict[str, Any]:
+    """The results the exported model is judged by (the gate, a sweep's selection, the model card).
+
+    When export loads another step than the last (``export.step``), ``post`` is that step's
+    ``Intermediate Eval`` line (the newest attempt's: a resumed attempt evaluates a step again), and
+    is absent when train_rl printed none at that step: never the last step's numbers for other
+    weights. Otherwise the results as recorded."""
+    if exported is None or final is None or exported == final:
+        return results
+    at_step = [
+        e for e in results.get("intermediate") or [] if isinstance(e, dict) and e.get("step") == exported
+    ]
+    out = {k: v for k, v in results.items() if k != "post"}
+    if at_step:
+        newest: dict[str, Any] = max(at_step, key=lambda e: int(e.get("attempt") or 0))
+        out["post"] = {k: v for k, v in newest.items() if k not in ("step", "attempt")}
+    return out

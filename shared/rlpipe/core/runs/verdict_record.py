@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlpipe.core import gate as quality_gate
 from rlpipe.core.request import Request
 from rlpipe.core.runs.record import GateRecord, RunRecord, now
+from rlpipe.core.runs.results import as_exported
 from rlpipe.core.train_verdict import TrainOutcome
 
 TRAINING_END = "training_end"  # in a run's results: how training ended, when not at max_steps
@@ -20,7 +21,9 @@ def evaluate_gate(record: RunRecord, req: Request) -> tuple[GateRecord, quality_
         return record.gate, None
     if req.gate is None:
         return GateRecord(passed=True, reasons=["no gate requested"], evaluated_at=now()), None
-    verdict = quality_gate.evaluate(req.gate, record.results)
+    # the exported step's evaluation, when export.step chose one before the gate (control/stage/exported_step.py)
+    judged = as_exported(record.results, record.lineage.exported_step, record.lineage.final_step)
+    verdict = quality_gate.evaluate(req.gate, judged)
     return GateRecord(passed=verdict.passed, reasons=list(verdict.reasons), evaluated_at=now()), verdict
 
 
