@@ -176,6 +176,36 @@ def test_selection_waits_for_every_child_then_one_winner_publishes(buckets: Buck
     assert [ledger.get(i).lineage.sweep.selected for i in ids] == [False, None, True, False]  # type: ignore[union-attr]
 
 
+def test_children_that_exported_an_earlier_step_are_ranked_by_that_steps_evaluation(buckets: Buckets) -> None:
+    """With export.step (docs/outcomes.md, "The exported step"), what a child would publish is the
+    step its export loaded: the selection reads that step's evaluation, not the last step's."""
+    ledger, _, children = _claimed(buckets, select={"metric": "post_mean_reward"})
+    ids = [c.run_id for c in children]
+    # (final, exported, its evaluation there): child 0 ends best, but exported a worse step
+    plans = [(0.90, 10, 0.40), (0.50, 10, 0.60), (0.45, 20, 0.55), (0.30, 40, 0.30)]
+
+    def exported(run_id: str, post: float, step: int, value: float) -> RunRecord:
+        def change(r: RunRecord) -> str:
+            r.set_state("training")
+            r.results = {
+                "pre": {"mean_reward": 0.1},
+                "post": {"mean_reward": post},
+                "intermediate": [
+                    {"step": s, "mean_reward": value if s == step else 0.0} for s in (10, 20, 30)
+                ],
+            }
+            r.lineage.final_step, r.lineage.exported_step = 40, step
+            return "exported"
+
+        return ledger.edit(run_id, change)
+
+    arrived = [exported(i, *plan) for i, plan in zip(ids, plans, strict=True)]
+    for child in arrived:
+        sweeps.arrive(ledger, child)
+    answers = [sweeps.arrive(ledger, ledger.get(i)) for i in ids]  # type: ignore[arg-type]
+    assert [a["selected"] for a in answers] == [False, True, False, False], answers
+
+
 def test_cancelling_the_parent_cancels_each_child_still_running_once(buckets: Buckets) -> None:
     ledger, parent, children = _claimed(buckets)
     ledger.edit(children[0].run_id, lambda r: (r.set_state("cancelled"), "cancelled")[1])
