@@ -75,7 +75,7 @@ programs-lock:
 	programs/lock.sh $(if $(UPGRADE),--upgrade)
 
 # The serving tier (docs/evaluation.md): torch and transformers in .cache/serving/venv, from
-# programs/requirements-serving.lock (torch from PyPI is its CUDA build: about 4 GB and a few
+# programs/requirements-serving.lock (torch from PyPI is its CUDA build: 5.5 GB and a few
 # minutes cold, nothing when the lock is unchanged). The tests/programs/test_serving_*.py tests load
 # the programs tier's real export with it, through rlpipe's serve check.
 serving:

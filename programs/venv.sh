@@ -33,7 +33,7 @@ case "$TIER" in
   serving)
     CACHE="${SERVING_CACHE:-$ROOT/.cache/serving}"
     LOCK="$HERE/requirements-serving.lock"
-    WHAT="torch and transformers (several GB the first time)" ;;
+    WHAT="torch, transformers and lm-evaluation-harness (5.5 GB the first time)" ;;
   *)
     echo "venv.sh: --tier is programs or serving, not '$TIER'" >&2
     exit 2 ;;

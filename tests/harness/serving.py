@@ -18,7 +18,7 @@ def serving_python() -> Path:
     stamp = SERVING_PYTHON.parent.parent / ".stamp"
     if SERVING_PYTHON.exists() and stamp.exists():
         return SERVING_PYTHON
-    reason = "the serving tier is not built: run `make serving` (torch and transformers, about 4 GB the first time)"
+    reason = "the serving tier is not built: run `make serving` (torch, transformers and lm-evaluation-harness, 5.5 GB the first time)"
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI builds the serving tier (make test: serving-if-python), but: {reason}")
     pytest.skip(reason)
