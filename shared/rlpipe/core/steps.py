@@ -483,6 +483,15 @@ def document_steps(doc: Mapping[str, Any]) -> TrainingSteps | None:
     )
 
 
+def steps_for_check(doc: Mapping[str, Any]) -> TrainingSteps | None:
+    """:func:`document_steps` for a check that runs beside the training-steps check: None where the
+    settings are unusable, or are refused by that check, which names the field."""
+    try:
+        return document_steps(doc)
+    except ConfigProblem:
+        return None
+
+
 def training_steps(req: Request) -> TrainingSteps:
     """The request's effective step settings (raises ``ConfigProblem``; validation refuses those)."""
     t = req.training

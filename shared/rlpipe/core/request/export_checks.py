@@ -85,10 +85,7 @@ def problems(doc: Mapping[str, Any]) -> Iterator[Problem]:
         step == "best" or (isinstance(step, int) and not isinstance(step, bool) and step >= 1)
     ):
         return
-    try:
-        s = steps.document_steps(doc)
-    except steps.ConfigProblem:
-        return  # reported by the training-steps check
+    s = steps.steps_for_check(doc)
     if s is None:
         return
     # (enable_checkpointing: false is refused by the training-steps check: no step could be exported)

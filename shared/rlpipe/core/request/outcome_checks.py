@@ -25,10 +25,7 @@ def gate_problems(doc: dict[str, Any]) -> Iterator[Problem]:
             "the gate sets no threshold, so it could never hold a run back",
             f"set at least one of {', '.join(GATE_THRESHOLDS)}, or remove gate",
         )
-    try:
-        effective = steps.document_steps(doc)
-    except steps.ConfigProblem:
-        return  # reported by the training-steps check
+    effective = steps.steps_for_check(doc)
     if effective is None:
         return
     if not effective.evaluates:
