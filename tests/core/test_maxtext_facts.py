@@ -203,6 +203,24 @@ def test_checkpoint_schedule(example: dict[str, Any]) -> None:
     assert steps.checkpoint_schedule(example["final"], example["period"]) == example["steps"]
 
 
+@pytest.mark.parametrize("example", FACTS["checkpointing"]["retention"]["examples"], ids=str)
+def test_what_orbax_keeps_is_what_export_step_counts_on(example: dict[str, Any]) -> None:
+    """Orbax's LatestN: what stays is the newest max_to_keep, so a step export.step may choose
+    survives when the retention rlpipe passes counts from it to the end (export_checks.kept_for),
+    and what stays after export (export_step.kept_after_export) is at least what Orbax kept."""
+    from rlpipe.core import export_step
+    from rlpipe.core.request.export_checks import kept_for
+
+    committed, keep, kept = example["committed"], example["max_to_keep"], example["kept"]
+    period = committed[1] - committed[0]
+    s = steps.effective_steps(committed[-1], period, {"max_num_checkpoints_to_keep": keep})
+    assert s.kept_steps() == kept
+    for step in committed:  # the retention rlpipe would pass for this step keeps it, and no more
+        n = kept_for(s, step)
+        assert committed[-n:][0] == step
+    assert export_step.kept_after_export(committed, committed[0], keep) == {committed[0], *kept}
+
+
 def test_defaults_are_rl_yml() -> None:
     defaults = {k: v["value"] for k, v in FACTS["step_arithmetic"]["defaults"].items()}
     for key in ("rl.num_iterations", "train_fraction", "num_epoch", "eval_interval", "num_test_batches"):

@@ -72,6 +72,9 @@ FACTORS: dict[str, list[str]] = {
     "publish": ["no", "yes"],
     "ending": ["runs", "cancel", "retry"],  # cancelled mid-training; failed (exit 1) then retried
     "reward": ["builtin", "custom"],
+    # Which step export loads: the last, or the best evaluated (steps 20 and 40 here: a checkpoint
+    # every 20, an evaluation every 10), which the gate and a sweep's selection then judge.
+    "export": ["last", "best"],
     # How the request arrives: a file in the team's folder, or a release of the watched model that
     # the team's watch entry turns into the request (its template; debounce 0).
     "way_in": ["file", "upstream"],
@@ -104,6 +107,7 @@ class Case:
     publish: str
     ending: str
     reward: str
+    export: str
     way_in: str
 
     def __str__(self) -> str:
@@ -177,6 +181,13 @@ def _request(case: Case, request_id: str) -> dict[str, Any]:
             else {"inline": reward.read_text()},
             "functions": ["exact_match", "length_penalty"],
         }
+    if case.export == "best":
+        # A learning rate ten times the tuned one makes the played evaluations noisy, and this seed
+        # makes step 20 better than the last (docs/simulator.md, the reward curve), so that best
+        # and last export different steps.
+        fields["export"] = {"step": "best"}
+        fields["training"] = {**fields["training"], "learning_rate": 2e-4}
+        fields["maxtext_overrides"] = {"data_shuffle_seed": 1}
     if case.way_in == "file":
         fields["request_id"] = request_id
     if case.shape == "sweep":
@@ -367,6 +378,18 @@ def _chip_hours_wrong(w: RunRecord, *, cancelled: bool) -> list[str]:
     return wrong
 
 
+def _expected_export(case: Case, w: RunRecord) -> int | None:
+    """The step export loads, by docs/outcomes.md ("The exported step"): the last; or, for best,
+    the higher mean_reward of step 20's evaluation (the newest attempt's) and the final one at 40
+    (a tie goes to the later step)."""
+    if case.export == "last":
+        return w.lineage.final_step
+    at_20 = [e for e in w.results.get("intermediate") or [] if e.get("step") == 20]
+    reward_20 = max(at_20, key=lambda e: e.get("attempt") or 0)["mean_reward"] if at_20 else None
+    final = w.results["post"]["mean_reward"]
+    return 20 if reward_20 is not None and reward_20 > final else 40
+
+
 def _check(local: Local, s: Submitted) -> list[str]:
     """What is wrong with one case's end (empty: it ended as its combination implies)."""
     case = s.case
@@ -388,6 +411,8 @@ def _check(local: Local, s: Submitted) -> list[str]:
         ):
             wrong.append(f"{w.run_id}: its first training attempt was not preempted: {train[:1]}")
         wrong += _chip_hours_wrong(w, cancelled=case.ending == "cancel")
+        if w.state == "succeeded" and w.lineage.exported_step != _expected_export(case, w):
+            wrong.append(f"{w.run_id}: exported step {w.lineage.exported_step} ({w.lineage.export_reason})")
         if case.ending == "retry" and (
             w.round != 2 or [a.failure_class for a in train] != ["permanent", None]
         ):
