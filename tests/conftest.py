@@ -220,6 +220,7 @@ REAL_PLANE_GROUPS = {
     "test_real_flex_start.py": "real-plane-2",
     "test_real_teams.py": "real-plane-2",
     "test_real_team_namespaces.py": "real-plane-1",
+    "test_real_kueue_reservation.py": "real-plane-2",
 }
 # Files with no module-scoped fixture whose tests are long each: a group per test function.
 PER_TEST_GROUPS = frozenset({"test_entry_points_hostile.py"})

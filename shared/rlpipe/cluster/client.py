@@ -24,6 +24,7 @@ from rlpipe.cluster.kinds import (
     JOBSET_NAME_LABEL,
     JOBSET_UID_LABEL,
     KINDS,
+    KUEUE_JOB_UID_LABEL,
     Kind,
     Obj,
     _deleting,
@@ -32,7 +33,14 @@ from rlpipe.cluster.kinds import (
     _ts,
 )
 from rlpipe.cluster.log_cursor import LogCursor
-from rlpipe.cluster.status import RunObject, WorkloadStatus, _summary_phase, missing, summarize
+from rlpipe.cluster.status import (
+    RunObject,
+    WorkloadStatus,
+    _summary_phase,
+    missing,
+    summarize,
+    with_reservation,
+)
 from rlpipe.cluster.transport import KubeTransport
 from rlpipe.core import chip_hours, identity
 from rlpipe.core.failures import PermanentFailure, TransientFailure
@@ -130,16 +138,23 @@ class ClusterClient(KubeTransport):
         if kind == "JobSet" and phase != "succeeded":
             # A child Job at FailureTarget is certain preemption evidence before the JobSet fails.
             child_jobs = self._list_kind("Job", f"{JOBSET_NAME_LABEL}={obj['metadata']['name']}")
-        return summarize(
+        now = self._now()
+        status = summarize(
             kind,
             obj,
             pods,
             events,
-            now=self._now(),
+            now=now,
             retryable_exit_codes=retryable_exit_codes,
             queued_deadline_seconds=queued_deadline_seconds,
             child_jobs=child_jobs,
         )
+        uid = (obj.get("metadata") or {}).get("uid")
+        if not status.done or not uid:
+            return status
+        # Its TPU workers may be gone already (core.chip_hours.reserved_by_kueue).
+        reserved = self._list_kueue_workloads(f"{KUEUE_JOB_UID_LABEL}={uid}")
+        return with_reservation(status, reserved, now=now)
 
     def _pods_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """The workload's pods by the controller's labels, else by the run labels; pods of an

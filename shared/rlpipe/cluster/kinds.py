@@ -32,6 +32,10 @@ REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 # on the Job or JobSet: Evicted/Preempted are conditions of its Workload object. What reaches the
 # Job/JobSet is ``spec.suspend: true`` and these events.
 KUEUE_WORKLOAD_KIND = "Workload"
+# Kueue's Workload API as the deploy's Kueue (v0.17.8, infra/cluster/k8s/kueue.yaml) serves it; a
+# Workload is labelled with the uid of the job it stands for (Kueue constants.go JobUIDLabel).
+KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL = "kueue.x-k8s.io", "v1beta2", "workloads"
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_STARTED = "Started"  # on the job, "Admitted by clusterQueue <cq>": jobframework/events.go:21, reconciler.go:1104,1135
 KUEUE_STOPPED = "Stopped"  # on the job, message = the Evicted condition's: jobframework/events.go:23, reconciler.go:1151,1184
 KUEUE_EVICTED_PREFIX = (

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rlpipe.cluster.kinds import JOB_GROUP, JOB_PLURAL, JOBSET_GROUP, JOBSET_PLURAL, Obj
+from rlpipe.cluster.kinds import (
+    JOB_GROUP,
+    JOB_PLURAL,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    KUEUE_GROUP,
+    KUEUE_WORKLOAD_PLURAL,
+    Obj,
+)
 
 
 class RbacRule(NamedTuple):
@@ -27,6 +35,8 @@ RBAC_RULES: frozenset[RbacRule] = frozenset(
         ("", "pods", ("list",)),
         ("", "events", ("list",)),
         ("", "pods/log", ("get",)),
+        # what Kueue reserved for a finished job (core.chip_hours.reserved_by_kueue)
+        (KUEUE_GROUP, KUEUE_WORKLOAD_PLURAL, ("list",)),
     )
     for verb in verbs
 )

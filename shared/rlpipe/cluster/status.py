@@ -10,7 +10,7 @@ workload rules (``core.failure_rules.workload``: the precedence, one named rule 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from rlpipe.cluster import evidence
@@ -43,6 +43,8 @@ class WorkloadStatus:
     details: tuple[str, ...] = ()  # further evidence, strongest first
     # TPU chip-hours each of its current pods has held, by pod UID (core.chip_hours.held_by_pod)
     pod_chip_hours: Mapping[str, float] = field(default_factory=dict)
+    # A finished workload: the chip-hours Kueue reserved for it (core.chip_hours.reserved_by_kueue)
+    reserved_chip_hours: float | None = None
     rule: str | None = None  # the workload rule that decided (None: a status no rule made, a test's)
 
     @property
@@ -83,6 +85,7 @@ class WorkloadStatus:
             "details": list(self.details),
             "chip_hours": self.chip_hours,
             "pod_chip_hours": dict(self.pod_chip_hours),
+            "reserved_chip_hours": self.reserved_chip_hours,
             "rule": self.rule,
         }
 
@@ -156,6 +159,19 @@ def summarize(
         pod_chip_hours=chip_hours.held_by_pod(pods, now),
         rule=verdict.rule,
     )
+
+
+def with_reservation(
+    status: WorkloadStatus, kueue_workloads: Iterable[Obj], *, now: datetime
+) -> WorkloadStatus:
+    """A finished workload's status with the chip-hours Kueue reserved for it
+    (``core.chip_hours.reserved_by_kueue``), up to its own end, or up to now when its verdict came
+    before its controller's condition (a head that exited before the JobSet is marked Completed:
+    its workers are still there, held until now)."""
+    if not status.done:
+        return status
+    reserved = chip_hours.reserved_by_kueue(kueue_workloads, status.finished_at or now)
+    return replace(status, reserved_chip_hours=reserved)
 
 
 def missing(kind: Kind, name: str, *, now: datetime) -> WorkloadStatus:

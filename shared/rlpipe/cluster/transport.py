@@ -41,6 +41,9 @@ from rlpipe.cluster.kinds import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    KUEUE_WORKLOAD_PLURAL,
     Kind,
     Obj,
     _clean,
@@ -327,6 +330,22 @@ class KubeTransport:
                 JOBSET_VERSION,
                 self.namespace,
                 JOBSET_PLURAL,
+                label_selector=selector,
+                limit=500,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
+
+    def _list_kueue_workloads(self, selector: str) -> list[Obj]:
+        return self._list(
+            "list Kueue Workloads",
+            lambda token: self._custom.list_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                self.namespace,
+                KUEUE_WORKLOAD_PLURAL,
                 label_selector=selector,
                 limit=500,
                 _continue=token,

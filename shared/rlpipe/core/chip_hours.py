@@ -31,6 +31,9 @@ TPU_RESOURCE = "google.com/tpu"
 # The most TPU chips one pod can hold: a TPU host has at most 8; anything above this ceiling is not a
 # chip count (read as none, like one that does not parse), so no product overflows a float.
 MAX_CHIPS_PER_POD = 4096
+# The most TPU chips one admitted pod set can hold: above the largest TPU pod built (9,216 chips),
+# with room; a larger figure is not a chip count and is read as none.
+MAX_CHIPS_RESERVED = 65536
 
 
 def _chips(pod: Mapping[str, Any]) -> int:
@@ -95,6 +98,50 @@ def held_by_pod(pods: Iterable[Mapping[str, Any]], now: datetime, *, final: bool
                 chips * max(0.0, (_end(pod, now, final=final) - started).total_seconds()) / 3600.0
             )
     return held
+
+
+def _true_since(workload: Mapping[str, Any], kind: str) -> datetime | None:
+    for cond in (workload.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return parse_rfc3339(cond.get("lastTransitionTime"))
+    return None
+
+
+def reserved_by_kueue(workloads: Iterable[Mapping[str, Any]], ended: datetime | None = None) -> float | None:
+    """Chip-hours Kueue reserved for a finished job: the ``google.com/tpu`` of its admission
+    (``status.admission.podSetAssignments[].resourceUsage``, each pod set's total) × (the job's
+    end − its Workload's ``QuotaReserved`` time), over the job's Workloads; None when none of them
+    has TPUs admitted. The end is ``ended`` (the job's own Completed or Failed condition), else the
+    Workload's ``Finished`` condition, which Kueue writes a moment after.
+
+    Why: a Pathways JobSet's workers never exit by themselves; the JobSet controller deletes them
+    once the head has completed, so by the read that finds the JobSet finished they are gone, and
+    the time since the read before was held by pods nobody sees again (all of it, when no read came
+    while the workers ran). Kueue keeps the Workload and its admission until the job itself is
+    deleted (Kueue v0.17.8 ``pkg/workload/workload.go`` ``Finish`` adds ``Finished`` and leaves the
+    admission), and the span it gives is the time the team's quota held these chips, from the
+    reservation to the end. It counts from the latest reservation only (an eviction's requeue
+    gives the quota back and clears the admission), so it is a floor, as the pods' own figure is,
+    and the record keeps the larger of the two."""
+    total = 0.0
+    found = False
+    for workload in workloads:
+        reserved = _true_since(workload, "QuotaReserved")
+        end = ended or _true_since(workload, "Finished")
+        admission = (workload.get("status") or {}).get("admission") or {}
+        chips = 0
+        for assignment in admission.get("podSetAssignments") or []:
+            raw = (assignment.get("resourceUsage") or {}).get(TPU_RESOURCE)
+            try:
+                count = int(str(raw)) if raw is not None else 0
+            except ValueError:  # not a whole number of chips: read as none, as a pod's request is
+                continue
+            if 0 <= count <= MAX_CHIPS_RESERVED:
+                chips += count
+        if reserved and end and chips:
+            total += chips * max(0.0, (end - reserved).total_seconds()) / 3600.0
+            found = True
+    return total if found else None
 
 
 def chip_hours(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:

@@ -8,7 +8,16 @@ from __future__ import annotations
 from rlpipe import cluster
 from rlpipe.cluster import RBAC_RULES, RbacRule
 from rlpipe.local.kube_api import KubeApiServer
-from tests.cluster.client.documents import CALLS, NS, RUN, make_harness, rendered, suspend
+from tests.cluster.client.documents import (
+    CALLS,
+    NS,
+    RUN,
+    cond,
+    make_harness,
+    patch_status_of,
+    rendered,
+    suspend,
+)
 from tests.cluster.client.rbac_requests import rule_for
 
 # --------------------------------------------------------------------------- RBAC
@@ -24,6 +33,9 @@ def test_every_api_call_is_covered_by_rbac_rules_and_every_rule_is_used(server: 
     suspend(server, "jobsets", js["metadata"]["name"])
     h.client.status(js["metadata"]["name"], kind="JobSet")  # queued: pods, events
     h.client.status(job["metadata"]["name"], kind="Job")
+    done = {"conditions": [cond("Complete", reason="CompletionsReached")], "succeeded": 1}
+    patch_status_of(server, "jobs", job, done)
+    h.client.status(job["metadata"]["name"], kind="Job")  # finished: what Kueue reserved for it
     head = {
         "apiVersion": "v1",
         "kind": "Pod",

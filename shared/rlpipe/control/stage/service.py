@@ -443,7 +443,7 @@ class StageService:
             )
         moved = cursor.to_json() if cursor is not None else None
         reading = phase_record.Reading(
-            phase, failure, progress, seen, final, ws.pod_chip_hours, moved, commit
+            phase, failure, progress, seen, final, ws.pod_chip_hours, moved, commit, ws.reserved_chip_hours
         )
         recorded = self._record_phase(
             run_id,

@@ -31,6 +31,9 @@ class Reading:
     # Where the next log read starts: the cursor's JSON (``cluster.log_cursor.LogCursor.to_json``).
     cursor: dict[str, Any] | None = None
     commit: str | None = None  # the Hub commit of a publish that succeeded
+    # A finished workload: the chip-hours Kueue reserved for it, a floor of the attempt's figure
+    # (core.chip_hours.reserved_by_kueue)
+    reserved: float | None = None
 
 
 def apply(
@@ -48,7 +51,8 @@ def apply(
         if reading.seen is not None
         else r.results
     )
-    pods, held = held_by_pods(a, reading.chips)
+    pods, held = held_by_pods(a, reading.chips, reading.reserved)
+    reserved = reading.reserved if reading.reserved is not None else a.reserved_chip_hours
     live = with_baseline(
         newer_progress(r.progress, reading.progress, attempt if stage == "train" else None), results
     )
@@ -59,14 +63,17 @@ def apply(
             or results != r.results
             or held != a.chip_hours
             or pods != a.pod_chip_hours
+            or reserved != a.reserved_chip_hours
             or moved != a.log_cursor
         ):
             r.progress = live or r.progress
             r.results, a.chip_hours, a.pod_chip_hours, a.log_cursor = results, held, pods, moved
+            a.reserved_chip_hours = reserved
             a.cost_estimate = cost_estimate(r.request, held, prices_json)
             return "progress", None
         return None, None
     r.progress = live or r.progress
+    a.reserved_chip_hours = reserved
     r.results, a.chip_hours, a.pod_chip_hours, a.phase, a.log_cursor = (
         results,
         held,
@@ -88,20 +95,23 @@ def apply(
     return reading.phase, ended
 
 
-def held_by_pods(a: Attempt, read: Mapping[str, float]) -> tuple[dict[str, float], float | None]:
-    """(each pod's chip-hours, their sum) after one more read of the attempt's pods.
+def held_by_pods(
+    a: Attempt, read: Mapping[str, float], reserved: float | None = None
+) -> tuple[dict[str, float], float | None]:
+    """(each pod's chip-hours, the attempt's total) after one more read of the attempt's pods.
 
     A pod keeps the most it was ever read holding: pods come and go between reads (a JobSet
     restarting in place deletes its workers; a failing one deletes its active Jobs), so a pod gone
     by this read keeps what the last read that saw it counted, and the attempt's total is the sum
     over every pod it ever had, not what the pods still there hold. A record from before pods were
-    kept one by one keeps its total as a floor."""
-    if not read:
+    kept one by one keeps its total as a floor, and so does what Kueue reserved for a finished
+    workload (``reserved``): the time its workers held after the last read that saw them."""
+    if not read and reserved is None:
         return a.pod_chip_hours, a.chip_hours
     pods = dict(a.pod_chip_hours)
     for uid, hours in read.items():
         pods[uid] = max(pods.get(uid, 0.0), hours)
-    return pods, max(a.chip_hours or 0.0, sum(pods.values()))
+    return pods, max(a.chip_hours or 0.0, sum(pods.values()), reserved or 0.0)
 
 
 def record_chips(

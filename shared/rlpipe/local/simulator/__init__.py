@@ -29,11 +29,4 @@ from rlpipe.local.simulator.cluster import ClusterSimulator
 from rlpipe.local.simulator.scenario import Fault, Scenario, ScenarioError, parse_fault
 from rlpipe.local.simulator.timing import Timing
 
-__all__ = [
-    "ClusterSimulator",
-    "Fault",
-    "Scenario",
-    "ScenarioError",
-    "Timing",
-    "parse_fault",
-]
+__all__ = ["ClusterSimulator", "Fault", "Scenario", "ScenarioError", "Timing", "parse_fault"]

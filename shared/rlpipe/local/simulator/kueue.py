@@ -24,6 +24,7 @@ Workload, and what the job sees is ``spec.suspend`` and events.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Protocol
 
 from rlpipe.local.simulator import kube_objects as ko
@@ -150,7 +151,8 @@ class KueueWorkload:
             job, "CreatedWorkload", f"Created Workload: {self.sim.namespace}/{self.name}", component=COMPONENT
         )
 
-    def _conditions(self, *conditions: Obj, active: bool | None = None) -> None:
+    def _conditions(self, *conditions: Obj, active: bool | None = None, admission: Obj | None = None) -> None:
+        """``admission``: the reservation made ({} gives it back, as a requeue does)."""
         if self.obj is None:
             return
 
@@ -160,6 +162,8 @@ class KueueWorkload:
                 status["conditions"] = ko.upsert_condition(status.get("conditions"), cond)
             if active is not None:
                 wl["spec"]["active"] = active
+            if admission is not None:
+                status["admission"] = admission or None
 
         self.obj = self.env.kube.modify("workloads", self.name, mutate, namespace=self.sim.namespace)
 
@@ -167,13 +171,28 @@ class KueueWorkload:
         if self.obj is not None:
             self.env.emit(self.obj, reason, message, warning=warning, component=COMPONENT)
 
-    def admitted(self) -> None:
+    def finished(self, job: Obj) -> None:
+        """Kueue marks the Workload ``Finished`` (``Succeeded`` or ``Failed``, the job's condition
+        message) and keeps its admission (jobframework/reconciler.go:452-463, workload.go:999)."""
+        for c in (job.get("status") or {}).get("conditions") or []:
+            if c.get("status") == "True" and c.get("type") in ("Complete", "Completed", "Failed"):
+                reason = "Failed" if c["type"] == "Failed" else "Succeeded"
+                self._conditions(
+                    ko.meta_condition("Finished", True, self.env.now(), reason, c.get("message", ""))
+                )
+                return
+
+    def admitted(self, job: Obj) -> None:
+        """With the admission: per pod set its flavors, its total ``resourceUsage`` (counts only:
+        CPU and chips) and its count (Kueue v0.17.8 apis/kueue/v1beta2 ``PodSetAssignment``)."""
         now = self.env.now()
+        assigned = [_assignment(*pod_set) for pod_set in _pod_templates(job)]
         self._conditions(
             ko.meta_condition(
                 "QuotaReserved", True, now, "QuotaReserved", f"Quota reserved in ClusterQueue {CLUSTER_QUEUE}"
             ),
             ko.meta_condition("Admitted", True, now, "Admitted", "The workload is admitted"),
+            admission={"clusterQueue": CLUSTER_QUEUE, "podSetAssignments": assigned},
         )
         self._event(
             "QuotaReserved", f"Quota reserved in ClusterQueue {CLUSTER_QUEUE}, wait time since queued was 30s"
@@ -260,6 +279,7 @@ class KueueWorkload:
             ko.meta_condition("Requeued", requeue, now, reason, message),
             ko.meta_condition("QuotaReserved", False, now, "Pending", message),
             ko.meta_condition("Admitted", False, now, "NoReservation", "The workload has no reservation"),
+            admission={},
         )
 
 
@@ -303,6 +323,12 @@ def _requests(job_spec: Obj) -> dict[str, str]:
     containers = ((job_spec.get("template") or {}).get("spec") or {}).get("containers") or [{}]
     resources = containers[0].get("resources") or {}
     return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def _assignment(name: str, count: int, requests: dict[str, str]) -> Obj:
+    usage = {r: f"{_quantity(q) * count:g}" for r, q in requests.items() if re.fullmatch(r"[\d.]+m?", str(q))}
+    flavor = TPU_FLAVOR if TPU in usage else CPU_FLAVOR
+    return {"name": name, "flavors": dict.fromkeys(usage, flavor), "resourceUsage": usage, "count": count}
 
 
 def _quantity(text: str) -> float:

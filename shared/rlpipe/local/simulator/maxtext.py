@@ -44,14 +44,7 @@ from rlpipe.local.simulator.pinning import HF_SINGLE, TOKENIZER_FILES, pinned_st
 from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
 from rlpipe.local.simulator.train_rl import run_train
 
-__all__ = [
-    "PROGRAMS",
-    "STAGES",
-    "Arguments",
-    "ProgramContext",
-    "ProgramExit",
-    "stage_of_object",
-]
+__all__ = ["PROGRAMS", "STAGES", "Arguments", "ProgramContext", "ProgramExit", "stage_of_object"]
 
 STAGES = ("convert", "train", "export")
 CONVERSION_STEP = "0"  # to_maxtext saves one synchronous checkpoint at step 0

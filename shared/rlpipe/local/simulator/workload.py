@@ -231,7 +231,7 @@ class WorkloadSim:
                     status["startTime"] = ko.rfc3339(now)
 
             self.modify(mutate)
-            self.kueue.admitted()
+            self.kueue.admitted(self.obj)
             self.env.emit(
                 self.obj, "Started", f"Admitted by clusterQueue {CLUSTER_QUEUE}", component="kueue-admission"
             )
@@ -400,6 +400,8 @@ class WorkloadSim:
         """The workload has reached its end; after ``ttlSecondsAfterFinished`` (if set and
         honoured) the TTL controller deletes it."""
         self.ended.set()
+        with contextlib.suppress(WorkloadGone):  # deleted meanwhile: its Workload went with it
+            self.kueue.finished(self.current())
         ttl = (self.obj.get("spec") or {}).get("ttlSecondsAfterFinished")
         if not self.env.timing.ttl or ttl is None:
             return
