@@ -329,3 +329,28 @@ def test_a_sweeps_cancel_reads_its_children_only_while_its_answer_can_still_come
     read_members_to_end(service, [("rchipcancel1", held)], started=time.monotonic() - ran_for)
     attempt = env["ledger"].get("rchipcancel1").attempt_record("train", 1)
     assert attempt.committed_step == named
+
+
+def test_a_sweeps_cancel_ends_every_child_when_deleting_one_childs_workloads_fails(
+    env: dict[str, Any],
+    buckets: Buckets,
+    training: tuple[StageService, Clock, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cluster refuses to delete the first child's workloads: that child is still finished
+    cancelled (reconcile deletes what is left, as for a run's own cancel), and so is every other
+    child and the parent; the refusal is logged, never the cancel's answer."""
+    service, _clock, _ = training
+    ledger, parent, children = _claimed(buckets)
+    refused = children[0].run_id
+    real_delete = service.cluster.delete_run
+
+    def delete_run(run_id: str) -> list[str]:
+        if run_id == refused:
+            raise RuntimeError("the API server is unreachable")
+        return real_delete(run_id)
+
+    monkeypatch.setattr(service.cluster, "delete_run", delete_run)
+    answer = cancel(service, CancelOrder(parent.run_id), caller="operator@example.com")
+    assert answer["state"] == "cancelled"
+    assert [ledger.get(c.run_id).state for c in children] == ["cancelled"] * 4  # type: ignore[union-attr]

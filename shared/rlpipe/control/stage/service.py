@@ -640,11 +640,21 @@ class StageService:
     ) -> RunRecord | None:
         """A person ends a run that stands for a group: each member not ended yet has its
         workloads deleted and is finished with the group's failure, by the same caller (each one
-        added to ``ended``, with what it held)."""
+        added to ``ended``, with what it held). A delete the cluster refuses is logged and the
+        member finished still, as a run's own cancel does: one refusal must not leave the other
+        members, and the group, running on."""
 
         def end_member(run_id: str, failure: dict[str, Any]) -> None:
             held = self.record_held(run_id)  # what its pods held up to now, before they go
-            self.cluster_for(record).delete_run(run_id)  # a group's members are of its team
+            try:
+                self.cluster_for(record).delete_run(run_id)  # a group's members are of its team
+            except Exception as exc:  # as for a run's own cancel: finished still; reconcile deletes
+                error = f"{type(exc).__name__}: {exc}".strip()
+                self.log.bind(run_id=run_id).warning(
+                    "cancel: cleanup failed (reconcile deletes what is left)", error=error
+                )
+                self.finish(run_id, "cancelled", failure, caller=caller)
+                return  # its pods are not ending: nothing to read to their ends
             self.record_ended(run_id, held)  # and through their termination, to their own ends
             self.finish(run_id, "cancelled", failure, caller=caller)
             if ended is not None:
