@@ -150,11 +150,18 @@ class ClusterClient(KubeTransport):
             child_jobs=child_jobs,
         )
         uid = (obj.get("metadata") or {}).get("uid")
-        if not status.done or not uid:
+        if status.finished_at is None or not uid:
             return status
-        # Its TPU workers may be gone already (core.chip_hours.reserved_by_kueue).
-        reserved = self._list_kueue_workloads(f"{KUEUE_JOB_UID_LABEL}={uid}")
-        return with_reservation(status, reserved, now=now)
+        # Its TPU workers may be gone already (core.chip_hours.reserved_by_kueue). A floor only:
+        # a refused read leaves it out, never fails the status read.
+        try:
+            reserved = self._list_kueue_workloads(f"{KUEUE_JOB_UID_LABEL}={uid}")
+        except Exception as exc:
+            log.warning(
+                "chip-hours: Kueue's Workloads of %s could not be read: %s", obj["metadata"]["name"], exc
+            )
+            return status
+        return with_reservation(status, reserved)
 
     def _pods_of(self, kind: Kind, obj: Obj) -> list[Obj]:
         """The workload's pods by the controller's labels, else by the run labels; pods of an

@@ -43,7 +43,7 @@ class WorkloadStatus:
     details: tuple[str, ...] = ()  # further evidence, strongest first
     # TPU chip-hours each of its current pods has held, by pod UID (core.chip_hours.held_by_pod)
     pod_chip_hours: Mapping[str, float] = field(default_factory=dict)
-    # A finished workload: the chip-hours Kueue reserved for it (core.chip_hours.reserved_by_kueue)
+    # Ended by its own condition: the chip-hours Kueue held for it (core.chip_hours.reserved_by_kueue)
     reserved_chip_hours: float | None = None
     rule: str | None = None  # the workload rule that decided (None: a status no rule made, a test's)
 
@@ -161,17 +161,16 @@ def summarize(
     )
 
 
-def with_reservation(
-    status: WorkloadStatus, kueue_workloads: Iterable[Obj], *, now: datetime
-) -> WorkloadStatus:
-    """A finished workload's status with the chip-hours Kueue reserved for it
-    (``core.chip_hours.reserved_by_kueue``), up to its own end, or up to now when its verdict came
-    before its controller's condition (a head that exited before the JobSet is marked Completed:
-    its workers are still there, held until now)."""
-    if not status.done:
+def with_reservation(status: WorkloadStatus, kueue_workloads: Iterable[Obj]) -> WorkloadStatus:
+    """The status of a workload that has ended by its own condition (``finished_at``: Complete,
+    Completed or Failed) with the chip-hours Kueue held for it (``core.chip_hours.
+    reserved_by_kueue``). A verdict reached before that condition (a head that exited before the
+    JobSet is marked Completed, a deadline) has none: its pods are still there to be read."""
+    if status.finished_at is None:
         return status
-    reserved = chip_hours.reserved_by_kueue(kueue_workloads, status.finished_at or now)
-    return replace(status, reserved_chip_hours=reserved)
+    return replace(
+        status, reserved_chip_hours=chip_hours.reserved_by_kueue(kueue_workloads, status.finished_at)
+    )
 
 
 def missing(kind: Kind, name: str, *, now: datetime) -> WorkloadStatus:

@@ -107,27 +107,28 @@ def _true_since(workload: Mapping[str, Any], kind: str) -> datetime | None:
     return None
 
 
-def reserved_by_kueue(workloads: Iterable[Mapping[str, Any]], ended: datetime | None = None) -> float | None:
-    """Chip-hours Kueue reserved for a finished job: the ``google.com/tpu`` of its admission
-    (``status.admission.podSetAssignments[].resourceUsage``, each pod set's total) × (the job's
-    end − its Workload's ``QuotaReserved`` time), over the job's Workloads; None when none of them
-    has TPUs admitted. The end is ``ended`` (the job's own Completed or Failed condition), else the
-    Workload's ``Finished`` condition, which Kueue writes a moment after.
+def reserved_by_kueue(workloads: Iterable[Mapping[str, Any]], ended: datetime) -> float | None:
+    """Chip-hours Kueue held for a job that has ended (``ended``: its own Completed or Failed
+    condition): the ``google.com/tpu`` of each Workload's admission
+    (``status.admission.podSetAssignments[].resourceUsage``, each pod set's total) × (its end − its
+    ``Admitted`` time), its end being ``ended``, or its own ``Finished`` time when that is earlier (a
+    Workload that was replaced); None when no Workload has TPUs admitted.
 
     Why: a Pathways JobSet's workers never exit by themselves; the JobSet controller deletes them
     once the head has completed, so by the read that finds the JobSet finished they are gone, and
     the time since the read before was held by pods nobody sees again (all of it, when no read came
     while the workers ran). Kueue keeps the Workload and its admission until the job itself is
     deleted (Kueue v0.17.8 ``pkg/workload/workload.go`` ``Finish`` adds ``Finished`` and leaves the
-    admission), and the span it gives is the time the team's quota held these chips, from the
-    reservation to the end. It counts from the latest reservation only (an eviction's requeue
-    gives the quota back and clears the admission), so it is a floor, as the pods' own figure is,
-    and the record keeps the larger of the two."""
+    admission). From ``Admitted``, not ``QuotaReserved``: with flex-start, quota is reserved while
+    the capacity is still being provisioned, and no chip is held until the admission check passes.
+    It counts from the latest admission only (an eviction's requeue gives the quota back and
+    clears the admission), so it is a floor, as the pods' own figure is, and the record keeps the
+    larger of the two."""
     total = 0.0
     found = False
     for workload in workloads:
-        reserved = _true_since(workload, "QuotaReserved")
-        end = ended or _true_since(workload, "Finished")
+        admitted, finished = _true_since(workload, "Admitted"), _true_since(workload, "Finished")
+        end = min(ended, finished) if finished else ended
         admission = (workload.get("status") or {}).get("admission") or {}
         chips = 0
         for assignment in admission.get("podSetAssignments") or []:
@@ -138,8 +139,8 @@ def reserved_by_kueue(workloads: Iterable[Mapping[str, Any]], ended: datetime | 
                 continue
             if 0 <= count <= MAX_CHIPS_RESERVED:
                 chips += count
-        if reserved and end and chips:
-            total += chips * max(0.0, (end - reserved).total_seconds()) / 3600.0
+        if admitted and chips:
+            total += chips * max(0.0, (end - admitted).total_seconds()) / 3600.0
             found = True
     return total if found else None
 

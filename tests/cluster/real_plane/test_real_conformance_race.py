@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,32 +28,52 @@ from tests.harness.conformance import (
     nodes,  # noqa: F401  (a fixture)
     real_client,
 )
-from tests.harness.patience import wait_until
+from tests.harness.patience import ceiling, wait_until
 from tests.local.test_simulator import NS, create, kube, render, simulate  # noqa: F401
 
 # ---- the head/worker race, in both orders -------------------------------------------------------
 
-# How long worker 0 takes in its SIGTERM handler: wide enough that the order of the two Jobs'
-# failures does not depend on how fast a loaded machine runs the Job and JobSet controllers.
-WORKER_SIGTERM_SECONDS = 6.0
 
+def _race_script(
+    head_first: bool, job_failed: Callable[[str], bool], verdict_failed: threading.Event
+) -> Callable[[dict[str, Any]], Outcome]:
+    """Worker 0 is preempted by the scheduler a moment after it starts; the Pathways head loses it.
+    Which Job fails first is ordered by events, never by how fast the machine runs the controllers:
 
-def _race_script(head_gives_up_after: float) -> Callable[[dict[str, Any]], Outcome]:
-    """Worker 0 is preempted by the scheduler a moment after it starts and takes ``WORKER_SIGTERM_SECONDS`` in its
-    SIGTERM handler; the Pathways head loses it and exits 1 ``head_gives_up_after`` seconds later (its
-    pipe timeout, plus the hold of ``commands.held_exit`` when that outlasts the worker's grace)."""
+    * ``head_first``: the head exits 1 at once (its pipe timeout ran out before the worker's grace),
+      and the worker stays in its SIGTERM handler until the head's Job has failed and the test has
+      read a failed verdict while the disrupted worker is still there;
+    * else (the hold of ``commands.held_exit`` outlasting the worker's grace): the worker exits at
+      once and the head only once the worker's Job has failed.
+
+    ``job_failed(replicated job)``: that child Job has a true Failed or FailureTarget condition."""
     worker_lost = threading.Event()
+    limit = ceiling(30)
+
+    def until(done: Callable[[], bool], sigterm: threading.Event | None = None) -> bool:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if done():
+                return True
+            if sigterm is not None and sigterm.is_set():
+                return False
+            time.sleep(0.2)
+        return False
 
     def worker_0(sigterm: threading.Event) -> tuple[int, str]:
         sigterm.wait()
         worker_lost.set()
+        if head_first:
+            until(lambda: job_failed("pathways-head-0") and verdict_failed.is_set())
         return SIGTERM_EXIT, "Error"
 
     def head(sigterm: threading.Event) -> tuple[int, str]:
         while not worker_lost.wait(0.05):
             if sigterm.is_set():
                 return SIGTERM_EXIT, "Error"
-        return (SIGTERM_EXIT, "Error") if sigterm.wait(head_gives_up_after) else (1, "Error")
+        if head_first or until(lambda: job_failed("worker-0"), sigterm):
+            return 1, "Error"
+        return SIGTERM_EXIT, "Error"  # the JobSet failed at the worker's Job and deleted the head's
 
     def script(pod: dict[str, Any]) -> Outcome:
         labels = pod["metadata"]["labels"]
@@ -62,7 +83,7 @@ def _race_script(head_gives_up_after: float) -> Callable[[dict[str, Any]], Outco
                 exit_code=None,
                 seconds=1.0,
                 disruption="PreemptionByScheduler",
-                terminating_seconds=WORKER_SIGTERM_SECONDS,
+                terminating_seconds=None,  # until its program returns
                 program=worker_0,
             )
         if job == "pathways-head":
@@ -99,20 +120,21 @@ def _watch_verdicts(
 
 
 RACE_ORDERS = [
-    # (order, the double's fault and head script hold, the real head's delay after losing the
-    # worker, whose Job fails first, the verdict read once the race has played out)
+    # (order, the double's fault and head script hold, on the real plane whether the head's Job
+    # fails first (None: the head never exits), whose Job fails first, the verdict read once the
+    # race has played out)
     ("worker-first", ("preempt@3:worker:scheduler", True), None, "worker", FailureClass.PREEMPTED),
     (
         "head-first-held",
         ("preempt@3:worker:scheduler:head-first", True),
-        3 * WORKER_SIGTERM_SECONDS,  # the hold outlasts the worker's grace by a wide margin
+        False,
         "worker",
         FailureClass.PREEMPTED,
     ),
     (
         "head-first-unheld",
         ("preempt@3:worker:scheduler:head-first", False),
-        0.5,  # long before the worker's SIGTERM handler ends
+        True,
         "head",
         FailureClass.PERMANENT,
     ),
@@ -120,12 +142,12 @@ RACE_ORDERS = [
 
 
 @pytest.mark.parametrize(
-    ("order", "double", "head_delay", "first", "late_class"), RACE_ORDERS, ids=[r[0] for r in RACE_ORDERS]
+    ("order", "double", "head_first", "first", "late_class"), RACE_ORDERS, ids=[r[0] for r in RACE_ORDERS]
 )
 def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
     order: str,
     double: tuple[str, bool],
-    head_delay: float | None,
+    head_first: bool | None,
     first: str,
     late_class: FailureClass,
     real_cluster: ControlPlane,
@@ -158,12 +180,34 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
     real = render(buckets, "train", run_id=f"rrealrace{order[:6]}", training={"num_batches": 10})
     name = real["metadata"]["name"]
     client = real_client(real_cluster)
-    script = _race_script(head_delay) if head_delay is not None else disrupt_worker_0("PreemptionByScheduler")
+    verdict_failed = threading.Event()
+
+    def job_failed(replicated: str) -> bool:
+        try:
+            job = json.loads(
+                real_cluster.kubectl("get", "job", f"{name}-{replicated}", "-n", NS, "-o", "json")
+            )
+        except Exception:  # not there (yet, or any more)
+            return False
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] in ("Failed", "FailureTarget") and c["status"] == "True" for c in conditions)
+
+    def read() -> WorkloadStatus:
+        status = client.status(name, kind="JobSet")
+        if status.phase == "failed":
+            verdict_failed.set()
+        return status
+
+    script = (
+        _race_script(head_first, job_failed, verdict_failed)
+        if head_first is not None
+        else disrupt_worker_0("PreemptionByScheduler")
+    )
     with PodPlayer(real_cluster.kubeconfig(), nodes, script):
         client.apply(real)
         try:
             on_real = _watch_verdicts(
-                lambda: client.status(name, kind="JobSet"),
+                read,
                 lambda resource: json.loads(real_cluster.kubectl("get", resource, "-n", NS, "-o", "json"))[
                     "items"
                 ],
@@ -185,7 +229,7 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
     # The worker's Job is kept when it failed first; deleted with its evidence when the head's did.
     assert (f"job.batch/{name}-worker-0" in left) is (first == "worker"), left
     # While the race runs, the disrupted worker is still readable and the verdict is `preempted`.
-    # Polled here on the real plane, where the worker's SIGTERM time makes that window seconds long;
+    # Polled here on the real plane, where the worker's SIGTERM handler lasts until that was read;
     # the double plays it in simulated time, so tests/local/test_preemption_race.py holds its first
     # verdict with a listener that sees every write instead (a poll can miss that short window).
     first_failed = next(v for v in on_real if v.phase == "failed")

@@ -707,8 +707,8 @@ class StageService:
                 continue
             try:
                 ws = cluster.status(a.workload, kind=KIND[a.stage])
-                if ws.pod_chip_hours:
-                    self._record_chips(run_id, a.stage, a.attempt, ws.pod_chip_hours)
+                if ws.pod_chip_hours or ws.reserved_chip_hours is not None:  # ended unread: Kueue's
+                    self._record_chips(run_id, a.stage, a.attempt, ws.pod_chip_hours, ws.reserved_chip_hours)
                 if ws.exists and ws.uid:
                     read.append(HeldWorkload(a.stage, a.attempt, ws.kind, ws.name, ws.uid))
             except Exception as exc:  # this attempt's figure stays at the workflow's last read
@@ -753,11 +753,13 @@ class StageService:
                     error=f"{type(exc).__name__}: {exc}",
                 )
 
-    def _record_chips(self, run_id: str, stage: str, attempt: int, held: Mapping[str, float]) -> None:
+    def _record_chips(
+        self, run_id: str, stage: str, attempt: int, held: Mapping[str, float], reserved: float | None = None
+    ) -> None:
         prices = self.settings.prices_json
         self.ledger.update(
             run_id,
-            lambda r: (phase_record.record_chips(r, stage, attempt, held, prices), None),
+            lambda r: (phase_record.record_chips(r, stage, attempt, held, prices, reserved), None),
             detail=lambda r: {"stage": stage, "attempt": attempt},
         )
 

@@ -31,8 +31,8 @@ class Reading:
     # Where the next log read starts: the cursor's JSON (``cluster.log_cursor.LogCursor.to_json``).
     cursor: dict[str, Any] | None = None
     commit: str | None = None  # the Hub commit of a publish that succeeded
-    # A finished workload: the chip-hours Kueue reserved for it, a floor of the attempt's figure
-    # (core.chip_hours.reserved_by_kueue)
+    # A workload ended by its own condition: the chip-hours Kueue held for it, a floor of the
+    # attempt's figure (core.chip_hours.reserved_by_kueue)
     reserved: float | None = None
 
 
@@ -115,17 +115,24 @@ def held_by_pods(
 
 
 def record_chips(
-    r: RunRecord, stage: str, attempt: int, chips: Mapping[str, float], prices_json: str
+    r: RunRecord,
+    stage: str,
+    attempt: int,
+    chips: Mapping[str, float],
+    prices_json: str,
+    reserved: float | None = None,
 ) -> str | None:
-    """Change ``r`` by a read of the attempt's pods alone (a cancel's last read): its chip-hours
-    and their cost, never its phase, which the workflow's own reads decide. → the event to record,
-    or None when nothing changed."""
+    """Change ``r`` by a read of the attempt's pods alone (a cancel's last read; ``reserved``: what
+    Kueue held for it, when that read found it ended): its chip-hours and their cost, never its
+    phase, which the workflow's own reads decide. → the event to record, or None when nothing
+    changed."""
     a = r.attempt_record(stage, attempt)
     if a is None:
         return None
-    pods, held = held_by_pods(a, chips)
-    if pods == a.pod_chip_hours and held == a.chip_hours:
+    pods, held = held_by_pods(a, chips, reserved)
+    reserved = reserved if reserved is not None else a.reserved_chip_hours
+    if pods == a.pod_chip_hours and held == a.chip_hours and reserved == a.reserved_chip_hours:
         return None
-    a.pod_chip_hours, a.chip_hours = pods, held
+    a.pod_chip_hours, a.chip_hours, a.reserved_chip_hours = pods, held, reserved
     a.cost_estimate = cost_estimate(r.request, held, prices_json)
     return "chip-hours"

@@ -123,14 +123,14 @@ class Attempt(_Model):
     # what a retry resumes from (a train attempt only; 0: none was committed; None: not read).
     committed_step: int | None = None
     # TPU chip-hours its pods held (core.chip_hours): pod_chip_hours added up, or what Kueue
-    # reserved for it once finished when that is more (at least the total a record from before
+    # held for it once it ended when that is more (at least the total a record from before
     # pods were kept one by one had)
     chip_hours: float | None = None
     # What each of its pods (by UID) was last read holding: pods come and go between reads (a
     # JobSet restarting in place, a failing one deleting its active Jobs), so each keeps its own.
     pod_chip_hours: dict[str, float] = Field(default_factory=dict)
-    # Once its workload finished: the chip-hours Kueue reserved for it, from its Workload's
-    # admission and QuotaReserved time to the end (core.chip_hours.reserved_by_kueue)
+    # Once its workload ended by its own condition: the chip-hours Kueue held for it, from its
+    # Workload's admission and Admitted time to the end (core.chip_hours.reserved_by_kueue)
     reserved_chip_hours: float | None = None
     cost_estimate: float | None = None  # chip_hours at the mode's list price (core.cost); None: no price
     round: int = 1  # the run's round when it was launched (retry budgets and deadlines count per round)

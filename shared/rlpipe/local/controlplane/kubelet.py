@@ -46,9 +46,9 @@ class Outcome:
     # manager does.
     disruption: str | None = None
     # How long the containers take to exit after SIGTERM (a deletion, a node shutdown): the part
-    # of the grace period the program uses. Until then the pod stays Running with a
-    # deletionTimestamp, as on a real node.
-    terminating_seconds: float = 0.0
+    # of the grace period the program uses (None: until ``program`` returns, a test's ordering).
+    # Until then the pod stays Running with a deletionTimestamp, as on a real node.
+    terminating_seconds: float | None = 0.0
     program: Program | None = None
 
 
@@ -107,6 +107,10 @@ class _Played:
     sigterm: threading.Event = field(default_factory=threading.Event)
     ended: tuple[int, str] | None = None  # the program's (exit code, reason) once it returns
     disrupted: bool = False
+
+    def terminating(self, now: float) -> bool:
+        wait = self.outcome.terminating_seconds
+        return self.ended is None if wait is None else now - (self.sigterm_at or now) < wait
 
 
 class PodPlayer:
@@ -178,7 +182,7 @@ class PodPlayer:
                     if played.sigterm_at is None:
                         played.sigterm_at = now
                         played.sigterm.set()
-                    if now - played.sigterm_at < played.outcome.terminating_seconds:
+                    if played.terminating(now):
                         return  # still in its SIGTERM handler
                 self._finish(pod, SIGTERM_EXIT, "Error")
             self._remove(pod)
@@ -296,7 +300,7 @@ class PodPlayer:
         if played.sigterm_at is None:
             played.sigterm_at = now
             played.sigterm.set()
-        if now - played.sigterm_at >= played.outcome.terminating_seconds:
+        if not played.terminating(now):
             self._finish(
                 pod, SIGTERM_EXIT, "Error", conditions=(condition,), pod_reason="Terminated", message=message
             )

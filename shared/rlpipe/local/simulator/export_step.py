@@ -18,11 +18,9 @@ appears).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 from rlpipe.local.simulator.gcs_io import join
-from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit
+from rlpipe.local.simulator.program import Arguments, ProgramContext, ProgramExit, run_source
 
 ENV_DIR, ENV_URI, ENV_MANIFEST = "RLPIPE_EXPORT_DIR", "RLPIPE_EXPORT_URI", "RLPIPE_EXPORT_MANIFEST"
 ENV_PINNED_DIR = "RLPIPE_PINNED_DIR"  # where the fetch step puts the pinned files (core/pinning.py)
@@ -52,21 +50,9 @@ def run_script_step(ctx: ProgramContext, args: Arguments, step: str, local_dirs:
         "GOOGLE_CLOUD_PROJECT": os.environ.get("GOOGLE_CLOUD_PROJECT", "rlpipe-local"),
     }
     os.makedirs(process_env["TMPDIR"], exist_ok=True)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", source],
-            env=process_env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise ProgramExit(1, message=f"the {step} step ran longer than {TIMEOUT_SECONDS:g} s") from None
-    for line in (done.stdout + done.stderr).splitlines():
-        ctx.log(line)
-    if done.returncode != 0:
-        raise ProgramExit(done.returncode)
+    code = run_source(ctx.log, source, [], process_env, TIMEOUT_SECONDS, f"the {step} step")
+    if code != 0:
+        raise ProgramExit(code)
 
 
 def run_manifest_step(ctx: ProgramContext, args: Arguments) -> None:

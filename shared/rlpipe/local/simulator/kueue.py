@@ -152,7 +152,7 @@ class KueueWorkload:
         )
 
     def _conditions(self, *conditions: Obj, active: bool | None = None, admission: Obj | None = None) -> None:
-        """``admission``: the reservation made ({} gives it back, as a requeue does)."""
+        """``admission``: the reservation made ({} gives it back: Kueue leaves the field out)."""
         if self.obj is None:
             return
 
@@ -162,8 +162,10 @@ class KueueWorkload:
                 status["conditions"] = ko.upsert_condition(status.get("conditions"), cond)
             if active is not None:
                 wl["spec"]["active"] = active
-            if admission is not None:
-                status["admission"] = admission or None
+            if admission:
+                status["admission"] = admission
+            elif admission is not None:
+                status.pop("admission", None)
 
         self.obj = self.env.kube.modify("workloads", self.name, mutate, namespace=self.sim.namespace)
 
@@ -172,8 +174,7 @@ class KueueWorkload:
             self.env.emit(self.obj, reason, message, warning=warning, component=COMPONENT)
 
     def finished(self, job: Obj) -> None:
-        """Kueue marks the Workload ``Finished`` (``Succeeded`` or ``Failed``, the job's condition
-        message) and keeps its admission (jobframework/reconciler.go:452-463, workload.go:999)."""
+        """``Finished``, Succeeded or Failed, the admission kept (jobframework/reconciler.go:452-463)."""
         for c in (job.get("status") or {}).get("conditions") or []:
             if c.get("status") == "True" and c.get("type") in ("Complete", "Completed", "Failed"):
                 reason = "Failed" if c["type"] == "Failed" else "Succeeded"

@@ -12,7 +12,9 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,6 +66,23 @@ class ProgramContext(Protocol):
     def hook(self, point: str, step: int = 0, *, saving: bool = False) -> None:
         """A place where an injected fault may strike: "start", "peak" (the memory high-water
         mark), "step" (a training step begins) and "save" (mid-checkpoint)."""
+
+
+def run_source(
+    log: Callable[[str], None], source: str, argv: list[str], env: dict[str, str], timeout: float, what: str
+) -> int:
+    """``python3 -c <source> <argv>`` in a subprocess, as the container runs its program, its
+    output into the pod's log; → its exit code. Longer than ``timeout`` on the local stack is
+    stuck, and fails as a program that hangs until its deadline."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", source, *argv], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise ProgramExit(1, "Error", f"{what} ran longer than {timeout:g} s") from None
+    for line in (done.stdout + done.stderr).splitlines():
+        log(line)
+    return done.returncode
 
 
 @dataclass(frozen=True)

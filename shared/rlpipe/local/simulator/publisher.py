@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
-import sys
 import tempfile
 from typing import Any, Protocol
 
 from rlpipe.local.kube_api import KubeApiError
-from rlpipe.local.simulator.program import Arguments, ProgramExit
+from rlpipe.local.simulator.program import Arguments, ProgramExit, run_source
 
 # A publish that would take longer than this on the local stack is stuck (the Hub double answers
 # in milliseconds); the pod then fails like a program that hangs until its deadline.
@@ -66,20 +64,7 @@ def run_publish(ctx: Context, args: Arguments) -> int:
         if "--tmpdir" in argv:
             argv[argv.index("--tmpdir") + 1] = tmp
         env["TMPDIR"] = tmp
-        try:
-            done = subprocess.run(
-                [sys.executable, "-c", program.source, *argv],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise ProgramExit(1, "Error", f"the publisher ran longer than {TIMEOUT_SECONDS:g} s") from None
-    for line in (done.stdout + done.stderr).splitlines():
-        ctx.log(line)
-    return done.returncode
+        return run_source(ctx.log, program.source, argv, env, TIMEOUT_SECONDS, "the publisher")
 
 
 def hub_file(ctx: Context, repo: str, revision: str, name: str) -> bytes | None:
