@@ -51,7 +51,9 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(cli, "_settings", lambda: Settings(project="p", artifacts_bucket="a"))
     by_id = {r.run_id: r for r in RUNS}
-    stuck = {"rqueued00001": {"event": "reconcile-stuck-waiting", "message": STUCK}}
+    # The report is about the wait the run is in (what for, since when), as the reconciler writes it.
+    wait = {"waits_for": "team-place", "waits_since": "2026-12-03T12:00:00.000000Z"}
+    stuck = {"rqueued00001": {"event": "reconcile-stuck-waiting", "message": STUCK, **wait}}
     ledger = SimpleNamespace(
         get=by_id.get,
         rejection=lambda i: None,
@@ -145,3 +147,18 @@ def test_a_run_its_teams_budget_refused_is_told_both_ways_on() -> None:
     step = next_step(refused) or ""
     assert "fewer chips or shorter deadlines" in step and 'rlpipe retry rbudget00001 --reason "…"' in step
     assert "would fail the same way" not in step
+
+
+def test_status_leaves_out_a_stuck_report_about_a_wait_the_run_has_left(
+    deployment: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run waits again, but since a later moment than the wait the report was about: that
+    report is no longer the truth about it."""
+    later = RUNS[3].model_copy(deep=True)
+    assert later.admission is not None
+    later.admission.since = "2026-12-04T08:00:00.000000Z"
+    ledger = cli._ledger(cli._settings())
+    monkeypatch.setattr(ledger, "get", lambda run_id: later if run_id == later.run_id else None)
+    assert cli.main(["status", "rqueued00001", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["stuck"] is None and info["waiting"] == "queued: team vision has 4 of 4 active runs"

@@ -84,9 +84,10 @@ def test_a_namespace_that_cannot_be_listed_is_reported_and_the_others_are_still_
 def test_a_team_sweep_deadlocked_on_its_places_is_reported_stuck_once_and_left_alone(chain: Chain) -> None:
     """The ledgers and usage document a build without the give-back at selection leaves: vision
     (active_runs 4) with children 1-4 of a sweep at selection still holding the places, child 0
-    queued for one, child 5 waiting for child 0's conversion. The pass reports every one of them
-    stuck (a status message each, with what it waits for), changes nothing, and reports nothing
-    twice (a healthy queue is not stuck: tests/core/test_liveness.py)."""
+    queued for one, child 5 waiting for child 0's conversion. The first pass suspects them; the
+    second, finding each in the same wait, reports every one stuck (a status message each, with
+    what it waits for), changes nothing, and no pass reports one twice (a healthy queue is not
+    stuck: tests/core/test_liveness.py)."""
     import dataclasses
     import json
 
@@ -110,9 +111,23 @@ def test_a_team_sweep_deadlocked_on_its_places_is_reported_stuck_once_and_left_a
     )
     chain.store.create(layout.team_usage("vision"), blobstore.dumps(usage.model_dump(mode="json")))
 
+    first = dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
+    # One pass only suspects: it reads the records and the usage at slightly different moments.
+    assert chain.published == [], [o.detail for o in first.outcomes]
+    assert all("reconcile-stuck-suspected" in [e["event"] for e in chain.ledger.history(c)] for c in children)
+
+    def waits_anew(r: Any) -> str:  # child 0 moved on and waits again: a wait the suspicion was not about
+        r.admission.since = "2026-12-06T11:30:00.000000Z"
+        return "admission-waiting"
+
+    chain.ledger.edit(children[0], waits_anew)
+    second = dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
+    stuck = {m["run_id"]: m for _, m in chain.published if m["event"] == "stuck"}
+    assert set(stuck) == set(children[1:]), [o.detail for o in second.outcomes]
     report = dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
     stuck = {m["run_id"]: m for _, m in chain.published if m["event"] == "stuck"}
     assert set(stuck) == set(children), [o.detail for o in report.outcomes]
+    assert stuck[children[0]]["waits_since"] == "2026-12-06T11:30:00.000000Z"
     assert stuck[children[0]]["waits_for"] == "team-place"
     assert "held by runs that can never give it" in stuck[children[0]]["message"]
     assert all(chain.ledger.get(c).state == "accepted" for c in children)  # left alone

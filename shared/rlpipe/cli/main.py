@@ -166,7 +166,7 @@ def _ledger(settings: Any) -> Any:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from rlpipe.cli import runs, sweep_view
-    from rlpipe.reconcile.rules import STUCK_WAITING_EVENT
+    from rlpipe.reconcile.rules import STUCK_WAITING_EVENT, same_wait
 
     settings = _settings()
     ledger = _ledger(settings)
@@ -182,9 +182,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"({'it started it' if found.went_to.get('outcome') == 'started' else 'which already existed'})"
         )
     info = runs.describe(record, sweep_view.children_of(ledger, record))  # a sweep: with its children
-    # A waiting run the reconciler's liveness check found can never move (core.liveness): why.
+    # A waiting run the reconciler's liveness check found can never move (core.liveness): why, if
+    # the report is about the wait it is in now (one it has left is no longer true).
     stuck = ledger.last_event(record.run_id, STUCK_WAITING_EVENT) if info["admission"] is not None else None
-    info["stuck"] = stuck.get("message") if stuck else None
+    info["stuck"] = stuck.get("message") if stuck and same_wait(stuck, record) else None
     links: dict[str, str] = {}
     if not settings.local:  # Cloud Console pages exist only for a deployment on Google Cloud
         from rlpipe.cli.console_links import run_links

@@ -175,10 +175,13 @@ class Repairs:
             done = f"reported to {topic}; left it alone"
         else:
             done = "no status topic configured: recorded here only; left it alone"
+        wait: dict[str, Any] = {
+            k: action.message[k] for k in ("waits_for", "waits_since") if k in action.message
+        }
         self.ledger.note(
             action.run_id,
             action.event,
-            {"found": action.found, "done": done, "message": action.message["message"]},
+            {"found": action.found, "done": done, "message": action.message["message"], **wait},
         )
         log.warning(
             "stuck workload",

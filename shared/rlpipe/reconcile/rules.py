@@ -30,6 +30,24 @@ from rlpipe.core.runs.record import RunRecord, parse_time
 ActionKind = Literal["start", "finish", "delete", "report"]
 # The history event of a waiting run reported stuck by the liveness check (``rlpipe status`` reads it).
 STUCK_WAITING_EVENT = "reconcile-stuck-waiting"
+# The history event of a waiting run one pass found stuck: reported only if the next pass finds it
+# stuck in the same wait (``same_wait``), since one pass reads the records and the teams' usage at
+# slightly different moments and can see a chain that is already moving.
+STUCK_SUSPECTED_EVENT = "reconcile-stuck-suspected"
+
+
+def wait_of(record: RunRecord) -> dict[str, Any]:
+    """What a stuck report is about: the wait the run is in (what for, and since when)."""
+    admission = record.admission
+    return {"waits_for": admission.waits_for, "waits_since": admission.since} if admission else {}
+
+
+def same_wait(event: dict[str, Any] | None, record: RunRecord) -> bool:
+    """Was ``event`` (a stuck report or suspicion) about the wait the run is in now?"""
+    wait = wait_of(record)
+    return event is not None and bool(wait) and all(event.get(k) == v for k, v in wait.items())
+
+
 MAX_REASON = 1000
 # The failure tags a workflow error may carry: the failure classes, the gate's `gated` (a run the
 # quality gate held back ends `gated`, not `failed`, whoever finishes it) and early stopping's
@@ -317,15 +335,16 @@ def stuck_action(obj: RunObject, record: RunRecord, now: float, deadline: float 
 
 
 def waiting_stuck_action(record: RunRecord, reason: str) -> Action:
-    """A waiting run the liveness check (``core.liveness``) found can never move: reported once,
-    in a status message and the stuck metric, and left alone (which run to cancel is a person's call)."""
-    waits_for = record.admission.waits_for if record.admission is not None else None
+    """A waiting run the liveness check (``core.liveness``) found can never move in two passes:
+    reported once per wait, in a status message and the stuck metric, and left alone (which run to
+    cancel is a person's call)."""
     message = {
         "run_id": record.run_id,
         "state": record.state,
         "event": "stuck",
         "message": reason,
-        "waits_for": waits_for,
+        "waits_for": None,
+        **wait_of(record),
         "request_id": record.request.get("request_id"),
         "model": record.request.get("model"),
     }

@@ -232,9 +232,19 @@ class Reconciler:
         read({r.lineage.sweep.parent for r in records.values() if r.lineage.sweep} - records.keys())
         read({c for r in list(records.values()) if r.sweep for c in r.sweep.children} - records.keys())
         for run_id, reason in liveness.stuck(records, liveness.waits(records, holders)).items():
-            action = rules.waiting_stuck_action(records[run_id], reason)
-            if not self.ledger.has_event(run_id, action.event):  # reported once: the history says so
-                report.outcomes.append(self._act(action, dry_run))
+            record = records[run_id]
+            action = rules.waiting_stuck_action(record, reason)
+            if rules.same_wait(self.ledger.last_event(run_id, action.event), record):
+                continue  # reported once per wait: the history says so
+            if not rules.same_wait(self.ledger.last_event(run_id, rules.STUCK_SUSPECTED_EVENT), record):
+                if not dry_run:
+                    self.ledger.note(
+                        run_id, rules.STUCK_SUSPECTED_EVENT, {"found": reason, **rules.wait_of(record)}
+                    )
+                detail = "stuck in this pass: reported if the next pass finds it stuck in the same wait"
+                report.outcomes.append(Outcome(run_id, action, "noop", detail))
+                continue
+            report.outcomes.append(self._act(action, dry_run))
 
     # ---- ledgers: claims and finished executions ----------------------------------------------------
 
