@@ -323,29 +323,22 @@ class KubeTransport:
                     _request_timeout=self._timeout,
                 ),
             )
-        return self._list(
-            "list JobSets",
-            lambda token: self._custom.list_namespaced_custom_object(
-                JOBSET_GROUP,
-                JOBSET_VERSION,
-                self.namespace,
-                JOBSET_PLURAL,
-                label_selector=selector,
-                limit=500,
-                _continue=token,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            ),
-        )
+        return self._list_custom("list JobSets", JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, selector)
 
     def _list_kueue_workloads(self, selector: str) -> list[Obj]:
+        return self._list_custom(
+            "list Kueue Workloads", KUEUE_GROUP, KUEUE_VERSION, KUEUE_WORKLOAD_PLURAL, selector
+        )
+
+    def _list_custom(self, what: str, group: str, version: str, plural: str, selector: str) -> list[Obj]:
+        """A custom resource's objects in the namespace, by label, page by page."""
         return self._list(
-            "list Kueue Workloads",
+            what,
             lambda token: self._custom.list_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
+                group,
+                version,
                 self.namespace,
-                KUEUE_WORKLOAD_PLURAL,
+                plural,
                 label_selector=selector,
                 limit=500,
                 _continue=token,
