@@ -134,3 +134,30 @@ def test_a_team_sweep_deadlocked_on_its_places_is_reported_stuck_once_and_left_a
     assert "reconcile-stuck-waiting" in [e["event"] for e in chain.ledger.history(children[5])]
     dataclasses.replace(chain.reconciler(), settings=settings).run_pass()
     assert len(chain.published) == 6  # reported once: the history remembers
+
+
+def test_only_the_pass_just_before_confirms_a_stuck_suspicion_about_the_same_wait() -> None:
+    """By hand, the rule the pass applies: reported only when the suspicion was written by the
+    pass just before this one (named by when it began) about the wait the run is in now; a report
+    written before reports named their wait still counts as about it (no second report)."""
+    from rlpipe.core.runs.record import Admission, RunRecord, Source
+    from rlpipe.reconcile.rules import confirmed, same_wait
+
+    record = RunRecord(
+        run_id="rwaiting0001",
+        key="rwaiting0001",
+        source=Source(kind="gcs", team="vision"),
+        request={},
+        created_at="2026-12-06T09:00:00.000000Z",
+        admission=Admission(waits_for="team-place", reason="queued", since="2026-12-06T10:00:00.000000Z"),
+    )
+    wait = {"waits_for": "team-place", "waits_since": "2026-12-06T10:00:00.000000Z"}
+    by_last_pass = {"pass": "2026-12-06T11:05:00.000000Z", **wait}
+    assert confirmed(by_last_pass, record, "2026-12-06T11:05:00.000000Z")
+    # Two passes ago: the pass in between found it moving (it wrote no suspicion), so it is stale.
+    assert not confirmed(by_last_pass, record, "2026-12-06T11:10:00.000000Z")
+    assert not confirmed(by_last_pass, record, None)  # no pass before this one on record
+    moved = {**by_last_pass, "waits_since": "2026-12-06T09:30:00.000000Z"}
+    assert not confirmed(moved, record, "2026-12-06T11:05:00.000000Z")  # about another wait
+    assert same_wait({"message": "held by runs that can never give it"}, record)  # an older report
+    assert not same_wait({**wait, "waits_for": "sweep-slot"}, record)

@@ -26,6 +26,7 @@ class PassReport:
     cursor_saved: bool | None = None  # None: not written (dry run)
     outcomes: list[Outcome] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # pass-level errors (e.g. the cluster listing)
+    started_at: str = ""  # when the pass began: a stuck suspicion names its pass by it
 
     @property
     def errors(self) -> list[Outcome]:
@@ -53,6 +54,7 @@ class PassReport:
             "stopped": self.stopped,
             "seconds": round(self.seconds, 3),
             "dry_run": self.dry_run,
+            "started_at": self.started_at,
         }
 
     def render(self) -> str:

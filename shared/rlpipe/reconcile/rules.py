@@ -43,9 +43,24 @@ def wait_of(record: RunRecord) -> dict[str, Any]:
 
 
 def same_wait(event: dict[str, Any] | None, record: RunRecord) -> bool:
-    """Was ``event`` (a stuck report or suspicion) about the wait the run is in now?"""
+    """Was ``event`` (a stuck report or suspicion) about the wait the run is in now? A report
+    written before reports named their wait counts as about it, as it was read then."""
     wait = wait_of(record)
-    return event is not None and bool(wait) and all(event.get(k) == v for k, v in wait.items())
+    if event is None or not wait:
+        return False
+    return all(event.get(k, v) == v for k, v in wait.items())
+
+
+def confirmed(suspected: dict[str, Any] | None, record: RunRecord, previous_pass: str | None) -> bool:
+    """Did the pass just before this one (``previous_pass``: when it began) find the run stuck in
+    the wait it is in now? Only then is it reported: a suspicion from any earlier pass is stale,
+    since a pass in between found it moving."""
+    return (
+        suspected is not None
+        and bool(previous_pass)
+        and suspected.get("pass") == previous_pass
+        and same_wait(suspected, record)
+    )
 
 
 MAX_REASON = 1000

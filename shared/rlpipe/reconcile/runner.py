@@ -100,7 +100,7 @@ class Reconciler:
         deadline = started + self.budget_seconds
         cursors = CursorStore(self.state, self.cursor_name)
         cursor, generation = cursors.load()
-        report = PassReport(dry_run=dry_run, cursor_before=cursor)
+        report = PassReport(dry_run=dry_run, cursor_before=cursor, started_at=now())
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="reconcile") as pool:
             self._workloads(pool, report, deadline, dry_run)
             after = self._ledgers(pool, cursor.after, report, deadline, dry_run)
@@ -231,18 +231,24 @@ class Reconciler:
         read(wanted)
         read({r.lineage.sweep.parent for r in records.values() if r.lineage.sweep} - records.keys())
         read({c for r in list(records.values()) if r.sweep for c in r.sweep.children} - records.keys())
+        previous = report.cursor_before.last_pass.get("started_at")  # the pass before this one
         for run_id, reason in liveness.stuck(records, liveness.waits(records, holders)).items():
             record = records[run_id]
             action = rules.waiting_stuck_action(record, reason)
-            if rules.same_wait(self.ledger.last_event(run_id, action.event), record):
-                continue  # reported once per wait: the history says so
-            if not rules.same_wait(self.ledger.last_event(run_id, rules.STUCK_SUSPECTED_EVENT), record):
-                if not dry_run:
-                    self.ledger.note(
-                        run_id, rules.STUCK_SUSPECTED_EVENT, {"found": reason, **rules.wait_of(record)}
-                    )
-                detail = "stuck in this pass: reported if the next pass finds it stuck in the same wait"
-                report.outcomes.append(Outcome(run_id, action, "noop", detail))
+            try:
+                if rules.same_wait(self.ledger.last_event(run_id, action.event), record):
+                    continue  # reported once per wait: the history says so
+                if not rules.confirmed(
+                    self.ledger.last_event(run_id, rules.STUCK_SUSPECTED_EVENT), record, previous
+                ):
+                    if not dry_run:
+                        found = {"found": reason, "pass": report.started_at, **rules.wait_of(record)}
+                        self.ledger.note(run_id, rules.STUCK_SUSPECTED_EVENT, found)
+                    said = "stuck in this pass: reported if the next pass finds it stuck in the same wait"
+                    report.outcomes.append(Outcome(run_id, action, "noop", said))
+                    continue
+            except Exception as exc:  # this run's history could not be read or written: next pass
+                report.outcomes.append(Outcome(run_id, action, "error", f"liveness: {exc}"))
                 continue
             report.outcomes.append(self._act(action, dry_run))
 

@@ -46,7 +46,8 @@ def _race_script(
     * else (the hold of ``commands.held_exit`` outlasting the worker's grace): the worker exits at
       once and the head only once the worker's Job has failed.
 
-    ``job_failed(replicated job)``: that child Job has a true Failed or FailureTarget condition."""
+    ``job_failed(replicated job)``: that child Job has a true Failed condition, the one the JobSet
+    controller names its first failed Job by (JobSet v0.10.1 failure_policy.go:309-334)."""
     worker_lost = threading.Event()
     limit = ceiling(30)
 
@@ -190,7 +191,7 @@ def test_the_head_worker_race_ends_alike_in_both_orders_on_both_clusters(
         except Exception:  # not there (yet, or any more)
             return False
         conditions = (job.get("status") or {}).get("conditions") or []
-        return any(c["type"] in ("Failed", "FailureTarget") and c["status"] == "True" for c in conditions)
+        return any(c["type"] == "Failed" and c["status"] == "True" for c in conditions)
 
     def read() -> WorkloadStatus:
         status = client.status(name, kind="JobSet")

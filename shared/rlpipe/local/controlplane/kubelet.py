@@ -110,7 +110,9 @@ class _Played:
 
     def terminating(self, now: float) -> bool:
         wait = self.outcome.terminating_seconds
-        return self.ended is None if wait is None else now - (self.sigterm_at or now) < wait
+        if wait is None:  # until its program returns (a script with none ends at once)
+            return self.outcome.program is not None and self.ended is None
+        return now - (self.sigterm_at or now) < wait
 
 
 class PodPlayer:
