@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlpipe.cluster.client import ClusterClient
+from rlpipe.cluster.kinds import KUEUE_JOB_UID_LABEL
 from rlpipe.core import chip_hours
 from rlpipe.local.controlplane import ControlPlane
 from rlpipe.local.controlplane.kubelet import Outcome, PodPlayer
@@ -25,8 +26,6 @@ from tests.conftest import Buckets
 from tests.harness.conformance import nodes, real_client, settled, verdict_on_double  # noqa: F401  (nodes: a fixture)
 from tests.harness.patience import wait_until
 from tests.local.test_simulator import NS, kube, render, simulate  # noqa: F401  (fixtures)
-
-JOB_UID = "kueue.x-k8s.io/job-uid"
 
 
 def _head_completes(pod: dict[str, Any]) -> Outcome:
@@ -67,7 +66,7 @@ def test_a_finished_training_jobsets_reservation_reads_alike_on_both_clusters(
     uid = kube.get("jobsets", double_train["metadata"]["name"], namespace=NS)["metadata"]["uid"]
 
     def double_finished() -> dict[str, Any] | None:
-        (workload,) = kube.list("workloads", namespace=NS, label_selector=f"{JOB_UID}={uid}")
+        (workload,) = kube.list("workloads", namespace=NS, label_selector=f"{KUEUE_JOB_UID_LABEL}={uid}")
         return workload if "Finished" in _shape(workload)["true"] else None
 
     double_workload = wait_until(double_finished, 10, what="the double's Workload Finished")
@@ -92,7 +91,7 @@ def test_a_finished_training_jobsets_reservation_reads_alike_on_both_clusters(
                         "-n",
                         NS,
                         "-l",
-                        f"{JOB_UID}={created['metadata']['uid']}",
+                        f"{KUEUE_JOB_UID_LABEL}={created['metadata']['uid']}",
                         "-o",
                         "json",
                     )
