@@ -62,6 +62,21 @@ def _rjob(js: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
+def test_every_container_ends_with_its_last_log_lines_as_its_termination_message(name: str, req: Any) -> None:
+    """A failed program's last words reach the attempt's reason (tests/local/test_termination_message.py)."""
+    objs = render_all(req, CTX)
+    pods = [t["spec"]["template"]["spec"] for obj in objs if obj["kind"] == "Job" for t in [obj]]
+    pods += [
+        r["template"]["spec"]["template"]["spec"]
+        for obj in objs
+        if obj["kind"] == "JobSet"
+        for r in obj["spec"]["replicatedJobs"]
+    ]
+    policies = [(c["name"], c.get("terminationMessagePolicy")) for pod in pods for c in _containers(pod)]
+    assert len(policies) >= 3 and {p for _, p in policies} == {"FallbackToLogsOnError"}, policies
+
+
+@pytest.mark.parametrize(("name", "req"), REQUESTS, ids=IDS)
 def test_every_object_passes_strict_schema_validation(name: str, req: Any) -> None:
     for obj in render_all(req, CTX):
         assert validate_object(obj) == [], f"{name} {obj['metadata']['name']}"

@@ -273,6 +273,11 @@ def test_exit_1_in_train_fails_without_retry(local: Local, faults: Any) -> None:
     assert [a.attempt for a in record.attempts if a.stage == "train"] == [1]
     assert record.failure.tag == "permanent" and "exited with code 1" in record.failure.message
     assert record.failure.stage == "train"
+    # The program's own last words, from its log (the container's FallbackToLogsOnError message):
+    # the error it printed and its exit, not the exit code alone.
+    said = record.failure.message.split("exited with code 1 (Error): ", 1)[1]
+    assert "ERROR: simulated fault: the program exits with status 1" in said, said
+    assert "train_rl exited with status 1" in said, said
 
 
 def test_image_pull_error_fails_the_run(local: Local, faults: Any) -> None:

@@ -29,6 +29,7 @@ from rlpipe.cluster.kinds import (
     _pod_failure_action,
     _true,
     _ts,
+    last_words,
 )
 from rlpipe.core import identity
 from rlpipe.core.failure_rules.evidence import Finding, Sign, WorkloadEvidence
@@ -102,7 +103,7 @@ def _terminated_finding(
 ) -> Finding | None:
     code = term.get("exitCode")
     reason = term.get("reason") or ""
-    message = _clean(term.get("message"), 200)
+    message = last_words(term.get("message"))
     tail = f": {message}" if message else ""
     before = " (before a restart)" if restarted else ""
     if reason == "OOMKilled":

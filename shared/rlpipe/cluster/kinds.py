@@ -71,6 +71,23 @@ def _clean(text: Any, limit: int = _MAX_MESSAGE) -> str:
     return line[:head] + "…" + line[len(line) - (limit - 1 - head) :]
 
 
+# The most a FallbackToLogsOnError message holds (k8s pkg/kubelet/container/runtime.go).
+FALLBACK_MESSAGE_BYTES = 2048
+
+
+def last_words(text: Any, limit: int = _MAX_MESSAGE) -> str:
+    """A container's termination message as one bounded line that keeps its end: with
+    FallbackToLogsOnError it is the program's last log lines (up to 2 KiB), and the verdict (the
+    exception, ``... exited with status N``) is at the bottom, after whatever the program said
+    first. Tokens are masked as in :func:`_clean`; a message of the kubelet's whole 2048 bytes may
+    begin inside a line (a token cut before its ``hf_``), so that first line is left out."""
+    text = str(text or "")
+    if len(text.encode()) >= FALLBACK_MESSAGE_BYTES and "\n" in text:
+        text = text.split("\n", 1)[1]
+    line = _HF_TOKEN.sub("hf_***", " ".join(text.split()))
+    return line if len(line) <= limit else "…" + line[len(line) - (limit - 1) :]
+
+
 def _conditions(obj: Obj) -> dict[str, Obj]:
     """Latest condition per type (later entries win, as controllers append)."""
     out: dict[str, Obj] = {}

@@ -33,6 +33,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+# The kubelet's FallbackToLogsOnError message (k8s v1.34.12 pkg/kubelet/kuberuntime/
+# kuberuntime_container.go readLastStringFromContainerLogs; bounds in pkg/kubelet/container/runtime.go).
+FALLBACK_POLICY = "FallbackToLogsOnError"
+TERMINATION_LOG_LINES = 80
+TERMINATION_LOG_BYTES = 2048
+
+
+def fallback_termination_message(
+    container: Mapping[str, object], exit_code: int, reason: str, lines: Iterable[str]
+) -> str | None:
+    """What a kubelet writes for ``container`` (its spec) ending so after printing ``lines``: their
+    last 80, each with its newline, of which the last 2048 bytes; None for exit 0 or a container
+    that could not run, or a policy other than FallbackToLogsOnError."""
+    if container.get("terminationMessagePolicy") != FALLBACK_POLICY or exit_code == 0:
+        return None
+    if reason == "ContainerCannotRun":
+        return None
+    tail = "".join(f"{line}\n" for line in list(lines)[-TERMINATION_LOG_LINES:]).encode()
+    return tail[-TERMINATION_LOG_BYTES:].decode(errors="replace") or None
+
 
 @dataclass(frozen=True)
 class LogLine:

@@ -134,7 +134,7 @@ def test_a_played_conversion_writes_maxtexts_files_and_logs_them(tmp_path: Path)
     base = ctx.workload.program.args.require("base_output_directory").rstrip("/")
     assert f"{base}/0/commit_success.txt" in gcs.objects
     assert list(gcs.objects)[-1] == f"{base}/0/commit_success.txt", "the step's commit file is written last"
-    log = PodLogs(tmp_path).read("rlpipe", "convert-pod", "workload-container")
+    log = PodLogs(tmp_path).serve("rlpipe", "convert-pod", "workload-container")
     assert "Conversion complete" in log and all(line.startswith("[played] ") for line in log.splitlines())
 
 
@@ -151,7 +151,7 @@ def test_the_log_endpoint_serves_a_containers_tail_over_tls(tmp_path: Path) -> N
     ca = CertificateAuthority(tmp_path / "pki")
     logs = PodLogs(tmp_path / "pods")
     for i in range(5):
-        logs.append("rlpipe", "head", "workload-container", f"line {i}")
+        logs.played("rlpipe", "head", "workload-container", f"line {i}")
     endpoint = LogEndpoint(logs, ca.issue("kubelet", "kubelet", server=True, hosts=("127.0.0.1",))).start()
     try:
         context = ssl.create_default_context(cafile=str(ca.pair.cert))

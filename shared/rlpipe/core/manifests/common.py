@@ -31,6 +31,16 @@ def metadata(
     }
 
 
+# Every container rlpipe renders ends with its last log lines as its termination message when it
+# fails without writing one (k8s.io/api core/v1 Container.terminationMessagePolicy:
+# FallbackToLogsOnError, "the last chunk of container log output ... limited to 2048 bytes or 80
+# lines, whichever is smaller"; the default, File, reads only /dev/termination-log, which neither
+# MaxText nor our scripts write). The status read puts that message into the attempt's reason
+# (cluster.evidence, bounded and with tokens masked), so a failed program is recorded with its own
+# last words (the exception line), not an exit code alone.
+TERMINATION_MESSAGE: dict[str, str] = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+
+
 def hf_token_env(req: Request) -> dict[str, Any]:
     """The token reaches the container from a Secret; manifests only ever name the Secret."""
     return {

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
+    TERMINATION_MESSAGE,
     TPU_CHIPS_PER_POD,
     hf_token_env,
     labels,
@@ -89,6 +90,7 @@ def stage_job(
         "args": list(args),
         "env": stage_env(req, stage, revision, pinned_uri, step_env),
         "volumeMounts": [{"name": pinning.SCRATCH_VOLUME, "mountPath": pinning.SCRATCH_MOUNT}],
+        **TERMINATION_MESSAGE,
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

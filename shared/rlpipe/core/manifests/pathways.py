@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rlpipe.core import commands, identity, pinning, staging, tpu
 from rlpipe.core.manifests.common import (
     PREEMPTION_FAILS_JOB,
+    TERMINATION_MESSAGE,
     TPU_CHIPS_PER_POD,
     hf_token_env,
     labels,
@@ -81,6 +82,7 @@ def train_jobset(
     proxy = {
         "name": "pathways-proxy",
         "image": p.proxy_image,
+        **TERMINATION_MESSAGE,
         "restartPolicy": "Always",
         "args": [
             f"--server_port={PROXY_PORT}",
@@ -100,6 +102,7 @@ def train_jobset(
     resource_manager = {
         "name": "pathways-rm",
         "image": p.server_image,
+        **TERMINATION_MESSAGE,
         "restartPolicy": "Always",
         "args": [
             f"--server_port={RM_PORT}",
@@ -124,6 +127,7 @@ def train_jobset(
     main = {
         "name": MAIN_CONTAINER,
         "image": req.image,
+        **TERMINATION_MESSAGE,
         "command": [
             "/bin/bash",
             "-c",
@@ -179,6 +183,7 @@ def train_jobset(
     worker = {
         "name": "pathways-worker",
         "image": p.worker_image or p.server_image,
+        **TERMINATION_MESSAGE,
         "args": [
             "--server_port=29005",
             f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",

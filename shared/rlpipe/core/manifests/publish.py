@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlpipe.core import commands, pinning
-from rlpipe.core.manifests.common import PREEMPTION_FAILS_JOB, labels, metadata
+from rlpipe.core.manifests.common import PREEMPTION_FAILS_JOB, TERMINATION_MESSAGE, labels, metadata
 
 if TYPE_CHECKING:
     from rlpipe.core.manifests import RenderContext
@@ -74,6 +74,7 @@ def publish_job(
         "name": CONTAINER_NAME,
         "image": req.image,
         "command": ["python3", "-c", program],
+        **TERMINATION_MESSAGE,
         "args": list(args),
         "env": [
             {"name": "TMPDIR", "value": pinning.TMP_DIR},

@@ -53,7 +53,7 @@ class LogEndpoint:
                     return
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 try:
-                    body = logs.read(parts[1], parts[2], parts[3], query).encode()
+                    body = logs.serve(parts[1], parts[2], parts[3], query).encode()
                 except BadLogOptions as exc:  # the kubelet, too, refuses options out of range
                     self.send_error(400, str(exc))
                     return

@@ -55,38 +55,20 @@ LEADER = "0"
 EXPORT_SHARDS = 3  # as the double's default, so both clusters write the same object names
 
 
-class PodLogs:
-    """Each container's output in its own file, named as the kubelet names them under
-    /var/log/containers (``<pod>_<namespace>_<container>.log``), in the stack's log folder."""
+class PodLogs(pod_logs.ContainerLogFolder):
+    """The played containers' output, in the files the double's containers write too."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-
-    def path(self, namespace: str, pod: str, container: str) -> Path:
-        return self.directory / f"{pod}_{namespace}_{container}.log"
-
-    def append(self, namespace: str, pod: str, container: str, line: str) -> None:
-        """Each line with the time it was written first, as the container runtime's log files keep
-        it (the kubelet serves that time with ``timestamps=true`` and filters ``sinceSeconds`` on it)."""
-        stamp = pod_logs.rfc3339nano(datetime.now(UTC))
-        text = "".join(f"{stamp} {PLAYED}{part}\n" for part in line.splitlines() or [""])
-        with self._lock, self.path(namespace, pod, container).open("a") as out:
-            out.write(text)
+    def played(self, namespace: str, pod: str, container: str, line: str) -> None:
+        """A played program's line(s), each marked as played, stamped now."""
+        marked = [f"{PLAYED}{part}" for part in line.splitlines() or [""]]
+        self.append(namespace, pod, container, marked, datetime.now(UTC))
 
     def lines(self, namespace: str, pod: str, container: str) -> list[pod_logs.LogLine]:
-        try:
-            raw = self.path(namespace, pod, container).read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        out = []
-        for entry in raw:
-            stamp, _, text = entry.partition(" ")
-            out.append(pod_logs.LogLine(datetime.fromisoformat(stamp), text))
-        return out
+        return self.read(
+            pod_logs.ContainerLog(namespace, pod, container, self.path(namespace, pod, container))
+        )
 
-    def read(self, namespace: str, pod: str, container: str, query: Mapping[str, str] | None = None) -> str:
+    def serve(self, namespace: str, pod: str, container: str, query: Mapping[str, str] | None = None) -> str:
         """The body the kubelet answers for these log options (``pod_logs.render``)."""
         return pod_logs.render(self.lines(namespace, pod, container), query or {}).decode()
 
@@ -153,7 +135,7 @@ class PlayedContainer:
 
     def log(self, line: str) -> None:
         pod = self.workload
-        self.services.logs.append(pod.namespace, pod.name, pod.container, line)
+        self.services.logs.played(pod.namespace, pod.name, pod.container, line)
 
     def pause(self, simulated_seconds: float) -> None:
         self.pacer.pause(simulated_seconds)

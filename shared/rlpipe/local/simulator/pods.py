@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rlpipe.local.kube_api import KubeApiError
+from rlpipe.local.pod_logs import fallback_termination_message
 from rlpipe.local.simulator import kube_objects as ko
 from rlpipe.local.simulator.env import SimEnv
 from rlpipe.local.simulator.timing import WorkloadGone
@@ -337,7 +338,7 @@ class PodSim:
                     reason,
                     self.started.get(c["name"], now),
                     now,
-                    message=message,
+                    message=message or fallback_termination_message(c, code, reason, self.lines),
                 )
                 for c in self.main
             ]
@@ -426,6 +427,7 @@ class PodSim:
                     "Error",
                     self.started.get(c["name"], now),
                     now,
+                    message=fallback_termination_message(c, code, "Error", self.lines),
                 )
                 for c in started
             ] or status.get("containerStatuses", [])
