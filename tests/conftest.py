@@ -88,15 +88,29 @@ class Buckets:
 def buckets(fake_gcs: Any, monkeypatch: pytest.MonkeyPatch) -> Buckets:
     """Fresh requests, artifacts and state buckets on the shared fake-gcs-server, reached by the
     real storage client."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+    return new_buckets(fake_gcs)
+
+
+def new_buckets(fake_gcs: Any) -> Buckets:
+    """Three new buckets on the shared fake-gcs-server (``STORAGE_EMULATOR_HOST`` set to it)."""
     from rlpipe.control.adapters.blobstore import make_client
 
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
     client = make_client("rlpipe-test")
     suffix = uuid.uuid4().hex[:10]
     requests_bucket = client.create_bucket(f"requests-{suffix}").name
     artifacts_bucket = client.create_bucket(f"artifacts-{suffix}").name
     state_bucket = client.create_bucket(f"state-{suffix}").name
     return Buckets(client, requests_bucket, artifacts_bucket, state_bucket, fake_gcs.url)
+
+
+def emptied(buckets: Buckets) -> Buckets:
+    """``buckets`` with every object deleted: fresh for the next test of a module that shares
+    them with its function processes (whose settings name them)."""
+    for name in (buckets.requests, buckets.artifacts, buckets.state):
+        for blob in buckets.client.list_blobs(name):
+            blob.delete()
+    return buckets
 
 
 @pytest.fixture

@@ -69,6 +69,15 @@ class RecordingExecutions:
             execution.state = types.Execution.State.CANCELLED
             return execution
 
+    def reset(self) -> RecordingExecutions:
+        """As new, for the next test of a module whose function processes name this server."""
+        with self._lock:
+            self.calls.clear()
+            self.executions.clear()
+            self.fail_next.clear()
+            self._ids = itertools.count(1)
+        return self
+
     def creates(self) -> list[dict[str, Any]]:
         with self._lock:
             return [json.loads(r.execution.argument) for op, r in self.calls if op == "create"]

@@ -36,6 +36,7 @@ class FunctionServer:
             str(self.port),
         ]
         self.child = Child(target, argv, log_path=self.log_path, env=env, cwd=ROOT)
+        self._since = 0  # where this test's part of the log begins (a server a module's tests share)
 
     @property
     def url(self) -> str:
@@ -63,8 +64,17 @@ class FunctionServer:
     def stop(self) -> None:
         self.child.stop()
 
+    def begin_test(self) -> None:
+        """From here on, :meth:`logs` is this test's: what the server printed for earlier tests of
+        its module is left out, so no test passes on another's lines."""
+        self._since = self.log_path.stat().st_size if self.log_path.exists() else 0
+
     def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        if not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as log:
+            log.seek(self._since)
+            return log.read().decode(errors="replace")
 
 
 def gcs_event(

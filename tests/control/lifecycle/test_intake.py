@@ -14,17 +14,63 @@ import yaml
 
 from rlpipe.control.lifecycle.intake import Intake
 from rlpipe.core import identity
-from tests.conftest import Buckets, all_objects, minimal_request, real_intake
+from tests.conftest import Buckets, all_objects, emptied, minimal_request, new_buckets, real_intake
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
 PLANTED = "hf_PLANTEDsecretTOKENvalue0123456789abcd"
 TOPIC = "projects/rlpipe-test/topics/requests"
 
 
+# The two function processes are started once for the module, with one set of buckets and one
+# Executions server, and every test starts from them emptied (``buckets``, ``executions`` below):
+# a process start is most of a short test's cost, and a warm instance handling many events is
+# what production runs. Each test reads only its own part of the processes' logs.
+
+
+@pytest.fixture(scope="module")
+def module_buckets(fake_gcs: Any) -> Iterator[Buckets]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.url)
+        yield new_buckets(fake_gcs)
+
+
 @pytest.fixture
-def functions(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:
-    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_HF_TOKEN=PLANTED, THREADS="16")
-    yield from intake_functions(env, tmp_path)
+def buckets(module_buckets: Buckets, monkeypatch: pytest.MonkeyPatch) -> Buckets:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", module_buckets.emulator)
+    return emptied(module_buckets)
+
+
+@pytest.fixture(scope="module")
+def module_executions() -> Iterator[Any]:
+    from tests.harness.executions import RecordingExecutions
+
+    server = RecordingExecutions().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def executions(module_executions: Any) -> Any:
+    return module_executions.reset()
+
+
+@pytest.fixture(scope="module")
+def module_functions(
+    module_buckets: Buckets, module_executions: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, FunctionServer]]:
+    env = module_buckets.env(
+        RLPIPE_WORKFLOWS_ENDPOINT=module_executions.target, RLPIPE_HF_TOKEN=PLANTED, THREADS="16"
+    )
+    yield from intake_functions(env, tmp_path_factory.mktemp("intake-functions"))
+
+
+@pytest.fixture
+def functions(
+    module_functions: dict[str, FunctionServer], buckets: Buckets, executions: Any
+) -> dict[str, FunctionServer]:
+    for server in module_functions.values():
+        server.begin_test()
+    return module_functions
 
 
 def intake_functions(env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:

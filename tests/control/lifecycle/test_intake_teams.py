@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import Buckets, minimal_request
-from tests.control.lifecycle.test_intake import _error_records, _runs, _upload, intake_functions
+from tests.control.lifecycle.test_intake import (  # noqa: F401  (fixtures: the module's shared processes)
+    _error_records,
+    _runs,
+    _upload,
+    buckets,
+    executions,
+    functions,
+    intake_functions,
+    module_buckets,
+    module_executions,
+)
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 
 TEAMS = {
@@ -47,10 +56,15 @@ def vision_request(**fields: Any) -> dict[str, Any]:
     return minimal_request(hf_token_secret={"name": "hf-vision", "key": "token"}, **fields)
 
 
-@pytest.fixture
-def functions(buckets: Buckets, executions: Any, tmp_path: Path) -> Iterator[dict[str, FunctionServer]]:
-    env = buckets.env(RLPIPE_WORKFLOWS_ENDPOINT=executions.target, RLPIPE_TEAMS=json.dumps(TEAMS))
-    yield from intake_functions(env, tmp_path)
+@pytest.fixture(scope="module")
+def module_functions(
+    module_buckets: Buckets, module_executions: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, FunctionServer]]:
+    """Both intake functions with the two teams, shared by this module's tests (as test_intake's)."""
+    env = module_buckets.env(
+        RLPIPE_WORKFLOWS_ENDPOINT=module_executions.target, RLPIPE_TEAMS=json.dumps(TEAMS)
+    )
+    yield from intake_functions(env, tmp_path_factory.mktemp("teams-intake-functions"))
 
 
 def _drop(buckets: Buckets, functions: dict[str, FunctionServer], name: str, request: dict[str, Any]) -> None:
