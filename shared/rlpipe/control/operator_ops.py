@@ -91,7 +91,7 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     pods' chip-hours recorded again up to each pod's own end (``StageService.record_ended``), the
     run finished ``cancelled`` by ``caller``, and then a train attempt's head log read to its pod's
     end (``control.stage.cancel_read``: it only adds to the finished run); the answer is the finish's status message with
-    ``deleted`` (and ``cleanup_error`` when cleanup failed).
+    ``deleted`` (and ``cleanup_error`` when cleanup failed, the run's own or a child's).
 
     A cleanup that fails is reported, not fatal: the run is still finished, an execution left
     running finds it terminal and stops, and reconcile deletes what is left. A sweep's parent ends
@@ -112,7 +112,13 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     else:  # the pods are ending: counted to their own ends (never raises)
         service.record_ended(run_id, held)
     failure = {"tag": "cancelled", "message": CANCELLED, "rule": reported.OPERATOR_CANCELLED}
-    members = service.end_group(run_id, "cancelled", caller)  # a sweep's children first; none for a run
+    refused: dict[str, str] = {}  # a child whose workloads the cluster would not delete, and why
+    members = service.end_group(run_id, "cancelled", caller, refused)  # a sweep's children first
+    # Each child is finished still, as the run is; the answer says what was left behind, and why.
+    errors = [answer["cleanup_error"]] if "cleanup_error" in answer else []
+    errors += [f"child {child}: {error}" for child, error in refused.items()]
+    if errors:
+        answer["cleanup_error"] = "; ".join(errors)
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
     from rlpipe.control.stage.cancel_read import read_members_to_end, read_to_end
 

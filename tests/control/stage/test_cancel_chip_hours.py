@@ -339,7 +339,8 @@ def test_a_sweeps_cancel_ends_every_child_when_deleting_one_childs_workloads_fai
 ) -> None:
     """The cluster refuses to delete the first child's workloads: that child is still finished
     cancelled (reconcile deletes what is left, as for a run's own cancel), and so is every other
-    child and the parent; the refusal is logged, never the cancel's answer."""
+    child and the parent; the refusal is logged, and the cancel's answer names that child and why,
+    so the operator knows what reconcile has left to delete."""
     service, _clock, _ = training
     ledger, parent, children = _claimed(buckets)
     refused = children[0].run_id
@@ -354,3 +355,4 @@ def test_a_sweeps_cancel_ends_every_child_when_deleting_one_childs_workloads_fai
     answer = cancel(service, CancelOrder(parent.run_id), caller="operator@example.com")
     assert answer["state"] == "cancelled"
     assert [ledger.get(c.run_id).state for c in children] == ["cancelled"] * 4  # type: ignore[union-attr]
+    assert answer["cleanup_error"] == f"child {refused}: RuntimeError: the API server is unreachable"

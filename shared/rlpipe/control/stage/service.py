@@ -620,15 +620,16 @@ class StageService:
         return message
 
     def end_group(
-        self, run_id: str, outcome: str, caller: str | None
+        self, run_id: str, outcome: str, caller: str | None, refused: dict[str, str] | None = None
     ) -> list[tuple[str, list[HeldWorkload]]]:
         """End the members of a run that stands for a group (a sweep's parent) that have not
         ended, as ``finish`` would; → each member ended, with the workloads it held, for the
-        cancel to read them to their ends (``cancel_read``). Nothing for any other run."""
+        cancel to read them to their ends (``cancel_read``). Nothing for any other run.
+        ``refused``: filled with each member whose workloads the cluster would not delete, and why."""
         record = self.ledger.get(run_id)
         ended: list[tuple[str, list[HeldWorkload]]] = []
         if record is not None:
-            self._end_group(record, outcome, caller, ended)
+            self._end_group(record, outcome, caller, ended, refused)
         return ended
 
     def _end_group(
@@ -637,6 +638,7 @@ class StageService:
         outcome: str,
         caller: str | None,
         ended: list[tuple[str, list[HeldWorkload]]] | None = None,
+        refused: dict[str, str] | None = None,
     ) -> RunRecord | None:
         """A person ends a run that stands for a group: each member not ended yet has its
         workloads deleted and is finished with the group's failure, by the same caller (each one
@@ -653,6 +655,8 @@ class StageService:
                 self.log.bind(run_id=run_id).warning(
                     "cancel: cleanup failed (reconcile deletes what is left)", error=error
                 )
+                if refused is not None:
+                    refused[run_id] = error
                 self.finish(run_id, "cancelled", failure, caller=caller)
                 return  # its pods are not ending: nothing to read to their ends
             self.record_ended(run_id, held)  # and through their termination, to their own ends
