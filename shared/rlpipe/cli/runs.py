@@ -136,7 +136,7 @@ def list_entry(record: RunRecord) -> dict[str, Any]:
 def stage_summary(record: RunRecord) -> list[dict[str, Any]]:
     """Per stage: attempts, phase, duration (first launch → last finish), failure if any."""
     rows: list[dict[str, Any]] = []
-    wanted = identity.STAGES if record.request.get("publish") else identity.MAXTEXT_STAGES
+    wanted = identity.stages_for(publish=bool(record.request.get("publish")))
     for stage in wanted:
         attempts = [a for a in record.attempts if a.stage == stage]
         if not attempts:

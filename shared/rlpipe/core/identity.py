@@ -17,6 +17,14 @@ Stage = Literal["convert", "train", "export", "publish"]
 STAGES: tuple[Stage, ...] = ("convert", "train", "export", "publish")
 MAXTEXT_STAGES: tuple[Stage, ...] = ("convert", "train", "export")
 
+
+def stages_for(*, publish: bool) -> tuple[Stage, ...]:
+    """The stages a request with these sections runs, in order: the one place that decides it (the
+    manifests, the retry rounds and the CLI's summary ask here), so that a new optional stage is
+    one argument more, which the type checker then asks of every caller."""
+    return STAGES if publish else MAXTEXT_STAGES
+
+
 LABEL_RUN = "rlpipe.dev/run"
 LABEL_STAGE = "rlpipe.dev/stage"
 LABEL_ATTEMPT = "rlpipe.dev/attempt"

@@ -22,7 +22,18 @@ import requests
 from rlpipe.core.request import validate_request
 from rlpipe.core.runs.record import Failure, RunRecord, Source
 from tests.conftest import Buckets, minimal_request
-from tests.control.lifecycle.test_intake import PLANTED, TOPIC, _error_records, _upload, functions  # noqa: F401
+from tests.control.lifecycle.test_intake import (  # noqa: F401  (fixtures: the intake processes, shared)
+    PLANTED,
+    TOPIC,
+    _error_records,
+    _upload,
+    buckets,
+    executions,
+    functions,
+    module_buckets,
+    module_executions,
+    module_functions,
+)
 from tests.harness.functions import FunctionServer, gcs_event, post, pubsub_event
 from tests.harness.id_tokens import STAGE_URL, Issuer
 

@@ -75,7 +75,7 @@ class BadRetry(ValueError):
 
 def run_stages(record: RunRecord) -> tuple[Stage, ...]:
     """The stages this run's request has (``publish`` only with a publish section)."""
-    return identity.STAGES if record.request.get("publish") else identity.MAXTEXT_STAGES
+    return identity.stages_for(publish=bool(record.request.get("publish")))
 
 
 def refusal(

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any
+from typing import Any, assert_never
 
 from rlpipe.control.adapters import blobstore
 from rlpipe.control.lifecycle.ledger import Ledger
 from rlpipe.core import layout
+from rlpipe.core.identity import Stage
 from rlpipe.core.manifests import RenderContext, conversion_cache
 from rlpipe.core.request import Request
 from rlpipe.core.runs import launch_record
@@ -36,7 +37,7 @@ def ready_conversion(state: blobstore.BlobStore, cache: layout.ConversionCache) 
 
 
 def stage_complete(
-    artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, stage: str, attempt: int
+    artifacts: blobstore.BlobStore, req: Request, ctx: RenderContext, stage: Stage, attempt: int
 ) -> layout.Completeness:
     """The stage's done rule (docs/design.md#stages-and-what-done-means) applied to what the bucket lists now.
 
@@ -65,7 +66,9 @@ def stage_complete(
             req.publish.branch,
             ctx.run_id,
         )
-    return export_completeness(artifacts, ctx.run_id, ctx.cache_scope)
+    if stage == "export":
+        return export_completeness(artifacts, ctx.run_id, ctx.cache_scope)
+    assert_never(stage)  # a new stage has its own done rule, never export's
 
 
 def _json(artifacts: blobstore.BlobStore, name: str) -> Any:
@@ -154,7 +157,8 @@ def done_stages(
     """Stages an earlier execution of this run finished, by their done rules (the bucket), not by
     the ledger's word: a promoted or retried run must not train, export or publish twice."""
     done: set[str] = set()
-    for stage in ("train", "export", "publish"):
+    stages: tuple[Stage, ...] = ("train", "export", "publish")
+    for stage in stages:
         a = record.current_attempt(stage)
         if (
             a is not None

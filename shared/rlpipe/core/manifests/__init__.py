@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from rlpipe.core import commands, export_manifest, identity, layout, pinning, staging, steps
 from rlpipe.core.identity import Stage
@@ -89,7 +89,7 @@ def converted_dir(req: Request, ctx: RenderContext) -> str:
 
 def request_stages(req: Request) -> tuple[Stage, ...]:
     """The stages this request runs, in order."""
-    return identity.STAGES if req.publish is not None else identity.MAXTEXT_STAGES
+    return identity.stages_for(publish=req.publish is not None)
 
 
 def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> StagePaths:
@@ -102,10 +102,12 @@ def stage_paths(req: Request, ctx: RenderContext, stage: Stage, attempt: int) ->
     if stage == "train":
         items = layout.converted_items(converted_dir(req, ctx))
         return StagePaths(inputs=layout.gs(ctx.bucket, items), output=run.uri(run.trained_base))
-    final = ctx.final_step if ctx.final_step is not None else steps.final_step(req)
-    if ctx.export_step is not None:
-        final = ctx.export_step
-    return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
+    if stage == "export":
+        final = ctx.final_step if ctx.final_step is not None else steps.final_step(req)
+        if ctx.export_step is not None:
+            final = ctx.export_step
+        return StagePaths(inputs=run.uri(run.model_params(final)), output=run.uri(run.hf_dir))
+    assert_never(stage)  # a new stage names its own paths, never export's
 
 
 def pinned_source_uri(req: Request, ctx: RenderContext, stage: Stage, attempt: int) -> str:
@@ -135,10 +137,10 @@ def pinning_lineage(req: Request, ctx: RenderContext) -> dict[str, Any]:
 
 def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict[str, Any]:
     """The one Kubernetes object for a stage attempt."""
+    if stage not in identity.STAGES:  # a caller's text (the CLI's --stage), before any path is made
+        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
     paths = stage_paths(req, ctx, stage, attempt)
     rev = revision(req, ctx)
-    if stage not in identity.STAGES:
-        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
     pinned = pinned_source_uri(req, ctx, stage, attempt)
     if stage == "convert":
         args = commands.convert_args(req, rev, paths.output)
@@ -161,7 +163,7 @@ def render(req: Request, stage: Stage, attempt: int, ctx: RenderContext) -> dict
         run = ctx.run
         args = publish_args(req, ctx, paths.inputs, run.uri(run.export_manifest), paths.output)
         return publish_job(req, ctx, attempt, args, card=ctx.model_card, program=ctx.publisher_program)
-    raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(identity.STAGES)}")
+    assert_never(stage)
 
 
 def render_all(req: Request, ctx: RenderContext, attempt: int = 1) -> list[dict[str, Any]]:

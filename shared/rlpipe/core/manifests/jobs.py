@@ -13,7 +13,7 @@ stage's disk is an emptyDir sized by ``scratch.<stage>``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlpipe.core import commands, pinning, tpu
 from rlpipe.core.manifests.common import (
@@ -28,7 +28,6 @@ from rlpipe.core.manifests.common import (
 )
 
 if TYPE_CHECKING:
-    from rlpipe.core.identity import Stage
     from rlpipe.core.manifests import RenderContext
     from rlpipe.core.request import Request
 
@@ -41,10 +40,17 @@ JOB_TTL_SECONDS = 3600
 # (CPU_NP_EPHEMERAL_STORAGE). A resource belongs to one resource group, and the TPU group's flavors
 # are the TPU pools, so a TPU-placed Job does not request it.
 REQUEST_EPHEMERAL_STORAGE = True
+# The stages whose workload is this script Job: a new stage is given its own builder, never one of
+# these two's scripts, disks and environments (the type checker refuses another stage here).
+ScriptStage = Literal["convert", "export"]
 
 
 def stage_env(
-    req: Request, stage: Stage, revision: str, pinned_uri: str, step_env: list[dict[str, str]] | None = None
+    req: Request,
+    stage: ScriptStage,
+    revision: str,
+    pinned_uri: str,
+    step_env: list[dict[str, str]] | None = None,
 ) -> list[dict[str, Any]]:
     """Values the stage's script reads (never pasted into it), then the token from its Secret.
     ``step_env``: the entries of the script's own last step (export: ``export_manifest.env``)."""
@@ -68,7 +74,7 @@ def stage_env(
 def stage_job(
     req: Request,
     ctx: RenderContext,
-    stage: Stage,
+    stage: ScriptStage,
     attempt: int,
     args: list[str],
     *,

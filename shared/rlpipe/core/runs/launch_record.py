@@ -10,7 +10,7 @@ newer attempt that landed while the workload was applied wins, and ``stage`` del
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 from rlpipe.core import layout
 from rlpipe.core.failures import PermanentFailure, PipelineFailure
@@ -78,8 +78,11 @@ def apply(
         r.lineage.pinning = pinning_lineage(req, ctx)
     elif stage == "export":
         r.lineage.export_uri = launch.output
-    elif req.publish is not None:
-        r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
+    elif stage == "publish":
+        if req.publish is not None:
+            r.lineage.published_to = f"{req.publish.repo}@{req.publish.branch}"
+    else:
+        assert_never(stage)  # a new stage records its own lineage, never publish's
     return "launched", None
 
 
