@@ -115,14 +115,15 @@ def cancel(service: StageService, order: CancelOrder, caller: str | None) -> dic
     refused: dict[str, str] = {}  # a child whose workloads the cluster would not delete, and why
     members = service.end_group(run_id, "cancelled", caller, refused)  # a sweep's children first
     # Each child is finished still, as the run is; the answer says what was left behind, and why.
-    errors = [answer["cleanup_error"]] if "cleanup_error" in answer else []
+    own_cleanup_failed = "cleanup_error" in answer
+    errors = [answer["cleanup_error"]] if own_cleanup_failed else []
     errors += [f"child {child}: {error}" for child, error in refused.items()]
     if errors:
         answer["cleanup_error"] = "; ".join(errors)
     ended = service.finish(run_id, "cancelled", failure, caller=caller)
     from rlpipe.control.stage.cancel_read import read_members_to_end, read_to_end
 
-    if "cleanup_error" not in answer:  # the run is finished first: this read only adds (never raises)
+    if not own_cleanup_failed:  # its pods are ending; the run is finished first: this read only adds
         read_to_end(service, run_id, held)
     read_members_to_end(service, members, started)  # each child as a run's cancel reads it
     log.info("cancel asked", caller=caller, state=ended.get("state"))
